@@ -1,0 +1,122 @@
+"""In-process swarm transport with the DHT transport's interface, for unit tests and simulation."""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from swarm.records import Group, ReceivedGroup, RecordLimits, RecordRejected, validate_group
+from swarm.transport import PeerInfo, SwarmCounters, SwarmTransport
+
+
+@dataclass
+class _Board:
+    """Everything published in one in-memory swarm: (sender, sequence number, group) in order."""
+
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    groups: list[tuple[str, int, Group]] = field(default_factory=list)
+    models: dict[str, tuple[str, float]] = field(default_factory=dict)
+    next_seq: int = 0
+
+
+class MemorySwarm:
+    """A swarm that lives in one process; :meth:`join` makes a transport for one peer.
+
+    Example:
+        >>> swarm = MemorySwarm()
+        >>> alice, bob = swarm.join("alice"), swarm.join("bob")
+    """
+
+    def __init__(self, limits: RecordLimits = RecordLimits(), seed: int = 0):
+        self.limits = limits
+        self._board = _Board()
+        self._rng = random.Random(seed)
+
+    def join(self, peer_id: str, model: str = "") -> MemoryTransport:
+        """A transport for peer ``peer_id`` in this swarm."""
+        return MemoryTransport(self, peer_id, model)
+
+    def inject(self, sender: str, group: Group) -> None:
+        """Put a group on the board without validation, as a hostile or buggy peer would (tests)."""
+        with self._board.lock:
+            self._board.groups.append((sender, self._board.next_seq, group))
+            self._board.next_seq += 1
+
+
+class MemoryTransport(SwarmTransport):
+    """One peer's view of a :class:`MemorySwarm`: same contract as :class:`swarm.dht.DHTSwarm`."""
+
+    def __init__(self, swarm: MemorySwarm, peer_id: str, model: str = ""):
+        self._swarm = swarm
+        self._peer_id = peer_id
+        self._model = model
+        self._cursor_seen: set[int] = set()
+        self._counters = SwarmCounters()
+        self._closed = False
+
+    @property
+    def peer_id(self) -> str:
+        return self._peer_id
+
+    def publish(self, groups: Sequence[Group]) -> None:
+        if self._closed:
+            raise RuntimeError(f"transport of peer {self._peer_id!r} is closed")
+        if len(groups) > self._swarm.limits.max_groups_per_record:
+            raise RecordRejected("too_many_groups", f"{len(groups)} > {self._swarm.limits.max_groups_per_record}")
+        checked = [validate_group(g, self._swarm.limits) for g in groups]
+        board = self._swarm._board
+        with board.lock:
+            for group in checked:
+                board.groups.append((self._peer_id, board.next_seq, group))
+                board.next_seq += 1
+            board.models[self._peer_id] = (self._model, time.time())
+        self._counters.add("published_records")
+        self._counters.add("published_groups", len(checked))
+
+    def fetch(self, max_groups: int, max_age: float | None = None) -> list[ReceivedGroup]:
+        if max_groups <= 0 or self._closed:
+            return []
+        board = self._swarm._board
+        with board.lock:
+            candidates = [
+                (sender, seq, group)
+                for sender, seq, group in board.groups
+                if sender != self._peer_id and seq not in self._cursor_seen
+            ]
+        now = time.time()
+        fresh: list[tuple[int, ReceivedGroup]] = []
+        for sender, seq, group in candidates:
+            self._cursor_seen.add(seq)
+            try:
+                group = validate_group(group, self._swarm.limits)
+            except RecordRejected as e:
+                self._counters.reject(e.reason)
+                continue
+            if max_age is not None and now - group.created_at > max_age:
+                self._counters.reject("expired")
+                continue
+            fresh.append((seq, ReceivedGroup(sender=sender, group=group)))
+        self._swarm._rng.shuffle(fresh)
+        taken, kept = fresh[:max_groups], fresh[max_groups:]
+        # Groups not taken now stay available for the next fetch, like the DHT transport's cache.
+        self._cursor_seen.difference_update(seq for seq, _ in kept)
+        self._counters.add("fetched_groups", len(taken))
+        return [item for _, item in taken]
+
+    def peers(self) -> list[PeerInfo]:
+        board = self._swarm._board
+        with board.lock:
+            return [
+                PeerInfo(peer=peer, model=model, last_seen=seen)
+                for peer, (model, seen) in board.models.items()
+                if peer != self._peer_id
+            ]
+
+    def counters(self) -> dict[str, int]:
+        return self._counters.snapshot()
+
+    def close(self) -> None:
+        self._closed = True

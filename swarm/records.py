@@ -1,0 +1,447 @@
+"""Wire schema of shared groups: dataclasses, size limits and strict msgpack (de)serialization.
+
+A *group* is one question (chat messages) with the G completions a peer generated for it, as decoded
+text. Peers publish groups in *records* (the groups of one publish call) and advertise their records
+in small *index entries*. Nothing but text, numbers and booleans crosses the wire: no tensors, no
+pickle. Every decoder here is strict: an unknown key, a wrong type or a size over the configured
+limits raises :class:`RecordRejected` with a reason from :data:`REJECT_REASONS`, so callers can
+count rejections by kind instead of crashing on them.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import msgpack
+
+WIRE_VERSION = 1
+"""Version of the wire format below; a peer rejects records of any other version."""
+
+REJECT_REASONS = (
+    "not_msgpack",  # bytes that do not decode as one msgpack object
+    "wrong_version",  # a record of another wire version
+    "schema",  # wrong keys or types
+    "too_large",  # over max_record_bytes
+    "too_many_groups",  # over max_groups_per_record
+    "too_many_completions",  # over max_completions_per_group
+    "completion_too_long",  # a completion over max_completion_chars
+    "prompt_too_long",  # prompt over max_prompt_chars or max_prompt_messages
+    "field_too_long",  # a name, provenance or metadata field over its limit
+    "empty_group",  # no completions, or every completion is empty
+    "bad_signature",  # owner marker or signature missing or wrong (DHT layer)
+    "expired",  # older than the reader's maximum age, or expired in the DHT
+    "clock_skew",  # created in the future beyond the tolerated clock difference
+)
+
+Scalar = str | int | float | bool | None
+
+
+class RecordRejected(ValueError):
+    """A record or group that fails validation; ``reason`` is one of :data:`REJECT_REASONS`."""
+
+    def __init__(self, reason: str, detail: str):
+        if reason not in REJECT_REASONS:
+            raise ValueError(f"unknown rejection reason {reason!r}; expected one of {REJECT_REASONS}")
+        super().__init__(f"{reason}: {detail}")
+        self.reason = reason
+        self.detail = detail
+
+
+@dataclass(frozen=True)
+class RecordLimits:
+    """Size limits a peer enforces on everything it publishes and everything that arrives.
+
+    Parameters:
+        max_record_bytes (`int`, defaults to `3 * 2**20`):
+            Encoded size of one record. hivemind refuses messages over 4 MiB
+            (`persistent_conn_max_msg_size`), so keep this below that with room for the signature.
+        max_groups_per_record (`int`, defaults to `64`):
+            Groups in one record (one publish call).
+        max_completions_per_group (`int`, defaults to `64`):
+            Completions (G) in one group.
+        max_completion_chars (`int`, defaults to `32768`):
+            Characters in one completion.
+        max_prompt_chars (`int`, defaults to `32768`):
+            Characters over all messages of one prompt.
+        max_prompt_messages (`int`, defaults to `32`):
+            Chat messages in one prompt.
+        max_field_chars (`int`, defaults to `1024`):
+            Characters in a short text field (model name, role, provenance names, metadata keys).
+        max_metadata_items (`int`, defaults to `32`):
+            Entries in a group's metadata and in its provenance config.
+        max_metadata_value_chars (`int`, defaults to `8192`):
+            Characters in one metadata or provenance-config string value.
+        max_index_records (`int`, defaults to `32`):
+            Record references in one index entry.
+    """
+
+    max_record_bytes: int = 3 * 2**20
+    max_groups_per_record: int = 64
+    max_completions_per_group: int = 64
+    max_completion_chars: int = 32768
+    max_prompt_chars: int = 32768
+    max_prompt_messages: int = 32
+    max_field_chars: int = 1024
+    max_metadata_items: int = 32
+    max_metadata_value_chars: int = 8192
+    max_index_records: int = 32
+
+    def __post_init__(self) -> None:
+        for name, value in vars(self).items():
+            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+                raise ValueError(f"RecordLimits.{name} must be a positive integer, got {value!r}")
+
+
+@dataclass(frozen=True)
+class Provenance:
+    """Where a question came from, so that a receiver can regenerate and check it.
+
+    Parameters:
+        source (`str`):
+            Kind of question source: `"reasoning_gym"` (procedural: the receiver regenerates the entry
+            from `dataset`, `config`, `seed` and `index`), `"dataset"` (a named dataset the receiver may
+            hold a copy of) or any other string (a custom source).
+        dataset (`str`):
+            Dataset name within the source, e.g. `"basic_arithmetic"`.
+        config (`dict[str, Scalar | list[Scalar]]`):
+            Generator configuration needed to regenerate the entry (reasoning-gym) or any descriptive
+            settings; JSON-like scalars and flat lists of them only.
+        seed (`int` or `None`):
+            Generator seed (reasoning-gym).
+        index (`int` or `None`):
+            Entry index within the dataset.
+    """
+
+    source: str
+    dataset: str
+    config: dict[str, Any] = field(default_factory=dict)
+    seed: int | None = None
+    index: int | None = None
+
+
+@dataclass(frozen=True)
+class Group:
+    """One question and the completions a peer generated for it, as decoded text.
+
+    Parameters:
+        group_id (`str`):
+            Identifier unique among the sender's groups (e.g. `"17-3"`: step 17, group 3).
+        prompt (`list[dict[str, str]]`):
+            The question as chat messages, each `{"role": ..., "content": ...}`.
+        completions (`list[str]`):
+            The G completions as decoded text (no chat template, no special tokens).
+        provenance (`Provenance`):
+            Where the question came from.
+        metadata (`dict[str, Scalar]`):
+            Anything else the sender attaches (e.g. its claimed answer). Untrusted by receivers.
+        model (`str`):
+            Name of the sender's policy model.
+        step (`int`):
+            Sender's training step when the group was generated.
+        created_at (`float`):
+            Sender's wall-clock time (seconds since the epoch) at generation.
+    """
+
+    group_id: str
+    prompt: list[dict[str, str]]
+    completions: list[str]
+    provenance: Provenance
+    metadata: dict[str, Any] = field(default_factory=dict)
+    model: str = ""
+    step: int = 0
+    created_at: float = 0.0
+
+
+@dataclass(frozen=True)
+class GroupRecord:
+    """The groups of one publish call: the unit stored under one DHT key."""
+
+    groups: list[Group]
+    created_at: float
+    version: int = WIRE_VERSION
+
+
+@dataclass(frozen=True)
+class RecordRef:
+    """A pointer in an index entry to one stored record of the same peer."""
+
+    seq: int
+    created_at: float
+    num_groups: int
+
+
+@dataclass(frozen=True)
+class IndexEntry:
+    """What a peer advertises about itself: its model and its most recent records."""
+
+    model: str
+    records: list[RecordRef]
+    updated_at: float
+    version: int = WIRE_VERSION
+
+
+@dataclass(frozen=True)
+class ReceivedGroup:
+    """A group as the receiver sees it, tagged with the sender identity the transport verified."""
+
+    sender: str
+    group: Group
+
+
+# ----------------------------------------------------------------------------------------------
+# encoding
+
+
+def _provenance_to_wire(provenance: Provenance) -> dict[str, Any]:
+    return {
+        "source": provenance.source,
+        "dataset": provenance.dataset,
+        "config": dict(provenance.config),
+        "seed": provenance.seed,
+        "index": provenance.index,
+    }
+
+
+def group_to_wire(group: Group) -> dict[str, Any]:
+    """The plain-dict form of a group, as it is packed on the wire."""
+    return {
+        "group_id": group.group_id,
+        "prompt": [{"role": m["role"], "content": m["content"]} for m in group.prompt],
+        "completions": list(group.completions),
+        "provenance": _provenance_to_wire(group.provenance),
+        "metadata": dict(group.metadata),
+        "model": group.model,
+        "step": group.step,
+        "created_at": group.created_at,
+    }
+
+
+def _pack(obj: Any) -> bytes:
+    return msgpack.packb(obj, use_bin_type=True)
+
+
+def encode_record(record: GroupRecord, limits: RecordLimits = RecordLimits()) -> bytes:
+    """Serialize a record after checking it against ``limits``; raises :class:`RecordRejected`.
+
+    The publisher runs the same checks as every receiver, so a peer never stores a record that honest
+    peers would reject.
+    """
+    wire = {
+        "version": record.version,
+        "created_at": record.created_at,
+        "groups": [group_to_wire(g) for g in record.groups],
+    }
+    data = _pack(wire)
+    decode_record(data, limits)  # one validation path for both directions
+    return data
+
+
+def encode_index_entry(entry: IndexEntry, limits: RecordLimits = RecordLimits()) -> bytes:
+    """Serialize an index entry after checking it against ``limits``."""
+    wire = {
+        "version": entry.version,
+        "model": entry.model,
+        "updated_at": entry.updated_at,
+        "records": [[r.seq, r.created_at, r.num_groups] for r in entry.records],
+    }
+    data = _pack(wire)
+    decode_index_entry(data, limits)
+    return data
+
+
+# ----------------------------------------------------------------------------------------------
+# decoding and validation
+
+
+def _unpack(data: Any, limits: RecordLimits) -> Any:
+    if not isinstance(data, bytes | bytearray | memoryview):
+        raise RecordRejected("schema", f"expected bytes, got {type(data).__name__}")
+    if len(data) > limits.max_record_bytes:
+        raise RecordRejected("too_large", f"{len(data)} bytes > max_record_bytes={limits.max_record_bytes}")
+    try:
+        # unpackb bounds every container by the input length, so a hostile payload cannot make us
+        # allocate more than its own size allows; the size was checked above.
+        return msgpack.unpackb(bytes(data), raw=False, strict_map_key=True, use_list=True)
+    except Exception as e:  # msgpack raises assorted errors on hostile input; all mean the same here
+        raise RecordRejected("not_msgpack", f"{type(e).__name__}: {e}") from None
+
+
+def _expect_map(obj: Any, keys: set[str], where: str) -> dict[str, Any]:
+    if not isinstance(obj, dict):
+        raise RecordRejected("schema", f"{where} must be a map, got {type(obj).__name__}")
+    if set(obj) != keys:
+        missing, extra = sorted(keys - set(obj)), sorted(map(str, set(obj) - keys))
+        raise RecordRejected("schema", f"{where} keys: missing {missing}, unexpected {extra}")
+    return obj
+
+
+def _expect_str(obj: Any, where: str, max_chars: int, reason: str = "field_too_long") -> str:
+    if not isinstance(obj, str):
+        raise RecordRejected("schema", f"{where} must be a string, got {type(obj).__name__}")
+    if len(obj) > max_chars:
+        raise RecordRejected(reason, f"{where} has {len(obj)} characters > {max_chars}")
+    return obj
+
+
+def _expect_int(obj: Any, where: str, optional: bool = False) -> int | None:
+    if optional and obj is None:
+        return None
+    if not isinstance(obj, int) or isinstance(obj, bool):
+        raise RecordRejected("schema", f"{where} must be an integer, got {type(obj).__name__}")
+    if not -(2**63) <= obj < 2**63:
+        raise RecordRejected("schema", f"{where} is out of the 64-bit range")
+    return obj
+
+
+def _expect_time(obj: Any, where: str) -> float:
+    if not isinstance(obj, int | float) or isinstance(obj, bool) or not math.isfinite(obj) or obj < 0:
+        raise RecordRejected("schema", f"{where} must be a finite non-negative number, got {obj!r}")
+    return float(obj)
+
+
+def _expect_list(obj: Any, where: str, max_items: int, reason: str) -> list[Any]:
+    if not isinstance(obj, list):
+        raise RecordRejected("schema", f"{where} must be a list, got {type(obj).__name__}")
+    if len(obj) > max_items:
+        raise RecordRejected(reason, f"{where} has {len(obj)} items > {max_items}")
+    return obj
+
+
+def _expect_scalar(obj: Any, where: str, limits: RecordLimits) -> Scalar:
+    if obj is None or isinstance(obj, bool):
+        return obj
+    if isinstance(obj, int):
+        return _expect_int(obj, where)
+    if isinstance(obj, float):
+        if not math.isfinite(obj):
+            raise RecordRejected("schema", f"{where} must be finite")
+        return obj
+    if isinstance(obj, str):
+        return _expect_str(obj, where, limits.max_metadata_value_chars)
+    raise RecordRejected("schema", f"{where} must be a string, number, boolean or null, got {type(obj).__name__}")
+
+
+def _expect_flat_map(obj: Any, where: str, limits: RecordLimits, allow_lists: bool) -> dict[str, Any]:
+    if not isinstance(obj, dict):
+        raise RecordRejected("schema", f"{where} must be a map, got {type(obj).__name__}")
+    if len(obj) > limits.max_metadata_items:
+        raise RecordRejected("field_too_long", f"{where} has {len(obj)} entries > {limits.max_metadata_items}")
+    out: dict[str, Any] = {}
+    for key, value in obj.items():
+        _expect_str(key, f"{where} key", limits.max_field_chars)
+        if allow_lists and isinstance(value, list):
+            items = _expect_list(value, f"{where}[{key!r}]", limits.max_metadata_items, "field_too_long")
+            out[key] = [_expect_scalar(v, f"{where}[{key!r}]", limits) for v in items]
+        else:
+            out[key] = _expect_scalar(value, f"{where}[{key!r}]", limits)
+    return out
+
+
+_PROVENANCE_KEYS = {"source", "dataset", "config", "seed", "index"}
+_GROUP_KEYS = {"group_id", "prompt", "completions", "provenance", "metadata", "model", "step", "created_at"}
+_RECORD_KEYS = {"version", "created_at", "groups"}
+_INDEX_KEYS = {"version", "model", "updated_at", "records"}
+
+
+def provenance_from_wire(obj: Any, limits: RecordLimits = RecordLimits()) -> Provenance:
+    """Validate and build a :class:`Provenance` from its wire form."""
+    p = _expect_map(obj, _PROVENANCE_KEYS, "provenance")
+    return Provenance(
+        source=_expect_str(p["source"], "provenance.source", limits.max_field_chars),
+        dataset=_expect_str(p["dataset"], "provenance.dataset", limits.max_field_chars),
+        config=_expect_flat_map(p["config"], "provenance.config", limits, allow_lists=True),
+        seed=_expect_int(p["seed"], "provenance.seed", optional=True),
+        index=_expect_int(p["index"], "provenance.index", optional=True),
+    )
+
+
+def group_from_wire(obj: Any, limits: RecordLimits = RecordLimits()) -> Group:
+    """Validate and build a :class:`Group` from its wire form; raises :class:`RecordRejected`."""
+    g = _expect_map(obj, _GROUP_KEYS, "group")
+    messages = _expect_list(g["prompt"], "group.prompt", limits.max_prompt_messages, "prompt_too_long")
+    prompt, prompt_chars = [], 0
+    for message in messages:
+        m = _expect_map(message, {"role", "content"}, "prompt message")
+        role = _expect_str(m["role"], "prompt message role", limits.max_field_chars)
+        content = _expect_str(m["content"], "prompt message content", limits.max_prompt_chars, "prompt_too_long")
+        prompt_chars += len(content)
+        prompt.append({"role": role, "content": content})
+    if not prompt:
+        raise RecordRejected("schema", "group.prompt has no messages")
+    if prompt_chars > limits.max_prompt_chars:
+        raise RecordRejected("prompt_too_long", f"prompt has {prompt_chars} characters > {limits.max_prompt_chars}")
+    completions = _expect_list(
+        g["completions"], "group.completions", limits.max_completions_per_group, "too_many_completions"
+    )
+    for c in completions:
+        _expect_str(c, "completion", limits.max_completion_chars, "completion_too_long")
+    if not any(c.strip() for c in completions):
+        raise RecordRejected("empty_group", "group has no completions, or only empty ones")
+    return Group(
+        group_id=_expect_str(g["group_id"], "group.group_id", limits.max_field_chars),
+        prompt=prompt,
+        completions=list(completions),
+        provenance=provenance_from_wire(g["provenance"], limits),
+        metadata=_expect_flat_map(g["metadata"], "group.metadata", limits, allow_lists=False),
+        model=_expect_str(g["model"], "group.model", limits.max_field_chars),
+        step=_expect_int(g["step"], "group.step"),
+        created_at=_expect_time(g["created_at"], "group.created_at"),
+    )
+
+
+def _check_version(obj: dict[str, Any], where: str) -> None:
+    version = obj.get("version") if isinstance(obj, dict) else None
+    if isinstance(obj, dict) and version != WIRE_VERSION:
+        raise RecordRejected("wrong_version", f"{where} version {version!r}, this peer speaks {WIRE_VERSION}")
+
+
+def decode_record(data: bytes, limits: RecordLimits = RecordLimits()) -> GroupRecord:
+    """Decode and validate a record; the only outcomes are a :class:`GroupRecord` or :class:`RecordRejected`."""
+    obj = _unpack(data, limits)
+    _check_version(obj, "record")
+    r = _expect_map(obj, _RECORD_KEYS, "record")
+    groups = _expect_list(r["groups"], "record.groups", limits.max_groups_per_record, "too_many_groups")
+    return GroupRecord(
+        groups=[group_from_wire(g, limits) for g in groups],
+        created_at=_expect_time(r["created_at"], "record.created_at"),
+        version=WIRE_VERSION,
+    )
+
+
+def decode_index_entry(data: bytes, limits: RecordLimits = RecordLimits()) -> IndexEntry:
+    """Decode and validate an index entry; raises :class:`RecordRejected`."""
+    obj = _unpack(data, limits)
+    _check_version(obj, "index entry")
+    e = _expect_map(obj, _INDEX_KEYS, "index entry")
+    refs = []
+    for item in _expect_list(e["records"], "index.records", limits.max_index_records, "too_many_groups"):
+        ref = _expect_list(item, "index record reference", 3, "schema")
+        if len(ref) != 3:
+            raise RecordRejected("schema", "an index record reference is [seq, created_at, num_groups]")
+        refs.append(
+            RecordRef(
+                seq=_expect_int(ref[0], "index seq"),
+                created_at=_expect_time(ref[1], "index created_at"),
+                num_groups=_expect_int(ref[2], "index num_groups"),
+            )
+        )
+    return IndexEntry(
+        model=_expect_str(e["model"], "index.model", limits.max_field_chars),
+        records=refs,
+        updated_at=_expect_time(e["updated_at"], "index.updated_at"),
+        version=WIRE_VERSION,
+    )
+
+
+def validate_group(group: Group, limits: RecordLimits = RecordLimits()) -> Group:
+    """Run the wire checks on an in-memory group (used by the in-memory transport)."""
+    return group_from_wire(group_to_wire(group), limits)
+
+
+def describe_sizes(groups: Sequence[Group]) -> Mapping[str, int]:
+    """Encoded bytes and completion counts of some groups, for logs and benchmarks."""
+    data = _pack([group_to_wire(g) for g in groups])
+    return {"bytes": len(data), "groups": len(groups), "completions": sum(len(g.completions) for g in groups)}
