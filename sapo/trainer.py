@@ -1,0 +1,340 @@
+"""SAPOTrainer: TRL's GRPOTrainer, training each round on its own groups plus groups taken from the swarm.
+
+A round (one generation batch of TRL) holds `num_local + num_external` groups of `num_generations` rows each.
+The SAPO step, read top to bottom in `_generate_and_score_completions`:
+
+1. take up to J external groups from the swarm: fetch candidates, re-derive their ground truth, score them
+   with this peer's reward functions, let the sampler choose (`_take_external_groups`);
+2. put them into the last J group slots of the batch; slots left empty keep their local question (fill-in);
+3. hand the batch to TRL, whose `_generate` (overridden here) generates only the local slots, publishes
+   them right away, and re-tokenizes the external completions with this peer's tokenizer;
+4. TRL scores every row with this peer's reward functions, normalizes advantages per group and computes
+   the loss exactly as GRPOTrainer does.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import random
+import time
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import nn
+from trl import GRPOTrainer
+from trl.data_utils import is_conversational
+
+from sapo.config import SAPOConfig
+from sapo.sampling import Candidate, ExternalSampler, make_sampler
+from sapo.tasks import GroupDropped, QuestionVerifier
+from swarm.records import Group, Provenance, RecordRejected, provenance_from_wire
+from swarm.transport import SwarmTransport
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class _Round:
+    """What SAPO adds to one TRL generation batch: which rows are external, and what they contain."""
+
+    rows: list[dict[str, Any]]
+    external_text: dict[int, str] = field(default_factory=dict)  # row index -> completion text from the swarm
+    senders: dict[int, str] = field(default_factory=dict)  # row index -> sending peer
+    rewards: torch.Tensor | None = None  # weighted reward per row, set when TRL scores the batch
+
+
+class SAPOTrainer(GRPOTrainer):
+    """GRPO on a mix of locally generated groups and groups sampled from a swarm of peers (SAPO).
+
+    Everything `trl.GRPOTrainer` accepts is accepted here, plus:
+
+    Args:
+        swarm (`swarm.SwarmTransport` or `None`):
+            Where groups are published and taken from (`swarm.dht.DHTSwarm` for a real swarm,
+            `swarm.MemorySwarm(...).join(...)` for tests and simulation). `None` trains alone: every slot is
+            filled in locally and nothing is published.
+        sampler (`sapo.sampling.ExternalSampler` or `None`):
+            Chooses external groups among candidates; default built from `args.sampling_strategy`.
+        verifier (`sapo.tasks.QuestionVerifier` or `None`):
+            Re-derives the ground truth of external groups; default built from `args.external_source_policy`.
+    """
+
+    def __init__(
+        self,
+        model: Any,
+        reward_funcs: Any = None,
+        args: SAPOConfig | None = None,
+        train_dataset: Any = None,
+        *,
+        swarm: SwarmTransport | None = None,
+        sampler: ExternalSampler | None = None,
+        verifier: QuestionVerifier | None = None,
+        **kwargs: Any,
+    ):
+        if args is None:
+            args = SAPOConfig(output_dir="sapo-output")
+        if not isinstance(args, SAPOConfig):
+            raise TypeError(f"SAPOTrainer needs args=SAPOConfig(...), got {type(args).__name__}.")
+        super().__init__(model=model, reward_funcs=reward_funcs, args=args, train_dataset=train_dataset, **kwargs)
+        if args.num_external > 0:
+            self._check_external_support(train_dataset)
+        self.swarm = swarm
+        self.verifier = verifier or QuestionVerifier(policy=args.external_source_policy)
+        self.sampler = sampler or make_sampler(
+            args.sampling_strategy,
+            max_groups_per_peer=args.max_groups_per_peer,
+            max_group_age=args.max_group_age,
+            self_id=swarm.peer_id if swarm is not None else None,
+        )
+        self.swarm_model_name = args.swarm_model_name or str(getattr(self.model.config, "_name_or_path", "") or "")
+        self._rng = random.Random(args.seed + self.accelerator.process_index)
+        self._round: _Round | None = None
+        self.swarm_totals: Counter[str] = Counter()  # cumulative counts, logged as sapo/<name>
+
+    def _check_external_support(self, train_dataset: Any) -> None:
+        if self.args.num_external % self.accelerator.num_processes != 0:
+            raise ValueError(
+                f"num_external={self.args.num_external} must be divisible by the number of processes "
+                f"({self.accelerator.num_processes})."
+            )
+        if self.tools or self.rollout_func is not None or self.environment_factories is not None:
+            raise ValueError("num_external > 0 does not support tools, rollout_func or environment_factory yet.")
+        if self.use_vllm and self.vllm_importance_sampling_correction:
+            raise ValueError(
+                "num_external > 0 with vLLM needs vllm_importance_sampling_correction=False: external completions "
+                "have no sampling log-probabilities."
+            )
+        first = next(iter(train_dataset)) if train_dataset is not None else None
+        if first is not None and not is_conversational(first):
+            raise ValueError(
+                "num_external > 0 needs a conversational dataset (a 'prompt' column of chat messages), since swarm "
+                "groups carry their question as chat messages."
+            )
+
+    # ------------------------------------------------------------------------------------------------
+    # the SAPO round
+
+    def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
+        if not self.model.training:
+            return super()._generate_and_score_completions(inputs)
+
+        num_groups = len(inputs) // self.num_generations
+        num_slots = min(self.args.num_external // self.accelerator.num_processes, num_groups)
+        external = self._take_external_groups(num_slots)
+        self._round = self._place_external_groups(inputs, external, first_slot=num_groups - num_slots)
+        try:
+            output = super()._generate_and_score_completions(self._round.rows)
+            self._log_round(num_slots, external)
+        finally:
+            self._round = None
+        return output
+
+    def _take_external_groups(self, num_slots: int) -> list[Candidate]:
+        """Fetch candidates from the swarm, verify and score them locally, and let the sampler choose."""
+        if num_slots == 0 or self.swarm is None:
+            return []
+        pool_size = self.args.external_pool_size or 4 * self.args.num_external
+        received = self.swarm.fetch(pool_size, max_age=self.args.max_group_age)
+        candidates = []
+        for item in received:
+            candidate = self._verify_and_score(item.sender, item.group)
+            if candidate is not None:
+                candidates.append(candidate)
+        selection = self.sampler.select(candidates, num_slots, self._rng)
+        self.swarm_totals.update({f"dropped/{reason}": n for reason, n in selection.dropped.items()})
+        self.swarm_totals["candidates"] += len(received)
+        self.swarm_totals["zero_advantage_candidates"] += sum(c.has_zero_advantage for c in candidates)
+        return selection.chosen
+
+    def _verify_and_score(self, sender: str, group: Group) -> Candidate | None:
+        """A candidate with this peer's ground truth and rewards, or None (counted) if it cannot be used."""
+        try:
+            columns = self.verifier.columns_for(group)
+        except GroupDropped as e:
+            self._count_drop(e.reason, sender, e.detail)
+            return None
+        if len(group.completions) < self.num_generations:
+            self._count_drop("group_size", sender, f"{len(group.completions)} < {self.num_generations} completions")
+            return None
+        completions = list(group.completions[: self.num_generations])
+        group = Group(**{**vars(group), "completions": completions})
+        try:
+            rewards = self._score_texts(group.prompt, completions, columns)
+        except Exception as e:  # a reward function choking on foreign text must not stop training
+            self._count_drop("reward_error", sender, f"{type(e).__name__}: {e}")
+            return None
+        return Candidate(sender=sender, group=group, rewards=rewards, columns=columns)
+
+    def _place_external_groups(self, inputs: list[dict[str, Any]], external: list[Candidate], first_slot: int) -> _Round:
+        """Rows for TRL: chosen external groups replace the questions of the last slots, the rest stay local."""
+        rows = [dict(row) for row in inputs]
+        round_ = _Round(rows=rows)
+        keys = list(inputs[0].keys())
+        for slot, candidate in enumerate(external, start=first_slot):
+            for k, text in enumerate(candidate.group.completions):
+                i = slot * self.num_generations + k
+                rows[i] = {key: candidate.columns.get(key) for key in keys}
+                rows[i]["prompt"] = candidate.group.prompt
+                round_.external_text[i] = text
+                round_.senders[i] = candidate.sender
+        return round_
+
+    # ------------------------------------------------------------------------------------------------
+    # TRL hooks
+
+    def _generate(self, prompts: list):
+        """Generate the local rows (and publish them); re-tokenize the external rows' completions."""
+        round_ = self._round
+        if round_ is None:  # evaluation
+            return super()._generate(prompts)
+        local = [i for i in range(len(prompts)) if i not in round_.external_text]
+        if len(local) == len(prompts):
+            result = super()._generate(prompts)
+            self._publish_local_groups(local, result[3])
+            return result
+
+        prompt_ids: list[list[int]] = [[] for _ in prompts]
+        completion_ids: list[list[int]] = [[] for _ in prompts]
+        completions: list[Any] = [None] * len(prompts)
+        if local:
+            (l_prompt_ids, l_completion_ids, _, l_completions, _, _, _, _) = super()._generate([prompts[i] for i in local])
+            for j, i in enumerate(local):
+                prompt_ids[i], completion_ids[i], completions[i] = l_prompt_ids[j], l_completion_ids[j], l_completions[j]
+            self._publish_local_groups(local, l_completions)
+
+        external = sorted(round_.external_text)
+        e_prompt_ids, _, _ = self._tokenize_prompts([prompts[i] for i in external])
+        for j, i in enumerate(external):
+            text = round_.external_text[i]
+            prompt_ids[i] = list(e_prompt_ids[j])
+            completion_ids[i] = self._tokenize_external_completion(text)
+            completions[i] = [{"role": "assistant", "content": text}]
+        return prompt_ids, completion_ids, None, completions, None, {}, None, []
+
+    def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
+        rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
+        if self._round is not None:
+            start = self.accelerator.process_index * len(prompts)
+            local_part = rewards_per_func[start : start + len(prompts)]
+            weights = self.reward_weights.to(local_part.device)
+            weighted = (local_part * weights.unsqueeze(0)).nansum(dim=1)
+            weighted[torch.isnan(local_part).all(dim=1)] = torch.nan
+            self._round.rewards = weighted.detach().cpu()
+        return rewards_per_func
+
+    def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
+        if self.model.training:
+            for name, value in sorted(self.swarm_totals.items()):
+                logs[f"sapo/{name}"] = float(value)
+            if self.swarm is not None:
+                logs["sapo/peers"] = float(len(self.swarm.peers()))
+                for name, value in sorted(self.swarm.counters().items()):
+                    logs[f"swarm/{name}"] = float(value)
+        super().log(logs, start_time)
+
+    # ------------------------------------------------------------------------------------------------
+    # helpers
+
+    def _score_texts(self, prompt: list[dict[str, str]], texts: Sequence[str], columns: dict[str, Any]) -> list[float]:
+        """This peer's weighted reward of each completion text, as TRL would compute it (NaN if unscorable)."""
+        n = len(texts)
+        completions = [[{"role": "assistant", "content": t}] for t in texts]
+        kwargs = {key: [value] * n for key, value in columns.items() if key != "prompt"}
+        kwargs.update(trainer_state=self.state, log_extra=lambda *a, **k: None, log_metric=lambda *a, **k: None)
+        total = [0.0] * n
+        scored = [False] * n
+        for func, weight in zip(self.reward_funcs, self.reward_weights.tolist(), strict=True):
+            if isinstance(func, nn.Module):
+                return [math.nan] * n  # reward models are run by TRL on the chosen groups only
+            values = func(prompts=[prompt] * n, completions=completions, completion_ids=None, **kwargs)
+            for k, value in enumerate(values):
+                if value is not None and not math.isnan(value):
+                    total[k] += weight * float(value)
+                    scored[k] = True
+        return [t if s else math.nan for t, s in zip(total, scored, strict=True)]
+
+    def _tokenize_external_completion(self, text: str) -> list[int]:
+        """Token ids of a foreign completion under this peer's tokenizer, ended with EOS when it fits."""
+        # split_special_tokens: a completion that spells out "<|im_end|>" must not become a control token.
+        ids = self._tokenizer(text, add_special_tokens=False, split_special_tokens=True)["input_ids"]
+        limit = self.args.max_completion_length
+        if limit is not None and len(ids) >= limit:
+            self.swarm_totals["external_truncated"] += 1
+            return list(ids[:limit])
+        return list(ids) + [self.eos_token_ids[0]]
+
+    def _publish_local_groups(self, local_rows: list[int], completions: list[Any]) -> None:
+        """Publish each locally generated group as decoded text, right after generation."""
+        if self.swarm is None or not self.args.publish_groups:
+            return
+        rows = self._round.rows
+        groups, now, step = [], time.time(), self.state.global_step
+        for start in range(0, len(local_rows), self.num_generations):
+            members = local_rows[start : start + self.num_generations]
+            row = rows[members[0]]
+            texts = [_completion_text(completions[j]) for j in range(start, start + len(members))]
+            groups.append(
+                Group(
+                    group_id=f"{step}-{self.accelerator.process_index}-{start // self.num_generations}",
+                    prompt=row["prompt"],
+                    completions=texts,
+                    provenance=_row_provenance(row),
+                    metadata={"answer": str(row["answer"])} if row.get("answer") is not None else {},
+                    model=self.swarm_model_name,
+                    step=step,
+                    created_at=now,
+                )
+            )
+        try:
+            self.swarm.publish(groups)
+            self.swarm_totals["published_groups"] += len(groups)
+        except RecordRejected as e:
+            # Our own groups broke our own limits (e.g. a huge completion): skip them, keep training.
+            self.swarm_totals[f"publish_rejected/{e.reason}"] += len(groups)
+            logger.warning("not publishing %d groups of step %d: %s", len(groups), step, e)
+
+    def _count_drop(self, reason: str, sender: str, detail: str) -> None:
+        self.swarm_totals[f"dropped/{reason}"] += 1
+        logger.debug("dropped a group of peer %s (%s): %s", sender, reason, detail)
+
+    def _log_round(self, num_slots: int, external: list[Candidate]) -> None:
+        """Per-round figures, averaged by TRL over each logging window."""
+        metrics = self._metrics["train"]
+        metrics["sapo/external_groups"].append(float(len(external)))
+        metrics["sapo/fill_ins"].append(float(num_slots - len(external)))
+        metrics["sapo/distinct_senders"].append(float(len({c.sender for c in external})))
+        self.swarm_totals["fill_ins"] += num_slots - len(external)
+        self.swarm_totals["external_groups"] += len(external)
+        rewards = self._round.rewards
+        if rewards is None:
+            return
+        is_external = torch.zeros(len(rewards), dtype=torch.bool)
+        is_external[list(self._round.external_text)] = True
+        for name, mask in (("local_reward", ~is_external), ("external_reward", is_external)):
+            values = rewards[mask]
+            values = values[~torch.isnan(values)]
+            if values.numel():
+                metrics[f"sapo/{name}"].append(values.mean().item())
+
+
+def _completion_text(completion: Any) -> str:
+    """The text of a TRL completion: a string, or a list of chat messages whose contents are joined."""
+    if isinstance(completion, str):
+        return completion
+    return "".join(str(message.get("content") or "") for message in completion)
+
+
+def _row_provenance(row: dict[str, Any]) -> Provenance:
+    """The provenance a dataset row carries in its 'provenance' column (JSON), or a 'custom' one."""
+    raw = row.get("provenance")
+    if raw:
+        try:
+            return provenance_from_wire(json.loads(raw) if isinstance(raw, str) else raw)
+        except (ValueError, TypeError) as e:
+            logger.warning("row has an unreadable provenance (%s); publishing it as a custom source", e)
+    return Provenance(source="custom", dataset=str(row.get("task") or "unknown"))

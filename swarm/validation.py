@@ -1,0 +1,180 @@
+"""DHT-layer record validators of the swarm: owner signatures and the wire schema, with rejection counters.
+
+hivemind calls a validator on every record another peer asks this node to store and on every record a
+peer returns to a lookup. What arrives there is one layer below the application values:
+
+- ``record.key`` is the 20-byte hash (``DHTID``) of the application key, so the validator cannot read
+  the key; it recognises the few index-shard keys by their precomputed hashes and treats every other
+  key as a records key (the DHT is dedicated to one swarm);
+- ``record.subkey`` is the msgpack-serialized subkey, which must carry an ``[owner:<ssh-rsa key>]``
+  marker;
+- ``record.value`` is the msgpack-serialized application value (here always ``bytes``: an encoded
+  :class:`~swarm.records.GroupRecord` or :class:`~swarm.records.IndexEntry`) with a
+  ``[signature:...]`` suffix that the signature validator checks and strips before the schema
+  validator sees it.
+
+Both validators count every rejection in a :class:`~swarm.transport.SwarmCounters` under a reason of
+:data:`swarm.records.REJECT_REASONS`, and log it at a bounded rate.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from hivemind.dht.crypto import RSASignatureValidator
+from hivemind.dht.routing import DHTID
+from hivemind.dht.validation import CompositeValidator, DHTRecord, RecordValidatorBase
+from hivemind.utils.crypto import RSAPrivateKey
+from hivemind.utils.serializer import MSGPackSerializer
+
+from swarm.records import RecordLimits, RecordRejected, decode_index_entry, decode_record
+from swarm.transport import SwarmCounters
+
+logger = logging.getLogger("swarm.dht")
+
+_OWNER_RE = RSASignatureValidator._PUBLIC_KEY_RE  # b"\[owner:(.+?)\]", the marker hivemind verifies
+
+
+def fingerprint(public_key: bytes) -> str:
+    """Short identity of a peer: the first 16 hex characters of the SHA-256 of its OpenSSH public key."""
+    return hashlib.sha256(public_key).hexdigest()[:16]
+
+
+def owner_marker(public_key: bytes) -> bytes:
+    """The subkey that protects a record with ``public_key`` (hivemind's ``[owner:...]`` format)."""
+    return RSASignatureValidator.PUBLIC_KEY_FORMAT.replace(b"_key_", public_key)
+
+
+def owner_public_key(subkey: Any) -> bytes | None:
+    """The public key of an application subkey that is exactly one owner marker, else ``None``."""
+    if not isinstance(subkey, bytes):
+        return None
+    match = _OWNER_RE.fullmatch(subkey)
+    return match.group(1) if match else None
+
+
+class RejectionLog:
+    """Counts rejections by reason and logs them at most once per reason every ``interval`` seconds."""
+
+    def __init__(self, counters: SwarmCounters, interval: float = 10.0):
+        self.counters = counters
+        self.interval = interval
+        self._lock = threading.Lock()
+        self._last_logged: dict[str, float] = {}
+        self._unlogged: dict[str, int] = {}
+
+    def __call__(self, reason: str, detail: str) -> None:
+        """Count one rejection under ``rejected/<reason>`` and maybe log it."""
+        self.counters.reject(reason)
+        now = time.monotonic()
+        with self._lock:
+            self._unlogged[reason] = self._unlogged.get(reason, 0) + 1
+            if now - self._last_logged.get(reason, -float("inf")) < self.interval:
+                return
+            count, self._unlogged[reason] = self._unlogged[reason], 0
+            self._last_logged[reason] = now
+        logger.warning("rejected %d record(s) as %s (latest: %s)", count, reason, detail[:200])
+
+
+class OwnerSignatureValidator(RSASignatureValidator):
+    """hivemind's owner-signature check with an explicit key, refusing unprotected records, counting failures.
+
+    The DHT is dedicated to the swarm, so a record whose subkey carries no ``[owner:...]`` marker is
+    refused rather than accepted as hivemind does for unprotected records.
+    """
+
+    def __init__(self, private_key: RSAPrivateKey, on_reject: Callable[[str, str], None]):
+        super().__init__(private_key)
+        self._on_reject = on_reject
+
+    def validate(self, record: DHTRecord) -> bool:
+        """True if the subkey names an owner and the value carries that owner's valid signature."""
+        try:
+            if not isinstance(record.subkey, bytes) or not _OWNER_RE.search(record.subkey):
+                self._on_reject("bad_signature", "record without an [owner:...] subkey")
+                return False
+            if not super().validate(record):
+                self._on_reject("bad_signature", "signature missing or not made by the subkey's owner")
+                return False
+            return True
+        except Exception as e:  # hostile bytes may break key parsing: a rejection, never a crash
+            self._on_reject("bad_signature", f"{type(e).__name__}: {e}")
+            return False
+
+
+class SwarmSchemaValidator(RecordValidatorBase):
+    """Checks that a (signature-stripped) value is an encoded GroupRecord or IndexEntry within ``limits``.
+
+    Parameters:
+        swarm_name: the swarm's key prefix; index keys are ``f"{swarm_name}/index/{shard}"``.
+        index_shards: number of index shards.
+        limits: the limits this peer enforces.
+        on_reject: called with ``(reason, detail)`` for each rejection.
+    """
+
+    def __init__(
+        self, swarm_name: str, index_shards: int, limits: RecordLimits, on_reject: Callable[[str, str], None]
+    ):
+        self.limits = limits
+        self._on_reject = on_reject
+        self._index_key_ids = {
+            DHTID.generate(source=key).to_bytes() for key in index_keys(swarm_name, index_shards)
+        }
+
+    @property
+    def priority(self) -> int:
+        # Lower than the signature validator's 10: hivemind validates from high to low priority and strips
+        # the signature in between, so this one sees the plain serialized value.
+        return 0
+
+    def validate(self, record: DHTRecord) -> bool:
+        """True if the value decodes as the record kind its key holds, within the limits."""
+        try:
+            # The limit applies to the application bytes; the msgpack bin header adds at most 5 bytes.
+            if len(record.value) > self.limits.max_record_bytes + 5:
+                raise RecordRejected("too_large", f"{len(record.value)} bytes > {self.limits.max_record_bytes}")
+            try:
+                value = MSGPackSerializer.loads(record.value)
+            except Exception as e:
+                raise RecordRejected("not_msgpack", f"{type(e).__name__}: {e}") from None
+            if not isinstance(value, bytes):
+                raise RecordRejected("schema", f"DHT value must be bytes, got {type(value).__name__}")
+            if record.key in self._index_key_ids:
+                decode_index_entry(value, self.limits)
+            else:
+                decode_record(value, self.limits)
+            return True
+        except RecordRejected as e:
+            self._on_reject(e.reason, e.detail)
+            return False
+        except Exception as e:  # a validator must answer, whatever arrives
+            self._on_reject("schema", f"{type(e).__name__}: {e}")
+            return False
+
+
+def index_keys(swarm_name: str, index_shards: int) -> list[str]:
+    """The DHT keys of the swarm's index shards."""
+    return [f"{swarm_name}/index/{shard}" for shard in range(index_shards)]
+
+
+def make_record_validator(
+    private_key: RSAPrivateKey,
+    swarm_name: str,
+    index_shards: int,
+    limits: RecordLimits,
+    on_reject: Callable[[str, str], None],
+    extra: Iterable[RecordValidatorBase] = (),
+) -> CompositeValidator:
+    """The validator a swarm DHTNode runs: owner signature first, then the wire schema."""
+    return CompositeValidator(
+        [
+            OwnerSignatureValidator(private_key, on_reject),
+            SwarmSchemaValidator(swarm_name, index_shards, limits, on_reject),
+            *extra,
+        ]
+    )
