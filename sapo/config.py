@@ -111,12 +111,6 @@ class SAPOConfig(GRPOConfig):
             self.generation_batch_size = rows
             self.gradient_accumulation_steps = rows // self.per_device_train_batch_size
         super().__post_init__()
-        if self.generation_batch_size != groups_per_round * self.num_generations * self.world_size:
-            if self.generation_batch_size % self.num_generations != 0:
-                raise ValueError(
-                    f"generation_batch_size={self.generation_batch_size} must hold whole groups of "
-                    f"num_generations={self.num_generations} completions."
-                )
 
     def _validate_sapo_fields(self) -> None:
         for name in ("num_local", "num_external"):
