@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+from datasets import Dataset
 from torch import nn
 from trl import GRPOTrainer
 from trl.data_utils import is_conversational
@@ -85,6 +86,7 @@ class SAPOTrainer(GRPOTrainer):
             self._check_external_support(train_dataset)
         self.swarm = swarm
         self.verifier = verifier or QuestionVerifier(policy=args.external_source_policy)
+        self._register_local_copy(train_dataset)
         self.sampler = sampler or make_sampler(
             args.sampling_strategy,
             max_groups_per_peer=args.max_groups_per_peer,
@@ -115,6 +117,14 @@ class SAPOTrainer(GRPOTrainer):
                 "num_external > 0 needs a conversational dataset (a 'prompt' column of chat messages), since swarm "
                 "groups carry their question as chat messages."
             )
+
+    def _register_local_copy(self, train_dataset: Any) -> None:
+        """Let the verifier check received questions of this peer's own (non-procedural) dataset against it."""
+        if not isinstance(train_dataset, Dataset) or len(train_dataset) == 0:
+            return
+        provenance = _row_provenance(train_dataset[0])
+        if provenance.source == "dataset":
+            self.verifier.register(provenance.dataset, train_dataset)
 
     # ------------------------------------------------------------------------------------------------
     # the SAPO round
@@ -170,7 +180,9 @@ class SAPOTrainer(GRPOTrainer):
             return None
         return Candidate(sender=sender, group=group, rewards=rewards, columns=columns)
 
-    def _place_external_groups(self, inputs: list[dict[str, Any]], external: list[Candidate], first_slot: int) -> _Round:
+    def _place_external_groups(
+        self, inputs: list[dict[str, Any]], external: list[Candidate], first_slot: int
+    ) -> _Round:
         """Rows for TRL: chosen external groups replace the questions of the last slots, the rest stay local."""
         rows = [dict(row) for row in inputs]
         round_ = _Round(rows=rows)
@@ -202,9 +214,15 @@ class SAPOTrainer(GRPOTrainer):
         completion_ids: list[list[int]] = [[] for _ in prompts]
         completions: list[Any] = [None] * len(prompts)
         if local:
-            (l_prompt_ids, l_completion_ids, _, l_completions, _, _, _, _) = super()._generate([prompts[i] for i in local])
+            (l_prompt_ids, l_completion_ids, _, l_completions, _, _, _, _) = super()._generate(
+                [prompts[i] for i in local]
+            )
             for j, i in enumerate(local):
-                prompt_ids[i], completion_ids[i], completions[i] = l_prompt_ids[j], l_completion_ids[j], l_completions[j]
+                prompt_ids[i], completion_ids[i], completions[i] = (
+                    l_prompt_ids[j],
+                    l_completion_ids[j],
+                    l_completions[j],
+                )
             self._publish_local_groups(local, l_completions)
 
         external = sorted(round_.external_text)

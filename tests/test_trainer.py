@@ -1,0 +1,340 @@
+"""SAPOTrainer on tiny random models with real tokenizers: real TRL optimizer steps, in-memory swarm."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+import torch
+from datasets import Dataset
+from trl import GRPOConfig, GRPOTrainer
+
+from sapo import SAPOConfig, SAPOTrainer
+from sapo.models import build_tiny_model
+from sapo.tasks import TaskSpec, build_reasoning_gym_dataset
+from swarm import Group, MemorySwarm, Provenance
+
+G = 4  # completions per group in these tests
+
+
+def _args(tmp_path, name: str, **overrides) -> SAPOConfig:
+    base = dict(
+        output_dir=str(tmp_path / name),
+        num_local=2,
+        num_external=2,
+        num_generations=G,
+        per_device_train_batch_size=G,
+        max_completion_length=12,
+        max_steps=2,
+        learning_rate=1e-2,
+        logging_steps=1,
+        report_to="none",
+        save_strategy="no",
+        use_cpu=True,
+        seed=7,
+        disable_tqdm=True,
+    )
+    base.update(overrides)
+    return SAPOConfig(**base)
+
+
+def _math_dataset(n: int = 16) -> Dataset:
+    return Dataset.from_list(
+        [
+            {
+                "prompt": [{"role": "user", "content": f"What is {i} + {i}?"}],
+                "answer": str(2 * i),
+                "provenance": json.dumps(
+                    {"source": "custom", "dataset": "doubling", "config": {}, "seed": None, "index": i}
+                ),
+            }
+            for i in range(n)
+        ]
+    )
+
+
+class RewardProbe:
+    """A reward function that records every row TRL trains on (calls with completion_ids set)."""
+
+    __name__ = "probe"
+
+    def __init__(self, score):
+        self.score = score
+        self.trained: list[tuple[str, str]] = []  # (question, completion) of every trained row
+
+    def __call__(self, prompts, completions, completion_ids=None, **columns):
+        texts = [c[0]["content"] if isinstance(c, list) else c for c in completions]
+        if completion_ids is not None:
+            self.trained.extend((p[-1]["content"], t) for p, t in zip(prompts, texts, strict=True))
+        return [self.score(t) for t in texts]
+
+
+def _external_group(question: str, completions: list[str], gid: str, provenance=None, answer=None) -> Group:
+    return Group(
+        group_id=gid,
+        prompt=[{"role": "user", "content": question}],
+        completions=completions,
+        provenance=provenance or Provenance(source="custom", dataset="doubling", index=0),
+        metadata={} if answer is None else {"answer": answer},
+        model="other-model",
+        step=1,
+        created_at=time.time(),
+    )
+
+
+def _trainer(tmp_path, tokenizer, name, reward, swarm=None, dataset=None, seed=0, **overrides):
+    return SAPOTrainer(
+        model=build_tiny_model(tokenizer, seed=seed),
+        reward_funcs=[reward],
+        args=_args(tmp_path, name, **overrides),
+        train_dataset=dataset if dataset is not None else _math_dataset(),
+        processing_class=tokenizer,
+        swarm=swarm,
+    )
+
+
+def _metric(trainer, name):
+    return [h[name] for h in trainer.state.log_history if name in h and "train_runtime" not in h]
+
+
+def test_external_step_changes_weights_and_uses_local_rewards(tmp_path, smollm_tokenizer):
+    swarm = MemorySwarm()
+    sender, receiver = swarm.join("sender"), swarm.join("receiver")
+    # The receiving peer likes "banana"; the sender sends no rewards at all, only text.
+    completions = ["banana", "apple", "banana split", "cherry"]
+    sender.publish([_external_group("What is 0 + 0?", completions, f"g{i}", answer="0") for i in range(4)])
+    probe = RewardProbe(lambda text: 1.0 if "banana" in text else 0.0)
+    trainer = _trainer(
+        tmp_path, smollm_tokenizer, "rx", probe, swarm=receiver, external_source_policy="trust", max_steps=1
+    )
+    before = [p.detach().clone() for p in trainer.model.parameters()]
+    trainer.train()
+    after = list(trainer.model.parameters())
+    assert any(not torch.equal(b, a) for b, a in zip(before, after, strict=True)), "no weight changed"
+    assert _metric(trainer, "sapo/external_groups") == [2.0]
+    # Scored with the receiver's reward: 2 of 4 completions contain "banana".
+    assert _metric(trainer, "sapo/external_reward") == [pytest.approx(0.5)]
+    trained_external = [t for q, t in probe.trained if t in completions]
+    assert len(trained_external) == 2 * G
+
+
+def test_fill_in_when_the_swarm_is_empty(tmp_path, smollm_tokenizer):
+    swarm = MemorySwarm()
+    probe = RewardProbe(lambda text: float(len(text) % 3))
+    trainer = _trainer(tmp_path, smollm_tokenizer, "fill", probe, swarm=swarm.join("alone"), max_steps=1)
+    trainer.train()
+    assert _metric(trainer, "sapo/fill_ins") == [2.0]
+    assert _metric(trainer, "sapo/external_groups") == [0.0]
+    # Every one of the I + J = 4 groups was generated here, so all 4 were published.
+    assert trainer.swarm.counters()["published_groups"] == 4
+    assert len(probe.trained) == 4 * G
+
+
+def test_zero_advantage_filter_changes_what_is_trained(tmp_path, smollm_tokenizer):
+    def run(strategy):
+        swarm = MemorySwarm(seed=0)
+        sender = swarm.join("sender")
+        flat = ["same", "same", "same", "same"]  # equal rewards under the receiver's function
+        sender.publish([_external_group("What is 0 + 0?", flat, f"flat{i}", answer="0") for i in range(4)])
+        probe = RewardProbe(lambda text: 1.0 if "x" in text else 0.0)
+        trainer = _trainer(
+            tmp_path,
+            smollm_tokenizer,
+            strategy,
+            probe,
+            swarm=swarm.join("rx"),
+            sampling_strategy=strategy,
+            external_source_policy="trust",
+            max_steps=1,
+        )
+        trainer.train()
+        return trainer, probe
+
+    paper, paper_probe = run("paper")
+    uniform, uniform_probe = run("uniform")
+    assert _metric(paper, "sapo/external_groups") == [0.0]
+    assert paper.swarm_totals["dropped/zero_advantage"] == 4
+    assert not any(t == "same" for _, t in paper_probe.trained)
+    assert _metric(uniform, "sapo/external_groups") == [2.0]
+    assert sum(t == "same" for _, t in uniform_probe.trained) == 2 * G
+
+
+def test_per_peer_cap_spreads_the_batch(tmp_path, smollm_tokenizer):
+    swarm = MemorySwarm(seed=0)
+    spammer, honest = swarm.join("spammer"), swarm.join("honest")
+    useful = ["a x", "b", "c x", "d"]
+    spammer.publish([_external_group("What is 0 + 0?", useful, f"s{i}", answer="0") for i in range(8)])
+    honest.publish([_external_group("What is 1 + 1?", useful, "h0", answer="2")])
+    probe = RewardProbe(lambda text: 1.0 if "x" in text else 0.0)
+    trainer = _trainer(
+        tmp_path,
+        smollm_tokenizer,
+        "cap",
+        probe,
+        swarm=swarm.join("rx"),
+        max_groups_per_peer=1,
+        external_source_policy="trust",
+        external_pool_size=16,
+        max_steps=1,
+    )
+    trainer.train()
+    assert _metric(trainer, "sapo/distinct_senders") == [2.0]
+    questions = {q for q, t in probe.trained if t in useful}
+    assert questions == {"What is 0 + 0?", "What is 1 + 1?"}
+    assert trainer.swarm_totals["dropped/peer_cap"] >= 1
+
+
+def test_reasoning_gym_ground_truth_is_rederived(tmp_path, smollm_tokenizer):
+    tasks = [TaskSpec("basic_arithmetic", {"min_terms": 2, "max_terms": 2, "min_digits": 1, "max_digits": 1})]
+    dataset = build_reasoning_gym_dataset(tasks, size=16, seed=3)
+    row = dataset[5]
+    provenance = json.loads(row["provenance"])
+    true_answer = row["answer"]
+    wrong_answer = str(int(true_answer) + 1)
+    question = row["prompt"][-1]["content"]
+    swarm = MemorySwarm(seed=0)
+    attacker = swarm.join("attacker")
+    completions = [f"<answer>{true_answer}</answer>"] * 3 + [f"<answer>{wrong_answer}</answer>"]
+    poisoned = Group(
+        **{
+            **vars(_external_group(question, completions, "poison", answer=wrong_answer)),
+            "provenance": Provenance(**provenance),
+        }
+    )
+    mismatched = Group(
+        **{
+            **vars(poisoned),
+            "group_id": "mismatch",
+            "prompt": [{"role": "user", "content": question + " Also, what is 2+2?"}],
+        }
+    )
+    attacker.publish([poisoned, mismatched])
+
+    def exact(prompts, completions, answer, completion_ids=None, **kw):
+        return [1.0 if f"<answer>{a}</answer>" in c[0]["content"] else 0.0 for c, a in zip(completions, answer)]
+
+    exact.__name__ = "exact"
+    trainer = SAPOTrainer(
+        model=build_tiny_model(smollm_tokenizer, seed=0),
+        reward_funcs=[exact],
+        args=_args(tmp_path, "rg", max_steps=1, num_local=1, num_external=1),
+        train_dataset=dataset,
+        processing_class=smollm_tokenizer,
+        swarm=swarm.join("honest"),
+    )
+    trainer.train()
+    assert trainer.swarm_totals["dropped/question_mismatch"] == 1
+    assert _metric(trainer, "sapo/external_groups") == [1.0]
+    # Scored against the regenerated answer (3 of 4 right), not the claimed one (which would give 1 of 4).
+    assert _metric(trainer, "sapo/external_reward") == [pytest.approx(0.75)]
+
+
+def test_malformed_external_groups_are_dropped_not_raised(tmp_path, smollm_tokenizer):
+    swarm = MemorySwarm(seed=0)
+    good = _external_group("What is 0 + 0?", ["0 x", "1", "0 x", "2"], "ok", answer="0")
+    swarm.join("peer").publish([good])
+    bad_types = Group(**{**vars(good), "group_id": "types", "completions": [1, 2, 3, 4]})
+    empty = Group(**{**vars(good), "group_id": "empty", "completions": ["", "", "", ""]})
+    absurd = Group(**{**vars(good), "group_id": "absurd", "completions": ["x" * 100_000] * 4})
+    unknown = Group(
+        **{
+            **vars(good),
+            "group_id": "unknown",
+            "provenance": Provenance("reasoning_gym", "no_such_task", {}, seed=1, index=0),
+        }
+    )
+    for group in (bad_types, empty, absurd, unknown):
+        swarm.inject("hostile", group)
+    probe = RewardProbe(lambda text: 1.0 if "x" in text else 0.0)
+    trainer = _trainer(
+        tmp_path,
+        smollm_tokenizer,
+        "bad",
+        probe,
+        swarm=swarm.join("rx"),
+        external_source_policy="trust",
+        max_steps=1,
+    )
+    trainer.train()
+    counters = trainer.swarm.counters()
+    assert counters["rejected/schema"] == 1
+    assert counters["rejected/empty_group"] == 1
+    assert counters["rejected/completion_too_long"] == 1
+    assert trainer.swarm_totals["dropped/unknown_task"] == 1
+    assert _metric(trainer, "sapo/external_groups") == [1.0]
+
+
+def test_no_external_groups_matches_trl_grpo(tmp_path, smollm_tokenizer):
+    dataset = _math_dataset()
+
+    def reward(prompts, completions, **kw):
+        return [float(len(c[0]["content"]) % 5) for c in completions]
+
+    common = dict(
+        num_generations=G,
+        per_device_train_batch_size=G,
+        gradient_accumulation_steps=2,
+        generation_batch_size=2 * G,
+        max_completion_length=10,
+        max_steps=2,
+        learning_rate=1e-2,
+        logging_steps=1,
+        report_to="none",
+        save_strategy="no",
+        use_cpu=True,
+        seed=11,
+        epsilon_high=0.28,
+        disable_tqdm=True,
+    )
+    trl_trainer = GRPOTrainer(
+        model=build_tiny_model(smollm_tokenizer, seed=0),
+        reward_funcs=[reward],
+        args=GRPOConfig(output_dir=str(tmp_path / "trl"), **common),
+        train_dataset=dataset,
+        processing_class=smollm_tokenizer,
+    )
+    trl_trainer.train()
+    sapo_trainer = SAPOTrainer(
+        model=build_tiny_model(smollm_tokenizer, seed=0),
+        reward_funcs=[reward],
+        args=SAPOConfig(output_dir=str(tmp_path / "sapo"), num_local=2, num_external=0, **common),
+        train_dataset=dataset,
+        processing_class=smollm_tokenizer,
+        swarm=MemorySwarm().join("solo"),
+    )
+    sapo_trainer.train()
+    assert _metric(sapo_trainer, "loss") == _metric(trl_trainer, "loss")
+    for a, b in zip(trl_trainer.model.parameters(), sapo_trainer.model.parameters(), strict=True):
+        assert torch.equal(a, b)
+    assert sapo_trainer.swarm.counters()["published_groups"] == 4  # 2 rounds x 2 groups, published all the same
+
+
+def test_heterogeneous_peers_exchange_and_both_train(tmp_path, smollm_tokenizer, minilm_tokenizer):
+    assert smollm_tokenizer.get_vocab() != minilm_tokenizer.get_vocab()
+    swarm = MemorySwarm(seed=0)
+    tasks = [TaskSpec("basic_arithmetic", {"min_terms": 2, "max_terms": 2, "min_digits": 1, "max_digits": 1})]
+    dataset = build_reasoning_gym_dataset(tasks, size=32, seed=1)
+
+    def length_reward(prompts, completions, **kw):
+        return [float(len(c[0]["content"]) % 4) for c in completions]
+
+    peers = {}
+    for name, tokenizer in (("smol", smollm_tokenizer), ("other", minilm_tokenizer)):
+        peers[name] = SAPOTrainer(
+            model=build_tiny_model(tokenizer, seed=1),
+            reward_funcs=[length_reward],
+            args=_args(tmp_path, name, max_steps=2, sampling_strategy="uniform"),
+            train_dataset=dataset,
+            processing_class=tokenizer,
+            swarm=swarm.join(name),
+        )
+    snapshots = {name: [p.detach().clone() for p in t.model.parameters()] for name, t in peers.items()}
+    peers["smol"].train()  # nothing to take yet: publishes its groups
+    peers["other"].train()  # takes smol's groups, re-tokenized with its own tokenizer
+    peers["smol"].train()  # now takes other's groups
+    assert peers["other"].swarm_totals["external_groups"] >= 2
+    assert peers["smol"].swarm_totals["external_groups"] >= 2
+    for name, trainer in peers.items():
+        changed = any(not torch.equal(b, a) for b, a in zip(snapshots[name], trainer.model.parameters(), strict=True))
+        assert changed, f"peer {name} did not train"
