@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import os
 import random
 import time
 from collections import Counter
@@ -27,9 +28,11 @@ from typing import Any
 import torch
 from datasets import Dataset
 from torch import nn
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 from trl import GRPOTrainer
 from trl.data_utils import is_conversational
 
+from sapo.checkpoints import mark_complete
 from sapo.config import SAPOConfig
 from sapo.sampling import Candidate, ExternalSampler, make_sampler
 from sapo.tasks import GroupDropped, QuestionVerifier
@@ -96,7 +99,7 @@ class SAPOTrainer(GRPOTrainer):
         self.swarm_model_name = args.swarm_model_name or str(getattr(self.model.config, "_name_or_path", "") or "")
         self._rng = random.Random(args.seed + self.accelerator.process_index)
         self._round: _Round | None = None
-        self.swarm_totals: Counter[str] = Counter()  # cumulative counts, logged as sapo/<name>
+        self.swarm_totals: Counter[str] = Counter()  # cumulative counts, logged as sapo/total/<name>
 
     def _check_external_support(self, train_dataset: Any) -> None:
         if self.args.num_external % self.accelerator.num_processes != 0:
@@ -245,10 +248,16 @@ class SAPOTrainer(GRPOTrainer):
             self._round.rewards = weighted.detach().cpu()
         return rewards_per_func
 
+    def _save_checkpoint(self, model: Any, trial: Any) -> None:
+        super()._save_checkpoint(model, trial)
+        if self.args.should_save:  # the marker comes last: a checkpoint without it is incomplete
+            folder = os.path.join(self._get_output_dir(trial=trial), f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}")
+            mark_complete(folder, self.state.global_step)
+
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
         if self.model.training:
             for name, value in sorted(self.swarm_totals.items()):
-                logs[f"sapo/{name}"] = float(value)
+                logs[f"sapo/total/{name}"] = float(value)
             if self.swarm is not None:
                 logs["sapo/peers"] = float(len(self.swarm.peers()))
                 for name, value in sorted(self.swarm.counters().items()):

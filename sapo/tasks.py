@@ -1,0 +1,489 @@
+"""Question sources with provenance: reasoning-gym tasks, local JSON Lines datasets, and verification of
+the questions in groups received from the swarm.
+
+Every row a source yields carries the columns the reward functions in :mod:`rewards` read (``answer``,
+``task``, ``entry``, ``provenance``) besides the chat ``prompt``. A received group's columns are never
+taken from the sender: :class:`QuestionVerifier` re-derives them (reasoning-gym: regenerate the entry
+from the provenance and require the same question text) or applies an explicit policy.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import difflib
+import enum
+import functools
+import json
+import random
+import zlib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from datasets import Dataset
+
+from swarm.records import Group, Provenance, RecordRejected, provenance_from_wire
+
+__all__ = [
+    "DEFAULT_SYSTEM_PROMPT",
+    "DEFAULT_TASKS",
+    "GROUP_DROP_REASONS",
+    "GroupDropped",
+    "QuestionVerifier",
+    "TaskSpec",
+    "build_reasoning_gym_dataset",
+    "load_jsonl_dataset",
+    "provenance_to_json",
+    "reasoning_gym_entry",
+    "validate_task_names",
+]
+
+DEFAULT_SYSTEM_PROMPT = (
+    "You are a helpful assistant. Think briefly, then give only the final answer between <answer> and "
+    "</answer>, for example: <answer>42</answer>."
+)
+"""System message of every generated prompt; the reward functions also accept answers in other formats."""
+
+REASONING_GYM_SOURCE = "reasoning_gym"
+DATASET_SOURCE = "dataset"
+
+# reasoning-gym datasets are virtual: entry i is generated from (seed, i) on demand, whatever the size.
+# Regeneration uses this size so any index an honest peer can produce is in range.
+_MAX_INDEX = 2**31 - 1
+_RESERVED_CONFIG_KEYS = ("seed", "size")
+
+
+@dataclass
+class TaskSpec:
+    """One reasoning-gym task in a question mix.
+
+    Parameters:
+        name (`str`):
+            reasoning-gym dataset name, e.g. `"basic_arithmetic"` (see `reasoning_gym.factory.DATASETS`).
+        config (`dict[str, Any]`, defaults to `{}`):
+            Keyword arguments of the dataset's config class (e.g. `{"max_terms": 2}`); `seed` and `size`
+            are set by the dataset builder and are not allowed here. Values must be JSON-like scalars or
+            flat lists of them, since the config travels in every shared group's provenance; tuples are
+            stored as lists.
+        weight (`float`, defaults to `1.0`):
+            Relative share of this task's questions in the mix.
+    """
+
+    name: str
+    config: dict[str, Any] = field(default_factory=dict)
+    weight: float = 1.0
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not self.name:
+            raise ValueError(f"TaskSpec.name must be a non-empty string, got {self.name!r}")
+        if not (isinstance(self.weight, int | float) and self.weight > 0):
+            raise ValueError(f"TaskSpec {self.name!r}: weight must be a positive number, got {self.weight!r}")
+        self.config = _normalize_config(self.name, self.config)
+
+    @property
+    def config_key(self) -> str:
+        """The config as canonical JSON (a hashable identity for caches)."""
+        return _config_key(self.config)
+
+
+def _normalize_config(name: str, config: Mapping[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in dict(config).items():
+        if key in _RESERVED_CONFIG_KEYS:
+            raise ValueError(f"TaskSpec {name!r}: config key {key!r} is set by the dataset builder, remove it")
+        if isinstance(value, tuple | list):
+            if not all(_is_scalar(v) for v in value):
+                raise ValueError(f"TaskSpec {name!r}: config[{key!r}] must be a flat list of scalars")
+            value = list(value)
+        elif not _is_scalar(value):
+            raise ValueError(
+                f"TaskSpec {name!r}: config[{key!r}]={value!r} is not a JSON scalar or flat list; "
+                "it must travel in provenance"
+            )
+        out[str(key)] = value
+    return out
+
+
+def _is_scalar(value: Any) -> bool:
+    return value is None or isinstance(value, str | int | float | bool)
+
+
+def _config_key(config: Mapping[str, Any]) -> str:
+    return json.dumps(config, sort_keys=True)
+
+
+DEFAULT_TASKS: tuple[TaskSpec, ...] = (
+    TaskSpec(
+        "basic_arithmetic",
+        {
+            "min_terms": 2,
+            "max_terms": 2,
+            "min_digits": 1,
+            "max_digits": 1,
+            "operators": ["+", "-"],
+            "allow_parentheses": False,
+            "allow_negation": False,
+        },
+    ),
+    TaskSpec("base_conversion", {"min_base": 2, "max_base": 10, "min_value": 0, "max_value": 16}),
+    TaskSpec(
+        "decimal_arithmetic",
+        {"min_num_decimal_places": 1, "max_num_decimal_places": 1, "min_terms": 2, "max_terms": 2},
+    ),
+    TaskSpec(
+        "fraction_simplification",
+        {"min_value": 1, "max_value": 20, "min_factor": 2, "max_factor": 5, "styles": ["plain"]},
+    ),
+    TaskSpec("calendar_arithmetic", {"tasks": ["weekday_of_date", "is_leap_year"]}),
+    TaskSpec(
+        "propositional_logic",
+        {
+            "min_vars": 2,
+            "max_vars": 2,
+            "min_statements": 2,
+            "max_statements": 2,
+            "min_complexity": 1,
+            "max_complexity": 1,
+        },
+    ),
+)
+"""The default question mix: the SAPO paper's reasoning-gym tasks at easy settings, restricted to those on
+which SmolLM2-135M-Instruct scores above zero (see the module's measurement notes in the README)."""
+
+
+def _task_names() -> list[str]:
+    from reasoning_gym.factory import DATASETS
+
+    return sorted(DATASETS)
+
+
+def validate_task_names(tasks: Sequence[TaskSpec | str]) -> None:
+    """Raise ``ValueError`` naming the first unknown reasoning-gym task and its close matches."""
+    known = _task_names()
+    for task in tasks:
+        name = task.name if isinstance(task, TaskSpec) else task
+        if name not in known:
+            close = difflib.get_close_matches(name, known, n=5, cutoff=0.5)
+            hint = f"close matches: {', '.join(close)}" if close else "no close match"
+            raise ValueError(
+                f"unknown reasoning-gym task {name!r} ({hint}); reasoning-gym has {len(known)} tasks, "
+                "listed in reasoning_gym.factory.DATASETS"
+            )
+
+
+def _task_seed(seed: int, task: TaskSpec) -> int:
+    # Derived from the task's identity, not its position, so adding a task leaves the others' questions alone.
+    return zlib.crc32(f"{seed}:{task.name}:{task.config_key}".encode()) & 0x7FFFFFFF
+
+
+def _json_safe(value: Any) -> Any:
+    """A JSON-serializable copy of an entry value (metadata may hold tuples, sets, enums, dates, numpy)."""
+    if _is_scalar(value):
+        if isinstance(value, float) and value != value:  # NaN is not JSON
+            return None
+        return value
+    if isinstance(value, Mapping):
+        return {str(k): _json_safe(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_json_safe(v) for v in value]
+    if isinstance(value, set | frozenset):
+        return sorted((_json_safe(v) for v in value), key=repr)
+    if isinstance(value, enum.Enum):
+        return _json_safe(value.value)
+    if isinstance(value, datetime.date | datetime.datetime | datetime.time):
+        return value.isoformat()
+    if hasattr(value, "tolist"):  # numpy arrays and scalars
+        return _json_safe(value.tolist())
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return _json_safe(dataclasses.asdict(value))
+    return str(value)
+
+
+def reasoning_gym_entry(entry: Mapping[str, Any]) -> dict[str, Any]:
+    """The JSON-safe form of a reasoning-gym entry: ``question``, ``answer``, ``metadata``."""
+    return {
+        "question": entry["question"],
+        "answer": entry.get("answer"),
+        "metadata": _json_safe(entry.get("metadata") or {}),
+    }
+
+
+def provenance_to_json(provenance: Provenance) -> str:
+    """The wire form of a provenance (the keys of ``swarm.records``), as a JSON string column."""
+    return json.dumps(
+        {
+            "source": provenance.source,
+            "dataset": provenance.dataset,
+            "config": dict(provenance.config),
+            "seed": provenance.seed,
+            "index": provenance.index,
+        },
+        sort_keys=True,
+    )
+
+
+def _messages(question: str, system_prompt: str | None) -> list[dict[str, str]]:
+    messages = [{"role": "system", "content": system_prompt}] if system_prompt else []
+    return [*messages, {"role": "user", "content": question}]
+
+
+@functools.lru_cache(maxsize=64)
+def _generator(name: str, config_key: str, seed: int) -> Any:
+    import reasoning_gym
+
+    return reasoning_gym.create_dataset(name, seed=seed, size=_MAX_INDEX, **json.loads(config_key))
+
+
+def _make_generator(name: str, config: Mapping[str, Any], seed: int) -> Any:
+    """The reasoning-gym dataset for (name, config, seed), cached; ValueError when reasoning-gym rejects it."""
+    try:
+        return _generator(name, _config_key(config), seed)
+    except ValueError:
+        raise
+    except (TypeError, AssertionError, KeyError) as e:
+        raise ValueError(f"reasoning-gym rejected {name!r} with config {dict(config)}: {e}") from e
+
+
+def _row(entry: Mapping[str, Any], provenance: Provenance, system_prompt: str | None) -> dict[str, Any]:
+    safe = reasoning_gym_entry(entry)
+    answer = safe["answer"]
+    if answer is None:
+        # Some tasks (propositional_logic) have no single oracle answer: their scorer checks the metadata,
+        # and the column holds one valid answer when the generator offers one.
+        answer = safe["metadata"].get("example_answer") or ""
+    return {
+        "prompt": _messages(safe["question"], system_prompt),
+        "answer": str(answer),
+        "task": provenance.dataset,
+        "entry": json.dumps(safe, sort_keys=True),
+        "provenance": provenance_to_json(provenance),
+    }
+
+
+def build_reasoning_gym_dataset(
+    tasks: Sequence[TaskSpec | str] = DEFAULT_TASKS,
+    size: int = 1000,
+    seed: int = 0,
+    system_prompt: str | None = DEFAULT_SYSTEM_PROMPT,
+) -> Dataset:
+    """A ``datasets.Dataset`` of ``size`` reasoning-gym questions mixed by task weight.
+
+    Columns: ``prompt`` (system + user chat messages), ``answer`` (the oracle answer, or an example answer for tasks
+    without a single one), ``task`` (dataset name), ``entry`` (the reasoning-gym entry as JSON) and ``provenance``
+    (JSON of :class:`swarm.records.Provenance` with source ``"reasoning_gym"``, the task's config, the
+    task's own seed and the entry's index). Each task draws entries 0, 1, 2, ... from its own generator;
+    the task of each row is drawn by weight. The same arguments give the same rows.
+    """
+    specs = [t if isinstance(t, TaskSpec) else TaskSpec(t) for t in tasks]
+    if not specs:
+        raise ValueError("build_reasoning_gym_dataset needs at least one task")
+    if size <= 0:
+        raise ValueError(f"size must be positive, got {size}")
+    validate_task_names(specs)
+    rng = random.Random(seed)
+    picks = rng.choices(range(len(specs)), weights=[t.weight for t in specs], k=size)
+    next_index = [0] * len(specs)
+    rows = []
+    for k in picks:
+        task = specs[k]
+        task_seed = _task_seed(seed, task)
+        generator = _make_generator(task.name, task.config, task_seed)
+        index = next_index[k]
+        next_index[k] += 1
+        provenance = Provenance(REASONING_GYM_SOURCE, task.name, dict(task.config), task_seed, index)
+        rows.append(_row(generator[index], provenance, system_prompt))
+    return Dataset.from_list(rows)
+
+
+def load_jsonl_dataset(
+    path: str | Path,
+    question_field: str = "question",
+    answer_field: str = "answer",
+    name: str | None = None,
+    system_prompt: str | None = DEFAULT_SYSTEM_PROMPT,
+) -> Dataset:
+    """A dataset of questions from a local JSON Lines file (one JSON object per line).
+
+    Rows have the same columns as :func:`build_reasoning_gym_dataset` (``entry`` is ``""``, so
+    :func:`rewards.reasoning_gym_reward` skips them; score them with :func:`rewards.math_reward`), with
+    provenance source ``"dataset"``, dataset ``name`` (default: the file stem) and index = row number.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"question file not found: {path} (expected a JSON Lines file)")
+    name = name or path.stem
+    rows = []
+    with path.open(encoding="utf-8") as fh:
+        for line_no, line in enumerate(fh, start=1):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise ValueError(f"{path}:{line_no}: not valid JSON ({e.msg})") from None
+            if not isinstance(record, dict):
+                raise ValueError(f"{path}:{line_no}: expected a JSON object, got {type(record).__name__}")
+            for wanted in (question_field, answer_field):
+                if wanted not in record:
+                    raise KeyError(
+                        f"{path}:{line_no}: field {wanted!r} missing; fields present: {sorted(record)} "
+                        f"(choose them with question_field= / answer_field=)"
+                    )
+            question, answer = record[question_field], record[answer_field]
+            if not isinstance(question, str) or not question.strip():
+                raise ValueError(f"{path}:{line_no}: field {question_field!r} must be a non-empty string")
+            provenance = Provenance(DATASET_SOURCE, name, {}, None, len(rows))
+            rows.append(
+                {
+                    "prompt": _messages(question, system_prompt),
+                    "answer": answer if isinstance(answer, str) else json.dumps(answer),
+                    "task": name,
+                    "entry": "",
+                    "provenance": provenance_to_json(provenance),
+                }
+            )
+    if not rows:
+        raise ValueError(f"{path}: no questions (the file is empty)")
+    return Dataset.from_list(rows)
+
+
+# ----------------------------------------------------------------------------------------------
+# verification of received groups
+
+GROUP_DROP_REASONS = (
+    "unknown_task",  # dataset unknown to reasoning-gym, a config it rejects, or no local copy to check against
+    "question_mismatch",  # the group's question is not the one its provenance regenerates
+    "bad_provenance",  # provenance lacks what its source needs (seed, index) or is malformed
+    "untrusted_source",  # a non-procedural source under the "drop" policy
+    "index_out_of_range",  # the index is negative or beyond the local copy
+    "no_answer",  # "trust" policy, but the sender attached no answer
+)
+
+
+class GroupDropped(Exception):
+    """A received group whose ground truth cannot be re-derived; ``reason`` is one of :data:`GROUP_DROP_REASONS`."""
+
+    def __init__(self, reason: str, detail: str):
+        if reason not in GROUP_DROP_REASONS:
+            raise ValueError(f"unknown drop reason {reason!r}; expected one of {GROUP_DROP_REASONS}")
+        super().__init__(f"{reason}: {detail}")
+        self.reason = reason
+        self.detail = detail
+
+
+_POLICIES = ("verify", "trust", "drop")
+
+
+class QuestionVerifier:
+    """Re-derives the reward columns of received groups instead of trusting the sender.
+
+    reasoning-gym groups are always regenerated from their provenance (dataset name, config, seed,
+    index); the group is kept only if the regenerated question equals its user message (after stripping
+    whitespace), and the returned columns are the regenerated ones. Other sources follow ``policy``:
+
+    - ``"verify"``: look the question up in a local copy registered under the provenance's dataset name,
+      at the provenance's index; keep it only if the question text matches, and use the local answer.
+    - ``"trust"``: use the answer the sender put in ``metadata["answer"]``.
+    - ``"drop"``: drop every such group.
+
+    With ``policy=None`` a group is verified when a local copy of its dataset is registered and dropped
+    otherwise.
+
+    Args:
+        policy: ``"verify"``, ``"trust"``, ``"drop"`` or None (see above).
+        local_datasets: local copies by dataset name (e.g. ``{"gsm8k": load_jsonl_dataset(...)}``), rows as
+            made by :func:`load_jsonl_dataset`.
+    """
+
+    def __init__(self, policy: str | None = None, local_datasets: Mapping[str, Dataset] | None = None):
+        if policy is not None and policy not in _POLICIES:
+            raise ValueError(f"unknown verification policy {policy!r}; expected one of {_POLICIES}")
+        self.policy = policy
+        self._local: dict[str, Dataset] = dict(local_datasets or {})
+
+    def register(self, name: str, dataset: Dataset) -> None:
+        """Register a local copy of dataset ``name`` to verify received questions against."""
+        self._local[name] = dataset
+
+    def columns_for(self, group: Group) -> dict[str, str]:
+        """The reward columns (``answer``, ``task``, ``entry``, ``provenance``) for a received group.
+
+        Raises :class:`GroupDropped` when the group's question cannot be verified.
+        """
+        provenance = group.provenance
+        if not isinstance(provenance, Provenance):
+            try:
+                provenance = provenance_from_wire(provenance)
+            except RecordRejected as e:
+                raise GroupDropped("bad_provenance", str(e)) from None
+        question = _user_question(group)
+        if provenance.source == REASONING_GYM_SOURCE:
+            return self._reasoning_gym_columns(provenance, question)
+        policy = self.policy or ("verify" if provenance.dataset in self._local else "drop")
+        if policy == "drop":
+            raise GroupDropped("untrusted_source", f"source {provenance.source!r} is not verified under policy 'drop'")
+        if policy == "trust":
+            answer = group.metadata.get("answer")
+            if answer is None:
+                raise GroupDropped("no_answer", "policy 'trust' but the group's metadata has no 'answer'")
+            return {
+                "answer": str(answer),
+                "task": provenance.dataset,
+                "entry": "",
+                "provenance": provenance_to_json(provenance),
+            }
+        return self._local_columns(provenance, question)
+
+    def _reasoning_gym_columns(self, provenance: Provenance, question: str) -> dict[str, str]:
+        if provenance.seed is None or provenance.index is None:
+            raise GroupDropped("bad_provenance", "reasoning-gym provenance needs a seed and an index")
+        if not 0 <= provenance.index < _MAX_INDEX or not 0 <= provenance.seed < 2**32:
+            raise GroupDropped("index_out_of_range", f"seed {provenance.seed}, index {provenance.index}")
+        if provenance.dataset not in _task_names():
+            raise GroupDropped("unknown_task", f"reasoning-gym has no dataset {provenance.dataset!r}")
+        try:
+            config = _normalize_config(provenance.dataset, provenance.config)
+            generator = _make_generator(provenance.dataset, config, provenance.seed)
+            entry = generator[provenance.index]
+        except ValueError as e:
+            raise GroupDropped("unknown_task", str(e)) from None
+        except Exception as e:  # a config reasoning-gym accepts but cannot generate from
+            raise GroupDropped("unknown_task", f"{provenance.dataset}: {type(e).__name__}: {e}") from None
+        if entry["question"].strip() != question:
+            raise GroupDropped(
+                "question_mismatch", f"{provenance.dataset}[{provenance.index}] regenerates a different question"
+            )
+        clean = Provenance(REASONING_GYM_SOURCE, provenance.dataset, config, provenance.seed, provenance.index)
+        row = _row(entry, clean, system_prompt=None)
+        return {key: row[key] for key in ("answer", "task", "entry", "provenance")}
+
+    def _local_columns(self, provenance: Provenance, question: str) -> dict[str, str]:
+        local = self._local.get(provenance.dataset)
+        if local is None:
+            raise GroupDropped("unknown_task", f"no local copy of dataset {provenance.dataset!r} is registered")
+        if provenance.index is None:
+            raise GroupDropped("bad_provenance", "a dataset provenance needs an index")
+        if not 0 <= provenance.index < len(local):
+            raise GroupDropped(
+                "index_out_of_range", f"index {provenance.index} outside {provenance.dataset!r} ({len(local)} rows)"
+            )
+        row = local[provenance.index]
+        if _user_text(row["prompt"]) != question:
+            raise GroupDropped(
+                "question_mismatch", f"{provenance.dataset}[{provenance.index}] holds a different question"
+            )
+        return {"answer": row["answer"], "task": row["task"], "entry": row["entry"], "provenance": row["provenance"]}
+
+
+def _user_text(messages: Sequence[Mapping[str, str]]) -> str:
+    users = [m["content"] for m in messages if m.get("role") == "user"]
+    return users[-1].strip() if users else ""
+
+
+def _user_question(group: Group) -> str:
+    question = _user_text(group.prompt)
+    if not question:
+        raise GroupDropped("question_mismatch", "the group's prompt has no user message")
+    return question
