@@ -241,6 +241,12 @@ def setup_logging(output_dir: Path, level: str = "info") -> None:
         root.addHandler(handler)
     for noisy in ("hivemind", "transformers", "datasets", "accelerate"):
         logging.getLogger(noisy).setLevel(logging.ERROR)
+    # The node shows one progress bar (its steps); the libraries' load/save bars would interleave with it.
+    import datasets
+    import transformers
+
+    transformers.utils.logging.disable_progress_bar()
+    datasets.disable_progress_bars()
 
 
 # ----------------------------------------------------------------------------------------------------

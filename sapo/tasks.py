@@ -150,7 +150,7 @@ DEFAULT_TASKS: tuple[TaskSpec, ...] = (
     ),
 )
 """The default question mix: the SAPO paper's reasoning-gym tasks at easy settings, restricted to those on
-which SmolLM2-135M-Instruct scores above zero (see the module's measurement notes in the README)."""
+which SmolLM2-135M-Instruct scores above zero (measurement in the comment above)."""
 
 
 def _task_names() -> list[str]:
@@ -395,13 +395,31 @@ class QuestionVerifier:
         policy: ``"verify"``, ``"trust"``, ``"drop"`` or None (see above).
         local_datasets: local copies by dataset name (e.g. ``{"gsm8k": load_jsonl_dataset(...)}``), rows as
             made by :func:`load_jsonl_dataset`.
+        allowed_tasks: when given, only these reasoning-gym tasks are regenerated: a name allows any config
+            of that dataset, a :class:`TaskSpec` allows exactly its config. Regeneration runs the sender's
+            config, so a node facing untrusted peers should restrict it (a config asking for huge problems
+            costs the receiver generation time). None allows every reasoning-gym task and config.
     """
 
-    def __init__(self, policy: str | None = None, local_datasets: Mapping[str, Dataset] | None = None):
+    def __init__(
+        self,
+        policy: str | None = None,
+        local_datasets: Mapping[str, Dataset] | None = None,
+        allowed_tasks: Sequence[TaskSpec | str] | None = None,
+    ):
         if policy is not None and policy not in _POLICIES:
             raise ValueError(f"unknown verification policy {policy!r}; expected one of {_POLICIES}")
         self.policy = policy
         self._local: dict[str, Dataset] = dict(local_datasets or {})
+        self._allowed: dict[str, set[str] | None] | None = None
+        if allowed_tasks is not None:
+            validate_task_names(allowed_tasks)
+            self._allowed = {}
+            for task in allowed_tasks:
+                if isinstance(task, str):
+                    self._allowed[task] = None  # any config
+                elif self._allowed.get(task.name, set()) is not None:
+                    self._allowed.setdefault(task.name, set()).add(task.config_key)
 
     def register(self, name: str, dataset: Dataset) -> None:
         """Register a local copy of dataset ``name`` to verify received questions against."""
@@ -445,6 +463,12 @@ class QuestionVerifier:
             raise GroupDropped("unknown_task", f"reasoning-gym has no dataset {provenance.dataset!r}")
         try:
             config = _normalize_config(provenance.dataset, provenance.config)
+            if self._allowed is not None:
+                configs = self._allowed.get(provenance.dataset, set())
+                if configs is not None and _config_key(config) not in configs:
+                    raise ValueError(
+                        f"{provenance.dataset} with config {config} is not among this node's allowed tasks"
+                    )
             generator = _make_generator(provenance.dataset, config, provenance.seed)
             entry = generator[provenance.index]
         except ValueError as e:

@@ -157,6 +157,14 @@ class DHTSwarmConfig:
             Seconds between two background polls.
         index_refresh_interval (`float`, defaults to `10.0`):
             Read the index at least this often even when the cache is full (keeps :meth:`peers` current).
+        index_min_interval (`float`, defaults to `2.0`):
+            Read the index at most this often; in between, the poller fetches records it already knows of.
+        index_shards_per_poll (`int`, defaults to `2`):
+            Index shards read per poll, in rotation (`0`: all). Each shard holds about N / `index_shards`
+            peers, so a poll costs O(J), not O(N), once the swarm is large.
+        index_staleness (`float`, defaults to `5.0`):
+            A copy of an index shard updated less than this many seconds ago ends the lookup; older copies
+            (e.g. this node's own cache) make hivemind search further replicas.
         fetch_timeout (`float`, defaults to `20.0`):
             Seconds one background lookup may take.
         clock_skew_tolerance (`float`, defaults to `3.0`):
@@ -208,6 +216,9 @@ class DHTSwarmConfig:
     max_cached_groups: int = field(default=256, metadata={"help": "Cap of the fetch cache."})
     poll_interval: float = field(default=1.0, metadata={"help": "Seconds between background polls."})
     index_refresh_interval: float = field(default=10.0, metadata={"help": "Read the index at least this often."})
+    index_min_interval: float = field(default=2.0, metadata={"help": "Read the index at most this often."})
+    index_shards_per_poll: int = field(default=2, metadata={"help": "Index shards read per poll (0: all)."})
+    index_staleness: float = field(default=5.0, metadata={"help": "Accept an index copy updated this recently."})
     fetch_timeout: float = field(default=20.0, metadata={"help": "Seconds one background lookup may take."})
     clock_skew_tolerance: float = field(default=3.0, metadata={"help": "Seconds a record may be in the future."})
     state_dir: str | None = field(default=None, metadata={"help": "Directory for crash-cleanup state."})
@@ -423,9 +434,13 @@ class DHTSwarm(SwarmTransport):
         self._returned: collections.OrderedDict[tuple[str, str, float], None] = collections.OrderedDict()
         self._skew_warned: set[str] = set()
         self._timings: dict[str, float] = {}
+        self._samples: dict[str, collections.deque[float]] = {}
         self._closed = False
         self._healthy = False
         self._last_index_read = -float("inf")
+        self._shard_order = index_keys(config.swarm_name, config.index_shards)
+        random.shuffle(self._shard_order)  # peers start their rotation at different shards
+        self._shard_cursor = 0
         self._node: DHTNode | None = None
         self._p2p: P2P | None = None
         self._p2pd_pid: int | None = None
@@ -456,10 +471,24 @@ class DHTSwarm(SwarmTransport):
 
     def _run_loop(self) -> None:
         asyncio.set_event_loop(self._loop)
+        self._loop.set_exception_handler(self._loop_exception)
         self._loop.run_forever()
 
+    def _loop_exception(self, loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+        # hivemind leaves fire-and-forget tasks whose errors (mostly lost connections to peers that left)
+        # nobody retrieves; they are expected in a swarm, so they go to the debug log, not stderr.
+        self._counters.add("loop_errors")
+        logger.debug(
+            "peer %s: background error: %s %r", self._peer_id, context.get("message"), context.get("exception")
+        )
+
     def _join_failure_message(self, cause: str) -> str:
-        peers = ", ".join(self.config.initial_peers) or "(none: starting a new swarm)"
+        if not self.config.initial_peers:
+            return (
+                f"could not start a new swarm within {self.config.join_timeout:.0f} s: {cause}. "
+                f"Check host_maddrs {self.config.host_maddrs} (port already in use?) and identity_path."
+            )
+        peers = ", ".join(self.config.initial_peers)
         return (
             f"could not join the swarm within {self.config.join_timeout:.0f} s: no initial peer answered. "
             f"Initial peers: {peers}. Cause: {cause}. Check that the address is right (copy it from the "
@@ -543,10 +572,18 @@ class DHTSwarm(SwarmTransport):
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
-        if self._node is not None:
+        child = self._p2p._child if self._p2p is not None else None
+        if self._node is not None and child is not None and child.returncode is None:
             with contextlib.suppress(Exception):
-                await asyncio.wait_for(self._node.shutdown(), 10)
+                await asyncio.wait_for(self._node.shutdown(), 5)
+        elif self._node is not None:
+            self._node.is_alive = False  # p2pd is gone: a graceful shutdown would wait on it in vain
         await self._shutdown_p2p()
+        # hivemind leaves fire-and-forget tasks (traversals, pings); cancel them so the loop closes cleanly
+        others = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+        for task in others:
+            task.cancel()
+        await asyncio.wait(others, timeout=2) if others else None
 
     def _stop_thread(self) -> None:
         if self._thread.is_alive():
@@ -689,6 +726,18 @@ class DHTSwarm(SwarmTransport):
         out["healthy"] = self.healthy()
         return out
 
+    def timing_samples(self) -> dict[str, list[float]]:
+        """Durations (seconds) of recent background stores, index reads and record lookups; clears them."""
+        with self._lock:
+            samples = {name: list(values) for name, values in self._samples.items()}
+            self._samples.clear()
+        return samples
+
+    def _record_timing(self, name: str, seconds: float) -> None:
+        with self._lock:
+            self._timings[f"last_{name}_seconds"] = seconds
+            self._samples.setdefault(name, collections.deque(maxlen=1000)).append(seconds)
+
     def healthy(self) -> bool:
         """False once closed, or if p2pd or the background thread died (the peer then neither sends nor gets)."""
         return self._healthy and not self._closed and self._thread.is_alive()
@@ -759,11 +808,12 @@ class DHTSwarm(SwarmTransport):
             result = {}
             self._counters.add("store_timeouts")
             logger.warning("peer %s: storing %d record(s) timed out", self._peer_id, len(batch))
-        self._timings["last_publish_seconds"] = time.perf_counter() - started
-        for key, (_, _, num_groups, _) in zip(keys, batch):
+        self._record_timing("publish", time.perf_counter() - started)
+        for key, (_, data, num_groups, _) in zip(keys, batch, strict=False):  # keys ends with the index key
             if result.get((key, self._marker)):
                 self._counters.add("published_records")
                 self._counters.add("published_groups", num_groups)
+                self._counters.add("published_bytes", len(data))
             else:
                 self._counters.add("publish_failures")
         if not result.get((self._index_key, self._marker)):
@@ -775,11 +825,10 @@ class DHTSwarm(SwarmTransport):
     async def _poll_once(self) -> None:
         with self._lock:
             need = self.config.prefetch_groups - len(self._cache)
-        now = time.monotonic()
-        if need <= 0 and now - self._last_index_read < self.config.index_refresh_interval:
-            return
-        await self._read_index()
-        self._last_index_read = time.monotonic()
+        since = time.monotonic() - self._last_index_read
+        if since >= self.config.index_refresh_interval or (need > 0 and since >= self.config.index_min_interval):
+            self._last_index_read = time.monotonic()
+            await self._read_index()
         if need > 0:
             await self._fetch_records(self._choose_refs(need))
 
@@ -787,13 +836,20 @@ class DHTSwarm(SwarmTransport):
         config, node = self.config, self._node
         assert node is not None
         started = time.perf_counter()
-        shard_keys = index_keys(config.swarm_name, config.index_shards)
-        # latest: merge every replica's dictionary; otherwise a stale cached copy would hide new peers
+        count = config.index_shards_per_poll or config.index_shards
+        if count >= config.index_shards:
+            shard_keys = self._shard_order
+        else:
+            shard_keys = [self._shard_order[(self._shard_cursor + i) % config.index_shards] for i in range(count)]
+            self._shard_cursor = (self._shard_cursor + count) % config.index_shards
+        # A shard's expiration is that of its newest entry (written with now + ttl): asking for a copy updated
+        # within index_staleness skips stale copies (our own cache included) without traversing every replica.
+        sufficient = time.time() + config.record_ttl - config.index_staleness
         results = await asyncio.wait_for(
-            node.get_many(shard_keys, sufficient_expiration_time=float("inf")), config.fetch_timeout
+            node.get_many(shard_keys, sufficient_expiration_time=sufficient), config.fetch_timeout
         )
         self._counters.add("index_reads")
-        self._timings["last_index_seconds"] = time.perf_counter() - started
+        self._record_timing("index", time.perf_counter() - started)
         now = time.time()
         for found in results.values():
             if found is None or not isinstance(found.value, dict):
@@ -875,13 +931,13 @@ class DHTSwarm(SwarmTransport):
             return_exceptions=True,
         )
         results: dict[str, Any] = {}
-        for chunk, outcome in zip(chunks, outcomes):
+        for chunk, outcome in zip(chunks, outcomes, strict=True):
             if isinstance(outcome, BaseException):
                 self._counters.add("fetch_failures")
                 logger.debug("peer %s: record lookup failed: %r", self._peer_id, outcome)
                 outcome = dict.fromkeys(chunk)
             results.update(outcome)
-        self._timings["last_fetch_seconds"] = time.perf_counter() - started
+        self._record_timing("fetch", time.perf_counter() - started)
         for key, found in results.items():
             sender, ref = keys[key]
             self._take_record(sender, ref, found)
@@ -912,6 +968,7 @@ class DHTSwarm(SwarmTransport):
         if value is None:
             self._counters.add("records_missing")
             return
+        self._counters.add("fetched_bytes", len(value) if isinstance(value, bytes) else 0)
         try:
             record = decode_record(value, config.limits)
         except RecordRejected as e:

@@ -117,14 +117,10 @@ class SwarmSchemaValidator(RecordValidatorBase):
         on_reject: called with ``(reason, detail)`` for each rejection.
     """
 
-    def __init__(
-        self, swarm_name: str, index_shards: int, limits: RecordLimits, on_reject: Callable[[str, str], None]
-    ):
+    def __init__(self, swarm_name: str, index_shards: int, limits: RecordLimits, on_reject: Callable[[str, str], None]):
         self.limits = limits
         self._on_reject = on_reject
-        self._index_key_ids = {
-            DHTID.generate(source=key).to_bytes() for key in index_keys(swarm_name, index_shards)
-        }
+        self._index_key_ids = {DHTID.generate(source=key).to_bytes() for key in index_keys(swarm_name, index_shards)}
 
     @property
     def priority(self) -> int:

@@ -38,7 +38,10 @@ def _candidate(sender: str, rewards: list[float], age: float = 0.0, gid: str = "
         (dict(num_generations=1), "num_generations"),
         (dict(max_groups_per_peer=0), "max_groups_per_peer"),
         (dict(external_pool_size=1, num_external=4), "external_pool_size"),
-        (dict(num_local=3, num_external=0, num_generations=2, per_device_train_batch_size=4), "per_device_train_batch_size"),
+        (
+            dict(num_local=3, num_external=0, num_generations=2, per_device_train_batch_size=4),
+            "per_device_train_batch_size",
+        ),
     ],
 )
 def test_bad_config_names_the_field(overrides, field):

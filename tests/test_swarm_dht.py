@@ -1,0 +1,358 @@
+"""Tests of the hivemind DHT transport with real peers (p2pd daemons) on 127.0.0.1 only."""
+# ruff: noqa: F811  (pytest fixtures imported from tests.swarm_fixtures are redefined as arguments)
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+pytest.importorskip("hivemind")
+
+from hivemind.dht.crypto import RSASignatureValidator  # noqa: E402
+from hivemind.dht.node import DHTNode  # noqa: E402
+from hivemind.dht.routing import DHTID  # noqa: E402
+from hivemind.dht.validation import DHTRecord  # noqa: E402
+from hivemind.utils.crypto import RSAPrivateKey  # noqa: E402
+from hivemind.utils.serializer import MSGPackSerializer  # noqa: E402
+
+from swarm.dht import DHTSwarm, SwarmJoinError  # noqa: E402
+from swarm.records import GroupRecord, IndexEntry, RecordRef, RecordRejected, encode_index_entry, encode_record  # noqa: E402
+from swarm.validation import owner_marker  # noqa: E402
+from tests.swarm_fixtures import (  # noqa: E402, F401
+    STARTED_P2PD,
+    dht_peers,
+    kill_p2pd,
+    make_group,
+    no_p2pd_left_behind,
+    pid_running,
+    record_p2pd,
+    wait_until,
+)
+
+pytestmark = pytest.mark.usefixtures("no_p2pd_left_behind")
+
+LOCAL = "/ip4/127.0.0.1/tcp/0"
+
+
+def collect(peer: DHTSwarm, into: list, want: int, timeout: float = 20.0) -> list:
+    """Fetch from ``peer`` into ``into`` until it holds ``want`` groups (bounded wait)."""
+
+    def enough() -> bool:
+        into.extend(peer.fetch(100))
+        return len(into) >= want
+
+    wait_until(enough, timeout, message=f"(peer {peer.peer_id} got {len(into)} of {want} groups)")
+    return into
+
+
+def collect_until(peer: DHTSwarm, wanted: tuple[str, str], timeout: float = 30.0) -> list:
+    """Fetch from ``peer`` until the group ``(sender, group_id)`` arrives (bounded wait)."""
+    into: list = []
+
+    def arrived() -> bool:
+        into.extend(peer.fetch(100))
+        return wanted in ids(into)
+
+    wait_until(arrived, timeout, message=f"(peer {peer.peer_id} waiting for {wanted})")
+    return into
+
+
+def ids(received: list) -> set[tuple[str, str]]:
+    return {(item.sender, item.group.group_id) for item in received}
+
+
+def test_three_peers_exchange_and_late_joiner(dht_peers):
+    a = dht_peers(model_name="A")
+    b = dht_peers(model_name="B", initial_peers=a.visible_addresses())
+    c = dht_peers(model_name="C", initial_peers=b.visible_addresses())
+    assert len({a.peer_id, b.peer_id, c.peer_id}) == 3
+    a.publish([make_group("a1"), make_group("a2")])
+    b.publish([make_group("b1")])
+    c.publish([make_group("c1")])
+
+    got = {name: [] for name in "abc"}
+    collect(a, got["a"], 2)
+    collect(b, got["b"], 3)
+    collect(c, got["c"], 3)
+    assert ids(got["a"]) == {(b.peer_id, "b1"), (c.peer_id, "c1")}
+    assert ids(got["b"]) == {(a.peer_id, "a1"), (a.peer_id, "a2"), (c.peer_id, "c1")}
+    assert ids(got["c"]) == {(a.peer_id, "a1"), (a.peer_id, "a2"), (b.peer_id, "b1")}
+    assert {p.peer: p.model for p in c.peers()} == {a.peer_id: "A", b.peer_id: "B"}
+
+    # a late joiner sees the fresh groups of everyone, including one published after it joined
+    d = dht_peers(initial_peers=c.visible_addresses())
+    a.publish([make_group("a3")])
+    got_d = collect(d, [], 5)
+    assert ids(got_d) == {(a.peer_id, g) for g in ("a1", "a2", "a3")} | {(b.peer_id, "b1"), (c.peer_id, "c1")}
+
+    # nothing is returned twice, nobody receives their own groups
+    collect(b, got["b"], 4)
+    time.sleep(0.5)  # give a wrongly repeated group the chance to show up
+    for name, peer in zip("abcd", (a, b, c, d), strict=False):
+        items = got.get(name, got_d) + peer.fetch(100)
+        assert len(ids(items)) == len(items), f"peer {name} got a group twice"
+        assert all(item.sender != peer.peer_id for item in items)
+    counters = a.counters()
+    assert counters["published_records"] == 2 and counters["published_groups"] == 3
+    assert counters["index_reads"] > 0 and counters["fetched_records"] >= 2
+    assert d.counters()["fetched_groups"] == 5
+
+
+@pytest.mark.parametrize("size", [100_000, 1_000_000])
+def test_large_records_round_trip(dht_peers, size):
+    a = dht_peers()
+    b = dht_peers(initial_peers=a.visible_addresses())
+    rng = random.Random(size)
+    chars = 25_000
+    n = size // chars
+    completions = ["".join(rng.choices("abcdefghij klmnop", k=chars)) for _ in range(n)]
+    group = dataclasses.replace(make_group("big"), completions=completions)
+    assert len(encode_record(GroupRecord(groups=[group], created_at=time.time()))) >= size
+    a.publish([group])
+    got = collect(b, [], 1, timeout=30)
+    assert got[0].group.completions == completions and got[0].sender == a.peer_id
+
+
+def test_oversized_publish_raises_at_once(dht_peers):
+    a = dht_peers()
+    huge = dataclasses.replace(make_group("x"), completions=["y" * 32_000] * 64)
+    with pytest.raises(RecordRejected) as info:
+        a.publish([huge, huge])  # 4 MB of text > max_record_bytes
+    assert info.value.reason == "too_large"
+    with pytest.raises(RecordRejected):
+        a.publish([make_group("empty", completions=1, completion_chars=0)])
+
+
+def test_killed_peers_do_not_stop_the_others(dht_peers):
+    boot = dht_peers()
+    b = dht_peers(initial_peers=boot.visible_addresses())
+    c = dht_peers(initial_peers=boot.visible_addresses())
+    d = dht_peers(initial_peers=b.visible_addresses())
+    c.publish([make_group("c1")])
+    collect(d, [], 1)
+
+    # a peer dies mid-run (its p2pd is killed): it reports it, the others go on
+    os.kill(c.p2pd_pid, signal.SIGKILL)
+    wait_until(lambda: not c.healthy(), 10)
+    assert c.counters()["p2pd_deaths"] == 1
+    assert c.fetch(4) == []  # never raises
+    b.publish([make_group("b1")])
+    assert ids(collect(d, [], 1)) == {(b.peer_id, "b1")}
+
+    # the bootstrap peer dies: joined peers keep publishing and fetching
+    os.kill(boot.p2pd_pid, signal.SIGKILL)
+    wait_until(lambda: not boot.healthy(), 10)
+    started = time.monotonic()
+    d.publish([make_group("d1")])
+    b.publish([make_group("b2")])
+    assert time.monotonic() - started < 1.0  # publish never waits on the network
+    assert (d.peer_id, "d1") in ids(collect_until(b, (d.peer_id, "d1")))
+    assert (b.peer_id, "b2") in ids(collect_until(d, (b.peer_id, "b2")))
+    assert b.healthy() and d.healthy()
+
+
+class HostileNode:
+    """A raw hivemind DHTNode with its own RSA key and no validator, on its own event loop thread."""
+
+    def __init__(self, initial_peers: list[str]):
+        self.key = RSAPrivateKey()
+        self.signer = RSASignatureValidator(self.key)
+        self.marker = self.signer.local_public_key
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self.thread.start()
+        self.node: DHTNode = self.run(DHTNode.create(initial_peers=initial_peers, host_maddrs=[LOCAL], wait_timeout=1))
+        child = self.node.p2p._child
+        record_p2pd(child.pid, [self.node.p2p._daemon_listen_maddr["unix"]])
+
+    def run(self, coro, timeout: float = 30):
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
+
+    def signed(self, key: str, subkey: bytes, value: bytes, expiration: float, forge: bool = False) -> bytes:
+        """``value`` as hivemind would send it, signed by this node's key (also when ``subkey`` is not ours)."""
+        record = DHTRecord(DHTID.generate(source=key).to_bytes(), MSGPackSerializer.dumps(subkey), value, expiration)
+        if forge:
+            signature = self.key.sign(MSGPackSerializer.dumps(dataclasses.astuple(record)))
+            return value + b"[signature:" + signature + b"]"
+        return self.signer.sign_value(record)
+
+    def store_at(self, peer: DHTSwarm, key: str, subkey: bytes, raw_value: bytes, expiration: float) -> bool | None:
+        """Send one raw store RPC to ``peer``; returns its answer (None: no answer)."""
+        result = self.run(
+            self.node.protocol.call_store(
+                peer._p2p.peer_id, [DHTID.generate(source=key)], [raw_value], [expiration], subkeys=[subkey]
+            )
+        )
+        return None if result is None else result[0]
+
+    def close(self) -> None:
+        with_timeout = asyncio.run_coroutine_threadsafe(self.node.shutdown(), self.loop)
+        try:
+            with_timeout.result(10)
+        finally:
+            self.loop.call_soon_threadsafe(self.loop.stop)
+            self.thread.join(10)
+
+
+def test_hostile_writer_is_rejected_and_counted(dht_peers):
+    a = dht_peers(model_name="honest-a")
+    b = dht_peers(initial_peers=a.visible_addresses())
+    hostile = HostileNode(a.visible_addresses())
+    try:
+        a.publish([make_group("a1")])
+        wait_until(lambda: a.counters().get("published_records"))
+        seq = a._recent_refs[-1].seq
+        records_key = f"sapo/records/{a.peer_id}/{seq}"
+        index_key = a._index_key
+        exp = time.time() + 300
+        good_record = encode_record(GroupRecord(groups=[make_group("evil")], created_at=time.time()))
+        dumps = MSGPackSerializer.dumps
+        rng = random.Random(0)
+        attempts = {
+            # (reason expected, key, subkey, raw value as sent)
+            "forged": ("bad_signature", records_key, owner_marker(a._public_key), None),
+            "unsigned": ("bad_signature", records_key, b"no owner here", dumps(good_record)),
+            "schema": ("schema", records_key, hostile.marker, dumps(MSGPackSerializer.dumps({"version": 1, "x": 1}))),
+            "too_large": ("too_large", f"sapo/records/x/{seq}", hostile.marker, dumps(rng.randbytes(3_500_000))),
+            "random": ("not_msgpack", records_key, hostile.marker, rng.randbytes(2000)),
+            "bad_index": ("schema", index_key, hostile.marker, dumps(good_record)),
+        }
+        for name, (reason, key, subkey, raw) in attempts.items():
+            if name == "forged":  # an honest peer's subkey and content, signed with the hostile key
+                value = hostile.signed(key, subkey, dumps(good_record), exp, forge=True)
+            elif name == "unsigned":
+                value = raw
+            else:
+                value = hostile.signed(key, subkey, raw, exp)
+            for peer in (a, b):
+                before = peer.counters().get(f"rejected/{reason}", 0)
+                assert hostile.store_at(peer, key, subkey, value, exp) is False, name
+                assert peer.counters().get(f"rejected/{reason}", 0) == before + 1, (name, peer.counters())
+
+        # a validly signed second subkey under a's records key and a's index shard: stored, but never taken
+        # as a's; plus junk in the hostile node's own storage, which honest peers reject when it is returned
+        foreign = hostile.signed(records_key, hostile.marker, dumps(good_record), exp)
+        for peer in (a, b):
+            assert hostile.store_at(peer, records_key, hostile.marker, foreign, exp) is True
+        storage = hostile.node.protocol.storage
+        storage.store_subkey(DHTID.generate(source=index_key), b"junk", dumps(b"junk"), exp)
+        entry = encode_index_entry(
+            IndexEntry(model="evil", records=[RecordRef(seq, time.time(), 1)], updated_at=time.time())
+        )
+        index_value = hostile.signed(index_key, hostile.marker, dumps(entry), exp)
+        for peer in (a, b):  # the hostile peer advertises a's seq as its own: its records key holds nothing
+            hostile.store_at(peer, index_key, hostile.marker, index_value, exp)
+
+        late = dht_peers(initial_peers=b.visible_addresses())
+        got = collect(late, [], 1)
+        time.sleep(1.0)  # a wrongly accepted hostile group would arrive by now
+        got += late.fetch(100)
+        assert ids(got) == {(a.peer_id, "a1")}
+        wait_until(lambda: late.counters().get("rejected/bad_signature", 0) >= 1, 10, message=str(late.counters()))
+        for peer in (a, b, late):
+            assert all(item.group.group_id != "evil" for item in peer.fetch(100))
+    finally:
+        hostile.close()
+
+
+def test_freshness_clock_skew_and_max_age(dht_peers):
+    a = dht_peers()
+    b = dht_peers(initial_peers=a.visible_addresses())
+    now = time.time()
+    a.publish([make_group("future", created_at=now + 60)])
+    a.publish([make_group("old", created_at=now - 30), make_group("fresh")])
+    wait_until(lambda: b.counters().get("rejected/clock_skew"), 20, message=str(b.counters()))
+    wait_until(lambda: b.counters().get("received_groups", 0) >= 2, 20, message=str(b.counters()))
+    got = b.fetch(10, max_age=10)
+    assert ids(got) == {(a.peer_id, "fresh")}
+    assert b.counters()["rejected/expired"] == 1
+
+
+def test_identity_persists_across_restarts(dht_peers, tmp_path):
+    identity = str(tmp_path / "peer" / "identity.key")
+    first = dht_peers(identity_path=identity)
+    peer_id, address = first.peer_id, first.visible_addresses()[0]
+    first.close()
+    assert oct(os.stat(identity + ".signing.pem").st_mode & 0o777) == "0o600"
+    second = dht_peers(identity_path=identity)
+    assert second.peer_id == peer_id
+    assert second.visible_addresses()[0].split("/p2p/")[1] == address.split("/p2p/")[1]
+    other = dht_peers()
+    assert other.peer_id != peer_id
+
+
+def test_malformed_multiaddr_raises_value_error():
+    for bad in ["garbage", "/ip4/1.2.3.4/tcp/31337/p2p/QmTest", "/ip4/127.0.0.1/tcp/31337"]:
+        with pytest.raises(ValueError, match=r"/ip4/1\.2\.3\.4/tcp/31337/p2p/Qm\.\.\.") as info:
+            DHTSwarm(initial_peers=[bad])
+        assert bad in str(info.value)
+
+
+def test_unreachable_initial_peer_fails_in_bounded_time():
+    addr = "/ip4/127.0.0.1/tcp/9/p2p/QmXv6bGuuUmBVb5RZtN4zGbiMJ2NjuZfD4uBFT5GfRmHZL"
+    before = set(os.listdir("/tmp"))
+    started = time.monotonic()
+    with pytest.raises(SwarmJoinError) as info:
+        DHTSwarm(initial_peers=[addr], join_timeout=10)
+    assert time.monotonic() - started < 25
+    message = str(info.value)
+    assert addr in message and "10 s" in message and "clocks" in message
+    assert not [f for f in set(os.listdir("/tmp")) - before if f.startswith("hivemind-")]
+
+
+def test_close_leaves_no_process_or_socket(dht_peers):
+    a = dht_peers()
+    b = dht_peers(initial_peers=a.visible_addresses())
+    for peer in (a, b):
+        pid, sockets = peer.p2pd_pid, peer.socket_paths
+        assert pid_running(pid)
+        peer.close()
+        peer.close()  # idempotent
+        assert not pid_running(pid)
+        assert not any(os.path.exists(path) for path in sockets)
+        assert not peer.healthy()
+        with pytest.raises(RuntimeError):
+            peer.publish([make_group("late")])
+
+
+def test_state_dir_cleans_up_after_kill_9(dht_peers, tmp_path):
+    state_dir = str(tmp_path / "state")
+    code = (
+        "import sys, time\n"
+        "from swarm.dht import DHTSwarm\n"
+        f"s = DHTSwarm(state_dir={state_dir!r})\n"
+        "print(s.p2pd_pid, flush=True)\n"
+        "time.sleep(600)\n"
+    )
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, cwd=root)
+    try:
+        pid = int(child.stdout.readline())
+        with open(os.path.join(state_dir, "p2pd-state.json")) as f:
+            state = json.load(f)
+        record_p2pd(pid, state["sockets"])
+        assert state["p2pd_pid"] == pid and state["python_pid"] == child.pid
+    finally:
+        child.kill()
+        child.wait(10)
+    # the next start with the same state_dir removes whatever the killed run left (p2pd, sockets)
+    peer = dht_peers(state_dir=state_dir)
+    assert not pid_running(pid)
+    assert not any(os.path.exists(path) for path in state["sockets"])
+    peer.close()
+    assert not os.path.exists(os.path.join(state_dir, "p2pd-state.json"))
+
+
+def test_started_daemons_are_recorded():
+    # sanity of the end-of-module check itself: every fixture above registered its daemons
+    assert STARTED_P2PD

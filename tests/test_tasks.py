@@ -1,0 +1,214 @@
+"""Tests of question sources: reasoning-gym datasets with provenance, JSON Lines files, and the verification
+of groups received from other peers."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections import Counter
+
+import pytest
+
+from rewards import reasoning_gym_reward
+from sapo.tasks import (
+    DEFAULT_SYSTEM_PROMPT,
+    DEFAULT_TASKS,
+    GroupDropped,
+    QuestionVerifier,
+    TaskSpec,
+    build_reasoning_gym_dataset,
+    load_jsonl_dataset,
+    validate_task_names,
+)
+from swarm.records import Group, Provenance, provenance_from_wire, validate_group
+
+EASY_ARITHMETIC = TaskSpec("basic_arithmetic", {"max_terms": 2, "max_digits": 1, "operators": ("+", "-")})
+
+
+def _group(row, completions=("<answer>1</answer>",), metadata=None, **provenance_changes) -> Group:
+    provenance = provenance_from_wire(json.loads(row["provenance"]))
+    provenance = dataclasses.replace(provenance, **provenance_changes)
+    group = Group(
+        "0-0", prompt=row["prompt"], completions=list(completions), provenance=provenance, metadata=metadata or {}
+    )
+    return validate_group(group)  # exactly what arrives over the wire
+
+
+def test_rows_and_provenance():
+    ds = build_reasoning_gym_dataset([EASY_ARITHMETIC, TaskSpec("base_conversion", {"max_value": 16})], size=12, seed=3)
+    assert len(ds) == 12
+    assert set(ds.column_names) == {"prompt", "answer", "task", "entry", "provenance"}
+    row = ds[0]
+    assert row["prompt"][0] == {"role": "system", "content": DEFAULT_SYSTEM_PROMPT}
+    assert row["prompt"][1]["role"] == "user"
+    entry = json.loads(row["entry"])
+    assert entry["question"] == row["prompt"][1]["content"]
+    assert entry["answer"] == row["answer"]
+    provenance = provenance_from_wire(json.loads(row["provenance"]))  # valid wire form
+    assert provenance.source == "reasoning_gym" and provenance.dataset == row["task"]
+    assert provenance.seed is not None
+    # each task numbers its own entries 0, 1, 2, ...
+    for task in ("basic_arithmetic", "base_conversion"):
+        indices = [json.loads(r["provenance"])["index"] for r in ds if r["task"] == task]
+        assert indices == list(range(len(indices)))
+    assert json.loads(ds.filter(lambda r: r["task"] == "basic_arithmetic")[0]["provenance"])["config"]["operators"] == [
+        "+",
+        "-",
+    ]
+
+
+def test_rows_score_with_their_own_answers():
+    ds = build_reasoning_gym_dataset(DEFAULT_TASKS, size=30, seed=1)
+    rewards = reasoning_gym_reward(
+        prompts=ds["prompt"],
+        completions=[f"<answer>{a}</answer>" for a in ds["answer"]],
+        entry=ds["entry"],
+        provenance=ds["provenance"],
+    )
+    # propositional_logic's example answers are valid conclusions but may be trivial (0.25)
+    assert all(r >= 0.25 for r in rewards)
+    assert sum(r == 1.0 for r in rewards) >= 20
+
+
+def test_deterministic_and_weighted():
+    tasks = [EASY_ARITHMETIC, TaskSpec("base_conversion", weight=3.0)]
+    a = build_reasoning_gym_dataset(tasks, size=40, seed=5)
+    assert a.to_list() == build_reasoning_gym_dataset(tasks, size=40, seed=5).to_list()
+    assert a["prompt"] != build_reasoning_gym_dataset(tasks, size=40, seed=6)["prompt"]
+    counts = Counter(a["task"])
+    assert counts["base_conversion"] > counts["basic_arithmetic"]
+
+
+def test_task_spec_validation():
+    with pytest.raises(ValueError, match="seed"):
+        TaskSpec("basic_arithmetic", {"seed": 1})
+    with pytest.raises(ValueError, match="weight"):
+        TaskSpec("basic_arithmetic", weight=0)
+    with pytest.raises(ValueError, match="nested"):
+        TaskSpec("basic_arithmetic", {"nested": {"a": 1}})
+    with pytest.raises(ValueError, match="basic_arithmetic"):
+        validate_task_names(["basic_arithmetc"])  # close match named
+    validate_task_names(DEFAULT_TASKS)
+
+
+def test_default_tasks_exist_in_reasoning_gym():
+    validate_task_names(DEFAULT_TASKS)
+    assert len({t.name for t in DEFAULT_TASKS}) == len(DEFAULT_TASKS)
+
+
+@pytest.fixture(scope="module")
+def rg_rows():
+    return build_reasoning_gym_dataset([EASY_ARITHMETIC, TaskSpec("decimal_arithmetic")], size=6, seed=11)
+
+
+def test_verifier_accepts_honest_group(rg_rows):
+    verifier = QuestionVerifier()
+    for row in rg_rows:
+        columns = verifier.columns_for(_group(row))
+        assert columns == {k: row[k] for k in ("answer", "task", "entry", "provenance")}
+
+
+def test_verifier_uses_regenerated_answer_not_metadata(rg_rows):
+    row = rg_rows[0]
+    lie = "999999"
+    columns = QuestionVerifier().columns_for(
+        _group(row, completions=[f"<answer>{lie}</answer>"], metadata={"answer": lie})
+    )
+    assert columns["answer"] == row["answer"] != lie
+    rewards = reasoning_gym_reward(
+        prompts=[row["prompt"]], completions=[f"<answer>{lie}</answer>"], **{k: [v] for k, v in columns.items()}
+    )
+    assert rewards == [0.0]
+
+
+def test_verifier_drops_mismatched_question(rg_rows):
+    row = dict(rg_rows[0])
+    row["prompt"] = [row["prompt"][0], {"role": "user", "content": "Calculate 2 + 2."}]
+    with pytest.raises(GroupDropped) as info:
+        QuestionVerifier().columns_for(_group(row))
+    assert info.value.reason == "question_mismatch"
+    with pytest.raises(GroupDropped) as info:  # honest question, provenance pointing elsewhere
+        QuestionVerifier().columns_for(_group(rg_rows[0], index=5000))
+    assert info.value.reason == "question_mismatch"
+
+
+@pytest.mark.parametrize(
+    ("changes", "reason"),
+    [
+        ({"dataset": "no_such_task"}, "unknown_task"),
+        ({"config": {"min_terms": 5, "max_terms": 2}}, "unknown_task"),  # config reasoning-gym rejects
+        ({"config": {"not_a_field": 1}}, "unknown_task"),
+        ({"seed": None}, "bad_provenance"),
+        ({"index": -1}, "index_out_of_range"),
+    ],
+)
+def test_verifier_drops_bad_provenance(rg_rows, changes, reason):
+    row = next(r for r in rg_rows if r["task"] == "basic_arithmetic")
+    with pytest.raises(GroupDropped) as info:
+        QuestionVerifier().columns_for(_group(row, **changes))
+    assert info.value.reason == reason
+
+
+def _write_jsonl(path, records):
+    path.write_text("\n".join(json.dumps(r) for r in records) + "\n")
+    return path
+
+
+def test_jsonl_loading(tmp_path):
+    path = _write_jsonl(
+        tmp_path / "gsm_mini.jsonl", [{"question": "1+1?", "answer": "2"}, {"question": "2*3?", "answer": 6}]
+    )
+    ds = load_jsonl_dataset(path)
+    assert ds["answer"] == ["2", "6"]
+    assert ds[1]["prompt"][-1] == {"role": "user", "content": "2*3?"}
+    provenance = provenance_from_wire(json.loads(ds[1]["provenance"]))
+    assert provenance == Provenance("dataset", "gsm_mini", {}, None, 1)
+    custom = load_jsonl_dataset(
+        _write_jsonl(tmp_path / "b.jsonl", [{"q": "x?", "a": "y"}]), "q", "a", name="mine", system_prompt=None
+    )
+    assert custom[0]["prompt"] == [{"role": "user", "content": "x?"}] and custom[0]["task"] == "mine"
+
+
+def test_jsonl_errors(tmp_path):
+    with pytest.raises(FileNotFoundError, match="missing.jsonl"):
+        load_jsonl_dataset(tmp_path / "missing.jsonl")
+    path = _write_jsonl(tmp_path / "a.jsonl", [{"problem": "1+1?", "solution": "2"}])
+    with pytest.raises(KeyError) as info:
+        load_jsonl_dataset(path)
+    assert "'question'" in str(info.value) and "problem" in str(info.value) and "solution" in str(info.value)
+    (tmp_path / "bad.jsonl").write_text('{"question": "x", "answer": "y"}\nnot json\n')
+    with pytest.raises(ValueError, match="bad.jsonl:2"):
+        load_jsonl_dataset(tmp_path / "bad.jsonl")
+
+
+def test_verifier_policies_for_datasets(tmp_path):
+    local = load_jsonl_dataset(_write_jsonl(tmp_path / "qa.jsonl", [{"question": "1+1?", "answer": "2"}]))
+    group = _group(local[0], metadata={"answer": "3"})
+    with pytest.raises(GroupDropped) as info:  # default with no local copy: drop
+        QuestionVerifier().columns_for(group)
+    assert info.value.reason == "untrusted_source"
+    verifier = QuestionVerifier(local_datasets={"qa": local})  # default with a local copy: verify
+    assert verifier.columns_for(group)["answer"] == "2"
+    assert QuestionVerifier(policy="trust").columns_for(group)["answer"] == "3"
+    with pytest.raises(GroupDropped) as info:
+        QuestionVerifier(policy="drop", local_datasets={"qa": local}).columns_for(group)
+    assert info.value.reason == "untrusted_source"
+    with pytest.raises(GroupDropped) as info:
+        verifier.columns_for(_group(local[0], index=3))
+    assert info.value.reason == "index_out_of_range"
+    other = dict(local[0], prompt=[{"role": "user", "content": "2+2?"}])
+    with pytest.raises(GroupDropped) as info:
+        verifier.columns_for(_group(other))
+    assert info.value.reason == "question_mismatch"
+    with pytest.raises(ValueError):
+        QuestionVerifier(policy="maybe")
+
+
+def test_verifier_allowed_tasks(rg_rows):
+    row = next(r for r in rg_rows if r["task"] == "basic_arithmetic")
+    assert QuestionVerifier(allowed_tasks=[EASY_ARITHMETIC]).columns_for(_group(row))["answer"] == row["answer"]
+    assert QuestionVerifier(allowed_tasks=["basic_arithmetic"]).columns_for(_group(row))["answer"] == row["answer"]
+    for allowed in (["decimal_arithmetic"], [TaskSpec("basic_arithmetic", {"max_terms": 3})]):
+        with pytest.raises(GroupDropped) as info:
+            QuestionVerifier(allowed_tasks=allowed).columns_for(_group(row))
+        assert info.value.reason == "unknown_task"
