@@ -23,7 +23,9 @@ class NodeProgress(TrainerCallback):
 
     def on_train_begin(self, args, state, control, **kwargs):
         if state.is_world_process_zero:
-            self.bar = tqdm(total=state.max_steps, initial=state.global_step, desc="sapo", unit="step", dynamic_ncols=True)
+            self.bar = tqdm(
+                total=state.max_steps, initial=state.global_step, desc="sapo", unit="step", dynamic_ncols=True
+            )
 
     def on_step_end(self, args, state, control, **kwargs):
         if self.bar is not None:
@@ -128,4 +130,6 @@ class SwarmLog(TrainerCallback):
             self._drops.update(drops)
 
     def on_save(self, args, state, control, **kwargs):
-        logger.info("step %d: checkpoint written to %s/checkpoint-%d", state.global_step, args.output_dir, state.global_step)
+        logger.info(
+            "step %d: checkpoint written to %s/checkpoint-%d", state.global_step, args.output_dir, state.global_step
+        )

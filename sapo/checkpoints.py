@@ -70,6 +70,8 @@ def set_aside_incomplete(output_dir: str | Path) -> list[Path]:
         target = Path(output_dir) / "incomplete" / f"{path.name}-{int(time.time())}"
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.move(str(path), str(target))
-        logger.warning("checkpoint of step %d was never completed (the node stopped mid-save); moved to %s", step, target)
+        logger.warning(
+            "checkpoint of step %d was never completed (the node stopped mid-save); moved to %s", step, target
+        )
         moved.append(target)
     return moved

@@ -43,14 +43,13 @@ _SHOWN_TRAINING_FIELDS = (
 
 def build_parser() -> Any:
     """The TrlParser of a node: SAPOConfig plus NodeArguments, with the node's defaults."""
+    import torch
     from trl import TrlParser
 
     from sapo.config import SAPOConfig
     from sapo.node import NodeArguments
 
-    import torch
-
-    parser = TrlParser((SAPOConfig, NodeArguments), usage=USAGE)
+    parser = TrlParser((SAPOConfig, NodeArguments), prog="sapo-node", usage=USAGE)
     has_gpu = torch.cuda.is_available()
     parser.set_defaults(**NODE_DEFAULTS, use_cpu=not has_gpu, bf16=has_gpu and torch.cuda.is_bf16_supported())
     return parser
@@ -116,10 +115,13 @@ def effective_config(args: Any, node: Any) -> dict[str, Any]:
     """The settings a node runs with, as a YAML-ready mapping (feed it back with --config)."""
     import dataclasses
 
-    from sapo.config import SAPOConfig
     from trl import GRPOConfig
 
-    sapo_fields = [f.name for f in dataclasses.fields(SAPOConfig) if f.name not in {g.name for g in dataclasses.fields(GRPOConfig)}]
+    from sapo.config import SAPOConfig
+
+    sapo_fields = [
+        f.name for f in dataclasses.fields(SAPOConfig) if f.name not in {g.name for g in dataclasses.fields(GRPOConfig)}
+    ]
     shown = {name: getattr(args, name) for name in (*_SHOWN_TRAINING_FIELDS, *sapo_fields, "epsilon_high")}
     shown.update(dataclasses.asdict(node))
     return {k: (list(v) if isinstance(v, tuple) else v) for k, v in shown.items()}
@@ -148,6 +150,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except NodeError as e:
         print(f"sapo-node: error: {e}", file=sys.stderr)
         return e.exit_code
+    except SystemExit as e:  # argparse already said what is wrong (or printed --help)
+        return int(e.code or 0)
     if print_config:
         import yaml
 

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-ADDRESS_WAIT_SECONDS = 600.0  # the first node loads its model before it can print its address
+from sapo.node import NodeError
 
 
 def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
@@ -23,7 +23,9 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
         "(e.g. --max-steps 5, --model DIR, --config node.yaml) are passed to every node.",
     )
     parser.add_argument("--peers", type=int, default=3, help="number of nodes (default 3)")
-    parser.add_argument("--run-dir", default=None, help="directory for every node's output (default runs/local-swarm-TIME)")
+    parser.add_argument(
+        "--run-dir", default=None, help="directory for every node's output (default runs/local-swarm-TIME)"
+    )
     parser.add_argument("--seed", type=int, default=42, help="seed of node 0; node i uses seed + i")
     parser.add_argument("--status-interval", type=float, default=15.0, help="seconds between status lines")
     args, node_args = parser.parse_known_args(argv)
@@ -39,22 +41,28 @@ def node_command(index: int, run_dir: Path, seed: int, node_args: list[str], ini
         "--output_dir", str(run_dir / f"node-{index}"),
         "--seed", str(seed + index),
         "--host_maddrs", "/ip4/127.0.0.1/tcp/0",
+        "--initial_peers", *initial_peers,
     ]  # fmt: skip
-    if initial_peers:
-        command += ["--initial_peers", *initial_peers]
     return command
 
 
-def wait_for_address(path: Path, process: subprocess.Popen, timeout: float) -> list[str]:
-    """The multiaddrs node 0 writes once it has started the swarm."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if path.exists() and path.read_text().strip():
-            return path.read_text().split()
-        if process.poll() is not None:
-            raise RuntimeError(f"node 0 exited with code {process.returncode} before starting the swarm; see {path.parent}/node.out")
-        time.sleep(0.5)
-    raise RuntimeError(f"node 0 did not start the swarm within {timeout:.0f} s; see {path.parent}/node.out")
+def start_bootstrap_peer(run_dir: Path, node_args: list[str]) -> Any:
+    """A model-less DHT peer in this process that every node joins. It keeps the swarm, and the records
+    stored on it, alive while nodes start, finish or restart at different times."""
+    from sapo.cli import parse_node_args
+    from swarm.dht import DHTSwarm, DHTSwarmConfig
+
+    _, node, _ = parse_node_args(node_args)  # fail fast on bad node options, before any process starts
+    return DHTSwarm(
+        DHTSwarmConfig(
+            swarm_name=node.swarm_name,
+            host_maddrs=["/ip4/127.0.0.1/tcp/0"],
+            identity_path=str(run_dir / "bootstrap" / "identity.key"),
+            state_dir=str(run_dir / "bootstrap"),
+            model_name="bootstrap",
+            prefetch_groups=1,  # it never trains: keep its cache (and fetch traffic) minimal
+        )
+    )
 
 
 def last_metrics(path: Path) -> dict[str, Any]:
@@ -117,11 +125,12 @@ def main(argv: list[str]) -> int:
                 process.send_signal(signal.SIGTERM)
 
     previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGINT, signal.SIGTERM)}
+    bootstrap = None
     try:
-        first = start(0, [])
-        address = wait_for_address(run_dir / "node-0" / "address.txt", first, ADDRESS_WAIT_SECONDS)
+        bootstrap = start_bootstrap_peer(run_dir, node_args)
+        address = bootstrap.visible_addresses()
         print(f"local-swarm: swarm address {' '.join(address)}", flush=True)
-        for i in range(1, args.peers):
+        for i in range(args.peers):
             start(i, address)
         last_status = 0.0
         while any(p.poll() is None for p in processes):
@@ -133,12 +142,15 @@ def main(argv: list[str]) -> int:
         codes = [p.returncode for p in processes]
         for i, code in enumerate(codes):
             if code != 0:
-                print(f"local-swarm: node-{i} exited with code {code}; see {run_dir / f'node-{i}' / 'node.out'}", flush=True)
+                print(
+                    f"local-swarm: node-{i} exited with code {code}; see {run_dir / f'node-{i}' / 'node.out'}",
+                    flush=True,
+                )
         print(f"local-swarm: outputs in {run_dir}; plot them with: sapo-node report {run_dir}", flush=True)
         return 0 if all(code == 0 for code in codes) else 1
-    except RuntimeError as e:
+    except (RuntimeError, NodeError) as e:
         print(f"local-swarm: error: {e}", file=sys.stderr, flush=True)
-        return 1
+        return 2 if isinstance(e, NodeError) else 1
     finally:
         for process in processes:  # every node we started is stopped, by its PID, whatever happened
             if process.poll() is None:
@@ -151,5 +163,7 @@ def main(argv: list[str]) -> int:
                 process.wait()
         for log in logs:
             log.close()
+        if bootstrap is not None:
+            bootstrap.close()
         for sig, handler in previous.items():
             signal.signal(sig, handler)

@@ -85,18 +85,28 @@ class NodeArguments:
             Seconds to wait for an initial peer to answer before giving up.
     """
 
-    model: str = field(default="default", metadata={"help": "'default' (embedded SmolLM2-135M-Instruct) or a local HF model directory."})
+    model: str = field(
+        default="default",
+        metadata={"help": "'default' (embedded SmolLM2-135M-Instruct) or a local HF model directory."},
+    )
     lora_r: int = field(default=0, metadata={"help": "LoRA rank (0: full fine-tuning)."})
     lora_alpha: int = field(default=32, metadata={"help": "LoRA alpha."})
     lora_dropout: float = field(default=0.05, metadata={"help": "LoRA dropout."})
-    tasks: list[str] = field(default_factory=lambda: _default_task_names(), metadata={"help": "reasoning-gym task names."})
+    tasks: list[str] = field(
+        default_factory=lambda: _default_task_names(), metadata={"help": "reasoning-gym task names."}
+    )
     dataset_file: str | None = field(default=None, metadata={"help": "JSON Lines questions file instead of tasks."})
     question_field: str = field(default="question", metadata={"help": "Question field of dataset_file."})
     answer_field: str = field(default="answer", metadata={"help": "Answer field of dataset_file."})
     dataset_size: int = field(default=10000, metadata={"help": "reasoning-gym questions to generate."})
-    rewards: list[str] = field(default_factory=lambda: ["reasoning_gym", "format"], metadata={"help": "Reward functions: reasoning_gym, math, format."})
+    rewards: list[str] = field(
+        default_factory=lambda: ["reasoning_gym", "format"],
+        metadata={"help": "Reward functions: reasoning_gym, math, format."},
+    )
     initial_peers: list[str] = field(default_factory=list, metadata={"help": "Multiaddrs of peers to join."})
-    host_maddrs: list[str] = field(default_factory=lambda: ["/ip4/127.0.0.1/tcp/0"], metadata={"help": "Multiaddrs to listen on."})
+    host_maddrs: list[str] = field(
+        default_factory=lambda: ["/ip4/127.0.0.1/tcp/0"], metadata={"help": "Multiaddrs to listen on."}
+    )
     announce_maddrs: list[str] = field(default_factory=list, metadata={"help": "Multiaddrs to announce (behind NAT)."})
     identity: str | None = field(default=None, metadata={"help": "Peer key file (default: OUTPUT_DIR/identity.key)."})
     swarm_name: str = field(default="sapo", metadata={"help": "Swarm name."})
@@ -142,7 +152,9 @@ def build_dataset(node: NodeArguments, seed: int) -> Any:
 
     if node.dataset_file:
         try:
-            return load_jsonl_dataset(node.dataset_file, question_field=node.question_field, answer_field=node.answer_field)
+            return load_jsonl_dataset(
+                node.dataset_file, question_field=node.question_field, answer_field=node.answer_field
+            )
         except (FileNotFoundError, ValueError, KeyError) as e:
             raise NodeError(str(e)) from None
     return build_reasoning_gym_dataset(task_specs(node.tasks), size=node.dataset_size, seed=seed)
@@ -170,15 +182,22 @@ def load_model(node: NodeArguments) -> tuple[Any, Any]:
         raise NodeError(str(e)) from None
 
 
-def start_swarm(node: NodeArguments, output_dir: Path, model_name: str) -> Any:
-    """Join (or start) the DHT swarm; print the address others pass to join."""
-    from swarm.dht import DHTSwarm, DHTSwarmConfig, SwarmJoinError, validate_multiaddr
+def check_addresses(node: NodeArguments) -> None:
+    """Fail fast, before any model is loaded, on a multiaddr that cannot work."""
+    from swarm.dht import validate_multiaddr
 
-    for addr in node.initial_peers:
+    checks = [(a, True) for a in node.initial_peers] + [(a, False) for a in node.host_maddrs + node.announce_maddrs]
+    for addr, needs_peer_id in checks:
         try:
-            validate_multiaddr(addr, require_peer_id=True)
+            validate_multiaddr(addr, require_peer_id=needs_peer_id)
         except ValueError as e:
             raise NodeError(str(e)) from None
+
+
+def start_swarm(node: NodeArguments, output_dir: Path, model_name: str) -> Any:
+    """Join (or start) the DHT swarm; print the address others pass to join."""
+    from swarm.dht import DHTSwarm, DHTSwarmConfig, SwarmJoinError
+
     identity = Path(node.identity) if node.identity else output_dir / "identity.key"
     config = DHTSwarmConfig(
         swarm_name=node.swarm_name,
@@ -255,26 +274,41 @@ def setup_logging(output_dir: Path, level: str = "info") -> None:
 
 def run_node(args: Any, node: NodeArguments) -> int:
     """Run one node until `max_steps` or a signal; returns the process exit code."""
+    try:
+        return _run(args, node)
+    except NodeError as e:
+        print(f"sapo-node: error: {e}", file=sys.stderr)
+        return e.exit_code
+
+
+def _run(args: Any, node: NodeArguments) -> int:
     from transformers.trainer_callback import PrinterCallback, ProgressCallback
 
     from sapo.callbacks import GracefulStop, MetricsJsonl, NodeProgress, SwarmLog
     from sapo.checkpoints import latest_complete_checkpoint, set_aside_incomplete
     from sapo.trainer import SAPOTrainer
 
+    # Cheap checks first: a typo must not cost a model load.
+    check_addresses(node)
+    reward_funcs = build_rewards(node.rewards)
+    if not node.dataset_file:
+        task_specs(node.tasks)
     output_dir = Path(args.output_dir)
-    run_identity = {k: _plain(getattr(node if hasattr(node, k) else args, k)) for k in _RUN_IDENTITY_FIELDS}
-    claim_output_dir(output_dir, run_identity)
+    claim_output_dir(
+        output_dir, {k: _plain(getattr(node if hasattr(node, k) else args, k)) for k in _RUN_IDENTITY_FIELDS}
+    )
     setup_logging(output_dir, args.log_level if args.log_level not in ("passive", None) else "info")
+
     stop = GracefulStop().install()
     swarm = None
     try:
         set_aside_incomplete(output_dir)
         resume = latest_complete_checkpoint(output_dir)
         dataset = build_dataset(node, seed=args.seed)
-        reward_funcs = build_rewards(node.rewards)
         logger.info("loading model %s", node.model)
         model, tokenizer = load_model(node)
         swarm = start_swarm(node, output_dir, model_name=args.swarm_model_name or node.model)
+        metrics = MetricsJsonl(output_dir / "metrics.jsonl", resume_step=_step(resume))
         trainer = SAPOTrainer(
             model=model,
             reward_funcs=reward_funcs,
@@ -282,7 +316,7 @@ def run_node(args: Any, node: NodeArguments) -> int:
             train_dataset=dataset,
             processing_class=tokenizer,
             swarm=swarm,
-            callbacks=[NodeProgress(), MetricsJsonl(output_dir / "metrics.jsonl", resume_step=_step(resume)), SwarmLog(), stop],
+            callbacks=[NodeProgress(), metrics, SwarmLog(), stop],
         )
         trainer.remove_callback(ProgressCallback)
         trainer.remove_callback(PrinterCallback)
@@ -295,9 +329,6 @@ def run_node(args: Any, node: NodeArguments) -> int:
         else:
             logger.info("stopped by %s at step %d", stop.requested, trainer.state.global_step)
         return 0
-    except NodeError as e:
-        print(f"sapo-node: error: {e}", file=sys.stderr)
-        return e.exit_code
     except KeyboardInterrupt:
         logger.warning("aborted: the current step is lost; the newest complete checkpoint is kept")
         return 130

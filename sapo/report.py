@@ -96,8 +96,12 @@ def plot(runs: dict[str, list[dict[str, Any]]], path: Path, window: int = 10) ->
         line = ax_mix.plot(steps, moving_average(local, window), label=f"{name} own groups")[0]
         _, external = series(rows, "sapo/external_reward")
         if any(not math.isnan(v) for v in external):
-            ax_mix.plot(steps, moving_average(external, window), "--", color=line.get_color(), label=f"{name} swarm groups")
-    ax_local.set(title=f"Reward of each node's own completions (moving average, {window} steps)", xlabel="step", ylabel="reward")
+            ax_mix.plot(
+                steps, moving_average(external, window), "--", color=line.get_color(), label=f"{name} swarm groups"
+            )
+    ax_local.set(
+        title=f"Reward of each node's own completions (moving average, {window} steps)", xlabel="step", ylabel="reward"
+    )
     ax_mix.set(title="Own vs swarm groups, scored by the receiving node", xlabel="step", ylabel="reward")
     for ax in (ax_local, ax_mix):
         ax.grid(alpha=0.3)

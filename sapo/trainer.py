@@ -251,7 +251,9 @@ class SAPOTrainer(GRPOTrainer):
     def _save_checkpoint(self, model: Any, trial: Any) -> None:
         super()._save_checkpoint(model, trial)
         if self.args.should_save:  # the marker comes last: a checkpoint without it is incomplete
-            folder = os.path.join(self._get_output_dir(trial=trial), f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}")
+            folder = os.path.join(
+                self._get_output_dir(trial=trial), f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
+            )
             mark_complete(folder, self.state.global_step)
 
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:

