@@ -97,7 +97,7 @@ def _pip_installs(command: str) -> list[tuple[tuple[str, ...], frozenset[str]]]:
 def _setup_sh_installs() -> list[tuple[tuple[str, ...], frozenset[str]]]:
     installs = []
     for line in (ROOT / "setup.sh").read_text().splitlines():
-        if not line.lstrip().startswith("#"):
+        if not line.lstrip().startswith("#") and not line.rstrip().endswith("# tests only"):
             installs += _pip_installs(line)
     return installs
 
