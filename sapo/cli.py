@@ -51,7 +51,8 @@ def build_parser() -> Any:
 
     parser = TrlParser((SAPOConfig, NodeArguments), prog="sapo-node", usage=USAGE)
     has_gpu = torch.cuda.is_available()
-    parser.set_defaults(**NODE_DEFAULTS, use_cpu=not has_gpu, bf16=has_gpu and torch.cuda.is_bf16_supported())
+    # Gradient checkpointing trades compute for memory: worth it on a GPU, a pure loss on a CPU node.
+    parser.set_defaults(**NODE_DEFAULTS, use_cpu=not has_gpu, gradient_checkpointing=has_gpu)
     return parser
 
 

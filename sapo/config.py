@@ -13,6 +13,12 @@ SOURCE_POLICIES = ("verify", "trust", "drop")
 """Names accepted by `SAPOConfig.external_source_policy` (see `sapo.tasks.QuestionVerifier`)."""
 
 
+def _native_bf16() -> bool:
+    import torch
+
+    return torch.cuda.is_available() and torch.cuda.is_bf16_supported()
+
+
 @dataclass
 class SAPOConfig(GRPOConfig):
     r"""
@@ -100,6 +106,10 @@ class SAPOConfig(GRPOConfig):
 
     def __post_init__(self) -> None:
         self._validate_sapo_fields()
+        if self.bf16 is None and not self.fp16:
+            # TRL turns bf16 autocast on everywhere; on a CPU without native bf16 every matmul is then emulated
+            # (measured 45x slower per step here), so it is on only where the accelerator supports it.
+            self.bf16 = _native_bf16()
         groups_per_round = self.num_local + self.num_external
         if self.generation_batch_size is None and self.steps_per_generation is None:
             rows = groups_per_round * self.num_generations

@@ -44,6 +44,8 @@ from rewards.functions import _EVAL_SCORER_MODULES, _SYMPY_SCORER_DATASETS, _sco
         ("<think>it is 5</think>\n-4", "-4"),  # the think block is not the answer
         ("3/7", "3/7"),
         ("`101`", "101"),
+        ("Here is the test output:\nOutput: 0 0 2 7", "0 0 2 7"),  # the phrase stays on its line
+        ("The answer is:\n42", "42"),
     ],
 )
 def test_extract_answer(text, expected):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import time
 
 import pytest
@@ -338,3 +339,59 @@ def test_heterogeneous_peers_exchange_and_both_train(tmp_path, smollm_tokenizer,
     for name, trainer in peers.items():
         changed = any(not torch.equal(b, a) for b, a in zip(snapshots[name], trainer.model.parameters(), strict=True))
         assert changed, f"peer {name} did not train"
+
+
+@pytest.mark.slow
+def test_default_model_trains_in_a_swarm_of_two(tmp_path):
+    from sapo.models import load_policy
+    from sapo.tasks import DEFAULT_TASKS
+    from rewards import format_reward, reasoning_gym_reward
+    from swarm.dht import DHTSwarm, DHTSwarmConfig
+
+    dataset = build_reasoning_gym_dataset(DEFAULT_TASKS, size=64, seed=0)
+
+    def brevity(prompts, completions, **kw):  # dense, so a few steps always carry a learning signal
+        return [1.0 / (1 + len(c[0]["content"])) for c in completions]
+
+    first = DHTSwarm(DHTSwarmConfig(state_dir=str(tmp_path / "a"), poll_interval=0.2, index_min_interval=0.2))
+    swarms = [first]
+    try:
+        second = DHTSwarm(DHTSwarmConfig(initial_peers=first.visible_addresses(), state_dir=str(tmp_path / "b"),
+                                         poll_interval=0.2, index_min_interval=0.2))  # fmt: skip
+        swarms.append(second)
+        trainers = []
+        for name, swarm in (("a", first), ("b", second)):
+            model, tokenizer = load_policy()
+            trainers.append(
+                SAPOTrainer(
+                    model=model,
+                    reward_funcs=[reasoning_gym_reward, format_reward, brevity],
+                    args=_args(
+                        tmp_path,
+                        name,
+                        num_local=1,
+                        num_external=1,
+                        num_generations=2,
+                        per_device_train_batch_size=4,
+                        max_completion_length=24,
+                        learning_rate=1e-5,
+                        sampling_strategy="uniform",
+                    ),
+                    train_dataset=dataset,
+                    processing_class=tokenizer,
+                    swarm=swarm,
+                )  # fmt: skip
+            )
+        a, b = trainers
+        before = [p.detach().clone() for p in b.model.parameters()]
+        a.train()  # publishes its groups over the DHT
+        deadline = time.monotonic() + 60
+        while second.counters().get("received_groups", 0) < 2 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        b.train()
+        assert b.swarm_totals["external_groups"] >= 1, b.swarm_totals
+        assert any(not torch.equal(x, y) for x, y in zip(before, b.model.parameters(), strict=True))
+        assert all(math.isfinite(h["loss"]) for h in b.state.log_history if "loss" in h)
+    finally:
+        for swarm in swarms:
+            swarm.close()

@@ -1,0 +1,297 @@
+"""Reward functions with TRL's signature: ``fn(prompts, completions, **columns) -> list[float | None]``.
+
+Each function gets the batch's prompts and completions plus every dataset column except ``prompt`` as a
+keyword argument holding one value per completion, and returns one reward per completion (``None``
+where the function does not apply to a row; TRL then ignores it for that row). They run unchanged in a
+plain ``trl.GRPOTrainer`` as ``reward_funcs=[reasoning_gym_reward, format_reward]``.
+
+In a swarm, completions come from other peers, so everything here treats completion text as hostile:
+reasoning-gym scorers that would ``eval`` it are neutralised (see :func:`harden_reasoning_gym`).
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+import importlib
+import inspect
+import json
+import re
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from rewards.extract import completion_text, extract_answer
+
+__all__ = [
+    "format_reward",
+    "get_reasoning_gym_scorer",
+    "harden_reasoning_gym",
+    "math_answers_match",
+    "math_reward",
+    "reasoning_gym_reward",
+    "score_reasoning_gym_answer",
+]
+
+# reasoning-gym scorers that call the builtin eval() on the answer text when it is not an exact match
+# (to accept a Python list). Their module-level name ``eval`` is rebound to ast.literal_eval, which
+# accepts the same lists and nothing executable. tests/test_rewards.py fails if a new version adds one.
+_EVAL_SCORER_MODULES = {
+    "binary_matrix": "reasoning_gym.algorithmic.binary_matrix",
+    "spiral_matrix": "reasoning_gym.algorithmic.spiral_matrix",
+    "string_insertion": "reasoning_gym.algorithmic.string_insertion",
+    "n_queens": "reasoning_gym.games.n_queens",
+    # evals the entry's answer (ours, regenerated), guarded as well so a stored entry cannot run code
+    "number_sorting": "reasoning_gym.algorithmic.number_sorting",
+}
+# Scorers that pass the answer to sympy's parse_expr, which evaluates Python; their answers must be
+# plain math: numbers, operators, brackets and a few function names.
+_SYMPY_SCORER_DATASETS = {
+    "simple_integration",
+    "intermediate_integration",
+    "polynomial_multiplication",
+    "puzzle24",
+    "countdown",
+}
+_SAFE_MATH_NAMES = {
+    "sqrt", "sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh", "tanh",
+    "exp", "log", "ln", "pi", "E", "I", "C", "Abs", "oo",
+}  # fmt: skip
+_SAFE_MATH_CHARS = re.compile(r"^[0-9A-Za-z\s+\-*/^().,=]*$")
+_MAX_SYMPY_ANSWER_CHARS = 500
+
+_hardened = False
+_harden_lock = threading.Lock()
+
+
+def harden_reasoning_gym() -> None:
+    """Stop reasoning-gym scorers from executing answer text (idempotent, process-wide).
+
+    A few reasoning-gym 0.1.x scorers call ``eval(answer)``; in a swarm the answer is text another peer
+    wrote, so that is remote code execution. Rebinding the name ``eval`` in those modules to
+    ``ast.literal_eval`` keeps their scoring of Python-list answers and removes the hole.
+    """
+    global _hardened
+    with _harden_lock:
+        if _hardened:
+            return
+        for module_name in _EVAL_SCORER_MODULES.values():
+            try:
+                module = importlib.import_module(module_name)
+            except ImportError:  # dataset absent from this reasoning-gym version
+                continue
+            module.eval = _literal_eval  # shadows the builtin for code in that module only
+        _hardened = True
+
+
+def _literal_eval(source: Any, *_: Any) -> Any:
+    if not isinstance(source, str) or len(source) > 100_000:
+        raise ValueError("refusing to evaluate")
+    return ast.literal_eval(source)
+
+
+def _is_plain_math(answer: str) -> bool:
+    if len(answer) > _MAX_SYMPY_ANSWER_CHARS or "__" in answer or not _SAFE_MATH_CHARS.match(answer):
+        return False
+    names = re.findall(r"[A-Za-z_][A-Za-z0-9_]*", answer)
+    return all(len(n) == 1 or n in _SAFE_MATH_NAMES for n in names)
+
+
+def _config_key(config: Mapping[str, Any]) -> str:
+    return json.dumps(config, sort_keys=True, default=list)
+
+
+@functools.lru_cache(maxsize=256)
+def _scorer(name: str, config_key: str) -> Callable[[str | None, dict[str, Any]], float]:
+    import reasoning_gym
+
+    harden_reasoning_gym()
+    config = json.loads(config_key)
+    config.pop("seed", None)
+    config.pop("size", None)
+    # Some scorers read their dataset's config (decimal_arithmetic's tolerance), so the scorer is built
+    # from the same config as the entry; seed and size do not matter to scoring.
+    dataset = reasoning_gym.create_dataset(name, seed=0, size=1, **config)
+    return dataset.score_answer
+
+
+def get_reasoning_gym_scorer(
+    name: str, config: Mapping[str, Any] | None = None
+) -> Callable[[str | None, dict[str, Any]], float]:
+    """The ``score_answer`` of reasoning-gym dataset ``name`` built with ``config`` (cached per pair).
+
+    Raises ``ValueError`` for an unknown dataset or a config reasoning-gym rejects.
+    """
+    try:
+        return _scorer(name, _config_key(dict(config or {})))
+    except (TypeError, AssertionError) as e:  # config dataclass rejects a key, or its validate() fails
+        raise ValueError(f"reasoning-gym rejected dataset {name!r} with config {dict(config or {})}: {e}") from e
+
+
+def score_reasoning_gym_answer(
+    answer: str | None, entry: Mapping[str, Any], config: Mapping[str, Any] | None = None
+) -> float:
+    """Score an extracted answer against a reasoning-gym entry with the dataset's own scorer.
+
+    Returns 0.0 for a missing answer, for an answer a guarded scorer must not see, and when the scorer
+    itself raises (scorers are third-party code fed hostile text; a crash must not stop training).
+    """
+    if answer is None:
+        return 0.0
+    entry = dict(entry)
+    name = (entry.get("metadata") or {}).get("source_dataset")
+    if not isinstance(name, str):
+        raise ValueError("reasoning-gym entry has no metadata.source_dataset; cannot pick its scorer")
+    if name in _SYMPY_SCORER_DATASETS and not _is_plain_math(answer):
+        return 0.0
+    scorer = get_reasoning_gym_scorer(name, config)
+    try:
+        return float(scorer(answer, entry))
+    except Exception:
+        return 0.0
+
+
+def _as_mapping(value: Any) -> dict[str, Any] | None:
+    if value is None or value == "":
+        return None
+    if isinstance(value, Mapping):
+        return dict(value)
+    if isinstance(value, str):
+        return json.loads(value)
+    raise TypeError(f"expected a JSON string or a mapping, got {type(value).__name__}")
+
+
+def _column(columns: Mapping[str, Any], name: str, n: int) -> Sequence[Any]:
+    values = columns.get(name)
+    if values is None:
+        return [None] * n
+    if len(values) != n:
+        raise ValueError(f"column {name!r} has {len(values)} values for {n} completions")
+    return values
+
+
+def reasoning_gym_reward(
+    prompts: Sequence[Any], completions: Sequence[Any], entry: Sequence[Any] | None = None, **columns: Any
+) -> list[float | None]:
+    """Score each completion with its reasoning-gym dataset's own ``score_answer``.
+
+    Columns: ``entry`` (required) is the reasoning-gym entry as a JSON string or dict (``question``,
+    ``answer``, ``metadata`` with ``source_dataset``); ``provenance`` (optional, JSON) supplies the
+    generator config, which some scorers depend on. A row whose ``entry`` is empty gets ``None`` (not a
+    reasoning-gym row, e.g. in a mixed dataset). A completion with no extractable answer scores 0.0.
+    """
+    if entry is None:
+        raise ValueError("reasoning_gym_reward needs an 'entry' column (see sapo.tasks.build_reasoning_gym_dataset)")
+    n = len(completions)
+    entries = _column({"entry": entry}, "entry", n)
+    provenances = _column(columns, "provenance", n)
+    rewards: list[float | None] = []
+    for completion, raw_entry, raw_provenance in zip(completions, entries, provenances, strict=True):
+        item = _as_mapping(raw_entry)
+        if item is None:
+            rewards.append(None)
+            continue
+        provenance = _as_mapping(raw_provenance) or {}
+        config = provenance.get("config") if provenance.get("source") == "reasoning_gym" else None
+        answer = extract_answer(completion_text(completion))
+        rewards.append(score_reasoning_gym_answer(answer, item, config))
+    return rewards
+
+
+def _normalize(text: str) -> str:
+    text = text.strip().lower().replace(" ", "").replace(",", "")
+    return text.rstrip(".")
+
+
+def _parse(text: str) -> list[Any]:
+    from math_verify import parse
+
+    # math-verify bounds parsing with signal.alarm, which only works in the main thread.
+    timeout = 5 if threading.current_thread() is threading.main_thread() else None
+    parsed = parse(text, parsing_timeout=timeout)
+    if not parsed and not text.startswith("$"):
+        parsed = parse(f"${text}$", parsing_timeout=timeout)
+    return parsed
+
+
+def math_answers_match(predicted: str | None, gold: str) -> bool:
+    """True when ``predicted`` equals ``gold`` mathematically (math-verify) or as normalized strings."""
+    if predicted is None:
+        return False
+    if _normalize(predicted) == _normalize(gold):
+        return True
+    try:
+        from math_verify import verify
+
+        gold_parsed, predicted_parsed = _parse(gold), _parse(predicted)
+        if not gold_parsed or not predicted_parsed:
+            return False
+        timeout = 5 if threading.current_thread() is threading.main_thread() else None
+        return bool(verify(gold_parsed, predicted_parsed, timeout_seconds=timeout))
+    except Exception:  # sympy can fail in many ways on odd text; that is a non-match, not a crash
+        return False
+
+
+def math_reward(
+    prompts: Sequence[Any], completions: Sequence[Any], answer: Sequence[Any] | None = None, **columns: Any
+) -> list[float | None]:
+    """1.0 when the extracted answer equals the ``answer`` column mathematically, else 0.0.
+
+    Equivalence is math-verify's ``parse`` + ``verify`` ("1/2" matches "0.5" and "\\frac{1}{2}"), with
+    normalized string equality as the fallback for non-math answers. A row whose ``answer`` is None
+    gets None.
+    """
+    if answer is None:
+        raise ValueError("math_reward needs an 'answer' column")
+    answers = _column({"answer": answer}, "answer", len(completions))
+    rewards: list[float | None] = []
+    for completion, gold in zip(completions, answers, strict=True):
+        if gold is None:
+            rewards.append(None)
+            continue
+        predicted = extract_answer(completion_text(completion))
+        rewards.append(1.0 if math_answers_match(predicted, str(gold)) else 0.0)
+    return rewards
+
+
+_FULL_FORMAT = re.compile(r"^\s*<think>.*?</think>\s*<answer>.*?</answer>\s*$", re.DOTALL | re.IGNORECASE)
+_ANSWER_ONLY = re.compile(r"<answer>.*?</answer>", re.DOTALL | re.IGNORECASE)
+FORMAT_REWARD_FULL = 0.2
+"""Reward for the exact ``<think>...</think><answer>...</answer>`` layout."""
+FORMAT_REWARD_ANSWER_TAG = 0.1
+"""Reward for an ``<answer>...</answer>`` somewhere in the completion."""
+
+
+def format_reward(prompts: Sequence[Any], completions: Sequence[Any], **columns: Any) -> list[float | None]:
+    """A small shaping reward for the answer format: 0.2 for exactly
+    ``<think>...</think><answer>...</answer>``, 0.1 for an ``<answer>...</answer>`` anywhere, else 0.0.
+
+    Small on purpose: it helps a small model find the format without ever outweighing a correct
+    answer (1.0 from the correctness rewards).
+    """
+    rewards: list[float | None] = []
+    for completion in completions:
+        text = completion_text(completion)
+        if _FULL_FORMAT.match(text):
+            rewards.append(FORMAT_REWARD_FULL)
+        elif _ANSWER_ONLY.search(text):
+            rewards.append(FORMAT_REWARD_ANSWER_TAG)
+        else:
+            rewards.append(0.0)
+    return rewards
+
+
+def _scorer_source_calls(dataset_cls: type) -> set[str]:
+    """Which code-evaluating calls (``eval``, ``exec``, ``parse_expr``, ``sympify``) a scorer's source has.
+
+    Used by the tests to catch a reasoning-gym upgrade that adds an unguarded one.
+    """
+    try:
+        source = inspect.getsource(dataset_cls.score_answer)
+    except (OSError, TypeError):
+        return set()
+    return {
+        call
+        for call in ("eval", "exec", "parse_expr", "sympify")
+        if re.search(rf"(?<![\w.]){call}\(|\.{call}\(", source)
+    }
