@@ -77,7 +77,8 @@ def _step_of(line: str) -> float:
 
 
 class GracefulStop(TrainerCallback):
-    """SIGINT/SIGTERM finish the current step, write a checkpoint and stop training; a second SIGINT aborts."""
+    """SIGINT/SIGTERM finish the current step, write a checkpoint and stop training; a second SIGINT aborts.
+    The last step of a run is checkpointed too, so every exit leaves a checkpoint to resume from."""
 
     def __init__(self) -> None:
         self.requested: str | None = None
@@ -106,6 +107,8 @@ class GracefulStop(TrainerCallback):
         if self.requested is not None:
             control.should_save = True
             control.should_training_stop = True
+        elif state.global_step >= state.max_steps:
+            control.should_save = True  # the last step is always resumable, whatever save_steps says
 
 
 class SwarmLog(TrainerCallback):

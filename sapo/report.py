@@ -70,15 +70,25 @@ def _nanmean(values: list[float]) -> float:
     return sum(finite) / len(finite) if finite else math.nan
 
 
+_COLUMNS = (  # (header, key, format)
+    ("node", "node", "<12"),
+    ("steps", "steps", ">6"),
+    ("reward(first)", "reward_first", ">14.3f"),
+    ("reward(last)", "reward_last", ">13.3f"),
+    ("swarm reward", "reward_swarm", ">13.3f"),
+    ("cum.", "cumulative_reward", ">8.2f"),
+    ("taken", "taken", ">6"),
+    ("shared", "shared", ">7"),
+    ("peers", "peers", ">6"),
+)
+
+
 def format_table(rows: list[dict[str, Any]]) -> str:
     """The summary as a fixed-width text table."""
-    header = f"{'node':<12} {'steps':>6} {'reward(first)':>14} {'reward(last)':>13} {'swarm reward':>13} {'cum.':>8} {'taken':>6} {'shared':>7} {'peers':>6}"
+    header = " ".join(f"{title:{fmt.split('.')[0]}}" for title, _, fmt in _COLUMNS)
     lines = [header, "-" * len(header)]
     for r in rows:
-        lines.append(
-            f"{r['node']:<12} {r['steps']:>6} {r['reward_first']:>14.3f} {r['reward_last']:>13.3f} "
-            f"{r['reward_swarm']:>13.3f} {r['cumulative_reward']:>8.2f} {r['taken']:>6} {r['shared']:>7} {r['peers']:>6}"
-        )
+        lines.append(" ".join(f"{r[key]:{fmt}}" for _, key, fmt in _COLUMNS))
     return "\n".join(lines)
 
 

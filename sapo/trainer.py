@@ -161,7 +161,10 @@ class SAPOTrainer(GRPOTrainer):
         selection = self.sampler.select(candidates, num_slots, self._rng)
         self.swarm_totals.update({f"dropped/{reason}": n for reason, n in selection.dropped.items()})
         self.swarm_totals["candidates"] += len(received)
-        self.swarm_totals["zero_advantage_candidates"] += sum(c.has_zero_advantage for c in candidates)
+        zero_advantage = sum(c.has_zero_advantage for c in candidates)
+        self.swarm_totals["zero_advantage_candidates"] += zero_advantage
+        if candidates:
+            self._metrics["train"]["sapo/zero_advantage_fraction"].append(zero_advantage / len(candidates))
         return selection.chosen
 
     def _verify_and_score(self, sender: str, group: Group) -> Candidate | None:

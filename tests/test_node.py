@@ -202,11 +202,11 @@ def test_node_run_leaves_metrics_and_checkpoints_then_resumes_after_kill9(tmp_pa
     _assert_gone(_p2pd_pid(out))
 
 
-def test_sigterm_checkpoints_leaves_and_exits_zero(tmp_path, tiny_model_a, started):
+def test_sigterm_checkpoints_leaves_and_exits_zero_with_tensorboard_logs(tmp_path, tiny_model_a, started):
     out = tmp_path / "node"
     log = tmp_path / "node.log"
     node = subprocess.Popen(
-        _node_command(tiny_model_a, out, "--max_steps", "1000", "--save_steps", "1000"),
+        _node_command(tiny_model_a, out, "--max_steps", "1000", "--save_steps", "1000", "--report_to", "tensorboard"),
         stdout=subprocess.DEVNULL, stderr=open(log, "w"),
     )  # fmt: skip
     started.append(node)
@@ -219,6 +219,7 @@ def test_sigterm_checkpoints_leaves_and_exits_zero(tmp_path, tiny_model_a, start
     checkpoint = latest_complete_checkpoint(out)
     assert checkpoint is not None  # written on the way out, although save_steps was never reached
     assert int(checkpoint.name.split("-")[1]) == max(m["step"] for m in _metrics(out))
+    assert list(out.rglob("events.out.tfevents.*")), "report_to tensorboard wrote no event file"
     _assert_gone(p2pd)
 
 

@@ -213,7 +213,9 @@ def test_reasoning_gym_ground_truth_is_rederived(tmp_path, smollm_tokenizer):
     attacker.publish([poisoned, mismatched])
 
     def exact(prompts, completions, answer, completion_ids=None, **kw):
-        return [1.0 if f"<answer>{a}</answer>" in c[0]["content"] else 0.0 for c, a in zip(completions, answer)]
+        return [
+            1.0 if f"<answer>{a}</answer>" in c[0]["content"] else 0.0 for c, a in zip(completions, answer, strict=True)
+        ]
 
     exact.__name__ = "exact"
     trainer = SAPOTrainer(
@@ -273,6 +275,7 @@ def test_no_external_groups_matches_trl_grpo(tmp_path, smollm_tokenizer):
         return [float(len(c[0]["content"]) % 5) for c in completions]
 
     common = dict(
+        bf16=False,  # explicit on both sides: GRPOConfig's own default differs on CPU
         num_generations=G,
         per_device_train_batch_size=G,
         gradient_accumulation_steps=2,
@@ -343,9 +346,9 @@ def test_heterogeneous_peers_exchange_and_both_train(tmp_path, smollm_tokenizer,
 
 @pytest.mark.slow
 def test_default_model_trains_in_a_swarm_of_two(tmp_path):
+    from rewards import format_reward, reasoning_gym_reward
     from sapo.models import load_policy
     from sapo.tasks import DEFAULT_TASKS
-    from rewards import format_reward, reasoning_gym_reward
     from swarm.dht import DHTSwarm, DHTSwarmConfig
 
     dataset = build_reasoning_gym_dataset(DEFAULT_TASKS, size=64, seed=0)
