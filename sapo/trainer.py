@@ -14,6 +14,7 @@ The SAPO step, read top to bottom in `_generate_and_score_completions`:
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import math
@@ -99,6 +100,7 @@ class SAPOTrainer(GRPOTrainer):
         self.swarm_model_name = args.swarm_model_name or str(getattr(self.model.config, "_name_or_path", "") or "")
         self._rng = random.Random(args.seed + self.accelerator.process_index)
         self._round: _Round | None = None
+        self._phase_seconds: Counter[str] = Counter()
         self.swarm_totals: Counter[str] = Counter()  # cumulative counts, logged as sapo/total/<name>
 
     def _check_external_support(self, train_dataset: Any) -> None:
@@ -138,6 +140,7 @@ class SAPOTrainer(GRPOTrainer):
 
         num_groups = len(inputs) // self.num_generations
         num_slots = min(self.args.num_external // self.accelerator.num_processes, num_groups)
+        self._phase_seconds.clear()
         external = self._take_external_groups(num_slots)
         self._round = self._place_external_groups(inputs, external, first_slot=num_groups - num_slots)
         try:
@@ -152,12 +155,14 @@ class SAPOTrainer(GRPOTrainer):
         if num_slots == 0 or self.swarm is None:
             return []
         pool_size = self.args.external_pool_size or 4 * self.args.num_external
-        received = self.swarm.fetch(pool_size, max_age=self.args.max_group_age)
+        with self._timed("swarm_fetch"):
+            received = self.swarm.fetch(pool_size, max_age=self.args.max_group_age)
         candidates = []
-        for item in received:
-            candidate = self._verify_and_score(item.sender, item.group)
-            if candidate is not None:
-                candidates.append(candidate)
+        with self._timed("external_scoring"):
+            for item in received:
+                candidate = self._verify_and_score(item.sender, item.group)
+                if candidate is not None:
+                    candidates.append(candidate)
         selection = self.sampler.select(candidates, num_slots, self._rng)
         self.swarm_totals.update({f"dropped/{reason}": n for reason, n in selection.dropped.items()})
         self.swarm_totals["candidates"] += len(received)
@@ -212,7 +217,8 @@ class SAPOTrainer(GRPOTrainer):
             return super()._generate(prompts)
         local = [i for i in range(len(prompts)) if i not in round_.external_text]
         if len(local) == len(prompts):
-            result = super()._generate(prompts)
+            with self._timed("generation"):
+                result = super()._generate(prompts)
             self._publish_local_groups(local, result[3])
             return result
 
@@ -220,9 +226,8 @@ class SAPOTrainer(GRPOTrainer):
         completion_ids: list[list[int]] = [[] for _ in prompts]
         completions: list[Any] = [None] * len(prompts)
         if local:
-            (l_prompt_ids, l_completion_ids, _, l_completions, _, _, _, _) = super()._generate(
-                [prompts[i] for i in local]
-            )
+            with self._timed("generation"):
+                l_prompt_ids, l_completion_ids, _, l_completions, *_ = super()._generate([prompts[i] for i in local])
             for j, i in enumerate(local):
                 prompt_ids[i], completion_ids[i], completions[i] = (
                     l_prompt_ids[j],
@@ -241,7 +246,8 @@ class SAPOTrainer(GRPOTrainer):
         return prompt_ids, completion_ids, None, completions, None, {}, None, []
 
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
-        rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
+        with self._timed("scoring"):
+            rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
         if self._round is not None:
             start = self.accelerator.process_index * len(prompts)
             local_part = rewards_per_func[start : start + len(prompts)]
@@ -323,12 +329,22 @@ class SAPOTrainer(GRPOTrainer):
                 )
             )
         try:
-            self.swarm.publish(groups)
+            with self._timed("publish"):
+                self.swarm.publish(groups)
             self.swarm_totals["published_groups"] += len(groups)
         except RecordRejected as e:
             # Our own groups broke our own limits (e.g. a huge completion): skip them, keep training.
             self.swarm_totals[f"publish_rejected/{e.reason}"] += len(groups)
             logger.warning("not publishing %d groups of step %d: %s", len(groups), step, e)
+
+    @contextlib.contextmanager
+    def _timed(self, phase: str):
+        """Add the seconds spent in ``phase`` to this round's `sapo/time/<phase>` metric (for benchmarks)."""
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self._phase_seconds[phase] += time.perf_counter() - start
 
     def _count_drop(self, reason: str, sender: str, detail: str) -> None:
         self.swarm_totals[f"dropped/{reason}"] += 1
@@ -337,6 +353,8 @@ class SAPOTrainer(GRPOTrainer):
     def _log_round(self, num_slots: int, external: list[Candidate]) -> None:
         """Per-round figures, averaged by TRL over each logging window."""
         metrics = self._metrics["train"]
+        for phase, seconds in self._phase_seconds.items():
+            metrics[f"sapo/time/{phase}"].append(seconds)
         metrics["sapo/external_groups"].append(float(len(external)))
         metrics["sapo/fill_ins"].append(float(num_slots - len(external)))
         metrics["sapo/distinct_senders"].append(float(len({c.sender for c in external})))
