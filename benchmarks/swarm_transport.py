@@ -30,6 +30,10 @@ import time
 from typing import Any
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)  # run as a script from anywhere: the repository's packages come first
+
+from sapo.processes import stop_processes  # noqa: E402  (light: no trl/transformers import)
+
 RESULTS = os.path.join(ROOT, "benchmarks", "results")
 
 
@@ -221,15 +225,7 @@ def run_swarm(n: int, args: argparse.Namespace) -> dict[str, Any]:
         for proc in procs:
             proc.wait(timeout=60)
     finally:
-        for proc in procs:
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
-        for proc in procs:
-            try:
-                proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+        stop_processes(procs, grace=20)
         for pid in p2pd_pids:  # last resort; only our daemons, checked by name
             with contextlib.suppress(OSError):
                 with open(f"/proc/{pid}/cmdline", "rb") as f:

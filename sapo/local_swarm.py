@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from sapo.node import NodeError
+from sapo.processes import stop_processes
 
 
 def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
@@ -152,15 +153,7 @@ def main(argv: list[str]) -> int:
         print(f"local-swarm: error: {e}", file=sys.stderr, flush=True)
         return 2 if isinstance(e, NodeError) else 1
     finally:
-        for process in processes:  # every node we started is stopped, by its PID, whatever happened
-            if process.poll() is None:
-                process.send_signal(signal.SIGTERM)
-        for process in processes:
-            try:
-                process.wait(timeout=120)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+        stop_processes(processes, grace=120)  # every node we started is stopped, by its PID, whatever happened
         for log in logs:
             log.close()
         if bootstrap is not None:
