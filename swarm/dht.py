@@ -462,6 +462,8 @@ class DHTSwarm(SwarmTransport):
             self._stop_thread()
             self._kill_leftovers()
             _remove_stale_sockets_since(started)
+            time.sleep(0.5)  # a p2pd that failed its start may still hold its socket for a moment
+            _remove_stale_sockets_since(started)
             if isinstance(e, SwarmJoinError | ValueError):
                 raise
             raise SwarmJoinError(self._join_failure_message(f"{type(e).__name__}: {e}")) from e

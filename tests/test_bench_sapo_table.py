@@ -1,0 +1,216 @@
+"""benchmarks/sapo_table.py: the smoke profile end to end (real local swarms of tiny models), skipping completed
+runs on a second invocation, restarting unfinished ones in place, and the table's arithmetic on synthetic metrics."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="module")
+def bench():
+    spec = importlib.util.spec_from_file_location("sapo_table", ROOT / "benchmarks" / "sapo_table.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["sapo_table"] = module
+    spec.loader.exec_module(module)
+    yield module
+    sys.modules.pop("sapo_table", None)
+
+
+def _config(bench, tmp_path: Path, *extra: str) -> dict:
+    args, node_args = bench.parse_args(
+        ["--profile", "smoke", "--model", str(tmp_path / "model"), "--runs-dir", str(tmp_path / "runs"), *extra]
+    )
+    return bench.build_config(args, node_args)
+
+
+def _write_metrics(node_dir: Path, rewards: list[float | None], extra_lines: list[str] = ()) -> None:
+    node_dir.mkdir(parents=True, exist_ok=True)
+    lines = list(extra_lines)
+    for step, reward in enumerate(rewards, start=1):
+        row = {"step": step, "time": 1000.0 + 10 * step, "sapo/external_groups": 1.0, "sapo/fill_ins": 1.0}
+        if reward is not None:
+            row["sapo/local_reward"] = reward
+        lines.append(json.dumps(row))
+    (node_dir / "metrics.jsonl").write_text("\n".join(lines) + "\n")
+
+
+def _complete(bench, config: dict, label: str, seed: int, per_node: list[list[float | None]]) -> Path:
+    i, j = bench.scale_setting(label, config["groups_per_step"])
+    run_dir = bench.run_dir_of(Path(config["runs_dir"]), "smoke", i, j, seed)
+    for n, rewards in enumerate(per_node):
+        _write_metrics(run_dir / f"node-{n}", rewards)
+    marker = {"identity": bench.run_identity(config, i, j, seed), "command": ["x"]}
+    (run_dir / bench.COMPLETE).write_text(json.dumps(marker))
+    return run_dir
+
+
+# ----------------------------------------------------------------------------------------------------
+# pure logic
+
+
+def test_settings_scale_to_whole_groups(bench):
+    assert [bench.scale_setting(s, 8) for s in bench.PAPER_SETTINGS] == [(8, 0), (6, 2), (4, 4), (2, 6)]
+    assert [bench.scale_setting(s, 4) for s in bench.PAPER_SETTINGS] == [(4, 0), (3, 1), (2, 2), (1, 3)]
+    with pytest.raises(ValueError, match="whole groups"):
+        bench.scale_setting("6/2", 2)
+    for bad in ("4/3", "0/8", "four"):
+        with pytest.raises(ValueError):
+            bench.parse_setting(bad)
+    assert bench.batch_size(16, 16) == 16 and bench.batch_size(24, 16) == 12 and bench.batch_size(64, 16) == 16
+
+
+def test_commands_carry_the_setting_seed_and_task_configs(bench, tmp_path):
+    config = _config(bench, tmp_path)
+    command = bench.swarm_command(config, 2, 2, 1, tmp_path / "r")
+    text = " ".join(command)
+    assert command[2:4] == ["sapo.cli", "local-swarm"]
+    for part in ("--peers 2", "--seed 100", "--num_local 2", "--num_external 2", "--max_steps 3"):
+        assert part in text
+    # the paper profile passes its tasks with their settings through a YAML node config
+    paper = bench.build_config(*bench.parse_args(["--profile", "paper", "--model", str(tmp_path)]))
+    assert paper["peers"] == 8 and paper["num_generations"] == 8 and paper["groups_per_step"] == 8
+    bench.write_node_config(tmp_path / "p", paper["tasks"])
+    assert "--config" in bench.swarm_command(paper, 4, 4, 0, tmp_path / "p")
+    import yaml
+
+    from sapo.tasks import PAPER_TASKS
+
+    tasks = yaml.safe_load((tmp_path / "p" / "node-config.yaml").read_text())["tasks"]
+    assert [t["name"] for t in tasks] == [t.name for t in PAPER_TASKS]
+    assert tasks[0]["config"] == PAPER_TASKS[0].config
+    with pytest.raises(SystemExit):
+        bench.build_config(*bench.parse_args(["--profile", "paper"]))  # --model is required
+
+
+def test_aggregation_cumulative_gain_and_spread(bench, tmp_path):
+    config = _config(bench, tmp_path, "--settings", "8/0,4/4", "--seeds", "0,1")
+    # 8/0: seed 0 sums to 0.9, seed 1 to 1.1; 4/4: seed 0 1.8 (+100 %), seed 1 1.65 (+50 %)
+    _complete(bench, config, "8/0", 0, [[0.1, 0.2, 0.3], [0.0, 0.1, 0.2]])
+    _complete(bench, config, "8/0", 1, [[0.2, 0.2, 0.3], [0.1, 0.1, 0.2]])
+    run = _complete(bench, config, "4/4", 0, [[0.3, 0.3, 0.3], [0.3, 0.3, 0.3]])
+    _complete(bench, config, "4/4", 1, [[0.5, None, 0.5], [0.2, 0.2, 0.25]])  # a step without local reward
+    # a resumed node logged step 2 twice (the last line wins), a torn line, and a step past max_steps (cut)
+    _write_metrics(
+        run / "node-0", [0.3, 0.3, 0.3, 5.0], extra_lines=[json.dumps({"step": 2, "sapo/local_reward": 9.9}), "{torn"]
+    )
+    runs = bench.collect(config)
+    assert all(r["complete"] for r in runs) and len(runs) == 4
+    by = {(r["setting"], r["seed"]): r for r in runs}
+    assert by[("8/0", 0)]["cumulative_reward"] == pytest.approx(0.9)
+    assert by[("4/4", 0)]["cumulative_reward"] == pytest.approx(1.8)
+    assert by[("4/4", 1)]["peer_steps"] == 5 and by[("4/4", 1)]["mean_reward"] == pytest.approx(1.65 / 5)
+    assert by[("8/0", 0)]["peers"]["node-0"]["local_reward"] == pytest.approx([0.1, 0.2, 0.3])
+    assert by[("8/0", 0)]["seconds_per_step_median"] == pytest.approx(10.0)
+
+    rows = {r["setting"]: r for r in bench.table(runs, config["settings"])}
+    base, shared = rows["8/0"], rows["4/4"]
+    assert base["cumulative_reward"]["mean"] == pytest.approx(1.0)
+    assert base["cumulative_reward"]["std"] == pytest.approx(math.sqrt(0.02))
+    assert (base["cumulative_reward"]["min"], base["cumulative_reward"]["max"]) == pytest.approx((0.9, 1.1))
+    assert base["gain"] == pytest.approx(0.0)
+    assert shared["cumulative_reward"]["mean"] == pytest.approx(1.725)
+    assert shared["gain"] == pytest.approx(0.725)
+    assert (shared["gain_per_seed"]["min"], shared["gain_per_seed"]["max"]) == pytest.approx((0.5, 1.0))
+    assert shared["run_as"] == "2/2" and shared["seeds"] == [0, 1]
+    assert shared["paper_gain"] == pytest.approx(1093.31 / 561.79 - 1)
+    assert bench.verdict(list(rows.values())) == ["- 4/4: sharing helped in every seed (+73% on the seed mean)."]
+
+    # an incomplete run (no marker) is reported but left out of the table
+    (run / bench.COMPLETE).unlink()
+    runs = bench.collect(config)
+    rows = {r["setting"]: r for r in bench.table(runs, config["settings"])}
+    assert rows["4/4"]["seeds"] == [1] and rows["4/4"]["gain_per_seed"] == pytest.approx({"min": 0.5, "max": 0.5})
+    assert any("Not complete" in n and "4/4 seed 0" in n for n in bench.notes(config, runs, None))
+
+
+def test_verdict_says_when_sharing_did_not_help(bench):
+    def row(label, gain, low, high):
+        return {"setting": label, "seeds": [0, 1], "gain": gain, "gain_per_seed": {"min": low, "max": high}}
+
+    lines = bench.verdict([row("8/0", 0.0, 0.0, 0.0), row("6/2", -0.2, -0.3, -0.1), row("4/4", 0.05, -0.1, 0.2)])
+    assert "did NOT help" in lines[0] and "no consistent effect" in lines[1]
+    assert "No complete 8/0" in bench.verdict([row("4/4", 0.1, 0.1, 0.1)])[0]
+
+
+def test_unfinished_run_restarts_in_place_and_failures_are_retried(bench, tmp_path, monkeypatch):
+    config = _config(bench, tmp_path, "--settings", "8/0,4/4", "--seeds", "0")
+    calls = []
+
+    def fake_swarm(command, run_dir, write):  # the nodes' work, without processes
+        calls.append((command, run_dir))
+        if "--num_external" in command and command[command.index("--num_external") + 1] == "2":
+            return 1  # the 4/4 run keeps failing
+        for n in range(config["peers"]):
+            _write_metrics(run_dir / f"node-{n}", [0.1, 0.2, 0.3])
+        return 0
+
+    monkeypatch.setattr(bench, "run_swarm", fake_swarm)
+    unfinished = bench.run_dir_of(Path(config["runs_dir"]), "smoke", 4, 0, 0)
+    _write_metrics(unfinished / "node-0", [0.1])  # interrupted after step 1, with a checkpoint
+    (unfinished / "node-0" / "checkpoint-1").mkdir()
+
+    outcome = bench.run_all(config, write=lambda line: None)
+    assert calls[0][1] == unfinished  # restarted in the same directory, so its nodes resume
+    attempt = json.loads((unfinished / bench.ATTEMPTS).read_text().splitlines()[0])
+    assert attempt["resuming"] is True and attempt["command"] == calls[0][0]
+    assert (unfinished / bench.COMPLETE).exists()
+    assert not (unfinished / "node-0" / "checkpoint-1").exists()  # a completed run's checkpoints are removed
+    assert len(calls) == 3 and outcome["failed"] == [str(calls[1][1])]  # 4/4: the first try and one retry
+    assert not (calls[1][1] / bench.COMPLETE).exists()
+
+    calls.clear()
+    outcome = bench.run_all(config, write=lambda line: None)
+    assert outcome["skipped"] == [str(unfinished)] and [c[1] for c in calls] == [calls[0][1]] * 2
+
+
+# ----------------------------------------------------------------------------------------------------
+# end to end: real local swarms
+
+
+def test_smoke_profile_end_to_end_then_resume_skips_completed_runs(bench, tmp_path, tiny_model_a):
+    runs_dir, results = tmp_path / "runs", tmp_path / "results"
+    argv = [
+        "--profile", "smoke", "--model", str(tiny_model_a), "--settings", "8/0,4/4", "--seeds", "0",
+        "--steps", "2", "--save-steps", "1", "--runs-dir", str(runs_dir), "--results-dir", str(results),
+    ]  # fmt: skip
+    assert bench.main(argv) == 0
+
+    report = json.loads((results / "sapo_table_smoke.json").read_text())
+    for key in ("command", "config", "git_commit", "machine", "date", "table", "runs", "notes"):
+        assert key in report
+    assert report["command"].endswith(" ".join(argv)) and report["config"]["peers"] == 2
+    assert [r["setting"] for r in report["table"]] == ["8/0", "4/4"]
+    assert [r["run_as"] for r in report["table"]] == ["4/0", "2/2"]
+    assert len(report["runs"]) == 2
+    for run in report["runs"]:
+        assert run["complete"] and run["attempts"] == 1
+        assert sorted(run["peers"]) == ["node-0", "node-1"]
+        for node in run["peers"].values():
+            assert node["steps"] == [1, 2] and len(node["local_reward"]) == 2
+        assert run["cumulative_reward"] == pytest.approx(sum(sum(n["local_reward"]) for n in run["peers"].values()))
+    shared = next(r for r in report["runs"] if r["setting"] == "4/4")
+    assert shared["num_external"] == 2
+    md = (results / "sapo_table_smoke.md").read_text()
+    assert "| I/J (paper) |" in md and "| 8/0 | 4/0 |" in md and "| 4/4 | 2/2 |" in md
+    assert "Did sharing help" in md and "2 swarm run(s) started" in md
+    assert (results / "sapo_table_smoke.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+    run_dirs = [Path(r["run_dir"]) for r in report["runs"]]
+    assert not list(runs_dir.rglob("checkpoint-*"))  # completed runs keep metrics, not checkpoints
+    before = {p: p.stat().st_mtime_ns for d in run_dirs for p in [d / bench.COMPLETE, *d.glob("node-*/metrics.jsonl")]}
+
+    assert bench.main(argv) == 0  # everything is complete: nothing starts again
+    after = {p: p.stat().st_mtime_ns for p in before}
+    assert after == before
+    for d in run_dirs:
+        assert len((d / bench.ATTEMPTS).read_text().splitlines()) == 1
+    md = (results / "sapo_table_smoke.md").read_text()
+    assert "0 swarm run(s) started, 2 complete run(s) skipped" in md
