@@ -37,14 +37,12 @@ import atexit
 import collections
 import contextlib
 import dataclasses
-import glob
 import hashlib
 import json
 import logging
 import os
 import random
 import signal
-import socket
 import threading
 import time
 import weakref
@@ -58,6 +56,15 @@ from hivemind.p2p import P2P, PeerID
 from hivemind.utils.crypto import RSAPrivateKey
 from hivemind.utils.multiaddr import Multiaddr
 
+from swarm.daemon import (
+    STATE_FILE,
+    cleanup_stale_state,
+    is_p2pd,
+    parent_pid,
+    pid_alive,
+    remove_files,
+    remove_stale_sockets_since,
+)
 from swarm.records import (
     Group,
     GroupRecord,
@@ -86,7 +93,6 @@ logger = logging.getLogger("swarm.dht")
 MULTIADDR_FORM = "/ip4/1.2.3.4/tcp/31337/p2p/Qm..."
 """The shape of a joinable multiaddr, shown in error messages."""
 
-_STATE_FILE = "p2pd-state.json"
 _RECORDS_PER_GET = 3  # hivemind packs sqrt(n) keys per lookup RPC: n <= 3 keeps one record per 4 MiB message
 
 
@@ -270,96 +276,6 @@ def _load_or_create_signing_key(path: str | None) -> RSAPrivateKey:
     return fresh
 
 
-def _pid_alive(pid: int) -> bool:
-    """True if ``pid`` runs and is not a zombie."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except (FileNotFoundError, ProcessLookupError, IndexError):
-        return False
-
-
-def _is_p2pd(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            return b"p2pd" in f.read()
-    except OSError:
-        return False
-
-
-def _parent_pid(pid: int) -> int | None:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return int(f.read().rsplit(")", 1)[1].split()[1])
-    except (OSError, IndexError, ValueError):
-        return None
-
-
-def _socket_is_stale(path: str) -> bool:
-    """True if nobody listens on the unix socket ``path`` any more."""
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
-        s.settimeout(1.0)
-        try:
-            s.connect(path)
-            return False
-        except (ConnectionRefusedError, FileNotFoundError):
-            return True
-        except OSError:
-            return False
-
-
-def _remove_files(paths: Sequence[str]) -> None:
-    for path in paths:
-        with contextlib.suppress(FileNotFoundError):
-            os.remove(path)
-
-
-def _remove_stale_sockets_since(since: float) -> None:
-    """Remove hivemind socket files created after ``since`` that no process listens on.
-
-    A p2pd that exits during startup (e.g. no bootstrap peer answered) leaves its socket file, and
-    hivemind never tells us its name; a socket nobody listens on is garbage whoever made it.
-    """
-    for path in glob.glob("/tmp/hivemind-p2pd-*.sock") + glob.glob("/tmp/hivemind-p2pclient-*.sock"):
-        try:
-            if os.stat(path).st_mtime >= since - 1 and _socket_is_stale(path):
-                os.remove(path)
-        except OSError:
-            pass
-
-
-def cleanup_stale_state(state_dir: str) -> None:
-    """Kill a p2pd left by a crashed previous run with this ``state_dir`` and remove its socket files.
-
-    The p2pd is killed only if it still runs, is a p2pd (checked in ``/proc/<pid>/cmdline``, against
-    pid reuse) and its recorded Python parent is gone.
-    """
-    path = os.path.join(state_dir, _STATE_FILE)
-    try:
-        with open(path) as f:
-            state = json.load(f)
-        pid, parent = int(state["p2pd_pid"]), int(state["python_pid"])
-        sockets = [str(s) for s in state.get("sockets", [])]
-    except FileNotFoundError:
-        return
-    except (OSError, ValueError, KeyError, TypeError) as e:
-        logger.warning("ignoring unreadable state file %s: %s", path, e)
-        _remove_files([path])
-        return
-    if _pid_alive(pid) and _is_p2pd(pid):
-        if _parent_pid(pid) == parent and _pid_alive(parent):
-            logger.warning("p2pd %d from %s still belongs to live process %d; leaving it", pid, path, parent)
-            return
-        logger.warning("killing p2pd %d left behind by a previous run (parent %d is gone)", pid, parent)
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
-        deadline = time.monotonic() + 5
-        while _pid_alive(pid) and time.monotonic() < deadline:
-            time.sleep(0.05)
-    _remove_files([s for s in sockets if os.path.exists(s) and _socket_is_stale(s)])
-    _remove_files([path])
-
-
 _LIVE_SWARMS: weakref.WeakSet[DHTSwarm] = weakref.WeakSet()
 
 
@@ -461,9 +377,9 @@ class DHTSwarm(SwarmTransport):
             future.cancel()
             self._stop_thread()
             self._kill_leftovers()
-            _remove_stale_sockets_since(started)
+            remove_stale_sockets_since(started)
             time.sleep(0.5)  # a p2pd that failed its start may still hold its socket for a moment
-            _remove_stale_sockets_since(started)
+            remove_stale_sockets_since(started)
             if isinstance(e, SwarmJoinError | ValueError):
                 raise
             raise SwarmJoinError(self._join_failure_message(f"{type(e).__name__}: {e}")) from e
@@ -557,7 +473,7 @@ class DHTSwarm(SwarmTransport):
             try:
                 # We create the P2P ourselves (not DHTNode) so that a failed bootstrap can shut it down.
                 p2p = await asyncio.wait_for(P2P.create(**p2p_kwargs), max(1.0, deadline - time.monotonic()))
-                _remove_stale_sockets_since(started)  # sockets of failed attempts nobody listens on
+                remove_stale_sockets_since(started)  # sockets of failed attempts nobody listens on
                 return p2p
             except asyncio.TimeoutError:
                 raise SwarmJoinError(self._join_failure_message("timed out starting p2pd")) from None
@@ -575,7 +491,7 @@ class DHTSwarm(SwarmTransport):
         if self.config.state_dir is None or self._p2pd_pid is None:
             return
         state = {"python_pid": os.getpid(), "p2pd_pid": self._p2pd_pid, "sockets": self._sockets}
-        path = os.path.join(self.config.state_dir, _STATE_FILE)
+        path = os.path.join(self.config.state_dir, STATE_FILE)
         with open(path + ".tmp", "w") as f:
             json.dump(state, f)
         os.replace(path + ".tmp", path)
@@ -613,14 +529,14 @@ class DHTSwarm(SwarmTransport):
     def _kill_leftovers(self) -> None:
         """Last resort after shutdown: kill our p2pd if it survived, remove our sockets and state file."""
         pid = self._p2pd_pid
-        if pid is not None and _pid_alive(pid) and _is_p2pd(pid) and _parent_pid(pid) == os.getpid():
+        if pid is not None and pid_alive(pid) and is_p2pd(pid) and parent_pid(pid) == os.getpid():
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
             with contextlib.suppress(ChildProcessError, OSError):
                 os.waitpid(pid, 0)
-        _remove_files(self._sockets)
+        remove_files(self._sockets)
         if self.config.state_dir is not None:
-            _remove_files([os.path.join(self.config.state_dir, _STATE_FILE)])
+            remove_files([os.path.join(self.config.state_dir, STATE_FILE)])
 
     def close(self) -> None:
         """Leave the swarm: stop the background work, shut down the DHT node and p2pd, remove socket files.
@@ -1019,7 +935,7 @@ class DHTSwarm(SwarmTransport):
             await asyncio.sleep(self.config.health_interval)
             child = self._p2p._child if self._p2p is not None else None
             dead = child is not None and child.returncode is not None
-            if not dead and self._p2pd_pid is not None and not _pid_alive(self._p2pd_pid):
+            if not dead and self._p2pd_pid is not None and not pid_alive(self._p2pd_pid):
                 dead = True
             if dead and self._healthy:
                 self._healthy = False

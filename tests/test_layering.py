@@ -10,7 +10,7 @@ import pytest
 @pytest.mark.parametrize(
     "modules, forbidden",
     [
-        (["swarm", "swarm.records", "swarm.validation", "swarm.dht", "swarm.memory"],
+        (["swarm", "swarm.records", "swarm.validation", "swarm.daemon", "swarm.dht", "swarm.memory"],
          ["sapo", "rewards", "trl", "transformers"]),
         (["rewards", "rewards.functions", "rewards.extract", "rewards.combine"],
          ["sapo", "swarm", "trl", "transformers"]),

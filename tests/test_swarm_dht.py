@@ -25,7 +25,8 @@ from hivemind.dht.validation import DHTRecord  # noqa: E402
 from hivemind.utils.crypto import RSAPrivateKey  # noqa: E402
 from hivemind.utils.serializer import MSGPackSerializer  # noqa: E402
 
-from swarm.dht import DHTSwarm, SwarmJoinError, _socket_is_stale  # noqa: E402
+from swarm.daemon import socket_is_stale  # noqa: E402
+from swarm.dht import DHTSwarm, SwarmJoinError  # noqa: E402
 from swarm.records import GroupRecord, IndexEntry, RecordRef, RecordRejected, encode_index_entry, encode_record  # noqa: E402
 from swarm.validation import owner_marker  # noqa: E402
 from tests.swarm_fixtures import (  # noqa: E402, F401
@@ -309,7 +310,7 @@ def test_unreachable_initial_peer_fails_in_bounded_time():
     assert addr in message and "10 s" in message and "clocks" in message
     # Only dead sockets are a leak: other processes on this machine may be running live p2pd daemons.
     new = [f for f in set(os.listdir("/tmp")) - before if f.startswith("hivemind-")]
-    assert not [f for f in new if _socket_is_stale(os.path.join("/tmp", f))]
+    assert not [f for f in new if socket_is_stale(os.path.join("/tmp", f))]
 
 
 def test_close_leaves_no_process_or_socket(dht_peers):

@@ -1,0 +1,108 @@
+"""Hygiene of the p2pd daemons hivemind starts: liveness checks, stale sockets, leftovers of crashed runs."""
+
+from __future__ import annotations
+
+import contextlib
+import glob
+import json
+import logging
+import os
+import signal
+import socket
+import time
+from collections.abc import Sequence
+
+logger = logging.getLogger("swarm.dht")
+
+STATE_FILE = "p2pd-state.json"
+"""Name of the file in a peer's state directory recording its p2pd pid, its Python pid and its sockets."""
+
+
+def pid_alive(pid: int) -> bool:
+    """True if ``pid`` runs and is not a zombie."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (FileNotFoundError, ProcessLookupError, IndexError):
+        return False
+
+
+def is_p2pd(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return b"p2pd" in f.read()
+    except OSError:
+        return False
+
+
+def parent_pid(pid: int) -> int | None:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return int(f.read().rsplit(")", 1)[1].split()[1])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def socket_is_stale(path: str) -> bool:
+    """True if nobody listens on the unix socket ``path`` any more."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+        s.settimeout(1.0)
+        try:
+            s.connect(path)
+            return False
+        except (ConnectionRefusedError, FileNotFoundError):
+            return True
+        except OSError:
+            return False
+
+
+def remove_files(paths: Sequence[str]) -> None:
+    for path in paths:
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(path)
+
+
+def remove_stale_sockets_since(since: float) -> None:
+    """Remove hivemind socket files created after ``since`` that no process listens on.
+
+    A p2pd that exits during startup (e.g. no bootstrap peer answered) leaves its socket file, and
+    hivemind never tells us its name; a socket nobody listens on is garbage whoever made it.
+    """
+    for path in glob.glob("/tmp/hivemind-p2pd-*.sock") + glob.glob("/tmp/hivemind-p2pclient-*.sock"):
+        try:
+            if os.stat(path).st_mtime >= since - 1 and socket_is_stale(path):
+                os.remove(path)
+        except OSError:
+            pass
+
+
+def cleanup_stale_state(state_dir: str) -> None:
+    """Kill a p2pd left by a crashed previous run with this ``state_dir`` and remove its socket files.
+
+    The p2pd is killed only if it still runs, is a p2pd (checked in ``/proc/<pid>/cmdline``, against
+    pid reuse) and its recorded Python parent is gone.
+    """
+    path = os.path.join(state_dir, STATE_FILE)
+    try:
+        with open(path) as f:
+            state = json.load(f)
+        pid, parent = int(state["p2pd_pid"]), int(state["python_pid"])
+        sockets = [str(s) for s in state.get("sockets", [])]
+    except FileNotFoundError:
+        return
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        logger.warning("ignoring unreadable state file %s: %s", path, e)
+        remove_files([path])
+        return
+    if pid_alive(pid) and is_p2pd(pid):
+        if parent_pid(pid) == parent and pid_alive(parent):
+            logger.warning("p2pd %d from %s still belongs to live process %d; leaving it", pid, path, parent)
+            return
+        logger.warning("killing p2pd %d left behind by a previous run (parent %d is gone)", pid, parent)
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+        deadline = time.monotonic() + 5
+        while pid_alive(pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+    remove_files([s for s in sockets if os.path.exists(s) and socket_is_stale(s)])
+    remove_files([path])
