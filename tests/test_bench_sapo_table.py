@@ -128,7 +128,7 @@ def test_aggregation_cumulative_gain_and_spread(bench, tmp_path):
     runs = bench.collect(config)
     rows = {r["setting"]: r for r in bench.table(runs, config["settings"])}
     assert rows["4/4"]["seeds"] == [1] and rows["4/4"]["gain_per_seed"] == pytest.approx({"min": 0.5, "max": 0.5})
-    assert any("Not complete" in n and "4/4 seed 0" in n for n in bench.notes(config, runs, None))
+    assert any("not complete" in n and "4/4 seed 0" in n for n in bench.notes(config, runs, None))
 
 
 def test_verdict_says_when_sharing_did_not_help(bench):

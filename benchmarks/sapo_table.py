@@ -1,0 +1,966 @@
+"""SAPO's experience-sharing table, reproduced with real `sapo-node` processes on a real loopback DHT.
+
+The SAPO paper (arXiv 2509.08721: 8 peers, Qwen2.5-0.5B-Instruct, ReasoningGYM, I + J = 8 groups per
+round, 8 completions per question, GRPO with beta 0, epsilon 0.2 / 0.28) reports the cumulative reward of
+the swarm for four mixes of I local and J external groups per round:
+
+    8/0  561.79 (no sharing, baseline)   6/2  854.43 (+52%)   4/4  1093.31 (+94%)   2/6  945.87 (+68%)
+
+For each setting (``--settings``) and each seed (``--seeds``) this script runs one local swarm of N peers,
+
+    sapo-node local-swarm --peers N --run-dir RUNS/PROFILE/I-J/seed-S --seed 100*S --num_local I --num_external J ...
+
+one run after the other, with the same seeds, tasks and every other setting for every I/J. Node i of the
+swarm of seed S uses seed 100*S + i (``local-swarm`` gives node i seed + i), so no two runs of different
+seeds share a node seed. Every node appends one line per training step to its ``metrics.jsonl``; the table
+uses ``sapo/local_reward``: the mean reward, under the node's own reward functions, of the completions the
+node generated itself that step (its I local groups, plus fill-in groups it generated when the swarm had
+fewer than J usable groups). Rewards of external completions never count.
+
+Quantities (per run = one setting and one seed):
+    cumulative reward  = sum over peers p and steps t of local_reward(p, t)   (the table's headline figure,
+                         like the paper's "cumulative reward"; it grows with peers x steps, so compare it
+                         only within one profile)
+    mean reward        = cumulative reward / number of (peer, step) pairs that logged a local reward
+    gain vs 8/0        = mean over seeds of cumulative(setting) / mean over seeds of cumulative(8/0) - 1;
+                         the spread is the min-max of the per-seed (paired, same seed) gains
+    spread over seeds  = min-max and sample standard deviation of the cumulative reward over seeds
+
+Profiles:
+    paper  The paper's settings, for a GPU machine: ``--model PATH`` to a local Qwen2.5-0.5B-Instruct
+           directory (required), 8 peers, I + J = 8 groups of G = 8 completions, the paper's nine
+           reasoning-gym tasks (``sapo.tasks.PAPER_TASKS``), reward = reasoning-gym verifier only,
+           2000 steps (the paper's number of rounds as we read its figures), max_completion_length 512
+           (our choice: the paper does not state it). NOT RUN HERE (no GPU was available). Estimate for one
+           H100: 8 node processes share the GPU; a node's round is 64 completions of up to 512 tokens with
+           Hugging Face generate (about 10-15 s alone for a 0.5B model) plus a GRPO step on 64 sequences
+           (2-3 s alone); 8 processes time-sharing one GPU make that roughly 30-60 s per round, i.e.
+           about 17-33 hours per setting and seed (2000 rounds), 3-6 days for the four settings with one
+           seed. Eight full fine-tunes with AdamW (about 8-12 GB each) may not fit in 80 GB: use an H200, or
+           fewer peers per GPU. Measure a few steps (``--steps 3``) before committing to it.
+    cpu    Sized for a 2-core CPU machine: the embedded SmolLM2-135M-Instruct, 4 peers, I + J scaled from
+           8 to 4 groups (8/0, 6/2, 4/4, 2/6 run as 4/0, 3/1, 2/2, 1/3), G = 4 completions of at most 64
+           tokens, the default easy task mix (``sapo.tasks.DEFAULT_TASKS``: a 135M model scores zero on most
+           of the paper's tasks), reward = reasoning-gym verifier only, learning rate 1e-5 (twice the node
+           default, so that a short run can move), per-device batch 4 (batch 16 peaked at 6.4 GB per node
+           and got nodes OOM-killed), and the number of steps that fits about 30 minutes per setting and seed.
+           Measured (CPU_SIZING below, ``--sizing 3``): ~180-200 s per step with 4 peers on 2 cores (generation
+           ~50 s of it, the rest forward/backward of 16 sequences of ~200 tokens in fp32), startup ~80 s, so
+           10 steps per run: too few for RL to change much. A lighter variant (unmeasured; about 2.5x less
+           compute, ~25 steps per 30 minutes): ``--groups-per-step 2 --max-completion-length 32 --steps 25``
+           (only 8/0 and 4/4 scale to 2 groups: 2/0 and 1/1).
+    smoke  Harness check in seconds to a minute: ``--model`` a tiny model directory, 2 peers, 3 steps,
+           G = 2 completions of 8 tokens, I + J = 4, one easy task, uniform sampling. Used by the tests.
+
+Resumable: a run whose directory holds ``run-complete.json`` (written when every node reached the last
+step) is skipped; an unfinished run is started again in the same directory, and its nodes resume from the
+newest complete checkpoint there (``--save-steps`` sets how often they write one). Completed runs' model
+checkpoints are deleted to save disk (``--keep-checkpoints`` keeps them); metrics and logs stay.
+Every process started is stopped: Ctrl-C or SIGTERM sends SIGTERM to the running ``local-swarm`` (which
+forwards it to its nodes: they finish their step, checkpoint and leave) and waits for it.
+
+Usage:
+    python benchmarks/sapo_table.py --profile cpu --settings 8/0,4/4 --seeds 0,1   # ~4 x 33 minutes
+    python benchmarks/sapo_table.py --profile cpu --sizing 3   # time 3 steps of the profile (scratch dir)
+    python benchmarks/sapo_table.py --profile paper --model /models/Qwen2.5-0.5B-Instruct
+    python benchmarks/sapo_table.py --profile smoke --model DIR --runs-dir /tmp/r --results-dir /tmp/out
+    python benchmarks/sapo_table.py --profile cpu --report-only     # table/plots from the runs so far
+    Options after ``--`` are passed to every node unchanged (e.g. ``-- --temperature 0.9``).
+
+Writes RESULTS_DIR/sapo_table_<profile>.{json,md,png} (default benchmarks/results).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime
+import json
+import math
+import os
+import platform
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "benchmarks" / "results"
+RUNS = ROOT / "runs" / "sapo_table"
+
+PAPER_GROUPS = 8
+PAPER_SETTINGS = ("8/0", "6/2", "4/4", "2/6")
+PAPER_CUMULATIVE = {"8/0": 561.79, "6/2": 854.43, "4/4": 1093.31, "2/6": 945.87}
+BASELINE = "8/0"
+COMPLETE = "run-complete.json"
+ATTEMPTS = "attempts.jsonl"
+
+# Measured on this 2-core machine (see the module docstring, cpu profile): the median seconds per training
+# step of one node while 4 nodes of the cpu profile run concurrently, and the step count that follows.
+CPU_SIZING = {
+    "measured": "2026-11-22 with `--profile cpu --settings 4/4 --seeds 0 --sizing 3` (run as 2/2; G=4, 64 tokens, "
+    "per-device batch 16 at the time): step 1 took 201-204 s per node with 4 nodes up (generation 51 s of it), "
+    "step 2 165-185 s after 2 of the 4 nodes had been OOM-killed (6.4 GB RSS each at batch 16, hence batch 4 "
+    "now) while another benchmark used the CPU (load average ~5); startup ~80 s. So ~180-200 s per step with "
+    "4 peers on 2 cores: ~9-10 steps per 30 minutes",
+    "seconds_per_step_4_peers": 190.0,
+    "steps_for_30_minutes": 10,
+}
+
+
+@dataclass(frozen=True)
+class Profile:
+    """What one profile runs; every field can be overridden from the command line where a flag exists."""
+
+    name: str
+    peers: int
+    groups_per_step: int  # I + J; the paper's 8 is scaled to this
+    num_generations: int
+    max_completion_length: int
+    steps: int
+    save_steps: int
+    model: str | None  # None: --model is required
+    tasks: tuple[Any, ...] | None  # TaskSpecs written to the node config; None: the node's default mix
+    rewards: tuple[str, ...] = ("reasoning_gym",)
+    sampling_strategy: str = "paper"
+    learning_rate: float | None = None  # None: the node default
+    dataset_size: int | None = None
+    max_batch: int = 16  # per_device_train_batch_size: the largest divisor of the round's rows up to this
+    status_interval: float = 60.0
+    window: int = 10  # moving-average window of the plot
+    seeds: tuple[int, ...] = (0, 1)
+    notes: tuple[str, ...] = field(default=())
+
+
+def profiles() -> dict[str, Profile]:
+    from sapo.tasks import PAPER_TASKS
+
+    return {
+        "paper": Profile(
+            name="paper", peers=8, groups_per_step=8, num_generations=8, max_completion_length=512, steps=2000,
+            save_steps=50, model=None, tasks=PAPER_TASKS, status_interval=120.0, window=50, seeds=(0,),
+            notes=("Estimated, not run here: ~30-60 s per round with 8 nodes on one H100, i.e. ~17-33 h per "
+                   "setting and seed for 2000 rounds (see the script's docstring).",),
+        ),
+        "cpu": Profile(
+            name="cpu", peers=4, groups_per_step=4, num_generations=4, max_completion_length=64,
+            steps=int(CPU_SIZING["steps_for_30_minutes"]), save_steps=2, model="default", tasks=None,
+            learning_rate=1e-5, window=3, max_batch=4,
+            notes=("Only ~10 steps fit 30 minutes per run on 2 cores (4 SmolLM2-135M full fine-tunes share them): "
+                   "far too few for RL to move the policy much; a difference between settings at this scale says "
+                   "little about the paper's 2000-round result.",),
+        ),
+        "smoke": Profile(
+            name="smoke", peers=2, groups_per_step=4, num_generations=2, max_completion_length=8, steps=3,
+            save_steps=2, model=None, tasks=None, rewards=("reasoning_gym", "format"), sampling_strategy="uniform",
+            dataset_size=64, status_interval=5.0, window=2, seeds=(0,),
+        ),
+    }  # fmt: skip
+
+
+# ----------------------------------------------------------------------------------------------------
+# settings and commands
+
+
+def parse_setting(label: str) -> tuple[int, int]:
+    """'4/4' -> (4, 4): a paper setting, I local / J external groups out of 8."""
+    try:
+        i, j = (int(x) for x in label.strip().split("/"))
+    except ValueError:
+        raise ValueError(f"a setting is I/J, e.g. 4/4; got {label!r}") from None
+    if i < 0 or j < 0 or i + j != PAPER_GROUPS:
+        raise ValueError(f"setting {label!r}: I + J must be {PAPER_GROUPS} (the paper's settings), e.g. 6/2")
+    if i == 0:
+        raise ValueError(f"setting {label!r}: I must be at least 1 (the table measures the peers' own completions)")
+    return i, j
+
+
+def scale_setting(label: str, groups_per_step: int) -> tuple[int, int]:
+    """The paper's I/J out of 8 scaled to ``groups_per_step`` groups; it must scale to whole groups."""
+    i, j = parse_setting(label)
+    if (i * groups_per_step) % PAPER_GROUPS:
+        raise ValueError(
+            f"setting {label} does not scale to whole groups with {groups_per_step} groups per step; "
+            f"use a multiple of {PAPER_GROUPS // math.gcd(i, PAPER_GROUPS)} groups"
+        )
+    local = i * groups_per_step // PAPER_GROUPS
+    return local, groups_per_step - local
+
+
+def batch_size(rows: int, cap: int) -> int:
+    """The largest divisor of ``rows`` that is at most ``cap``."""
+    return max(d for d in range(1, min(rows, cap) + 1) if rows % d == 0)
+
+
+def run_dir_of(runs_dir: Path, profile: str, num_local: int, num_external: int, seed: int) -> Path:
+    return runs_dir / profile / f"{num_local}-{num_external}" / f"seed-{seed}"
+
+
+def node_options(config: dict[str, Any], num_local: int, num_external: int, seed: int, run_dir: Path) -> list[str]:
+    """The options every node of one run gets (after ``local-swarm``'s own)."""
+    rows = (num_local + num_external) * config["num_generations"]
+    options = [
+        "--model", config["model"],
+        "--num_local", str(num_local), "--num_external", str(num_external),
+        "--num_generations", str(config["num_generations"]),
+        "--per_device_train_batch_size", str(batch_size(rows, config["max_batch"])),
+        "--max_completion_length", str(config["max_completion_length"]),
+        "--max_steps", str(config["steps"]),
+        "--save_steps", str(config["save_steps"]), "--save_total_limit", "2",
+        "--sampling_strategy", config["sampling_strategy"],
+        "--swarm_name", f"sapo-table-{config['profile']}-{num_local}-{num_external}-s{seed}",
+        "--rewards", *config["rewards"],
+    ]  # fmt: skip
+    if config["learning_rate"] is not None:
+        options += ["--learning_rate", str(config["learning_rate"])]
+    if config["dataset_size"] is not None:
+        options += ["--dataset_size", str(config["dataset_size"])]
+    if config["tasks"] is not None:
+        options += ["--config", str(run_dir / "node-config.yaml")]
+    return options + list(config["node_args"])
+
+
+def swarm_command(config: dict[str, Any], num_local: int, num_external: int, seed: int, run_dir: Path) -> list[str]:
+    """The exact ``sapo-node local-swarm`` command of one run."""
+    return [
+        sys.executable, "-m", "sapo.cli", "local-swarm",
+        "--peers", str(config["peers"]), "--run-dir", str(run_dir), "--seed", str(100 * seed),
+        "--status-interval", str(config["status_interval"]),
+        *node_options(config, num_local, num_external, seed, run_dir),
+    ]  # fmt: skip
+
+
+def write_node_config(run_dir: Path, tasks: list[dict[str, Any]] | None) -> None:
+    """The node YAML config of a run: the task mix with each task's settings (flags cannot carry them)."""
+    if tasks is None:
+        return
+    import yaml
+
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "node-config.yaml").write_text(yaml.safe_dump({"tasks": tasks}, sort_keys=False))
+
+
+# ----------------------------------------------------------------------------------------------------
+# running
+
+
+class Stop(Exception):
+    """SIGTERM to the benchmark: stop like Ctrl-C."""
+
+
+def _raise_stop(signum: int, frame: Any) -> None:
+    raise Stop(signal.Signals(signum).name)
+
+
+def run_identity(config: dict[str, Any], num_local: int, num_external: int, seed: int) -> dict[str, Any]:
+    """What a completed run was run with: a marker with another identity is not this run."""
+    keep = ("profile", "peers", "num_generations", "max_completion_length", "steps", "model", "tasks", "rewards")
+    keep += ("sampling_strategy", "learning_rate", "dataset_size", "node_args")
+    return {**{k: config[k] for k in keep}, "num_local": num_local, "num_external": num_external, "seed": seed}
+
+
+def read_complete(run_dir: Path) -> dict[str, Any] | None:
+    try:
+        return json.loads((run_dir / COMPLETE).read_text())
+    except (FileNotFoundError, json.JSONDecodeError):
+        return None
+
+
+def nodes_finished(run_dir: Path, peers: int, steps: int) -> bool:
+    """Every node logged its last step."""
+    for i in range(peers):
+        rows = load_metrics(run_dir / f"node-{i}" / "metrics.jsonl")
+        if not rows or max(r["step"] for r in rows) < steps:
+            return False
+    return True
+
+
+def remove_checkpoints(run_dir: Path) -> None:
+    """Model checkpoints and final models of a completed run (GBs each); metrics and logs stay."""
+    for path in [*run_dir.glob("node-*/checkpoint-*"), *run_dir.glob("node-*/final")]:
+        if path.is_dir():
+            shutil.rmtree(path, ignore_errors=True)
+
+
+def run_swarm(command: list[str], run_dir: Path, write: Any) -> int:
+    """Run one local swarm to its end, relaying its status lines; always stops it (SIGTERM by PID, wait)."""
+    log = open(run_dir / "local-swarm.log", "a")
+    process = subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT,
+        start_new_session=True,  # Ctrl-C reaches only this script, which then stops the swarm in order
+    )  # fmt: skip
+    last = None
+    try:
+        for line in process.stdout:
+            log.write(line)
+            log.flush()
+            if line != last:  # status lines repeat while nothing changes: show each state once
+                write(f"  {run_dir.parent.name}/{run_dir.name}: {line.rstrip()}")
+            last = line
+        return process.wait()
+    finally:
+        if process.poll() is None:
+            write(f"stopping local-swarm (pid {process.pid}): its nodes checkpoint and leave")
+            process.send_signal(signal.SIGTERM)
+            try:
+                process.wait(timeout=600)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+        log.close()
+
+
+@contextlib.contextmanager
+def stop_on_signals():
+    """SIGTERM raises Stop and SIGINT KeyboardInterrupt (also when a shell started us with SIGINT ignored), so
+    the ``finally`` of :func:`run_swarm` always stops the swarm it started."""
+    previous = {
+        signal.SIGTERM: signal.signal(signal.SIGTERM, _raise_stop),
+        signal.SIGINT: signal.signal(signal.SIGINT, signal.default_int_handler),
+    }
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def run_all(config: dict[str, Any], write: Any = print) -> dict[str, Any]:
+    """Run every (setting, seed) not yet complete; returns {'started': [...], 'skipped': [...], 'failed': [...]}."""
+    from tqdm.auto import tqdm
+
+    runs = [(label, seed) for label in config["settings"] for seed in config["seeds"]]
+    outcome: dict[str, list[str]] = {"started": [], "skipped": [], "failed": []}
+    bar = tqdm(total=len(runs), desc=f"sapo_table {config['profile']}", unit="run", dynamic_ncols=True)
+    try:
+        for label, seed in runs:
+            num_local, num_external = scale_setting(label, config["groups_per_step"])
+            run_dir = run_dir_of(Path(config["runs_dir"]), config["profile"], num_local, num_external, seed)
+            name = f"{label} (run as {num_local}/{num_external}) seed {seed}"
+            identity = run_identity(config, num_local, num_external, seed)
+            marker = read_complete(run_dir)
+            if marker is not None:
+                if marker.get("identity") != identity:
+                    raise SystemExit(
+                        f"sapo_table: {run_dir} holds a completed run of another configuration; "
+                        "use another --runs-dir or delete that directory"
+                    )
+                outcome["skipped"].append(str(run_dir))
+                bar.set_postfix_str(f"{name}: complete, skipped")
+                bar.update()
+                continue
+            write_node_config(run_dir, config["tasks"])
+            command = swarm_command(config, num_local, num_external, seed, run_dir)
+            ok = False
+            for attempt in range(1 + config["retries"]):
+                bar.set_postfix_str(f"{name}: running" + (f" (retry {attempt})" if attempt else ""))
+                run_dir.mkdir(parents=True, exist_ok=True)
+                resuming = any(run_dir.glob("node-*/checkpoint-*"))
+                started = time.time()
+                with open(run_dir / ATTEMPTS, "a") as f:
+                    f.write(json.dumps({"started": started, "resuming": resuming, "command": command}) + "\n")
+                write(f"{name}: {'resuming' if resuming else 'starting'} in {run_dir}")
+                code = run_swarm(command, run_dir, write)
+                outcome["started"].append(str(run_dir))
+                if code == 0 and nodes_finished(run_dir, config["peers"], config["steps"]):
+                    marker = {
+                        "identity": identity,
+                        "command": command,
+                        "finished": time.time(),
+                        "last_attempt_seconds": time.time() - started,
+                        "attempts": len((run_dir / ATTEMPTS).read_text().splitlines()),
+                    }
+                    (run_dir / COMPLETE).write_text(json.dumps(marker, indent=1))
+                    if not config["keep_checkpoints"]:
+                        remove_checkpoints(run_dir)
+                    ok = True
+                    break
+                write(f"{name}: local-swarm exited with {code} before every node finished; see {run_dir}/node-*/")
+            if not ok:
+                outcome["failed"].append(str(run_dir))
+            bar.update()
+    finally:
+        bar.close()
+    return outcome
+
+
+# ----------------------------------------------------------------------------------------------------
+# aggregation
+
+
+def _float(value: Any) -> float:
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return math.nan
+
+
+def load_metrics(path: Path) -> list[dict[str, Any]]:
+    """One node's metrics.jsonl as rows sorted by step, one per step (the last line of a step wins)."""
+    by_step: dict[int, dict[str, Any]] = {}
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        return []
+    for line in text.splitlines():
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:
+            continue  # a torn last line of a killed node
+        if isinstance(row, dict) and "step" in row:
+            by_step[int(row["step"])] = row
+    return [by_step[s] for s in sorted(by_step)]
+
+
+PER_STEP_KEYS = {  # JSON name: metrics.jsonl key
+    "local_reward": "sapo/local_reward",
+    "external_reward": "sapo/external_reward",
+    "external_groups": "sapo/external_groups",
+    "fill_ins": "sapo/fill_ins",
+    "time": "time",
+}
+
+
+def load_run(run_dir: Path, peers: int, steps: int) -> dict[str, dict[str, list[float]]]:
+    """Per node: steps and per-step figures (NaN where a step did not log one), steps beyond ``steps`` cut."""
+    out = {}
+    for i in range(peers):
+        rows = [r for r in load_metrics(run_dir / f"node-{i}" / "metrics.jsonl") if r["step"] <= steps]
+        node = {"steps": [int(r["step"]) for r in rows]}
+        for name, key in PER_STEP_KEYS.items():
+            node[name] = [_float(r.get(key)) for r in rows]
+        out[f"node-{i}"] = node
+    return out
+
+
+def _finite(values: Sequence[float]) -> list[float]:
+    return [v for v in values if not math.isnan(v)]
+
+
+def run_summary(nodes: dict[str, dict[str, list[float]]]) -> dict[str, Any]:
+    """Cumulative and mean local reward of one run, external groups taken, seconds per step."""
+    rewards = [v for node in nodes.values() for v in _finite(node["local_reward"])]
+    durations = []
+    for node in nodes.values():
+        times = node["time"]
+        durations += [b - a for a, b in zip(times, times[1:], strict=False) if not (math.isnan(a) or math.isnan(b))]
+    external = [v for node in nodes.values() for v in _finite(node["external_groups"])]
+    fill_ins = [v for node in nodes.values() for v in _finite(node["fill_ins"])]
+    return {
+        "cumulative_reward": sum(rewards),
+        "peer_steps": len(rewards),
+        "mean_reward": sum(rewards) / len(rewards) if rewards else math.nan,
+        "external_groups_per_step": statistics.mean(external) if external else math.nan,
+        "fill_ins_per_step": statistics.mean(fill_ins) if fill_ins else math.nan,
+        "seconds_per_step_median": statistics.median(durations) if durations else math.nan,
+    }
+
+
+def _spread(values: list[float]) -> dict[str, float]:
+    return {
+        "mean": statistics.mean(values) if values else math.nan,
+        "std": statistics.stdev(values) if len(values) > 1 else math.nan,
+        "min": min(values) if values else math.nan,
+        "max": max(values) if values else math.nan,
+    }
+
+
+def table(runs: list[dict[str, Any]], settings: Sequence[str]) -> list[dict[str, Any]]:
+    """One row per setting: cumulative and mean reward over seeds (mean, std, min, max), gain vs 8/0.
+
+    Only complete runs count. The gain is mean cumulative(setting) / mean cumulative(8/0) - 1; its spread is
+    the min-max of the per-seed gains cumulative(setting, s) / cumulative(8/0, s) - 1 over seeds both ran.
+    """
+    by_setting: dict[str, dict[int, dict[str, Any]]] = {}
+    for run in runs:
+        if run["complete"]:
+            by_setting.setdefault(run["setting"], {})[run["seed"]] = run
+    base = by_setting.get(BASELINE, {})
+    base_mean = _spread([r["cumulative_reward"] for r in base.values()])["mean"]
+    rows = []
+    for label in settings:
+        done = by_setting.get(label, {})
+        cumulative = _spread([r["cumulative_reward"] for r in done.values()])
+        paired = [
+            done[s]["cumulative_reward"] / base[s]["cumulative_reward"] - 1
+            for s in sorted(done)
+            if s in base and base[s]["cumulative_reward"] > 0
+        ]
+        gain = cumulative["mean"] / base_mean - 1 if base and base_mean > 0 and done else math.nan
+        first = next((r for r in runs if r["setting"] == label), {})
+        rows.append(
+            {
+                "setting": label,
+                "run_as": f"{first.get('num_local', '?')}/{first.get('num_external', '?')}",
+                "seeds": sorted(done),
+                "cumulative_reward": cumulative,
+                "mean_reward": _spread([r["mean_reward"] for r in done.values()]),
+                "gain": gain,
+                "gain_per_seed": {"min": min(paired), "max": max(paired)} if paired else None,
+                "external_groups_per_step": _spread([r["external_groups_per_step"] for r in done.values()])["mean"],
+                "fill_ins_per_step": _spread([r["fill_ins_per_step"] for r in done.values()])["mean"],
+                "seconds_per_step_median": _spread([r["seconds_per_step_median"] for r in done.values()])["mean"],
+                "paper_cumulative": PAPER_CUMULATIVE.get(label),
+                "paper_gain": PAPER_CUMULATIVE[label] / PAPER_CUMULATIVE[BASELINE] - 1
+                if label in PAPER_CUMULATIVE
+                else None,
+            }
+        )
+    return rows
+
+
+def collect(config: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every (setting, seed) run of the config, with per-peer per-step figures and its summary."""
+    runs = []
+    for label in config["settings"]:
+        num_local, num_external = scale_setting(label, config["groups_per_step"])
+        for seed in config["seeds"]:
+            run_dir = run_dir_of(Path(config["runs_dir"]), config["profile"], num_local, num_external, seed)
+            marker = read_complete(run_dir)
+            identity = run_identity(config, num_local, num_external, seed)
+            complete = marker is not None and marker.get("identity") == identity
+            nodes = load_run(run_dir, config["peers"], config["steps"])
+            try:
+                attempts = len((run_dir / ATTEMPTS).read_text().splitlines())
+            except FileNotFoundError:
+                attempts = 0
+            runs.append(
+                {
+                    "setting": label,
+                    "num_local": num_local,
+                    "num_external": num_external,
+                    "seed": seed,
+                    "run_dir": str(run_dir),
+                    "complete": complete,
+                    "attempts": attempts,
+                    "command": marker.get("command") if marker else None,
+                    "last_attempt_seconds": marker.get("last_attempt_seconds") if marker else None,
+                    **run_summary(nodes),
+                    "peers": nodes,
+                }
+            )
+    return runs
+
+
+# ----------------------------------------------------------------------------------------------------
+# outputs
+
+
+def _fmt(value: float | None, spec: str = ".2f") -> str:
+    return "-" if value is None or (isinstance(value, float) and math.isnan(value)) else format(value, spec)
+
+
+def _pct(value: float | None) -> str:
+    return "-" if value is None or math.isnan(value) else f"{value * 100:+.0f}%"
+
+
+def format_table(rows: list[dict[str, Any]]) -> list[str]:
+    """The table as markdown lines."""
+    lines = [
+        "| I/J (paper) | run as | seeds | cumulative reward, mean over seeds | min-max | std | mean reward per "
+        "peer-step | gain vs 8/0 | per-seed gain min-max | external groups taken / step | fill-ins / step "
+        "| s / step (median) | paper cumulative (gain) |",
+        "|---" * 13 + "|",
+    ]
+    for r in rows:
+        c, m = r["cumulative_reward"], r["mean_reward"]
+        per_seed = r["gain_per_seed"]
+        seed_gains = "-" if per_seed is None else f"{_pct(per_seed['min'])} to {_pct(per_seed['max'])}"
+        paper = "-" if r["paper_cumulative"] is None else f"{r['paper_cumulative']:.2f} ({r['paper_gain']:+.1%})"
+        lines.append(
+            f"| {r['setting']} | {r['run_as']} | {','.join(map(str, r['seeds'])) or '-'} | {_fmt(c['mean'])} "
+            f"| {_fmt(c['min'])}-{_fmt(c['max'])} | {_fmt(c['std'])} | {_fmt(m['mean'], '.4f')} "
+            f"| {_pct(r['gain'])} | {seed_gains} "
+            f"| {_fmt(r['external_groups_per_step'])} | {_fmt(r['fill_ins_per_step'])} "
+            f"| {_fmt(r['seconds_per_step_median'], '.1f')} | {paper} |"
+        )
+    return lines
+
+
+def verdict(rows: list[dict[str, Any]]) -> list[str]:
+    """Plain statements of whether sharing helped at this scale (no analysis)."""
+    if not any(r["seeds"] for r in rows):
+        return ["- No run is complete: nothing was measured yet."]
+    base = next((r for r in rows if r["setting"] == BASELINE), None)
+    if base is None or not base["seeds"]:
+        return ["- No complete 8/0 baseline run: no gain can be stated."]
+    out = []
+    for r in rows:
+        if r["setting"] == BASELINE or not r["seeds"]:
+            continue
+        per_seed = r["gain_per_seed"]
+        if math.isnan(r["gain"]):
+            out.append(f"- {r['setting']}: no gain can be computed (baseline cumulative reward is 0).")
+        elif per_seed and per_seed["min"] > 0:
+            out.append(f"- {r['setting']}: sharing helped in every seed ({_pct(r['gain'])} on the seed mean).")
+        elif per_seed and per_seed["max"] < 0:
+            out.append(f"- {r['setting']}: sharing did NOT help: lower in every seed ({_pct(r['gain'])}).")
+        else:
+            out.append(
+                f"- {r['setting']}: no consistent effect: {_pct(r['gain'])} on the seed mean, but the per-seed "
+                "gains have both signs (within the seed spread)."
+            )
+    return out
+
+
+def write_outputs(report: dict[str, Any], results_dir: Path) -> dict[str, Path]:
+    """sapo_table_<profile>.json, .md and .png in ``results_dir``."""
+    results_dir.mkdir(parents=True, exist_ok=True)
+    stem = results_dir / f"sapo_table_{report['config']['profile']}"
+    paths = {"json": stem.with_suffix(".json"), "md": stem.with_suffix(".md"), "png": stem.with_suffix(".png")}
+    paths["json"].write_text(json.dumps(_json_safe(report), indent=1) + "\n")
+    config = report["config"]
+    lines = [
+        f"# SAPO experience-sharing table, profile `{config['profile']}`",
+        "",
+        f"Command: `{report['command']}`  ",
+        f"Commit: `{report['git_commit']}`, {report['date']}, {report['machine']}  ",
+        f"Setup: {report['setup']}",
+        "",
+        *format_table(report["table"]),
+        "",
+        "## Did sharing help at this scale?",
+        "",
+        *verdict(report["table"]),
+        "",
+        "## Notes",
+        "",
+        *report["notes"],
+    ]
+    paths["md"].write_text("\n".join(lines) + "\n")
+    plot(report, paths["png"])
+    return paths
+
+
+def seed_curve(run: dict[str, Any], steps: int) -> list[float]:
+    """Per step 1..steps: the mean over peers of local_reward (NaN where no peer logged one)."""
+    sums, counts = [0.0] * steps, [0] * steps
+    for node in run["peers"].values():
+        for step, value in zip(node["steps"], node["local_reward"], strict=True):
+            if 1 <= step <= steps and not math.isnan(value):
+                sums[step - 1] += value
+                counts[step - 1] += 1
+    return [s / c if c else math.nan for s, c in zip(sums, counts, strict=True)]
+
+
+def plot(report: dict[str, Any], path: Path) -> Path:
+    """Moving average of the local reward per setting (mean over peers and seeds), band = min-max over seeds."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from sapo.report import moving_average
+
+    config = report["config"]
+    steps, window = config["steps"], config["window"]
+    fig, (ax, ax_cum) = plt.subplots(1, 2, figsize=(13, 4.8))
+    x = list(range(1, steps + 1))
+    for label in config["settings"]:
+        runs = [r for r in report["runs"] if r["setting"] == label and r["complete"]]
+        if not runs:
+            continue
+        curves = [moving_average(seed_curve(r, steps), window) for r in runs]
+        cumulative = []
+        for r in runs:
+            total, acc = 0.0, []
+            for v in seed_curve(r, steps):
+                total += 0.0 if math.isnan(v) else v * config["peers"]
+                acc.append(total)
+            cumulative.append(acc)
+        name = f"{label} (run as {runs[0]['num_local']}/{runs[0]['num_external']}), {len(runs)} seed(s)"
+        for ax_, ys in ((ax, curves), (ax_cum, cumulative)):
+            columns = [[c[k] for c in ys if not math.isnan(c[k])] for k in range(steps)]
+            mean = [statistics.mean(col) if col else math.nan for col in columns]
+            line = ax_.plot(x, mean, label=name)[0]
+            if len(ys) > 1:
+                low = [min(col) if col else math.nan for col in columns]
+                high = [max(col) if col else math.nan for col in columns]
+                ax_.fill_between(x, low, high, color=line.get_color(), alpha=0.2)
+    ax.set(
+        title=f"Reward of the peers' own completions ({window}-step moving average; band: seeds min-max)",
+        xlabel="step",
+        ylabel="local reward (mean over peers and seeds)",
+    )
+    ax_cum.set(
+        title="Cumulative reward (sum over peers of the per-step mean x peers)",
+        xlabel="step",
+        ylabel="cumulative local reward",
+    )
+    for a in (ax, ax_cum):
+        a.grid(alpha=0.3)
+        if a.get_legend_handles_labels()[0]:
+            a.legend(fontsize=8)
+        else:
+            a.text(0.5, 0.5, "no complete run yet", ha="center", va="center", transform=a.transAxes)
+    ax.title.set_fontsize(9)
+    ax_cum.title.set_fontsize(9)
+    fig.suptitle(f"SAPO sharing table, profile {config['profile']}: {config['peers']} peers", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def _json_safe(value: Any) -> Any:
+    if isinstance(value, float) and (math.isnan(value) or math.isinf(value)):
+        return None
+    if isinstance(value, dict):
+        return {str(k): _json_safe(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_json_safe(v) for v in value]
+    return value
+
+
+def machine() -> str:
+    memory = 0
+    try:
+        with open("/proc/meminfo") as f:
+            memory = next(int(line.split()[1]) for line in f if line.startswith("MemTotal:")) * 1024
+    except (OSError, StopIteration):
+        pass
+    gpu = "no GPU"
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            gpu = torch.cuda.get_device_name(0)
+    except ImportError:
+        pass
+    return (
+        f"{platform.node()} {platform.machine()}, {os.cpu_count()} CPUs, {memory / 2**30:.0f} GiB, {gpu}, "
+        f"Python {platform.python_version()}"
+    )
+
+
+def git_commit() -> str:
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], capture_output=True, text=True, cwd=ROOT).stdout.strip()
+
+    return git("rev-parse", "HEAD") + (" (dirty tree)" if git("status", "--porcelain") else "")
+
+
+def notes(config: dict[str, Any], runs: list[dict[str, Any]], outcome: dict[str, Any] | None) -> list[str]:
+    out = [
+        "- Cumulative reward: sum over peers and steps of `sapo/local_reward`, the mean reward (under the "
+        f"node's reward functions: {', '.join(config['rewards'])}) of the completions a node generated itself "
+        "that step (its I local groups plus any fill-in groups it generated when the swarm had fewer than J "
+        "usable ones). External completions never count. Mean reward per peer-step = cumulative / peer-steps.",
+        "- Gain vs 8/0: mean over seeds of the cumulative reward / that of 8/0, minus 1; per-seed gain: the same "
+        "ratio for each seed (same seeds, tasks and settings in every I/J), min-max over seeds.",
+        "- Cumulative rewards depend on peers x steps and on the model, tasks and reward: compare gains with the "
+        "paper's, not the absolute numbers.",
+        f"- Each run is `sapo-node local-swarm` with {config['peers']} node processes on 127.0.0.1 joined through a "
+        "bootstrap DHT peer (real hivemind DHT, loopback); runs are sequential, each in its own swarm. Node i "
+        "of the swarm of seed S uses seed 100*S + i.",
+    ]
+    if config["groups_per_step"] != PAPER_GROUPS:
+        scaled = [scale_setting(s, config["groups_per_step"]) for s in config["settings"]]
+        out.append(
+            f"- I + J scaled from the paper's 8 groups per step to {config['groups_per_step']}: the paper's "
+            f"{', '.join(config['settings'])} run as {', '.join(f'{i}/{j}' for i, j in scaled)}."
+        )
+    out.append(
+        "- External groups taken / step below J means the swarm did not always have J usable groups "
+        "(e.g. at the start, or with the paper sampler dropping zero-advantage groups); the missing ones were "
+        "generated locally (fill-ins) and count as local."
+    )
+    out += [f"- {n}" for n in config["profile_notes"]]
+    if config["profile"] == "cpu":
+        out.append(
+            f"- cpu sizing: {CPU_SIZING['measured']}; {config['steps']} steps per run; SmolLM2-135M-Instruct, "
+            f"default easy task mix, learning rate {config['learning_rate']}, {config['max_completion_length']} "
+            f"new tokens, G={config['num_generations']}."
+        )
+    incomplete = [r for r in runs if not r["complete"]]
+    if incomplete:
+        out.append(
+            "- Not run or not complete (excluded from the table): "
+            + ", ".join(f"{r['setting']} seed {r['seed']}" for r in incomplete)
+            + "; run the same command again to resume them."
+        )
+    if outcome is not None:
+        out.append(
+            f"- This invocation: {len(outcome['started'])} swarm run(s) started, {len(outcome['skipped'])} "
+            f"complete run(s) skipped, {len(outcome['failed'])} failed."
+        )
+    out.append("- Whether and why sharing helps here is analysed separately; this page only reports the figures.")
+    return out
+
+
+def build_config(args: argparse.Namespace, node_args: list[str]) -> dict[str, Any]:
+    profile = profiles()[args.profile]
+    model = args.model or profile.model
+    if model is None:
+        raise SystemExit(f"sapo_table: --model DIR is required for the {profile.name} profile")
+    if model != "default":
+        model = str(Path(model).resolve())
+    settings = [s.strip() for s in args.settings.split(",") if s.strip()] if args.settings else list(PAPER_SETTINGS)
+    groups = args.groups_per_step or profile.groups_per_step
+    for label in settings:
+        scale_setting(label, groups)  # fail before anything runs
+    tasks = None
+    if profile.tasks is not None:
+        tasks = [{"name": t.name, "config": dict(t.config), "weight": t.weight} for t in profile.tasks]
+    return {
+        "profile": profile.name,
+        "settings": settings,
+        "seeds": [int(s) for s in args.seeds.split(",")] if args.seeds else list(profile.seeds),
+        "peers": args.peers or profile.peers,
+        "groups_per_step": groups,
+        "num_generations": args.num_generations or profile.num_generations,
+        "max_completion_length": args.max_completion_length or profile.max_completion_length,
+        "steps": args.steps or profile.steps,
+        "save_steps": args.save_steps or profile.save_steps,
+        "model": model,
+        "tasks": tasks,
+        "rewards": list(profile.rewards),
+        "sampling_strategy": profile.sampling_strategy,
+        "learning_rate": profile.learning_rate,
+        "dataset_size": profile.dataset_size,
+        "max_batch": profile.max_batch,
+        "status_interval": args.status_interval or profile.status_interval,
+        "window": args.window or profile.window,
+        "retries": args.retries,
+        "keep_checkpoints": args.keep_checkpoints,
+        "runs_dir": str(Path(args.runs_dir).resolve()),
+        "node_args": node_args,
+        "profile_notes": list(profile.notes),
+    }
+
+
+def sizing(config: dict[str, Any], steps: int, write: Any = print, budget: float = 1800.0) -> int:
+    """Time ``steps`` steps of the profile's swarm (first setting and seed) and print how many fit ``budget``."""
+    import resource
+
+    label, seed = config["settings"][0], config["seeds"][0]
+    num_local, num_external = scale_setting(label, config["groups_per_step"])
+    config = {**config, "steps": steps, "runs_dir": str(Path(config["runs_dir"]) / "sizing")}
+    run_dir = run_dir_of(Path(config["runs_dir"]), config["profile"], num_local, num_external, seed)
+    if run_dir.exists():
+        shutil.rmtree(run_dir)
+    run_dir.mkdir(parents=True)
+    write_node_config(run_dir, config["tasks"])
+    load_before = os.getloadavg()
+    cpu_before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    started = time.time()
+    code = run_swarm(swarm_command(config, num_local, num_external, seed, run_dir), run_dir, write)
+    wall = time.time() - started
+    cpu_after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (cpu_after.ru_utime - cpu_before.ru_utime) + (cpu_after.ru_stime - cpu_before.ru_stime)
+    nodes = load_run(run_dir, config["peers"], steps)
+    first = [n["time"][0] for n in nodes.values() if n["time"]]
+    # step 1 of each node carries its warm-up: the median over the later steps is the steady cost
+    later = [b - a for n in nodes.values() for a, b in zip(n["time"][1:], n["time"][2:], strict=False)]
+    per_step = statistics.median(later) if later else math.nan
+    startup = (min(first) - started) if first else math.nan
+    fit = int((budget - startup) // per_step) if later and per_step > 0 else None
+    result = {
+        "profile": config["profile"], "peers": config["peers"], "setting": label,
+        "run_as": f"{num_local}/{num_external}", "steps": steps, "exit_code": code, "wall_seconds": wall,
+        "startup_seconds": startup,
+        "seconds_per_step_median": per_step, "step_durations": later, "steps_for_budget": fit,
+        "budget_seconds": budget, "cpu_seconds_all_processes": cpu, "load_before": load_before,
+        "load_after": os.getloadavg(),
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+    }  # fmt: skip
+    (run_dir.parent / "sizing.json").write_text(json.dumps(_json_safe(result), indent=1))
+    print(json.dumps(_json_safe(result), indent=1))
+    return code
+
+
+def parse_args(argv: Sequence[str]) -> tuple[argparse.Namespace, list[str]]:
+    argv = list(argv)
+    node_args: list[str] = []
+    if "--" in argv:
+        cut = argv.index("--")
+        argv, node_args = argv[:cut], argv[cut + 1 :]
+    parser = argparse.ArgumentParser(
+        description=__doc__.splitlines()[0], epilog="Options after -- go to every node unchanged."
+    )
+    parser.add_argument("--profile", choices=sorted(profiles()), default="cpu", help="default cpu")
+    parser.add_argument("--settings", default=None, help="paper I/J settings, e.g. 8/0,4/4 (default all four)")
+    parser.add_argument("--seeds", default=None, help="comma-separated seeds (default: the profile's)")
+    parser.add_argument("--model", default=None, help="local HF model directory (paper, smoke: required)")
+    parser.add_argument("--peers", type=int, default=None, help="peers per swarm (default: the profile's)")
+    parser.add_argument("--steps", type=int, default=None, help="training steps per peer (default: the profile's)")
+    parser.add_argument("--groups-per-step", type=int, default=None, help="I + J (default: the profile's)")
+    parser.add_argument("--num-generations", type=int, default=None, help="G, completions per question")
+    parser.add_argument("--max-completion-length", type=int, default=None, help="new tokens per completion")
+    parser.add_argument("--save-steps", type=int, default=None, help="checkpoint every this many steps")
+    parser.add_argument("--status-interval", type=float, default=None, help="seconds between status lines")
+    parser.add_argument("--window", type=int, default=None, help="moving-average window of the plot")
+    parser.add_argument("--retries", type=int, default=1, help="restarts (resuming) of a failed run (default 1)")
+    parser.add_argument("--keep-checkpoints", action="store_true", help="keep completed runs' checkpoints")
+    parser.add_argument("--runs-dir", default=str(RUNS), help=f"run directories (default {RUNS.relative_to(ROOT)})")
+    parser.add_argument("--results-dir", default=str(RESULTS), help="where the json/md/png go")
+    parser.add_argument("--report-only", action="store_true", help="start nothing; report the runs so far")
+    parser.add_argument(
+        "--sizing", type=int, default=None, metavar="STEPS",
+        help="measure instead: run the first setting and seed for STEPS steps (scratch run dir) and print the "
+        "seconds per step with the profile's peers, and the steps that fit 30 minutes",
+    )  # fmt: skip
+    return parser.parse_args(argv), node_args
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args, node_args = parse_args(sys.argv[1:] if argv is None else argv)
+    try:
+        config = build_config(args, node_args)
+    except ValueError as e:
+        print(f"sapo_table: error: {e}", file=sys.stderr)
+        return 2
+    from tqdm.auto import tqdm
+
+    outcome = None
+    if args.sizing or not args.report_only:
+        try:
+            with stop_on_signals():
+                if args.sizing:
+                    return sizing(config, args.sizing, write=tqdm.write)
+                outcome = run_all(config, write=tqdm.write)
+        except (KeyboardInterrupt, Stop) as e:
+            print(f"\nsapo_table: interrupted ({type(e).__name__}); run the same command to resume", flush=True)
+            return 130
+    runs = collect(config)
+    rows = table(runs, config["settings"])
+    command = " ".join(
+        [Path(sys.executable).name, *(sys.argv if argv is None else ["benchmarks/sapo_table.py", *argv])]
+    )
+    setup = (
+        f"{config['peers']} sapo-node processes per swarm (local-swarm, loopback DHT), model {config['model']}, "
+        f"I + J = {config['groups_per_step']} groups x G = {config['num_generations']} completions of at most "
+        f"{config['max_completion_length']} tokens per step, {config['steps']} steps, seeds "
+        f"{','.join(map(str, config['seeds']))}, tasks "
+        f"{'node default mix' if config['tasks'] is None else ', '.join(t['name'] for t in config['tasks'])}, "
+        f"sampling {config['sampling_strategy']}"
+    )
+    report = {
+        "command": command,
+        "config": {k: v for k, v in config.items() if k != "profile_notes"},
+        "git_commit": git_commit(),
+        "machine": machine(),
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "setup": setup,
+        "metric": "cumulative reward = sum over peers and steps of sapo/local_reward",
+        "paper_reference": PAPER_CUMULATIVE,
+        "cpu_sizing": CPU_SIZING,
+        "table": rows,
+        "runs": runs,
+        "notes": notes(config, runs, outcome),
+    }
+    paths = write_outputs(report, Path(args.results_dir))
+    print("\n".join(format_table(rows)))
+    print("\n".join(verdict(rows)))
+    print(f"\nwrote {paths['json']}, {paths['md']}, {paths['png']}")
+    return 1 if outcome and outcome["failed"] else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
