@@ -81,8 +81,10 @@ def test_trainers_take_turns_and_a_failure_stops_the_others(bench):
     steps_of = {"a": 3, "b": 2, "c": 3}  # b finishes early: the others go on without it
     done: list[str] = []
 
+    callbacks = {name: bench.make_turn_callback(name, baton, 1, done.append) for name in names}
+
     def trainer(name):
-        callback = bench.make_turn_callback(name, baton, 1, lambda n: done.append(n))
+        callback = callbacks[name]
         try:
             for step in range(1, steps_of[name] + 1):
                 state = SimpleNamespace(global_step=step)
@@ -91,11 +93,11 @@ def test_trainers_take_turns_and_a_failure_stops_the_others(bench):
         finally:
             baton.finish(name)
 
-    threads = [threading.Thread(target=trainer, args=(n,)) for n in names]
+    threads = [threading.Thread(target=trainer, args=(n,), daemon=True) for n in names]
     for t in threads:
         t.start()
     for t in threads:
-        t.join(timeout=10)
+        t.join(timeout=60)
     assert baton.history == ["a", "b", "c", "a", "b", "c", "a", "c"]
     assert done == baton.history
 
@@ -115,7 +117,7 @@ def test_feeder_groups_pass_the_receivers_verification(bench):
     for group, row in zip(groups, rows, strict=True):
         assert verifier.columns_for(group)["answer"] == row["answer"]
         assert len(group.completions) == 4
-        assert all(120 <= len(c) <= 400 + len("\n<answer></answer>") + 40 for c in group.completions)
+        assert all(80 <= len(c) <= 400 for c in group.completions)
     encode_record(GroupRecord(groups=groups, created_at=groups[0].created_at), RecordLimits())
     endings = [c.rsplit("\n", 1)[-1] for g in groups for c in g.completions]
     assert any(e.startswith("<answer>") for e in endings) and any("<answer>" not in e for e in endings)
