@@ -35,13 +35,19 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     return args, node_args
 
 
-def node_command(index: int, run_dir: Path, seed: int, node_args: list[str], initial_peers: list[str]) -> list[str]:
-    """The command line of node ``index``."""
+def node_command(
+    index: int, run_dir: Path, seed: int, node_args: list[str], initial_peers: list[str], peers: int
+) -> list[str]:
+    """The command line of node ``index`` of ``peers``: each waits for the others before its first step
+    (unless the node options say otherwise), so that no node trains alone while the others load."""
+    given = {arg.split("=", 1)[0].replace("-", "_") for arg in node_args if arg.startswith("--")}
+    waiting = [] if "__wait_for_peers" in given else ["--wait_for_peers", str(peers - 1)]
     command = [
         sys.executable, "-m", "sapo.cli", *node_args,
         "--output_dir", str(run_dir / f"node-{index}"),
         "--seed", str(seed + index),
         "--host_maddrs", "/ip4/127.0.0.1/tcp/0",
+        *waiting,
         "--initial_peers", *initial_peers,
     ]  # fmt: skip
     return command
@@ -61,6 +67,7 @@ def start_bootstrap_peer(run_dir: Path, node_args: list[str]) -> Any:
             identity_path=str(run_dir / "bootstrap" / "identity.key"),
             state_dir=str(run_dir / "bootstrap"),
             model_name="bootstrap",
+            announce=False,  # it relays records but trains nothing: nodes must not count it as a peer
             prefetch_groups=1,  # it never trains: keep its cache (and fetch traffic) minimal
         )
     )
@@ -113,7 +120,7 @@ def main(argv: list[str]) -> int:
         (out_dir / "address.txt").unlink(missing_ok=True)
         log = open(out_dir / "node.out", "ab")
         logs.append(log)
-        command = node_command(index, run_dir, args.seed, node_args, initial_peers)
+        command = node_command(index, run_dir, args.seed, node_args, initial_peers, args.peers)
         process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env)
         processes.append(process)
         print(f"local-swarm: node-{index} started (pid {process.pid}), output in {out_dir}", flush=True)

@@ -7,6 +7,7 @@ import json
 import logging
 import os
 import sys
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -83,6 +84,11 @@ class NodeArguments:
             Look for libp2p relays to become reachable behind NAT.
         join_timeout (`float`, *optional*, defaults to `30.0`):
             Seconds to wait for an initial peer to answer before giving up.
+        wait_for_peers (`int`, *optional*, defaults to `0`):
+            Before the first step, wait until this many other peers are listed in the swarm, so that a swarm
+            started together trains together (`local-swarm` sets it to the number of other nodes).
+        wait_for_peers_timeout (`float`, *optional*, defaults to `300.0`):
+            Seconds to wait for them; after that the node trains anyway, with a warning.
     """
 
     model: str = field(
@@ -113,6 +119,10 @@ class NodeArguments:
     client_mode: bool = field(default=False, metadata={"help": "Do not accept incoming connections."})
     use_auto_relay: bool = field(default=False, metadata={"help": "Look for relays when behind NAT."})
     join_timeout: float = field(default=30.0, metadata={"help": "Seconds to wait for initial peers."})  # fmt: skip
+    wait_for_peers: int = field(default=0, metadata={"help": "Other peers to wait for before the first step."})
+    wait_for_peers_timeout: float = field(
+        default=300.0, metadata={"help": "Seconds to wait for them before training anyway."}
+    )
 
 
 def _default_task_names() -> list[str]:
@@ -228,6 +238,28 @@ def start_swarm(node: NodeArguments, output_dir: Path, model_name: str) -> Any:
     return swarm
 
 
+def await_peers(swarm: Any, count: int, timeout: float) -> None:
+    """Wait until `count` other peers are listed (logging every 10 s); warn and go on after `timeout`."""
+    from swarm.transport import wait_for_peers
+
+    logger.info("waiting up to %.0f s for %d other peer(s) before the first step", timeout, count)
+    last_log = [time.monotonic()]
+
+    def progress(seen: int, waited: float) -> None:
+        if time.monotonic() - last_log[0] >= 10.0:
+            last_log[0] = time.monotonic()
+            logger.info("%d of %d peer(s) listed after %.0f s", seen, count, waited)
+
+    peers = wait_for_peers(swarm, count, timeout, on_wait=progress)
+    if len(peers) < count:
+        logger.warning(
+            "only %d of %d peer(s) listed after %.0f s; training anyway (external slots are filled in locally "
+            "until groups of others arrive)", len(peers), count, timeout
+        )  # fmt: skip
+    else:
+        logger.info("%d peer(s) listed; starting", len(peers))
+
+
 def claim_output_dir(output_dir: Path, identity: dict[str, Any]) -> None:
     """Record which run owns `output_dir`; refuse one that belongs to a run with another config."""
     output_dir.mkdir(parents=True, exist_ok=True)
@@ -308,6 +340,8 @@ def _run(args: Any, node: NodeArguments) -> int:
         logger.info("loading model %s", node.model)
         model, tokenizer = load_model(node)
         swarm = start_swarm(node, output_dir, model_name=args.swarm_model_name or node.model)
+        if node.wait_for_peers > 0:
+            await_peers(swarm, node.wait_for_peers, node.wait_for_peers_timeout)
         metrics = MetricsJsonl(output_dir / "metrics.jsonl", resume_step=_step(resume))
         trainer = SAPOTrainer(
             model=model,

@@ -151,6 +151,13 @@ class DHTSwarmConfig:
             Records waiting to be stored; when full, the oldest is dropped and counted (`publish_dropped`).
         store_timeout (`float`, defaults to `30.0`):
             Seconds one background store may take before it counts as a failure.
+        announce (`bool`, defaults to `True`):
+            Store this peer's index entry on joining and every `announce_interval` seconds without publications,
+            so that others list it before its first records. A peer that only relays (a bootstrap peer) sets
+            `False` and stays unlisted.
+        announce_interval (`float`, defaults to `60.0`):
+            A peer that published nothing for this many seconds stores its index entry again, so that others
+            list it in :meth:`DHTSwarm.peers` while it loads or generates; it also announces itself on joining.
 
         > Fetching
 
@@ -218,6 +225,10 @@ class DHTSwarmConfig:
     index_records: int = field(default=8, metadata={"help": "Record references kept in this peer's index entry."})
     max_pending_publishes: int = field(default=16, metadata={"help": "Records waiting to be stored."})
     store_timeout: float = field(default=30.0, metadata={"help": "Seconds one background store may take."})
+    announce: bool = field(default=True, metadata={"help": "List this peer in the index before it publishes."})
+    announce_interval: float = field(
+        default=60.0, metadata={"help": "Seconds without a publication after which the index entry is renewed."}
+    )
     prefetch_groups: int = field(default=16, metadata={"help": "Groups of others kept cached for fetch()."})
     max_cached_groups: int = field(default=256, metadata={"help": "Cap of the fetch cache."})
     poll_interval: float = field(default=1.0, metadata={"help": "Seconds between background polls."})
@@ -354,6 +365,7 @@ class DHTSwarm(SwarmTransport):
         self._closed = False
         self._healthy = False
         self._last_index_read = -float("inf")
+        self._last_index_store = -float("inf")
         self._shard_order = index_keys(config.swarm_name, config.index_shards)
         random.shuffle(self._shard_order)  # peers start their rotation at different shards
         self._shard_cursor = 0
@@ -718,6 +730,8 @@ class DHTSwarm(SwarmTransport):
                 batch = list(self._pending)
                 self._pending.clear()
             if not batch:
+                if self.config.announce and time.monotonic() - self._last_index_store >= self.config.announce_interval:
+                    await self._store_batch([])  # the index entry alone: "this peer is here"
                 return
             await self._store_batch(batch)
 
@@ -733,6 +747,7 @@ class DHTSwarm(SwarmTransport):
         values = [data for _, data, *_ in batch] + [index_bytes]
         expiration = now + config.record_ttl
         started = time.perf_counter()
+        self._last_index_store = time.monotonic()
         try:
             result = await asyncio.wait_for(
                 node.store_many(keys, values, expiration, subkeys=[self._marker] * len(keys)), config.store_timeout

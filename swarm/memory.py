@@ -56,6 +56,8 @@ class MemoryTransport(SwarmTransport):
         self._cursor_seen: set[int] = set()
         self._counters = SwarmCounters()
         self._closed = False
+        with swarm._board.lock:  # listed from the start, as a DHT peer announces itself on joining
+            swarm._board.models[peer_id] = (model, time.time())
 
     @property
     def peer_id(self) -> str:

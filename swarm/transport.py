@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import threading
+import time
 from abc import ABC, abstractmethod
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from swarm.records import Group, ReceivedGroup
@@ -78,7 +79,7 @@ class SwarmTransport(ABC):
 
     @abstractmethod
     def peers(self) -> list[PeerInfo]:
-        """Other peers currently advertising records."""
+        """Other peers listed in the swarm: those that announced themselves or published within the record ttl."""
 
     @abstractmethod
     def counters(self) -> dict[str, int]:
@@ -93,3 +94,27 @@ class SwarmTransport(ABC):
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def wait_for_peers(
+    transport: SwarmTransport,
+    count: int,
+    timeout: float,
+    poll_interval: float = 1.0,
+    on_wait: Callable[[int, float], None] | None = None,
+) -> list[PeerInfo]:
+    """Block until ``transport`` lists at least ``count`` other peers, or ``timeout`` seconds pass.
+
+    Returns the peers listed at the end, which may be fewer than ``count`` after a timeout (the caller
+    decides whether that is an error). ``on_wait(seen, waited_seconds)`` is called after every poll that
+    found too few, e.g. to log progress.
+    """
+    started = time.monotonic()
+    while True:
+        peers = transport.peers()
+        waited = time.monotonic() - started
+        if len(peers) >= count or waited >= timeout:
+            return peers
+        if on_wait is not None:
+            on_wait(len(peers), waited)
+        time.sleep(min(poll_interval, max(0.0, timeout - waited)))

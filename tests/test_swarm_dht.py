@@ -28,6 +28,7 @@ from hivemind.utils.serializer import MSGPackSerializer  # noqa: E402
 from swarm.daemon import socket_is_stale  # noqa: E402
 from swarm.dht import DHTSwarm, SwarmJoinError  # noqa: E402
 from swarm.records import GroupRecord, IndexEntry, RecordRef, RecordRejected, encode_index_entry, encode_record  # noqa: E402
+from swarm.transport import wait_for_peers  # noqa: E402
 from swarm.validation import owner_marker  # noqa: E402
 from tests.swarm_fixtures import (  # noqa: E402, F401
     STARTED_P2PD,
@@ -107,6 +108,19 @@ def test_three_peers_exchange_and_late_joiner(dht_peers):
     assert counters["published_records"] == 2 and counters["published_groups"] == 3
     assert counters["index_reads"] > 0 and counters["fetched_records"] >= 2
     assert d.counters()["fetched_groups"] == 5
+
+
+def test_peers_are_listed_from_joining_and_a_relay_is_not(dht_peers):
+    relay = dht_peers(announce=False)
+    a = dht_peers(model_name="A", initial_peers=relay.visible_addresses())
+    b = dht_peers(model_name="B", initial_peers=relay.visible_addresses())
+    # neither has published anything: they are listed because they announced themselves on joining
+    assert {(p.peer, p.model) for p in wait_for_peers(a, 1, timeout=30)} == {(b.peer_id, "B")}
+    assert {(p.peer, p.model) for p in wait_for_peers(b, 1, timeout=30)} == {(a.peer_id, "A")}
+    assert {p.peer for p in wait_for_peers(relay, 2, timeout=30)} == {a.peer_id, b.peer_id}
+    time.sleep(1.0)  # a wrongly announced relay would have been read by now (index refresh: 1 s)
+    assert relay.peer_id not in {p.peer for p in a.peers() + b.peers()}
+    assert a.counters().get("published_records", 0) == 0 and a.fetch(10) == []
 
 
 @pytest.mark.parametrize("size", [100_000, 1_000_000])
