@@ -1015,14 +1015,20 @@ STEP_NOTES = [
     "CPU (below the ratios) is spread over all three configurations, not charged to the SAPO ones.",
 ]
 
-MEMORY_NOTES = [
-    "- The node runs on its CPU defaults (num_generations 4, 4 local + 4 external groups, 128 completion tokens, "
-    "per-device batch 8, no gradient checkpointing), alone in a new swarm (its external slots are filled in "
-    "locally), and saves a checkpoint at its last step.",
-    "- peak: largest sample; VmHWM: the kernel's high-water mark of the node process (catches peaks between "
-    "samples). steady state: median of the samples taken after the first training step ended and before the last "
-    "one did (then the node saves its final checkpoint, closes the swarm and exits).",
-]
+def memory_notes() -> list[str]:
+    """Notes of the memory table, naming the node defaults the measured node ran with."""
+    from sapo.cli import NODE_DEFAULTS
+
+    d = NODE_DEFAULTS
+    return [
+        f"- The node runs on its CPU defaults (num_generations {d['num_generations']}, {d['num_local']} local + "
+        f"{d['num_external']} external groups, {d['max_completion_length']} completion tokens, per-device batch "
+        f"{d['per_device_train_batch_size']}, no gradient checkpointing), alone in a new swarm (its external slots "
+        "are filled in locally), and saves a checkpoint at its last step.",
+        "- peak: largest sample; VmHWM: the kernel's high-water mark of the node process (catches peaks between "
+        "samples). steady state: median of the samples taken after the first training step ended and before the "
+        "last one did (then the node saves its final checkpoint, closes the swarm and exits).",
+    ]
 
 
 # ------------------------------------------------------------------------------------------------
@@ -1118,7 +1124,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
                     _, _, model_dir = load_model(args, workdir)
                 result = run_node_memory(args, workdir, model_dir)
                 result.update(info)
-                write_node_memory(result, out, MEMORY_NOTES)
+                write_node_memory(result, out, memory_notes())
                 s = result["summary"]
                 print(
                     f"sapo-node memory: peak {s['peak_total_mb']:.0f} MB (node {s['peak_node_mb']:.0f}, p2pd "
