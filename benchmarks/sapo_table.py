@@ -423,6 +423,7 @@ PER_STEP_KEYS = {  # JSON name: metrics.jsonl key
     "external_reward": "sapo/external_reward",
     "external_groups": "sapo/external_groups",
     "fill_ins": "sapo/fill_ins",
+    "zero_std_fraction": "frac_reward_zero_std",  # TRL: groups whose G rewards are all equal (no gradient)
     "time": "time",
 }
 
@@ -452,6 +453,17 @@ def run_summary(nodes: dict[str, dict[str, list[float]]]) -> dict[str, Any]:
         durations += [b - a for a, b in zip(times, times[1:], strict=False) if not (math.isnan(a) or math.isnan(b))]
     external = [v for node in nodes.values() for v in _finite(node["external_groups"])]
     fill_ins = [v for node in nodes.values() for v in _finite(node["fill_ins"])]
+    last_step = max((s for node in nodes.values() for s in node["steps"]), default=0)
+
+    def mean_of(name: str, first_half: bool | None = None) -> float:
+        values = [
+            v
+            for node in nodes.values()
+            for s, v in zip(node["steps"], node[name], strict=True)
+            if not math.isnan(v) and (first_half is None or (2 * s <= last_step) == first_half)
+        ]
+        return statistics.mean(values) if values else math.nan
+
     return {
         "cumulative_reward": sum(rewards),
         "peer_steps": len(rewards),
@@ -459,16 +471,26 @@ def run_summary(nodes: dict[str, dict[str, list[float]]]) -> dict[str, Any]:
         "external_groups_per_step": statistics.mean(external) if external else math.nan,
         "fill_ins_per_step": statistics.mean(fill_ins) if fill_ins else math.nan,
         "seconds_per_step_median": statistics.median(durations) if durations else math.nan,
+        # diagnostics: does the policy move (first vs second half), is there a gradient at all (groups whose G
+        # completions all got the same reward have zero advantage), and how good are the groups of others
+        "reward_first_half": mean_of("local_reward", first_half=True),
+        "reward_second_half": mean_of("local_reward", first_half=False),
+        "zero_std_fraction": mean_of("zero_std_fraction"),
+        "external_reward": mean_of("external_reward"),
     }
 
 
 def _spread(values: list[float]) -> dict[str, float]:
+    values = _finite(values)  # a figure a run did not log (NaN) does not count
     return {
         "mean": statistics.mean(values) if values else math.nan,
         "std": statistics.stdev(values) if len(values) > 1 else math.nan,
         "min": min(values) if values else math.nan,
         "max": max(values) if values else math.nan,
     }
+
+
+DIAGNOSTICS = ("reward_first_half", "reward_second_half", "zero_std_fraction", "external_reward")
 
 
 def table(runs: list[dict[str, Any]], settings: Sequence[str]) -> list[dict[str, Any]]:
@@ -506,6 +528,7 @@ def table(runs: list[dict[str, Any]], settings: Sequence[str]) -> list[dict[str,
                 "external_groups_per_step": _spread([r["external_groups_per_step"] for r in done.values()])["mean"],
                 "fill_ins_per_step": _spread([r["fill_ins_per_step"] for r in done.values()])["mean"],
                 "seconds_per_step_median": _spread([r["seconds_per_step_median"] for r in done.values()])["mean"],
+                **{name: _spread([r[name] for r in done.values()])["mean"] for name in DIAGNOSTICS},
                 "paper_cumulative": PAPER_CUMULATIVE.get(label),
                 "paper_gain": PAPER_CUMULATIVE[label] / PAPER_CUMULATIVE[BASELINE] - 1
                 if label in PAPER_CUMULATIVE
@@ -583,6 +606,26 @@ def format_table(rows: list[dict[str, Any]]) -> list[str]:
     return lines
 
 
+def format_diagnostics(rows: list[dict[str, Any]]) -> list[str]:
+    """Per setting, means over seeds: reward in the first and second half of the run, the fraction of groups
+    with zero advantage (no gradient), and the mean reward of the external groups taken."""
+    lines = [
+        "| I/J (paper) | local reward, first half | second half | groups with zero reward spread (no gradient) "
+        "| external groups' reward |",
+        "|---" * 5 + "|",
+    ]
+    for r in rows:
+        lines.append(
+            f"| {r['setting']} | {_fmt(r['reward_first_half'], '.4f')} | {_fmt(r['reward_second_half'], '.4f')} "
+            f"| {_pct_plain(r['zero_std_fraction'])} | {_fmt(r['external_reward'], '.4f')} |"
+        )
+    return lines
+
+
+def _pct_plain(value: float | None) -> str:
+    return "-" if value is None or math.isnan(value) else f"{value * 100:.0f}%"
+
+
 def verdict(rows: list[dict[str, Any]]) -> list[str]:
     """Plain statements of whether sharing helped at this scale (no analysis)."""
     if not any(r["seeds"] for r in rows):
@@ -624,6 +667,10 @@ def write_outputs(report: dict[str, Any], results_dir: Path) -> dict[str, Path]:
         f"Setup: {report['setup']}",
         "",
         *format_table(report["table"]),
+        "",
+        "Diagnostics (means over seeds and peers):",
+        "",
+        *format_diagnostics(report["table"]),
         "",
         "## Did sharing help at this scale?",
         "",

@@ -1015,6 +1015,7 @@ STEP_NOTES = [
     "CPU (below the ratios) is spread over all three configurations, not charged to the SAPO ones.",
 ]
 
+
 def memory_notes() -> list[str]:
     """Notes of the memory table, naming the node defaults the measured node ran with."""
     from sapo.cli import NODE_DEFAULTS

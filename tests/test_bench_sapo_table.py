@@ -109,6 +109,9 @@ def test_aggregation_cumulative_gain_and_spread(bench, tmp_path):
     assert by[("4/4", 1)]["peer_steps"] == 5 and by[("4/4", 1)]["mean_reward"] == pytest.approx(1.65 / 5)
     assert by[("8/0", 0)]["peers"]["node-0"]["local_reward"] == pytest.approx([0.1, 0.2, 0.3])
     assert by[("8/0", 0)]["seconds_per_step_median"] == pytest.approx(10.0)
+    # the diagnostics: step 1 of 3 is the first half, steps 2-3 the second
+    assert by[("8/0", 0)]["reward_first_half"] == pytest.approx(0.05)
+    assert by[("8/0", 0)]["reward_second_half"] == pytest.approx(0.2)
 
     rows = {r["setting"]: r for r in bench.table(runs, config["settings"])}
     base, shared = rows["8/0"], rows["4/4"]
