@@ -67,6 +67,13 @@ class SAPOTrainer(GRPOTrainer):
             Chooses external groups among candidates; default built from `args.sampling_strategy`.
         verifier (`sapo.tasks.QuestionVerifier` or `None`):
             Re-derives the ground truth of external groups; default built from `args.external_source_policy`.
+
+    Attributes:
+        swarm_totals (`collections.Counter`): cumulative counts (external groups, fill-ins, drops by reason, ...),
+            logged as `sapo/total/<name>`.
+        taken_from (`collections.Counter`): external groups trained on, by verified sender.
+        last_external (`list[sapo.sampling.Candidate]`): the external groups of the latest round, with the
+            rewards this peer gave them.
     """
 
     def __init__(
@@ -102,6 +109,8 @@ class SAPOTrainer(GRPOTrainer):
         self._round: _Round | None = None
         self._phase_seconds: Counter[str] = Counter()
         self.swarm_totals: Counter[str] = Counter()  # cumulative counts, logged as sapo/total/<name>
+        self.taken_from: Counter[str] = Counter()  # external groups trained on, by verified sender
+        self.last_external: list[Candidate] = []  # the external groups of the latest round, as scored here
 
     def _check_external_support(self, train_dataset: Any) -> None:
         if self.args.num_external % self.accelerator.num_processes != 0:
@@ -360,6 +369,8 @@ class SAPOTrainer(GRPOTrainer):
         metrics["sapo/distinct_senders"].append(float(len({c.sender for c in external})))
         self.swarm_totals["fill_ins"] += num_slots - len(external)
         self.swarm_totals["external_groups"] += len(external)
+        self.taken_from.update(c.sender for c in external)
+        self.last_external = list(external)
         rewards = self._round.rewards
         if rewards is None:
             return

@@ -142,7 +142,9 @@ class DHTSwarmConfig:
         limits (`RecordLimits`, defaults to `RecordLimits()`):
             Size limits enforced on published and received records.
         record_ttl (`float`, defaults to `600.0`):
-            Seconds a published record (and index entry) lives in the DHT.
+            Seconds a published record (and index entry) lives in the DHT. Records stored here to live longer
+            (by more than a minute plus the clock tolerance) are refused as `ttl_too_long`, so every peer of a
+            swarm should use the same value.
         index_shards (`int`, defaults to `8`):
             Number of index keys; every peer of a swarm must use the same value.
         index_records (`int`, defaults to `8`):
@@ -343,7 +345,13 @@ class DHTSwarm(SwarmTransport):
         self._counters = SwarmCounters()
         self._reject = RejectionLog(self._counters)
         self._validator = make_record_validator(
-            self._private_key, config.swarm_name, config.index_shards, config.limits, self._reject
+            self._private_key,
+            config.swarm_name,
+            config.index_shards,
+            config.limits,
+            self._reject,
+            # Peers with a longer record_ttl than ours are refused: storage here stays bounded by our expiry.
+            max_ttl=config.record_ttl + config.clock_skew_tolerance + 60.0,
         )
         self._marker = owner_marker(self._public_key)
         self._index_key = index_keys(config.swarm_name, config.index_shards)[

@@ -33,6 +33,7 @@ REJECT_REASONS = (
     "empty_group",  # no completions, or every completion is empty
     "bad_signature",  # owner marker or signature missing or wrong (DHT layer)
     "expired",  # older than the reader's maximum age, or expired in the DHT
+    "ttl_too_long",  # stored to expire later than the swarm's record ttl allows (would outlive expiry)
     "clock_skew",  # created in the future beyond the tolerated clock difference
 )
 

@@ -115,10 +115,20 @@ class SwarmSchemaValidator(RecordValidatorBase):
         index_shards: number of index shards.
         limits: the limits this peer enforces.
         on_reject: called with ``(reason, detail)`` for each rejection.
+        max_ttl: the latest expiration accepted, in seconds from now (``None``: any). Bounds what a peer can
+            be made to keep: without it, a hostile peer could store records that never expire.
     """
 
-    def __init__(self, swarm_name: str, index_shards: int, limits: RecordLimits, on_reject: Callable[[str, str], None]):
+    def __init__(
+        self,
+        swarm_name: str,
+        index_shards: int,
+        limits: RecordLimits,
+        on_reject: Callable[[str, str], None],
+        max_ttl: float | None = None,
+    ):
         self.limits = limits
+        self.max_ttl = max_ttl
         self._on_reject = on_reject
         self._index_key_ids = {DHTID.generate(source=key).to_bytes() for key in index_keys(swarm_name, index_shards)}
 
@@ -131,6 +141,10 @@ class SwarmSchemaValidator(RecordValidatorBase):
     def validate(self, record: DHTRecord) -> bool:
         """True if the value decodes as the record kind its key holds, within the limits."""
         try:
+            if self.max_ttl is not None and record.expiration_time > time.time() + self.max_ttl:
+                raise RecordRejected(
+                    "ttl_too_long", f"expires in {record.expiration_time - time.time():.0f} s > {self.max_ttl:.0f} s"
+                )
             # The limit applies to the application bytes; the msgpack bin header adds at most 5 bytes.
             if len(record.value) > self.limits.max_record_bytes + 5:
                 raise RecordRejected("too_large", f"{len(record.value)} bytes > {self.limits.max_record_bytes}")
@@ -165,12 +179,13 @@ def make_record_validator(
     limits: RecordLimits,
     on_reject: Callable[[str, str], None],
     extra: Iterable[RecordValidatorBase] = (),
+    max_ttl: float | None = None,
 ) -> CompositeValidator:
     """The validator a swarm DHTNode runs: owner signature first, then the wire schema."""
     return CompositeValidator(
         [
             OwnerSignatureValidator(private_key, on_reject),
-            SwarmSchemaValidator(swarm_name, index_shards, limits, on_reject),
+            SwarmSchemaValidator(swarm_name, index_shards, limits, on_reject, max_ttl=max_ttl),
             *extra,
         ]
     )

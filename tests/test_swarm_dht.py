@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import json
 import os
@@ -11,18 +10,13 @@ import random
 import signal
 import subprocess
 import sys
-import threading
 import time
 
 import pytest
 
 pytest.importorskip("hivemind")
 
-from hivemind.dht.crypto import RSASignatureValidator  # noqa: E402
-from hivemind.dht.node import DHTNode  # noqa: E402
 from hivemind.dht.routing import DHTID  # noqa: E402
-from hivemind.dht.validation import DHTRecord  # noqa: E402
-from hivemind.utils.crypto import RSAPrivateKey  # noqa: E402
 from hivemind.utils.serializer import MSGPackSerializer  # noqa: E402
 
 from swarm.daemon import socket_is_stale  # noqa: E402
@@ -30,6 +24,7 @@ from swarm.dht import DHTSwarm, SwarmJoinError  # noqa: E402
 from swarm.records import GroupRecord, IndexEntry, RecordRef, RecordRejected, encode_index_entry, encode_record  # noqa: E402
 from swarm.transport import wait_for_peers  # noqa: E402
 from swarm.validation import owner_marker  # noqa: E402
+from tests.hostile_peer import HostileNode  # noqa: E402
 from tests.swarm_fixtures import (  # noqa: E402, F401
     STARTED_P2PD,
     dht_peers,
@@ -174,49 +169,6 @@ def test_killed_peers_do_not_stop_the_others(dht_peers):
     assert (d.peer_id, "d1") in ids(collect_until(b, (d.peer_id, "d1")))
     assert (b.peer_id, "b2") in ids(collect_until(d, (b.peer_id, "b2")))
     assert b.healthy() and d.healthy()
-
-
-class HostileNode:
-    """A raw hivemind DHTNode with its own RSA key and no validator, on its own event loop thread."""
-
-    def __init__(self, initial_peers: list[str]):
-        self.key = RSAPrivateKey()
-        self.signer = RSASignatureValidator(self.key)
-        self.marker = self.signer.local_public_key
-        self.loop = asyncio.new_event_loop()
-        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
-        self.thread.start()
-        self.node: DHTNode = self.run(DHTNode.create(initial_peers=initial_peers, host_maddrs=[LOCAL], wait_timeout=1))
-        child = self.node.p2p._child
-        record_p2pd(child.pid, [self.node.p2p._daemon_listen_maddr["unix"]])
-
-    def run(self, coro, timeout: float = 30):
-        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
-
-    def signed(self, key: str, subkey: bytes, value: bytes, expiration: float, forge: bool = False) -> bytes:
-        """``value`` as hivemind would send it, signed by this node's key (also when ``subkey`` is not ours)."""
-        record = DHTRecord(DHTID.generate(source=key).to_bytes(), MSGPackSerializer.dumps(subkey), value, expiration)
-        if forge:
-            signature = self.key.sign(MSGPackSerializer.dumps(dataclasses.astuple(record)))
-            return value + b"[signature:" + signature + b"]"
-        return self.signer.sign_value(record)
-
-    def store_at(self, peer: DHTSwarm, key: str, subkey: bytes, raw_value: bytes, expiration: float) -> bool | None:
-        """Send one raw store RPC to ``peer``; returns its answer (None: no answer)."""
-        result = self.run(
-            self.node.protocol.call_store(
-                peer._p2p.peer_id, [DHTID.generate(source=key)], [raw_value], [expiration], subkeys=[subkey]
-            )
-        )
-        return None if result is None else result[0]
-
-    def close(self) -> None:
-        with_timeout = asyncio.run_coroutine_threadsafe(self.node.shutdown(), self.loop)
-        try:
-            with_timeout.result(10)
-        finally:
-            self.loop.call_soon_threadsafe(self.loop.stop)
-            self.thread.join(10)
 
 
 def test_hostile_writer_is_rejected_and_counted(dht_peers):

@@ -1,0 +1,210 @@
+"""A hostile DHT peer for fault tests: a raw hivemind DHTNode that signs what it likes and sends it anywhere."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import random
+import threading
+import time
+from typing import Any
+
+import msgpack
+from hivemind.dht.crypto import RSASignatureValidator
+from hivemind.dht.node import DHTNode
+from hivemind.dht.routing import DHTID
+from hivemind.dht.validation import DHTRecord
+from hivemind.utils.crypto import RSAPrivateKey
+from hivemind.utils.serializer import MSGPackSerializer
+
+from swarm.records import WIRE_VERSION, Group, Provenance, group_to_wire
+from tests.swarm_fixtures import record_p2pd
+
+LOCAL = "/ip4/127.0.0.1/tcp/0"
+
+
+class HostileNode:
+    """A raw hivemind DHTNode with its own RSA key and no validator, on its own event loop thread."""
+
+    def __init__(self, initial_peers: list[str]):
+        self.key = RSAPrivateKey()
+        self.signer = RSASignatureValidator(self.key)
+        self.marker = self.signer.local_public_key
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self.thread.start()
+        self.node: DHTNode = self.run(DHTNode.create(initial_peers=initial_peers, host_maddrs=[LOCAL], wait_timeout=1))
+        child = self.node.p2p._child
+        record_p2pd(child.pid, [self.node.p2p._daemon_listen_maddr["unix"]])
+
+    def run(self, coro, timeout: float = 30):
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
+
+    def signed(self, key: str, subkey: bytes, value: bytes, expiration: float, forge: bool = False) -> bytes:
+        """``value`` as hivemind would send it, signed by this node's key (also when ``subkey`` is not ours)."""
+        record = DHTRecord(DHTID.generate(source=key).to_bytes(), MSGPackSerializer.dumps(subkey), value, expiration)
+        if forge:
+            signature = self.key.sign(MSGPackSerializer.dumps(dataclasses.astuple(record)))
+            return value + b"[signature:" + signature + b"]"
+        return self.signer.sign_value(record)
+
+    def store_at(self, peer: Any, key: str, subkey: bytes, raw_value: bytes, expiration: float) -> bool | None:
+        """Send one raw store RPC to ``peer``; returns its answer (None: no answer)."""
+        result = self.run(
+            self.node.protocol.call_store(
+                peer._p2p.peer_id, [DHTID.generate(source=key)], [raw_value], [expiration], subkeys=[subkey]
+            )
+        )
+        return None if result is None else result[0]
+
+    def close(self) -> None:
+        with_timeout = asyncio.run_coroutine_threadsafe(self.node.shutdown(), self.loop)
+        try:
+            with_timeout.result(10)
+        finally:
+            self.loop.call_soon_threadsafe(self.loop.stop)
+            self.thread.join(10)
+
+
+# ------------------------------------------------------------------------------------------------
+# what a hostile peer sends
+
+
+def unchecked_record(groups: list[Any], created_at: float | None = None) -> bytes:
+    """A record packed without the publisher's checks, as a buggy or hostile peer sends it.
+
+    ``groups`` holds :class:`swarm.records.Group` objects or raw wire dicts (anything msgpack packs).
+    """
+    wire = {
+        "version": WIRE_VERSION,
+        "created_at": time.time() if created_at is None else created_at,
+        "groups": [group_to_wire(g) if isinstance(g, Group) else g for g in groups],
+    }
+    return msgpack.packb(wire, use_bin_type=True)
+
+
+def publish_unchecked(peer: Any, data: bytes, num_groups: int = 1) -> None:
+    """Queue raw record bytes on a :class:`swarm.dht.DHTSwarm` as if they had passed ``publish()``'s checks:
+    the peer signs and stores them with the real protocol, and advertises them in its index entry."""
+    now = time.time()
+    with peer._lock:
+        seq = peer._next_seq = max(peer._next_seq + 1, int(now * 1000))
+        peer._pending.append((seq, data, num_groups, now))
+    peer._wake("_publish_event")
+
+
+def poisoned_groups(rows: list[dict[str, Any]], marker: str = "POISON") -> dict[str, tuple[Group | dict, str]]:
+    """Groups a lying peer publishes, by kind, each with the counter an honest node must raise for it.
+
+    Built from real reasoning-gym ``rows`` (``prompt``, ``answer``, ``provenance`` columns). Every completion
+    contains ``f"{marker}-{kind}"`` so a test can tell whether it was ever trained on. Counters are
+    ``swarm/rejected/<reason>`` (the transport refuses the record) or ``sapo/total/dropped/<reason>`` (the
+    trainer's verifier drops the group); ``wrong_answer`` is a usable question whose claimed answer is a lie:
+    it may be trained on, but only with the ground truth the receiver re-derives (its completions score 0).
+    """
+
+    def group(kind: str, row: dict[str, Any], completions: list[Any] | None = None, **changes: Any) -> Group:
+        true = str(row["answer"])
+        wrong = str(int(true) + 1) if true.lstrip("-").isdigit() else true + "0"
+        fields: dict[str, Any] = dict(
+            group_id=f"{marker}-{kind}",
+            prompt=list(row["prompt"]),
+            completions=completions or [f"{marker}-{kind} <answer>{wrong}</answer>"] * 4,
+            provenance=Provenance(**json.loads(row["provenance"])),
+            metadata={"answer": wrong},
+            model="liar",
+            step=1,
+            created_at=time.time(),
+        )
+        fields.update(changes)
+        return Group(**fields)
+
+    a, b, c = rows[0], rows[1], rows[2]
+    question = a["prompt"][-1]["content"]
+    tag = f"{marker}-"
+    return {
+        "wrong_answer": (group("wrong_answer", a), "trained_with_own_truth"),
+        "question_not_matching_provenance": (
+            group("question_not_matching_provenance", b, prompt=[{"role": "user", "content": question + " (2+2?)"}]),
+            "sapo/total/dropped/question_mismatch",
+        ),
+        "unknown_task": (
+            group("unknown_task", c, provenance=Provenance("reasoning_gym", "no_such_task", {}, seed=1, index=0)),
+            "sapo/total/dropped/unknown_task",
+        ),
+        "empty_completions": (
+            group("empty_completions", a, completions=["", "", "", ""]),
+            "swarm/rejected/empty_group",
+        ),
+        "huge_completion": (
+            group("huge_completion", a, completions=[tag + "huge " + "x" * 200_000] + [tag + "huge"] * 3),
+            "swarm/rejected/completion_too_long",
+        ),
+        "non_text_completions": (
+            {**group_to_wire(group("non_text_completions", a)), "completions": [1, 2.5, None, [tag]]},
+            "swarm/rejected/schema",
+        ),
+        "too_many_completions": (
+            group("too_many_completions", a, completions=[tag + "many"] * 10_000),
+            "swarm/rejected/too_many_completions",
+        ),
+    }
+
+
+def wire_attacks(raw: HostileNode, victim: Any, sample: Group) -> dict[str, str]:
+    """Send one store RPC of each wire-level attack straight to ``victim`` (a DHTSwarm); returns, by kind,
+    the counter the victim must raise. ``sample`` is a valid group used where the attack needs one."""
+    dumps = MSGPackSerializer.dumps
+    swarm_name = victim.config.swarm_name
+    key = f"{swarm_name}/records/{victim.peer_id}/1"
+    own_key = f"{swarm_name}/records/hostile/1"
+    good = dumps(unchecked_record([sample]))
+    signed = dict(sign=True, forge=False)
+    attacks = {  # kind: (counter the victim raises, key, subkey, value, seconds to expiry, how it is signed)
+        "random_bytes": ("not_msgpack", own_key, raw.marker, random_bytes(2000), 60, signed),
+        "wrong_schema": ("schema", own_key, raw.marker, dumps(dumps({"version": 1})), 60, signed),
+        "oversized_record": ("too_large", own_key, raw.marker, dumps(random_bytes(3_500_000)), 60, signed),
+        "forged_subkey": ("bad_signature", key, victim_marker(victim), good, 60, dict(sign=True, forge=True)),
+        "unsigned": ("bad_signature", key, b"no owner here", good, 60, dict(sign=False, forge=False)),
+        "never_expiring": ("ttl_too_long", own_key, raw.marker, good, 3e8, signed),
+    }
+    for _, key_, subkey, value, ttl, how in attacks.values():
+        expiration = time.time() + ttl
+        sent = raw.signed(key_, subkey, value, expiration, forge=how["forge"]) if how["sign"] else value
+        raw.store_at(victim, key_, subkey, sent, expiration)
+    return {kind: f"swarm/rejected/{spec[0]}" for kind, spec in attacks.items()}
+
+
+def burst(raw: HostileNode, victim: Any, sample: Group, count: int, per_rpc: int = 100) -> int:
+    """Store ``count`` validly signed records under the hostile node's own keys at ``victim``, ``per_rpc`` per
+    store RPC, as fast as the victim answers; returns how many the victim accepted."""
+    dumps = MSGPackSerializer.dumps
+    value = dumps(unchecked_record([sample]))
+    accepted = 0
+    for start in range(0, count, per_rpc):
+        keys = [f"{victim.config.swarm_name}/records/hostile/{n}" for n in range(start, min(count, start + per_rpc))]
+        expiration = time.time() + 120
+        values = [raw.signed(key, raw.marker, value, expiration) for key in keys]
+        answers = raw.run(
+            raw.node.protocol.call_store(
+                victim._p2p.peer_id,
+                [DHTID.generate(source=key) for key in keys],
+                values,
+                [expiration] * len(keys),
+                subkeys=[raw.marker] * len(keys),
+            )
+        )
+        accepted += sum(bool(a) for a in answers or [])
+    return accepted
+
+
+def victim_marker(victim: Any) -> bytes:
+    """The owner subkey protecting the records of ``victim``."""
+    from swarm.validation import owner_marker
+
+    return owner_marker(victim._public_key)
+
+
+def random_bytes(n: int, seed: int = 0) -> bytes:
+    return random.Random(seed).randbytes(n)
