@@ -52,6 +52,7 @@ from typing import Any
 
 from cryptography.hazmat.primitives import serialization
 from hivemind.dht.node import DHTNode
+from hivemind.dht.routing import DHTID
 from hivemind.p2p import P2P, PeerID
 from hivemind.utils.crypto import RSAPrivateKey
 from hivemind.utils.multiaddr import Multiaddr
@@ -180,6 +181,10 @@ class DHTSwarmConfig:
         index_staleness (`float`, defaults to `5.0`):
             A copy of an index shard updated less than this many seconds ago ends the lookup; older copies
             (e.g. this node's own cache) make hivemind search further replicas.
+        rejoin_interval (`float`, defaults to `10.0`):
+            Seconds between two checks of this peer's DHT neighbours. A peer that has lost all of them (its link
+            was down, or every neighbour left) dials and pings the peers it knew, initial peers included, to
+            rejoin (counted as `rejoin_attempts` and `rejoins`).
         fetch_timeout (`float`, defaults to `20.0`):
             Seconds one background lookup may take.
         clock_skew_tolerance (`float`, defaults to `3.0`):
@@ -238,6 +243,7 @@ class DHTSwarmConfig:
     index_min_interval: float = field(default=2.0, metadata={"help": "Read the index at most this often."})
     index_shards_per_poll: int = field(default=2, metadata={"help": "Index shards read per poll (0: all)."})
     index_staleness: float = field(default=5.0, metadata={"help": "Accept an index copy updated this recently."})
+    rejoin_interval: float = field(default=10.0, metadata={"help": "Seconds between two neighbour checks."})
     fetch_timeout: float = field(default=20.0, metadata={"help": "Seconds one background lookup may take."})
     clock_skew_tolerance: float = field(default=3.0, metadata={"help": "Seconds a record may be in the future."})
     state_dir: str | None = field(default=None, metadata={"help": "Directory for crash-cleanup state."})
@@ -374,6 +380,9 @@ class DHTSwarm(SwarmTransport):
         self._healthy = False
         self._last_index_read = -float("inf")
         self._last_index_store = -float("inf")
+        self._last_neighbour_check = time.monotonic()
+        self._known_peers: dict[Any, list[Any]] = {}  # libp2p PeerID -> multiaddrs, to rejoin after a partition
+        self._alone_since: float | None = None
         self._shard_order = index_keys(config.swarm_name, config.index_shards)
         random.shuffle(self._shard_order)  # peers start their rotation at different shards
         self._shard_cursor = 0
@@ -475,6 +484,9 @@ class DHTSwarm(SwarmTransport):
                 raise SwarmJoinError(self._join_failure_message("timed out bootstrapping the DHT")) from None
             raise SwarmJoinError(self._join_failure_message(f"{type(e).__name__}: {e}")) from e
         self._visible = [str(m) for m in await self._p2p.get_visible_maddrs()]
+        for addr in config.initial_peers:
+            maddr = Multiaddr(addr)
+            self._known_peers[PeerID.from_base58(maddr["p2p"])] = [maddr.decapsulate(Multiaddr(f"/p2p/{maddr['p2p']}"))]
         self._healthy = True
         if config.initial_peers:
             logger.info("peer %s joined swarm %r via %s", self._peer_id, config.swarm_name, config.initial_peers)
@@ -779,6 +791,9 @@ class DHTSwarm(SwarmTransport):
         return f"{self.config.swarm_name}/records/{sender}/{seq}"
 
     async def _poll_once(self) -> None:
+        if time.monotonic() - self._last_neighbour_check >= self.config.rejoin_interval:
+            self._last_neighbour_check = time.monotonic()
+            await self._keep_neighbours()
         with self._lock:
             need = self.config.prefetch_groups - len(self._cache)
         since = time.monotonic() - self._last_index_read
@@ -787,6 +802,49 @@ class DHTSwarm(SwarmTransport):
             await self._read_index()
         if need > 0:
             await self._fetch_records(self._choose_refs(need))
+
+    async def _keep_neighbours(self) -> None:
+        """Remember how to reach the peers connected now; rejoin through them once none is left.
+
+        hivemind drops a neighbour from the routing table when it stops answering and never looks again, so
+        after a network partition a peer would stay alone for good.
+        """
+        node, p2p = self._node, self._p2p
+        assert node is not None and p2p is not None
+        for info in await asyncio.wait_for(p2p.list_peers(), self.config.wait_timeout):
+            if info.addrs:
+                self._known_peers[info.peer_id] = list(info.addrs)
+        while len(self._known_peers) > 64:  # the oldest entries go first
+            self._known_peers.pop(next(iter(self._known_peers)))
+        if node.protocol.routing_table.peer_id_to_uid or not self._known_peers:
+            self._alone_since = None
+            return
+        self._counters.add("rejoin_attempts")
+        if self._alone_since is None:  # warn once per partition, not at every attempt
+            self._alone_since = time.monotonic()
+            logger.warning(
+                "peer %s has no DHT neighbour left (network down, or every neighbour left); trying to rejoin "
+                "through %d known peer(s) every %.0f s", self._peer_id, len(self._known_peers),
+                self.config.rejoin_interval,
+            )  # fmt: skip
+
+        async def dial_and_ping(peer_id: Any, addrs: list[Any]) -> Any:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(p2p._client.connect(peer_id, addrs), self.config.wait_timeout)
+            return await node.protocol.call_ping(peer_id)
+
+        answers = await asyncio.gather(
+            *(dial_and_ping(peer_id, addrs) for peer_id, addrs in self._known_peers.items()), return_exceptions=True
+        )
+        if any(isinstance(answer, DHTID) for answer in answers):
+            await asyncio.wait_for(node.find_nearest_nodes([node.node_id]), self.config.fetch_timeout)
+            self._counters.add("rejoins")
+            neighbours = len(node.protocol.routing_table.peer_id_to_uid)
+            alone = time.monotonic() - (self._alone_since or time.monotonic())
+            logger.info(
+                "peer %s rejoined the swarm after %.0f s alone (%d neighbour(s))", self._peer_id, alone, neighbours
+            )
+            self._alone_since = None
 
     async def _read_index(self) -> None:
         config, node = self.config, self._node

@@ -1,0 +1,159 @@
+"""Three hosts made with network namespaces and veth links to a bridge, one sapo-node per host.
+
+Cut a host's link mid-run: the other two keep exchanging and training, and so does the cut-off node (alone);
+restore it: exchange resumes. Kill the bootstrap peer: the nodes that had joined keep going. Needs root (or
+CAP_NET_ADMIN) and iproute2; skipped with the reason where namespaces cannot be made. Traffic stays inside
+the namespaces the test creates (10.231.0.0/24, no route out).
+"""
+# ruff: noqa: F811  (the started fixture imported from tests.node_fixtures is redefined as an argument)
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.node_fixtures import _assert_gone, _metrics, _node_command, _p2pd_pid, _wait, started  # noqa: F401
+
+pytestmark = pytest.mark.slow
+
+SUBNET = "10.231.0"
+
+
+class Hosts:
+    """A bridge in a hub namespace and one namespace per host, each linked to the bridge by a veth pair."""
+
+    def __init__(self, count: int):
+        tag = f"sapo{os.getpid() % 100000}"
+        self.hub = f"{tag}hub"
+        self.names = [f"{tag}h{i}" for i in range(count)]
+        self.created: list[str] = []
+
+    def ip(self, *args: str) -> None:
+        subprocess.run(["ip", *args], check=True, capture_output=True, text=True, timeout=30)
+
+    def create(self) -> None:
+        for ns in (self.hub, *self.names):
+            self.ip("netns", "add", ns)
+            self.created.append(ns)
+            self.ip("-n", ns, "link", "set", "lo", "up")
+        self.ip("-n", self.hub, "link", "add", "br0", "type", "bridge")
+        self.ip("-n", self.hub, "link", "set", "br0", "up")
+        for i, ns in enumerate(self.names):
+            self.ip("link", "add", f"port{i}", "netns", self.hub, "type", "veth", "peer", "name", "eth0", "netns", ns)
+            self.ip("-n", self.hub, "link", "set", f"port{i}", "master", "br0")
+            self.ip("-n", self.hub, "link", "set", f"port{i}", "up")
+            self.ip("-n", ns, "addr", "add", f"{self.address(i)}/24", "dev", "eth0")
+            self.ip("-n", ns, "link", "set", "eth0", "up")
+
+    def address(self, i: int) -> str:
+        return f"{SUBNET}.{i + 1}"
+
+    def set_link(self, i: int, up: bool) -> None:
+        """Cut (or restore) host ``i``'s cable: its bridge port goes down (up)."""
+        self.ip("-n", self.hub, "link", "set", f"port{i}", "up" if up else "down")
+
+    def remove(self) -> None:
+        for ns in reversed(self.created):
+            subprocess.run(["ip", "netns", "del", ns], capture_output=True, timeout=30)
+
+
+@pytest.fixture
+def hosts() -> Iterator[Hosts]:
+    if shutil.which("ip") is None:
+        pytest.skip("iproute2 (the ip command) is not installed")
+    made = Hosts(3)
+    try:
+        made.create()
+    except subprocess.CalledProcessError as e:
+        made.remove()
+        pytest.skip(f"cannot create network namespaces here (needs root or CAP_NET_ADMIN): {e.stderr.strip()}")
+    try:
+        yield made
+    finally:
+        made.remove()
+
+
+def _received(out: Path) -> float:
+    rows = _metrics(out)
+    return rows[-1].get("swarm/received_groups", 0.0) if rows else 0.0
+
+
+def _step(out: Path) -> int:
+    rows = _metrics(out)
+    return rows[-1]["step"] if rows else 0
+
+
+def _grows(outs: list[Path], read, what: str, timeout: float = 120) -> None:
+    """Wait until ``read(out)`` grows for every ``out``."""
+    before = {out: read(out) for out in outs}
+    _wait(lambda: all(read(out) > before[out] for out in outs), timeout, what)
+
+
+def _settles(out: Path, read, quiet: float, what: str, timeout: float = 120) -> None:
+    """Wait until ``read(out)`` has not changed for ``quiet`` seconds."""
+    last, since = read(out), time.monotonic()
+
+    def quiet_enough() -> bool:
+        nonlocal last, since
+        value = read(out)
+        if value != last:
+            last, since = value, time.monotonic()
+        return time.monotonic() - since >= quiet
+
+    _wait(quiet_enough, timeout, what)
+
+
+def test_three_hosts_survive_a_cut_link_and_the_bootstrap_peers_death(tmp_path, tiny_model_a, hosts, started):
+    outs = [tmp_path / f"host{i}" for i in range(3)]
+    p2pd = {}
+
+    def start(i: int, initial_peers: list[str]) -> subprocess.Popen:
+        command = _node_command(
+            tiny_model_a, outs[i], "--max_steps", "100000", "--save_steps", "100000",
+            "--host_maddrs", f"/ip4/{hosts.address(i)}/tcp/0", "--swarm_name", "netns",
+            "--seed", str(i), *(["--initial_peers", *initial_peers] if initial_peers else []),
+        )  # fmt: skip
+        log = open(tmp_path / f"host{i}.log", "w")
+        node = subprocess.Popen(["ip", "netns", "exec", hosts.names[i], *command], stdout=log, stderr=log)
+        started.append(node)  # `ip netns exec` execs the node: this is the node's PID
+        _wait(lambda: (outs[i] / "address.txt").exists(), 120, f"host{i} to join", node)
+        p2pd[i] = _p2pd_pid(outs[i])
+        return node
+
+    nodes = [start(0, [])]
+    bootstrap = (outs[0] / "address.txt").read_text().split()
+    assert all(hosts.address(0) in a for a in bootstrap)  # it announces its own host's address, nothing else
+    nodes += [start(i, bootstrap) for i in (1, 2)]
+    _grows(outs, _received, "every host to receive groups of the others", timeout=180)
+
+    # host 2's cable is cut: 0 and 1 keep exchanging and training, 2 keeps training alone
+    hosts.set_link(2, up=False)
+    _grows(outs[:2], _received, "hosts 0 and 1 to keep exchanging while host 2 is cut off")
+    _grows(outs, _step, "all three to keep training")
+    # Host 2 may still take groups that others had stored on it (DHT replicas) before the cut; once those
+    # are used up it receives nothing until the link is back.
+    _settles(outs[2], _received, quiet=15, what="host 2 to use up what was stored on it before the cut")
+    assert all(node.poll() is None for node in nodes)
+
+    # the cable is back: host 2 exchanges again
+    hosts.set_link(2, up=True)
+    _grows([outs[2]], _received, "host 2 to receive again after its link came back", timeout=180)
+
+    # the bootstrap peer dies (kill -9): hosts 1 and 2, which joined through it, keep exchanging
+    nodes[0].send_signal(signal.SIGKILL)
+    nodes[0].wait(timeout=30)
+    _grows(outs[1:], _received, "hosts 1 and 2 to keep exchanging without the bootstrap peer", timeout=180)
+
+    for node in nodes[1:]:
+        node.send_signal(signal.SIGTERM)
+    for node in nodes[1:]:
+        assert node.wait(timeout=120) == 0
+    for pid in p2pd.values():
+        _assert_gone(pid)
