@@ -1,0 +1,72 @@
+"""kill -9 a node at random moments, and in the middle of a checkpoint write: every restart resumes from the
+newest complete checkpoint, never from a half-written one, and no step is logged twice."""
+# ruff: noqa: F811  (the started fixture imported from tests.node_fixtures is redefined as an argument)
+
+from __future__ import annotations
+
+import random
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+from sapo.checkpoints import checkpoints, latest_complete_checkpoint
+from tests.node_fixtures import _assert_gone, _metrics, _node_command, _p2pd_pid, _wait, started  # noqa: F401
+
+
+def _last_step(out: Path) -> int:
+    rows = _metrics(out)
+    return max((r["step"] for r in rows), default=0)
+
+
+def _catch_a_checkpoint_write(out: Path, node: subprocess.Popen, timeout: float = 120) -> Path:
+    """Poll until a checkpoint directory exists without its completion marker; return it (the node is mid-save)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and node.poll() is None:
+        for _, path, complete in checkpoints(out):
+            if not complete:
+                return path
+        time.sleep(0.002)
+    raise AssertionError("never saw a checkpoint being written")
+
+
+def test_kill9_at_random_moments_resumes_from_the_newest_complete_checkpoint(tmp_path, tiny_model_a, started):
+    out = tmp_path / "node"
+    rng = random.Random(7)
+    expected_resume: Path | None = None
+    for attempt, moment in enumerate(["mid_checkpoint", "random", "mid_checkpoint", "random"]):
+        log = tmp_path / f"attempt{attempt}.log"
+        node = subprocess.Popen(
+            _node_command(tiny_model_a, out, "--max_steps", "1000", "--save_steps", "1"),
+            stdout=subprocess.DEVNULL, stderr=open(log, "w"),
+        )  # fmt: skip
+        started.append(node)
+        first = _last_step(out)
+        _wait(lambda first=first: _last_step(out) > first, 300, "a new step", node)
+        if expected_resume is not None:  # the previous kill's newest complete checkpoint, nothing else
+            assert f"resuming from {expected_resume}" in log.read_text()
+        if moment == "mid_checkpoint":
+            half_written = _catch_a_checkpoint_write(out, node)
+        else:
+            time.sleep(rng.uniform(0.0, 6.0))  # generation, scoring, a publish, a save: wherever it falls
+        p2pd = _p2pd_pid(out)
+        node.send_signal(signal.SIGKILL)
+        node.wait(timeout=30)
+        _assert_gone(p2pd)
+        expected_resume = latest_complete_checkpoint(out)
+        assert expected_resume is not None
+        if moment == "mid_checkpoint" and half_written.exists():
+            assert expected_resume != half_written  # the half-written one never counts
+        assert _last_step(out) - int(expected_resume.name.split("-")[1]) <= 1  # at most one step lost
+
+    final = subprocess.run(
+        _node_command(tiny_model_a, out, "--max_steps", str(int(expected_resume.name.split("-")[1]) + 2)),
+        capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert final.returncode == 0, final.stderr[-3000:]
+    assert f"resuming from {expected_resume}" in final.stderr
+    assert all(complete for _, _, complete in checkpoints(out))  # half-written ones were set aside
+    assert list((out / "incomplete").iterdir()), "no checkpoint was caught mid-write and set aside"
+    steps = [m["step"] for m in _metrics(out)]
+    assert steps == sorted(set(steps))  # no step logged twice across five lives
+    _assert_gone(_p2pd_pid(out))
