@@ -282,6 +282,8 @@ class SAPOTrainer(GRPOTrainer):
                 logs["sapo/peers"] = float(len(self.swarm.peers()))
                 for name, value in sorted(self.swarm.counters().items()):
                     logs[f"swarm/{name}"] = float(value)
+                for name, value in sorted(self.swarm.gauges().items()):
+                    logs[f"swarm/gauge/{name}"] = float(value)
         super().log(logs, start_time)
 
     # ------------------------------------------------------------------------------------------------

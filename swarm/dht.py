@@ -369,7 +369,7 @@ class DHTSwarm(SwarmTransport):
         self._recent_refs: collections.deque[RecordRef] = collections.deque(maxlen=config.index_records)
         self._next_seq = int(time.time() * 1000)  # ms clock: sequence numbers stay unique across restarts
         self._peers: dict[str, _PeerState] = {}
-        self._seen_refs: set[tuple[str, int]] = set()
+        self._seen_refs: dict[tuple[str, int], float] = {}  # (sender, seq) -> created_at, pruned after the ttl
         self._missing_tries: collections.Counter[tuple[str, int]] = collections.Counter()
         self._cache: list[ReceivedGroup] = []
         self._returned: collections.OrderedDict[tuple[str, str, float], None] = collections.OrderedDict()
@@ -718,6 +718,19 @@ class DHTSwarm(SwarmTransport):
             "cached_groups": len(self._cache),
         }
 
+    def gauges(self) -> dict[str, float]:
+        """What this peer holds now: DHT items stored here, cached groups, refs and peers remembered."""
+        node = self._node
+        stored = len(node.protocol.storage) if node is not None else 0
+        with self._lock:
+            return {
+                "dht_stored_items": float(stored),
+                "cached_groups": float(len(self._cache)),
+                "seen_refs": float(len(self._seen_refs)),
+                "known_senders": float(len(self._peers)),
+                "returned_ids": float(len(self._returned)),
+            }
+
     # -------------------------------------------------------------------------------- background
 
     async def _guarded(self, name: str, body: Any, interval: float, event: asyncio.Event) -> None:
@@ -793,6 +806,7 @@ class DHTSwarm(SwarmTransport):
     async def _poll_once(self) -> None:
         if time.monotonic() - self._last_neighbour_check >= self.config.rejoin_interval:
             self._last_neighbour_check = time.monotonic()
+            self._forget_expired()
             await self._keep_neighbours()
         with self._lock:
             need = self.config.prefetch_groups - len(self._cache)
@@ -802,6 +816,16 @@ class DHTSwarm(SwarmTransport):
             await self._read_index()
         if need > 0:
             await self._fetch_records(self._choose_refs(need))
+
+    def _forget_expired(self) -> None:
+        """Drop bookkeeping about records and peers older than the record ttl, so a long-running peer's memory
+        stays bounded: expired refs are never chosen again, and a peer silent that long is not listed."""
+        horizon = time.time() - self.config.record_ttl - self.config.clock_skew_tolerance
+        with self._lock:
+            for ref in [ref for ref, created_at in self._seen_refs.items() if created_at < horizon]:
+                del self._seen_refs[ref]
+            for sender in [sender for sender, state in self._peers.items() if state.last_seen < horizon]:
+                del self._peers[sender]
 
     async def _keep_neighbours(self) -> None:
         """Remember how to reach the peers connected now; rejoin through them once none is left.
@@ -967,10 +991,10 @@ class DHTSwarm(SwarmTransport):
             self._missing_tries[(sender, ref.seq)] += 1
             if self._missing_tries[(sender, ref.seq)] >= 3:
                 del self._missing_tries[(sender, ref.seq)]
-                self._seen_refs.add((sender, ref.seq))
+                self._seen_refs[(sender, ref.seq)] = ref.created_at
                 self._counters.add("records_missing")
             return
-        self._seen_refs.add((sender, ref.seq))
+        self._seen_refs[(sender, ref.seq)] = ref.created_at
         self._missing_tries.pop((sender, ref.seq), None)
         expected_subkey = owner_marker(state.public_key)
         value = None

@@ -85,6 +85,10 @@ class SwarmTransport(ABC):
     def counters(self) -> dict[str, int]:
         """Counters of published, fetched and rejected items (rejections as ``rejected/<reason>``)."""
 
+    def gauges(self) -> dict[str, float]:
+        """Sizes of what this transport holds now (stored items, caches), for logs; empty if it keeps none."""
+        return {}
+
     @abstractmethod
     def close(self) -> None:
         """Leave the swarm and release every resource (processes, sockets, threads)."""

@@ -118,6 +118,23 @@ def test_peers_are_listed_from_joining_and_a_relay_is_not(dht_peers):
     assert a.counters().get("published_records", 0) == 0 and a.fetch(10) == []
 
 
+def test_storage_and_bookkeeping_are_bounded_by_expiry(dht_peers):
+    short = dict(record_ttl=4.0, rejoin_interval=0.5, announce_interval=3600)
+    a = dht_peers(model_name="A", **short)
+    b = dht_peers(initial_peers=a.visible_addresses(), **short)
+    a.publish([make_group("a1")])
+    collect(b, [], 1)
+    held = b.gauges()
+    assert held["seen_refs"] >= 1 and held["known_senders"] == 1 and held["dht_stored_items"] >= 1
+    # once the ttl has passed, the records expire from DHT storage and the peer forgets what it knew of them
+    wait_until(
+        lambda: b.gauges() | {"cached_groups": 0.0, "returned_ids": 0.0} == dict.fromkeys(held, 0.0),
+        20,
+        message=str(b.gauges()),
+    )
+    assert b.peers() == []
+
+
 @pytest.mark.parametrize("size", [100_000, 1_000_000])
 def test_large_records_round_trip(dht_peers, size):
     a = dht_peers()
