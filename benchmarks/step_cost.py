@@ -567,7 +567,7 @@ def quiet_libraries() -> None:
 
 def load_model(args: argparse.Namespace, workdir: Path):
     """(model, tokenizer, model directory for sapo-node): the default model, ``--model``, or a tiny one."""
-    from sapo.models import build_tiny_model, default_model_path, load_policy, prepare_tokenizer
+    from sapo.models import load_policy, save_tiny_model
 
     if args.model:
         model, tokenizer = load_policy(args.model)
@@ -575,12 +575,7 @@ def load_model(args: argparse.Namespace, workdir: Path):
     if not args.quick:
         model, tokenizer = load_policy(None)
         return model, tokenizer, "default"
-    from transformers import AutoTokenizer
-
-    tokenizer = prepare_tokenizer(AutoTokenizer.from_pretrained(default_model_path()))
-    path = workdir / "tiny-model"
-    build_tiny_model(tokenizer, seed=0).save_pretrained(path)
-    tokenizer.save_pretrained(path)
+    path = save_tiny_model(workdir / "tiny-model")
     model, tokenizer = load_policy(path)
     return model, tokenizer, str(path)
 

@@ -22,6 +22,7 @@ __all__ = [
     "DEFAULT_MODEL_NAME",
     "LoraSpec",
     "build_tiny_model",
+    "save_tiny_model",
     "cache_dir",
     "default_gguf_path",
     "default_model_path",
@@ -292,3 +293,16 @@ def build_tiny_model(tokenizer: Any, hidden_size: int = 64, num_layers: int = 2,
     model.generation_config.pad_token_id = tokenizer.pad_token_id
     model.generation_config.eos_token_id = tokenizer.eos_token_id
     return model
+
+
+def save_tiny_model(path: str | Path, tokenizer: Any = None, seed: int = 0) -> Path:
+    """Write a tiny random model with SmolLM2's tokenizer (or ``tokenizer``) to ``path``, loadable by
+    ``load_policy(path)`` and ``sapo-node --model path``: for tests, smoke runs and fault benchmarks."""
+    if tokenizer is None:
+        from transformers import AutoTokenizer
+
+        tokenizer = prepare_tokenizer(AutoTokenizer.from_pretrained(default_model_path()))
+    path = Path(path)
+    build_tiny_model(tokenizer, seed=seed).save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return path

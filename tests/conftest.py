@@ -73,11 +73,9 @@ def minilm_tokenizer():
 
 
 def _save_tiny(tokenizer, path: Path, seed: int) -> Path:
-    from sapo.models import build_tiny_model
+    from sapo.models import save_tiny_model
 
-    build_tiny_model(tokenizer, seed=seed).save_pretrained(path)
-    tokenizer.save_pretrained(path)
-    return path
+    return save_tiny_model(path, tokenizer, seed=seed)
 
 
 @pytest.fixture(scope="session")

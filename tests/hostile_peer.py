@@ -8,6 +8,8 @@ import json
 import random
 import threading
 import time
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import msgpack
@@ -18,10 +20,12 @@ from hivemind.dht.validation import DHTRecord
 from hivemind.utils.crypto import RSAPrivateKey
 from hivemind.utils.serializer import MSGPackSerializer
 
+from sapo.tasks import TaskSpec
 from swarm.records import WIRE_VERSION, Group, Provenance, group_to_wire
 from tests.swarm_fixtures import record_p2pd
 
 LOCAL = "/ip4/127.0.0.1/tcp/0"
+TASKS = [TaskSpec("basic_arithmetic", {"min_terms": 2, "max_terms": 2, "min_digits": 1, "max_digits": 1})]
 
 
 class HostileNode:
@@ -208,3 +212,121 @@ def victim_marker(victim: Any) -> bytes:
 
 def random_bytes(n: int, seed: int = 0) -> bytes:
     return random.Random(seed).randbytes(n)
+
+
+# ------------------------------------------------------------------------------------------------
+# the scenario
+
+
+class ExactAnswer:
+    """Reward 1 for `<answer>TRUTH</answer>`, recording every row TRL trains on (calls with completion_ids)."""
+
+    __name__ = "exact_answer"
+
+    def __init__(self) -> None:
+        self.trained: list[tuple[str, float]] = []  # (completion, reward) of every trained row
+
+    def __call__(self, prompts, completions, answer, completion_ids=None, **columns):
+        texts = [c[0]["content"] if isinstance(c, list) else c for c in completions]
+        rewards = [1.0 if f"<answer>{a}</answer>" in t else 0.0 for t, a in zip(texts, answer, strict=True)]
+        if completion_ids is not None:
+            self.trained.extend(zip(texts, rewards, strict=True))
+        return rewards
+
+
+def honest_group(row: dict, gid: str) -> Group:
+    truth = row["answer"]
+    return Group(
+        group_id=gid,
+        prompt=list(row["prompt"]),
+        completions=[f"friend <answer>{truth}</answer>", "friend no idea", f"<answer>{truth}</answer>", "friend 0"],
+        provenance=Provenance(**json.loads(row["provenance"])),
+        metadata={"answer": truth},
+        model="friend",
+        step=1,
+        created_at=time.time(),
+    )
+
+
+def hostile_round(
+    workdir: Path, tokenizer: Any, make_peer: Callable[..., Any], burst_size: int = 1000, steps: int = 3
+) -> dict[str, Any]:
+    """One honest SAPOTrainer (tiny model) on a real DHT beside a friend, a liar and a raw hostile node.
+
+    The friend publishes 3 honest groups, the liar one record per kind of :func:`poisoned_groups`, the raw
+    node every :func:`wire_attacks` kind and a burst of ``burst_size`` records; then the honest node trains
+    ``steps`` steps. ``make_peer(**config)`` makes a DHTSwarm and owns its cleanup. Returns what happened:
+    the trainer, the expected counter of each kind, every trained row, the burst's figures.
+    """
+    from sapo import SAPOConfig, SAPOTrainer
+    from sapo.models import build_tiny_model
+    from sapo.tasks import build_reasoning_gym_dataset
+
+    rows = list(build_reasoning_gym_dataset(TASKS, size=32, seed=5))
+    honest = make_peer(model_name="honest")
+    friend = make_peer(model_name="friend", initial_peers=honest.visible_addresses())
+    liar = make_peer(model_name="liar", initial_peers=honest.visible_addresses())
+    raw = HostileNode(honest.visible_addresses())
+    try:
+        friend.publish([honest_group(rows[10 + i], f"friend-{i}") for i in range(3)])
+        attacks = poisoned_groups(rows)
+        for group, _ in attacks.values():  # one record per kind: a bad one must not hide a good one
+            publish_unchecked(liar, unchecked_record([group]))
+        expected = {kind: counter for kind, (_, counter) in attacks.items()}
+        expected |= wire_attacks(raw, honest, honest_group(rows[20], "sample"))
+        started = time.monotonic()
+        accepted = burst(raw, honest, honest_group(rows[21], "burst"), count=burst_size)
+        burst_seconds = time.monotonic() - started
+        # the friend's 3 groups and the liar's 3 schema-valid ones reach the honest peer's cache
+        deadline = time.monotonic() + 60
+        while honest.counters().get("received_groups", 0) < 6 and time.monotonic() < deadline:
+            time.sleep(0.1)
+
+        reward = ExactAnswer()
+        trainer = SAPOTrainer(
+            model=build_tiny_model(tokenizer, seed=0),
+            reward_funcs=[reward],
+            args=SAPOConfig(
+                output_dir=str(workdir / "honest"),
+                num_local=1,
+                num_external=3,
+                num_generations=4,
+                per_device_train_batch_size=4,
+                max_completion_length=8,
+                max_steps=steps,
+                learning_rate=1e-2,
+                logging_steps=1,
+                report_to="none",
+                save_strategy="no",
+                use_cpu=True,
+                seed=0,
+                disable_tqdm=True,
+                sampling_strategy="uniform",
+                external_pool_size=16,
+            ),  # fmt: skip
+            train_dataset=build_reasoning_gym_dataset(TASKS, size=32, seed=5),
+            processing_class=tokenizer,
+            swarm=honest,
+        )
+        trainer.train()
+    finally:
+        raw.close()
+    return {
+        "trainer": trainer,
+        "expected": expected,
+        "trained": reward.trained,
+        "burst_accepted": accepted,
+        "burst_seconds": burst_seconds,
+        "friend": friend.peer_id,
+        "liar": liar.peer_id,
+    }
+
+
+def poisoned_rows_trained(trained: list[tuple[str, float]], marker: str = "POISON") -> int:
+    """Trained rows of a forged or poisoned group: any marked row but the usable question's, and that one's
+    rows only if they were rewarded as right (its claimed answer is a lie)."""
+    return sum(
+        1
+        for text, reward in trained
+        if marker in text and (not text.startswith(f"{marker}-wrong_answer") or reward > 0)
+    )

@@ -1,0 +1,451 @@
+"""Faults and attacks, measured: hostile peers, kill -9 crashes, and a long soak of a local swarm.
+
+Parts (``--parts``, default all three):
+
+- ``hostile``: ``--rounds`` times, an honest SAPOTrainer (tiny model) on a real loopback DHT beside an honest
+  friend, a lying peer and a raw hostile DHT node (``tests/hostile_peer.py``: random bytes, wrong schemas,
+  oversized records, forged and unsigned subkeys, never-expiring records, a burst of ``--burst`` records,
+  groups with a wrong answer, a question that does not match its provenance, an unknown task, empty, huge,
+  non-text and too many completions). Counts the bad inputs tried by kind, the rejections by reason, the
+  poisoned rows trained on (target 0) and the crashes (target 0).
+- ``crashes``: one sapo-node (tiny model, a checkpoint every step) killed with SIGKILL ``--kills`` times, at
+  random moments and in the middle of checkpoint writes, and restarted each time. Counts the restarts that
+  resumed from the newest complete checkpoint and the steps lost per fault.
+- ``soak``: ``sapo-node local-swarm`` with 3 tiny-model nodes for ``--soak-minutes`` (default 30). Samples
+  every node's and its p2pd's RSS, the DHT items each node stores and the step rate; reports memory growth
+  per hour and the step rate of the first and last fifth of the run.
+
+Usage:
+    python benchmarks/reliability.py                       # all parts (about 45 minutes on 2 cores)
+    python benchmarks/reliability.py --parts hostile,crashes --rounds 2 --kills 4
+    python benchmarks/reliability.py --parts soak --soak-minutes 30
+
+Writes ``reliability.json`` and ``reliability.md`` into ``--output-dir`` (default benchmarks/results); a part
+already there with the same settings is kept (``--force`` reruns it). Every process and DHT peer it starts
+is stopped, by PID, also on failure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime
+import json
+import os
+import platform
+import random
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "benchmarks" / "results"
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+PARTS = ("hostile", "crashes", "soak")
+TINY_NODE = [
+    "--num_local", "1", "--num_external", "1", "--num_generations", "2", "--per_device_train_batch_size", "4",
+    "--max_completion_length", "8", "--dataset_size", "64", "--tasks", "basic_arithmetic",
+    "--sampling_strategy", "uniform",
+]  # fmt: skip
+
+
+# ------------------------------------------------------------------------------------------------
+# hostile peers
+
+
+@contextlib.contextmanager
+def dht_peer_factory() -> Iterator[Any]:
+    """``make(**config)`` -> DHTSwarm on 127.0.0.1; every peer made is closed (and its p2pd killed) at exit."""
+    from swarm.daemon import pid_alive
+    from swarm.dht import DHTSwarm
+
+    made: list[Any] = []
+
+    def make(**config: Any) -> Any:
+        peer = DHTSwarm(**{"poll_interval": 0.2, "index_refresh_interval": 1.0, "index_min_interval": 0.2, **config})
+        made.append(peer)
+        return peer
+
+    try:
+        yield make
+    finally:
+        for peer in made:
+            with contextlib.suppress(Exception):
+                peer.close()
+            if peer.p2pd_pid is not None and pid_alive(peer.p2pd_pid):
+                os.kill(peer.p2pd_pid, signal.SIGKILL)
+
+
+def run_hostile(rounds: int, burst_size: int, workdir: Path) -> dict[str, Any]:
+    """``rounds`` hostile rounds; bad inputs by kind, rejections by reason, poisoned rows trained, crashes."""
+    from tqdm import tqdm
+    from transformers import AutoTokenizer
+
+    from sapo.models import default_model_path, prepare_tokenizer
+    from tests.hostile_peer import hostile_round, poisoned_rows_trained
+
+    tokenizer = prepare_tokenizer(AutoTokenizer.from_pretrained(default_model_path()))
+    tried: Counter[str] = Counter()
+    rejected: Counter[str] = Counter()
+    out: dict[str, Any] = {"rounds": [], "crashes": 0, "poisoned_rows_trained": 0}
+    for index in tqdm(range(rounds), desc="hostile rounds", unit="round"):
+        try:
+            with dht_peer_factory() as make:
+                outcome = hostile_round(workdir / f"hostile-{index}", tokenizer, make, burst_size=burst_size)
+        except Exception as e:  # an honest node that raises has crashed: count it, keep measuring
+            out["crashes"] += 1
+            out["rounds"].append({"error": f"{type(e).__name__}: {e}"})
+            continue
+        trainer = outcome["trainer"]
+        logged = [row for row in trainer.state.log_history if "train_runtime" not in row][-1]
+        tried.update(outcome["expected"])
+        tried["burst_records"] += burst_size
+        for name, value in logged.items():
+            if name.startswith(("swarm/rejected/", "sapo/total/dropped/")):
+                rejected[name] += int(value)
+        missed = [
+            kind for kind, counter in outcome["expected"].items()
+            if counter != "trained_with_own_truth" and logged.get(counter, 0) < 1
+        ]  # fmt: skip
+        poisoned = poisoned_rows_trained(outcome["trained"])
+        out["poisoned_rows_trained"] += poisoned
+        out["rounds"].append(
+            {
+                "steps": trainer.state.global_step,
+                "kinds_not_counted": missed,
+                "poisoned_rows_trained": poisoned,
+                "burst_accepted": outcome["burst_accepted"],
+                "burst_seconds": round(outcome["burst_seconds"], 2),
+                "external_groups_trained": dict(trainer.taken_from),
+            }
+        )
+    out["bad_inputs_tried_by_kind"] = {kind: n for kind, n in sorted(tried.items())}
+    out["rejections_by_reason"] = dict(sorted(rejected.items()))
+    return out
+
+
+# ------------------------------------------------------------------------------------------------
+# crashes
+
+
+def _metrics_steps(out: Path) -> list[int]:
+    path = out / "metrics.jsonl"
+    if not path.exists():
+        return []
+    steps = []
+    for line in path.read_text().splitlines():
+        with contextlib.suppress(ValueError, KeyError, TypeError):
+            steps.append(int(json.loads(line)["step"]))
+    return steps
+
+
+def _wait(condition: Any, timeout: float, process: subprocess.Popen) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if process.poll() is not None:
+            raise RuntimeError(f"node exited with {process.returncode}")
+        if time.monotonic() > deadline:
+            raise TimeoutError("node made no progress")
+        time.sleep(0.002)
+
+
+def run_crashes(kills: int, model_dir: Path, workdir: Path, seed: int = 0) -> dict[str, Any]:
+    """Kill one node ``kills`` times (every other kill mid-checkpoint), restart it; resume and loss figures."""
+    from tqdm import tqdm
+
+    from sapo.checkpoints import checkpoints, latest_complete_checkpoint
+
+    out_dir = workdir / "crash-node"
+    rng = random.Random(seed)
+    command = [sys.executable, "-m", "sapo.cli", "--model", str(model_dir), "--output_dir", str(out_dir), *TINY_NODE]
+    faults = []
+    expected = None
+    faults_exit = None
+    for index in tqdm(range(kills + 1), desc="kill -9 and restart", unit="life"):
+        last = kills == index
+        log = workdir / f"crash-life-{index}.log"
+        steps_before = max(_metrics_steps(out_dir), default=0)
+        max_steps = steps_before + 2 if last else 100000
+        node = subprocess.Popen(
+            [*command, "--max_steps", str(max_steps), "--save_steps", "1"],
+            stdout=subprocess.DEVNULL, stderr=open(log, "w"),
+        )  # fmt: skip
+        try:
+            if expected is not None:
+                _wait(lambda log=log: "resuming from" in log.read_text(), 300, node)
+                faults[-1]["resumed_from_newest_complete"] = f"resuming from {expected}" in log.read_text()
+            if last:
+                faults_exit = node.wait(timeout=600)
+                break
+            _wait(lambda steps_before=steps_before: max(_metrics_steps(out_dir), default=0) > steps_before, 300, node)
+            moment = "mid_checkpoint" if index % 2 == 0 else "random"
+            if moment == "mid_checkpoint":
+                _wait(lambda: any(not done for _, _, done in checkpoints(out_dir)), 300, node)
+            else:
+                time.sleep(rng.uniform(0.0, 6.0))
+            node.send_signal(signal.SIGKILL)
+            node.wait(timeout=30)
+        finally:
+            if node.poll() is None:
+                node.kill()
+                node.wait(timeout=30)
+        expected = latest_complete_checkpoint(out_dir)
+        logged = max(_metrics_steps(out_dir), default=0)
+        resumed_step = int(expected.name.split("-")[1]) if expected is not None else 0
+        faults.append({"moment": moment, "last_logged_step": logged, "steps_lost": logged - resumed_step})
+    steps = _metrics_steps(out_dir)
+    return {
+        "faults": faults,
+        "faults_injected": len(faults),
+        "resumed_from_newest_complete": sum(bool(f.get("resumed_from_newest_complete")) for f in faults),
+        "steps_lost_per_fault": statistics.mean(f["steps_lost"] for f in faults) if faults else None,
+        "final_exit_code": faults_exit,
+        "steps_logged_twice": len(steps) - len(set(steps)),
+    }
+
+
+# ------------------------------------------------------------------------------------------------
+# soak
+
+
+def _rss_mb(pid: int) -> float | None:
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) / 1024
+    except (FileNotFoundError, ProcessLookupError):
+        return None
+    return None
+
+
+def _node_pids(run_dir: Path, peers: int) -> dict[str, tuple[int | None, int | None]]:
+    """node name -> (node pid, p2pd pid), from node-run files the nodes write."""
+    out = {}
+    for i in range(peers):
+        node_dir = run_dir / f"node-{i}"
+        state = node_dir / "p2pd-state.json"
+        p2pd = json.loads(state.read_text()).get("p2pd_pid") if state.exists() else None
+        parent = None
+        if p2pd is not None:
+            with contextlib.suppress(OSError, IndexError, ValueError):
+                parent = int(open(f"/proc/{p2pd}/stat").read().rsplit(") ", 1)[1].split()[1])
+        out[f"node-{i}"] = (parent, p2pd)
+    return out
+
+
+def _last_row(path: Path) -> dict[str, Any]:
+    with contextlib.suppress(FileNotFoundError):
+        for line in reversed(path.read_text().splitlines()):
+            with contextlib.suppress(ValueError):
+                return json.loads(line)
+    return {}
+
+
+def run_soak(minutes: float, model_dir: Path, workdir: Path, interval: float = 10.0) -> dict[str, Any]:
+    """A 3-node local swarm for ``minutes``; memory, DHT storage and step rate over time."""
+    from tqdm import tqdm
+
+    peers = 3
+    run_dir = workdir / "soak"
+    command = [
+        sys.executable, "-m", "sapo.cli", "local-swarm", "--peers", str(peers), "--run-dir", str(run_dir),
+        "--status-interval", "60", "--model", str(model_dir), *TINY_NODE, "--max_steps", "1000000",
+        "--save_steps", "200", "--save_total_limit", "2",
+    ]  # fmt: skip
+    swarm = subprocess.Popen(command, stdout=open(workdir / "soak.log", "w"), stderr=subprocess.STDOUT)
+    samples = []
+    started = time.monotonic()
+    try:
+        with tqdm(total=int(minutes * 60), desc="soak", unit="s") as bar:
+            while time.monotonic() - started < minutes * 60:
+                if swarm.poll() is not None:
+                    raise RuntimeError(f"local-swarm exited with {swarm.returncode}; see {workdir / 'soak.log'}")
+                sample: dict[str, Any] = {"t": round(time.monotonic() - started, 1)}
+                for name, (node_pid, p2pd_pid) in _node_pids(run_dir, peers).items():
+                    row = _last_row(run_dir / name / "metrics.jsonl")
+                    sample[name] = {
+                        "node_mb": _rss_mb(node_pid) if node_pid else None,
+                        "p2pd_mb": _rss_mb(p2pd_pid) if p2pd_pid else None,
+                        "step": row.get("step"),
+                        "dht_stored_items": row.get("swarm/gauge/dht_stored_items"),
+                        "seen_refs": row.get("swarm/gauge/seen_refs"),
+                        "received_groups": row.get("swarm/received_groups"),
+                    }
+                samples.append(sample)
+                time.sleep(interval)
+                bar.update(int(time.monotonic() - started) - bar.n)
+    finally:
+        if swarm.poll() is None:
+            swarm.send_signal(signal.SIGTERM)  # the nodes checkpoint and leave
+            try:
+                swarm.wait(timeout=300)
+            except subprocess.TimeoutExpired:
+                swarm.kill()
+                swarm.wait(timeout=30)
+    return {"samples": samples, "summary": soak_summary(samples, [f"node-{i}" for i in range(peers)])}
+
+
+def _slope_per_hour(points: list[tuple[float, float]]) -> float | None:
+    """Least-squares slope of (seconds, value) points, per hour."""
+    if len(points) < 3:
+        return None
+    mean_t = statistics.mean(t for t, _ in points)
+    mean_v = statistics.mean(v for _, v in points)
+    var = sum((t - mean_t) ** 2 for t, _ in points)
+    if var == 0:
+        return None
+    return 3600 * sum((t - mean_t) * (v - mean_v) for t, v in points) / var
+
+
+def soak_summary(samples: list[dict[str, Any]], names: list[str]) -> dict[str, Any]:
+    """Per node: memory growth per hour over the second half, peak DHT items, step rate early vs late."""
+    out = {}
+    for name in names:
+        rows = [(s["t"], s[name]) for s in samples if isinstance(s.get(name), dict)]
+        half = rows[len(rows) // 2 :]
+        fifth = max(2, len(rows) // 5)
+
+        def rate(part: list[tuple[float, dict]]) -> float | None:
+            steps = [(t, r["step"]) for t, r in part if r.get("step") is not None]
+            if len(steps) < 2 or steps[-1][0] == steps[0][0]:
+                return None
+            return 60 * (steps[-1][1] - steps[0][1]) / (steps[-1][0] - steps[0][0])
+
+        out[name] = {
+            "node_mb_growth_per_hour": _slope_per_hour([(t, r["node_mb"]) for t, r in half if r.get("node_mb")]),
+            "p2pd_mb_growth_per_hour": _slope_per_hour([(t, r["p2pd_mb"]) for t, r in half if r.get("p2pd_mb")]),
+            "node_mb_last": next((r["node_mb"] for _, r in reversed(rows) if r.get("node_mb")), None),
+            "p2pd_mb_last": next((r["p2pd_mb"] for _, r in reversed(rows) if r.get("p2pd_mb")), None),
+            "dht_stored_items_max": max((r["dht_stored_items"] or 0 for _, r in rows), default=None),
+            "dht_stored_items_last": rows[-1][1].get("dht_stored_items") if rows else None,
+            "steps_per_minute_first_fifth": rate(rows[:fifth]),
+            "steps_per_minute_last_fifth": rate(rows[-fifth:]),
+        }
+    return out
+
+
+# ------------------------------------------------------------------------------------------------
+# outputs
+
+
+def markdown(result: dict[str, Any]) -> str:
+    lines = ["# Reliability: faults and attacks", ""]
+    for part, data in result["parts"].items():
+        lines += [f"## {part}", "", f"Command: `{data['command']}`  ", f"Commit `{data['git_commit']}`, "
+                  f"{data['date']}, {data['machine']}", ""]  # fmt: skip
+        if part == "hostile":
+            lines += [
+                f"- rounds: {len(data['rounds'])}; crashes of the honest node: {data['crashes']} (target 0); "
+                f"poisoned rows trained on: {data['poisoned_rows_trained']} (target 0)",
+                f"- bad inputs tried, by kind: {json.dumps(data['bad_inputs_tried_by_kind'])}",
+                f"- rejections by reason (honest node's metrics): {json.dumps(data['rejections_by_reason'])}",
+                "- kinds not counted in some round: "
+                + (", ".join(sorted({k for r in data["rounds"] for k in r.get("kinds_not_counted", [])})) or "none"),
+            ]
+        elif part == "crashes":
+            lines += [
+                f"- faults injected (kill -9): {data['faults_injected']}; restarts that resumed from the newest "
+                f"complete checkpoint: {data['resumed_from_newest_complete']}",
+                f"- steps lost per fault (mean): {data['steps_lost_per_fault']}; steps logged twice: "
+                f"{data['steps_logged_twice']}; exit code of the last life: {data['final_exit_code']}",
+            ]
+        elif part == "soak":
+            lines += ["| node | node MB/h (2nd half) | p2pd MB/h | node MB | p2pd MB | DHT items max / last "
+                      "| steps/min first fifth | last fifth |", "|---" * 8 + "|"]  # fmt: skip
+            for name, s in data["summary"].items():
+                lines.append(
+                    f"| {name} | {_f(s['node_mb_growth_per_hour'])} | {_f(s['p2pd_mb_growth_per_hour'])} "
+                    f"| {_f(s['node_mb_last'])} | {_f(s['p2pd_mb_last'])} "
+                    f"| {_f(s['dht_stored_items_max'], '.0f')} / {_f(s['dht_stored_items_last'], '.0f')} "
+                    f"| {_f(s['steps_per_minute_first_fifth'])} | {_f(s['steps_per_minute_last_fifth'])} |"
+                )
+        lines.append("")
+    return "\n".join(lines)
+
+
+def _f(value: Any, spec: str = ".1f") -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def machine() -> str:
+    return f"{platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}"
+
+
+def git_commit() -> str:
+    with contextlib.suppress(Exception):
+        return subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True, check=True
+        ).stdout.strip()
+    return "unknown"
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--parts", default=",".join(PARTS), help=f"comma-separated subset of {PARTS}")
+    parser.add_argument("--rounds", type=int, default=3, help="hostile rounds")
+    parser.add_argument("--burst", type=int, default=2000, help="records in the hostile node's burst")
+    parser.add_argument("--kills", type=int, default=6, help="kill -9 faults injected into one node")
+    parser.add_argument("--soak-minutes", type=float, default=30.0)
+    parser.add_argument("--output-dir", default=str(RESULTS))
+    parser.add_argument("--force", action="store_true", help="rerun parts already saved with the same settings")
+    args = parser.parse_args(argv)
+    args.parts = [p.strip() for p in args.parts.split(",") if p.strip()]
+    unknown = sorted(set(args.parts) - set(PARTS))
+    if unknown:
+        parser.error(f"unknown part(s) {unknown}; choose from {PARTS}")
+    return args
+
+
+def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
+    args = parse_args(argv)
+    out_dir = Path(args.output_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / "reliability.json"
+    result = json.loads(path.read_text()) if path.exists() else {"parts": {}}
+    settings = {
+        "hostile": {"rounds": args.rounds, "burst": args.burst},
+        "crashes": {"kills": args.kills},
+        "soak": {"minutes": args.soak_minutes},
+    }
+    from sapo.models import save_tiny_model
+
+    with tempfile.TemporaryDirectory(prefix="sapo-reliability-") as tmp:
+        workdir = Path(tmp)
+        model_dir = save_tiny_model(workdir / "tiny-model")
+        for part in args.parts:
+            saved = result["parts"].get(part)
+            if saved and saved.get("settings") == settings[part] and not args.force:
+                print(f"reliability: {part}: kept from {saved['date']} (--force reruns it)")
+                continue
+            if part == "hostile":
+                data = run_hostile(args.rounds, args.burst, workdir)
+            elif part == "crashes":
+                data = run_crashes(args.kills, model_dir, workdir)
+            else:
+                data = run_soak(args.soak_minutes, model_dir, workdir)
+            data.update(
+                settings=settings[part],
+                command="python benchmarks/reliability.py " + " ".join(sys.argv[1:] if argv is None else argv),
+                git_commit=git_commit(),
+                date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+                machine=machine(),
+            )
+            result["parts"][part] = data
+            path.write_text(json.dumps(result, indent=1, default=str) + "\n")  # each part saved as it ends
+            (out_dir / "reliability.md").write_text(markdown(result))
+    print(markdown(result))
+    return result
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,70 @@
+"""Harness logic of benchmarks/reliability.py: soak figures from samples, the report, argument checks."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="module")
+def bench():
+    spec = importlib.util.spec_from_file_location("bench_reliability", ROOT / "benchmarks" / "reliability.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _samples(minutes: int, node_mb_per_hour: float, steps_per_minute_late: float) -> list[dict]:
+    samples, step = [], 0.0
+    for k in range(minutes * 6 + 1):  # one sample every 10 s
+        t = 10.0 * k
+        step += (60.0 if t < minutes * 30 else steps_per_minute_late) / 6
+        samples.append(
+            {
+                "t": t,
+                "node-0": {
+                    "node_mb": 500 + node_mb_per_hour * t / 3600,
+                    "p2pd_mb": 60.0,
+                    "step": int(step),
+                    "dht_stored_items": float(k % 7),
+                    "seen_refs": 3.0,
+                    "received_groups": 1.0,
+                },
+            }  # fmt: skip
+        )
+    return samples
+
+
+def test_soak_summary_measures_growth_and_step_rate(bench):
+    summary = bench.soak_summary(_samples(30, node_mb_per_hour=120.0, steps_per_minute_late=30.0), ["node-0"])
+    node = summary["node-0"]
+    assert node["node_mb_growth_per_hour"] == pytest.approx(120.0, rel=0.01)
+    assert node["p2pd_mb_growth_per_hour"] == pytest.approx(0.0, abs=1e-9)
+    assert node["steps_per_minute_first_fifth"] == pytest.approx(60.0, rel=0.05)
+    assert node["steps_per_minute_last_fifth"] == pytest.approx(30.0, rel=0.05)  # a decay shows
+    assert node["dht_stored_items_max"] == 6
+
+
+def test_report_names_each_part_and_its_targets(bench):
+    common = {"command": "python benchmarks/reliability.py", "git_commit": "abc", "date": "d", "machine": "m"}
+    result = {
+        "parts": {
+            "hostile": {**common, "rounds": [{"kinds_not_counted": []}], "crashes": 0, "poisoned_rows_trained": 0,
+                        "bad_inputs_tried_by_kind": {"random_bytes": 1}, "rejections_by_reason": {"x": 1}},
+            "crashes": {**common, "faults_injected": 4, "resumed_from_newest_complete": 4, "steps_lost_per_fault": 0.5,
+                        "steps_logged_twice": 0, "final_exit_code": 0},
+            "soak": {**common, "summary": bench.soak_summary(_samples(5, 0.0, 60.0), ["node-0"])},
+        }
+    }  # fmt: skip
+    text = bench.markdown(result)
+    assert "poisoned rows trained on: 0 (target 0)" in text and "faults injected (kill -9): 4" in text
+    assert "| node-0 |" in text
+
+
+def test_unknown_part_is_refused(bench):
+    with pytest.raises(SystemExit):
+        bench.parse_args(["--parts", "hostile,chaos"])
