@@ -26,6 +26,7 @@ from tests.swarm_fixtures import make_group  # noqa: E402
 
 FUZZ = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 KEYS = [*index_keys("sapo", 8), "sapo/records/abc/1", "other"]
+OWN_KEY, OTHER_KEY = RSAPrivateKey(), RSAPrivateKey()  # RSA key generation is slow: made once
 
 
 class Rejections:
@@ -55,9 +56,9 @@ def test_schema_validator_answers_a_bool_and_counts_every_refusal(key, value, ex
 @given(st.sampled_from(KEYS), st.binary(max_size=200), st.binary(max_size=300), st.booleans())
 def test_signature_validator_refuses_anything_not_signed_by_the_subkey_owner(key, subkey, value, with_marker):
     rejections = Rejections()
-    validator = OwnerSignatureValidator(RSAPrivateKey(), rejections)
+    validator = OwnerSignatureValidator(OWN_KEY, rejections)
     if with_marker:  # a real owner marker of a key whose private half the sender does not hold
-        subkey = owner_marker(RSAPrivateKey().get_public_key().to_bytes()) + subkey
+        subkey = owner_marker(OTHER_KEY.get_public_key().to_bytes()) + subkey
     accepted = validator.validate(_record(key, MSGPackSerializer.dumps(subkey), value))
     assert accepted is False and rejections.reasons == ["bad_signature"]
 
