@@ -107,7 +107,7 @@ def run_hostile(rounds: int, burst_size: int, workdir: Path) -> dict[str, Any]:
             continue
         trainer = outcome["trainer"]
         logged = [row for row in trainer.state.log_history if "train_runtime" not in row][-1]
-        tried.update(outcome["expected"])
+        tried.update(outcome["expected"].keys())
         tried["burst_records"] += burst_size
         for name, value in logged.items():
             if name.startswith(("swarm/rejected/", "sapo/total/dropped/")):
@@ -180,9 +180,12 @@ def run_crashes(kills: int, model_dir: Path, workdir: Path, seed: int = 0) -> di
             stdout=subprocess.DEVNULL, stderr=open(log, "w"),
         )  # fmt: skip
         try:
-            if expected is not None:
+            if faults and expected is not None:
                 _wait(lambda log=log: "resuming from" in log.read_text(), 300, node)
                 faults[-1]["resumed_from_newest_complete"] = f"resuming from {expected}" in log.read_text()
+            elif faults:  # killed before its first complete checkpoint: it must start over, from nothing
+                _wait(lambda: max(_metrics_steps(out_dir), default=0) >= 1, 300, node)
+                faults[-1]["resumed_from_newest_complete"] = "resuming from" not in log.read_text()
             if last:
                 faults_exit = node.wait(timeout=600)
                 break

@@ -51,14 +51,15 @@ class NodeProgress(TrainerCallback):
 class MetricsJsonl(TrainerCallback):
     """Appends one JSON line per logging step to `metrics.jsonl`: the trainer's metrics plus swarm figures.
 
-    On resume, lines logged after the checkpoint being resumed are dropped first, so the file never holds
-    two lines for one step.
+    Lines logged after the step training starts from (the checkpoint being resumed, or step 0 for a run
+    that left no complete checkpoint) are dropped first, so the file never holds two lines for one step.
     """
 
     def __init__(self, path: str | Path, resume_step: int | None = None):
         self.path = Path(path)
-        if resume_step is not None and self.path.exists():
-            kept = [line for line in self.path.read_text().splitlines() if _step_of(line) <= resume_step]
+        start = resume_step or 0
+        if self.path.exists():
+            kept = [line for line in self.path.read_text().splitlines() if _step_of(line) <= start]
             self.path.write_text("".join(f"{line}\n" for line in kept))
 
     def on_log(self, args, state, control, logs=None, **kwargs):

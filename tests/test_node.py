@@ -185,3 +185,15 @@ def test_local_swarm_exchanges_groups_and_report_draws_the_plot(tmp_path, tiny_m
     assert "node-0" in printed and "node-2" in printed
     png = run_dir / "report.png"
     assert png.stat().st_size > 10_000 and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_metrics_file_keeps_no_line_past_the_step_training_restarts_from(tmp_path):
+    from sapo.callbacks import MetricsJsonl
+
+    path = tmp_path / "metrics.jsonl"
+    lines = [json.dumps({"step": s, "loss": 0.1}) for s in (1, 2, 3)] + ['{"step": 4, "lo']  # torn by a kill
+    path.write_text("\n".join(lines) + "\n")
+    MetricsJsonl(path, resume_step=2)
+    assert [json.loads(line)["step"] for line in path.read_text().splitlines()] == [1, 2]
+    MetricsJsonl(path, resume_step=None)  # no complete checkpoint: training starts again at step 0
+    assert path.read_text() == ""
