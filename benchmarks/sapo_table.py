@@ -473,6 +473,8 @@ def run_summary(nodes: dict[str, dict[str, list[float]]]) -> dict[str, Any]:
         "seconds_per_step_median": statistics.median(durations) if durations else math.nan,
         # diagnostics: does the policy move (first vs second half), is there a gradient at all (groups whose G
         # completions all got the same reward have zero advantage), and how good are the groups of others
+        # standard error of the mean reward per peer-step (peer-steps taken as independent draws)
+        "mean_reward_se": statistics.stdev(rewards) / math.sqrt(len(rewards)) if len(rewards) > 1 else math.nan,
         "reward_first_half": mean_of("local_reward", first_half=True),
         "reward_second_half": mean_of("local_reward", first_half=False),
         "zero_std_fraction": mean_of("zero_std_fraction"),
@@ -626,6 +628,27 @@ def _pct_plain(value: float | None) -> str:
     return "-" if value is None or math.isnan(value) else f"{value * 100:.0f}%"
 
 
+def noise_check(runs: list[dict[str, Any]], settings: Sequence[str]) -> list[str]:
+    """Per seed, the difference of mean reward per peer-step against 8/0, in units of its standard error."""
+    complete = {(r["setting"], r["seed"]): r for r in runs if r["complete"]}
+    out = []
+    for label in settings:
+        if label == BASELINE:
+            continue
+        for seed in sorted({s for (lab, s) in complete if lab == label}):
+            run, base = complete[(label, seed)], complete.get((BASELINE, seed))
+            if base is None:
+                continue
+            diff = run["mean_reward"] - base["mean_reward"]
+            se = math.sqrt(run["mean_reward_se"] ** 2 + base["mean_reward_se"] ** 2)
+            out.append(
+                f"- {label} seed {seed}: mean reward per peer-step {run['mean_reward']:.4f} vs "
+                f"{base['mean_reward']:.4f} (8/0): difference {diff:+.4f} = {diff / se:+.1f} standard errors "
+                f"(SE {se:.4f}, from the per-step spread over peers and steps)."
+            )
+    return out or ["- No seed has both a complete 8/0 run and a complete shared run."]
+
+
 def verdict(rows: list[dict[str, Any]]) -> list[str]:
     """Plain statements of whether sharing helped at this scale (no analysis)."""
     if not any(r["seeds"] for r in rows):
@@ -675,6 +698,10 @@ def write_outputs(report: dict[str, Any], results_dir: Path) -> dict[str, Path]:
         "## Did sharing help at this scale?",
         "",
         *verdict(report["table"]),
+        "",
+        "Is the difference larger than the noise? (|difference| under ~2 standard errors is not)",
+        "",
+        *noise_check(report["runs"], config["settings"]),
         "",
         "## Notes",
         "",

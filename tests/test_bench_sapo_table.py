@@ -109,6 +109,9 @@ def test_aggregation_cumulative_gain_and_spread(bench, tmp_path):
     assert by[("4/4", 1)]["peer_steps"] == 5 and by[("4/4", 1)]["mean_reward"] == pytest.approx(1.65 / 5)
     assert by[("8/0", 0)]["peers"]["node-0"]["local_reward"] == pytest.approx([0.1, 0.2, 0.3])
     assert by[("8/0", 0)]["seconds_per_step_median"] == pytest.approx(10.0)
+    # seed 0: 0.3 vs 0.15 per peer-step; SE from the spread of 0.1..0.3 / 0.0..0.2 (4/4 has none)
+    check = bench.noise_check(runs, config["settings"])
+    assert check[0].startswith("- 4/4 seed 0: mean reward per peer-step 0.3000 vs 0.1500 (8/0): difference +0.1500")
     # the diagnostics: step 1 of 3 is the first half, steps 2-3 the second
     assert by[("8/0", 0)]["reward_first_half"] == pytest.approx(0.05)
     assert by[("8/0", 0)]["reward_second_half"] == pytest.approx(0.2)
