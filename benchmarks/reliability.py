@@ -232,31 +232,24 @@ def _rss_mb(pid: int) -> float | None:
 
 
 def _node_pids(run_dir: Path, peers: int) -> dict[str, tuple[int | None, int | None]]:
-    """node name -> (node pid, p2pd pid), from node-run files the nodes write."""
+    """node name -> (node pid, p2pd pid): the p2pd pid from the state file each node writes, the node's as
+    its parent."""
+    from swarm.daemon import parent_pid
+
     out = {}
     for i in range(peers):
         node_dir = run_dir / f"node-{i}"
         state = node_dir / "p2pd-state.json"
         p2pd = json.loads(state.read_text()).get("p2pd_pid") if state.exists() else None
-        parent = None
-        if p2pd is not None:
-            with contextlib.suppress(OSError, IndexError, ValueError):
-                parent = int(open(f"/proc/{p2pd}/stat").read().rsplit(") ", 1)[1].split()[1])
-        out[f"node-{i}"] = (parent, p2pd)
+        out[f"node-{i}"] = (parent_pid(p2pd) if p2pd is not None else None, p2pd)
     return out
-
-
-def _last_row(path: Path) -> dict[str, Any]:
-    with contextlib.suppress(FileNotFoundError):
-        for line in reversed(path.read_text().splitlines()):
-            with contextlib.suppress(ValueError):
-                return json.loads(line)
-    return {}
 
 
 def run_soak(minutes: float, model_dir: Path, workdir: Path, interval: float = 10.0) -> dict[str, Any]:
     """A 3-node local swarm for ``minutes``; memory, DHT storage and step rate over time."""
     from tqdm import tqdm
+
+    from sapo.local_swarm import last_metrics
 
     peers = 3
     run_dir = workdir / "soak"
@@ -275,7 +268,7 @@ def run_soak(minutes: float, model_dir: Path, workdir: Path, interval: float = 1
                     raise RuntimeError(f"local-swarm exited with {swarm.returncode}; see {workdir / 'soak.log'}")
                 sample: dict[str, Any] = {"t": round(time.monotonic() - started, 1)}
                 for name, (node_pid, p2pd_pid) in _node_pids(run_dir, peers).items():
-                    row = _last_row(run_dir / name / "metrics.jsonl")
+                    row = last_metrics(run_dir / name / "metrics.jsonl")
                     sample[name] = {
                         "node_mb": _rss_mb(node_pid) if node_pid else None,
                         "p2pd_mb": _rss_mb(p2pd_pid) if p2pd_pid else None,

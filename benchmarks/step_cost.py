@@ -61,6 +61,8 @@ RESULTS = ROOT / "benchmarks" / "results"
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from swarm.daemon import is_p2pd  # noqa: E402
+
 CONFIGS = ("sapo 4/4", "sapo 8/0", "trl")
 PHASES = ("generation", "scoring", "swarm_fetch", "external_scoring", "publish")
 SWARM_PHASES = ("publish", "swarm_fetch", "external_scoring")
@@ -183,14 +185,6 @@ def status_kb(pid: int, key: str) -> int:
     except OSError:
         pass
     return 0
-
-
-def is_p2pd(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            return b"p2pd" in f.read()
-    except OSError:
-        return False
 
 
 def stop_process(proc: subprocess.Popen, timeout: float = 30) -> None:
