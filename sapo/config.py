@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 
 from trl import GRPOConfig
@@ -11,6 +12,12 @@ SAMPLING_STRATEGIES = ("paper", "uniform")
 
 SOURCE_POLICIES = ("verify", "trust", "drop")
 """Names accepted by `SAPOConfig.external_source_policy` (see `sapo.tasks.QuestionVerifier`)."""
+
+
+def _has_accelerator() -> bool:
+    import torch
+
+    return torch.accelerator.is_available()
 
 
 def _native_bf16() -> bool:
@@ -110,16 +117,24 @@ class SAPOConfig(GRPOConfig):
             # TRL turns bf16 autocast on everywhere; on a CPU without native bf16 every matmul is then emulated
             # (measured 45x slower per step here), so it is on only where the accelerator supports it.
             self.bf16 = _native_bf16()
+        if int(os.environ.get("WORLD_SIZE", "1")) > 1 and not self.use_cpu and not _has_accelerator():
+            # Several processes on a machine without GPU: unless told it is on CPU, transformers leaves each
+            # process training alone; with use_cpu they form one gloo process group (MULTI_CPU).
+            self.use_cpu = True
         groups_per_round = self.num_local + self.num_external
         if self.generation_batch_size is None and self.steps_per_generation is None:
             rows = groups_per_round * self.num_generations
-            if rows % self.per_device_train_batch_size != 0:
+            # A round is split over the processes of `accelerate launch` / torchrun, which set WORLD_SIZE.
+            processes = int(os.environ.get("WORLD_SIZE", "1"))
+            per_step = self.per_device_train_batch_size * processes
+            if rows % per_step != 0:
                 raise ValueError(
                     f"(num_local + num_external) * num_generations = {rows} completions per round must be divisible "
-                    f"by per_device_train_batch_size={self.per_device_train_batch_size}; change one of them."
+                    f"by per_device_train_batch_size * processes = {self.per_device_train_batch_size} * {processes}; "
+                    "change one of them."
                 )
             self.generation_batch_size = rows
-            self.gradient_accumulation_steps = rows // self.per_device_train_batch_size
+            self.gradient_accumulation_steps = rows // per_step
         super().__post_init__()
 
     def _validate_sapo_fields(self) -> None:

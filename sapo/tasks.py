@@ -37,6 +37,7 @@ __all__ = [
     "build_reasoning_gym_dataset",
     "load_jsonl_dataset",
     "provenance_to_json",
+    "questions_from_dataset",
     "reasoning_gym_entry",
     "validate_task_names",
 ]
@@ -344,19 +345,51 @@ def load_jsonl_dataset(
             question, answer = record[question_field], record[answer_field]
             if not isinstance(question, str) or not question.strip():
                 raise ValueError(f"{path}:{line_no}: field {question_field!r} must be a non-empty string")
-            provenance = Provenance(DATASET_SOURCE, name, {}, None, len(rows))
-            rows.append(
-                {
-                    "prompt": _messages(question, system_prompt),
-                    "answer": answer if isinstance(answer, str) else json.dumps(answer),
-                    "task": name,
-                    "entry": "",
-                    "provenance": provenance_to_json(provenance),
-                }
-            )
+            rows.append(_question_row(question, answer, name, len(rows), system_prompt))
     if not rows:
         raise ValueError(f"{path}: no questions (the file is empty)")
     return Dataset.from_list(rows)
+
+
+def questions_from_dataset(
+    dataset: Dataset,
+    name: str,
+    question_field: str = "question",
+    answer_field: str = "answer",
+    system_prompt: str | None = DEFAULT_SYSTEM_PROMPT,
+) -> Dataset:
+    """SAPO rows from any ``datasets.Dataset`` of questions and answers (e.g. ``load_dataset("json", ...)``).
+
+    The rows are those of :func:`load_jsonl_dataset`: provenance source ``"dataset"``, dataset ``name``, index =
+    row number. A receiver checks a shared group against its own copy of the same rows (same ``name``, same
+    order), so every peer that shares questions this way must build them from the same data.
+    """
+    missing = [f for f in (question_field, answer_field) if f not in dataset.column_names]
+    if missing:
+        raise KeyError(
+            f"dataset {name!r} has no field(s) {missing}; fields present: {dataset.column_names} "
+            "(choose them with question_field= / answer_field=)"
+        )
+    rows = []
+    for index, record in enumerate(dataset):
+        question = record[question_field]
+        if not isinstance(question, str) or not question.strip():
+            raise ValueError(f"dataset {name!r}, row {index}: field {question_field!r} must be a non-empty string")
+        rows.append(_question_row(question, record[answer_field], name, index, system_prompt))
+    if not rows:
+        raise ValueError(f"dataset {name!r} has no questions")
+    return Dataset.from_list(rows)
+
+
+def _question_row(question: str, answer: Any, name: str, index: int, system_prompt: str | None) -> dict[str, Any]:
+    provenance = Provenance(DATASET_SOURCE, name, {}, None, index)
+    return {
+        "prompt": _messages(question, system_prompt),
+        "answer": answer if isinstance(answer, str) else json.dumps(answer),
+        "task": name,
+        "entry": "",
+        "provenance": provenance_to_json(provenance),
+    }
 
 
 # ----------------------------------------------------------------------------------------------

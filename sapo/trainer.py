@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+from accelerate.utils import broadcast_object_list, gather_object
 from datasets import Dataset
 from torch import nn
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
@@ -68,6 +69,11 @@ class SAPOTrainer(GRPOTrainer):
         verifier (`sapo.tasks.QuestionVerifier` or `None`):
             Re-derives the ground truth of external groups; default built from `args.external_source_policy`.
 
+    With several processes (`accelerate launch --num_processes N`), the node is one swarm peer: pass the swarm on
+    the main process and `None` on the others. The main process fetches candidates for every process (each verifies
+    and scores them identically, then takes its own share of one common selection) and publishes the groups of
+    every process. `num_local` and `num_external` must then be multiples of N.
+
     Attributes:
         swarm_totals (`collections.Counter`): cumulative counts (external groups, fill-ins, drops by reason, ...),
             logged as `sapo/total/<name>`.
@@ -96,28 +102,45 @@ class SAPOTrainer(GRPOTrainer):
         if args.num_external > 0:
             self._check_external_support(train_dataset)
         self.swarm = swarm
+        # Every process must agree on whether there is a swarm and on its peer id: they take part in the
+        # main process's fetches and publications together, and make the same selection.
+        self._uses_swarm, peer_id = self._main_process_swarm(swarm)
         self.verifier = verifier or QuestionVerifier(policy=args.external_source_policy)
         self._register_local_copy(train_dataset)
         self.sampler = sampler or make_sampler(
             args.sampling_strategy,
             max_groups_per_peer=args.max_groups_per_peer,
             max_group_age=args.max_group_age,
-            self_id=swarm.peer_id if swarm is not None else None,
+            self_id=peer_id,
         )
         self.swarm_model_name = args.swarm_model_name or str(getattr(self.model.config, "_name_or_path", "") or "")
-        self._rng = random.Random(args.seed + self.accelerator.process_index)
+        self._rng = random.Random(args.seed)  # the same on every process, so they make the same selection
         self._round: _Round | None = None
         self._phase_seconds: Counter[str] = Counter()
         self.swarm_totals: Counter[str] = Counter()  # cumulative counts, logged as sapo/total/<name>
         self.taken_from: Counter[str] = Counter()  # external groups trained on, by verified sender
         self.last_external: list[Candidate] = []  # the external groups of the latest round, as scored here
 
-    def _check_external_support(self, train_dataset: Any) -> None:
-        if self.args.num_external % self.accelerator.num_processes != 0:
+    def _main_process_swarm(self, swarm: SwarmTransport | None) -> tuple[bool, str | None]:
+        """(whether the node has a swarm, its peer id), as the main process sees it, on every process."""
+        processes = self.accelerator.num_processes
+        if processes == 1:
+            return swarm is not None, swarm.peer_id if swarm is not None else None
+        if swarm is not None and not self.accelerator.is_main_process:
             raise ValueError(
-                f"num_external={self.args.num_external} must be divisible by the number of processes "
-                f"({self.accelerator.num_processes})."
+                "with several processes, pass the swarm on the main process only (swarm=None elsewhere): the node "
+                "is one peer, and the main process fetches and publishes for all of them."
             )
+        for name in ("num_local", "num_external"):
+            if getattr(self.args, name) % processes != 0:
+                raise ValueError(
+                    f"{name}={getattr(self.args, name)} must be divisible by the number of processes ({processes}), "
+                    "so that every process holds whole groups."
+                )
+        shared = [(swarm is not None, swarm.peer_id if swarm is not None else None)]
+        return broadcast_object_list(shared, from_process=0)[0]
+
+    def _check_external_support(self, train_dataset: Any) -> None:
         if self.tools or self.rollout_func is not None or self.environment_factories is not None:
             raise ValueError("num_external > 0 does not support tools, rollout_func or environment_factory yet.")
         if self.use_vllm and self.vllm_importance_sampling_correction:
@@ -161,25 +184,43 @@ class SAPOTrainer(GRPOTrainer):
 
     def _take_external_groups(self, num_slots: int) -> list[Candidate]:
         """Fetch candidates from the swarm, verify and score them locally, and let the sampler choose."""
-        if num_slots == 0 or self.swarm is None:
+        processes, rank = self.accelerator.num_processes, self.accelerator.process_index
+        if num_slots == 0 or not self._uses_swarm:
+            self.swarm_totals["fill_ins"] += num_slots * processes
+            self.last_external = []
             return []
         pool_size = self.args.external_pool_size or 4 * self.args.num_external
         with self._timed("swarm_fetch"):
-            received = self.swarm.fetch(pool_size, max_age=self.args.max_group_age)
+            received, now = self._fetch(pool_size)
         candidates = []
         with self._timed("external_scoring"):
             for item in received:
                 candidate = self._verify_and_score(item.sender, item.group)
                 if candidate is not None:
                     candidates.append(candidate)
-        selection = self.sampler.select(candidates, num_slots, self._rng)
+        selection = self.sampler.select(candidates, num_slots * processes, self._rng, now=now)
+        share = selection.chosen[rank * num_slots : (rank + 1) * num_slots]
+        # Node-wide counts: every process sees the whole selection, so they agree.
+        self.swarm_totals["external_groups"] += len(selection.chosen)
+        self.swarm_totals["fill_ins"] += num_slots * processes - len(selection.chosen)
+        self.taken_from.update(c.sender for c in selection.chosen)
+        self.last_external = list(selection.chosen)
         self.swarm_totals.update({f"dropped/{reason}": n for reason, n in selection.dropped.items()})
         self.swarm_totals["candidates"] += len(received)
         zero_advantage = sum(c.has_zero_advantage for c in candidates)
         self.swarm_totals["zero_advantage_candidates"] += zero_advantage
         if candidates:
             self._metrics["train"]["sapo/zero_advantage_fraction"].append(zero_advantage / len(candidates))
-        return selection.chosen
+        return share
+
+    def _fetch(self, pool_size: int) -> tuple[list[Any], float]:
+        """Candidates from the swarm and the time they were fetched: the main process's, on every process."""
+        if self.accelerator.num_processes == 1:
+            return self.swarm.fetch(pool_size, max_age=self.args.max_group_age), time.time()
+        fetched = [None]
+        if self.accelerator.is_main_process:
+            fetched = [(self.swarm.fetch(pool_size, max_age=self.args.max_group_age), time.time())]
+        return broadcast_object_list(fetched, from_process=0)[0]
 
     def _verify_and_score(self, sender: str, group: Group) -> Candidate | None:
         """A candidate with this peer's ground truth and rewards, or None (counted) if it cannot be used."""
@@ -234,6 +275,7 @@ class SAPOTrainer(GRPOTrainer):
         prompt_ids: list[list[int]] = [[] for _ in prompts]
         completion_ids: list[list[int]] = [[] for _ in prompts]
         completions: list[Any] = [None] * len(prompts)
+        l_completions: list[Any] = []
         if local:
             with self._timed("generation"):
                 l_prompt_ids, l_completion_ids, _, l_completions, *_ = super()._generate([prompts[i] for i in local])
@@ -243,7 +285,7 @@ class SAPOTrainer(GRPOTrainer):
                     l_completion_ids[j],
                     l_completions[j],
                 )
-            self._publish_local_groups(local, l_completions)
+        self._publish_local_groups(local, l_completions)  # every process calls it: publishing is collective
 
         external = sorted(round_.external_text)
         e_prompt_ids, _, _ = self._tokenize_prompts([prompts[i] for i in external])
@@ -319,7 +361,7 @@ class SAPOTrainer(GRPOTrainer):
 
     def _publish_local_groups(self, local_rows: list[int], completions: list[Any]) -> None:
         """Publish each locally generated group as decoded text, right after generation."""
-        if self.swarm is None or not self.args.publish_groups:
+        if not self._uses_swarm or not self.args.publish_groups:
             return
         rows = self._round.rows
         groups, now, step = [], time.time(), self.state.global_step
@@ -339,6 +381,10 @@ class SAPOTrainer(GRPOTrainer):
                     created_at=now,
                 )
             )
+        if self.accelerator.num_processes > 1:
+            groups = gather_object(groups)  # the main process publishes the groups of all processes
+        if self.swarm is None or not groups:
+            return
         try:
             with self._timed("publish"):
                 self.swarm.publish(groups)
@@ -369,10 +415,6 @@ class SAPOTrainer(GRPOTrainer):
         metrics["sapo/external_groups"].append(float(len(external)))
         metrics["sapo/fill_ins"].append(float(num_slots - len(external)))
         metrics["sapo/distinct_senders"].append(float(len({c.sender for c in external})))
-        self.swarm_totals["fill_ins"] += num_slots - len(external)
-        self.swarm_totals["external_groups"] += len(external)
-        self.taken_from.update(c.sender for c in external)
-        self.last_external = list(external)
         rewards = self._round.rewards
         if rewards is None:
             return

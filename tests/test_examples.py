@@ -1,0 +1,195 @@
+"""Every script in examples/ runs end to end in its smoke mode (tiny models, CPU, real DHT peers, real TRL steps)
+and does what its header promises; a test peer in this process feeds it groups and reads what it publishes."""
+# ruff: noqa: F811  (pytest fixtures imported from tests.swarm_fixtures are redefined as arguments)
+
+from __future__ import annotations
+
+import ast
+import contextlib
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("hivemind")
+
+from tests.hostile_peer import honest_group  # noqa: E402
+from tests.swarm_fixtures import dht_peers, no_p2pd_left_behind, wait_until  # noqa: E402, F401
+
+pytestmark = pytest.mark.usefixtures("no_p2pd_left_behind")
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+
+
+def _session_members(session: int) -> list[int]:
+    """PIDs of live processes in the session an example was started in (it and its p2pd daemons)."""
+    members = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            with contextlib.suppress(OSError, IndexError):
+                fields = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
+                if int(fields[3]) == session and fields[0] != "Z":
+                    members.append(int(entry))
+    return members
+
+
+def run_example(argv: list[str], cwd: Path, timeout: float = 600) -> str:
+    """Run an example in a session of its own and return its output. Whatever happens, nothing of that session
+    (the example, its peer processes, their p2pd) survives; and a finished example must have left nothing."""
+    process = subprocess.Popen(
+        argv, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
+    )
+    try:
+        try:
+            output, _ = process.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            output = f"(timed out after {timeout} s)"
+        deadline = time.monotonic() + 15
+        while _session_members(process.pid) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        leftovers = _session_members(process.pid)
+    finally:
+        for pid in _session_members(process.pid):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        if process.poll() is None:
+            process.kill()
+            process.wait(timeout=30)
+    assert process.returncode == 0, f"{argv[1:3]} exited {process.returncode}:\n{output[-4000:]}"
+    assert not leftovers, f"{argv[1:3]} left processes behind: {leftovers}"
+    return output
+
+
+def python(script: str, *args: str) -> list[str]:
+    return [sys.executable, str(EXAMPLES / script), *args]
+
+
+def taken_from(output: str) -> dict[str, int]:
+    return ast.literal_eval(re.search(r"external groups trained on, by sender: (\{.*\})", output).group(1))
+
+
+@pytest.fixture
+def feeder(dht_peers):
+    """A DHT peer in this process: the examples join it, take its groups and publish theirs to it."""
+    return dht_peers()
+
+
+def reasoning_gym_groups(count: int) -> list:
+    from sapo.tasks import build_reasoning_gym_dataset
+
+    rows = build_reasoning_gym_dataset(["basic_arithmetic"], size=count, seed=7)
+    return [honest_group(rows[i], f"feed-{i}") for i in range(count)]
+
+
+def received_from_others(peer) -> list:
+    return [item for item in peer.fetch(64) if item.sender != peer.peer_id]
+
+
+def test_train_reasoning_gym_joins_a_swarm_trains_on_its_groups_and_publishes(tmp_path, tiny_model_a, feeder):
+    feeder.publish(reasoning_gym_groups(4))
+    output = run_example(
+        python("train_reasoning_gym.py", "--smoke", "--model", str(tiny_model_a), "--max-steps", "2",
+               "--output-dir", str(tmp_path / "run"), "--initial-peers", feeder.visible_addresses()[0]),
+        cwd=tmp_path,
+    )  # fmt: skip
+
+    assert "trained 2 steps on 1 processes" in output
+    assert taken_from(output).get(feeder.peer_id, 0) >= 1, output[-2000:]
+    published = wait_until(lambda: received_from_others(feeder), timeout=30)
+    assert all(len(item.group.completions) == 2 for item in published)  # smoke mode: G = 2
+
+
+def test_train_reasoning_gym_runs_as_one_peer_over_two_processes(tmp_path, tiny_model_a, feeder):
+    """`accelerate launch` with 2 processes (gloo on CPU): one swarm peer, both processes train on its groups."""
+    feeder.publish(reasoning_gym_groups(8))
+    with socket.socket() as free:
+        free.bind(("127.0.0.1", 0))
+        port = free.getsockname()[1]
+    launch = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
+              "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
+              "--main_process_ip", "127.0.0.1", "--main_process_port", str(port)]  # fmt: skip
+    output = run_example(
+        launch + python("train_reasoning_gym.py", "--smoke", "--model", str(tiny_model_a), "--max-steps", "2",
+                        "--output-dir", str(tmp_path / "run"), "--initial-peers", feeder.visible_addresses()[0])[1:],
+        cwd=tmp_path,
+    )  # fmt: skip
+
+    assert "trained 2 steps on 2 processes" in output
+    assert output.count("others join with") == 1  # one peer for the node, on the main process
+    assert taken_from(output).get(feeder.peer_id, 0) >= 3, output[-2000:]  # groups 3-4 of a round go to process 1
+    published = wait_until(lambda: received_from_others(feeder), timeout=30)
+    ranks = {item.group.group_id.split("-")[1] for item in published}  # group ids are step-process-index
+    assert ranks == {"0", "1"}, [item.group.group_id for item in published]
+    assert len({item.sender for item in published}) == 1
+
+
+def test_custom_reward_checks_shared_questions_against_its_own_file(tmp_path, tiny_model_a, feeder):
+    from datasets import load_dataset
+
+    from sapo.tasks import questions_from_dataset
+    from swarm.records import Provenance
+
+    questions_file = EXAMPLES / "data" / "capitals.jsonl"
+    rows = questions_from_dataset(load_dataset("json", data_files=str(questions_file), split="train"), "capitals")
+    honest = honest_group(rows[3], "capital-3")
+    # row 4's question claiming to be row 3; and a question of a dataset the receiver has no copy of
+    mismatch = replace(honest_group(rows[4], "capital-4"), provenance=Provenance("dataset", "capitals", {}, None, 3))
+    unknown = replace(honest_group(rows[5], "other"), provenance=Provenance("dataset", "my_private_set", {}, None, 5))
+    feeder.publish([honest, mismatch, unknown])
+
+    output = run_example(
+        python("custom_reward.py", "--smoke", "--model", str(tiny_model_a), "--questions", str(questions_file),
+               "--initial-peers", feeder.visible_addresses()[0]),
+        cwd=tmp_path,
+    )  # fmt: skip
+
+    assert taken_from(output) == {feeder.peer_id: 1}  # only the honest group is usable
+    dropped = ast.literal_eval(re.search(r"external groups dropped, by reason: (\{.*\})", output).group(1))
+    assert dropped.get("question_mismatch") == 1 and dropped.get("unknown_task") == 1, dropped
+    assert "'rewards/capital_reward/mean'" in output  # the user's reward function was called by TRL
+
+
+def test_heterogeneous_swarm_peers_with_different_tokenizers_train_on_each_others_groups(
+    tmp_path, tiny_model_a, tiny_model_b
+):
+    output = run_example(
+        python("heterogeneous_swarm.py", "--smoke", "--models", str(tiny_model_a), str(tiny_model_b), "--steps", "4"),
+        cwd=tmp_path,
+    )
+    table = {line.split()[0]: line for line in output.splitlines() if re.match(r"peer-\d ", line)}
+    assert set(table) == {"peer-0", "peer-1"}, output[-3000:]
+    for me, other in (("peer-0", "peer-1"), ("peer-1", "peer-0")):
+        steps = int(table[me].split()[2])
+        taken = ast.literal_eval(table[me][table[me].index("{") :])
+        assert steps == 4 and taken.get(other, 0) >= 1, table[me]
+
+
+def test_lora_node_trains_saves_and_reloads_the_adapter(tmp_path, tiny_model_a):
+    output = run_example(python("lora_node.py", "--smoke", "--model", str(tiny_model_a)), cwd=tmp_path)
+
+    adapter = tmp_path / "sapo-lora" / "adapter"
+    assert (adapter / "adapter_config.json").is_file() and (adapter / "adapter_model.safetensors").is_file()
+    assert not list(adapter.glob("model*.safetensors"))  # the adapter alone, not a full copy of the model
+    difference = float(re.search(r"logits: max difference (\S+)", output).group(1))
+    assert difference < 1e-4
+    trainable = re.search(r"trainable parameters: ([\d,]+) of ([\d,]+)", output)
+    assert int(trainable.group(1).replace(",", "")) < int(trainable.group(2).replace(",", "")) / 10
+
+
+def test_every_example_is_short_and_says_what_it_shows_how_to_run_it_and_what_it_prints():
+    scripts = sorted(EXAMPLES.glob("*.py"))
+    assert {s.name for s in scripts} >= {
+        "train_reasoning_gym.py", "custom_reward.py", "heterogeneous_swarm.py", "lora_node.py",
+    }  # fmt: skip
+    for script in scripts:
+        doc = ast.get_docstring(ast.parse(script.read_text()))
+        assert doc and all(word in doc for word in ("What it shows", "Run:", "Output")), script.name
+        code_lines = len(script.read_text().splitlines()) - len(doc.splitlines())
+        assert code_lines <= 110, f"{script.name}: {code_lines} lines besides its header"
