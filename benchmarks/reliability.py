@@ -276,6 +276,7 @@ def run_soak(minutes: float, model_dir: Path, workdir: Path, interval: float = 1
                         "dht_stored_items": row.get("swarm/gauge/dht_stored_items"),
                         "seen_refs": row.get("swarm/gauge/seen_refs"),
                         "received_groups": row.get("swarm/received_groups"),
+                        "published_records": row.get("swarm/published_records"),
                     }
                 samples.append(sample)
                 time.sleep(interval)
@@ -291,24 +292,25 @@ def run_soak(minutes: float, model_dir: Path, workdir: Path, interval: float = 1
     return {"samples": samples, "summary": soak_summary(samples, [f"node-{i}" for i in range(peers)])}
 
 
-def _slope_per_hour(points: list[tuple[float, float]]) -> float | None:
-    """Least-squares slope of (seconds, value) points, per hour."""
-    if len(points) < 3:
-        return None
-    mean_t = statistics.mean(t for t, _ in points)
-    mean_v = statistics.mean(v for _, v in points)
-    var = sum((t - mean_t) ** 2 for t, _ in points)
-    if var == 0:
-        return None
-    return 3600 * sum((t - mean_t) * (v - mean_v) for t, v in points) / var
+def _quarter_growth_per_hour(points: list[tuple[float, float]]) -> tuple[float | None, float | None, float | None]:
+    """(median of the 2nd quarter, median of the last quarter, growth per hour between them) of (seconds, value)
+    points. Medians, not a fitted slope: RSS is a sawtooth (allocator, GC) whose phase would tilt a fit; the first
+    quarter is left out as warm-up (model load, first checkpoint)."""
+    if len(points) < 8:
+        return None, None, None
+    n = len(points)
+    q2, q4 = points[n // 4 : n // 2], points[3 * n // 4 :]
+    m2, m4 = statistics.median(v for _, v in q2), statistics.median(v for _, v in q4)
+    hours = (statistics.median(t for t, _ in q4) - statistics.median(t for t, _ in q2)) / 3600
+    return m2, m4, (m4 - m2) / hours if hours > 0 else None
 
 
 def soak_summary(samples: list[dict[str, Any]], names: list[str]) -> dict[str, Any]:
-    """Per node: memory growth per hour over the second half, peak DHT items, step rate early vs late."""
+    """Per node: memory (2nd vs last quarter, growth per hour, peak), DHT items (peak, last quarter, against the
+    records published), and the step rate of the first vs the last fifth."""
     out = {}
     for name in names:
         rows = [(s["t"], s[name]) for s in samples if isinstance(s.get(name), dict)]
-        half = rows[len(rows) // 2 :]
         fifth = max(2, len(rows) // 5)
 
         def rate(part: list[tuple[float, dict]]) -> float | None:
@@ -317,13 +319,26 @@ def soak_summary(samples: list[dict[str, Any]], names: list[str]) -> dict[str, A
                 return None
             return 60 * (steps[-1][1] - steps[0][1]) / (steps[-1][0] - steps[0][0])
 
+        def series(key: str, rows: list[tuple[float, dict]] = rows) -> list[tuple[float, float]]:
+            return [(t, r[key]) for t, r in rows if r.get(key) is not None]
+
+        node_q2, node_q4, node_growth = _quarter_growth_per_hour(series("node_mb"))
+        p2pd_q2, p2pd_q4, p2pd_growth = _quarter_growth_per_hour(series("p2pd_mb"))
+        items_q2, items_q4, _ = _quarter_growth_per_hour(series("dht_stored_items"))
+        published = series("published_records")
         out[name] = {
-            "node_mb_growth_per_hour": _slope_per_hour([(t, r["node_mb"]) for t, r in half if r.get("node_mb")]),
-            "p2pd_mb_growth_per_hour": _slope_per_hour([(t, r["p2pd_mb"]) for t, r in half if r.get("p2pd_mb")]),
-            "node_mb_last": next((r["node_mb"] for _, r in reversed(rows) if r.get("node_mb")), None),
-            "p2pd_mb_last": next((r["p2pd_mb"] for _, r in reversed(rows) if r.get("p2pd_mb")), None),
-            "dht_stored_items_max": max((r["dht_stored_items"] or 0 for _, r in rows), default=None),
-            "dht_stored_items_last": rows[-1][1].get("dht_stored_items") if rows else None,
+            "node_mb_median_q2": node_q2,
+            "node_mb_median_q4": node_q4,
+            "node_mb_growth_per_hour": node_growth,
+            "node_mb_max": max((v for _, v in series("node_mb")), default=None),
+            "p2pd_mb_median_q2": p2pd_q2,
+            "p2pd_mb_median_q4": p2pd_q4,
+            "p2pd_mb_growth_per_hour": p2pd_growth,
+            "p2pd_mb_max": max((v for _, v in series("p2pd_mb")), default=None),
+            "dht_stored_items_max": max((v for _, v in series("dht_stored_items")), default=None),
+            "dht_stored_items_median_q2": items_q2,
+            "dht_stored_items_median_q4": items_q4,
+            "published_records_total": published[-1][1] if published else None,
             "steps_per_minute_first_fifth": rate(rows[:fifth]),
             "steps_per_minute_last_fifth": rate(rows[-fifth:]),
         }
@@ -356,13 +371,20 @@ def markdown(result: dict[str, Any]) -> str:
                 f"{data['steps_logged_twice']}; exit code of the last life: {data['final_exit_code']}",
             ]
         elif part == "soak":
-            lines += ["| node | node MB/h (2nd half) | p2pd MB/h | node MB | p2pd MB | DHT items max / last "
-                      "| steps/min first fifth | last fifth |", "|---" * 8 + "|"]  # fmt: skip
+            lines += ["Memory: medians of the 2nd and of the last quarter (the first is warm-up), growth per hour "
+                      "between them, and the peak. DHT items: stored by this node's DHT, against every record it "
+                      "published: bounded by expiry, they follow the publication rate, not the total.", "",
+                      "| node | node MB q2 -> q4 | node MB/h | node MB max | p2pd MB q2 -> q4 | p2pd MB/h "
+                      "| DHT items q2 -> q4 (max) | records published | steps/min first fifth | last fifth |",
+                      "|---" * 10 + "|"]  # fmt: skip
             for name, s in data["summary"].items():
                 lines.append(
-                    f"| {name} | {_f(s['node_mb_growth_per_hour'])} | {_f(s['p2pd_mb_growth_per_hour'])} "
-                    f"| {_f(s['node_mb_last'])} | {_f(s['p2pd_mb_last'])} "
-                    f"| {_f(s['dht_stored_items_max'], '.0f')} / {_f(s['dht_stored_items_last'], '.0f')} "
+                    f"| {name} | {_f(s['node_mb_median_q2'], '.0f')} -> {_f(s['node_mb_median_q4'], '.0f')} "
+                    f"| {_f(s['node_mb_growth_per_hour'])} | {_f(s['node_mb_max'], '.0f')} "
+                    f"| {_f(s['p2pd_mb_median_q2'])} -> {_f(s['p2pd_mb_median_q4'])} "
+                    f"| {_f(s['p2pd_mb_growth_per_hour'])} "
+                    f"| {_f(s['dht_stored_items_median_q2'], '.0f')} -> {_f(s['dht_stored_items_median_q4'], '.0f')} "
+                    f"({_f(s['dht_stored_items_max'], '.0f')}) | {_f(s['published_records_total'], '.0f')} "
                     f"| {_f(s['steps_per_minute_first_fifth'])} | {_f(s['steps_per_minute_last_fifth'])} |"
                 )
         lines.append("")

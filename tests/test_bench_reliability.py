@@ -18,7 +18,9 @@ def bench():
     return module
 
 
-def _samples(minutes: int, node_mb_per_hour: float, steps_per_minute_late: float) -> list[dict]:
+def _samples(
+    minutes: int, node_mb_per_hour: float, steps_per_minute_late: float, sawtooth_mb: float = 0.0
+) -> list[dict]:
     samples, step = [], 0.0
     for k in range(minutes * 6 + 1):  # one sample every 10 s
         t = 10.0 * k
@@ -27,12 +29,13 @@ def _samples(minutes: int, node_mb_per_hour: float, steps_per_minute_late: float
             {
                 "t": t,
                 "node-0": {
-                    "node_mb": 500 + node_mb_per_hour * t / 3600,
+                    "node_mb": 500 + node_mb_per_hour * t / 3600 + sawtooth_mb * (k % 13) / 13,
                     "p2pd_mb": 60.0,
                     "step": int(step),
                     "dht_stored_items": float(k % 7),
                     "seen_refs": 3.0,
                     "received_groups": 1.0,
+                    "published_records": float(k),
                 },
             }  # fmt: skip
         )
@@ -47,6 +50,15 @@ def test_soak_summary_measures_growth_and_step_rate(bench):
     assert node["steps_per_minute_first_fifth"] == pytest.approx(60.0, rel=0.05)
     assert node["steps_per_minute_last_fifth"] == pytest.approx(30.0, rel=0.05)  # a decay shows
     assert node["dht_stored_items_max"] == 6
+    assert node["published_records_total"] == 180
+
+
+def test_soak_memory_trend_ignores_a_sawtooth_without_growth(bench):
+    """RSS swings of hundreds of MB (allocator, garbage collection) must not read as growth, nor hide it."""
+    flat = bench.soak_summary(_samples(30, 0.0, 60.0, sawtooth_mb=300.0), ["node-0"])["node-0"]
+    assert abs(flat["node_mb_growth_per_hour"]) < 60 and flat["node_mb_max"] >= 750
+    growing = bench.soak_summary(_samples(30, 600.0, 60.0, sawtooth_mb=300.0), ["node-0"])["node-0"]
+    assert growing["node_mb_growth_per_hour"] == pytest.approx(600.0, rel=0.1)
 
 
 def test_report_names_each_part_and_its_targets(bench):

@@ -19,6 +19,7 @@ from sapo.tasks import (
     TaskSpec,
     build_reasoning_gym_dataset,
     load_jsonl_dataset,
+    questions_from_dataset,
     validate_task_names,
 )
 from swarm.records import Group, Provenance, provenance_from_wire, validate_group
@@ -185,6 +186,26 @@ def test_jsonl_errors(tmp_path):
     (tmp_path / "bad.jsonl").write_text('{"question": "x", "answer": "y"}\nnot json\n')
     with pytest.raises(ValueError, match="bad.jsonl:2"):
         load_jsonl_dataset(tmp_path / "bad.jsonl")
+
+
+def test_questions_from_any_dataset_match_the_jsonl_loader_and_verify(tmp_path):
+    from datasets import Dataset, load_dataset
+
+    records = [{"question": "1+1?", "answer": "2"}, {"question": "2*3?", "answer": 6}]
+    path = _write_jsonl(tmp_path / "mini.jsonl", records)
+    from_datasets = questions_from_dataset(load_dataset("json", data_files=str(path), split="train"), "mini")
+    assert from_datasets.to_list() == load_jsonl_dataset(path).to_list()  # same rows, same provenance
+    # a peer holding the same data verifies a group built from it, and scores with its own answer
+    verifier = QuestionVerifier(local_datasets={"mini": load_jsonl_dataset(path)})
+    assert verifier.columns_for(_group(from_datasets[1], metadata={"answer": "7"}))["answer"] == "6"
+
+    with pytest.raises(KeyError) as info:
+        questions_from_dataset(Dataset.from_list([{"problem": "x?", "answer": "y"}]), "p")
+    assert "'question'" in str(info.value) and "problem" in str(info.value)
+    with pytest.raises(ValueError, match="row 1"):
+        questions_from_dataset(
+            Dataset.from_list([{"question": "x?", "answer": "y"}, {"question": " ", "answer": "z"}]), "p"
+        )
 
 
 def test_verifier_policies_for_datasets(tmp_path):
