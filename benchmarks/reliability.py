@@ -51,6 +51,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 PARTS = ("hostile", "crashes", "soak")
+SOAK_RECORD_TTL = 600.0  # DHTSwarmConfig.record_ttl of the soak's nodes (the default)
 TINY_NODE = [
     "--num_local", "1", "--num_external", "1", "--num_generations", "2", "--per_device_train_batch_size", "4",
     "--max_completion_length", "8", "--dataset_size", "64", "--tasks", "basic_arithmetic",
@@ -289,7 +290,17 @@ def run_soak(minutes: float, model_dir: Path, workdir: Path, interval: float = 1
             except subprocess.TimeoutExpired:
                 swarm.kill()
                 swarm.wait(timeout=30)
-    return {"samples": samples, "summary": soak_summary(samples, [f"node-{i}" for i in range(peers)])}
+    return soak_result(samples, [f"node-{i}" for i in range(peers)])
+
+
+def soak_result(samples: list[dict[str, Any]], names: list[str], ttl: float = SOAK_RECORD_TTL) -> dict[str, Any]:
+    """Every figure of the soak part, from its samples."""
+    return {
+        "samples": samples,
+        "summary": soak_summary(samples, names),
+        "storage": storage_vs_expiry(samples, names, ttl),
+        "windows": windows(samples, names),
+    }
 
 
 def _quarter_growth_per_hour(points: list[tuple[float, float]]) -> tuple[float | None, float | None, float | None]:
@@ -345,6 +356,85 @@ def soak_summary(samples: list[dict[str, Any]], names: list[str]) -> dict[str, A
     return out
 
 
+def storage_vs_expiry(samples: list[dict[str, Any]], names: list[str], ttl: float) -> dict[str, Any]:
+    """DHT items stored against the records the swarm published within the last ``ttl`` seconds: a storage
+    bounded by expiry holds about those (ratio ~1), however many were published in all."""
+    ratios, total = [], None
+    for sample in samples:
+        if sample["t"] < ttl or not all(isinstance(sample.get(n), dict) for n in names):
+            continue
+        earlier = next(s for s in samples if s["t"] >= sample["t"] - ttl)
+        published = sum(sample[n].get("published_records") or 0 for n in names)
+        within = published - sum((earlier.get(n) or {}).get("published_records") or 0 for n in names)
+        items = statistics.mean(sample[n]["dht_stored_items"] or 0 for n in names)
+        if within > 0:
+            ratios.append(items / within)
+        total = published
+    return {
+        "ttl_seconds": ttl,
+        "items_per_record_within_ttl_median": statistics.median(ratios) if ratios else None,
+        "items_per_record_within_ttl_range": [min(ratios), max(ratios)] if ratios else None,
+        "records_published_total": total,
+    }
+
+
+def windows(samples: list[dict[str, Any]], names: list[str], minutes: float = 5.0) -> list[dict[str, Any]]:
+    """Per window of ``minutes``: each node's median and peak RSS (MB) and the DHT items at its end."""
+    out = []
+    t_end = samples[-1]["t"] if samples else 0.0
+    start = 0.0
+    while start < t_end:
+        part = [s for s in samples if start <= s["t"] < start + 60 * minutes]
+        row: dict[str, Any] = {"minute": start / 60}
+        for n in names:
+            rss = [s[n]["node_mb"] for s in part if isinstance(s.get(n), dict) and s[n].get("node_mb")]
+            row[n] = {"median_mb": statistics.median(rss), "max_mb": max(rss)} if rss else None
+        row["dht_stored_items"] = next(
+            (s[names[0]]["dht_stored_items"] for s in reversed(part) if isinstance(s.get(names[0]), dict)), None
+        )
+        out.append(row)
+        start += 60 * minutes
+    return out
+
+
+def soak_plot(samples: list[dict[str, Any]], names: list[str], ttl: float, path: Path) -> None:
+    """Two panels over time: RSS of each node and its p2pd; DHT items vs records published within the ttl."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (mem, dht) = plt.subplots(2, 1, figsize=(9, 7), sharex=True)
+    for n in names:
+        rows = [(s["t"] / 60, s[n]) for s in samples if isinstance(s.get(n), dict)]
+        line = mem.plot([t for t, r in rows], [r["node_mb"] for _, r in rows], lw=0.8, label=f"{n} node")[0]
+        mem.plot([t for t, r in rows], [r["p2pd_mb"] for _, r in rows], lw=0.8, ls="--", color=line.get_color(),
+                 label=f"{n} p2pd")  # fmt: skip
+    mem.set_ylabel("RSS (MB)")
+    mem.legend(ncol=3, fontsize=8)
+    mem.set_title("Soak: 3 tiny-model nodes in one local swarm")
+    stored = [(s["t"] / 60, s[names[0]]["dht_stored_items"]) for s in samples if isinstance(s.get(names[0]), dict)]
+    dht.plot([t for t, _ in stored], [v for _, v in stored], label=f"DHT items stored ({names[0]})")
+    within, total = [], []
+    for sample in samples:
+        if all(isinstance(sample.get(n), dict) for n in names):
+            earlier = next(s for s in samples if s["t"] >= sample["t"] - ttl)
+            now = sum(sample[n].get("published_records") or 0 for n in names)
+            before = sum((earlier.get(n) or {}).get("published_records") or 0 for n in names)
+            within.append((sample["t"] / 60, now - before))
+            total.append((sample["t"] / 60, now))
+    dht.plot(
+        [t for t, _ in within], [v for _, v in within], ls="--", label=f"records published in the last {ttl:.0f} s"
+    )
+    dht.plot([t for t, _ in total], [v for _, v in total], ls=":", label="records published in all")
+    dht.set_xlabel("minutes")
+    dht.set_ylabel("records")
+    dht.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
 # ------------------------------------------------------------------------------------------------
 # outputs
 
@@ -387,8 +477,32 @@ def markdown(result: dict[str, Any]) -> str:
                     f"({_f(s['dht_stored_items_max'], '.0f')}) | {_f(s['published_records_total'], '.0f')} "
                     f"| {_f(s['steps_per_minute_first_fifth'])} | {_f(s['steps_per_minute_last_fifth'])} |"
                 )
+            lines += _soak_storage_and_windows(data)
         lines.append("")
     return "\n".join(lines)
+
+
+def _soak_storage_and_windows(data: dict[str, Any]) -> list[str]:
+    lines = []
+    storage = data.get("storage")
+    if storage and storage["items_per_record_within_ttl_median"] is not None:
+        low, high = storage["items_per_record_within_ttl_range"]
+        median = storage["items_per_record_within_ttl_median"]
+        lines += ["", f"DHT storage against expiry: items stored per record the swarm published in the last "
+                  f"{storage['ttl_seconds']:.0f} s (the record ttl): median {median:.3f}, "
+                  f"range {low:.3f}-{high:.3f}, while {storage['records_published_total']:.0f} records were published "
+                  "in all: storage follows what has not expired yet, not the total."]  # fmt: skip
+    if data.get("windows"):
+        names = [k for k in data["windows"][0] if k.startswith("node-")]
+        lines += ["", "Per 5 minutes, RSS median / peak (MB) of each node, and DHT items at the window's end:", "",
+                  "| minute | " + " | ".join(names) + " | DHT items |", "|---" * (len(names) + 2) + "|"]  # fmt: skip
+        for row in data["windows"]:
+            cells = [f"{_f((row[n] or {}).get('median_mb'), '.0f')} / {_f((row[n] or {}).get('max_mb'), '.0f')}"
+                     for n in names]  # fmt: skip
+            lines.append(f"| {row['minute']:.0f} | " + " | ".join(cells) + f" | {_f(row['dht_stored_items'], '.0f')} |")
+    if data.get("plot"):
+        lines += ["", f"![soak]({data['plot']})"]
+    return lines
 
 
 def _f(value: Any, spec: str = ".1f") -> str:
@@ -416,6 +530,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--soak-minutes", type=float, default=30.0)
     parser.add_argument("--output-dir", default=str(RESULTS))
     parser.add_argument("--force", action="store_true", help="rerun parts already saved with the same settings")
+    parser.add_argument(
+        "--render", action="store_true", help="run nothing: rebuild the figures, markdown and plot from the saved JSON"
+    )
     args = parser.parse_args(argv)
     args.parts = [p.strip() for p in args.parts.split(",") if p.strip()]
     unknown = sorted(set(args.parts) - set(PARTS))
@@ -435,6 +552,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         "crashes": {"kills": args.kills},
         "soak": {"minutes": args.soak_minutes},
     }
+    if args.render:
+        return render(result, out_dir)
     from sapo.models import save_tiny_model
 
     with tempfile.TemporaryDirectory(prefix="sapo-reliability-") as tmp:
@@ -459,8 +578,20 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
                 machine=machine(),
             )
             result["parts"][part] = data
-            path.write_text(json.dumps(result, indent=1, default=str) + "\n")  # each part saved as it ends
-            (out_dir / "reliability.md").write_text(markdown(result))
+            render(result, out_dir)  # each part saved as it ends
+    return result
+
+
+def render(result: dict[str, Any], out_dir: Path) -> dict[str, Any]:
+    """Write reliability.json, the soak's figures and plot, and reliability.md; print the markdown."""
+    soak = result["parts"].get("soak")
+    if soak and soak.get("samples"):
+        names = sorted(k for k in soak["samples"][-1] if k.startswith("node-"))
+        soak.update({k: v for k, v in soak_result(soak["samples"], names).items() if k != "samples"})
+        soak_plot(soak["samples"], names, SOAK_RECORD_TTL, out_dir / "reliability_soak.png")
+        soak["plot"] = "reliability_soak.png"
+    (out_dir / "reliability.json").write_text(json.dumps(result, indent=1, default=str) + "\n")
+    (out_dir / "reliability.md").write_text(markdown(result))
     print(markdown(result))
     return result
 

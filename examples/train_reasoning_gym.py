@@ -24,7 +24,7 @@ from accelerate import PartialState
 from rewards import format_reward, reasoning_gym_reward
 from sapo import SAPOConfig, SAPOTrainer
 from sapo.models import load_policy
-from sapo.tasks import build_reasoning_gym_dataset
+from sapo.tasks import DEFAULT_TASKS, build_reasoning_gym_dataset
 from swarm.dht import DHTSwarm, DHTSwarmConfig
 from swarm.transport import wait_for_peers
 
@@ -39,7 +39,7 @@ args = parser.parse_args()
 
 # Questions are generated locally and deterministically; each shared group carries the task, config, seed
 # and index it came from, so receivers regenerate the question and its answer instead of trusting ours.
-tasks = ["basic_arithmetic"] if args.smoke else ["basic_arithmetic", "leg_counting", "propositional_logic"]
+tasks = ["basic_arithmetic"] if args.smoke else DEFAULT_TASKS  # sapo-node's default mix, easy settings
 dataset = build_reasoning_gym_dataset(tasks, size=64 if args.smoke else 5000, seed=0)
 model, tokenizer = load_policy(args.model)  # None: the embedded default model
 
@@ -53,7 +53,7 @@ config = SAPOConfig(
     per_device_train_batch_size=8 if not args.smoke else 4,
     learning_rate=1e-6,
     logging_steps=1,
-    save_strategy="no",
+    save_strategy="no",  # sapo-node adds checkpoints, resume and a metrics file (sapo/node.py)
     report_to="none",
 )
 

@@ -80,3 +80,26 @@ def test_report_names_each_part_and_its_targets(bench):
 def test_unknown_part_is_refused(bench):
     with pytest.raises(SystemExit):
         bench.parse_args(["--parts", "hostile,chaos"])
+
+
+def test_storage_against_expiry_tells_a_bounded_store_from_one_that_keeps_everything(bench):
+    def samples(keeps_everything: bool) -> list[dict]:
+        out = []
+        for k in range(121):  # 20 minutes, 10 s apart, 1 record per node per sample
+            t = 10.0 * k
+            stored = 2 * k if keeps_everything else 2 * min(k, 60)  # 2 nodes, ttl 600 s = 60 samples
+            out.append({"t": t, **{n: {"published_records": float(k), "dht_stored_items": float(stored)}
+                                   for n in ("node-0", "node-1")}})  # fmt: skip
+        return out
+
+    bounded = bench.storage_vs_expiry(samples(False), ["node-0", "node-1"], ttl=600.0)
+    assert bounded["items_per_record_within_ttl_median"] == pytest.approx(1.0, abs=0.02)
+    assert bounded["records_published_total"] == 240
+    unbounded = bench.storage_vs_expiry(samples(True), ["node-0", "node-1"], ttl=600.0)
+    assert unbounded["items_per_record_within_ttl_range"][1] > 1.9  # twice what is alive by the end
+
+
+def test_windows_give_each_nodes_median_and_peak(bench):
+    rows = bench.windows(_samples(10, 0.0, 60.0, sawtooth_mb=130.0), ["node-0"], minutes=5.0)
+    assert [r["minute"] for r in rows] == [0.0, 5.0]
+    assert all(500 <= r["node-0"]["median_mb"] <= r["node-0"]["max_mb"] <= 630 for r in rows)

@@ -160,7 +160,7 @@ def test_heterogeneous_swarm_peers_with_different_tokenizers_train_on_each_other
     tmp_path, tiny_model_a, tiny_model_b
 ):
     output = run_example(
-        python("heterogeneous_swarm.py", "--smoke", "--models", str(tiny_model_a), str(tiny_model_b), "--steps", "4"),
+        python("heterogeneous_swarm.py", "--smoke", "--models", str(tiny_model_a), str(tiny_model_b), "--steps", "5"),
         cwd=tmp_path,
     )
     table = {line.split()[0]: line for line in output.splitlines() if re.match(r"peer-\d ", line)}
@@ -168,7 +168,7 @@ def test_heterogeneous_swarm_peers_with_different_tokenizers_train_on_each_other
     for me, other in (("peer-0", "peer-1"), ("peer-1", "peer-0")):
         steps = int(table[me].split()[2])
         taken = ast.literal_eval(table[me][table[me].index("{") :])
-        assert steps == 4 and taken.get(other, 0) >= 1, table[me]
+        assert steps == 5 and taken.get(other, 0) >= 1, table[me]
 
 
 def test_lora_node_trains_saves_and_reloads_the_adapter(tmp_path, tiny_model_a):
