@@ -10,7 +10,7 @@ Run: every peer of the swarm passes the same --questions file...
     python examples/custom_reward.py --questions examples/data/capitals.jsonl --initial-peers /ip4/.../p2p/12D3KooW...
     python examples/custom_reward.py --smoke --model ./tiny-model                # tiny settings
 
-Output: the join address, TRL's log line of each step, then what this peer took from the swarm:
+Output: the join address, TRL's log line of each step, then what this peer took from the swarm (figures vary):
     {'loss': 0.0, 'reward': 0.31, 'rewards/capital_reward/mean': 0.25, 'sapo/external_groups': 2.0, ...}
     external groups trained on, by sender: {'12D3KooWXy...': 2}
     external groups dropped, by reason: {'question_mismatch': 1, 'unknown_task': 1}

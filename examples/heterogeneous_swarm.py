@@ -11,9 +11,11 @@ Run:
     python examples/heterogeneous_swarm.py --models default small default --steps 20
     python examples/heterogeneous_swarm.py --smoke --models ./tiny-a ./tiny-b   # any local HF model dirs
 
-Output: one row per peer (rewards are per completion, averaged over steps, as the receiving peer scores them):
+Output: one row per peer (rewards per completion, averaged over steps, as the receiving peer scores them;
+the figures below show the layout, yours will differ). SmolLM2 takes nothing from `small` here: the paper's
+sampling skips groups whose completions all earn the same reward, and a random model's all earn 0:
     peer    model                   steps  reward own groups  reward others' groups  groups taken from
-    peer-0  SmolLM2-135M-Instruct       5              0.092                  0.000  {'peer-1': 8}
+    peer-0  SmolLM2-135M-Instruct       5              0.092                    nan  {}
     peer-1  small                       5              0.000                  0.104  {'peer-0': 9}
 """
 

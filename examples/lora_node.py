@@ -9,10 +9,10 @@ Run:
     python examples/lora_node.py --initial-peers /ip4/.../p2p/12D3KooW... --rank 8
     python examples/lora_node.py --smoke --model ./tiny-model     # tiny settings
 
-Output:
-    trainable parameters: 1,843,200 of 136,358,208 (1.35%)
+Output (default model, r=16; the loss and rewards vary by run):
+    trainable parameters: 4,884,480 of 139,399,488 (3.50%)
     {'loss': 0.0, 'reward': 0.12, 'sapo/external_groups': 0.0, ...}
-    adapter saved to sapo-lora/adapter (7.1 MB; the full model is 538.1 MB)
+    adapter saved to sapo-lora/adapter (18.7 MB; the full model is 513.1 MB)
     reloaded adapter gives the trained policy's logits: max difference 0.0
 """
 
