@@ -70,6 +70,10 @@ class SAPOConfig(GRPOConfig):
             What to do with external groups whose question is not procedural (not reasoning-gym): `"verify"` checks
             them against a local copy of the same dataset and drops them without one, `"trust"` scores them with the
             sender's answer, `"drop"` drops them. Reasoning-gym questions are always regenerated and checked.
+        regeneration_timeout (`float` or `None`, *optional*, defaults to `10.0`):
+            Seconds one received reasoning-gym question may take to regenerate when its config is not one this peer
+            generates itself (such configs run in a child process, capped at 4 GB); past it the group is dropped as
+            `regeneration_limit`. Bounds what a hostile peer's expensive config can cost. `None`: no limit.
 
         > Publishing
 
@@ -100,6 +104,10 @@ class SAPOConfig(GRPOConfig):
             "help": "Non-procedural external questions: verify against a local copy, trust the sender, or drop.",
             "choices": list(SOURCE_POLICIES),
         },
+    )
+    regeneration_timeout: float | None = field(
+        default=10.0,
+        metadata={"help": "Seconds a foreign reasoning-gym config may take to regenerate (None: no limit)."},
     )
     publish_groups: bool = field(default=True, metadata={"help": "Publish locally generated groups to the swarm."})
     swarm_model_name: str | None = field(
@@ -165,6 +173,8 @@ class SAPOConfig(GRPOConfig):
             )
         if self.max_groups_per_peer is not None and self.max_groups_per_peer < 1:
             raise ValueError(f"max_groups_per_peer must be at least 1 or None, got {self.max_groups_per_peer}.")
+        if self.regeneration_timeout is not None and self.regeneration_timeout <= 0:
+            raise ValueError(f"regeneration_timeout must be positive or None, got {self.regeneration_timeout}.")
         if self.max_group_age is not None and self.max_group_age <= 0:
             raise ValueError(f"max_group_age must be positive or None, got {self.max_group_age}.")
 

@@ -9,11 +9,7 @@ from the provenance and require the same question text) or applies an explicit p
 
 from __future__ import annotations
 
-import dataclasses
-import datetime
 import difflib
-import enum
-import functools
 import json
 import random
 import zlib
@@ -24,6 +20,15 @@ from typing import Any
 
 from datasets import Dataset
 
+from sapo.regeneration import (
+    MAX_INDEX,
+    RegenerationFailed,
+    RegenerationLimit,
+    cached_generator,
+    is_scalar,
+    reasoning_gym_entry,
+    regenerate_entry,
+)
 from swarm.records import Group, Provenance, RecordRejected, provenance_from_wire
 
 __all__ = [
@@ -51,9 +56,6 @@ DEFAULT_SYSTEM_PROMPT = (
 REASONING_GYM_SOURCE = "reasoning_gym"
 DATASET_SOURCE = "dataset"
 
-# reasoning-gym datasets are virtual: entry i is generated from (seed, i) on demand, whatever the size.
-# Regeneration uses this size so any index an honest peer can produce is in range.
-_MAX_INDEX = 2**31 - 1
 _RESERVED_CONFIG_KEYS = ("seed", "size")
 
 
@@ -96,20 +98,16 @@ def _normalize_config(name: str, config: Mapping[str, Any]) -> dict[str, Any]:
         if key in _RESERVED_CONFIG_KEYS:
             raise ValueError(f"TaskSpec {name!r}: config key {key!r} is set by the dataset builder, remove it")
         if isinstance(value, tuple | list):
-            if not all(_is_scalar(v) for v in value):
+            if not all(is_scalar(v) for v in value):
                 raise ValueError(f"TaskSpec {name!r}: config[{key!r}] must be a flat list of scalars")
             value = list(value)
-        elif not _is_scalar(value):
+        elif not is_scalar(value):
             raise ValueError(
                 f"TaskSpec {name!r}: config[{key!r}]={value!r} is not a JSON scalar or flat list; "
                 "it must travel in provenance"
             )
         out[str(key)] = value
     return out
-
-
-def _is_scalar(value: Any) -> bool:
-    return value is None or isinstance(value, str | int | float | bool)
 
 
 def _config_key(config: Mapping[str, Any]) -> str:
@@ -189,38 +187,6 @@ def _task_seed(seed: int, task: TaskSpec) -> int:
     return zlib.crc32(f"{seed}:{task.name}:{task.config_key}".encode()) & 0x7FFFFFFF
 
 
-def _json_safe(value: Any) -> Any:
-    """A JSON-serializable copy of an entry value (metadata may hold tuples, sets, enums, dates, numpy)."""
-    if _is_scalar(value):
-        if isinstance(value, float) and value != value:  # NaN is not JSON
-            return None
-        return value
-    if isinstance(value, Mapping):
-        return {str(k): _json_safe(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_json_safe(v) for v in value]
-    if isinstance(value, set | frozenset):
-        return sorted((_json_safe(v) for v in value), key=repr)
-    if isinstance(value, enum.Enum):
-        return _json_safe(value.value)
-    if isinstance(value, datetime.date | datetime.datetime | datetime.time):
-        return value.isoformat()
-    if hasattr(value, "tolist"):  # numpy arrays and scalars
-        return _json_safe(value.tolist())
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return _json_safe(dataclasses.asdict(value))
-    return str(value)
-
-
-def reasoning_gym_entry(entry: Mapping[str, Any]) -> dict[str, Any]:
-    """The JSON-safe form of a reasoning-gym entry: ``question``, ``answer``, ``metadata``."""
-    return {
-        "question": entry["question"],
-        "answer": entry.get("answer"),
-        "metadata": _json_safe(entry.get("metadata") or {}),
-    }
-
-
 def provenance_to_json(provenance: Provenance) -> str:
     """The wire form of a provenance (the keys of ``swarm.records``), as a JSON string column."""
     return json.dumps(
@@ -240,17 +206,10 @@ def _messages(question: str, system_prompt: str | None) -> list[dict[str, str]]:
     return [*messages, {"role": "user", "content": question}]
 
 
-@functools.lru_cache(maxsize=64)
-def _generator(name: str, config_key: str, seed: int) -> Any:
-    import reasoning_gym
-
-    return reasoning_gym.create_dataset(name, seed=seed, size=_MAX_INDEX, **json.loads(config_key))
-
-
 def _make_generator(name: str, config: Mapping[str, Any], seed: int) -> Any:
     """The reasoning-gym dataset for (name, config, seed), cached; ValueError when reasoning-gym rejects it."""
     try:
-        return _generator(name, _config_key(config), seed)
+        return cached_generator(name, _config_key(config), seed)
     except ValueError:
         raise
     except (TypeError, AssertionError, KeyError) as e:
@@ -402,6 +361,7 @@ GROUP_DROP_REASONS = (
     "untrusted_source",  # a non-procedural source under the "drop" policy
     "index_out_of_range",  # the index is negative or beyond the local copy
     "no_answer",  # "trust" policy, but the sender attached no answer
+    "regeneration_limit",  # regenerating a foreign reasoning-gym config took too long or too much memory
 )
 
 
@@ -439,9 +399,13 @@ class QuestionVerifier:
         local_datasets: local copies by dataset name (e.g. ``{"gsm8k": load_jsonl_dataset(...)}``), rows as
             made by :func:`load_jsonl_dataset`.
         allowed_tasks: when given, only these reasoning-gym tasks are regenerated: a name allows any config
-            of that dataset, a :class:`TaskSpec` allows exactly its config. Regeneration runs the sender's
-            config, so a node facing untrusted peers should restrict it (a config asking for huge problems
-            costs the receiver generation time). None allows every reasoning-gym task and config.
+            of that dataset, a :class:`TaskSpec` allows exactly its config. None allows every reasoning-gym
+            task and config.
+        regeneration_timeout: seconds one foreign reasoning-gym entry may take to regenerate. Regeneration
+            runs the sender's config, which a hostile peer can make expensive, so configs this node does not
+            generate itself (see :meth:`register_tasks`) run in a child process with this time limit and a
+            4 GB memory cap (:mod:`sapo.regeneration`); past either, the group is dropped as
+            ``regeneration_limit``. None regenerates everything in this process, without a limit.
     """
 
     def __init__(
@@ -449,10 +413,15 @@ class QuestionVerifier:
         policy: str | None = None,
         local_datasets: Mapping[str, Dataset] | None = None,
         allowed_tasks: Sequence[TaskSpec | str] | None = None,
+        regeneration_timeout: float | None = 10.0,
     ):
         if policy is not None and policy not in _POLICIES:
             raise ValueError(f"unknown verification policy {policy!r}; expected one of {_POLICIES}")
+        if regeneration_timeout is not None and regeneration_timeout <= 0:
+            raise ValueError(f"regeneration_timeout must be positive or None, got {regeneration_timeout}")
         self.policy = policy
+        self.regeneration_timeout = regeneration_timeout
+        self._own_configs: set[tuple[str, str]] = set()  # (dataset, config key) regenerated in this process
         self._local: dict[str, Dataset] = dict(local_datasets or {})
         self._allowed: dict[str, set[str] | None] | None = None
         if allowed_tasks is not None:
@@ -467,6 +436,10 @@ class QuestionVerifier:
     def register(self, name: str, dataset: Dataset) -> None:
         """Register a local copy of dataset ``name`` to verify received questions against."""
         self._local[name] = dataset
+
+    def register_tasks(self, tasks: Sequence[TaskSpec]) -> None:
+        """Reasoning-gym configs this node generates itself: trusted to be cheap, regenerated in this process."""
+        self._own_configs.update((task.name, task.config_key) for task in tasks)
 
     def columns_for(self, group: Group) -> dict[str, str]:
         """The reward columns (``answer``, ``task``, ``entry``, ``provenance``) for a received group.
@@ -500,7 +473,7 @@ class QuestionVerifier:
     def _reasoning_gym_columns(self, provenance: Provenance, question: str) -> dict[str, str]:
         if provenance.seed is None or provenance.index is None:
             raise GroupDropped("bad_provenance", "reasoning-gym provenance needs a seed and an index")
-        if not 0 <= provenance.index < _MAX_INDEX or not 0 <= provenance.seed < 2**32:
+        if not 0 <= provenance.index < MAX_INDEX or not 0 <= provenance.seed < 2**32:
             raise GroupDropped("index_out_of_range", f"seed {provenance.seed}, index {provenance.index}")
         if provenance.dataset not in _task_names():
             raise GroupDropped("unknown_task", f"reasoning-gym has no dataset {provenance.dataset!r}")
@@ -512,8 +485,9 @@ class QuestionVerifier:
                     raise ValueError(
                         f"{provenance.dataset} with config {config} is not among this node's allowed tasks"
                     )
-            generator = _make_generator(provenance.dataset, config, provenance.seed)
-            entry = generator[provenance.index]
+            entry = self._regenerate(provenance.dataset, config, provenance.seed, provenance.index)
+        except RegenerationLimit as e:
+            raise GroupDropped("regeneration_limit", f"{provenance.dataset} with config {config}: {e}") from None
         except ValueError as e:
             raise GroupDropped("unknown_task", str(e)) from None
         except Exception as e:  # a config reasoning-gym accepts but cannot generate from
@@ -525,6 +499,16 @@ class QuestionVerifier:
         clean = Provenance(REASONING_GYM_SOURCE, provenance.dataset, config, provenance.seed, provenance.index)
         row = _row(entry, clean, system_prompt=None)
         return {key: row[key] for key in ("answer", "task", "entry", "provenance")}
+
+    def _regenerate(self, name: str, config: dict[str, Any], seed: int, index: int) -> dict[str, Any]:
+        """Entry ``index`` of (name, config, seed): here for this node's own configs, else in the child process."""
+        key = _config_key(config)
+        if self.regeneration_timeout is None or (name, key) in self._own_configs:
+            return reasoning_gym_entry(_make_generator(name, config, seed)[index])
+        try:
+            return regenerate_entry(name, key, seed, index, timeout=self.regeneration_timeout)
+        except RegenerationFailed as e:
+            raise ValueError(f"reasoning-gym rejected {name!r} with config {config}: {e}") from None
 
     def _local_columns(self, provenance: Provenance, question: str) -> dict[str, str]:
         local = self._local.get(provenance.dataset)

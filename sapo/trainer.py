@@ -37,7 +37,7 @@ from trl.data_utils import is_conversational
 from sapo.checkpoints import mark_complete
 from sapo.config import SAPOConfig
 from sapo.sampling import Candidate, ExternalSampler, make_sampler
-from sapo.tasks import GroupDropped, QuestionVerifier
+from sapo.tasks import GroupDropped, QuestionVerifier, TaskSpec
 from swarm.records import Group, Provenance, RecordRejected, provenance_from_wire
 from swarm.transport import SwarmTransport
 
@@ -67,7 +67,8 @@ class SAPOTrainer(GRPOTrainer):
         sampler (`sapo.sampling.ExternalSampler` or `None`):
             Chooses external groups among candidates; default built from `args.sampling_strategy`.
         verifier (`sapo.tasks.QuestionVerifier` or `None`):
-            Re-derives the ground truth of external groups; default built from `args.external_source_policy`.
+            Re-derives the ground truth of external groups; default built from `args.external_source_policy`
+            and `args.regeneration_timeout`.
 
     With several processes (`accelerate launch --num_processes N`), the node is one swarm peer: pass the swarm on
     the main process and `None` on the others. The main process fetches candidates for every process (each verifies
@@ -105,7 +106,9 @@ class SAPOTrainer(GRPOTrainer):
         # Every process must agree on whether there is a swarm and on its peer id: they take part in the
         # main process's fetches and publications together, and make the same selection.
         self._uses_swarm, peer_id = self._main_process_swarm(swarm)
-        self.verifier = verifier or QuestionVerifier(policy=args.external_source_policy)
+        self.verifier = verifier or QuestionVerifier(
+            policy=args.external_source_policy, regeneration_timeout=args.regeneration_timeout
+        )
         self._register_local_copy(train_dataset)
         self.sampler = sampler or make_sampler(
             args.sampling_strategy,
@@ -156,12 +159,19 @@ class SAPOTrainer(GRPOTrainer):
             )
 
     def _register_local_copy(self, train_dataset: Any) -> None:
-        """Let the verifier check received questions of this peer's own (non-procedural) dataset against it."""
+        """Tell the verifier what this peer's own questions are: a non-procedural dataset to check received
+        questions against, or the reasoning-gym configs it may regenerate in this process (cheap, our own)."""
         if not isinstance(train_dataset, Dataset) or len(train_dataset) == 0:
             return
         provenance = _row_provenance(train_dataset[0])
         if provenance.source == "dataset":
             self.verifier.register(provenance.dataset, train_dataset)
+        elif provenance.source == "reasoning_gym" and "provenance" in train_dataset.column_names:
+            configs = {}
+            for raw in train_dataset["provenance"]:
+                wire = json.loads(raw) if isinstance(raw, str) else raw
+                configs[(wire["dataset"], json.dumps(wire["config"], sort_keys=True))] = wire["config"]
+            self.verifier.register_tasks([TaskSpec(name, config) for (name, _), config in configs.items()])
 
     # ------------------------------------------------------------------------------------------------
     # the SAPO round

@@ -137,6 +137,20 @@ def poisoned_groups(rows: list[dict[str, Any]], marker: str = "POISON") -> dict[
             group("unknown_task", c, provenance=Provenance("reasoning_gym", "no_such_task", {}, seed=1, index=0)),
             "sapo/total/dropped/unknown_task",
         ),
+        "expensive_config": (  # takes minutes to regenerate: the receiver must give up, not stall
+            group(
+                "expensive_config",
+                c,
+                provenance=Provenance(
+                    "reasoning_gym",
+                    "rubiks_cube",
+                    {"min_scramble_steps": 2_000_000, "max_scramble_steps": 2_000_000},
+                    seed=1,
+                    index=0,
+                ),
+            ),
+            "sapo/total/dropped/regeneration_limit",
+        ),  # fmt: skip
         "empty_completions": (
             group("empty_completions", a, completions=["", "", "", ""]),
             "swarm/rejected/empty_group",
@@ -303,6 +317,7 @@ def hostile_round(
                 disable_tqdm=True,
                 sampling_strategy="uniform",
                 external_pool_size=16,
+                regeneration_timeout=3.0,  # the expensive config is given up after 3 s
             ),  # fmt: skip
             train_dataset=build_reasoning_gym_dataset(TASKS, size=32, seed=5),
             processing_class=tokenizer,

@@ -239,3 +239,31 @@ def test_verifier_allowed_tasks(rg_rows):
         with pytest.raises(GroupDropped) as info:
             QuestionVerifier(allowed_tasks=allowed).columns_for(_group(row))
         assert info.value.reason == "unknown_task"
+
+
+def test_a_foreign_config_that_is_slow_to_regenerate_is_dropped_and_the_next_group_still_verifies(rg_rows):
+    """A hostile peer names a config that takes minutes to regenerate (2 million scramble moves): the receiver
+    drops it at its time limit instead of stalling, and regenerates the next group in a fresh child process."""
+    verifier = QuestionVerifier(regeneration_timeout=2.0)
+    slow = Provenance(
+        "reasoning_gym", "rubiks_cube", {"min_scramble_steps": 2_000_000, "max_scramble_steps": 2_000_000}, 1, 0
+    )
+    group = Group("0-0", prompt=[{"role": "user", "content": "Solve this cube."}], completions=["R U"], provenance=slow)
+    with pytest.raises(GroupDropped) as info:
+        verifier.columns_for(validate_group(group))
+    assert info.value.reason == "regeneration_limit"
+    honest = _group(rg_rows[0])
+    assert verifier.columns_for(honest) == QuestionVerifier(regeneration_timeout=None).columns_for(honest)
+
+
+def test_own_configs_regenerate_in_process_and_foreign_ones_in_the_child_give_the_same_columns(rg_rows):
+    from sapo import regeneration
+
+    own = QuestionVerifier()
+    own.register_tasks([EASY_ARITHMETIC, TaskSpec("decimal_arithmetic")])  # the tasks of rg_rows
+    group = _group(rg_rows[0])
+    regeneration._worker._stop()  # no child running
+    columns = own.columns_for(group)
+    assert regeneration._worker.process is None  # our own config: regenerated here
+    assert QuestionVerifier().columns_for(group) == columns  # a foreign one: in the child, same result
+    assert regeneration._worker.process is not None
