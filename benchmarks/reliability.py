@@ -356,25 +356,33 @@ def soak_summary(samples: list[dict[str, Any]], names: list[str]) -> dict[str, A
     return out
 
 
+def publications(samples: list[dict[str, Any]], names: list[str], ttl: float) -> list[tuple[float, float, float]]:
+    """(seconds, records the swarm published in all, records it published in the last ``ttl`` seconds), for
+    every sample where all ``names`` reported."""
+
+    def published(sample: dict[str, Any]) -> float:
+        return sum((sample.get(n) or {}).get("published_records") or 0 for n in names)
+
+    out = []
+    for sample in samples:
+        if all(isinstance(sample.get(n), dict) for n in names):
+            earlier = next(s for s in samples if s["t"] >= sample["t"] - ttl)
+            out.append((sample["t"], published(sample), published(sample) - published(earlier)))
+    return out
+
+
 def storage_vs_expiry(samples: list[dict[str, Any]], names: list[str], ttl: float) -> dict[str, Any]:
     """DHT items stored against the records the swarm published within the last ``ttl`` seconds: a storage
     bounded by expiry holds about those (ratio ~1), however many were published in all."""
-    ratios, total = [], None
-    for sample in samples:
-        if sample["t"] < ttl or not all(isinstance(sample.get(n), dict) for n in names):
-            continue
-        earlier = next(s for s in samples if s["t"] >= sample["t"] - ttl)
-        published = sum(sample[n].get("published_records") or 0 for n in names)
-        within = published - sum((earlier.get(n) or {}).get("published_records") or 0 for n in names)
-        items = statistics.mean(sample[n]["dht_stored_items"] or 0 for n in names)
-        if within > 0:
-            ratios.append(items / within)
-        total = published
+    items = {s["t"]: statistics.mean(s[n]["dht_stored_items"] or 0 for n in names) for s in samples
+             if all(isinstance(s.get(n), dict) for n in names)}  # fmt: skip
+    series = [(t, total, within) for t, total, within in publications(samples, names, ttl) if t >= ttl]
+    ratios = [items[t] / within for t, _, within in series if within > 0]
     return {
         "ttl_seconds": ttl,
         "items_per_record_within_ttl_median": statistics.median(ratios) if ratios else None,
         "items_per_record_within_ttl_range": [min(ratios), max(ratios)] if ratios else None,
-        "records_published_total": total,
+        "records_published_total": series[-1][1] if series else None,
     }
 
 
@@ -415,14 +423,9 @@ def soak_plot(samples: list[dict[str, Any]], names: list[str], ttl: float, path:
     mem.set_title("Soak: 3 tiny-model nodes in one local swarm")
     stored = [(s["t"] / 60, s[names[0]]["dht_stored_items"]) for s in samples if isinstance(s.get(names[0]), dict)]
     dht.plot([t for t, _ in stored], [v for _, v in stored], label=f"DHT items stored ({names[0]})")
-    within, total = [], []
-    for sample in samples:
-        if all(isinstance(sample.get(n), dict) for n in names):
-            earlier = next(s for s in samples if s["t"] >= sample["t"] - ttl)
-            now = sum(sample[n].get("published_records") or 0 for n in names)
-            before = sum((earlier.get(n) or {}).get("published_records") or 0 for n in names)
-            within.append((sample["t"] / 60, now - before))
-            total.append((sample["t"] / 60, now))
+    series = publications(samples, names, ttl)
+    within = [(t / 60, w) for t, _, w in series]
+    total = [(t / 60, n) for t, n, _ in series]
     dht.plot(
         [t for t, _ in within], [v for _, v in within], ls="--", label=f"records published in the last {ttl:.0f} s"
     )
