@@ -125,15 +125,15 @@ class SAPOConfig(GRPOConfig):
             # TRL turns bf16 autocast on everywhere; on a CPU without native bf16 every matmul is then emulated
             # (measured 45x slower per step here), so it is on only where the accelerator supports it.
             self.bf16 = _native_bf16()
-        if int(os.environ.get("WORLD_SIZE", "1")) > 1 and not self.use_cpu and not _has_accelerator():
+        # The processes of `accelerate launch` / torchrun, which set WORLD_SIZE: a round is split over them.
+        processes = int(os.environ.get("WORLD_SIZE", "1"))
+        if processes > 1 and not self.use_cpu and not _has_accelerator():
             # Several processes on a machine without GPU: unless told it is on CPU, transformers leaves each
             # process training alone; with use_cpu they form one gloo process group (MULTI_CPU).
             self.use_cpu = True
         groups_per_round = self.num_local + self.num_external
         if self.generation_batch_size is None and self.steps_per_generation is None:
             rows = groups_per_round * self.num_generations
-            # A round is split over the processes of `accelerate launch` / torchrun, which set WORLD_SIZE.
-            processes = int(os.environ.get("WORLD_SIZE", "1"))
             per_step = self.per_device_train_batch_size * processes
             if rows % per_step != 0:
                 raise ValueError(

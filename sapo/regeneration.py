@@ -89,8 +89,6 @@ def cached_generator(name: str, config_key: str, seed: int) -> Any:
 def _serve(memory_mb: int | None) -> None:
     """The child's loop over stdin/stdout, one JSON line each way: [name, config_key, seed, index] in,
     ["ok", entry] or ["failed", message] out. Ends when the parent closes the pipe."""
-    import sys
-
     if memory_mb:
         import resource
 
@@ -146,7 +144,6 @@ class _Worker:
         self.process = subprocess.Popen(
             command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
         )
-        atexit.register(self._stop)
 
     def _stop(self) -> None:
         process, self.process = self.process, None
@@ -159,6 +156,7 @@ class _Worker:
 
 
 _worker = _Worker(memory_mb=4096)
+atexit.register(_worker._stop)  # the child dies with this process (it also ends on its own when the pipe closes)
 
 
 def regenerate_entry(name: str, config_key: str, seed: int, index: int, timeout: float) -> dict[str, Any]:

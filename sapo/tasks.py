@@ -504,7 +504,7 @@ class QuestionVerifier:
         """Entry ``index`` of (name, config, seed): here for this node's own configs, else in the child process."""
         key = _config_key(config)
         if self.regeneration_timeout is None or (name, key) in self._own_configs:
-            return reasoning_gym_entry(_make_generator(name, config, seed)[index])
+            return _make_generator(name, config, seed)[index]  # made JSON-safe once, by _row
         try:
             return regenerate_entry(name, key, seed, index, timeout=self.regeneration_timeout)
         except RegenerationFailed as e:
