@@ -75,6 +75,14 @@ class SAPOConfig(GRPOConfig):
             generates itself (such configs run in a child process, capped at 4 GB); past it the group is dropped as
             `regeneration_limit`. Bounds what a hostile peer's expensive config can cost. `None`: no limit.
 
+        > Held-out evaluation
+
+        eval_questions (`int`, *optional*, defaults to `32`):
+            Held-out questions evaluated when the trainer gets no `eval_dataset`: drawn from the reasoning-gym tasks
+            of `train_dataset`, from generator seeds training never uses (`sapo.tasks.build_held_out_dataset`).
+            Evaluation runs on TRL's schedule (`eval_strategy`, `eval_steps`, `eval_on_start`; off by default in the
+            library, on in `sapo-node`) and measures greedy pass@1 per task (`sapo.evaluation`).
+
         > Publishing
 
         publish_groups (`bool`, *optional*, defaults to `True`):
@@ -109,6 +117,10 @@ class SAPOConfig(GRPOConfig):
         default=10.0,
         metadata={"help": "Seconds a foreign reasoning-gym config may take to regenerate (None: no limit)."},
     )
+    eval_questions: int = field(
+        default=32,
+        metadata={"help": "Held-out questions per evaluation when no eval_dataset is given (from the training tasks)."},
+    )
     publish_groups: bool = field(default=True, metadata={"help": "Publish locally generated groups to the swarm."})
     swarm_model_name: str | None = field(
         default=None, metadata={"help": "Model name announced with published groups (default: the model's path)."}
@@ -131,6 +143,10 @@ class SAPOConfig(GRPOConfig):
             # Several processes on a machine without GPU: unless told it is on CPU, transformers leaves each
             # process training alone; with use_cpu they form one gloo process group (MULTI_CPU).
             self.use_cpu = True
+        if self.num_generations_eval is None:
+            # SAPOTrainer.evaluate generates one greedy completion per held-out question (TRL checks eval batches
+            # against this figure).
+            self.num_generations_eval = 1
         groups_per_round = self.num_local + self.num_external
         if self.generation_batch_size is None and self.steps_per_generation is None:
             rows = groups_per_round * self.num_generations
@@ -175,6 +191,8 @@ class SAPOConfig(GRPOConfig):
             raise ValueError(f"max_groups_per_peer must be at least 1 or None, got {self.max_groups_per_peer}.")
         if self.regeneration_timeout is not None and self.regeneration_timeout <= 0:
             raise ValueError(f"regeneration_timeout must be positive or None, got {self.regeneration_timeout}.")
+        if self.eval_questions < 1:
+            raise ValueError(f"eval_questions must be at least 1, got {self.eval_questions}.")
         if self.max_group_age is not None and self.max_group_age <= 0:
             raise ValueError(f"max_group_age must be positive or None, got {self.max_group_age}.")
 

@@ -37,12 +37,16 @@ __all__ = [
     "GROUP_DROP_REASONS",
     "PAPER_TASKS",
     "GroupDropped",
+    "HELD_OUT_SEED_BASE",
     "QuestionVerifier",
     "TaskSpec",
+    "build_held_out_dataset",
     "build_reasoning_gym_dataset",
+    "held_out_seed",
     "load_jsonl_dataset",
     "provenance_to_json",
     "questions_from_dataset",
+    "reasoning_gym_tasks_of",
     "reasoning_gym_entry",
     "validate_task_names",
 ]
@@ -232,6 +236,18 @@ def _row(entry: Mapping[str, Any], provenance: Provenance, system_prompt: str | 
     }
 
 
+MAX_TRAINING_QUESTIONS = 2**30
+"""Most questions :func:`build_reasoning_gym_dataset` draws per call (keeps training seeds below the held-out band)."""
+
+HELD_OUT_SEED_BASE = 3 * 2**30
+"""reasoning-gym generates entry ``i`` of a dataset with seed ``s`` from ``Random(s + i)``. Training draws task seeds
+below ``2**31`` and indices below :data:`MAX_TRAINING_QUESTIONS`, so its generator seeds stay below ``3 * 2**30``;
+held-out questions use task seeds from here up, so no held-out question shares a generator seed with training."""
+
+MAX_HELD_OUT_QUESTIONS = 2**20
+_HELD_OUT_SEED_SPAN = 2**28  # held-out seeds + indices stay below 2**32 (numpy's seed limit)
+
+
 def build_reasoning_gym_dataset(
     tasks: Sequence[TaskSpec | str] = DEFAULT_TASKS,
     size: int = 1000,
@@ -246,23 +262,74 @@ def build_reasoning_gym_dataset(
     task's own seed and the entry's index). Each task draws entries 0, 1, 2, ... from its own generator;
     the task of each row is drawn by weight. The same arguments give the same rows.
     """
+    specs = _specs(tasks)
+    if not 0 < size <= MAX_TRAINING_QUESTIONS:
+        raise ValueError(f"size must be between 1 and {MAX_TRAINING_QUESTIONS}, got {size}")
+    picks = random.Random(seed).choices(range(len(specs)), weights=[t.weight for t in specs], k=size)
+    return _reasoning_gym_rows(specs, picks, [_task_seed(seed, task) for task in specs], system_prompt)
+
+
+def build_held_out_dataset(
+    tasks: Sequence[TaskSpec | str] = DEFAULT_TASKS,
+    size: int = 32,
+    system_prompt: str | None = DEFAULT_SYSTEM_PROMPT,
+) -> Dataset:
+    """``size`` held-out reasoning-gym questions of ``tasks``: questions :func:`build_reasoning_gym_dataset`
+    never draws, whatever its seed and size, for measuring what a policy learned.
+
+    The tasks, sorted by name and config, take turns (question ``k`` belongs to the ``k % len(tasks)``-th; weights are
+    ignored), so every task has its share and the per-task figures have known sizes. The set depends only on the
+    set of tasks, their configs and ``size`` (a larger set extends a smaller one), not on their order: every peer
+    of a swarm, and ``sapo-node eval``, measure on the same questions. Disjointness is by generator seed (see
+    :data:`HELD_OUT_SEED_BASE`); a task whose question space is small (two one-digit numbers) still repeats
+    question *texts* that training also draws.
+    Columns are those of :func:`build_reasoning_gym_dataset`.
+    """
+    specs = sorted(_specs(tasks), key=lambda task: (task.name, task.config_key))
+    if not 0 < size <= MAX_HELD_OUT_QUESTIONS:
+        raise ValueError(f"held-out size must be between 1 and {MAX_HELD_OUT_QUESTIONS}, got {size}")
+    picks = [k % len(specs) for k in range(size)]
+    return _reasoning_gym_rows(specs, picks, [held_out_seed(task) for task in specs], system_prompt)
+
+
+def held_out_seed(task: TaskSpec) -> int:
+    """The generator seed of ``task``'s held-out questions (in the band training never reaches)."""
+    return HELD_OUT_SEED_BASE + zlib.crc32(f"held-out:{task.name}:{task.config_key}".encode()) % _HELD_OUT_SEED_SPAN
+
+
+def reasoning_gym_tasks_of(dataset: Dataset) -> list[TaskSpec]:
+    """The distinct reasoning-gym tasks (name and config) a dataset's ``provenance`` column names, in order of first
+    appearance; empty for a dataset of other sources or without that column."""
+    if "provenance" not in dataset.column_names:
+        return []
+    tasks: dict[tuple[str, str], TaskSpec] = {}
+    for raw in dataset["provenance"]:
+        wire = json.loads(raw) if isinstance(raw, str) else raw
+        if wire.get("source") == REASONING_GYM_SOURCE:
+            task = TaskSpec(wire["dataset"], wire["config"])
+            tasks.setdefault((task.name, task.config_key), task)
+    return list(tasks.values())
+
+
+def _specs(tasks: Sequence[TaskSpec | str]) -> list[TaskSpec]:
     specs = [t if isinstance(t, TaskSpec) else TaskSpec(t) for t in tasks]
     if not specs:
-        raise ValueError("build_reasoning_gym_dataset needs at least one task")
-    if size <= 0:
-        raise ValueError(f"size must be positive, got {size}")
+        raise ValueError("a question set needs at least one task")
     validate_task_names(specs)
-    rng = random.Random(seed)
-    picks = rng.choices(range(len(specs)), weights=[t.weight for t in specs], k=size)
+    return specs
+
+
+def _reasoning_gym_rows(
+    specs: list[TaskSpec], picks: Sequence[int], task_seeds: list[int], system_prompt: str | None
+) -> Dataset:
+    """Rows for the task sequence ``picks``: each task draws entries 0, 1, 2, ... of its generator."""
     next_index = [0] * len(specs)
     rows = []
     for k in picks:
-        task = specs[k]
-        task_seed = _task_seed(seed, task)
-        generator = _make_generator(task.name, task.config, task_seed)
-        index = next_index[k]
+        task, index = specs[k], next_index[k]
         next_index[k] += 1
-        provenance = Provenance(REASONING_GYM_SOURCE, task.name, dict(task.config), task_seed, index)
+        generator = _make_generator(task.name, task.config, task_seeds[k])
+        provenance = Provenance(REASONING_GYM_SOURCE, task.name, dict(task.config), task_seeds[k], index)
         rows.append(_row(generator[index], provenance, system_prompt))
     return Dataset.from_list(rows)
 

@@ -36,8 +36,9 @@ from trl.data_utils import is_conversational
 
 from sapo.checkpoints import mark_complete
 from sapo.config import SAPOConfig
+from sapo.evaluation import HeldOutResult, evaluate_policy, held_out_questions
 from sapo.sampling import Candidate, ExternalSampler, make_sampler
-from sapo.tasks import GroupDropped, QuestionVerifier, TaskSpec
+from sapo.tasks import GroupDropped, QuestionVerifier, reasoning_gym_tasks_of
 from swarm.records import Group, Provenance, RecordRejected, provenance_from_wire
 from swarm.transport import SwarmTransport
 
@@ -89,6 +90,7 @@ class SAPOTrainer(GRPOTrainer):
         reward_funcs: Any = None,
         args: SAPOConfig | None = None,
         train_dataset: Any = None,
+        eval_dataset: Any = None,
         *,
         swarm: SwarmTransport | None = None,
         sampler: ExternalSampler | None = None,
@@ -99,7 +101,16 @@ class SAPOTrainer(GRPOTrainer):
             args = SAPOConfig(output_dir="sapo-output")
         if not isinstance(args, SAPOConfig):
             raise TypeError(f"SAPOTrainer needs args=SAPOConfig(...), got {type(args).__name__}.")
-        super().__init__(model=model, reward_funcs=reward_funcs, args=args, train_dataset=train_dataset, **kwargs)
+        if eval_dataset is None and args.eval_strategy != "no":
+            eval_dataset = held_out_questions(train_dataset, args.eval_questions)
+        super().__init__(
+            model=model,
+            reward_funcs=reward_funcs,
+            args=args,
+            train_dataset=train_dataset,
+            eval_dataset=eval_dataset,
+            **kwargs,
+        )
         if args.num_external > 0:
             self._check_external_support(train_dataset)
         self.swarm = swarm
@@ -123,6 +134,7 @@ class SAPOTrainer(GRPOTrainer):
         self.swarm_totals: Counter[str] = Counter()  # cumulative counts, logged as sapo/total/<name>
         self.taken_from: Counter[str] = Counter()  # external groups trained on, by verified sender
         self.last_external: list[Candidate] = []  # the external groups of the latest round, as scored here
+        self.last_evaluation: HeldOutResult | None = None  # the latest held-out evaluation, question by question
 
     def _main_process_swarm(self, swarm: SwarmTransport | None) -> tuple[bool, str | None]:
         """(whether the node has a swarm, its peer id), as the main process sees it, on every process."""
@@ -166,12 +178,8 @@ class SAPOTrainer(GRPOTrainer):
         provenance = _row_provenance(train_dataset[0])
         if provenance.source == "dataset":
             self.verifier.register(provenance.dataset, train_dataset)
-        elif provenance.source == "reasoning_gym" and "provenance" in train_dataset.column_names:
-            configs = {}
-            for raw in train_dataset["provenance"]:
-                wire = json.loads(raw) if isinstance(raw, str) else raw
-                configs[(wire["dataset"], json.dumps(wire["config"], sort_keys=True))] = wire["config"]
-            self.verifier.register_tasks([TaskSpec(name, config) for (name, _), config in configs.items()])
+        elif provenance.source == "reasoning_gym":
+            self.verifier.register_tasks(reasoning_gym_tasks_of(train_dataset))
 
     # ------------------------------------------------------------------------------------------------
     # the SAPO round
@@ -190,6 +198,7 @@ class SAPOTrainer(GRPOTrainer):
             self._log_round(num_slots, external)
         finally:
             self._round = None
+        self._announce_phase("training")  # the rest of the step is TRL's loss, backward pass and optimizer step
         return output
 
     def _take_external_groups(self, num_slots: int) -> list[Candidate]:
@@ -326,6 +335,54 @@ class SAPOTrainer(GRPOTrainer):
             )
             mark_complete(folder, self.state.global_step)
 
+    # ------------------------------------------------------------------------------------------------
+    # held-out evaluation
+
+    def evaluate(
+        self, eval_dataset: Any = None, ignore_keys: list[str] | None = None, metric_key_prefix: str = "eval"
+    ) -> dict[str, float]:
+        """Greedy pass@1 on the held-out questions, logged as `eval/pass@1`, `eval/pass@1_se`, `eval/pass@1/<task>`.
+
+        Replaces TRL's evaluation (sampled completions scored with the training rewards, plus a loss pass) with the
+        measurement of `sapo.evaluation`; the Trainer's schedule drives it as usual (`eval_strategy`, `eval_steps`,
+        `eval_on_start`), its figures go to every `report_to` logger, and it never fetches or publishes groups.
+        """
+        dataset = self.eval_dataset if eval_dataset is None else eval_dataset
+        if isinstance(dataset, dict):
+            metrics: dict[str, float] = {}
+            for name, part in dataset.items():
+                metrics.update(self.evaluate(part, ignore_keys, f"{metric_key_prefix}_{name}"))
+            return metrics
+        self._announce_phase("evaluating")
+        self.last_evaluation = self._evaluate_held_out(dataset)
+        metrics = self.last_evaluation.metrics(prefix=f"{metric_key_prefix}/")
+        was_training = self.model.training
+        self.model.eval()  # so that TRL's log() adds no training figures to this line
+        try:
+            self.log(metrics)
+        finally:
+            self.model.train(was_training)
+        self.control = self.callback_handler.on_evaluate(self.args, self.state, self.control, metrics)
+        return metrics
+
+    def _evaluate_held_out(self, dataset: Any) -> HeldOutResult:
+        """Each process evaluates a contiguous share of the questions; every process gets the whole result."""
+        processes, rank = self.accelerator.num_processes, self.accelerator.process_index
+        share = math.ceil(len(dataset) / processes)
+        first = min(rank * share, len(dataset))
+        result = evaluate_policy(
+            self.accelerator.unwrap_model(self.model),
+            self._tokenizer,
+            dataset.select(range(first, min(first + share, len(dataset)))),
+            max_new_tokens=self.max_completion_length,
+            batch_size=self.args.per_device_eval_batch_size,
+            eos_token_ids=self.eos_token_ids,
+            first_index=first,
+        )
+        if processes > 1:
+            result = HeldOutResult(gather_object(result.questions))
+        return result
+
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
         if self.model.training:
             for name, value in sorted(self.swarm_totals.items()):
@@ -407,11 +464,19 @@ class SAPOTrainer(GRPOTrainer):
     @contextlib.contextmanager
     def _timed(self, phase: str):
         """Add the seconds spent in ``phase`` to this round's `sapo/time/<phase>` metric (for benchmarks)."""
+        self._announce_phase(phase)
         start = time.perf_counter()
         try:
             yield
         finally:
             self._phase_seconds[phase] += time.perf_counter() - start
+
+    def _announce_phase(self, phase: str) -> None:
+        """Tell callbacks that have an `on_phase(phase, state)` method what the step is doing now (a node's status)."""
+        for callback in self.callback_handler.callbacks:
+            on_phase = getattr(callback, "on_phase", None)
+            if on_phase is not None:
+                on_phase(phase, self.state)
 
     def _count_drop(self, reason: str, sender: str, detail: str) -> None:
         self.swarm_totals[f"dropped/{reason}"] += 1

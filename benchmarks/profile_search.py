@@ -1,0 +1,336 @@
+"""The CPU profile search: settings under which one node, training alone, raises its held-out pass@1.
+
+Each run trains the embedded SmolLM2-135M-Instruct with `SAPOTrainer` alone (J = 0, no swarm) for `--steps`
+steps and measures greedy pass@1 on `--questions` held-out questions (`sapo.tasks.build_held_out_dataset`:
+generator seeds training never uses) at step 0, halfway and at the end. A setting *learns* when the end's
+pass@1 exceeds step 0's by more than two standard errors of the paired (per-question) difference.
+
+    python -m benchmarks.profile_search                         # every setting, seeds 0 and 1, resumable
+    python -m benchmarks.profile_search --settings lora-mix --seeds 0,1,2
+    python -m benchmarks.profile_search --report-only           # the table and plot from the runs so far
+
+One JSON per run goes to RESULTS_DIR/profile_search/<setting>-seed<S>.json (with the commit it ran on and
+whether the tree was clean); a run whose file exists is not run again. Each run is its own process. The
+report is RESULTS_DIR/profile_search.{md,png}.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from benchmarks.harness import ROOT, git_state, json_safe, machine
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One candidate CPU profile."""
+
+    name: str
+    tasks: str  # "mix" (sapo.tasks.DEFAULT_TASKS) or one default-mix task name
+    lora_r: int  # 0: full fine-tuning
+    learning_rate: float
+    num_generations: int
+    groups_per_step: int
+    max_completion_length: int
+    lr_scheduler_type: str = "constant"
+    rewards: tuple[str, ...] = ("reasoning_gym", "format")
+
+
+SETTINGS = {
+    s.name: s
+    for s in (
+        Setting("lora-mix-small", "mix", 16, 2e-4, 4, 2, 48),
+        Setting("lora-mix", "mix", 16, 2e-4, 8, 2, 64),
+        Setting("full-mix", "mix", 0, 2e-5, 8, 2, 64),
+        Setting("lora-arith", "basic_arithmetic", 16, 2e-4, 8, 2, 64),
+        Setting("node-default", "mix", 0, 5e-6, 4, 4, 128, lr_scheduler_type="linear"),
+    )
+}
+"""The candidates, in the order they run. `node-default` is today's sapo-node CPU default (2 local + 2 external
+groups, all generated here when alone; full fine-tuning at 5e-6 decaying linearly over 10000 steps, which over
+30 steps is a constant 5e-6 to within 0.3 %), as the control."""
+
+
+# ----------------------------------------------------------------------------------------------------
+# one run (in its own process)
+
+
+def run_one(setting: Setting, seed: int, steps: int, questions: int, out: Path) -> dict[str, Any]:
+    """Train one setting alone for ``steps`` steps; evaluate at 0, steps/2 and steps; write ``out``."""
+    import torch
+    from transformers import TrainerCallback
+
+    from sapo import SAPOConfig, SAPOTrainer
+    from sapo.models import LoraSpec, load_policy
+    from sapo.node import build_rewards
+    from sapo.tasks import DEFAULT_TASKS, build_held_out_dataset, build_reasoning_gym_dataset
+
+    code = git_state()
+    torch.manual_seed(seed)
+    tasks = list(DEFAULT_TASKS) if setting.tasks == "mix" else [t for t in DEFAULT_TASKS if t.name == setting.tasks]
+    train = build_reasoning_gym_dataset(tasks, size=4000, seed=seed)
+    held_out = build_held_out_dataset(tasks, size=questions)
+    train_questions = {row[-1]["content"] for row in train["prompt"]}
+    overlap = sum(p[-1]["content"] in train_questions for p in held_out["prompt"]) / len(held_out)
+    lora = LoraSpec(r=setting.lora_r, alpha=2 * setting.lora_r, dropout=0.0) if setting.lora_r else None
+    model, tokenizer = load_policy(None, lora=lora)
+    rows = setting.groups_per_step * setting.num_generations
+    args = SAPOConfig(
+        output_dir=str(out.parent / f".{out.stem}-trainer"),
+        num_local=setting.groups_per_step,
+        num_external=0,
+        num_generations=setting.num_generations,
+        per_device_train_batch_size=rows,
+        max_completion_length=setting.max_completion_length,
+        learning_rate=setting.learning_rate,
+        lr_scheduler_type=setting.lr_scheduler_type,
+        warmup_steps=0,
+        max_steps=steps if setting.lr_scheduler_type == "constant" else 10000,
+        eval_strategy="steps",
+        eval_steps=max(1, steps // 2),
+        eval_on_start=True,
+        per_device_eval_batch_size=32,
+        logging_steps=1,
+        save_strategy="no",
+        report_to="none",
+        use_cpu=True,
+        gradient_checkpointing=False,
+        seed=seed,
+        disable_tqdm=True,
+    )
+    history: list[dict[str, Any]] = []
+    evaluations: dict[int, Any] = {}
+
+    class Record(TrainerCallback):
+        def on_log(self, args, state, control, logs=None, **kwargs):
+            if logs and "reward" in logs:
+                history.append({"step": state.global_step, **{k: v for k, v in logs.items() if _number(v)}})
+
+        def on_evaluate(self, args, state, control, metrics=None, **kwargs):
+            evaluations[state.global_step] = trainer.last_evaluation.to_json()
+            print(f"step {state.global_step}: held-out pass@1 {metrics['eval/pass@1']:.3f}", flush=True)
+
+        def on_step_end(self, args, state, control, **kwargs):
+            if state.global_step >= steps:  # linear schedules run over 10000 steps: stop here, evaluate first
+                control.should_evaluate = True
+                control.should_training_stop = True
+
+    trainer = SAPOTrainer(
+        model=model,
+        reward_funcs=build_rewards(list(setting.rewards)),
+        args=args,
+        train_dataset=train,
+        eval_dataset=held_out,
+        processing_class=tokenizer,
+        swarm=None,
+        callbacks=[Record()],
+    )
+    started = time.time()
+    trainer.train()
+    result = {
+        "setting": asdict(setting),
+        "seed": seed,
+        "steps": steps,
+        "questions": questions,
+        "held_out_text_overlap": overlap,
+        "history": history,
+        "evaluations": {str(k): v for k, v in sorted(evaluations.items())},
+        "wall_seconds": time.time() - started,
+        "code": code,
+        "machine": machine(),
+        "command": " ".join(sys.argv),
+        "finished": time.strftime("%Y-%m-%d %H:%M:%S"),
+        "threads": torch.get_num_threads(),
+    }
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_suffix(".tmp")
+    tmp.write_text(json.dumps(json_safe(result)))
+    os.replace(tmp, out)  # a run's file exists only once it is complete
+    return result
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+# ----------------------------------------------------------------------------------------------------
+# summary
+
+
+def summarize(run: dict[str, Any]) -> dict[str, Any]:
+    """Per run: s/step, reward first vs last third, held-out pass@1 at start/end, paired difference and its s.e."""
+    from sapo.evaluation import HeldOutResult, paired_difference
+
+    evaluations = {int(k): HeldOutResult.from_json(v) for k, v in run["evaluations"].items()}
+    first, last = evaluations[min(evaluations)], evaluations[max(evaluations)]
+    difference, se = paired_difference(first, last)
+    rewards = [h["reward"] for h in run["history"]]
+    third = max(1, len(rewards) // 3)
+    step_times = [h["step_time"] for h in run["history"] if "step_time" in h]
+    return {
+        "setting": run["setting"]["name"],
+        "seed": run["seed"],
+        "seconds_per_step": statistics.median(step_times) if step_times else math.nan,
+        "reward_first": statistics.fmean(rewards[:third]),
+        "reward_last": statistics.fmean(rewards[-third:]),
+        "base": first.pass_at_1(),
+        "base_se": first.standard_error(),
+        "final": last.pass_at_1(),
+        "final_se": last.standard_error(),
+        "difference": difference,
+        "difference_se": se,
+        "z": difference / se if se else math.nan,
+        "curve": {step: r.pass_at_1() for step, r in sorted(evaluations.items())},
+        "per_task_final": {task: last.pass_at_1(task) for task in last.tasks()},
+        "overlap": run["held_out_text_overlap"],
+        "code": run["code"],
+    }
+
+
+def report(runs: list[dict[str, Any]], results_dir: Path) -> Path:
+    """RESULTS_DIR/profile_search.md and .png from the finished runs."""
+    rows = [summarize(run) for run in runs]
+    order = list(SETTINGS)
+    rows.sort(key=lambda r: (order.index(r["setting"]) if r["setting"] in order else 99, r["seed"]))
+    commits = sorted({f"{r['code']['commit'][:10]}{' (dirty tree)' if r['code']['dirty'] else ''}" for r in rows})
+    lines = [
+        "# CPU profile search: does one node, training alone, raise its held-out pass@1?",
+        "",
+        "Command: `python -m benchmarks.profile_search` (resumable; one process per run). "
+        f"Commits the runs ran on: {', '.join(commits)}. Machine: {runs[0]['machine'] if runs else '?'}.",
+        "",
+        "Held-out: greedy pass@1 on the same questions at every evaluation (`sapo.tasks.build_held_out_dataset`, "
+        "generator seeds training never uses); *diff* is the paired per-question difference end - start with its "
+        "standard error; *learns* when diff > 2 s.e. Reward: mean training reward (reasoning_gym + format) of the "
+        "first and last third of the steps. s/step: median `step_time`.",
+        "",
+        "| setting | seed | s/step | reward first → last third | held-out start | held-out end | diff ± s.e. | z "
+        "| learns |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        lines.append(
+            f"| {r['setting']} | {r['seed']} | {r['seconds_per_step']:.1f} | {r['reward_first']:.3f} → "
+            f"{r['reward_last']:.3f} | {r['base']:.3f} ± {r['base_se']:.3f} | {r['final']:.3f} ± {r['final_se']:.3f} "
+            f"| {r['difference']:+.3f} ± {r['difference_se']:.3f} | {r['z']:.1f} | "
+            f"{'yes' if r['z'] > 2 else 'no'} |"
+        )
+    lines += ["", "Settings:", ""]
+    for name in order:
+        if any(r["setting"] == name for r in rows):
+            s = SETTINGS[name]
+            lines.append(
+                f"- `{name}`: tasks {s.tasks}, {'LoRA r=' + str(s.lora_r) if s.lora_r else 'full fine-tuning'}, "
+                f"lr {s.learning_rate:g} ({s.lr_scheduler_type}), G={s.num_generations}, "
+                f"{s.groups_per_step} groups per step, {s.max_completion_length} completion tokens, rewards "
+                f"{', '.join(s.rewards)}"
+            )
+    lines += ["", "Per-task held-out pass@1 at the end:", ""]
+    for r in rows:
+        tasks = ", ".join(f"{t} {v:.2f}" for t, v in r["per_task_final"].items())
+        lines.append(f"- {r['setting']} seed {r['seed']}: {tasks} (held-out texts also drawn in training: "
+                     f"{r['overlap']:.0%})")  # fmt: skip
+    md = results_dir / "profile_search.md"
+    md.write_text("\n".join(lines) + "\n")
+    plot(runs, results_dir / "profile_search.png")
+    return md
+
+
+def plot(runs: list[dict[str, Any]], path: Path) -> Path:
+    """Left: training reward per step (moving average of 5); right: held-out pass@1 over steps, per run."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (ax_reward, ax_eval) = plt.subplots(1, 2, figsize=(13, 4.8))
+    colors: dict[str, Any] = {}
+    for run in runs:
+        name = run["setting"]["name"]
+        color = colors.setdefault(name, f"C{len(colors)}")
+        steps = [h["step"] for h in run["history"]]
+        rewards = [h["reward"] for h in run["history"]]
+        smooth = [statistics.fmean(rewards[max(0, i - 4) : i + 1]) for i in range(len(rewards))]
+        style = "-" if run["seed"] == 0 else "--"
+        ax_reward.plot(steps, smooth, style, color=color, label=f"{name} s{run['seed']}")
+        summary = summarize(run)
+        ax_eval.plot(list(summary["curve"]), list(summary["curve"].values()), style + "o", color=color,
+                     label=f"{name} s{run['seed']}")  # fmt: skip
+    ax_reward.set(title="Training reward (moving average, 5 steps)", xlabel="step", ylabel="reward")
+    ax_eval.set(title="Held-out greedy pass@1", xlabel="step", ylabel="pass@1")
+    for ax in (ax_reward, ax_eval):
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+# ----------------------------------------------------------------------------------------------------
+# driver
+
+
+def run_file(results_dir: Path, setting: str, seed: int) -> Path:
+    return results_dir / "profile_search" / f"{setting}-seed{seed}.json"
+
+
+def load_runs(results_dir: Path) -> list[dict[str, Any]]:
+    return [json.loads(p.read_text()) for p in sorted((results_dir / "profile_search").glob("*.json"))]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.profile_search", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    parser.add_argument("--settings", default=",".join(SETTINGS), help="comma-separated setting names")
+    parser.add_argument("--seeds", default="0,1", help="comma-separated seeds (default 0,1)")
+    parser.add_argument("--steps", type=int, default=30, help="training steps per run (default 30)")
+    parser.add_argument("--questions", type=int, default=128, help="held-out questions (default 128)")
+    parser.add_argument("--results-dir", type=Path, default=ROOT / "benchmarks" / "results")
+    parser.add_argument("--report-only", action="store_true", help="only rebuild the table and plot")
+    parser.add_argument("--allow-dirty", action="store_true", help="run on a tree with uncommitted changes")
+    parser.add_argument("--one", default=None, help=argparse.SUPPRESS)  # a single run, in this process
+    args = parser.parse_args(argv)
+    seeds = [int(s) for s in args.seeds.split(",")]
+    names = [n.strip() for n in args.settings.split(",")]
+    unknown = [n for n in names if n not in SETTINGS]
+    if unknown:
+        parser.error(f"unknown setting(s) {unknown}; choose from {list(SETTINGS)}")
+    if args.one:
+        run_one(
+            SETTINGS[args.one], seeds[0], args.steps, args.questions, run_file(args.results_dir, args.one, seeds[0])
+        )
+        return 0
+    if not args.report_only:
+        if git_state()["dirty"] and not args.allow_dirty:
+            parser.error("the tree has uncommitted changes: commit them (results name the commit) or --allow-dirty")
+        todo = [(n, s) for s in seeds for n in names if not run_file(args.results_dir, n, s).exists()]
+        print(f"profile_search: {len(todo)} run(s) to do: {todo}", flush=True)
+        for k, (name, seed) in enumerate(todo, 1):
+            print(f"profile_search: run {k}/{len(todo)}: {name} seed {seed}", flush=True)
+            command = [sys.executable, "-m", "benchmarks.profile_search", "--one", name, "--seeds", str(seed),
+                       "--steps", str(args.steps), "--questions", str(args.questions),
+                       "--results-dir", str(args.results_dir)]  # fmt: skip
+            code = subprocess.call(command, cwd=ROOT)
+            if code != 0:
+                print(f"profile_search: {name} seed {seed} failed with exit code {code}", flush=True)
+                return code
+            report(load_runs(args.results_dir), args.results_dir)
+    runs = load_runs(args.results_dir)
+    if runs:
+        print(report(runs, args.results_dir).read_text())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,241 @@
+"""Held-out evaluation: greedy pass@1 of a policy on questions training never draws, per task, with standard errors.
+
+Why greedy: one deterministic completion per question is the cheapest measurement on a CPU, and it has no
+sampling noise, so the only noise left is which questions were drawn; two evaluations of the same questions
+(before and after training) are then compared question by question (:func:`paired_difference`), which is far
+tighter than comparing two means. A question counts as solved when this project's correctness reward gives it
+full marks: the reasoning-gym dataset's own ``score_answer`` (after :func:`rewards.extract.extract_answer`) for
+reasoning-gym rows, :func:`rewards.math_reward` against the ``answer`` column for other rows.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from rewards import math_reward, reasoning_gym_reward
+
+__all__ = [
+    "HeldOutResult",
+    "QuestionResult",
+    "evaluate_policy",
+    "generate_greedy",
+    "held_out_questions",
+    "paired_difference",
+]
+
+_FULL_MARKS = 1.0 - 1e-9
+
+
+@dataclass
+class QuestionResult:
+    """One held-out question's outcome.
+
+    Parameters:
+        task (`str`): the question's task (reasoning-gym dataset name, or the question file's name).
+        index (`int`): position of the question in the held-out set (pairs evaluations of the same set).
+        score (`float`): the correctness reward of the completion (0 to 1).
+        completion (`str`): the greedy completion.
+        completion_tokens (`int`): its length in tokens.
+    """
+
+    task: str
+    index: int
+    score: float
+    completion: str
+    completion_tokens: int
+
+    @property
+    def correct(self) -> bool:
+        """Full marks from the correctness reward."""
+        return self.score >= _FULL_MARKS
+
+
+@dataclass
+class HeldOutResult:
+    """The outcome of one evaluation: every question's result, and the figures derived from them."""
+
+    questions: list[QuestionResult]
+
+    def tasks(self) -> list[str]:
+        """Tasks in order of first appearance."""
+        return list(dict.fromkeys(q.task for q in self.questions))
+
+    def _correct(self, task: str | None) -> list[float]:
+        return [float(q.correct) for q in self.questions if task is None or q.task == task]
+
+    def pass_at_1(self, task: str | None = None) -> float:
+        """Fraction of questions (of ``task``, or all) solved; NaN for none."""
+        values = self._correct(task)
+        return sum(values) / len(values) if values else math.nan
+
+    def standard_error(self, task: str | None = None) -> float:
+        """Standard error of :meth:`pass_at_1` over the questions (sample standard deviation / sqrt(n))."""
+        return _standard_error(self._correct(task))
+
+    def metrics(self, prefix: str = "eval/") -> dict[str, float]:
+        """Flat figures for logs: ``pass@1``, its ``pass@1_se``, ``pass@1/<task>``, ``questions``, ``mean_tokens``."""
+        out = {
+            f"{prefix}pass@1": self.pass_at_1(),
+            f"{prefix}pass@1_se": self.standard_error(),
+            f"{prefix}questions": float(len(self.questions)),
+            f"{prefix}mean_score": _mean([q.score for q in self.questions]),
+            f"{prefix}mean_tokens": _mean([float(q.completion_tokens) for q in self.questions]),
+        }
+        for task in self.tasks():
+            out[f"{prefix}pass@1/{task}"] = self.pass_at_1(task)
+        return out
+
+    def table(self) -> str:
+        """A per-task text table: questions, solved, pass@1 and its standard error."""
+        header = f"{'task':<28} {'questions':>9} {'solved':>7} {'pass@1':>7} {'± s.e.':>7}"
+        lines = [header, "-" * len(header)]
+        for task in [*self.tasks(), None]:
+            values = self._correct(task)
+            name = task if task is not None else "all"
+            if task is None:
+                lines.append("-" * len(header))
+            lines.append(
+                f"{name:<28} {len(values):>9} {int(sum(values)):>7} {self.pass_at_1(task):>7.3f} "
+                f"{self.standard_error(task):>7.3f}"
+            )
+        return "\n".join(lines)
+
+    def to_json(self) -> dict[str, Any]:
+        """A JSON-ready form (:meth:`from_json` reads it back)."""
+        return {"questions": [asdict(q) for q in self.questions]}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> HeldOutResult:
+        """The result :meth:`to_json` wrote."""
+        return cls([QuestionResult(**q) for q in data["questions"]])
+
+
+def paired_difference(before: HeldOutResult, after: HeldOutResult) -> tuple[float, float]:
+    """Mean and standard error of the per-question difference in solved (after - before) on the same questions.
+
+    Raises ``ValueError`` when the two results are not evaluations of the same question set.
+    """
+    if [(q.task, q.index) for q in before.questions] != [(q.task, q.index) for q in after.questions]:
+        raise ValueError("paired_difference needs two evaluations of the same held-out questions, in the same order")
+    differences = [float(a.correct) - float(b.correct) for b, a in zip(before.questions, after.questions, strict=True)]
+    return _mean(differences), _standard_error(differences)
+
+
+def _mean(values: Sequence[float]) -> float:
+    return sum(values) / len(values) if values else math.nan
+
+
+def _standard_error(values: Sequence[float]) -> float:
+    n = len(values)
+    if n < 2:
+        return math.nan
+    mean = sum(values) / n
+    return math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1) / n)
+
+
+def generate_greedy(
+    model: Any,
+    tokenizer: Any,
+    prompts: Sequence[list[dict[str, str]]],
+    max_new_tokens: int,
+    batch_size: int = 16,
+    eos_token_ids: Sequence[int] | None = None,
+) -> list[tuple[str, int]]:
+    """Greedy completions of chat ``prompts`` under ``tokenizer``'s chat template: (text, token count) each.
+
+    Prompts are batched by length (less padding), left-padded, and returned in their original order. The model's
+    training mode is restored afterwards.
+    """
+    import torch
+    from transformers import GenerationConfig
+
+    eos = list(eos_token_ids) if eos_token_ids else [tokenizer.eos_token_id]
+    config = GenerationConfig(
+        do_sample=False,
+        max_new_tokens=max_new_tokens,
+        pad_token_id=tokenizer.pad_token_id,
+        eos_token_id=eos,
+        use_cache=True,
+    )
+    texts = [tokenizer.apply_chat_template(p, tokenize=False, add_generation_prompt=True) for p in prompts]
+    order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
+    out: list[tuple[str, int]] = [("", 0)] * len(texts)
+    was_training, padding_side = model.training, tokenizer.padding_side
+    model.eval()
+    tokenizer.padding_side = "left"
+    try:
+        device = next(model.parameters()).device
+        for start in range(0, len(order), batch_size):
+            batch = order[start : start + batch_size]
+            encoded = tokenizer(
+                [texts[i] for i in batch], return_tensors="pt", padding=True, add_special_tokens=False
+            ).to(device)
+            with torch.no_grad():
+                generated = model.generate(**encoded, generation_config=config)
+            new_tokens = generated[:, encoded["input_ids"].shape[1] :]
+            for i, ids in zip(batch, new_tokens, strict=True):
+                ids = ids.tolist()  # after the first EOS come only pad tokens
+                length = next((k + 1 for k, t in enumerate(ids) if t in eos), len(ids))
+                out[i] = (tokenizer.decode(ids[:length], skip_special_tokens=True), length)
+    finally:
+        tokenizer.padding_side = padding_side
+        model.train(was_training)
+    return out
+
+
+def correctness_scores(completions: Sequence[str], rows: Sequence[dict[str, Any]]) -> list[float]:
+    """The correctness reward of each completion for its row (reasoning-gym scorer, else math match)."""
+    scores = []
+    for text, row in zip(completions, rows, strict=True):
+        message = [{"role": "assistant", "content": text}]
+        if row.get("entry"):
+            value = reasoning_gym_reward(
+                [row["prompt"]], [message], entry=[row["entry"]], provenance=[row.get("provenance")]
+            )[0]
+        else:
+            value = math_reward([row["prompt"]], [message], answer=[row.get("answer")])[0]
+        scores.append(float(value or 0.0))
+    return scores
+
+
+def evaluate_policy(
+    model: Any,
+    tokenizer: Any,
+    questions: Any,
+    max_new_tokens: int = 128,
+    batch_size: int = 16,
+    eos_token_ids: Sequence[int] | None = None,
+    first_index: int = 0,
+) -> HeldOutResult:
+    """Greedy pass@1 of ``model`` on ``questions`` (rows with ``prompt``, ``task``, ``entry``/``answer`` columns, as
+    made by :func:`sapo.tasks.build_held_out_dataset`); ``first_index`` numbers the questions of a shard."""
+    rows = [dict(row) for row in questions]
+    generated = generate_greedy(
+        model, tokenizer, [row["prompt"] for row in rows], max_new_tokens, batch_size, eos_token_ids
+    )
+    scores = correctness_scores([text for text, _ in generated], rows)
+    return HeldOutResult(
+        [
+            QuestionResult(task=str(row["task"]), index=first_index + k, score=score, completion=text,
+                           completion_tokens=length)
+            for k, (row, (text, length), score) in enumerate(zip(rows, generated, scores, strict=True))
+        ]
+    )  # fmt: skip
+
+
+def held_out_questions(train_dataset: Any, size: int) -> Any:
+    """Held-out questions of the reasoning-gym tasks ``train_dataset`` draws from (see
+    :func:`sapo.tasks.build_held_out_dataset`). Raises ``ValueError`` when the dataset holds no reasoning-gym rows:
+    held-out questions of another source must then be passed as ``eval_dataset``."""
+    from sapo.tasks import build_held_out_dataset, reasoning_gym_tasks_of
+
+    tasks = reasoning_gym_tasks_of(train_dataset) if train_dataset is not None else []
+    if not tasks:
+        raise ValueError(
+            "evaluation is on (eval_strategy != 'no') but held-out questions can only be derived from reasoning-gym "
+            "tasks; pass eval_dataset= with questions training never draws, or set eval_strategy='no'."
+        )
+    return build_held_out_dataset(tasks, size=size)
