@@ -126,6 +126,10 @@ class Profile:
     rewards: tuple[str, ...] = ("reasoning_gym",)
     sampling_strategy: str = "paper"
     learning_rate: float | None = None  # None: the node default
+    lr_scheduler_type: str | None = None  # None: the node default
+    lora_r: int = 0  # 0: full fine-tuning; a rank trains LoRA adapters (alpha = 2 r)
+    eval_questions: int | None = None  # held-out questions per evaluation; None: the node default
+    eval_steps: int | None = None  # None: the node default
     dataset_size: int | None = None
     max_batch: int = 16  # per_device_train_batch_size: the largest divisor of the round's rows up to this
     status_interval: float = 60.0
@@ -217,6 +221,13 @@ def node_options(config: dict[str, Any], num_local: int, num_external: int, seed
         options += ["--learning_rate", str(config["learning_rate"])]
     if config["dataset_size"] is not None:
         options += ["--dataset_size", str(config["dataset_size"])]
+    if config["lr_scheduler_type"] is not None:
+        options += ["--lr_scheduler_type", config["lr_scheduler_type"]]
+    if config["lora_r"]:
+        options += ["--lora_r", str(config["lora_r"]), "--lora_alpha", str(2 * config["lora_r"])]
+    for name in ("eval_questions", "eval_steps"):
+        if config[name] is not None:
+            options += [f"--{name}", str(config[name])]
     if config["tasks"] is not None:
         options += ["--config", str(run_dir / "node-config.yaml")]
     return options + list(config["node_args"])
@@ -258,6 +269,7 @@ def run_identity(config: dict[str, Any], num_local: int, num_external: int, seed
     """What a completed run was run with: a marker with another identity is not this run."""
     keep = ("profile", "peers", "num_generations", "max_completion_length", "steps", "model", "tasks", "rewards")
     keep += ("sampling_strategy", "learning_rate", "dataset_size", "node_args")
+    keep += ("lr_scheduler_type", "lora_r", "eval_questions", "eval_steps")
     return {**{k: config[k] for k in keep}, "num_local": num_local, "num_external": num_external, "seed": seed}
 
 
@@ -271,7 +283,7 @@ def read_complete(run_dir: Path) -> dict[str, Any] | None:
 def nodes_finished(run_dir: Path, peers: int, steps: int) -> bool:
     """Every node logged its last step."""
     for i in range(peers):
-        rows = load_metrics(run_dir / f"node-{i}" / "metrics.jsonl")
+        rows, _ = load_metrics(run_dir / f"node-{i}" / "metrics.jsonl")
         if not rows or max(r["step"] for r in rows) < steps:
             return False
     return True
@@ -397,26 +409,33 @@ def _float(value: Any) -> float:
         return math.nan
 
 
-def load_metrics(path: Path) -> list[dict[str, Any]]:
-    """One node's metrics.jsonl as rows sorted by step, one per step (the last line of a step wins)."""
-    by_step: dict[int, dict[str, Any]] = {}
+def load_metrics(path: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """One node's metrics.jsonl: its training lines sorted by step, one per step (the last line of a step wins),
+    and its held-out evaluation lines, one per step, likewise."""
+    from sapo.report import split_lines
+
     try:
         text = path.read_text()
     except FileNotFoundError:
-        return []
+        return [], []
+    rows = []
     for line in text.splitlines():
         try:
             row = json.loads(line)
         except json.JSONDecodeError:
             continue  # a torn last line of a killed node
         if isinstance(row, dict) and "step" in row:
-            by_step[int(row["step"])] = row
-    return [by_step[s] for s in sorted(by_step)]
+            rows.append(row)
+    training, evaluations = split_lines(rows)
+    by_step = {int(r["step"]): r for r in training}
+    return [by_step[s] for s in sorted(by_step)], evaluations
 
 
 PER_STEP_KEYS = {  # JSON name: metrics.jsonl key
     "local_reward": "sapo/local_reward",
     "external_reward": "sapo/external_reward",
+    # local groups whose rewards differ: what the paper sampler would keep of them (like with like for external)
+    "local_reward_with_spread": "sapo/local_reward_with_spread",
     "external_groups": "sapo/external_groups",
     "fill_ins": "sapo/fill_ins",
     "zero_std_fraction": "frac_reward_zero_std",  # TRL: groups whose G rewards are all equal (no gradient)
@@ -425,13 +444,18 @@ PER_STEP_KEYS = {  # JSON name: metrics.jsonl key
 
 
 def load_run(run_dir: Path, peers: int, steps: int) -> dict[str, dict[str, list[float]]]:
-    """Per node: steps and per-step figures (NaN where a step did not log one), steps beyond ``steps`` cut."""
+    """Per node: steps and per-step figures (NaN where a step did not log one), and held-out pass@1 by evaluated
+    step (`held_out_steps`, `held_out`); steps beyond ``steps`` cut."""
     out = {}
     for i in range(peers):
-        rows = [r for r in load_metrics(run_dir / f"node-{i}" / "metrics.jsonl") if r["step"] <= steps]
+        training, evaluations = load_metrics(run_dir / f"node-{i}" / "metrics.jsonl")
+        rows = [r for r in training if r["step"] <= steps]
         node = {"steps": [int(r["step"]) for r in rows]}
         for name, key in PER_STEP_KEYS.items():
             node[name] = [_float(r.get(key)) for r in rows]
+        evaluated = [r for r in evaluations if r["step"] <= steps]
+        node["held_out_steps"] = [int(r["step"]) for r in evaluated]
+        node["held_out"] = [_float(r.get("eval/pass@1")) for r in evaluated]
         out[f"node-{i}"] = node
     return out
 
@@ -475,7 +499,16 @@ def run_summary(nodes: dict[str, dict[str, list[float]]]) -> dict[str, Any]:
         "reward_second_half": mean_of("local_reward", first_half=False),
         "zero_std_fraction": mean_of("zero_std_fraction"),
         "external_reward": mean_of("external_reward"),
+        "local_reward_with_spread": mean_of("local_reward_with_spread"),
+        # held-out greedy pass@1, mean over peers, at each peer's first and last evaluation
+        "held_out_start": _mean_of_ends(nodes, first=True),
+        "held_out_end": _mean_of_ends(nodes, first=False),
     }
+
+
+def _mean_of_ends(nodes: dict[str, dict[str, list[float]]], first: bool) -> float:
+    values = _finite([node["held_out"][0 if first else -1] for node in nodes.values() if node.get("held_out")])
+    return statistics.mean(values) if values else math.nan
 
 
 def _spread(values: list[float]) -> dict[str, float]:
@@ -488,7 +521,10 @@ def _spread(values: list[float]) -> dict[str, float]:
     }
 
 
-DIAGNOSTICS = ("reward_first_half", "reward_second_half", "zero_std_fraction", "external_reward")
+DIAGNOSTICS = (
+    "reward_first_half", "reward_second_half", "zero_std_fraction", "external_reward", "local_reward_with_spread",
+    "held_out_start", "held_out_end",
+)  # fmt: skip
 
 
 def table(runs: list[dict[str, Any]], settings: Sequence[str]) -> list[dict[str, Any]]:
@@ -606,16 +642,20 @@ def format_table(rows: list[dict[str, Any]]) -> list[str]:
 
 def format_diagnostics(rows: list[dict[str, Any]]) -> list[str]:
     """Per setting, means over seeds: reward in the first and second half of the run, the fraction of groups
-    with zero advantage (no gradient), and the mean reward of the external groups taken."""
+    with zero advantage (no gradient), the mean reward of the external groups taken and of the local groups with
+    reward spread (the paper sampler keeps only such external groups: like with like), and held-out pass@1 (mean
+    over peers) at the first and last evaluation."""
     lines = [
         "| I/J (paper) | local reward, first half | second half | groups with zero reward spread (no gradient) "
-        "| external groups' reward |",
-        "|---" * 5 + "|",
+        "| external groups' reward | local groups with reward spread: reward | held-out pass@1, start | end |",
+        "|---" * 8 + "|",
     ]
     for r in rows:
         lines.append(
             f"| {r['setting']} | {_fmt(r['reward_first_half'], '.4f')} | {_fmt(r['reward_second_half'], '.4f')} "
-            f"| {_pct_plain(r['zero_std_fraction'])} | {_fmt(r['external_reward'], '.4f')} |"
+            f"| {_pct_plain(r['zero_std_fraction'])} | {_fmt(r['external_reward'], '.4f')} "
+            f"| {_fmt(r['local_reward_with_spread'], '.4f')} | {_fmt(r['held_out_start'], '.3f')} "
+            f"| {_fmt(r['held_out_end'], '.3f')} |"
         )
     return lines
 
@@ -904,6 +944,10 @@ def build_config(args: argparse.Namespace, node_args: list[str]) -> dict[str, An
         "rewards": list(profile.rewards),
         "sampling_strategy": profile.sampling_strategy,
         "learning_rate": profile.learning_rate,
+        "lr_scheduler_type": profile.lr_scheduler_type,
+        "lora_r": profile.lora_r,
+        "eval_questions": profile.eval_questions,
+        "eval_steps": profile.eval_steps,
         "dataset_size": profile.dataset_size,
         "max_batch": profile.max_batch,
         "status_interval": args.status_interval or profile.status_interval,

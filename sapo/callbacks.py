@@ -1,4 +1,4 @@
-"""Trainer callbacks of a running node: progress bar, metrics.jsonl, graceful stop on signals, swarm logs."""
+"""Trainer callbacks of a running node: progress bar, status file, metrics.jsonl, graceful stop, swarm logs."""
 
 from __future__ import annotations
 
@@ -11,6 +11,8 @@ from typing import Any
 
 from tqdm.auto import tqdm
 from transformers import TrainerCallback
+
+from sapo.status import write_status
 
 logger = logging.getLogger("sapo.node")
 
@@ -48,18 +50,75 @@ class NodeProgress(TrainerCallback):
             self.bar = None
 
 
+_PHASE_WORDS = {  # SAPOTrainer's phase names, as a person reads them
+    "swarm_fetch": "fetching swarm groups",
+    "external_scoring": "scoring swarm groups",
+    "generation": "generating",
+    "publish": "publishing",
+    "scoring": "scoring",
+    "training": "training",
+    "evaluating": "evaluating held-out questions",
+}
+
+
+class NodeStatus(TrainerCallback):
+    """What the node is doing now, in `status.json` of its output directory (read by `local-swarm`'s status line):
+    `{"phase": ..., "step": ..., "time": ...}`. Phases before training (loading, joining, waiting) are set by the
+    node with :meth:`set`; during training, SAPOTrainer announces the step's phases through :meth:`on_phase`."""
+
+    def __init__(self, output_dir: str | Path):
+        self.output_dir = Path(output_dir)
+        self._step = 0
+
+    def set(self, phase: str, step: int | None = None) -> None:
+        """Record ``phase`` (at ``step``, or the step last recorded)."""
+        if step is not None:
+            self._step = step
+        write_status(self.output_dir, phase, self._step)
+
+    def on_phase(self, phase: str, state) -> None:
+        if state.is_world_process_zero:
+            self.set(_PHASE_WORDS.get(phase, phase), state.global_step + (phase != "evaluating"))
+
+    def on_evaluate(self, args, state, control, metrics=None, **kwargs):
+        if state.is_world_process_zero and metrics and "eval/pass@1" in metrics:
+            per_task = {k.rsplit("/", 1)[1]: v for k, v in metrics.items() if k.startswith("eval/pass@1/")}
+            tasks = ", ".join(f"{task} {value:.2f}" for task, value in per_task.items())
+            logger.info(
+                "step %d: held-out pass@1 %.3f ± %.3f on %d questions (%s)",
+                state.global_step, metrics["eval/pass@1"], metrics["eval/pass@1_se"], metrics["eval/questions"], tasks,
+            )  # fmt: skip
+
+    def on_save(self, args, state, control, **kwargs):
+        if state.is_world_process_zero:
+            self.set("checkpoint written", state.global_step)
+
+    def on_train_end(self, args, state, control, **kwargs):
+        if state.is_world_process_zero:
+            self.set("finished training", state.global_step)
+
+
+class EvaluateAtEnd(TrainerCallback):
+    """The last step of a run is evaluated too (when evaluation is on), so every run has a final held-out figure."""
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if args.eval_strategy != "no" and state.global_step >= state.max_steps:
+            control.should_evaluate = True
+
+
 class MetricsJsonl(TrainerCallback):
     """Appends one JSON line per logging step to `metrics.jsonl`: the trainer's metrics plus swarm figures.
 
     Lines logged after the step training starts from (the checkpoint being resumed, or step 0 for a run
-    that left no complete checkpoint) are dropped first, so the file never holds two lines for one step.
+    that left no complete checkpoint) are dropped first, and so are evaluation lines of that step (a restarted
+    node evaluates it again on start), so the file never holds two lines of one kind for one step.
     """
 
     def __init__(self, path: str | Path, resume_step: int | None = None):
         self.path = Path(path)
         start = resume_step or 0
         if self.path.exists():
-            kept = [line for line in self.path.read_text().splitlines() if _step_of(line) <= start]
+            kept = [line for line in self.path.read_text().splitlines() if _kept_on_resume(line, start)]
             self.path.write_text("".join(f"{line}\n" for line in kept))
 
     def on_log(self, args, state, control, logs=None, **kwargs):
@@ -70,11 +129,14 @@ class MetricsJsonl(TrainerCallback):
             f.write(json.dumps(record) + "\n")
 
 
-def _step_of(line: str) -> float:
+def _kept_on_resume(line: str, start: int) -> bool:
     try:
-        return json.loads(line).get("step", float("inf"))
+        record = json.loads(line)
+        step = record.get("step", float("inf"))
     except (json.JSONDecodeError, AttributeError):
-        return float("inf")  # a torn last line from a crash: drop it
+        return False  # a torn last line from a crash
+    is_evaluation = any(key.startswith("eval/") for key in record)
+    return step < start or (step == start and not is_evaluation)
 
 
 class GracefulStop(TrainerCallback):

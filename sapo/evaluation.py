@@ -143,11 +143,12 @@ def generate_greedy(
     max_new_tokens: int,
     batch_size: int = 16,
     eos_token_ids: Sequence[int] | None = None,
+    progress: bool = False,
 ) -> list[tuple[str, int]]:
     """Greedy completions of chat ``prompts`` under ``tokenizer``'s chat template: (text, token count) each.
 
     Prompts are batched by length (less padding), left-padded, and returned in their original order. The model's
-    training mode is restored afterwards.
+    training mode is restored afterwards. ``progress`` shows a progress bar over the questions.
     """
     import torch
     from transformers import GenerationConfig
@@ -166,6 +167,11 @@ def generate_greedy(
     was_training, padding_side = model.training, tokenizer.padding_side
     model.eval()
     tokenizer.padding_side = "left"
+    bar = None
+    if progress:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=len(texts), desc="held-out", unit="question", dynamic_ncols=True)
     try:
         device = next(model.parameters()).device
         for start in range(0, len(order), batch_size):
@@ -180,7 +186,11 @@ def generate_greedy(
                 ids = ids.tolist()  # after the first EOS come only pad tokens
                 length = next((k + 1 for k, t in enumerate(ids) if t in eos), len(ids))
                 out[i] = (tokenizer.decode(ids[:length], skip_special_tokens=True), length)
+            if bar is not None:
+                bar.update(len(batch))
     finally:
+        if bar is not None:
+            bar.close()
         tokenizer.padding_side = padding_side
         model.train(was_training)
     return out
@@ -209,12 +219,13 @@ def evaluate_policy(
     batch_size: int = 16,
     eos_token_ids: Sequence[int] | None = None,
     first_index: int = 0,
+    progress: bool = False,
 ) -> HeldOutResult:
     """Greedy pass@1 of ``model`` on ``questions`` (rows with ``prompt``, ``task``, ``entry``/``answer`` columns, as
     made by :func:`sapo.tasks.build_held_out_dataset`); ``first_index`` numbers the questions of a shard."""
     rows = [dict(row) for row in questions]
     generated = generate_greedy(
-        model, tokenizer, [row["prompt"] for row in rows], max_new_tokens, batch_size, eos_token_ids
+        model, tokenizer, [row["prompt"] for row in rows], max_new_tokens, batch_size, eos_token_ids, progress
     )
     scores = correctness_scores([text for text, _ in generated], rows)
     return HeldOutResult(

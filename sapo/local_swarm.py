@@ -14,6 +14,7 @@ from typing import Any
 
 from sapo.node import NodeError
 from sapo.processes import stop_processes
+from sapo.status import read_status
 
 
 def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
@@ -74,32 +75,53 @@ def start_bootstrap_peer(run_dir: Path, node_args: list[str]) -> Any:
 
 
 def last_metrics(path: Path) -> dict[str, Any]:
-    """The newest line of a node's metrics.jsonl, or {}."""
+    """The newest training line of a node's metrics.jsonl, or {}."""
+    return latest_metrics(path)[0]
+
+
+def latest_metrics(path: Path) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The newest training line and the newest held-out evaluation line of a node's metrics.jsonl ({} if none)."""
     try:
         lines = path.read_text().splitlines()
     except FileNotFoundError:
-        return {}
+        return {}, {}
+    train: dict[str, Any] = {}
+    held_out: dict[str, Any] = {}
     for line in reversed(lines):
         try:
-            return json.loads(line)
+            record = json.loads(line)
         except json.JSONDecodeError:
             continue
-    return {}
+        if "eval/pass@1" in record:
+            held_out = held_out or record
+        else:
+            train = train or record
+        if train and held_out:
+            break
+    return train, held_out
 
 
 def status_line(run_dir: Path, count: int) -> str:
-    """One line: each node's step, reward and groups taken from the others."""
+    """One line: what each node is doing now (its status file), and its latest reward, held-out pass@1, groups
+    taken from the others and peers seen (its metrics)."""
     parts = []
     for i in range(count):
-        m = last_metrics(run_dir / f"node-{i}" / "metrics.jsonl")
-        if not m:
-            parts.append(f"node-{i}: starting")
-            continue
-        parts.append(
-            f"node-{i}: step {m.get('step', 0)} reward {m.get('sapo/local_reward', float('nan')):.3f} "
-            f"taken {int(m.get('sapo/total/external_groups', 0))} "
-            f"peers {int(m.get('sapo/peers', 0))}"
-        )
+        node_dir = run_dir / f"node-{i}"
+        status = read_status(node_dir)
+        doing = status.get("phase", "starting")
+        if status.get("step"):
+            doing = f"step {status['step']} {doing}"
+        train, held_out = latest_metrics(node_dir / "metrics.jsonl")
+        figures = []
+        if train:
+            figures.append(f"reward {train.get('sapo/local_reward', float('nan')):.3f}")
+        if held_out:
+            figures.append(f"held-out {held_out['eval/pass@1']:.3f}")
+        if train:
+            figures.append(
+                f"taken {int(train.get('sapo/total/external_groups', 0))} peers {int(train.get('sapo/peers', 0))}"
+            )
+        parts.append(f"node-{i}: {doing}" + (f" ({', '.join(figures)})" if figures else ""))
     return " | ".join(parts)
 
 

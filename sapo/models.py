@@ -27,6 +27,7 @@ __all__ = [
     "default_gguf_path",
     "default_model_path",
     "load_policy",
+    "load_trained_policy",
     "load_smollm2_tokenizer",
     "lora_config",
     "prepare_tokenizer",
@@ -266,6 +267,37 @@ def load_policy(model: str | Path | None = None, *, lora: LoraSpec | None = None
 
         policy = get_peft_model(policy, lora_config(lora))
     return policy, tokenizer
+
+
+def load_trained_policy(path: str | Path, base: str | Path | None = None) -> tuple[Any, Any]:
+    """A policy to evaluate: ``"default"``, a Hugging Face model directory, a node's checkpoint or final model, or
+    a LoRA adapter directory (``adapter_config.json``).
+
+    An adapter is applied to ``base`` when given, else to the base model its config names; a base that does not
+    exist on this machine but is the embedded default model (by its directory name) is the embedded default. The
+    tokenizer is the adapter directory's own when it has one (a node's checkpoints do), else the base's.
+    """
+    if str(path) == "default":
+        return load_policy(None)
+    path = Path(path).expanduser()
+    adapter_config = path / "adapter_config.json"
+    if not adapter_config.is_file():
+        return load_policy(path)
+    from peft import PeftModel
+    from transformers import AutoTokenizer
+
+    named = json.loads(adapter_config.read_text()).get("base_model_name_or_path")
+    if base is None and named and Path(named).expanduser().is_dir():
+        base = named
+    elif base is None and (not named or Path(named).name != DEFAULT_MODEL_NAME):
+        raise FileNotFoundError(
+            f"the LoRA adapter in {path} was trained on {named!r}, which is not on this machine; pass its base model "
+            "directory (--base DIR)"
+        )
+    model, tokenizer = load_policy(None if base in (None, "default") else base)
+    if (path / "tokenizer_config.json").is_file():
+        tokenizer = prepare_tokenizer(AutoTokenizer.from_pretrained(path))
+    return PeftModel.from_pretrained(model, path), tokenizer
 
 
 def build_tiny_model(tokenizer: Any, hidden_size: int = 64, num_layers: int = 2, seed: int = 0) -> Any:

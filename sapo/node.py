@@ -99,7 +99,7 @@ class NodeArguments:
     lora_alpha: int = field(default=32, metadata={"help": "LoRA alpha."})
     lora_dropout: float = field(default=0.05, metadata={"help": "LoRA dropout."})
     tasks: list[str] = field(
-        default_factory=lambda: _default_task_names(), metadata={"help": "reasoning-gym task names."}
+        default_factory=lambda: default_task_names(), metadata={"help": "reasoning-gym task names."}
     )
     dataset_file: str | None = field(default=None, metadata={"help": "JSON Lines questions file instead of tasks."})
     question_field: str = field(default="question", metadata={"help": "Question field of dataset_file."})
@@ -125,7 +125,7 @@ class NodeArguments:
     )
 
 
-def _default_task_names() -> list[str]:
+def default_task_names() -> list[str]:
     from sapo.tasks import DEFAULT_TASKS
 
     return [task.name for task in DEFAULT_TASKS]
@@ -316,7 +316,7 @@ def run_node(args: Any, node: NodeArguments) -> int:
 def _run(args: Any, node: NodeArguments) -> int:
     from transformers.trainer_callback import PrinterCallback, ProgressCallback
 
-    from sapo.callbacks import GracefulStop, MetricsJsonl, NodeProgress, SwarmLog
+    from sapo.callbacks import EvaluateAtEnd, GracefulStop, MetricsJsonl, NodeProgress, NodeStatus, SwarmLog
     from sapo.checkpoints import latest_complete_checkpoint, set_aside_incomplete
     from sapo.trainer import SAPOTrainer
 
@@ -332,16 +332,28 @@ def _run(args: Any, node: NodeArguments) -> int:
     setup_logging(output_dir, args.log_level if args.log_level not in ("passive", None) else "info")
 
     stop = GracefulStop().install()
+    status = NodeStatus(output_dir)
     swarm = None
     try:
         set_aside_incomplete(output_dir)
         resume = latest_complete_checkpoint(output_dir)
+        status.set("building questions", _step(resume) or 0)
         dataset = build_dataset(node, seed=args.seed)
+        if node.dataset_file and args.eval_strategy != "no":
+            logger.info(
+                "held-out evaluation is off: it draws from reasoning-gym tasks, and a question file has no questions "
+                "set aside (score a model on your own held-out file with the library: sapo.evaluation)"
+            )
+            args.eval_strategy = "no"
+        status.set("loading model")
         logger.info("loading model %s", node.model)
         model, tokenizer = load_model(node)
+        status.set("joining swarm")
         swarm = start_swarm(node, output_dir, model_name=args.swarm_model_name or node.model)
         if node.wait_for_peers > 0:
+            status.set(f"waiting for {node.wait_for_peers} peer(s)")
             await_peers(swarm, node.wait_for_peers, node.wait_for_peers_timeout)
+        status.set("starting training")
         metrics = MetricsJsonl(output_dir / "metrics.jsonl", resume_step=_step(resume))
         trainer = SAPOTrainer(
             model=model,
@@ -350,7 +362,7 @@ def _run(args: Any, node: NodeArguments) -> int:
             train_dataset=dataset,
             processing_class=tokenizer,
             swarm=swarm,
-            callbacks=[NodeProgress(), metrics, SwarmLog(), stop],
+            callbacks=[NodeProgress(), metrics, SwarmLog(), status, EvaluateAtEnd(), stop],
         )
         trainer.remove_callback(ProgressCallback)
         trainer.remove_callback(PrinterCallback)

@@ -348,6 +348,9 @@ class SAPOTrainer(GRPOTrainer):
         `eval_on_start`), its figures go to every `report_to` logger, and it never fetches or publishes groups.
         """
         dataset = self.eval_dataset if eval_dataset is None else eval_dataset
+        if dataset is None:  # evaluation is off (eval_on_start still calls here)
+            logger.info("no held-out questions (eval_strategy='no' and no eval_dataset): evaluation skipped")
+            return {}
         if isinstance(dataset, dict):
             metrics: dict[str, float] = {}
             for name, part in dataset.items():
@@ -495,7 +498,17 @@ class SAPOTrainer(GRPOTrainer):
             return
         is_external = torch.zeros(len(rewards), dtype=torch.bool)
         is_external[list(self._round.external_text)] = True
-        for name, mask in (("local_reward", ~is_external), ("external_reward", is_external)):
+        # Local groups whose rewards differ: the ones the paper sampler would keep, to compare like with like
+        # with the external groups (which it chose that way).
+        groups = rewards.view(-1, self.num_generations)
+        spread = (groups.nan_to_num(0.0).amax(dim=1) > groups.nan_to_num(0.0).amin(dim=1)).repeat_interleave(
+            self.num_generations
+        )
+        for name, mask in (
+            ("local_reward", ~is_external),
+            ("external_reward", is_external),
+            ("local_reward_with_spread", ~is_external & spread),
+        ):
             values = rewards[mask]
             values = values[~torch.isnan(values)]
             if values.numel():

@@ -25,9 +25,19 @@ def _node_command(model_dir: Path, output_dir: Path, *extra: str) -> list[str]:
     return [sys.executable, "-m", "sapo.cli", "--model", str(model_dir), "--output_dir", str(output_dir), *TINY, *extra]
 
 
-def _metrics(output_dir: Path) -> list[dict]:
+def _lines(output_dir: Path) -> list[dict]:
     path = output_dir / "metrics.jsonl"
     return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def _metrics(output_dir: Path) -> list[dict]:
+    """The node's training lines (one per step)."""
+    return [line for line in _lines(output_dir) if "eval/pass@1" not in line]
+
+
+def _evaluations(output_dir: Path) -> list[dict]:
+    """The node's held-out evaluation lines."""
+    return [line for line in _lines(output_dir) if "eval/pass@1" in line]
 
 
 def _wait(condition, timeout: float, what: str, process: subprocess.Popen | None = None) -> None:

@@ -1,0 +1,218 @@
+"""Held-out evaluation: questions disjoint from training, its figures, the trainer's schedule, `sapo-node eval`."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+from transformers import TrainerCallback
+
+from rewards import reasoning_gym_reward
+from sapo import SAPOConfig, SAPOTrainer
+from sapo.callbacks import EvaluateAtEnd, MetricsJsonl
+from sapo.cli import main
+from sapo.evaluation import HeldOutResult, QuestionResult, correctness_scores, evaluate_policy, paired_difference
+from sapo.models import load_policy
+from sapo.tasks import (
+    DEFAULT_TASKS,
+    HELD_OUT_SEED_BASE,
+    TaskSpec,
+    build_held_out_dataset,
+    build_reasoning_gym_dataset,
+)
+from swarm import MemorySwarm
+
+
+def _generator_seeds(dataset) -> list[int]:
+    """reasoning-gym draws entry i of a generator with seed s from Random(s + i)."""
+    return [p["seed"] + p["index"] for p in map(json.loads, dataset["provenance"])]
+
+
+def test_held_out_questions_never_share_a_generator_seed_with_training():
+    held_out = build_held_out_dataset(DEFAULT_TASKS, size=200)
+    for seed in (0, 1, 2**31 - 1):
+        training = build_reasoning_gym_dataset(DEFAULT_TASKS, size=300, seed=seed)
+        assert max(_generator_seeds(training)) < HELD_OUT_SEED_BASE
+    assert HELD_OUT_SEED_BASE <= min(_generator_seeds(held_out)) and max(_generator_seeds(held_out)) < 2**32
+    with pytest.raises(ValueError, match="size must be between"):
+        build_reasoning_gym_dataset(DEFAULT_TASKS, size=2**30 + 1)  # would reach the held-out band
+
+
+def test_held_out_question_texts_are_new_where_the_question_space_is_large():
+    task = [TaskSpec("basic_arithmetic", {"min_digits": 2, "max_digits": 3, "min_terms": 3, "max_terms": 4})]
+    trained = {p[-1]["content"] for seed in (0, 1) for p in build_reasoning_gym_dataset(task, 500, seed)["prompt"]}
+    held_out = [p[-1]["content"] for p in build_held_out_dataset(task, 100)["prompt"]]
+    assert len(set(held_out)) == 100 and not trained & set(held_out)
+
+
+def test_every_peer_gets_the_same_held_out_set_and_tasks_take_turns():
+    small = build_held_out_dataset(DEFAULT_TASKS, size=8)
+    reordered = build_held_out_dataset(list(reversed(DEFAULT_TASKS)), size=12)
+    assert reordered.select(range(8))["prompt"] == small["prompt"]  # order-free, and a larger set extends it
+    assert small["task"] == sorted(t.name for t in DEFAULT_TASKS) * 2
+
+
+def _result(task_outcomes: list[tuple[str, float]]) -> HeldOutResult:
+    return HeldOutResult([QuestionResult(t, i, s, "", 3) for i, (t, s) in enumerate(task_outcomes)])
+
+
+def test_pass_at_1_counts_full_marks_only_and_gives_standard_errors():
+    result = _result([("a", 1.0), ("a", 0.0), ("a", 1.0), ("b", 0.5), ("b", 0.0)])
+    assert result.pass_at_1() == pytest.approx(0.4) and result.pass_at_1("b") == 0.0
+    assert result.standard_error() == pytest.approx(math.sqrt(0.3 / 5))  # sample variance 0.3, n = 5
+    metrics = result.metrics()
+    assert metrics["eval/pass@1/a"] == pytest.approx(2 / 3) and metrics["eval/questions"] == 5
+    assert "all" in result.table() and HeldOutResult.from_json(result.to_json()) == result
+
+
+def test_paired_difference_compares_the_same_questions():
+    before = _result([("a", 0.0), ("a", 0.0), ("a", 1.0), ("a", 0.0)])
+    after = _result([("a", 1.0), ("a", 1.0), ("a", 1.0), ("a", 0.0)])
+    mean, se = paired_difference(before, after)
+    assert mean == pytest.approx(0.5) and se == pytest.approx(math.sqrt(1 / 3 / 4))
+    with pytest.raises(ValueError, match="same held-out questions"):
+        paired_difference(before, _result([("b", 1.0)] * 4))
+
+
+def test_correctness_uses_the_task_scorer_and_the_answer_column():
+    rows = [dict(row) for row in build_held_out_dataset([TaskSpec("basic_arithmetic")], size=2)]
+    rows.append({"prompt": [{"role": "user", "content": "1/2?"}], "entry": "", "answer": "0.5"})
+    right = [f"<answer>{rows[0]['answer']}</answer>", "no idea", "<answer>1/2</answer>"]
+    assert correctness_scores(right, rows) == [1.0, 0.0, 1.0]
+
+
+def _args(tmp_path, **overrides) -> SAPOConfig:
+    base = dict(
+        output_dir=str(tmp_path / "out"), num_local=1, num_external=1, num_generations=2,
+        per_device_train_batch_size=4, max_completion_length=6, max_steps=3, learning_rate=1e-2, logging_steps=1,
+        report_to="none", save_strategy="no", use_cpu=True, seed=3, disable_tqdm=True, eval_strategy="steps",
+        eval_steps=2, eval_on_start=True, eval_questions=8, per_device_eval_batch_size=8,
+    )  # fmt: skip
+    base.update(overrides)
+    return SAPOConfig(**base)
+
+
+class SwarmCalls(TrainerCallback):
+    """Counts the swarm's fetch and publish calls between the trainer's evaluation start and end."""
+
+    def __init__(self, swarm):
+        self.swarm, self.during_evaluation = swarm, []
+        fetch, publish = swarm.fetch, swarm.publish
+        self.calls = []
+        swarm.fetch = lambda *a, **k: (self.calls.append("fetch"), fetch(*a, **k))[1]
+        swarm.publish = lambda *a, **k: (self.calls.append("publish"), publish(*a, **k))[1]
+
+    def on_phase(self, phase, state):
+        if phase == "evaluating":
+            self.mark = len(self.calls)
+
+    def on_evaluate(self, args, state, control, **kwargs):
+        self.during_evaluation.extend(self.calls[self.mark :])
+
+
+def test_trainer_evaluates_held_out_at_start_on_schedule_and_at_the_end_without_the_swarm(tmp_path, tiny_model_a):
+    model, tokenizer = load_policy(tiny_model_a)
+    swarm = MemorySwarm().join("peer-a")
+    spy = SwarmCalls(swarm)
+    dataset = build_reasoning_gym_dataset(DEFAULT_TASKS[:2], size=32, seed=0)
+    trainer = SAPOTrainer(
+        model=model, reward_funcs=[reasoning_gym_reward], args=_args(tmp_path), train_dataset=dataset,
+        processing_class=tokenizer, swarm=swarm, callbacks=[spy, EvaluateAtEnd()],
+    )  # fmt: skip
+    trainer.train()
+    evaluations = [h for h in trainer.state.log_history if "eval/pass@1" in h]
+    assert [h["step"] for h in evaluations] == [0, 2, 3]  # start, eval_steps, last step
+    assert all(not any(k.startswith(("loss", "reward", "sapo/")) for k in h) for h in evaluations)
+    assert evaluations[0]["eval/questions"] == 8 and "eval/pass@1/base_conversion" in evaluations[0]
+    assert trainer.eval_dataset["prompt"] == build_held_out_dataset(DEFAULT_TASKS[:2], size=8)["prompt"]
+    assert "publish" in spy.calls and spy.during_evaluation == []  # trained with the swarm, evaluated without
+
+
+def test_greedy_evaluation_is_deterministic_and_restores_training_mode(tiny_model_a):
+    model, tokenizer = load_policy(tiny_model_a)
+    model.train()
+    questions = build_held_out_dataset(DEFAULT_TASKS, size=6)
+    first = evaluate_policy(model, tokenizer, questions, max_new_tokens=5, batch_size=4)
+    second = evaluate_policy(model, tokenizer, questions, max_new_tokens=5, batch_size=3)
+    assert [q.completion for q in first.questions] == [q.completion for q in second.questions]
+    assert model.training and tokenizer.padding_side == "right"
+
+
+def test_evaluation_off_builds_no_held_out_set_and_logs_none(tmp_path, tiny_model_a):
+    model, tokenizer = load_policy(tiny_model_a)
+    dataset = build_reasoning_gym_dataset(DEFAULT_TASKS[:1], size=16, seed=0)
+    args = _args(tmp_path, eval_strategy="no", num_local=2, num_external=0, max_steps=1)
+    trainer = SAPOTrainer(model=model, reward_funcs=[reasoning_gym_reward], args=args, train_dataset=dataset,
+                          processing_class=tokenizer)  # fmt: skip
+    trainer.train()
+    assert trainer.eval_dataset is None
+    assert not any(k.startswith("eval/") for h in trainer.state.log_history for k in h)
+
+
+def test_evaluation_of_a_non_procedural_dataset_needs_an_eval_dataset(tmp_path, tiny_model_a):
+    from datasets import Dataset
+
+    model, tokenizer = load_policy(tiny_model_a)
+    dataset = Dataset.from_list([{"prompt": [{"role": "user", "content": f"{i}+{i}?"}], "answer": str(2 * i)}
+                                 for i in range(8)])  # fmt: skip
+    with pytest.raises(ValueError, match="eval_dataset"):
+        SAPOTrainer(model=model, reward_funcs=[reasoning_gym_reward], args=_args(tmp_path, num_local=2, num_external=0),
+                    train_dataset=dataset, processing_class=tokenizer)  # fmt: skip
+
+
+def test_a_restart_evaluates_its_resume_step_again_without_a_duplicate_line(tmp_path):
+    path = tmp_path / "metrics.jsonl"
+    lines = [{"step": 1, "loss": 0.1}, {"step": 2, "loss": 0.1}, {"step": 2, "eval/pass@1": 0.5}, {"step": 3}]
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    MetricsJsonl(path, resume_step=2)
+    assert [json.loads(line) for line in path.read_text().splitlines()] == lines[:2]
+
+
+def test_sapo_node_eval_prints_a_per_task_table_for_a_model_and_a_lora_adapter(tmp_path, tiny_model_a, capsys):
+    from peft import get_peft_model
+
+    from sapo.models import LoraSpec, lora_config
+
+    out = tmp_path / "eval.json"
+    argv = ["--tasks", "basic_arithmetic", "base_conversion", "--questions", "4", "--max-new-tokens", "4"]
+    assert main(["eval", str(tiny_model_a), *argv, "--json", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "basic_arithmetic" in printed and "base_conversion" in printed and "all" in printed
+    assert len(json.loads(out.read_text())["questions"]) == 4
+
+    model, tokenizer = load_policy(tiny_model_a)
+    adapter = tmp_path / "adapter"
+    get_peft_model(model, lora_config(LoraSpec(r=2))).save_pretrained(adapter)
+    tokenizer.save_pretrained(adapter)
+    assert main(["eval", str(adapter), *argv]) == 0
+    assert "all" in capsys.readouterr().out
+
+
+def test_sapo_node_eval_names_what_is_wrong(tmp_path, capsys):
+    assert main(["eval", str(tmp_path / "missing")]) == 2
+    assert "does not exist" in capsys.readouterr().err
+    assert main(["eval", "default", "--tasks", "basic_arithmetik"]) == 2
+    assert "basic_arithmetic" in capsys.readouterr().err  # the close match is suggested
+    adapter = tmp_path / "adapter"
+    adapter.mkdir()
+    (adapter / "adapter_config.json").write_text(json.dumps({"base_model_name_or_path": "/nowhere/llama-7b"}))
+    assert main(["eval", str(adapter)]) == 2
+    assert "--base" in capsys.readouterr().err
+
+
+def test_local_swarm_status_line_says_what_each_node_is_doing(tmp_path):
+    from sapo.local_swarm import status_line
+    from sapo.status import write_status
+
+    (tmp_path / "node-0").mkdir()
+    (tmp_path / "node-1").mkdir()
+    write_status(tmp_path / "node-0", "loading model", 0)
+    write_status(tmp_path / "node-1", "generating", 3)
+    (tmp_path / "node-1" / "metrics.jsonl").write_text(
+        json.dumps({"step": 2, "sapo/local_reward": 0.25, "sapo/peers": 1}) + "\n"
+        + json.dumps({"step": 2, "eval/pass@1": 0.4}) + "\n"
+    )  # fmt: skip
+    line = status_line(tmp_path, 3)
+    assert "node-0: loading model" in line and "node-2: starting" in line
+    assert "node-1: step 3 generating (reward 0.250, held-out 0.400, taken 0 peers 1)" in line
