@@ -29,7 +29,6 @@ from typing import Any
 import torch
 from accelerate.utils import broadcast_object_list, gather_object
 from datasets import Dataset
-from torch import nn
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 from trl import GRPOTrainer
 from trl.data_utils import is_conversational
@@ -320,11 +319,7 @@ class SAPOTrainer(GRPOTrainer):
             rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
         if self._round is not None:
             start = self.accelerator.process_index * len(prompts)
-            local_part = rewards_per_func[start : start + len(prompts)]
-            weights = self.reward_weights.to(local_part.device)
-            weighted = (local_part * weights.unsqueeze(0)).nansum(dim=1)
-            weighted[torch.isnan(local_part).all(dim=1)] = torch.nan
-            self._round.rewards = weighted.detach().cpu()
+            self._round.rewards = self._weighted(rewards_per_func[start : start + len(prompts)])
         return rewards_per_func
 
     def _save_checkpoint(self, model: Any, trial: Any) -> None:
@@ -402,22 +397,21 @@ class SAPOTrainer(GRPOTrainer):
     # helpers
 
     def _score_texts(self, prompt: list[dict[str, str]], texts: Sequence[str], columns: dict[str, Any]) -> list[float]:
-        """This peer's weighted reward of each completion text, as TRL would compute it (NaN if unscorable)."""
-        n = len(texts)
+        """This peer's weighted reward of each completion text, computed by TRL's own reward path (reward models,
+        async rewards and weights behave as for local rows); NaN where no reward function applies."""
+        rows = [{**columns, "prompt": prompt} for _ in texts]
         completions = [[{"role": "assistant", "content": t}] for t in texts]
-        kwargs = {key: [value] * n for key, value in columns.items() if key != "prompt"}
-        kwargs.update(trainer_state=self.state, log_extra=lambda *a, **k: None, log_metric=lambda *a, **k: None)
-        total = [0.0] * n
-        scored = [False] * n
-        for func, weight in zip(self.reward_funcs, self.reward_weights.tolist(), strict=True):
-            if isinstance(func, nn.Module):
-                return [math.nan] * n  # reward models are run by TRL on the chosen groups only
-            values = func(prompts=[prompt] * n, completions=completions, completion_ids=None, **kwargs)
-            for k, value in enumerate(values):
-                if value is not None and not math.isnan(value):
-                    total[k] += weight * float(value)
-                    scored[k] = True
-        return [t if s else math.nan for t, s in zip(total, scored, strict=True)]
+        # Every process scores the same candidates: TRL's gather returns one copy per process, take the first.
+        rewards_per_func = super()._calculate_rewards(rows, [prompt] * len(texts), completions, None)[: len(texts)]
+        return self._weighted(rewards_per_func).tolist()
+
+    def _weighted(self, rewards_per_func: torch.Tensor) -> torch.Tensor:
+        """Weighted sum over reward functions per row, as TRL totals them: NaN (not applicable) terms are left out,
+        and a row no function applies to stays NaN."""
+        weights = self.reward_weights.to(rewards_per_func.device)
+        weighted = (rewards_per_func * weights.unsqueeze(0)).nansum(dim=1)
+        weighted[torch.isnan(rewards_per_func).all(dim=1)] = torch.nan
+        return weighted.detach().cpu()
 
     def _tokenize_external_completion(self, text: str) -> list[int]:
         """Token ids of a foreign completion under this peer's tokenizer, ended with EOS when it fits."""

@@ -398,3 +398,34 @@ def test_default_model_trains_in_a_swarm_of_two(tmp_path):
     finally:
         for swarm in swarms:
             swarm.close()
+
+
+def test_a_reward_model_scores_external_groups_so_the_paper_sampler_keeps_them(tmp_path, smollm_tokenizer):
+    """A reward model (an nn.Module) scores external candidates through TRL's own reward path: before, they were
+    all NaN, read as zero advantage, and a node with a reward model silently trained alone."""
+    from transformers import LlamaConfig, LlamaForSequenceClassification
+
+    torch.manual_seed(0)
+    config = LlamaConfig(
+        vocab_size=len(smollm_tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+        num_attention_heads=2, num_key_value_heads=2, num_labels=1, pad_token_id=smollm_tokenizer.pad_token_id,
+    )  # fmt: skip
+    reward_model = LlamaForSequenceClassification(config).eval()
+    swarm = MemorySwarm()
+    sender = swarm.join("sender")
+    completions = ["banana", "apple pie with cream", "42", "a long answer about cherries and plums"]
+    sender.publish([_external_group("What is 0 + 0?", completions, f"g{i}", answer="0") for i in range(4)])
+    trainer = SAPOTrainer(
+        model=build_tiny_model(smollm_tokenizer, seed=0),
+        reward_funcs=[reward_model],
+        reward_processing_classes=[smollm_tokenizer],
+        args=_args(tmp_path, "rm", external_source_policy="trust", max_steps=1),
+        train_dataset=_math_dataset(),
+        processing_class=smollm_tokenizer,
+        swarm=swarm.join("rx"),
+    )
+    trainer.train()
+    assert _metric(trainer, "sapo/external_groups") == [2.0]
+    assert trainer.swarm_totals["dropped/zero_advantage"] == 0
+    scored = trainer.last_external[0].rewards
+    assert all(math.isfinite(r) for r in scored) and len(set(scored)) == len(completions)
