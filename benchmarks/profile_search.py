@@ -23,6 +23,7 @@ import os
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -86,7 +87,7 @@ def run_one(setting: Setting, seed: int, steps: int, questions: int, out: Path) 
     model, tokenizer = load_policy(None, lora=lora)
     rows = setting.groups_per_step * setting.num_generations
     args = SAPOConfig(
-        output_dir=str(out.parent / f".{out.stem}-trainer"),
+        output_dir=tempfile.mkdtemp(prefix=f"profile-search-{out.stem}-"),  # nothing is saved there
         num_local=setting.groups_per_step,
         num_external=0,
         num_generations=setting.num_generations,

@@ -1007,7 +1007,7 @@ STEP_NOTES = [
 
 def memory_notes() -> list[str]:
     """Notes of the memory table, naming the node defaults the measured node ran with."""
-    from sapo.cli import NODE_DEFAULTS
+    from sapo.node_args import NODE_DEFAULTS
 
     d = NODE_DEFAULTS
     return [

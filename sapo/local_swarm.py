@@ -57,7 +57,7 @@ def node_command(
 def start_bootstrap_peer(run_dir: Path, node_args: list[str]) -> Any:
     """A model-less DHT peer in this process that every node joins. It keeps the swarm, and the records
     stored on it, alive while nodes start, finish or restart at different times."""
-    from sapo.cli import parse_node_args
+    from sapo.node_args import parse_node_args
     from swarm.dht import DHTSwarm, DHTSwarmConfig
 
     _, node, _ = parse_node_args(node_args)  # fail fast on bad node options, before any process starts

@@ -1,0 +1,149 @@
+"""Parsing a node's options: SAPOConfig and NodeArguments through TRL's parser, the node's defaults, `--set`,
+and the effective configuration as YAML."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+USAGE = """\
+sapo-node [--config node.yaml] [--set key=value ...] [--FIELD VALUE ...] [--print-config]
+    Run a SAPO node. With no arguments: the embedded default model and tasks, in a new swarm.
+sapo-node local-swarm --peers N [--run-dir DIR] [node options ...]
+    Start N nodes on 127.0.0.1 that find each other; outputs go to one run directory.
+sapo-node eval MODEL [--tasks ...] [--questions N]
+    Held-out greedy pass@1 of a model, checkpoint or LoRA adapter, per task (the questions a node evaluates on).
+sapo-node report RUN_DIR
+    Plot reward and held-out pass@1 over steps per node (PNG) and print a summary table.
+sapo-node --help
+    Every node option, with its documentation.
+"""
+
+# Settings of a node that differ from SAPOConfig's library defaults: sized for a CPU machine, checkpointing on.
+NODE_DEFAULTS: dict[str, Any] = {
+    "output_dir": "sapo-output",
+    "num_local": 2,  # the paper's best 50/50 mix at half its batch: a step takes minutes, not tens of them
+    "num_external": 2,
+    "num_generations": 4,
+    "per_device_train_batch_size": 4,  # micro-batches of 4 keep a node near 4 GB (16 measured 6.4 GB)
+    "max_completion_length": 128,
+    "learning_rate": 5e-6,
+    "max_steps": 10000,
+    "save_strategy": "steps",
+    "save_steps": 10,
+    "save_total_limit": 3,
+    "logging_steps": 1,
+    # Held-out evaluation (greedy pass@1 on questions training never draws): at step 0, every 10 steps and at the
+    # last step; 32 questions take about 20 s with the default model on 2 CPU cores.
+    "eval_strategy": "steps",
+    "eval_steps": 10,
+    "eval_on_start": True,
+    "eval_questions": 32,
+    "per_device_eval_batch_size": 16,
+    "report_to": "none",
+    "disable_tqdm": True,
+}
+
+# Training settings --print-config shows besides every SAPO and node field.
+_SHOWN_TRAINING_FIELDS = (
+    "output_dir", "max_steps", "num_generations", "per_device_train_batch_size", "gradient_accumulation_steps",
+    "max_completion_length", "temperature", "learning_rate", "beta", "epsilon", "epsilon_high", "loss_type",
+    "reward_weights", "save_steps", "save_total_limit", "logging_steps", "eval_strategy", "eval_steps",
+    "eval_on_start", "per_device_eval_batch_size", "report_to", "seed",
+)  # fmt: skip
+
+
+def build_parser() -> Any:
+    """The TrlParser of a node: SAPOConfig plus NodeArguments, with the node's defaults."""
+    import torch
+    from trl import TrlParser
+
+    from sapo.config import SAPOConfig
+    from sapo.node import NodeArguments
+
+    parser = TrlParser((SAPOConfig, NodeArguments), prog="sapo-node", usage=USAGE)
+    has_gpu = torch.cuda.is_available()
+    # Gradient checkpointing trades compute for memory: worth it on a GPU, a pure loss on a CPU node.
+    parser.set_defaults(**NODE_DEFAULTS, use_cpu=not has_gpu, gradient_checkpointing=has_gpu)
+    return parser
+
+
+def expand_set_options(argv: Sequence[str], list_fields: set[str]) -> list[str]:
+    """Turn each `--set key=value` into `--key value` (comma-separated values for list fields)."""
+    out: list[str] = []
+    pending_set = []
+    it = iter(argv)
+    for arg in it:
+        if arg == "--set":
+            value = next(it, None)
+            if value is None or "=" not in value:
+                raise ValueError(f"--set needs key=value, got {value!r}")
+            pending_set.append(value)
+        elif arg.startswith("--set="):
+            pending_set.append(arg[len("--set=") :])
+        else:
+            out.append(arg)
+    for item in pending_set:  # after everything else, so --set wins over the flags and the YAML file
+        key, value = item.split("=", 1)
+        out.append(f"--{key.strip()}")
+        out.extend(v for v in value.split(",") if v) if key.strip() in list_fields else out.append(value)
+    return out
+
+
+def parse_node_args(argv: Sequence[str]) -> tuple[Any, Any, bool]:
+    """Parse a node's command line into (SAPOConfig, NodeArguments, print_config); raises NodeError."""
+    import dataclasses
+
+    from sapo.node import NodeArguments, NodeError
+
+    argv = list(argv)
+    print_config = "--print-config" in argv
+    argv = [a for a in argv if a != "--print-config"]
+    list_fields = {f.name for f in dataclasses.fields(NodeArguments) if str(f.type).startswith("list")}
+    list_fields |= {"report_to", "reward_weights"}
+    parser = build_parser()
+    try:
+        argv = expand_set_options(argv, list_fields)
+        args, node = parser.parse_args_and_config(argv)
+    except ValueError as e:
+        raise NodeError(_explain_parse_error(e)) from None
+    except FileNotFoundError as e:
+        raise NodeError(f"config file not found: {e.filename}") from None
+    return args, node, print_config
+
+
+def _explain_parse_error(error: ValueError) -> str:
+    import re
+
+    text = str(error)
+    names = ", ".join(re.findall(r"'--([^']+)'", text))
+    if text.startswith("Unknown arguments from config file"):
+        return f"unknown key(s) in the config file: {names}; sapo-node --help lists the valid keys"
+    if "not used by the HfArgumentParser" in text:
+        return f"unknown option(s): --{names.replace(', ', ', --')}; sapo-node --help lists the valid options"
+    return text
+
+
+def effective_config(args: Any, node: Any) -> dict[str, Any]:
+    """The settings a node runs with, as a YAML-ready mapping (feed it back with --config)."""
+    import dataclasses
+
+    from trl import GRPOConfig
+
+    from sapo.config import SAPOConfig
+
+    sapo_fields = [
+        f.name for f in dataclasses.fields(SAPOConfig) if f.name not in {g.name for g in dataclasses.fields(GRPOConfig)}
+    ]
+    shown = {name: getattr(args, name) for name in (*_SHOWN_TRAINING_FIELDS, *sapo_fields, "epsilon_high")}
+    shown.update(dataclasses.asdict(node))
+    return {k: _yaml_value(v) for k, v in shown.items()}
+
+
+def _yaml_value(value: Any) -> Any:
+    """A setting as plain YAML: tuples as lists, enums (TrainingArguments' strategies) as their value."""
+    import enum
+
+    if isinstance(value, enum.Enum):
+        return value.value
+    return list(value) if isinstance(value, tuple) else value
