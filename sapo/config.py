@@ -7,11 +7,11 @@ from dataclasses import dataclass, field
 
 from trl import GRPOConfig
 
-SAMPLING_STRATEGIES = ("paper", "uniform")
-"""Names accepted by `SAPOConfig.sampling_strategy` (see `sapo.sampling`)."""
+from sapo.sampling import SAMPLERS
+from sapo.verification import SOURCE_POLICIES
 
-SOURCE_POLICIES = ("verify", "trust", "drop")
-"""Names accepted by `SAPOConfig.external_source_policy` (see `sapo.tasks.QuestionVerifier`)."""
+SAMPLING_STRATEGIES = tuple(SAMPLERS)
+"""Names accepted by `SAPOConfig.sampling_strategy` (see `sapo.sampling.SAMPLERS`)."""
 
 
 def _has_accelerator() -> bool:

@@ -37,7 +37,8 @@ from sapo.checkpoints import mark_complete
 from sapo.config import SAPOConfig
 from sapo.evaluation import HeldOutResult, evaluate_policy, held_out_questions
 from sapo.sampling import Candidate, ExternalSampler, make_sampler
-from sapo.tasks import GroupDropped, QuestionVerifier, reasoning_gym_tasks_of
+from sapo.tasks import reasoning_gym_tasks_of
+from sapo.verification import GroupDropped, QuestionVerifier
 from swarm.records import Group, Provenance, RecordRejected, provenance_from_wire
 from swarm.transport import SwarmTransport
 
@@ -66,7 +67,7 @@ class SAPOTrainer(GRPOTrainer):
             filled in locally and nothing is published.
         sampler (`sapo.sampling.ExternalSampler` or `None`):
             Chooses external groups among candidates; default built from `args.sampling_strategy`.
-        verifier (`sapo.tasks.QuestionVerifier` or `None`):
+        verifier (`sapo.verification.QuestionVerifier` or `None`):
             Re-derives the ground truth of external groups; default built from `args.external_source_policy`
             and `args.regeneration_timeout`.
 

@@ -108,7 +108,8 @@ def test_trainers_take_turns_and_a_failure_stops_the_others(bench):
 
 
 def test_feeder_groups_pass_the_receivers_verification(bench):
-    from sapo.tasks import DEFAULT_TASKS, QuestionVerifier, build_reasoning_gym_dataset
+    from sapo.tasks import DEFAULT_TASKS, build_reasoning_gym_dataset
+    from sapo.verification import QuestionVerifier
     from swarm.records import GroupRecord, RecordLimits, encode_record
 
     rows = build_reasoning_gym_dataset(DEFAULT_TASKS, size=8, seed=5).to_list()

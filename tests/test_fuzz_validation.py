@@ -19,7 +19,8 @@ from hivemind.dht.validation import DHTRecord  # noqa: E402
 from hivemind.utils.crypto import RSAPrivateKey  # noqa: E402
 from hivemind.utils.serializer import MSGPackSerializer  # noqa: E402
 
-from sapo.tasks import GROUP_DROP_REASONS, GroupDropped, QuestionVerifier, TaskSpec, build_reasoning_gym_dataset  # noqa: E402
+from sapo.tasks import TaskSpec, build_reasoning_gym_dataset  # noqa: E402
+from sapo.verification import GROUP_DROP_REASONS, GroupDropped, QuestionVerifier  # noqa: E402
 from swarm.records import REJECT_REASONS, Group, Provenance, RecordLimits  # noqa: E402
 from swarm.validation import OwnerSignatureValidator, SwarmSchemaValidator, index_keys, owner_marker  # noqa: E402
 from tests.swarm_fixtures import make_group  # noqa: E402

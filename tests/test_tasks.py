@@ -14,14 +14,13 @@ from sapo.tasks import (
     DEFAULT_SYSTEM_PROMPT,
     DEFAULT_TASKS,
     PAPER_TASKS,
-    GroupDropped,
-    QuestionVerifier,
     TaskSpec,
     build_reasoning_gym_dataset,
     load_jsonl_dataset,
     questions_from_dataset,
     validate_task_names,
 )
+from sapo.verification import GroupDropped, QuestionVerifier
 from swarm.records import Group, Provenance, provenance_from_wire, validate_group
 
 EASY_ARITHMETIC = TaskSpec("basic_arithmetic", {"max_terms": 2, "max_digits": 1, "operators": ("+", "-")})
