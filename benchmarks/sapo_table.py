@@ -46,6 +46,12 @@ Profiles:
            checkpoint every 5. Measured (CPU_SIZING below): ~75 s per step with 4 peers alone on 2 cores, so a
            run takes 15-25 minutes with startup. Ten steps are far too few for RL to move the policy: this
            profile measures the harness and the noise floor, not the paper's effect (see the results' notes).
+    cpu-learn  The profile shown to learn alone on this machine (benchmarks/results/profile_search.md, from
+           ``python -m benchmarks.profile_search``): the embedded SmolLM2-135M-Instruct with LoRA r = 16 (alpha 32)
+           at learning rate 2e-4, constant; G = 4 completions of at most 48 tokens; 2 groups per step (8/0 and
+           4/4 run as 2/0 and 1/1); the default easy task mix; rewards reasoning-gym + format (as in the search);
+           30 steps, a checkpoint every 5; held-out pass@1 on 64 questions at steps 0, 10, 20 and 30; seeds 0, 1, 2.
+           4 peers share 2 cores, so a run takes about four times one node's ~15 s steps.
     smoke  Harness check in seconds to a minute: ``--model`` a tiny model directory, 2 peers, 3 steps,
            G = 2 completions of 8 tokens, I + J = 4, one easy task, uniform sampling. Used by the tests.
 
@@ -88,6 +94,10 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:  # run as a script: the repository's packages (sapo, benchmarks) come first
+    sys.path.insert(0, str(ROOT))
+from benchmarks.harness import git_state  # noqa: E402
+
 RESULTS = ROOT / "benchmarks" / "results"
 RUNS = ROOT / "runs" / "sapo_table"
 
@@ -156,6 +166,14 @@ def profiles() -> dict[str, Profile]:
                    "far too few for RL to move the policy; a difference between settings at this scale says "
                    "little about the paper's 2000-round result.",),
         ),
+        "cpu-learn": Profile(
+            name="cpu-learn", peers=4, groups_per_step=2, num_generations=4, max_completion_length=48, steps=30,
+            save_steps=5, model="default", tasks=None, rewards=("reasoning_gym", "format"), learning_rate=2e-4,
+            lr_scheduler_type="constant", lora_r=16, eval_questions=64, eval_steps=10, window=5, max_batch=8,
+            seeds=(0, 1, 2), status_interval=120.0,
+            notes=("The settings under which one node alone raised its held-out pass@1 beyond two standard errors "
+                   "in 30 steps (benchmarks/results/profile_search.md); 4 peers per swarm.",),
+        ),
         "smoke": Profile(
             name="smoke", peers=2, groups_per_step=4, num_generations=2, max_completion_length=8, steps=3,
             save_steps=2, model=None, tasks=None, rewards=("reasoning_gym", "format"), sampling_strategy="uniform",
@@ -200,6 +218,31 @@ def batch_size(rows: int, cap: int) -> int:
 
 def run_dir_of(runs_dir: Path, profile: str, num_local: int, num_external: int, seed: int) -> Path:
     return runs_dir / profile / f"{num_local}-{num_external}" / f"seed-{seed}"
+
+
+def archive_of(config: dict[str, Any], num_local: int, num_external: int, seed: int) -> Path:
+    """Where a finished run is kept for good: its nodes' metrics and its completion marker (with the commit it ran
+    on) under the results directory, which is committed; run directories (checkpoints) are not."""
+    return run_dir_of(Path(config["results_dir"]) / "sapo_table_runs", config["profile"], num_local, num_external, seed)
+
+
+def archive_run(run_dir: Path, archive: Path, marker: dict[str, Any]) -> None:
+    """Copy every node's metrics.jsonl and the completion marker (written last) of a finished run to ``archive``."""
+    for metrics in sorted(run_dir.glob("node-*/metrics.jsonl")):
+        target = archive / metrics.parent.name / "metrics.jsonl"
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(metrics, target)
+    (archive / COMPLETE).write_text(json.dumps(marker, indent=1))
+
+
+def completed(config: dict[str, Any], num_local: int, num_external: int, seed: int) -> tuple[Path, dict | None]:
+    """(the directory holding the run's metrics, its completion marker or None): the archive once it has one."""
+    archive = archive_of(config, num_local, num_external, seed)
+    marker = read_complete(archive)
+    if marker is not None:
+        return archive, marker
+    run_dir = run_dir_of(Path(config["runs_dir"]), config["profile"], num_local, num_external, seed)
+    return run_dir, read_complete(run_dir)
 
 
 def node_options(config: dict[str, Any], num_local: int, num_external: int, seed: int, run_dir: Path) -> list[str]:
@@ -345,6 +388,12 @@ def run_all(config: dict[str, Any], write: Any = print) -> dict[str, Any]:
 
     runs = [(label, seed) for label in config["settings"] for seed in config["seeds"]]
     outcome: dict[str, list[str]] = {"started": [], "skipped": [], "failed": []}
+    tree = git_state()  # the commit every run of this invocation runs on
+    if tree["dirty"] and not config["allow_dirty"]:
+        raise SystemExit(
+            "sapo_table: the tree has uncommitted changes; commit them first (every run records the commit it ran "
+            "on), or pass --allow-dirty for a run that says so"
+        )
     bar = tqdm(total=len(runs), desc=f"sapo_table {config['profile']}", unit="run", dynamic_ncols=True)
     try:
         for label, seed in runs:
@@ -352,7 +401,7 @@ def run_all(config: dict[str, Any], write: Any = print) -> dict[str, Any]:
             run_dir = run_dir_of(Path(config["runs_dir"]), config["profile"], num_local, num_external, seed)
             name = f"{label} (run as {num_local}/{num_external}) seed {seed}"
             identity = run_identity(config, num_local, num_external, seed)
-            marker = read_complete(run_dir)
+            _, marker = completed(config, num_local, num_external, seed)
             if marker is not None:
                 if marker.get("identity") != identity:
                     raise SystemExit(
@@ -383,8 +432,10 @@ def run_all(config: dict[str, Any], write: Any = print) -> dict[str, Any]:
                         "finished": time.time(),
                         "last_attempt_seconds": time.time() - started,
                         "attempts": len((run_dir / ATTEMPTS).read_text().splitlines()),
+                        "code": tree,
                     }
                     (run_dir / COMPLETE).write_text(json.dumps(marker, indent=1))
+                    archive_run(run_dir, archive_of(config, num_local, num_external, seed), marker)
                     if not config["keep_checkpoints"]:
                         remove_checkpoints(run_dir)
                     ok = True
@@ -578,15 +629,14 @@ def collect(config: dict[str, Any]) -> list[dict[str, Any]]:
     for label in config["settings"]:
         num_local, num_external = scale_setting(label, config["groups_per_step"])
         for seed in config["seeds"]:
-            run_dir = run_dir_of(Path(config["runs_dir"]), config["profile"], num_local, num_external, seed)
-            marker = read_complete(run_dir)
+            run_dir, marker = completed(config, num_local, num_external, seed)
             identity = run_identity(config, num_local, num_external, seed)
             complete = marker is not None and marker.get("identity") == identity
             nodes = load_run(run_dir, config["peers"], config["steps"])
             try:
                 attempts = len((run_dir / ATTEMPTS).read_text().splitlines())
-            except FileNotFoundError:
-                attempts = 0
+            except FileNotFoundError:  # an archived run keeps the count in its marker
+                attempts = (marker or {}).get("attempts", 0)
             runs.append(
                 {
                     "setting": label,
@@ -598,6 +648,7 @@ def collect(config: dict[str, Any]) -> list[dict[str, Any]]:
                     "attempts": attempts,
                     "command": marker.get("command") if marker else None,
                     "last_attempt_seconds": marker.get("last_attempt_seconds") if marker else None,
+                    "code": marker.get("code") if marker else None,
                     **run_summary(nodes),
                     "peers": nodes,
                 }
@@ -711,6 +762,19 @@ def verdict(rows: list[dict[str, Any]]) -> list[str]:
     return out
 
 
+def format_run_codes(runs: list[dict[str, Any]]) -> list[str]:
+    """One line per complete run: the commit it ran on (and whether the tree was clean) and how long it took."""
+    lines = []
+    for run in runs:
+        if not run["complete"]:
+            continue
+        code = run.get("code") or {}
+        commit = code.get("commit", "unrecorded")[:10] + (" (dirty tree)" if code.get("dirty") else "")
+        minutes = (run.get("last_attempt_seconds") or math.nan) / 60
+        lines.append(f"- {run['setting']} seed {run['seed']}: commit {commit}, last attempt {minutes:.0f} min")
+    return lines or ["- No run is complete yet."]
+
+
 def write_outputs(report: dict[str, Any], results_dir: Path) -> dict[str, Path]:
     """sapo_table_<profile>.json, .md and .png in ``results_dir``."""
     results_dir.mkdir(parents=True, exist_ok=True)
@@ -738,6 +802,10 @@ def write_outputs(report: dict[str, Any], results_dir: Path) -> dict[str, Path]:
         "Is the difference larger than the noise? (|difference| under ~2 standard errors is not)",
         "",
         *noise_check(report["runs"], config["settings"]),
+        "",
+        "## Runs and the code they ran on",
+        "",
+        *format_run_codes(report["runs"]),
         "",
         "## Notes",
         "",
@@ -954,6 +1022,8 @@ def build_config(args: argparse.Namespace, node_args: list[str]) -> dict[str, An
         "window": args.window or profile.window,
         "retries": args.retries,
         "keep_checkpoints": args.keep_checkpoints,
+        "results_dir": str(Path(args.results_dir).resolve()),
+        "allow_dirty": args.allow_dirty,
         "runs_dir": str(Path(args.runs_dir).resolve()),
         "node_args": node_args,
         "profile_notes": list(profile.notes),
@@ -1028,6 +1098,9 @@ def parse_args(argv: Sequence[str]) -> tuple[argparse.Namespace, list[str]]:
     parser.add_argument("--runs-dir", default=str(RUNS), help=f"run directories (default {RUNS.relative_to(ROOT)})")
     parser.add_argument("--results-dir", default=str(RESULTS), help="where the json/md/png go")
     parser.add_argument("--report-only", action="store_true", help="start nothing; report the runs so far")
+    parser.add_argument(
+        "--allow-dirty", action="store_true", help="run on a tree with uncommitted changes (recorded in each run)"
+    )
     parser.add_argument(
         "--sizing", type=int, default=None, metavar="STEPS",
         help="measure instead: run the first setting and seed for STEPS steps (scratch run dir) and print the "

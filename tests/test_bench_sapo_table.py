@@ -26,7 +26,18 @@ def bench():
 
 def _config(bench, tmp_path: Path, *extra: str) -> dict:
     args, node_args = bench.parse_args(
-        ["--profile", "smoke", "--model", str(tmp_path / "model"), "--runs-dir", str(tmp_path / "runs"), *extra]
+        [
+            "--profile",
+            "smoke",
+            "--model",
+            str(tmp_path / "model"),
+            "--runs-dir",
+            str(tmp_path / "runs"),
+            "--results-dir",
+            str(tmp_path / "results"),
+            "--allow-dirty",
+            *extra,
+        ]  # fmt: skip
     )
     return bench.build_config(args, node_args)
 
@@ -177,6 +188,25 @@ def test_unfinished_run_restarts_in_place_and_failures_are_retried(bench, tmp_pa
     assert outcome["skipped"] == [str(unfinished)] and [c[1] for c in calls] == [calls[0][1]] * 2
 
 
+def test_a_tree_with_uncommitted_changes_is_refused_unless_allowed(bench, tmp_path, monkeypatch):
+    monkeypatch.setattr(bench, "git_state", lambda: {"commit": "abc", "dirty": True})
+    config = {**_config(bench, tmp_path, "--seeds", "0"), "allow_dirty": False}
+    with pytest.raises(SystemExit, match="uncommitted changes"):
+        bench.run_all(config, write=lambda line: None)
+
+
+def test_an_archived_run_counts_as_complete_without_its_run_directory(bench, tmp_path):
+    config = _config(bench, tmp_path, "--settings", "8/0", "--seeds", "0")
+    run_dir = _complete(bench, config, "8/0", 0, [[0.1, 0.2], [0.3, 0.4]])
+    marker = json.loads((run_dir / bench.COMPLETE).read_text())
+    bench.archive_run(run_dir, bench.archive_of(config, 4, 0, 0), marker)
+    import shutil
+
+    shutil.rmtree(tmp_path / "runs")  # a new machine: the work tree is new, the committed results are there
+    [run] = bench.collect(config)
+    assert run["complete"] and run["cumulative_reward"] == pytest.approx(1.0)
+
+
 # ----------------------------------------------------------------------------------------------------
 # end to end: real local swarms
 
@@ -186,6 +216,7 @@ def test_smoke_profile_end_to_end_then_resume_skips_completed_runs(bench, tmp_pa
     argv = [
         "--profile", "smoke", "--model", str(tiny_model_a), "--settings", "8/0,4/4", "--seeds", "0",
         "--steps", "2", "--save-steps", "1", "--runs-dir", str(runs_dir), "--results-dir", str(results),
+        "--allow-dirty",  # the suite may run on a tree with changes; the refusal is tested on its own
     ]  # fmt: skip
     assert bench.main(argv) == 0
 
@@ -209,8 +240,15 @@ def test_smoke_profile_end_to_end_then_resume_skips_completed_runs(bench, tmp_pa
     assert "Did sharing help" in md and "2 swarm run(s) started" in md
     assert (results / "sapo_table_smoke.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
-    run_dirs = [Path(r["run_dir"]) for r in report["runs"]]
-    assert not list(runs_dir.rglob("checkpoint-*"))  # completed runs keep metrics, not checkpoints
+    # A finished run is archived under the results directory (committed), with the code it ran on.
+    archives = [Path(r["run_dir"]) for r in report["runs"]]
+    assert all(a.is_relative_to(results / "sapo_table_runs") for a in archives)
+    for archive in archives:
+        marker = json.loads((archive / bench.COMPLETE).read_text())
+        assert marker["code"]["commit"] and "dirty" in marker["code"]
+        assert sorted(p.parent.name for p in archive.glob("node-*/metrics.jsonl")) == ["node-0", "node-1"]
+    run_dirs = [p.parent for p in runs_dir.rglob(bench.COMPLETE)]
+    assert len(run_dirs) == 2 and not list(runs_dir.rglob("checkpoint-*"))  # metrics kept, checkpoints not
     before = {p: p.stat().st_mtime_ns for d in run_dirs for p in [d / bench.COMPLETE, *d.glob("node-*/metrics.jsonl")]}
 
     assert bench.main(argv) == 0  # everything is complete: nothing starts again
