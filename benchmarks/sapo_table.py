@@ -267,7 +267,7 @@ def node_options(config: dict[str, Any], num_local: int, num_external: int, seed
     if config["lr_scheduler_type"] is not None:
         options += ["--lr_scheduler_type", config["lr_scheduler_type"]]
     if config["lora_r"]:
-        options += ["--lora_r", str(config["lora_r"]), "--lora_alpha", str(2 * config["lora_r"])]
+        options += ["--lora_r", str(config["lora_r"]), "--lora_alpha", str(2 * config["lora_r"]), "--lora_dropout", "0"]
     for name in ("eval_questions", "eval_steps"):
         if config[name] is not None:
             options += [f"--{name}", str(config[name])]

@@ -47,8 +47,8 @@ NODE_DEFAULTS: dict[str, Any] = {
 # Training settings --print-config shows besides every SAPO and node field.
 _SHOWN_TRAINING_FIELDS = (
     "output_dir", "max_steps", "num_generations", "per_device_train_batch_size", "gradient_accumulation_steps",
-    "max_completion_length", "temperature", "learning_rate", "beta", "epsilon", "epsilon_high", "loss_type",
-    "reward_weights", "save_steps", "save_total_limit", "logging_steps", "eval_strategy", "eval_steps",
+    "max_completion_length", "temperature", "learning_rate", "lr_scheduler_type", "beta", "epsilon", "epsilon_high",
+    "loss_type", "reward_weights", "save_steps", "save_total_limit", "logging_steps", "eval_strategy", "eval_steps",
     "eval_on_start", "per_device_eval_batch_size", "report_to", "seed",
 )  # fmt: skip
 

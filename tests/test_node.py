@@ -10,12 +10,14 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 import yaml
 
 from sapo.checkpoints import COMPLETE_MARKER, latest_complete_checkpoint
 from sapo.cli import main
+from sapo.node import default_task_names
 from tests.node_fixtures import TINY, _assert_gone, _metrics, _node_command, _p2pd_pid, _wait, started  # noqa: F401
 
 # ----------------------------------------------------------------------------------------------------
@@ -197,3 +199,21 @@ def test_metrics_file_keeps_no_line_past_the_step_training_restarts_from(tmp_pat
     assert [json.loads(line)["step"] for line in path.read_text().splitlines()] == [1, 2]
     MetricsJsonl(path, resume_step=None)  # no complete checkpoint: training starts again at step 0
     assert path.read_text() == ""
+
+
+def test_the_cpu_learning_example_config_is_what_the_profile_search_measured(capsys):
+    """examples/cpu_learning.yaml must hold the settings of the searched profile that learned (lora-mix-small)."""
+    import importlib
+
+    search = importlib.import_module("benchmarks.profile_search")
+    measured = search.SETTINGS["lora-mix-small"]
+    example = Path(__file__).resolve().parent.parent / "examples" / "cpu_learning.yaml"
+    assert main(["--config", str(example), "--print-config"]) == 0
+    shown = yaml.safe_load(capsys.readouterr().out)
+    assert shown["lora_r"] == measured.lora_r and shown["learning_rate"] == measured.learning_rate
+    assert shown["lora_alpha"] == 2 * measured.lora_r and shown["lora_dropout"] == 0.0  # as run_one builds LoraSpec
+    assert shown["lr_scheduler_type"] == measured.lr_scheduler_type
+    assert shown["num_generations"] == measured.num_generations
+    assert shown["num_local"] + shown["num_external"] == measured.groups_per_step
+    assert shown["max_completion_length"] == measured.max_completion_length
+    assert shown["rewards"] == list(measured.rewards) and shown["tasks"] == default_task_names()
