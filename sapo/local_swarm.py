@@ -108,7 +108,7 @@ def status_line(run_dir: Path, count: int) -> str:
     for i in range(count):
         node_dir = run_dir / f"node-{i}"
         status = read_status(node_dir)
-        doing = status.get("phase", "starting")
+        doing = status.get("phase", "starting (loading libraries)")
         if status.get("step"):
             doing = f"step {status['step']} {doing}"
         train, held_out = latest_metrics(node_dir / "metrics.jsonl")

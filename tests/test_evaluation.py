@@ -214,5 +214,5 @@ def test_local_swarm_status_line_says_what_each_node_is_doing(tmp_path):
         + json.dumps({"step": 2, "eval/pass@1": 0.4}) + "\n"
     )  # fmt: skip
     line = status_line(tmp_path, 3)
-    assert "node-0: loading model" in line and "node-2: starting" in line
+    assert "node-0: loading model" in line and "node-2: starting (loading libraries)" in line
     assert "node-1: step 3 generating (reward 0.250, held-out 0.400, taken 0 peers 1)" in line
