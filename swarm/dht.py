@@ -529,9 +529,22 @@ class DHTSwarm(SwarmTransport):
         os.replace(path + ".tmp", path)
 
     async def _shutdown_p2p(self) -> None:
-        if self._p2p is not None:
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(self._p2p.shutdown(), 10)
+        """Stop p2pd and close everything of it that lives on this loop, while the loop still runs: hivemind
+        cancels its control client's connection tasks without awaiting them and leaves the daemon's subprocess
+        transport open; left to the garbage collector after the loop closed, both raise "Event loop is closed"."""
+        if self._p2p is None:
+            return
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(self._p2p.shutdown(), 10)
+        client = getattr(self._p2p, "_client", None)
+        pending = [getattr(client, name, None) for name in ("_read_task", "_write_task")]
+        pending = [task for task in pending if task is not None]
+        if pending:
+            await asyncio.wait(pending, timeout=2)
+        child = self._p2p._child
+        transport = getattr(child, "_transport", None)
+        if transport is not None:
+            transport.close()
 
     async def _shutdown(self) -> None:
         for task in self._tasks:
