@@ -94,6 +94,11 @@ def step_split(step: dict[str, float]) -> dict[str, float]:
     phases = {p: float(step.get(p) or 0.0) for p in PHASES}
     swarm = sum(phases[p] for p in SWARM_PHASES)
     training = float(step["step_time"]) - phases["generation"] - phases["scoring"] - swarm
+    if training < 0:  # the timed phases overlap, or step_time is not the whole step: the split would be a lie
+        raise ValueError(
+            f"timed phases ({float(step['step_time']) - training:.3f} s) exceed the step time "
+            f"({float(step['step_time']):.3f} s)"
+        )
     return {"generation": phases["generation"], "scoring": phases["scoring"], "swarm": swarm, "training": training}
 
 
