@@ -44,6 +44,10 @@ from swarm.transport import SwarmTransport
 
 logger = logging.getLogger(__name__)
 
+FAULT_PAUSE_BEFORE_MARKER = "SAPO_FAULT_PAUSE_BEFORE_MARKER"
+"""Environment variable (seconds, for fault-injection tests): pause after a checkpoint's files are written and
+before its completion marker, so that a kill in that window surely leaves a half-written checkpoint."""
+
 
 @dataclass
 class _Round:
@@ -325,6 +329,9 @@ class SAPOTrainer(GRPOTrainer):
 
     def _save_checkpoint(self, model: Any, trial: Any) -> None:
         super()._save_checkpoint(model, trial)
+        pause = float(os.environ.get(FAULT_PAUSE_BEFORE_MARKER) or 0)
+        if pause > 0:  # fault injection (tests): a kill in this window always leaves a half-written checkpoint
+            time.sleep(pause)
         if self.args.should_save:  # the marker comes last: a checkpoint without it is incomplete
             folder = os.path.join(
                 self._get_output_dir(trial=trial), f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"

@@ -1,9 +1,11 @@
-"""kill -9 a node at random moments, and in the middle of a checkpoint write: every restart resumes from the
-newest complete checkpoint, never from a half-written one, and no step is logged twice."""
+"""kill -9 a node at random moments, and in the middle of a checkpoint write (every time: the node pauses before
+the completion marker): every restart resumes from the newest complete checkpoint, never from a half-written one,
+and no step is logged twice."""
 # ruff: noqa: F811  (the started fixture imported from tests.node_fixtures is redefined as an argument)
 
 from __future__ import annotations
 
+import os
 import random
 import signal
 import subprocess
@@ -11,6 +13,7 @@ import time
 from pathlib import Path
 
 from sapo.checkpoints import COMPLETE_MARKER, checkpoints, latest_complete_checkpoint
+from sapo.trainer import FAULT_PAUSE_BEFORE_MARKER
 from tests.node_fixtures import _assert_gone, _metrics, _node_command, _p2pd_pid, _wait, started  # noqa: F401
 
 
@@ -42,9 +45,11 @@ def test_kill9_at_random_moments_resumes_from_the_newest_complete_checkpoint(tmp
     caught_mid_write = 0
     for attempt, moment in enumerate(["mid_checkpoint", "random", "mid_checkpoint", "random"]):
         log = tmp_path / f"attempt{attempt}.log"
+        # Mid-checkpoint: the node waits 60 s between a checkpoint's files and its marker, so the kill lands there.
+        pause = {FAULT_PAUSE_BEFORE_MARKER: "60"} if moment == "mid_checkpoint" else {}
         node = subprocess.Popen(
             _node_command(tiny_model_a, out, "--max_steps", "1000", "--save_steps", "1"),
-            stdout=subprocess.DEVNULL, stderr=open(log, "w"),
+            stdout=subprocess.DEVNULL, stderr=open(log, "w"), env={**os.environ, **pause},
         )  # fmt: skip
         started.append(node)
         first = _last_step(out)
@@ -65,8 +70,8 @@ def test_kill9_at_random_moments_resumes_from_the_newest_complete_checkpoint(tmp
         expected_resume = latest_complete_checkpoint(out)
         left_half_written = [path for _, path, complete in checkpoints(out) if not complete]
         caught_mid_write += len(left_half_written)  # a random kill may land in a save too
-        if moment == "mid_checkpoint" and not (half_written / COMPLETE_MARKER).exists():
-            assert expected_resume != half_written  # the half-written one never counts
+        if moment == "mid_checkpoint":
+            assert not (half_written / COMPLETE_MARKER).exists() and expected_resume != half_written
         assert _last_step(out) - _step_of(expected_resume) <= 1  # at most one step lost
 
     final = subprocess.run(
@@ -77,6 +82,7 @@ def test_kill9_at_random_moments_resumes_from_the_newest_complete_checkpoint(tmp
     assert expected_resume is None or f"resuming from {expected_resume}" in final.stderr
     assert all(complete for _, _, complete in checkpoints(out))  # half-written ones were set aside
     set_aside = list((out / "incomplete").iterdir()) if (out / "incomplete").exists() else []
+    assert caught_mid_write >= 2  # both mid-checkpoint kills left one
     assert len(set_aside) == caught_mid_write  # each checkpoint the kill left half-written was set aside
     steps = [m["step"] for m in _metrics(out)]
     assert steps == sorted(set(steps))  # no step logged twice across five lives
