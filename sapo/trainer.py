@@ -1,15 +1,16 @@
 """SAPOTrainer: TRL's GRPOTrainer, training each round on its own groups plus groups taken from the swarm.
 
 A round (one generation batch of TRL) holds `num_local + num_external` groups of `num_generations` rows each.
-The SAPO step, read top to bottom in `_generate_and_score_completions`:
+The SAPO round, read top to bottom in `_generate_and_score_completions`:
 
-1. take up to J external groups from the swarm: fetch candidates, re-derive their ground truth, score them
-   with this peer's reward functions, let the sampler choose (`_take_external_groups`);
-2. put them into the last J group slots of the batch; slots left empty keep their local question (fill-in);
-3. hand the batch to TRL, whose `_generate` (overridden here) generates only the local slots, publishes
-   them right away, and re-tokenizes the external completions with this peer's tokenizer;
-4. TRL scores every row with this peer's reward functions, normalizes advantages per group and computes
-   the loss exactly as GRPOTrainer does.
+1. fetch candidate groups from the swarm; re-derive each one's ground truth and score it with this peer's reward
+   functions, through TRL's own reward path (`_fetch_candidates`);
+2. let the sampler choose up to J of them (`_select`);
+3. put them into the last J group slots of the batch; slots left empty keep their local question (fill-in);
+4. hand the batch to TRL: its `_generate` (a thin adapter here) generates only the local slots and re-tokenizes
+   the external completions with this peer's tokenizer; TRL scores every row, normalizes advantages per group,
+   and later computes the loss exactly as GRPOTrainer does;
+5. publish the groups generated here, as text.
 """
 
 from __future__ import annotations
@@ -56,6 +57,7 @@ class _Round:
     rows: list[dict[str, Any]]
     external_text: dict[int, str] = field(default_factory=dict)  # row index -> completion text from the swarm
     senders: dict[int, str] = field(default_factory=dict)  # row index -> sending peer
+    local_completions: dict[int, Any] = field(default_factory=dict)  # row index -> completion generated here
     rewards: torch.Tensor | None = None  # weighted reward per row, set when TRL scores the batch
 
 
@@ -195,46 +197,49 @@ class SAPOTrainer(GRPOTrainer):
         num_groups = len(inputs) // self.num_generations
         num_slots = min(self.args.num_external // self.accelerator.num_processes, num_groups)
         self._phase_seconds.clear()
-        external = self._take_external_groups(num_slots)
+        candidates, fetched_at = self._fetch_candidates(num_slots)
+        external = self._select(candidates, num_slots, fetched_at)
         self._round = self._place_external_groups(inputs, external, first_slot=num_groups - num_slots)
         try:
             output = super()._generate_and_score_completions(self._round.rows)
+            self._publish_local_groups(self._round)
             self._log_round(num_slots, external)
         finally:
             self._round = None
         self._announce_phase("training")  # the rest of the step is TRL's loss, backward pass and optimizer step
         return output
 
-    def _take_external_groups(self, num_slots: int) -> list[Candidate]:
-        """Fetch candidates from the swarm, verify and score them locally, and let the sampler choose."""
+    def _fetch_candidates(self, num_slots: int) -> tuple[list[Candidate], float]:
+        """Groups of other peers, each verified and scored here (the drops counted), and when they were fetched."""
+        if num_slots == 0 or not self._uses_swarm:
+            return [], time.time()
+        pool_size = self.args.external_pool_size or 4 * self.args.num_external
+        with self._timed("swarm_fetch"):
+            received, fetched_at = self._fetch(pool_size)
+        with self._timed("external_scoring"):
+            candidates = [self._verify_and_score(item.sender, item.group) for item in received]
+        self.swarm_totals["candidates"] += len(received)
+        return [c for c in candidates if c is not None], fetched_at
+
+    def _select(self, candidates: list[Candidate], num_slots: int, fetched_at: float) -> list[Candidate]:
+        """The sampler's choice for the whole node, counted; returns this process's share of it."""
         processes, rank = self.accelerator.num_processes, self.accelerator.process_index
         if num_slots == 0 or not self._uses_swarm:
             self.swarm_totals["fill_ins"] += num_slots * processes
             self.last_external = []
             return []
-        pool_size = self.args.external_pool_size or 4 * self.args.num_external
-        with self._timed("swarm_fetch"):
-            received, now = self._fetch(pool_size)
-        candidates = []
-        with self._timed("external_scoring"):
-            for item in received:
-                candidate = self._verify_and_score(item.sender, item.group)
-                if candidate is not None:
-                    candidates.append(candidate)
-        selection = self.sampler.select(candidates, num_slots * processes, self._rng, now=now)
-        share = selection.chosen[rank * num_slots : (rank + 1) * num_slots]
+        selection = self.sampler.select(candidates, num_slots * processes, self._rng, now=fetched_at)
         # Node-wide counts: every process sees the whole selection, so they agree.
         self.swarm_totals["external_groups"] += len(selection.chosen)
         self.swarm_totals["fill_ins"] += num_slots * processes - len(selection.chosen)
         self.taken_from.update(c.sender for c in selection.chosen)
         self.last_external = list(selection.chosen)
         self.swarm_totals.update({f"dropped/{reason}": n for reason, n in selection.dropped.items()})
-        self.swarm_totals["candidates"] += len(received)
         zero_advantage = sum(c.has_zero_advantage for c in candidates)
         self.swarm_totals["zero_advantage_candidates"] += zero_advantage
         if candidates:
             self._metrics["train"]["sapo/zero_advantage_fraction"].append(zero_advantage / len(candidates))
-        return share
+        return selection.chosen[rank * num_slots : (rank + 1) * num_slots]
 
     def _fetch(self, pool_size: int) -> tuple[list[Any], float]:
         """Candidates from the swarm and the time they were fetched: the main process's, on every process."""
@@ -284,31 +289,26 @@ class SAPOTrainer(GRPOTrainer):
     # TRL hooks
 
     def _generate(self, prompts: list):
-        """Generate the local rows (and publish them); re-tokenize the external rows' completions."""
+        """TRL's generation hook: generate the local rows (kept for publishing); re-tokenize the external rows."""
         round_ = self._round
-        if round_ is None:  # evaluation
+        if round_ is None:  # TRL's own evaluation path
             return super()._generate(prompts)
         local = [i for i in range(len(prompts)) if i not in round_.external_text]
         if len(local) == len(prompts):
             with self._timed("generation"):
                 result = super()._generate(prompts)
-            self._publish_local_groups(local, result[3])
+            round_.local_completions = dict(enumerate(result[3]))
             return result
 
         prompt_ids: list[list[int]] = [[] for _ in prompts]
         completion_ids: list[list[int]] = [[] for _ in prompts]
         completions: list[Any] = [None] * len(prompts)
-        l_completions: list[Any] = []
         if local:
             with self._timed("generation"):
                 l_prompt_ids, l_completion_ids, _, l_completions, *_ = super()._generate([prompts[i] for i in local])
             for j, i in enumerate(local):
-                prompt_ids[i], completion_ids[i], completions[i] = (
-                    l_prompt_ids[j],
-                    l_completion_ids[j],
-                    l_completions[j],
-                )
-        self._publish_local_groups(local, l_completions)  # every process calls it: publishing is collective
+                prompt_ids[i], completion_ids[i] = l_prompt_ids[j], l_completion_ids[j]
+                completions[i] = round_.local_completions[i] = l_completions[j]
 
         external = sorted(round_.external_text)
         e_prompt_ids, _, _ = self._tokenize_prompts([prompts[i] for i in external])
@@ -431,16 +431,16 @@ class SAPOTrainer(GRPOTrainer):
             return list(ids[:limit])
         return list(ids) + [self.eos_token_ids[0]]
 
-    def _publish_local_groups(self, local_rows: list[int], completions: list[Any]) -> None:
-        """Publish each locally generated group as decoded text, right after generation."""
+    def _publish_local_groups(self, round_: _Round) -> None:
+        """Publish each group generated here this round as decoded text (every process calls it: it gathers)."""
         if not self._uses_swarm or not self.args.publish_groups:
             return
-        rows = self._round.rows
+        local_rows = sorted(round_.local_completions)
         groups, now, step = [], time.time(), self.state.global_step
         for start in range(0, len(local_rows), self.num_generations):
             members = local_rows[start : start + self.num_generations]
-            row = rows[members[0]]
-            texts = [_completion_text(completions[j]) for j in range(start, start + len(members))]
+            row = round_.rows[members[0]]
+            texts = [_completion_text(round_.local_completions[i]) for i in members]
             groups.append(
                 Group(
                     group_id=f"{step}-{self.accelerator.process_index}-{start // self.num_generations}",
