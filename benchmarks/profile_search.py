@@ -8,6 +8,7 @@ pass@1 exceeds step 0's by more than two standard errors of the paired (per-ques
     python -m benchmarks.profile_search                         # every setting, seeds 0 and 1, resumable
     python -m benchmarks.profile_search --settings lora-mix --seeds 0,1,2
     python -m benchmarks.profile_search --report-only           # the table and plot from the runs so far
+    python -m benchmarks.profile_search --timing 8 --settings lora-mix-small   # s/step alone (no evaluation)
 
 One JSON per run goes to RESULTS_DIR/profile_search/<setting>-seed<S>.json (with the commit it ran on and
 whether the tree was clean); a run whose file exists is not run again. Each run is its own process. The
@@ -66,8 +67,11 @@ groups, all generated here when alone; full fine-tuning at 5e-6 decaying linearl
 # one run (in its own process)
 
 
-def run_one(setting: Setting, seed: int, steps: int, questions: int, out: Path) -> dict[str, Any]:
-    """Train one setting alone for ``steps`` steps; evaluate at 0, steps/2 and steps; write ``out``."""
+def run_one(
+    setting: Setting, seed: int, steps: int, questions: int, out: Path, model_dir: str | None = None
+) -> dict[str, Any]:
+    """Train one setting alone for ``steps`` steps; evaluate at 0, steps/2 and steps (not at all when ``questions``
+    is 0: a timing run); write ``out``."""
     import torch
     from transformers import TrainerCallback
 
@@ -80,11 +84,11 @@ def run_one(setting: Setting, seed: int, steps: int, questions: int, out: Path) 
     torch.manual_seed(seed)
     tasks = list(DEFAULT_TASKS) if setting.tasks == "mix" else [t for t in DEFAULT_TASKS if t.name == setting.tasks]
     train = build_reasoning_gym_dataset(tasks, size=4000, seed=seed)
-    held_out = build_held_out_dataset(tasks, size=questions)
+    held_out = build_held_out_dataset(tasks, size=questions) if questions else None
     train_questions = {row[-1]["content"] for row in train["prompt"]}
-    overlap = sum(p[-1]["content"] in train_questions for p in held_out["prompt"]) / len(held_out)
+    overlap = sum(p[-1]["content"] in train_questions for p in held_out["prompt"]) / len(held_out) if questions else 0
     lora = LoraSpec(r=setting.lora_r, alpha=2 * setting.lora_r, dropout=0.0) if setting.lora_r else None
-    model, tokenizer = load_policy(None, lora=lora)
+    model, tokenizer = load_policy(model_dir, lora=lora)
     rows = setting.groups_per_step * setting.num_generations
     args = SAPOConfig(
         output_dir=tempfile.mkdtemp(prefix=f"profile-search-{out.stem}-"),  # nothing is saved there
@@ -97,9 +101,9 @@ def run_one(setting: Setting, seed: int, steps: int, questions: int, out: Path) 
         lr_scheduler_type=setting.lr_scheduler_type,
         warmup_steps=0,
         max_steps=steps if setting.lr_scheduler_type == "constant" else 10000,
-        eval_strategy="steps",
+        eval_strategy="steps" if questions else "no",
         eval_steps=max(1, steps // 2),
-        eval_on_start=True,
+        eval_on_start=bool(questions),
         per_device_eval_batch_size=32,
         logging_steps=1,
         save_strategy="no",
@@ -123,7 +127,7 @@ def run_one(setting: Setting, seed: int, steps: int, questions: int, out: Path) 
 
         def on_step_end(self, args, state, control, **kwargs):
             if state.global_step >= steps:  # linear schedules run over 10000 steps: stop here, evaluate first
-                control.should_evaluate = True
+                control.should_evaluate = bool(questions)
                 control.should_training_stop = True
 
     trainer = SAPOTrainer(
@@ -152,6 +156,7 @@ def run_one(setting: Setting, seed: int, steps: int, questions: int, out: Path) 
         "command": " ".join(sys.argv),
         "finished": time.strftime("%Y-%m-%d %H:%M:%S"),
         "threads": torch.get_num_threads(),
+        "model": model_dir or "default",
     }
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_suffix(".tmp")
@@ -236,6 +241,11 @@ def report(runs: list[dict[str, Any]], results_dir: Path) -> Path:
                 f"{s.groups_per_step} groups per step, {s.max_completion_length} completion tokens, rewards "
                 f"{', '.join(s.rewards)}"
             )
+    alone = timing_lines(results_dir)
+    if alone:
+        lines += ["", "Step time with the machine alone (`python -m benchmarks.profile_search --timing 8 --settings "
+                  "NAME`, no evaluation; the table's s/step were taken while other work shared the 2 cores):", "",
+                  *alone]  # fmt: skip
     lines += ["", "Per-task held-out pass@1 at the end:", ""]
     for r in rows:
         tasks = ", ".join(f"{t} {v:.2f}" for t, v in r["per_task_final"].items())
@@ -286,8 +296,26 @@ def run_file(results_dir: Path, setting: str, seed: int) -> Path:
     return results_dir / "profile_search" / f"{setting}-seed{seed}.json"
 
 
+def timing_file(results_dir: Path, setting: str) -> Path:
+    return results_dir / "profile_search" / "timing" / f"{setting}.json"
+
+
 def load_runs(results_dir: Path) -> list[dict[str, Any]]:
     return [json.loads(p.read_text()) for p in sorted((results_dir / "profile_search").glob("*.json"))]
+
+
+def timing_lines(results_dir: Path) -> list[str]:
+    """The step-time-alone measurements (``--timing``) as markdown lines."""
+    lines = []
+    for path in sorted((results_dir / "profile_search" / "timing").glob("*.json")):
+        run = json.loads(path.read_text())
+        times = [h["step_time"] for h in run["history"] if "step_time" in h][1:]  # step 1 warms up
+        commit = run["code"]["commit"][:10] + (" (dirty tree)" if run["code"]["dirty"] else "")
+        lines.append(
+            f"- `{run['setting']['name']}`: median {statistics.median(times):.1f} s per step (steps 2-{run['steps']}, "
+            f"range {min(times):.1f}-{max(times):.1f} s), commit {commit}, {run['finished']}"
+        )
+    return lines
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -298,8 +326,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=30, help="training steps per run (default 30)")
     parser.add_argument("--questions", type=int, default=128, help="held-out questions (default 128)")
     parser.add_argument("--results-dir", type=Path, default=ROOT / "benchmarks" / "results")
+    parser.add_argument("--model", default=None, help="a local model directory (default: the embedded SmolLM2-135M)")
     parser.add_argument("--report-only", action="store_true", help="only rebuild the table and plot")
     parser.add_argument("--allow-dirty", action="store_true", help="run on a tree with uncommitted changes")
+    parser.add_argument("--timing", type=int, default=None, metavar="STEPS",
+                        help="measure s/step alone instead: STEPS steps of each setting, no evaluation")  # fmt: skip
     parser.add_argument("--one", default=None, help=argparse.SUPPRESS)  # a single run, in this process
     args = parser.parse_args(argv)
     seeds = [int(s) for s in args.seeds.split(",")]
@@ -308,9 +339,18 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         parser.error(f"unknown setting(s) {unknown}; choose from {list(SETTINGS)}")
     if args.one:
-        run_one(
-            SETTINGS[args.one], seeds[0], args.steps, args.questions, run_file(args.results_dir, args.one, seeds[0])
-        )
+        timing = not args.questions
+        out = timing_file(args.results_dir, args.one) if timing else run_file(args.results_dir, args.one, seeds[0])
+        run_one(SETTINGS[args.one], seeds[0], args.steps, args.questions, out, args.model)
+        return 0
+    if args.timing:
+        for name in names:
+            command = [sys.executable, "-m", "benchmarks.profile_search", "--one", name, "--seeds", str(seeds[0]),
+                       "--steps", str(args.timing), "--questions", "0", "--results-dir", str(args.results_dir),
+                       *(["--model", args.model] if args.model else [])]  # fmt: skip
+            if subprocess.call(command, cwd=ROOT) != 0:
+                return 1
+        print(report(load_runs(args.results_dir), args.results_dir).read_text())
         return 0
     if not args.report_only:
         if git_state()["dirty"] and not args.allow_dirty:
@@ -321,7 +361,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"profile_search: run {k}/{len(todo)}: {name} seed {seed}", flush=True)
             command = [sys.executable, "-m", "benchmarks.profile_search", "--one", name, "--seeds", str(seed),
                        "--steps", str(args.steps), "--questions", str(args.questions),
-                       "--results-dir", str(args.results_dir)]  # fmt: skip
+                       "--results-dir", str(args.results_dir),
+                       *(["--model", args.model] if args.model else [])]  # fmt: skip
             code = subprocess.call(command, cwd=ROOT)
             if code != 0:
                 print(f"profile_search: {name} seed {seed} failed with exit code {code}", flush=True)

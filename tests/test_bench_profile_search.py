@@ -1,0 +1,52 @@
+"""benchmarks/profile_search.py: real runs of a tiny model (real TRL steps, real held-out evaluation), resumable,
+the report's paired figures, and the step-time-alone measurement."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from benchmarks import profile_search
+from sapo.evaluation import HeldOutResult, QuestionResult
+
+
+def test_a_run_evaluates_start_middle_end_then_the_report_pairs_them(tmp_path, tiny_model_a, capsys):
+    argv = ["--settings", "lora-mix-small", "--seeds", "3", "--steps", "2", "--questions", "4",
+            "--results-dir", str(tmp_path), "--model", str(tiny_model_a), "--allow-dirty"]  # fmt: skip
+    assert profile_search.main(argv) == 0
+    run = json.loads((tmp_path / "profile_search" / "lora-mix-small-seed3.json").read_text())
+    assert sorted(map(int, run["evaluations"])) == [0, 1, 2] and len(run["history"]) == 2
+    assert run["code"]["commit"] and run["setting"]["lora_r"] == 16
+    md = (tmp_path / "profile_search.md").read_text()
+    assert "| lora-mix-small | 3 |" in md and (tmp_path / "profile_search.png").read_bytes()[:4] == b"\x89PNG"
+
+    written = (tmp_path / "profile_search" / "lora-mix-small-seed3.json").stat().st_mtime_ns
+    assert profile_search.main(argv) == 0  # resumable: a finished run is not run again
+    assert (tmp_path / "profile_search" / "lora-mix-small-seed3.json").stat().st_mtime_ns == written
+    assert "0 run(s) to do" in capsys.readouterr().out
+
+
+def test_summary_learns_only_beyond_two_paired_standard_errors():
+    def result(solved):
+        return HeldOutResult([QuestionResult("t", i, float(s), "", 1) for i, s in enumerate(solved)]).to_json()
+
+    start = [0] * 20
+    run = {"setting": {"name": "x"}, "seed": 0, "held_out_text_overlap": 0.0, "code": {},
+           "history": [{"step": s, "reward": 0.1 * s, "step_time": 2.0} for s in range(1, 7)],
+           "evaluations": {"0": result(start), "6": result([1] * 6 + [0] * 14)}}  # fmt: skip
+    summary = profile_search.summarize(run)
+    assert summary["difference"] == pytest.approx(0.3)
+    assert summary["difference_se"] == pytest.approx(math.sqrt(0.3 * 0.7 * 20 / 19 / 20))
+    assert summary["z"] > 2 and summary["reward_first"] == pytest.approx(0.15)
+    run["evaluations"]["6"] = result([1] + [0] * 19)
+    assert profile_search.summarize(run)["z"] < 2  # one more question solved out of 20 is noise
+
+
+def test_timing_runs_without_evaluation(tmp_path, tiny_model_a):
+    argv = ["--timing", "3", "--settings", "lora-mix-small", "--results-dir", str(tmp_path),
+            "--model", str(tiny_model_a)]  # fmt: skip
+    assert profile_search.main(argv) == 0
+    run = json.loads((tmp_path / "profile_search" / "timing" / "lora-mix-small.json").read_text())
+    assert run["evaluations"] == {} and len(run["history"]) == 3
