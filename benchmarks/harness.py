@@ -1,4 +1,4 @@
-"""What every benchmark records beside its figures: the machine, the commit and whether the tree was clean."""
+"""What every benchmark shares: the machine, the commit and whether the tree was clean, a process's memory, JSON."""
 
 from __future__ import annotations
 
@@ -41,6 +41,25 @@ def git_state(root: Path = ROOT) -> dict[str, Any]:
         return subprocess.run(["git", *args], capture_output=True, text=True, cwd=root).stdout.strip()
 
     return {"commit": git("rev-parse", "HEAD"), "dirty": bool(git("status", "--porcelain", "--untracked-files=no"))}
+
+
+def commit_label(root: Path = ROOT) -> str:
+    """The commit as one string for a report: ``sha``, or ``sha (dirty tree)``."""
+    state = git_state(root)
+    return state["commit"] + (" (dirty tree)" if state["dirty"] else "")
+
+
+def proc_status_kb(pid: int, key: str = "VmRSS") -> int | None:
+    """A ``/proc/<pid>/status`` figure in kB (``VmRSS``: resident memory, ``VmHWM``: its peak); None if the process
+    is gone."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith(key + ":"):
+                    return int(line.split()[1])
+    except OSError:
+        return None
+    return None
 
 
 def json_safe(value: Any) -> Any:

@@ -32,7 +32,6 @@ import contextlib
 import datetime
 import json
 import os
-import platform
 import random
 import signal
 import statistics
@@ -49,6 +48,7 @@ ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results"
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
+from benchmarks.harness import commit_label, machine, proc_status_kb  # noqa: E402
 
 PARTS = ("hostile", "crashes", "soak")
 SOAK_RECORD_TTL = 600.0  # DHTSwarmConfig.record_ttl of the soak's nodes (the default)
@@ -222,14 +222,8 @@ def run_crashes(kills: int, model_dir: Path, workdir: Path, seed: int = 0) -> di
 
 
 def _rss_mb(pid: int) -> float | None:
-    try:
-        with open(f"/proc/{pid}/status") as f:
-            for line in f:
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1]) / 1024
-    except (FileNotFoundError, ProcessLookupError):
-        return None
-    return None
+    kb = proc_status_kb(pid, "VmRSS")
+    return None if kb is None else kb / 1024
 
 
 def _node_pids(run_dir: Path, peers: int) -> dict[str, tuple[int | None, int | None]]:
@@ -512,18 +506,6 @@ def _f(value: Any, spec: str = ".1f") -> str:
     return "-" if value is None else format(value, spec)
 
 
-def machine() -> str:
-    return f"{platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}"
-
-
-def git_commit() -> str:
-    with contextlib.suppress(Exception):
-        return subprocess.run(
-            ["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True, check=True
-        ).stdout.strip()
-    return "unknown"
-
-
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--parts", default=",".join(PARTS), help=f"comma-separated subset of {PARTS}")
@@ -576,7 +558,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
             data.update(
                 settings=settings[part],
                 command="python benchmarks/reliability.py " + " ".join(sys.argv[1:] if argv is None else argv),
-                git_commit=git_commit(),
+                git_commit=commit_label(),
                 date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
                 machine=machine(),
             )

@@ -81,7 +81,6 @@ import datetime
 import json
 import math
 import os
-import platform
 import shutil
 import signal
 import statistics
@@ -96,7 +95,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:  # run as a script: the repository's packages (sapo, benchmarks) come first
     sys.path.insert(0, str(ROOT))
-from benchmarks.harness import git_state  # noqa: E402
+from benchmarks.harness import commit_label, git_state, json_safe, machine  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results"
 RUNS = ROOT / "runs" / "sapo_table"
@@ -780,7 +779,7 @@ def write_outputs(report: dict[str, Any], results_dir: Path) -> dict[str, Path]:
     results_dir.mkdir(parents=True, exist_ok=True)
     stem = results_dir / f"sapo_table_{report['config']['profile']}"
     paths = {"json": stem.with_suffix(".json"), "md": stem.with_suffix(".md"), "png": stem.with_suffix(".png")}
-    paths["json"].write_text(json.dumps(_json_safe(report), indent=1) + "\n")
+    paths["json"].write_text(json.dumps(json_safe(report), indent=1) + "\n")
     config = report["config"]
     lines = [
         f"# SAPO experience-sharing table, profile `{config['profile']}`",
@@ -884,44 +883,6 @@ def plot(report: dict[str, Any], path: Path) -> Path:
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
-
-
-def _json_safe(value: Any) -> Any:
-    if isinstance(value, float) and (math.isnan(value) or math.isinf(value)):
-        return None
-    if isinstance(value, dict):
-        return {str(k): _json_safe(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_json_safe(v) for v in value]
-    return value
-
-
-def machine() -> str:
-    memory = 0
-    try:
-        with open("/proc/meminfo") as f:
-            memory = next(int(line.split()[1]) for line in f if line.startswith("MemTotal:")) * 1024
-    except (OSError, StopIteration):
-        pass
-    gpu = "no GPU"
-    try:
-        import torch
-
-        if torch.cuda.is_available():
-            gpu = torch.cuda.get_device_name(0)
-    except ImportError:
-        pass
-    return (
-        f"{platform.node()} {platform.machine()}, {os.cpu_count()} CPUs, {memory / 2**30:.0f} GiB, {gpu}, "
-        f"Python {platform.python_version()}"
-    )
-
-
-def git_commit() -> str:
-    def git(*args: str) -> str:
-        return subprocess.run(["git", *args], capture_output=True, text=True, cwd=ROOT).stdout.strip()
-
-    return git("rev-parse", "HEAD") + (" (dirty tree)" if git("status", "--porcelain") else "")
 
 
 def notes(config: dict[str, Any], runs: list[dict[str, Any]], outcome: dict[str, Any] | None) -> list[str]:
@@ -1065,8 +1026,8 @@ def sizing(config: dict[str, Any], steps: int, write: Any = print, budget: float
         "load_after": os.getloadavg(),
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
     }  # fmt: skip
-    (run_dir.parent / "sizing.json").write_text(json.dumps(_json_safe(result), indent=1))
-    print(json.dumps(_json_safe(result), indent=1))
+    (run_dir.parent / "sizing.json").write_text(json.dumps(json_safe(result), indent=1))
+    print(json.dumps(json_safe(result), indent=1))
     return code
 
 
@@ -1144,7 +1105,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     report = {
         "command": command,
         "config": {k: v for k, v in config.items() if k != "profile_notes"},
-        "git_commit": git_commit(),
+        "git_commit": commit_label(),
         "machine": machine(),
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "setup": setup,

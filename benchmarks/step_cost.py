@@ -41,7 +41,6 @@ import copy
 import datetime
 import json
 import os
-import platform
 import random
 import re
 import signal
@@ -60,7 +59,7 @@ ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results"
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
-
+from benchmarks.harness import commit_label, machine, proc_status_kb  # noqa: E402
 from swarm.daemon import is_p2pd  # noqa: E402
 
 CONFIGS = ("sapo 4/4", "sapo 8/0", "trl")
@@ -182,14 +181,7 @@ def children(pid: int) -> list[int]:
 
 def status_kb(pid: int, key: str) -> int:
     """A ``/proc/<pid>/status`` figure in kB (VmRSS, VmHWM); 0 if gone."""
-    try:
-        with open(f"/proc/{pid}/status") as f:
-            for line in f:
-                if line.startswith(key + ":"):
-                    return int(line.split()[1])
-    except OSError:
-        pass
-    return 0
+    return proc_status_kb(pid, key) or 0
 
 
 def stop_process(proc: subprocess.Popen, timeout: float = 30) -> None:
@@ -209,18 +201,11 @@ def stop_process(proc: subprocess.Popen, timeout: float = 30) -> None:
 
 
 def run_info() -> dict[str, str]:
-    def git(*a: str) -> str:
-        return subprocess.run(["git", *a], capture_output=True, text=True, cwd=ROOT).stdout.strip()
-
-    with open("/proc/meminfo") as f:
-        total = next(int(line.split()[1]) for line in f if line.startswith("MemTotal:"))
-    dirty = git("status", "--porcelain")
     return {
         "command": " ".join([os.path.basename(sys.executable), *sys.argv]),
-        "git_commit": git("rev-parse", "HEAD") + (" (dirty tree)" if dirty else ""),
+        "git_commit": commit_label(),
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "machine": f"{platform.node()} {platform.machine()}, {os.cpu_count()} CPUs, {total / 2**20:.0f} GiB, "
-        f"Python {platform.python_version()}",
+        "machine": machine(),
         "load_average_at_start": " ".join(f"{x:.2f}" for x in os.getloadavg()),
     }
 

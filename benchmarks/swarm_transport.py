@@ -31,7 +31,7 @@ from typing import Any
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)  # run as a script from anywhere: the repository's packages come first
-
+from benchmarks.harness import commit_label, proc_status_kb  # noqa: E402
 from sapo.processes import stop_processes  # noqa: E402  (light: no trl/transformers import)
 
 RESULTS = os.path.join(ROOT, "benchmarks", "results")
@@ -39,14 +39,7 @@ RESULTS = os.path.join(ROOT, "benchmarks", "results")
 
 def rss_bytes(pid: int) -> int:
     """Resident memory of ``pid`` in bytes (0 if gone)."""
-    try:
-        with open(f"/proc/{pid}/status") as f:
-            for line in f:
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return 0
+    return (proc_status_kb(pid, "VmRSS") or 0) * 1024
 
 
 def io_bytes(pid: int) -> int:
@@ -372,8 +365,6 @@ def main() -> None:
         run = run_swarm(n, args)
         runs.append(run)
         print(json.dumps({k: v for k, v in run.items() if k != "counters"}, indent=None), flush=True)
-    commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, cwd=ROOT).stdout.strip()
-    dirty = subprocess.run(["git", "status", "--porcelain"], capture_output=True, text=True, cwd=ROOT).stdout.strip()
     notes += [
         "- publish()/fetch(): time the caller spends (never on the network). store / record lookup / index read:",
         "  the background thread's DHT operations. fill rate: groups fetch(J) returned / J after the first steps.",
@@ -388,7 +379,7 @@ def main() -> None:
     ]
     report = {
         "command": " ".join([os.path.basename(sys.executable), *sys.argv]),
-        "git_commit": commit + (" (dirty tree)" if dirty else ""),
+        "git_commit": commit_label(),
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "machine": f"{platform.node()} {platform.machine()}, {os.cpu_count()} CPUs, "
         f"{available_memory() / 2**30:.0f} GiB available, Python {platform.python_version()}",
