@@ -3,7 +3,7 @@
 Parts (``--parts``, default all three):
 
 - ``hostile``: ``--rounds`` times, an honest SAPOTrainer (tiny model) on a real loopback DHT beside an honest
-  friend, a lying peer and a raw hostile DHT node (``tests/hostile_peer.py``: random bytes, wrong schemas,
+  friend, a lying peer and a raw hostile DHT node (``sapo/hostile_peer.py``: random bytes, wrong schemas,
   oversized records, forged and unsigned subkeys, never-expiring records, a burst of ``--burst`` records,
   groups with a wrong answer, a question that does not match its provenance, an unknown task, empty, huge,
   non-text and too many completions). Counts the bad inputs tried by kind, the rejections by reason, the
@@ -91,8 +91,8 @@ def run_hostile(rounds: int, burst_size: int, workdir: Path) -> dict[str, Any]:
     from tqdm import tqdm
     from transformers import AutoTokenizer
 
+    from sapo.hostile_peer import hostile_round, poisoned_rows_trained
     from sapo.models import default_model_path, prepare_tokenizer
-    from tests.hostile_peer import hostile_round, poisoned_rows_trained
 
     tokenizer = prepare_tokenizer(AutoTokenizer.from_pretrained(default_model_path()))
     tried: Counter[str] = Counter()

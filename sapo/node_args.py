@@ -34,7 +34,7 @@ NODE_DEFAULTS: dict[str, Any] = {
     "save_total_limit": 3,
     "logging_steps": 1,
     # Held-out evaluation (greedy pass@1 on questions training never draws): at step 0, every 10 steps and at the
-    # last step; 32 questions take about 20 s with the default model on 2 CPU cores.
+    # last step.
     "eval_strategy": "steps",
     "eval_steps": 10,
     "eval_on_start": True,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import glob
 import json
@@ -11,6 +12,7 @@ import signal
 import socket
 import time
 from collections.abc import Sequence
+from typing import Any
 
 logger = logging.getLogger("swarm.dht")
 
@@ -106,3 +108,21 @@ def cleanup_stale_state(state_dir: str) -> None:
             time.sleep(0.05)
     remove_files([s for s in sockets if os.path.exists(s) and socket_is_stale(s)])
     remove_files([path])
+
+
+async def close_p2p(p2p: Any) -> None:
+    """Shut down a hivemind ``P2P`` (its p2pd daemon) and close everything of it that lives on the running loop.
+
+    hivemind cancels its control client's connection tasks without awaiting them and leaves the daemon's subprocess
+    transport open; left to the garbage collector after the loop closed, both raise "Event loop is closed". Call
+    this while the loop still runs.
+    """
+    with contextlib.suppress(Exception):
+        await asyncio.wait_for(p2p.shutdown(), 10)
+    control = getattr(getattr(p2p, "_client", None), "control", None)  # p2pclient.Client -> ControlClient
+    pending = [task for task in (getattr(control, "_read_task", None), getattr(control, "_write_task", None)) if task]
+    if pending:
+        await asyncio.wait(pending, timeout=2)
+    transport = getattr(getattr(p2p, "_child", None), "_transport", None)
+    if transport is not None:
+        transport.close()

@@ -60,6 +60,7 @@ from hivemind.utils.multiaddr import Multiaddr
 from swarm.daemon import (
     STATE_FILE,
     cleanup_stale_state,
+    close_p2p,
     is_p2pd,
     parent_pid,
     pid_alive,
@@ -529,22 +530,8 @@ class DHTSwarm(SwarmTransport):
         os.replace(path + ".tmp", path)
 
     async def _shutdown_p2p(self) -> None:
-        """Stop p2pd and close everything of it that lives on this loop, while the loop still runs: hivemind
-        cancels its control client's connection tasks without awaiting them and leaves the daemon's subprocess
-        transport open; left to the garbage collector after the loop closed, both raise "Event loop is closed"."""
-        if self._p2p is None:
-            return
-        with contextlib.suppress(Exception):
-            await asyncio.wait_for(self._p2p.shutdown(), 10)
-        client = getattr(self._p2p, "_client", None)
-        pending = [getattr(client, name, None) for name in ("_read_task", "_write_task")]
-        pending = [task for task in pending if task is not None]
-        if pending:
-            await asyncio.wait(pending, timeout=2)
-        child = self._p2p._child
-        transport = getattr(child, "_transport", None)
-        if transport is not None:
-            transport.close()
+        if self._p2p is not None:
+            await close_p2p(self._p2p)
 
     async def _shutdown(self) -> None:
         for task in self._tasks:

@@ -8,14 +8,14 @@ import pytest
 
 pytest.importorskip("hivemind")
 
-from tests.hostile_peer import hostile_round, poisoned_rows_trained  # noqa: E402
-from tests.swarm_fixtures import dht_peers, no_p2pd_left_behind  # noqa: E402, F401
+from sapo.hostile_peer import hostile_round, poisoned_rows_trained  # noqa: E402
+from tests.swarm_fixtures import dht_peers, no_p2pd_left_behind, record_p2pd  # noqa: E402, F401
 
 pytestmark = pytest.mark.usefixtures("no_p2pd_left_behind")
 
 
 def test_honest_node_trains_through_liars_junk_and_bursts(tmp_path, smollm_tokenizer, dht_peers):
-    outcome = hostile_round(tmp_path, smollm_tokenizer, dht_peers, burst_size=1000, steps=3)
+    outcome = hostile_round(tmp_path, smollm_tokenizer, dht_peers, burst_size=1000, steps=3, on_p2pd=record_p2pd)
     trainer = outcome["trainer"]
 
     assert trainer.state.global_step == 3  # no crash, no stall

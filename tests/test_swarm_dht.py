@@ -19,12 +19,12 @@ pytest.importorskip("hivemind")
 from hivemind.dht.routing import DHTID  # noqa: E402
 from hivemind.utils.serializer import MSGPackSerializer  # noqa: E402
 
+from sapo.hostile_peer import HostileNode  # noqa: E402
 from swarm.daemon import socket_is_stale  # noqa: E402
 from swarm.dht import DHTSwarm, SwarmJoinError  # noqa: E402
 from swarm.records import GroupRecord, IndexEntry, RecordRef, RecordRejected, encode_index_entry, encode_record  # noqa: E402
 from swarm.transport import wait_for_peers  # noqa: E402
 from swarm.validation import owner_marker  # noqa: E402
-from tests.hostile_peer import HostileNode  # noqa: E402
 from tests.swarm_fixtures import (  # noqa: E402, F401
     STARTED_P2PD,
     dht_peers,
@@ -191,7 +191,7 @@ def test_killed_peers_do_not_stop_the_others(dht_peers):
 def test_hostile_writer_is_rejected_and_counted(dht_peers):
     a = dht_peers(model_name="honest-a")
     b = dht_peers(initial_peers=a.visible_addresses())
-    hostile = HostileNode(a.visible_addresses())
+    hostile = HostileNode(a.visible_addresses(), on_p2pd=record_p2pd)
     try:
         a.publish([make_group("a1")])
         wait_until(lambda: a.counters().get("published_records"))

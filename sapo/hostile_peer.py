@@ -1,4 +1,6 @@
-"""A hostile DHT peer for fault tests: a raw hivemind DHTNode that signs what it likes and sends it anywhere."""
+"""A hostile swarm for fault tests and benchmarks: poisoned groups, wire-level attacks, and a raw hivemind DHTNode
+that signs what it likes and sends it anywhere, against an honest SAPOTrainer (tests/test_hostile.py,
+benchmarks/reliability.py)."""
 
 from __future__ import annotations
 
@@ -21,8 +23,8 @@ from hivemind.utils.crypto import RSAPrivateKey
 from hivemind.utils.serializer import MSGPackSerializer
 
 from sapo.tasks import TaskSpec
+from swarm.daemon import close_p2p
 from swarm.records import WIRE_VERSION, Group, Provenance, group_to_wire
-from tests.swarm_fixtures import record_p2pd
 
 LOCAL = "/ip4/127.0.0.1/tcp/0"
 TASKS = [TaskSpec("basic_arithmetic", {"min_terms": 2, "max_terms": 2, "min_digits": 1, "max_digits": 1})]
@@ -31,7 +33,9 @@ TASKS = [TaskSpec("basic_arithmetic", {"min_terms": 2, "max_terms": 2, "min_digi
 class HostileNode:
     """A raw hivemind DHTNode with its own RSA key and no validator, on its own event loop thread."""
 
-    def __init__(self, initial_peers: list[str]):
+    def __init__(self, initial_peers: list[str], on_p2pd: Callable[[int, list[str]], None] | None = None):
+        """Join through ``initial_peers``; ``on_p2pd(pid, sockets)`` is told of the p2pd daemon it starts (a test
+        uses it to check that the daemon is gone at the end)."""
         self.key = RSAPrivateKey()
         self.signer = RSASignatureValidator(self.key)
         self.marker = self.signer.local_public_key
@@ -39,8 +43,8 @@ class HostileNode:
         self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
         self.thread.start()
         self.node: DHTNode = self.run(DHTNode.create(initial_peers=initial_peers, host_maddrs=[LOCAL], wait_timeout=1))
-        child = self.node.p2p._child
-        record_p2pd(child.pid, [self.node.p2p._daemon_listen_maddr["unix"]])
+        if on_p2pd is not None:
+            on_p2pd(self.node.p2p._child.pid, [self.node.p2p._daemon_listen_maddr["unix"]])
 
     def run(self, coro, timeout: float = 30):
         return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
@@ -63,9 +67,14 @@ class HostileNode:
         return None if result is None else result[0]
 
     def close(self) -> None:
-        with_timeout = asyncio.run_coroutine_threadsafe(self.node.shutdown(), self.loop)
+        """Shut the node and its p2pd down, then stop its loop."""
+
+        async def shutdown() -> None:
+            await self.node.shutdown()
+            await close_p2p(self.node.p2p)
+
         try:
-            with_timeout.result(10)
+            asyncio.run_coroutine_threadsafe(shutdown(), self.loop).result(20)
         finally:
             self.loop.call_soon_threadsafe(self.loop.stop)
             self.thread.join(10)
@@ -263,14 +272,20 @@ def honest_group(row: dict, gid: str) -> Group:
 
 
 def hostile_round(
-    workdir: Path, tokenizer: Any, make_peer: Callable[..., Any], burst_size: int = 1000, steps: int = 3
+    workdir: Path,
+    tokenizer: Any,
+    make_peer: Callable[..., Any],
+    burst_size: int = 1000,
+    steps: int = 3,
+    on_p2pd: Callable[[int, list[str]], None] | None = None,
 ) -> dict[str, Any]:
     """One honest SAPOTrainer (tiny model) on a real DHT beside a friend, a liar and a raw hostile node.
 
     The friend publishes 3 honest groups, the liar one record per kind of :func:`poisoned_groups`, the raw
     node every :func:`wire_attacks` kind and a burst of ``burst_size`` records; then the honest node trains
     ``steps`` steps. ``make_peer(**config)`` makes a DHTSwarm and owns its cleanup. Returns what happened:
-    the trainer, the expected counter of each kind, every trained row, the burst's figures.
+    the trainer, the expected counter of each kind, every trained row, the burst's figures. ``on_p2pd`` is told
+    of the raw node's p2pd daemon (see :class:`HostileNode`).
     """
     from sapo import SAPOConfig, SAPOTrainer
     from sapo.models import build_tiny_model
@@ -280,7 +295,7 @@ def hostile_round(
     honest = make_peer(model_name="honest")
     friend = make_peer(model_name="friend", initial_peers=honest.visible_addresses())
     liar = make_peer(model_name="liar", initial_peers=honest.visible_addresses())
-    raw = HostileNode(honest.visible_addresses())
+    raw = HostileNode(honest.visible_addresses(), on_p2pd=on_p2pd)
     try:
         friend.publish([honest_group(rows[10 + i], f"friend-{i}") for i in range(3)])
         attacks = poisoned_groups(rows)
