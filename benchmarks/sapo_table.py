@@ -136,7 +136,7 @@ class Profile:
     sampling_strategy: str = "paper"
     learning_rate: float | None = None  # None: the node default
     lr_scheduler_type: str | None = None  # None: the node default
-    lora_r: int = 0  # 0: full fine-tuning; a rank trains LoRA adapters (alpha = 2 r)
+    lora_r: int | None = None  # None: the node default; 0: full fine-tuning; a rank trains LoRA (alpha = 2 r)
     eval_questions: int | None = None  # held-out questions per evaluation; None: the node default
     eval_steps: int | None = None  # None: the node default
     dataset_size: int | None = None
@@ -160,7 +160,7 @@ def profiles() -> dict[str, Profile]:
         "cpu": Profile(
             name="cpu", peers=4, groups_per_step=2, num_generations=4, max_completion_length=64,
             steps=int(CPU_SIZING["steps_for_30_minutes"]), save_steps=5, model="default", tasks=None,
-            learning_rate=1e-5, window=3, max_batch=4,
+            learning_rate=1e-5, lr_scheduler_type="linear", lora_r=0, window=3, max_batch=4,
             notes=("Only 10 steps per run fit this machine's budget (4 SmolLM2-135M full fine-tunes share 2 cores): "
                    "far too few for RL to move the policy; a difference between settings at this scale says "
                    "little about the paper's 2000-round result.",),
@@ -265,7 +265,9 @@ def node_options(config: dict[str, Any], num_local: int, num_external: int, seed
         options += ["--dataset_size", str(config["dataset_size"])]
     if config["lr_scheduler_type"] is not None:
         options += ["--lr_scheduler_type", config["lr_scheduler_type"]]
-    if config["lora_r"]:
+    if config["lora_r"] == 0:
+        options += ["--lora_r", "0"]
+    elif config["lora_r"] is not None:
         options += ["--lora_r", str(config["lora_r"]), "--lora_alpha", str(2 * config["lora_r"]), "--lora_dropout", "0"]
     for name in ("eval_questions", "eval_steps"):
         if config[name] is not None:

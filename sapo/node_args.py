@@ -22,12 +22,20 @@ sapo-node --help
 # Settings of a node that differ from SAPOConfig's library defaults: sized for a CPU machine, checkpointing on.
 NODE_DEFAULTS: dict[str, Any] = {
     "output_dir": "sapo-output",
-    "num_local": 2,  # the paper's best 50/50 mix at half its batch: a step takes minutes, not tens of them
-    "num_external": 2,
+    # The CPU profile shown to learn (benchmarks/results/profile_search.md, `lora-mix-small`: one node alone raised
+    # its held-out pass@1 by more than two paired standard errors in 30 steps of ~15 s): LoRA r=16 at 2e-4,
+    # constant; 2 groups of 4 completions of at most 48 tokens per step, half of them from the swarm (the paper's
+    # best 50/50 mix).
+    "num_local": 1,
+    "num_external": 1,
     "num_generations": 4,
-    "per_device_train_batch_size": 4,  # micro-batches of 4 keep a node near 4 GB (16 measured 6.4 GB)
-    "max_completion_length": 128,
-    "learning_rate": 5e-6,
+    "per_device_train_batch_size": 4,  # divides every round of 4-completion groups (the search ran one batch of 8)
+    "max_completion_length": 48,
+    "lora_r": 16,
+    "lora_alpha": 32,
+    "lora_dropout": 0.0,
+    "learning_rate": 2e-4,
+    "lr_scheduler_type": "constant",
     "max_steps": 10000,
     "save_strategy": "steps",
     "save_steps": 10,

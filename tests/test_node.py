@@ -141,7 +141,7 @@ def test_node_run_leaves_metrics_and_checkpoints_then_resumes_after_kill9(tmp_pa
     assert f"resuming from {before}" in second.stderr
     steps = [m["step"] for m in _metrics(out)]
     assert steps == sorted(set(steps)) and steps[-1] == resumed_from + 2  # no step logged twice
-    assert (out / "final" / "config.json").exists()
+    assert (out / "final" / "adapter_config.json").exists()  # a node trains LoRA adapters by default
     _assert_gone(_p2pd_pid(out))
 
 
