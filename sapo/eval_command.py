@@ -10,6 +10,8 @@ from pathlib import Path
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
     """The options of `sapo-node eval`."""
+    from sapo.node_args import NODE_DEFAULTS
+
     parser = argparse.ArgumentParser(
         prog="sapo-node eval",
         description="Score a model on the held-out questions a node evaluates on (the same set for the same tasks, "
@@ -24,9 +26,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         "--tasks", nargs="+", default=None,
         help="reasoning-gym task names (default: the node's default mix, with its settings)",
     )  # fmt: skip
-    parser.add_argument("--questions", type=int, default=32, help="held-out questions (default 32, as a node)")
+    questions, tokens = NODE_DEFAULTS["eval_questions"], NODE_DEFAULTS["max_completion_length"]
     parser.add_argument(
-        "--max-new-tokens", type=int, default=128, help="completion token limit (default 128, a node's default)"
+        "--questions", type=int, default=questions, help=f"held-out questions (default {questions}, as a node)"
+    )
+    parser.add_argument(
+        "--max-new-tokens", type=int, default=tokens, help=f"completion token limit (default {tokens}, as a node)"
     )
     parser.add_argument("--batch-size", type=int, default=16, help="questions per generation batch (default 16)")
     parser.add_argument("--base", default=None, help="base model directory of a LoRA adapter (default: its own)")
