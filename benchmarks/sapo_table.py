@@ -51,7 +51,7 @@ Profiles:
            at learning rate 2e-4, constant; G = 4 completions of at most 48 tokens; 2 groups per step (8/0 and
            4/4 run as 2/0 and 1/1); the default easy task mix; rewards reasoning-gym + format (as in the search);
            30 steps, a checkpoint every 5; held-out pass@1 on 64 questions at steps 0, 10, 20 and 30; seeds 0, 1, 2.
-           4 peers share 2 cores, so a run takes about four times one node's ~15 s steps.
+           4 peers share 2 cores, so a run takes about four times one node's ~16 s steps.
     smoke  Harness check in seconds to a minute: ``--model`` a tiny model directory, 2 peers, 3 steps,
            G = 2 completions of 8 tokens, I + J = 4, one easy task, uniform sampling. Used by the tests.
 

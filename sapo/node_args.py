@@ -23,7 +23,7 @@ sapo-node --help
 NODE_DEFAULTS: dict[str, Any] = {
     "output_dir": "sapo-output",
     # The CPU profile shown to learn (benchmarks/results/profile_search.md, `lora-mix-small`: one node alone raised
-    # its held-out pass@1 by more than two paired standard errors in 30 steps of ~15 s): LoRA r=16 at 2e-4,
+    # its held-out pass@1 by more than two paired standard errors in 30 steps of ~16 s): LoRA r=16 at 2e-4,
     # constant; 2 groups of 4 completions of at most 48 tokens per step, half of them from the swarm (the paper's
     # best 50/50 mix).
     "num_local": 1,
