@@ -12,6 +12,7 @@ from typing import Any
 from tqdm.auto import tqdm
 from transformers import TrainerCallback
 
+from sapo.report import is_evaluation_line
 from sapo.status import write_status
 
 logger = logging.getLogger("sapo.node")
@@ -81,7 +82,7 @@ class NodeStatus(TrainerCallback):
             self.set(_PHASE_WORDS.get(phase, phase), state.global_step + (phase != "evaluating"))
 
     def on_evaluate(self, args, state, control, metrics=None, **kwargs):
-        if state.is_world_process_zero and metrics and "eval/pass@1" in metrics:
+        if state.is_world_process_zero and metrics and is_evaluation_line(metrics):
             per_task = {k.rsplit("/", 1)[1]: v for k, v in metrics.items() if k.startswith("eval/pass@1/")}
             tasks = ", ".join(f"{task} {value:.2f}" for task, value in per_task.items())
             logger.info(
@@ -135,8 +136,7 @@ def _kept_on_resume(line: str, start: int) -> bool:
         step = record.get("step", float("inf"))
     except (json.JSONDecodeError, AttributeError):
         return False  # a torn last line from a crash
-    is_evaluation = any(key.startswith("eval/") for key in record)
-    return step < start or (step == start and not is_evaluation)
+    return step < start or (step == start and not is_evaluation_line(record))
 
 
 class GracefulStop(TrainerCallback):

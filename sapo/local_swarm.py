@@ -14,6 +14,7 @@ from typing import Any
 
 from sapo.node import NodeError
 from sapo.processes import stop_processes
+from sapo.report import is_evaluation_line
 from sapo.status import read_status
 
 
@@ -92,7 +93,7 @@ def latest_metrics(path: Path) -> tuple[dict[str, Any], dict[str, Any]]:
             record = json.loads(line)
         except json.JSONDecodeError:
             continue
-        if "eval/pass@1" in record:
+        if is_evaluation_line(record):
             held_out = held_out or record
         else:
             train = train or record

@@ -13,6 +13,11 @@ HELD_OUT_SE_KEY = "eval/pass@1_se"
 HELD_OUT_QUESTIONS_KEY = "eval/questions"
 
 
+def is_evaluation_line(record: dict[str, Any]) -> bool:
+    """Whether a metrics.jsonl line (or a metrics dict) is a held-out evaluation, not a training step."""
+    return HELD_OUT_KEY in record
+
+
 def load_runs(run_dir: Path) -> dict[str, list[dict[str, Any]]]:
     """Every node's metrics.jsonl under ``run_dir`` (the directory itself, or its node subdirectories)."""
     files = sorted(run_dir.glob("*/metrics.jsonl"))
@@ -59,7 +64,7 @@ def split_lines(rows: list[dict[str, Any]]) -> NodeLines:
     training: list[dict[str, Any]] = []
     evaluation_by_step: dict[int, dict[str, Any]] = {}
     for i, row in enumerate(rows):
-        if HELD_OUT_KEY in row:
+        if is_evaluation_line(row):
             step = int(row.get("step", i))
             evaluation_by_step[step] = {**row, "step": step}
         else:

@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from sapo.report import is_evaluation_line
+
 # Small enough for a 2-core machine: 2 groups of 2 completions per step, short completions.
 TINY = [
     "--num_local", "1", "--num_external", "1", "--num_generations", "2", "--per_device_train_batch_size", "4",
@@ -32,12 +34,12 @@ def _lines(output_dir: Path) -> list[dict]:
 
 def _metrics(output_dir: Path) -> list[dict]:
     """The node's training lines (one per step)."""
-    return [line for line in _lines(output_dir) if "eval/pass@1" not in line]
+    return [line for line in _lines(output_dir) if not is_evaluation_line(line)]
 
 
 def _evaluations(output_dir: Path) -> list[dict]:
     """The node's held-out evaluation lines."""
-    return [line for line in _lines(output_dir) if "eval/pass@1" in line]
+    return [line for line in _lines(output_dir) if is_evaluation_line(line)]
 
 
 def _wait(condition, timeout: float, what: str, process: subprocess.Popen | None = None) -> None:
