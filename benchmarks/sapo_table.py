@@ -387,7 +387,8 @@ def run_all(config: dict[str, Any], write: Any = print) -> dict[str, Any]:
     """Run every (setting, seed) not yet complete; returns {'started': [...], 'skipped': [...], 'failed': [...]}."""
     from tqdm.auto import tqdm
 
-    runs = [(label, seed) for label in config["settings"] for seed in config["seeds"]]
+    # Seed-major, so a session cut short leaves complete pairs (every setting on the same seeds), not one setting alone.
+    runs = [(label, seed) for seed in config["seeds"] for label in config["settings"]]
     outcome: dict[str, list[str]] = {"started": [], "skipped": [], "failed": []}
     tree = git_state()  # the commit every run of this invocation runs on
     if tree["dirty"] and not config["allow_dirty"]:
