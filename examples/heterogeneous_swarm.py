@@ -55,7 +55,7 @@ def run_peer(index: int, model: str, steps: int, smoke: bool, swarm_address, rea
         per_device_train_batch_size=4,
         seed=index,  # each peer draws other questions
         # Random tiny models earn no reward; the paper's rule would skip all their groups (no reward spread).
-        sampling_strategy="uniform" if smoke else "paper",
+        sampling_strategy="uniform" if smoke else "drop_zero_advantage",
         logging_steps=1,
         save_strategy="no",
         report_to="none",

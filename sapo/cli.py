@@ -27,7 +27,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return report_main(argv[1:])
 
     from sapo.node import NodeError, run_node
-    from sapo.node_args import effective_config, parse_node_args
+    from sapo.node_args import config_yaml, parse_node_args
 
     try:
         args, node, print_config = parse_node_args(argv)
@@ -37,9 +37,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SystemExit as e:  # argparse already said what is wrong (or printed --help)
         return int(e.code or 0)
     if print_config:
-        import yaml
-
-        print(yaml.safe_dump(effective_config(args, node), sort_keys=False), end="")
+        print(config_yaml(args, node), end="")
         return 0
     return run_node(args, node)
 

@@ -1,17 +1,139 @@
-"""SAPOConfig: TRL's GRPOConfig plus the settings of swarm sampling (local/external mix, sampling, trust)."""
+"""SAPOConfig: TRL's GRPOConfig plus the settings of swarm sampling (local/external mix, sampling, trust); the
+helper that writes a config class's docstring from its fields' help; the defaults that depend on the machine."""
 
 from __future__ import annotations
 
+import dataclasses
+import inspect
 import os
+import re
+import textwrap
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any, TypeVar
 
 from trl import GRPOConfig
 
-from sapo.sampling import SAMPLERS
-from sapo.verification import SOURCE_POLICIES
+from sapo.sampling import SAMPLER_ALIASES, SAMPLERS, describe_samplers, sampler_name
+from sapo.verification import SOURCE_POLICIES, describe_source_policies
 
-SAMPLING_STRATEGIES = tuple(SAMPLERS)
-"""Names accepted by `SAPOConfig.sampling_strategy` (see `sapo.sampling.SAMPLERS`)."""
+# ----------------------------------------------------------------------------------------------------
+# One documentation per option: a field's `metadata={"help": ...}` is the text `--help` shows, `--print-config`
+# comments with and the class docstring lists (generated here, TRL's "Parameters:" format).
+
+ConfigClass = TypeVar("ConfigClass", bound=type)
+
+
+def field_help(f: dataclasses.Field) -> str:
+    """The documentation of a dataclass field: its `help` on one line, with argparse's `%%` read back as `%`."""
+    return " ".join(str(f.metadata.get("help") or "").split()).replace("%%", "%")
+
+
+def _type_text(f: dataclasses.Field) -> str:
+    annotation = f.type if isinstance(f.type, str) else getattr(f.type, "__name__", str(f.type))
+    return " or ".join(f"`{part.strip()}`" for part in str(annotation).split("|"))
+
+
+def _value_text(value: Any) -> str:
+    if isinstance(value, str):
+        return f'"{value}"'
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(_value_text(v) for v in value) + "]"
+    return repr(value)
+
+
+def parameters_section(
+    cls: type, sections: Mapping[str, Sequence[str]], default_text: Mapping[str, str] | None = None
+) -> str:
+    """The "Parameters:" section of `cls`'s docstring: each field of `sections` with its type, default and help.
+
+    Args:
+        cls: a dataclass whose fields carry `metadata={"help": ...}`.
+        sections: `{heading: field names}`, in the order shown; every field `cls` declares itself must be listed
+            (inherited fields are documented by the parent class).
+        default_text: words for a default better described than printed (e.g. a list built at run time).
+
+    Raises:
+        TypeError: a listed field has no help, a name is not a field, or a field of `cls` is not listed.
+    """
+    by_name = {f.name: f for f in dataclasses.fields(cls)}
+    listed = [name for names in sections.values() for name in names]
+    unknown = [name for name in listed if name not in by_name]
+    unlisted = [name for name in cls.__dict__.get("__annotations__", {}) if name in by_name and name not in listed]
+    if unknown or unlisted:
+        raise TypeError(f"{cls.__name__}: not fields {unknown}, fields under no heading {unlisted}")
+    lines = ["Parameters:"]
+    for heading, names in sections.items():
+        lines += [f"    > {heading}", ""]
+        for name in names:
+            f = by_name[name]
+            text = field_help(f)
+            if not text:
+                raise TypeError(
+                    f'{cls.__name__}.{name} has no metadata={{"help": ...}}: document it where it is declared'
+                )
+            if default_text and name in default_text:
+                default = default_text[name]
+            elif f.default_factory is not dataclasses.MISSING:
+                default = f"`{_value_text(f.default_factory())}`"
+            else:
+                default = f"`{_value_text(f.default)}`"
+            lines.append(f"    {name} ({_type_text(f)}, *optional*, defaults to {default}):")
+            lines += textwrap.wrap(
+                text, width=116, initial_indent=" " * 8, subsequent_indent=" " * 8, break_on_hyphens=False
+            )
+        lines.append("")
+    return "\n".join(lines).rstrip()
+
+
+def document_fields(
+    sections: Mapping[str, Sequence[str]], default_text: Mapping[str, str] | None = None
+) -> Callable[[ConfigClass], ConfigClass]:
+    """Class decorator, placed above `@dataclass`: append `parameters_section` to the class docstring, so that
+    `help(cls)` shows each field's help and nothing is documented twice."""
+
+    def decorate(cls: ConfigClass) -> ConfigClass:
+        intro = inspect.cleandoc(cls.__doc__ or "")
+        cls.__doc__ = f"{intro}\n\n{parameters_section(cls, sections, default_text)}\n"
+        return cls
+
+    return decorate
+
+
+def parameter_docs(cls: type) -> dict[str, str]:
+    """The fields a TRL-style docstring documents, `{name: text on one line}` (for checks, and for a class whose
+    fields carry no help)."""
+    doc = inspect.getdoc(cls) or ""
+    body = doc.split("Parameters:", 1)[1] if "Parameters:" in doc else ""
+    docs: dict[str, str] = {}
+    name = None
+    for line in body.splitlines():
+        entry = re.match(r"^ {4}(\w+) \(.*\):$", line)
+        if entry:
+            name = entry.group(1)
+            docs[name] = ""
+        elif name and line.startswith(" " * 8):
+            docs[name] = f"{docs[name]} {line.strip()}".strip()
+        elif line.strip():
+            name = None  # a heading or a new paragraph ends the entry
+    return docs
+
+
+# ----------------------------------------------------------------------------------------------------
+# Device defaults: the one place that decides what depends on the machine, for the library and for sapo-node.
+
+
+def device_defaults() -> dict[str, bool]:
+    """What SAPOConfig's `use_cpu`, `gradient_checkpointing` and `bf16` become when left at `None`, on this machine.
+
+    With a CUDA GPU: the GPU, activation (gradient) checkpointing on, bf16 autocast where the GPU supports it
+    natively. Without one: the CPU, checkpointing off (it saves memory by recomputing activations, a pure loss on a
+    CPU) and bf16 off (emulated bf16 made every step 45x slower on the CPU measured here).
+    """
+    import torch
+
+    gpu = torch.cuda.is_available()
+    return {"use_cpu": not gpu, "gradient_checkpointing": gpu, "bf16": gpu and torch.cuda.is_bf16_supported()}
 
 
 def _has_accelerator() -> bool:
@@ -20,12 +142,18 @@ def _has_accelerator() -> bool:
     return torch.accelerator.is_available()
 
 
-def _native_bf16() -> bool:
-    import torch
+_SECTIONS = {
+    "Swarm mix": ("num_local", "num_external"),
+    "Choosing external groups": ("sampling_strategy", "external_pool_size", "max_groups_per_peer", "max_group_age"),
+    "Trust": ("external_source_policy", "regeneration_timeout"),
+    "Held-out evaluation": ("eval_questions",),
+    "Publishing": ("publish_groups", "swarm_model_name"),
+    "GRPO settings of the SAPO paper (where they differ from TRL's)": ("epsilon_high",),
+    "Device defaults (`None`: decided by `sapo.config.device_defaults`)": ("use_cpu", "gradient_checkpointing", "bf16"),
+}
 
-    return torch.cuda.is_available() and torch.cuda.is_bf16_supported()
 
-
+@document_fields(_SECTIONS)
 @dataclass
 class SAPOConfig(GRPOConfig):
     r"""
@@ -40,90 +168,78 @@ class SAPOConfig(GRPOConfig):
     Defaults follow the SAPO paper (arXiv 2509.08721): `beta=0.0` (no reference model), `epsilon=0.2`,
     `epsilon_high=0.28`, 4 local / 4 external groups. Note that TRL's `loss_type="sapo"` is an unrelated loss
     (Soft Adaptive Policy Optimization); SAPO here is the swarm sampling scheme and works with every `loss_type`.
+    Settings that depend on the machine default to `None` and are decided by `device_defaults()`, for a script
+    and for `sapo-node` alike; a value set explicitly is kept.
 
-    Parameters:
-        > Swarm mix
-
-        num_local (`int`, *optional*, defaults to `4`):
-            Groups per round generated by this peer (I in the paper).
-        num_external (`int`, *optional*, defaults to `4`):
-            Groups per round taken from other peers (J in the paper). `0` makes the trainer behave exactly like
-            `GRPOTrainer` (it still publishes its groups). When the swarm has fewer usable groups, the missing ones
-            are generated locally (a *fill-in*) so the batch size stays `num_local + num_external`.
-
-        > Choosing external groups
-
-        sampling_strategy (`str`, *optional*, defaults to `"paper"`):
-            How external groups are chosen among the candidates: `"paper"` drops groups whose local rewards are all
-            equal (zero advantage), then samples uniformly; `"uniform"` samples uniformly. Pass a
-            `sapo.sampling.ExternalSampler` instance to the trainer for anything else.
-        external_pool_size (`int` or `None`, *optional*, defaults to `None`):
-            Candidate groups fetched from the swarm per round, before filtering. `None` means `4 * num_external`.
-        max_groups_per_peer (`int` or `None`, *optional*, defaults to `None`):
-            Most groups of one sending peer in one round, so one peer cannot fill the batch. `None`: no cap.
-        max_group_age (`float` or `None`, *optional*, defaults to `600.0`):
-            Seconds after which a received group is too stale to train on. `None`: no bound.
-
-        > Trust
-
-        external_source_policy (`str`, *optional*, defaults to `"verify"`):
-            What to do with external groups whose question is not procedural (not reasoning-gym): `"verify"` checks
-            them against a local copy of the same dataset and drops them without one, `"trust"` scores them with the
-            sender's answer, `"drop"` drops them. Reasoning-gym questions are always regenerated and checked.
-        regeneration_timeout (`float` or `None`, *optional*, defaults to `10.0`):
-            Seconds one received reasoning-gym question may take to regenerate when its config is not one this peer
-            generates itself (such configs run in a child process, capped at 4 GB); past it the group is dropped as
-            `regeneration_limit`. Bounds what a hostile peer's expensive config can cost. `None`: no limit.
-
-        > Held-out evaluation
-
-        eval_questions (`int`, *optional*, defaults to `32`):
-            Held-out questions evaluated when the trainer gets no `eval_dataset`: drawn from the reasoning-gym tasks
-            of `train_dataset`, from generator seeds training never uses (`sapo.tasks.build_held_out_dataset`).
-            Evaluation runs on TRL's schedule (`eval_strategy`, `eval_steps`, `eval_on_start`; off by default in the
-            library, on in `sapo-node`) and measures greedy pass@1 per task (`sapo.evaluation`).
-
-        > Publishing
-
-        publish_groups (`bool`, *optional*, defaults to `True`):
-            Whether locally generated groups are published to the swarm.
-        swarm_model_name (`str` or `None`, *optional*, defaults to `None`):
-            Model name announced with published groups. `None`: the model's `name_or_path`.
+    Every field below is documented once, by its `help` (shown by `sapo-node --help` and `--print-config` too).
     """
 
-    num_local: int = field(default=4, metadata={"help": "Groups per round generated by this peer (I)."})
-    num_external: int = field(default=4, metadata={"help": "Groups per round taken from the swarm (J)."})
+    num_local: int = field(default=4, metadata={"help": "Groups per round generated by this peer (I in the paper)."})
+    num_external: int = field(
+        default=4,
+        metadata={
+            "help": "Groups per round taken from other peers (J in the paper). `0` makes the trainer behave exactly "
+            "like `GRPOTrainer` (it still publishes its groups). When the swarm has fewer usable groups, the missing "
+            "ones are generated locally (a *fill-in*) so the batch size stays `num_local + num_external`."
+        },
+    )
     sampling_strategy: str = field(
-        default="paper",
-        metadata={"help": "How external groups are chosen.", "choices": list(SAMPLING_STRATEGIES)},
+        default="drop_zero_advantage",
+        metadata={
+            "help": f"How external groups are chosen among the candidates: {describe_samplers()}. Every strategy "
+            "skips this peer's own groups and applies `max_groups_per_peer` and `max_group_age`. Pass a "
+            "`sapo.sampling.ExternalSampler` to `SAPOTrainer(sampler=...)` for anything else.",
+            "choices": [*SAMPLERS, *SAMPLER_ALIASES],
+        },
     )
     external_pool_size: int | None = field(
-        default=None, metadata={"help": "Candidate groups fetched per round; default 4 * num_external."}
+        default=None,
+        metadata={
+            "help": "Candidate groups fetched from the swarm per round, before filtering. `None`: `4 * num_external`."
+        },
     )
     max_groups_per_peer: int | None = field(
-        default=None, metadata={"help": "Most groups of one sending peer per round (None: no cap)."}
+        default=None,
+        metadata={
+            "help": "Most groups of one sending peer in one round, so one peer cannot fill the batch. `None`: no cap."
+        },
     )
     max_group_age: float | None = field(
-        default=600.0, metadata={"help": "Seconds after which an external group is too stale (None: no bound)."}
+        default=600.0,
+        metadata={"help": "Seconds after which a received group is too stale to train on. `None`: no bound."},
     )
     external_source_policy: str = field(
         default="verify",
         metadata={
-            "help": "Non-procedural external questions: verify against a local copy, trust the sender, or drop.",
+            "help": "What to do with external groups whose question is not procedural (not reasoning-gym): "
+            f"{describe_source_policies()}. Reasoning-gym questions are always regenerated and checked.",
             "choices": list(SOURCE_POLICIES),
         },
     )
     regeneration_timeout: float | None = field(
         default=10.0,
-        metadata={"help": "Seconds a foreign reasoning-gym config may take to regenerate (None: no limit)."},
+        metadata={
+            "help": "Seconds one received reasoning-gym question may take to regenerate when its config is not one "
+            "this peer generates itself (such configs run in a child process, capped at 4 GB); past it the group is "
+            "dropped as `regeneration_limit`. Bounds what a hostile peer's expensive config can cost. `None`: no limit."
+        },
     )
     eval_questions: int = field(
         default=32,
-        metadata={"help": "Held-out questions per evaluation when no eval_dataset is given (from the training tasks)."},
+        metadata={
+            "help": "Held-out questions evaluated when the trainer gets no `eval_dataset`: drawn from the "
+            "reasoning-gym tasks of `train_dataset`, from generator seeds training never uses "
+            "(`sapo.tasks.build_held_out_dataset`). Evaluation runs on TRL's schedule (`eval_strategy`, `eval_steps`, "
+            "`eval_on_start`; off by default in the library, on in `sapo-node`) and measures greedy pass@1 per task "
+            "(`sapo.evaluation`)."
+        },
     )
-    publish_groups: bool = field(default=True, metadata={"help": "Publish locally generated groups to the swarm."})
+    publish_groups: bool = field(
+        default=True, metadata={"help": "Whether locally generated groups are published to the swarm."}
+    )
     swarm_model_name: str | None = field(
-        default=None, metadata={"help": "Model name announced with published groups (default: the model's path)."}
+        default=None,
+        metadata={"help": "Model name announced with published groups. `None`: the model's `name_or_path`."},
     )
 
     # The SAPO paper's GRPO settings, where they differ from TRL's defaults.
@@ -131,12 +247,41 @@ class SAPOConfig(GRPOConfig):
         default=0.28, metadata={"help": "Upper-bound epsilon for clipping (SAPO paper: 0.28)."}
     )
 
+    # Settings that depend on the machine: `None` until __post_init__ asks device_defaults(), so that an explicit
+    # value (even one equal to TRL's default) is never overridden.
+    use_cpu: bool | None = field(
+        default=None,
+        metadata={
+            "help": "Train on the CPU even where an accelerator is present. `None`: by device, `True` without a CUDA "
+            "GPU and `False` with one (set `False` to train on another accelerator, e.g. Apple MPS).",
+            "nargs": "?",
+            "const": True,
+        },
+    )
+    gradient_checkpointing: bool | None = field(
+        default=None,
+        metadata={
+            "help": "Recompute activations in the backward pass instead of keeping them: less memory, about a fifth "
+            "more compute (transformers 5 calls it `activation_checkpointing`; setting either one is explicit). "
+            "`None`: by device, on with a CUDA GPU, off without one (TRL turns it on everywhere).",
+            "nargs": "?",
+            "const": True,
+        },
+    )
+    bf16: bool | None = field(
+        default=None,
+        metadata={
+            "help": "bf16 autocast (mixed precision). `None`: by device, on where a CUDA GPU supports bf16 natively "
+            "and `fp16` is off, otherwise off (TRL turns it on everywhere; emulated on a CPU, it made every step 45x "
+            "slower)."
+        },
+    )
+
     def __post_init__(self) -> None:
         self._validate_sapo_fields()
-        if self.bf16 is None and not self.fp16:
-            # TRL turns bf16 autocast on everywhere; on a CPU without native bf16 every matmul is then emulated
-            # (measured 45x slower per step here), so it is on only where the accelerator supports it.
-            self.bf16 = _native_bf16()
+        # An alias ("paper") becomes the name it stands for; an unknown name raises a ValueError naming the field.
+        self.sampling_strategy = sampler_name(self.sampling_strategy)
+        self._resolve_device_defaults()
         # The processes of `accelerate launch` / torchrun, which set WORLD_SIZE: a round is split over them.
         processes = int(os.environ.get("WORLD_SIZE", "1"))
         if processes > 1 and not self.use_cpu and not _has_accelerator():
@@ -161,6 +306,19 @@ class SAPOConfig(GRPOConfig):
             self.gradient_accumulation_steps = rows // per_step
         super().__post_init__()
 
+    def _resolve_device_defaults(self) -> None:
+        """Fill the device-dependent fields still at `None` from `device_defaults()`; explicit values stay."""
+        device = device_defaults()
+        if self.use_cpu is None:
+            self.use_cpu = device["use_cpu"]
+        if self.bf16 is None and not self.fp16:
+            self.bf16 = device["bf16"]
+        if self.gradient_checkpointing is None and getattr(self, "activation_checkpointing", None) is None:
+            # transformers 5 renamed it activation_checkpointing and mirrors the old name after __post_init__;
+            # setting the new name spares a deprecation warning.
+            name = "activation_checkpointing" if hasattr(self, "activation_checkpointing") else "gradient_checkpointing"
+            setattr(self, name, device["gradient_checkpointing"])
+
     def _validate_sapo_fields(self) -> None:
         for name in ("num_local", "num_external"):
             value = getattr(self, name)
@@ -172,11 +330,6 @@ class SAPOConfig(GRPOConfig):
             raise ValueError(
                 f"num_generations must be at least 2 (advantages are computed within a group), "
                 f"got {self.num_generations!r}."
-            )
-        if self.sampling_strategy not in SAMPLING_STRATEGIES:
-            raise ValueError(
-                f"sampling_strategy={self.sampling_strategy!r} is unknown; choose one of {list(SAMPLING_STRATEGIES)} "
-                "or pass a sapo.sampling.ExternalSampler to SAPOTrainer(sampler=...)."
             )
         if self.external_source_policy not in SOURCE_POLICIES:
             raise ValueError(

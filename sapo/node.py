@@ -12,6 +12,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from sapo.config import document_fields, parameter_docs
+from swarm.dht import DHTSwarmConfig
+
 logger = logging.getLogger("sapo.node")
 
 # Figures that define a run: an output directory written under one set of them cannot be resumed under another.
@@ -32,96 +35,86 @@ class JoinError(NodeError):
     exit_code = 3
 
 
+def _swarm_option(name: str, *, source: str | None = None, note: str = "") -> Any:
+    """A node option that is DHTSwarmConfig's field `source` (default: `name`): its default and its help, read from
+    there rather than restated, plus `note` on what the node adds."""
+    swarm_field = {f.name: f for f in dataclasses.fields(DHTSwarmConfig)}[source or name]
+    # The field's help; the docstring entry is a fallback for a DHTSwarmConfig written before its fields had help.
+    text = swarm_field.metadata.get("help") or parameter_docs(DHTSwarmConfig).get(swarm_field.name, "")
+    metadata = {"help": f"{text} {note}".strip()}
+    if swarm_field.default_factory is not dataclasses.MISSING:
+        return field(default_factory=swarm_field.default_factory, metadata=metadata)
+    return field(default=swarm_field.default, metadata=metadata)
+
+
+_SECTIONS = {
+    "Policy": ("model", "lora_r", "lora_alpha", "lora_dropout"),
+    "Questions and rewards": ("tasks", "dataset_file", "question_field", "answer_field", "dataset_size", "rewards"),
+    "Swarm (defaults and text of `swarm.dht.DHTSwarmConfig`'s fields)": (
+        "initial_peers", "host_maddrs", "announce_maddrs", "identity", "swarm_name", "client_mode", "use_auto_relay",
+        "join_timeout",
+    ),
+    "Waiting for peers": ("wait_for_peers", "wait_for_peers_timeout"),
+}  # fmt: skip
+
+
+@document_fields(_SECTIONS, default_text={"tasks": "the default reasoning-gym mix (`sapo.tasks.DEFAULT_TASKS`)"})
 @dataclass
 class NodeArguments:
-    r"""
-    Settings of a `sapo-node` besides the GRPO/SAPO training ones ([`SAPOConfig`]).
-
-    Parameters:
-        > Policy
-
-        model (`str`, *optional*, defaults to `"default"`):
-            `"default"` for the embedded SmolLM2-135M-Instruct, or a local Hugging Face causal-LM directory.
-        lora_r (`int`, *optional*, defaults to `0`):
-            LoRA rank; `0` trains every weight, a positive rank trains LoRA adapters through PEFT.
-        lora_alpha (`int`, *optional*, defaults to `32`):
-            LoRA scaling numerator.
-        lora_dropout (`float`, *optional*, defaults to `0.05`):
-            Dropout on the LoRA branch.
-
-        > Questions and rewards
-
-        tasks (`list[str]`, *optional*, defaults to the default reasoning-gym mix):
-            reasoning-gym dataset names. Names of the default mix use its easy settings; other names use
-            reasoning-gym's defaults. In a YAML file an item may also be `{name: ..., config: {...}, weight: 1.0}`.
-        dataset_file (`str` or `None`, *optional*, defaults to `None`):
-            A local JSON Lines file of questions used instead of `tasks`.
-        question_field (`str`, *optional*, defaults to `"question"`):
-            Field of `dataset_file` holding the question.
-        answer_field (`str`, *optional*, defaults to `"answer"`):
-            Field of `dataset_file` holding the answer.
-        dataset_size (`int`, *optional*, defaults to `10000`):
-            reasoning-gym questions generated (procedurally, offline).
-        rewards (`list[str]`, *optional*, defaults to `["reasoning_gym", "format"]`):
-            Reward functions by name: `reasoning_gym`, `math`, `format`. Weights: `reward_weights`.
-
-        > Swarm
-
-        initial_peers (`list[str]`, *optional*, defaults to `[]`):
-            Multiaddrs of peers to join (as printed by another node); empty starts a new swarm.
-        host_maddrs (`list[str]`, *optional*, defaults to `["/ip4/127.0.0.1/tcp/0"]`):
-            Where to listen. Loopback by default; use `/ip4/0.0.0.0/tcp/PORT` to accept peers of other machines.
-        announce_maddrs (`list[str]`, *optional*, defaults to `[]`):
-            Addresses to announce instead of the listening ones (e.g. the public address behind NAT).
-        identity (`str` or `None`, *optional*, defaults to `None`):
-            Key file of this peer, created on first run and reused so the peer id survives restarts.
-            `None`: `identity.key` in the output directory.
-        swarm_name (`str`, *optional*, defaults to `"sapo"`):
-            Name of the swarm; peers of differently named swarms ignore each other's records.
-        client_mode (`bool`, *optional*, defaults to `False`):
-            Join without accepting incoming connections (for peers that cannot be reached).
-        use_auto_relay (`bool`, *optional*, defaults to `False`):
-            Look for libp2p relays to become reachable behind NAT.
-        join_timeout (`float`, *optional*, defaults to `30.0`):
-            Seconds to wait for an initial peer to answer before giving up.
-        wait_for_peers (`int`, *optional*, defaults to `0`):
-            Before the first step, wait until this many other peers are listed in the swarm, so that a swarm
-            started together trains together (`local-swarm` sets it to the number of other nodes).
-        wait_for_peers_timeout (`float`, *optional*, defaults to `300.0`):
-            Seconds to wait for them; after that the node trains anyway, with a warning.
-    """
+    """Settings of a `sapo-node` besides the GRPO/SAPO training ones ([`SAPOConfig`]). Every field is documented
+    once, by its `help`; the swarm options are fields of `swarm.dht.DHTSwarmConfig`, with its defaults and text."""
 
     model: str = field(
         default="default",
-        metadata={"help": "'default' (embedded SmolLM2-135M-Instruct) or a local HF model directory."},
+        metadata={
+            "help": '`"default"` for the embedded SmolLM2-135M-Instruct, or a local Hugging Face causal-LM directory.'
+        },
     )
-    lora_r: int = field(default=0, metadata={"help": "LoRA rank (0: full fine-tuning)."})
-    lora_alpha: int = field(default=32, metadata={"help": "LoRA alpha."})
-    lora_dropout: float = field(default=0.05, metadata={"help": "LoRA dropout."})
+    lora_r: int = field(
+        default=0,
+        metadata={"help": "LoRA rank; `0` trains every weight, a positive rank trains LoRA adapters through PEFT."},
+    )
+    lora_alpha: int = field(default=32, metadata={"help": "LoRA scaling numerator."})
+    lora_dropout: float = field(default=0.05, metadata={"help": "Dropout on the LoRA branch."})
     tasks: list[str] = field(
-        default_factory=lambda: default_task_names(), metadata={"help": "reasoning-gym task names."}
+        default_factory=lambda: default_task_names(),
+        metadata={
+            "help": "reasoning-gym dataset names. Names of the default mix use its easy settings; other names use "
+            "reasoning-gym's defaults. In a YAML file an item may also be `{name: ..., config: {...}, weight: 1.0}`."
+        },
     )
-    dataset_file: str | None = field(default=None, metadata={"help": "JSON Lines questions file instead of tasks."})
-    question_field: str = field(default="question", metadata={"help": "Question field of dataset_file."})
-    answer_field: str = field(default="answer", metadata={"help": "Answer field of dataset_file."})
-    dataset_size: int = field(default=10000, metadata={"help": "reasoning-gym questions to generate."})
+    dataset_file: str | None = field(
+        default=None, metadata={"help": "A local JSON Lines file of questions used instead of `tasks`."}
+    )
+    question_field: str = field(default="question", metadata={"help": "Field of `dataset_file` holding the question."})
+    answer_field: str = field(default="answer", metadata={"help": "Field of `dataset_file` holding the answer."})
+    dataset_size: int = field(
+        default=10000, metadata={"help": "reasoning-gym questions generated (procedurally, offline)."}
+    )
     rewards: list[str] = field(
         default_factory=lambda: ["reasoning_gym", "format"],
-        metadata={"help": "Reward functions: reasoning_gym, math, format."},
+        metadata={"help": "Reward functions by name: `reasoning_gym`, `math`, `format`. Weights: `reward_weights`."},
     )
-    initial_peers: list[str] = field(default_factory=list, metadata={"help": "Multiaddrs of peers to join."})
-    host_maddrs: list[str] = field(
-        default_factory=lambda: ["/ip4/127.0.0.1/tcp/0"], metadata={"help": "Multiaddrs to listen on."}
+    initial_peers: list[str] = _swarm_option("initial_peers")
+    host_maddrs: list[str] = _swarm_option("host_maddrs")
+    announce_maddrs: list[str] | None = _swarm_option("announce_maddrs")
+    identity: str | None = _swarm_option(
+        "identity", source="identity_path", note="In sapo-node, `None` is `identity.key` in the output directory."
     )
-    announce_maddrs: list[str] = field(default_factory=list, metadata={"help": "Multiaddrs to announce (behind NAT)."})
-    identity: str | None = field(default=None, metadata={"help": "Peer key file (default: OUTPUT_DIR/identity.key)."})
-    swarm_name: str = field(default="sapo", metadata={"help": "Swarm name."})
-    client_mode: bool = field(default=False, metadata={"help": "Do not accept incoming connections."})
-    use_auto_relay: bool = field(default=False, metadata={"help": "Look for relays when behind NAT."})
-    join_timeout: float = field(default=30.0, metadata={"help": "Seconds to wait for initial peers."})  # fmt: skip
-    wait_for_peers: int = field(default=0, metadata={"help": "Other peers to wait for before the first step."})
+    swarm_name: str = _swarm_option("swarm_name")
+    client_mode: bool = _swarm_option("client_mode")
+    use_auto_relay: bool = _swarm_option("use_auto_relay")
+    join_timeout: float = _swarm_option("join_timeout")
+    wait_for_peers: int = field(
+        default=0,
+        metadata={
+            "help": "Before the first step, wait until this many other peers are listed in the swarm, so that a "
+            "swarm started together trains together (`local-swarm` sets it to the number of other nodes)."
+        },
+    )
     wait_for_peers_timeout: float = field(
-        default=300.0, metadata={"help": "Seconds to wait for them before training anyway."}
+        default=300.0,
+        metadata={"help": "Seconds to wait for them; after that the node trains anyway, with a warning."},
     )
 
 
@@ -196,7 +189,8 @@ def check_addresses(node: NodeArguments) -> None:
     """Fail fast, before any model is loaded, on a multiaddr that cannot work."""
     from swarm.dht import validate_multiaddr
 
-    checks = [(a, True) for a in node.initial_peers] + [(a, False) for a in node.host_maddrs + node.announce_maddrs]
+    listen = [*node.host_maddrs, *(node.announce_maddrs or [])]
+    checks = [(a, True) for a in node.initial_peers] + [(a, False) for a in listen]
     for addr, needs_peer_id in checks:
         try:
             validate_multiaddr(addr, require_peer_id=needs_peer_id)
@@ -213,7 +207,7 @@ def start_swarm(node: NodeArguments, output_dir: Path, model_name: str) -> Any:
         swarm_name=node.swarm_name,
         initial_peers=list(node.initial_peers),
         host_maddrs=list(node.host_maddrs),
-        announce_maddrs=list(node.announce_maddrs) or None,
+        announce_maddrs=list(node.announce_maddrs or []) or None,
         identity_path=str(identity),
         client_mode=node.client_mode,
         use_auto_relay=node.use_auto_relay,

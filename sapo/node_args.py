@@ -62,17 +62,18 @@ _SHOWN_TRAINING_FIELDS = (
 
 
 def build_parser() -> Any:
-    """The TrlParser of a node: SAPOConfig plus NodeArguments, with the node's defaults."""
-    import torch
+    """The TrlParser of a node: SAPOConfig plus NodeArguments, with the node's defaults.
+
+    What depends on the machine (`use_cpu`, `gradient_checkpointing`, `bf16`) is not set here: SAPOConfig decides it
+    (`sapo.config.device_defaults`) for sapo-node and for a script alike.
+    """
     from trl import TrlParser
 
     from sapo.config import SAPOConfig
     from sapo.node import NodeArguments
 
     parser = TrlParser((SAPOConfig, NodeArguments), prog="sapo-node", usage=USAGE)
-    has_gpu = torch.cuda.is_available()
-    # Gradient checkpointing trades compute for memory: worth it on a GPU, a pure loss on a CPU node.
-    parser.set_defaults(**NODE_DEFAULTS, use_cpu=not has_gpu, gradient_checkpointing=has_gpu)
+    parser.set_defaults(**NODE_DEFAULTS)
     return parser
 
 
@@ -146,6 +147,25 @@ def effective_config(args: Any, node: Any) -> dict[str, Any]:
     shown = {name: getattr(args, name) for name in (*_SHOWN_TRAINING_FIELDS, *sapo_fields, "epsilon_high")}
     shown.update(dataclasses.asdict(node))
     return {k: _yaml_value(v) for k, v in shown.items()}
+
+
+def config_yaml(args: Any, node: Any) -> str:
+    """`--print-config`: the effective configuration as YAML, each key under its help as a comment (the text
+    `--help` shows); `--config` reads it back."""
+    import dataclasses
+    import textwrap
+
+    import yaml
+
+    from sapo.config import SAPOConfig, field_help
+    from sapo.node import NodeArguments
+
+    helps = {f.name: field_help(f) for cls in (SAPOConfig, NodeArguments) for f in dataclasses.fields(cls)}
+    entries = []
+    for key, value in effective_config(args, node).items():
+        comment = [f"# {line}" for line in textwrap.wrap(helps.get(key, ""), width=110, break_on_hyphens=False)]
+        entries.append("\n".join([*comment, yaml.safe_dump({key: value}, sort_keys=False).rstrip("\n")]))
+    return "\n\n".join(entries) + "\n"
 
 
 def _yaml_value(value: Any) -> Any:

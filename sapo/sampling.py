@@ -107,26 +107,58 @@ class ExternalSampler(ABC):
 
 
 class UniformSampler(ExternalSampler):
-    """Uniform sampling among eligible candidates."""
+    """Samples uniformly among the eligible candidates."""
 
     def order(self, eligible: list[Candidate], rng: random.Random) -> list[Candidate]:
         return rng.sample(eligible, len(eligible))
 
 
-class PaperSampler(UniformSampler):
-    """The SAPO paper's rule: drop groups whose local rewards are all equal, then sample uniformly."""
+class DropZeroAdvantageSampler(UniformSampler):
+    """Drops groups whose local rewards are all equal (zero advantage: no GRPO signal), then samples uniformly: the
+    SAPO paper's rule."""
 
     def reject_reason(self, candidate: Candidate) -> str | None:
         return "zero_advantage" if candidate.has_zero_advantage else None
 
 
-SAMPLERS: dict[str, type[ExternalSampler]] = {"paper": PaperSampler, "uniform": UniformSampler}
+PaperSampler = DropZeroAdvantageSampler
+"""The former name of :class:`DropZeroAdvantageSampler`, kept so that existing imports work."""
+
+SAMPLERS: dict[str, type[ExternalSampler]] = {
+    "drop_zero_advantage": DropZeroAdvantageSampler,
+    "uniform": UniformSampler,
+}
+"""Every sampling strategy by name: the one list that `SAPOConfig.sampling_strategy` accepts and documents."""
+
+SAMPLER_ALIASES: dict[str, str] = {"paper": "drop_zero_advantage"}
+"""Other accepted names: `"paper"` was the name of `"drop_zero_advantage"` before names said what they do."""
+
+
+def sampler_name(name: str) -> str:
+    """The registered name of strategy ``name`` (an alias resolved); ValueError for an unknown name."""
+    name = SAMPLER_ALIASES.get(name, name)
+    if name not in SAMPLERS:
+        raise ValueError(
+            f"sampling_strategy={name!r} is unknown; choose one of {[*SAMPLERS, *SAMPLER_ALIASES]} "
+            "or pass a sapo.sampling.ExternalSampler to SAPOTrainer(sampler=...)."
+        )
+    return name
+
+
+def describe_samplers() -> str:
+    """One line per strategy name, from its class docstring: the text `SAPOConfig.sampling_strategy` shows."""
+    aliases = {target: alias for alias, target in SAMPLER_ALIASES.items()}
+    parts = []
+    for name, cls in SAMPLERS.items():
+        summary = " ".join((cls.__doc__ or "").split())
+        alias = f' (alias `"{aliases[name]}"`)' if name in aliases else ""
+        parts.append(f'`"{name}"`{alias} {summary[0].lower()}{summary[1:].rstrip(".")}')
+    return "; ".join(parts)
 
 
 def make_sampler(
     name: str, max_groups_per_peer: int | None = None, max_group_age: float | None = None, self_id: str | None = None
 ) -> ExternalSampler:
-    """Build the sampler registered under ``name`` (``"paper"`` or ``"uniform"``)."""
-    if name not in SAMPLERS:
-        raise ValueError(f"sampling_strategy={name!r} is unknown; choose one of {sorted(SAMPLERS)}")
-    return SAMPLERS[name](max_groups_per_peer=max_groups_per_peer, max_group_age=max_group_age, self_id=self_id)
+    """Build the sampler registered under ``name`` (a key of :data:`SAMPLERS` or :data:`SAMPLER_ALIASES`)."""
+    sampler = SAMPLERS[sampler_name(name)]
+    return sampler(max_groups_per_peer=max_groups_per_peer, max_group_age=max_group_age, self_id=self_id)

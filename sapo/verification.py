@@ -26,10 +26,22 @@ from sapo.tasks import (
 )
 from swarm.records import Group, Provenance, RecordRejected, provenance_from_wire
 
-__all__ = ["GROUP_DROP_REASONS", "SOURCE_POLICIES", "GroupDropped", "QuestionVerifier"]
+__all__ = ["GROUP_DROP_REASONS", "SOURCE_POLICIES", "GroupDropped", "QuestionVerifier", "describe_source_policies"]
 
-SOURCE_POLICIES = ("verify", "trust", "drop")
-"""What a verifier does with questions of non-procedural sources (see :class:`QuestionVerifier`)."""
+SOURCE_POLICIES: dict[str, str] = {
+    "verify": "looks the question up in a local copy of the same dataset, at the provenance's index, and keeps the "
+    "group only if the question text matches, scored with the local answer; without a local copy the group is dropped",
+    "trust": "scores the group with the answer the sender put in its metadata",
+    "drop": "drops every such group",
+}
+"""What a verifier does with questions of non-procedural sources, by policy name: the one list of names that
+:class:`QuestionVerifier` and `SAPOConfig.external_source_policy` accept, and the text both document."""
+
+
+def describe_source_policies() -> str:
+    """Each policy name with what it does, as `SAPOConfig.external_source_policy` documents it."""
+    return "; ".join(f'`"{name}"` {what}' for name, what in SOURCE_POLICIES.items())
+
 
 GROUP_DROP_REASONS = (
     "unknown_task",  # dataset unknown to reasoning-gym, a config it rejects, or no local copy to check against
@@ -58,18 +70,13 @@ class QuestionVerifier:
 
     reasoning-gym groups are always regenerated from their provenance (dataset name, config, seed,
     index); the group is kept only if the regenerated question equals its user message (after stripping
-    whitespace), and the returned columns are the regenerated ones. Other sources follow ``policy``:
-
-    - ``"verify"``: look the question up in a local copy registered under the provenance's dataset name,
-      at the provenance's index; keep it only if the question text matches, and use the local answer.
-    - ``"trust"``: use the answer the sender put in ``metadata["answer"]``.
-    - ``"drop"``: drop every such group.
-
-    With ``policy=None`` a group is verified when a local copy of its dataset is registered and dropped
-    otherwise.
+    whitespace), and the returned columns are the regenerated ones. Other sources follow ``policy``, a name of
+    :data:`SOURCE_POLICIES` (which says what each one does; a local copy is registered under the provenance's
+    dataset name, and ``"trust"`` reads the sender's ``metadata["answer"]``). With ``policy=None`` a group is
+    verified when a local copy of its dataset is registered and dropped otherwise.
 
     Args:
-        policy: ``"verify"``, ``"trust"``, ``"drop"`` or None (see above).
+        policy: a key of :data:`SOURCE_POLICIES`, or None (see above).
         local_datasets: local copies by dataset name (e.g. ``{"gsm8k": load_jsonl_dataset(...)}``), rows as
             made by :func:`load_jsonl_dataset`.
         allowed_tasks: when given, only these reasoning-gym tasks are regenerated: a name allows any config
@@ -90,7 +97,7 @@ class QuestionVerifier:
         regeneration_timeout: float | None = 10.0,
     ):
         if policy is not None and policy not in SOURCE_POLICIES:
-            raise ValueError(f"unknown verification policy {policy!r}; expected one of {SOURCE_POLICIES}")
+            raise ValueError(f"unknown verification policy {policy!r}; expected one of {list(SOURCE_POLICIES)}")
         if regeneration_timeout is not None and regeneration_timeout <= 0:
             raise ValueError(f"regeneration_timeout must be positive or None, got {regeneration_timeout}")
         self.policy = policy

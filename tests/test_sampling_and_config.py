@@ -6,7 +6,7 @@ import time
 import pytest
 
 from sapo.config import SAPOConfig
-from sapo.sampling import Candidate, PaperSampler, UniformSampler, make_sampler
+from sapo.sampling import Candidate, DropZeroAdvantageSampler, UniformSampler, make_sampler
 from swarm.records import Group, Provenance
 
 
@@ -63,10 +63,10 @@ def test_paper_defaults():
     assert config.beta == 0.0 and config.epsilon == 0.2 and config.epsilon_high == 0.28
 
 
-def test_paper_sampler_drops_zero_advantage_groups():
+def test_drop_zero_advantage_sampler_drops_zero_advantage_groups():
     flat = [_candidate("a", [1.0, 1.0, 1.0], gid=f"flat{i}") for i in range(5)]
     useful = [_candidate("b", [0.0, 1.0, 0.0], gid=f"useful{i}") for i in range(2)]
-    selection = PaperSampler().select(flat + useful, k=4, rng=random.Random(0))
+    selection = DropZeroAdvantageSampler().select(flat + useful, k=4, rng=random.Random(0))
     assert {c.group.group_id for c in selection.chosen} == {"useful0", "useful1"}
     assert selection.dropped["zero_advantage"] == 5
     # The uniform strategy keeps them: the filter is what changes the batch.
@@ -103,4 +103,5 @@ def test_unscorable_rewards_count_as_no_signal():
 def test_make_sampler_rejects_unknown_names():
     with pytest.raises(ValueError, match="sampling_strategy='best'"):
         make_sampler("best")
-    assert isinstance(make_sampler("paper"), PaperSampler)
+    assert isinstance(make_sampler("drop_zero_advantage"), DropZeroAdvantageSampler)
+    assert isinstance(make_sampler("paper"), DropZeroAdvantageSampler)  # the former name, kept as an alias

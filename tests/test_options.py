@@ -1,0 +1,155 @@
+"""Every option of SAPOConfig and NodeArguments is documented once (its help), and `help()`, `sapo-node --help` and
+`--print-config` show that text; the node's swarm options are DHTSwarmConfig's fields; the names of samplers and
+source policies come from one list each; device defaults are decided in one place. In-process, no model."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import typing
+
+import pytest
+import torch
+
+import sapo.config
+from sapo.config import SAPOConfig, device_defaults, field_help, parameter_docs
+from sapo.node import NodeArguments
+from sapo.node_args import build_parser, config_yaml, parse_node_args
+from sapo.sampling import SAMPLER_ALIASES, SAMPLERS, DropZeroAdvantageSampler, make_sampler
+from sapo.verification import SOURCE_POLICIES
+from swarm.dht import DHTSwarmConfig
+
+# NodeArguments field -> the DHTSwarmConfig field it is.
+SWARM_OPTIONS = {
+    "initial_peers": "initial_peers",
+    "host_maddrs": "host_maddrs",
+    "announce_maddrs": "announce_maddrs",
+    "identity": "identity_path",
+    "swarm_name": "swarm_name",
+    "client_mode": "client_mode",
+    "use_auto_relay": "use_auto_relay",
+    "join_timeout": "join_timeout",
+}
+
+
+# transformers 5 renamed gradient_checkpointing (activation_checkpointing); setting the old name warns.
+pytestmark = pytest.mark.filterwarnings("ignore:`gradient_checkpointing` is deprecated:FutureWarning")
+
+
+def _config(**overrides) -> SAPOConfig:
+    return SAPOConfig(output_dir="/tmp/sapo-test-options", report_to="none", **overrides)
+
+
+def _own_fields(cls: type) -> list[dataclasses.Field]:
+    """The fields `cls` declares itself (SAPOConfig documents its own; GRPOConfig documents the rest)."""
+    own = cls.__dict__.get("__annotations__", {})
+    return [f for f in dataclasses.fields(cls) if f.name in own]
+
+
+def _squash(text: str) -> str:
+    # argparse and the docstring wrap lines differently (argparse also breaks after hyphens): compare without spaces.
+    return re.sub(r"\s+", "", text)
+
+
+@pytest.mark.parametrize("cls", [SAPOConfig, NodeArguments])
+def test_every_field_has_one_documentation_which_the_docstring_shows(cls):
+    fields = _own_fields(cls)
+    assert fields
+    missing = [f.name for f in fields if not field_help(f)]
+    assert not missing, f'{cls.__name__} fields without metadata={{"help": ...}}: {missing}'
+    assert parameter_docs(cls) == {f.name: field_help(f) for f in fields}
+
+
+def test_help_and_print_config_show_each_fields_help():
+    helps = {f.name: field_help(f) for cls in (SAPOConfig, NodeArguments) for f in _own_fields(cls)}
+    shown_help = _squash(build_parser().format_help())
+    assert [name for name, text in helps.items() if _squash(text) not in shown_help] == []
+
+    args, node, _ = parse_node_args([])
+    comments = {}
+    for entry in config_yaml(args, node).split("\n\n"):
+        lines = entry.splitlines()
+        key = next(line for line in lines if not line.startswith("#")).split(":", 1)[0]
+        comments[key] = " ".join(line[2:] for line in lines if line.startswith("# "))
+    shown = {name: text for name, text in helps.items() if name in comments}
+    assert {"num_local", "sampling_strategy", "model", "initial_peers", "wait_for_peers"} <= set(shown)
+    assert {name: _squash(comments[name]) for name in shown} == {name: _squash(text) for name, text in shown.items()}
+
+
+@pytest.mark.parametrize("option, source", SWARM_OPTIONS.items())
+def test_a_node_swarm_option_is_the_dht_swarm_config_field(option, source):
+    node_field = {f.name: f for f in dataclasses.fields(NodeArguments)}[option]
+    swarm_field = {f.name: f for f in dataclasses.fields(DHTSwarmConfig)}[source]
+    # Resolved types: HfArgumentParser replaces a field's string annotation with the type it names.
+    assert typing.get_type_hints(NodeArguments)[option] == typing.get_type_hints(DHTSwarmConfig)[source]
+    assert getattr(NodeArguments(), option) == getattr(DHTSwarmConfig(), source)
+    swarm_help = swarm_field.metadata.get("help") or parameter_docs(DHTSwarmConfig)[source]
+    assert swarm_help and field_help(node_field).startswith(" ".join(swarm_help.split()))
+    if option == source:
+        assert field_help(node_field) == field_help(swarm_field)
+
+
+def test_sampler_and_source_policy_names_come_from_one_list_each():
+    choices = {f.name: f.metadata["choices"] for f in dataclasses.fields(SAPOConfig) if "choices" in f.metadata}
+    assert choices["sampling_strategy"] == [*SAMPLERS, *SAMPLER_ALIASES]
+    assert choices["external_source_policy"] == list(SOURCE_POLICIES)
+    docs = parameter_docs(SAPOConfig)
+    assert all(f'`"{name}"`' in docs["sampling_strategy"] for name in choices["sampling_strategy"])
+    assert all(f'`"{name}"`' in docs["external_source_policy"] for name in SOURCE_POLICIES)
+    assert SAPOConfig.__dataclass_fields__["sampling_strategy"].default in SAMPLERS
+
+
+def test_paper_is_an_alias_of_drop_zero_advantage():
+    assert _config(sampling_strategy="paper").sampling_strategy == "drop_zero_advantage"
+    assert _config().sampling_strategy == "drop_zero_advantage"
+    assert isinstance(make_sampler("paper"), DropZeroAdvantageSampler)
+    args, _, _ = parse_node_args(["--sampling_strategy", "paper"])
+    assert args.sampling_strategy == "drop_zero_advantage"
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the defaults of a machine without GPU")
+def test_on_a_cpu_machine_a_script_and_the_node_get_the_same_cpu_defaults():
+    config = _config()
+    assert config.gradient_checkpointing is False and config.use_cpu is True and config.bf16 is False
+    args, _, _ = parse_node_args([])
+    assert (args.gradient_checkpointing, args.use_cpu, args.bf16) == (False, True, False)
+
+
+def test_explicit_device_settings_are_kept(monkeypatch):
+    config = _config(gradient_checkpointing=True)
+    assert config.gradient_checkpointing is True and config.activation_checkpointing is True
+    assert _config(activation_checkpointing=True).gradient_checkpointing is True
+    args, _, _ = parse_node_args(["--gradient_checkpointing", "true"])
+    assert args.gradient_checkpointing is True
+    # On a GPU machine (simulated), the defaults turn around and an explicit False stays False.
+    monkeypatch.setattr(sapo.config, "device_defaults", lambda: {**device_defaults(), "use_cpu": False,
+                                                                  "gradient_checkpointing": True})  # fmt: skip
+    assert _config().gradient_checkpointing is True and _config().use_cpu is False
+    assert _config(gradient_checkpointing=False, use_cpu=True).gradient_checkpointing is False
+    args, _, _ = parse_node_args([])
+    assert args.gradient_checkpointing is True and args.use_cpu is False
+
+
+def test_parameter_docs_reads_a_trl_style_docstring():
+    """The fallback for a swarm option whose DHTSwarmConfig field has no help: its docstring entry."""
+
+    @dataclasses.dataclass
+    class Documented:
+        """Intro.
+
+        Parameters:
+            > Heading
+
+            first (`int`, defaults to `1`):
+                One line,
+                and another.
+            second (`str`):
+                Two.
+
+        Returns nothing.
+        """
+
+        first: int = 1
+        second: str = ""
+
+    assert parameter_docs(Documented) == {"first": "One line, and another.", "second": "Two."}
