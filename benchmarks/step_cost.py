@@ -607,7 +607,7 @@ def run_step_cost(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
         feeder = Feeder(args.num_generations, max_chars, args.feeder_interval)
         swarm = DHTSwarm(DHTSwarmConfig(initial_peers=[feeder.address], model_name="bench-peer"))
         deadline = time.monotonic() + 120
-        while swarm.stats()["cached_groups"] < 16 and time.monotonic() < deadline:
+        while swarm.readout().gauges["cached_groups"] < 16 and time.monotonic() < deadline:
             time.sleep(0.5)  # the 4/4 peer's first round should find a full candidate pool
 
         timed_sapo, timed_trl = timed_sapo_trainer_class(), timed_grpo_trainer_class()
@@ -651,7 +651,7 @@ def run_step_cost(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
             finally:
                 baton.finish(name)
 
-        swarm_thread = swarm._thread.native_id  # the DHT peer's background thread, for its CPU time
+        swarm_thread = swarm.peer.thread_id  # the DHT peer's background thread, for its CPU time
         cpu_start = {
             "swarm_thread": cpu_seconds(os.getpid(), swarm_thread),
             "p2pd": cpu_seconds(swarm.p2pd_pid),
@@ -675,7 +675,7 @@ def run_step_cost(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
             "feeder": feeder.cpu_seconds() - cpu_start["feeder"],
             "process": cpu_seconds(os.getpid()) - cpu_start["process"],
         }
-        swarm_counters = swarm.counters()
+        swarm_counters = swarm.readout().counters
         sapo_totals = {name: dict(trainers[name].swarm_totals) for name in CONFIGS if name != "trl"}
     finally:
         baton.abort()

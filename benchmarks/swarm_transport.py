@@ -123,9 +123,8 @@ def worker(args: argparse.Namespace) -> None:
             time.sleep(0.01)
         end = start + args.duration
         io_start = {p.peer_id: io_bytes(p.p2pd_pid) for p in peers}
-        counters_start = {p.peer_id: p.counters() for p in peers}
-        for p in peers:
-            p.timing_samples()  # drop warm-up samples
+        counters_start = {p.peer_id: p.readout().counters for p in peers}
+        measured_from = time.monotonic()  # background timings before this moment are warm-up
         while time.time() < end:
             now = time.time()
             for p in peers:
@@ -146,12 +145,12 @@ def worker(args: argparse.Namespace) -> None:
             time.sleep(0.005)
         timings: dict[str, list[float]] = {}
         for p in peers:
-            for name, values in p.timing_samples().items():
-                timings.setdefault(name, []).extend(values)
+            for name, samples in p.readout().timings.items():
+                timings.setdefault(name, []).extend(seconds for at, seconds in samples if at >= measured_from)
         counters = {}
         for p in peers:
             before = counters_start[p.peer_id]
-            for k, v in p.counters().items():
+            for k, v in p.readout().counters.items():
                 counters[k] = counters.get(k, 0) + v - before.get(k, 0)
         result = {
             "peers": len(peers),

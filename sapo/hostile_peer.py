@@ -61,7 +61,7 @@ class HostileNode:
         """Send one raw store RPC to ``peer``; returns its answer (None: no answer)."""
         result = self.run(
             self.node.protocol.call_store(
-                peer._p2p.peer_id, [DHTID.generate(source=key)], [raw_value], [expiration], subkeys=[subkey]
+                peer.peer.libp2p_peer_id, [DHTID.generate(source=key)], [raw_value], [expiration], subkeys=[subkey]
             )
         )
         return None if result is None else result[0]
@@ -98,13 +98,10 @@ def unchecked_record(groups: list[Any], created_at: float | None = None) -> byte
 
 
 def publish_unchecked(peer: Any, data: bytes, num_groups: int = 1) -> None:
-    """Queue raw record bytes on a :class:`swarm.dht.DHTSwarm` as if they had passed ``publish()``'s checks:
+    """Queue raw record bytes on a :class:`swarm.dht.DHTTransport` as if they had passed ``publish()``'s checks:
     the peer signs and stores them with the real protocol, and advertises them in its index entry."""
-    now = time.time()
-    with peer._lock:
-        seq = peer._next_seq = max(peer._next_seq + 1, int(now * 1000))
-        peer._pending.append((seq, data, num_groups, now))
-    peer._wake("_publish_event")
+    peer.publisher.queue_encoded(data, num_groups, time.time())
+    peer.peer.wake("publish")
 
 
 def poisoned_groups(rows: list[dict[str, Any]], marker: str = "POISON") -> dict[str, tuple[Group | dict, str]]:
@@ -215,7 +212,7 @@ def burst(raw: HostileNode, victim: Any, sample: Group, count: int, per_rpc: int
         values = [raw.signed(key, raw.marker, value, expiration) for key in keys]
         answers = raw.run(
             raw.node.protocol.call_store(
-                victim._p2p.peer_id,
+                victim.peer.libp2p_peer_id,
                 [DHTID.generate(source=key) for key in keys],
                 values,
                 [expiration] * len(keys),
@@ -230,7 +227,7 @@ def victim_marker(victim: Any) -> bytes:
     """The owner subkey protecting the records of ``victim``."""
     from swarm.validation import owner_marker
 
-    return owner_marker(victim._public_key)
+    return owner_marker(victim.public_key)
 
 
 def random_bytes(n: int, seed: int = 0) -> bytes:
@@ -308,7 +305,7 @@ def hostile_round(
         burst_seconds = time.monotonic() - started
         # the friend's 3 groups and the liar's 3 schema-valid ones reach the honest peer's cache
         deadline = time.monotonic() + 60
-        while honest.counters().get("received_groups", 0) < 6 and time.monotonic() < deadline:
+        while honest.readout().counters.get("received_groups", 0) < 6 and time.monotonic() < deadline:
             time.sleep(0.1)
 
         reward = ExactAnswer()

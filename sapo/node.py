@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sapo.config import document_fields, parameter_docs
 from swarm.dht import DHTSwarmConfig
+from swarm.field_docs import document_fields, field_help
 
 logger = logging.getLogger("sapo.node")
 
@@ -39,8 +39,7 @@ def _swarm_option(name: str, *, source: str | None = None, note: str = "") -> An
     """A node option that is DHTSwarmConfig's field `source` (default: `name`): its default and its help, read from
     there rather than restated, plus `note` on what the node adds."""
     swarm_field = {f.name: f for f in dataclasses.fields(DHTSwarmConfig)}[source or name]
-    # The field's help; the docstring entry is a fallback for a DHTSwarmConfig written before its fields had help.
-    text = swarm_field.metadata.get("help") or parameter_docs(DHTSwarmConfig).get(swarm_field.name, "")
+    text = field_help(swarm_field)
     metadata = {"help": f"{text} {note}".strip()}
     if swarm_field.default_factory is not dataclasses.MISSING:
         return field(default_factory=swarm_field.default_factory, metadata=metadata)

@@ -157,8 +157,9 @@ def config_yaml(args: Any, node: Any) -> str:
 
     import yaml
 
-    from sapo.config import SAPOConfig, field_help
+    from sapo.config import SAPOConfig
     from sapo.node import NodeArguments
+    from swarm.field_docs import field_help
 
     helps = {f.name: field_help(f) for cls in (SAPOConfig, NodeArguments) for f in dataclasses.fields(cls)}
     entries = []

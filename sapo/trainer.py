@@ -395,9 +395,10 @@ class SAPOTrainer(GRPOTrainer):
                 logs[f"sapo/total/{name}"] = float(value)
             if self.swarm is not None:
                 logs["sapo/peers"] = float(len(self.swarm.peers()))
-                for name, value in sorted(self.swarm.counters().items()):
+                readout = self.swarm.readout()
+                for name, value in sorted(readout.counters.items()):
                     logs[f"swarm/{name}"] = float(value)
-                for name, value in sorted(self.swarm.gauges().items()):
+                for name, value in sorted(readout.gauges.items()):
                     logs[f"swarm/gauge/{name}"] = float(value)
         super().log(logs, start_time)
 

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from swarm.records import Group, ReceivedGroup, RecordLimits, RecordRejected, validate_group
-from swarm.transport import PeerInfo, SwarmCounters, SwarmTransport
+from swarm.transport import PeerInfo, SwarmCounters, SwarmTransport, TransportReadout
 
 
 @dataclass
@@ -47,7 +47,7 @@ class MemorySwarm:
 
 
 class MemoryTransport(SwarmTransport):
-    """One peer's view of a :class:`MemorySwarm`: same contract as :class:`swarm.dht.DHTSwarm`."""
+    """One peer's view of a :class:`MemorySwarm`: same contract as :class:`swarm.dht.DHTTransport`."""
 
     def __init__(self, swarm: MemorySwarm, peer_id: str, model: str = ""):
         self._swarm = swarm
@@ -117,8 +117,15 @@ class MemoryTransport(SwarmTransport):
                 if peer != self._peer_id
             ]
 
-    def counters(self) -> dict[str, int]:
-        return self._counters.snapshot()
+    def readout(self) -> TransportReadout:
+        with self._swarm._board.lock:
+            published = sum(1 for sender, _, _ in self._swarm._board.groups if sender == self._peer_id)
+        return TransportReadout(
+            peer_id=self._peer_id,
+            healthy=not self._closed,
+            counters=self._counters.snapshot(),
+            gauges={"board_groups_of_this_peer": float(published), "seen_ids": float(len(self._cursor_seen))},
+        )
 
     def close(self) -> None:
         self._closed = True

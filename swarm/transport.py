@@ -5,10 +5,11 @@ from __future__ import annotations
 import threading
 import time
 from abc import ABC, abstractmethod
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+from swarm.clock import SYSTEM_CLOCK, Clock
 from swarm.records import Group, ReceivedGroup
 
 
@@ -49,12 +50,59 @@ class SwarmCounters:
             return dict(self._counts)
 
 
+class TimingLog:
+    """Thread-safe durations of a transport's background operations (stores, index reads, record lookups).
+
+    Each sample is ``(finished_at, seconds)`` with ``finished_at`` on the transport's monotonic clock, so a reader
+    keeps the samples after a moment of its choosing (e.g. after a warm-up) without clearing them for others.
+    """
+
+    def __init__(self, clock: Clock = SYSTEM_CLOCK, keep: int = 1000):
+        self._clock = clock
+        self._keep = keep
+        self._lock = threading.Lock()
+        self._samples: dict[str, deque[tuple[float, float]]] = {}
+
+    def record(self, name: str, seconds: float) -> None:
+        """Add one duration of operation ``name``; the oldest beyond ``keep`` per name are dropped."""
+        with self._lock:
+            self._samples.setdefault(name, deque(maxlen=self._keep)).append((self._clock.monotonic(), seconds))
+
+    def snapshot(self) -> dict[str, list[tuple[float, float]]]:
+        """A copy of the recent samples per operation name, oldest first."""
+        with self._lock:
+            return {name: list(samples) for name, samples in self._samples.items()}
+
+
+@dataclass(frozen=True)
+class TransportReadout:
+    """Everything a transport reports about itself at one moment: the one read-out of every transport.
+
+    Parameters:
+        peer_id (`str`): this peer's identity, as others see it.
+        healthy (`bool`): False once closed or when the peer can no longer reach the swarm (e.g. its daemon died).
+        counters (`dict[str, int]`): totals since start: `published_groups`, `fetched_groups`, `received_groups`,
+            `rejected/<reason>`, ... (a transport counts what it does; it never raises network errors).
+        gauges (`dict[str, float]`): sizes of what it holds now (cached groups, stored DHT items, remembered refs).
+        timings (`dict[str, list[tuple[float, float]]]`): recent `(finished_at, seconds)` of background operations
+            per name (`publish`, `index`, `fetch`), `finished_at` on the monotonic clock.
+        addresses (`list[str]`): multiaddrs other peers join through (empty for an in-memory transport).
+    """
+
+    peer_id: str
+    healthy: bool
+    counters: dict[str, int]
+    gauges: dict[str, float] = field(default_factory=dict)
+    timings: dict[str, list[tuple[float, float]]] = field(default_factory=dict)
+    addresses: list[str] = field(default_factory=list)
+
+
 class SwarmTransport(ABC):
     """What the trainer needs from a swarm: publish groups, take fresh groups of others, see peers.
 
     Implementations never block the caller on the network: :meth:`publish` queues, and
     :meth:`fetch` returns what a background task has already received. Received groups have passed
-    every validator; invalid input is dropped and counted in :meth:`counters`, never raised.
+    every validator; invalid input is dropped and counted in :meth:`readout`, never raised.
     """
 
     @property
@@ -82,12 +130,12 @@ class SwarmTransport(ABC):
         """Other peers listed in the swarm: those that announced themselves or published within the record ttl."""
 
     @abstractmethod
-    def counters(self) -> dict[str, int]:
-        """Counters of published, fetched and rejected items (rejections as ``rejected/<reason>``)."""
+    def readout(self) -> TransportReadout:
+        """What this transport did and holds: counters (rejections as ``rejected/<reason>``), gauges, timings."""
 
-    def gauges(self) -> dict[str, float]:
-        """Sizes of what this transport holds now (stored items, caches), for logs; empty if it keeps none."""
-        return {}
+    def healthy(self) -> bool:
+        """False once closed, or when this peer can no longer publish or fetch."""
+        return self.readout().healthy
 
     @abstractmethod
     def close(self) -> None:

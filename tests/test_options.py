@@ -12,12 +12,13 @@ import pytest
 import torch
 
 import sapo.config
-from sapo.config import SAPOConfig, device_defaults, field_help, parameter_docs
+from sapo.config import SAPOConfig, device_defaults
 from sapo.node import NodeArguments
 from sapo.node_args import build_parser, config_yaml, parse_node_args
 from sapo.sampling import SAMPLER_ALIASES, SAMPLERS, DropZeroAdvantageSampler, make_sampler
 from sapo.verification import SOURCE_POLICIES
 from swarm.dht import DHTSwarmConfig
+from swarm.field_docs import field_help, parameter_docs
 
 # NodeArguments field -> the DHTSwarmConfig field it is.
 SWARM_OPTIONS = {
@@ -51,7 +52,7 @@ def _squash(text: str) -> str:
     return re.sub(r"\s+", "", text)
 
 
-@pytest.mark.parametrize("cls", [SAPOConfig, NodeArguments])
+@pytest.mark.parametrize("cls", [SAPOConfig, NodeArguments, DHTSwarmConfig])
 def test_every_field_has_one_documentation_which_the_docstring_shows(cls):
     fields = _own_fields(cls)
     assert fields
@@ -83,7 +84,7 @@ def test_a_node_swarm_option_is_the_dht_swarm_config_field(option, source):
     # Resolved types: HfArgumentParser replaces a field's string annotation with the type it names.
     assert typing.get_type_hints(NodeArguments)[option] == typing.get_type_hints(DHTSwarmConfig)[source]
     assert getattr(NodeArguments(), option) == getattr(DHTSwarmConfig(), source)
-    swarm_help = swarm_field.metadata.get("help") or parameter_docs(DHTSwarmConfig)[source]
+    swarm_help = field_help(swarm_field)
     assert swarm_help and field_help(node_field).startswith(" ".join(swarm_help.split()))
     if option == source:
         assert field_help(node_field) == field_help(swarm_field)
@@ -131,7 +132,7 @@ def test_explicit_device_settings_are_kept(monkeypatch):
 
 
 def test_parameter_docs_reads_a_trl_style_docstring():
-    """The fallback for a swarm option whose DHTSwarmConfig field has no help: its docstring entry."""
+    """parameter_docs reads a TRL-style docstring back (the check that docstring and help agree relies on it)."""
 
     @dataclasses.dataclass
     class Documented:

@@ -99,10 +99,10 @@ def test_three_peers_exchange_and_late_joiner(dht_peers):
         items = got.get(name, got_d) + peer.fetch(100)
         assert len(ids(items)) == len(items), f"peer {name} got a group twice"
         assert all(item.sender != peer.peer_id for item in items)
-    counters = a.counters()
+    counters = a.readout().counters
     assert counters["published_records"] == 2 and counters["published_groups"] == 3
     assert counters["index_reads"] > 0 and counters["fetched_records"] >= 2
-    assert d.counters()["fetched_groups"] == 5
+    assert d.readout().counters["fetched_groups"] == 5
 
 
 def test_peers_are_listed_from_joining_and_a_relay_is_not(dht_peers):
@@ -115,7 +115,7 @@ def test_peers_are_listed_from_joining_and_a_relay_is_not(dht_peers):
     assert {p.peer for p in wait_for_peers(relay, 2, timeout=30)} == {a.peer_id, b.peer_id}
     time.sleep(1.0)  # a wrongly announced relay would have been read by now (index refresh: 1 s)
     assert relay.peer_id not in {p.peer for p in a.peers() + b.peers()}
-    assert a.counters().get("published_records", 0) == 0 and a.fetch(10) == []
+    assert a.readout().counters.get("published_records", 0) == 0 and a.fetch(10) == []
 
 
 def test_storage_and_bookkeeping_are_bounded_by_expiry(dht_peers):
@@ -124,13 +124,13 @@ def test_storage_and_bookkeeping_are_bounded_by_expiry(dht_peers):
     b = dht_peers(initial_peers=a.visible_addresses(), **short)
     a.publish([make_group("a1")])
     collect(b, [], 1)
-    held = b.gauges()
+    held = b.readout().gauges
     assert held["seen_refs"] >= 1 and held["known_senders"] == 1 and held["dht_stored_items"] >= 1
     # once the ttl has passed, the records expire from DHT storage and the peer forgets what it knew of them
     wait_until(
-        lambda: b.gauges() | {"cached_groups": 0.0, "returned_ids": 0.0} == dict.fromkeys(held, 0.0),
+        lambda: b.readout().gauges | {"cached_groups": 0.0, "returned_ids": 0.0} == dict.fromkeys(held, 0.0),
         20,
-        message=str(b.gauges()),
+        message=str(b.readout().gauges),
     )
     assert b.peers() == []
 
@@ -171,7 +171,7 @@ def test_killed_peers_do_not_stop_the_others(dht_peers):
     # a peer dies mid-run (its p2pd is killed): it reports it, the others go on
     os.kill(c.p2pd_pid, signal.SIGKILL)
     wait_until(lambda: not c.healthy(), 10)
-    assert c.counters()["p2pd_deaths"] == 1
+    assert c.readout().counters["p2pd_deaths"] == 1
     assert c.fetch(4) == []  # never raises
     b.publish([make_group("b1")])
     assert ids(collect(d, [], 1)) == {(b.peer_id, "b1")}
@@ -194,17 +194,17 @@ def test_hostile_writer_is_rejected_and_counted(dht_peers):
     hostile = HostileNode(a.visible_addresses(), on_p2pd=record_p2pd)
     try:
         a.publish([make_group("a1")])
-        wait_until(lambda: a.counters().get("published_records"))
-        seq = a._recent_refs[-1].seq
+        wait_until(lambda: a.readout().counters.get("published_records"))
+        seq = a.publisher.recent_refs()[-1].seq
         records_key = f"sapo/records/{a.peer_id}/{seq}"
-        index_key = a._index_key
+        index_key = a.publisher.index_key
         exp = time.time() + 300
         good_record = encode_record(GroupRecord(groups=[make_group("evil")], created_at=time.time()))
         dumps = MSGPackSerializer.dumps
         rng = random.Random(0)
         attempts = {
             # (reason expected, key, subkey, raw value as sent)
-            "forged": ("bad_signature", records_key, owner_marker(a._public_key), None),
+            "forged": ("bad_signature", records_key, owner_marker(a.public_key), None),
             "unsigned": ("bad_signature", records_key, b"no owner here", dumps(good_record)),
             "schema": ("schema", records_key, hostile.marker, dumps(MSGPackSerializer.dumps({"version": 1, "x": 1}))),
             "too_large": ("too_large", f"sapo/records/x/{seq}", hostile.marker, dumps(rng.randbytes(3_500_000))),
@@ -219,9 +219,10 @@ def test_hostile_writer_is_rejected_and_counted(dht_peers):
             else:
                 value = hostile.signed(key, subkey, raw, exp)
             for peer in (a, b):
-                before = peer.counters().get(f"rejected/{reason}", 0)
+                before = peer.readout().counters.get(f"rejected/{reason}", 0)
                 assert hostile.store_at(peer, key, subkey, value, exp) is False, name
-                assert peer.counters().get(f"rejected/{reason}", 0) == before + 1, (name, peer.counters())
+                counters = peer.readout().counters
+                assert counters.get(f"rejected/{reason}", 0) == before + 1, (name, counters)
 
         # a validly signed second subkey under a's records key and a's index shard: stored, but never taken
         # as a's; plus junk in the hostile node's own storage, which honest peers reject when it is returned
@@ -242,7 +243,11 @@ def test_hostile_writer_is_rejected_and_counted(dht_peers):
         time.sleep(1.0)  # a wrongly accepted hostile group would arrive by now
         got += late.fetch(100)
         assert ids(got) == {(a.peer_id, "a1")}
-        wait_until(lambda: late.counters().get("rejected/bad_signature", 0) >= 1, 10, message=str(late.counters()))
+        wait_until(
+            lambda: late.readout().counters.get("rejected/bad_signature", 0) >= 1,
+            10,
+            message=str(late.readout().counters),
+        )
         for peer in (a, b, late):
             assert all(item.group.group_id != "evil" for item in peer.fetch(100))
     finally:
@@ -255,11 +260,11 @@ def test_freshness_clock_skew_and_max_age(dht_peers):
     now = time.time()
     a.publish([make_group("future", created_at=now + 60)])
     a.publish([make_group("old", created_at=now - 30), make_group("fresh")])
-    wait_until(lambda: b.counters().get("rejected/clock_skew"), 20, message=str(b.counters()))
-    wait_until(lambda: b.counters().get("received_groups", 0) >= 2, 20, message=str(b.counters()))
+    wait_until(lambda: b.readout().counters.get("rejected/clock_skew"), 20, message=str(b.readout().counters))
+    wait_until(lambda: b.readout().counters.get("received_groups", 0) >= 2, 20, message=str(b.readout().counters))
     got = b.fetch(10, max_age=10)
     assert ids(got) == {(a.peer_id, "fresh")}
-    assert b.counters()["rejected/expired"] == 1
+    assert b.readout().counters["rejected/expired"] == 1
 
 
 def test_identity_persists_across_restarts(dht_peers, tmp_path):

@@ -128,7 +128,7 @@ def test_fill_in_when_the_swarm_is_empty(tmp_path, smollm_tokenizer):
     assert _metric(trainer, "sapo/fill_ins") == [2.0]
     assert _metric(trainer, "sapo/external_groups") == [0.0]
     # Every one of the I + J = 4 groups was generated here, so all 4 were published.
-    assert trainer.swarm.counters()["published_groups"] == 4
+    assert trainer.swarm.readout().counters["published_groups"] == 4
     assert len(probe.trained) == 4 * G
 
 
@@ -260,7 +260,7 @@ def test_malformed_external_groups_are_dropped_not_raised(tmp_path, smollm_token
         max_steps=1,
     )
     trainer.train()
-    counters = trainer.swarm.counters()
+    counters = trainer.swarm.readout().counters
     assert counters["rejected/schema"] == 1
     assert counters["rejected/empty_group"] == 1
     assert counters["rejected/completion_too_long"] == 1
@@ -311,7 +311,7 @@ def test_no_external_groups_matches_trl_grpo(tmp_path, smollm_tokenizer):
     assert _metric(sapo_trainer, "loss") == _metric(trl_trainer, "loss")
     for a, b in zip(trl_trainer.model.parameters(), sapo_trainer.model.parameters(), strict=True):
         assert torch.equal(a, b)
-    assert sapo_trainer.swarm.counters()["published_groups"] == 4  # 2 rounds x 2 groups, published all the same
+    assert sapo_trainer.swarm.readout().counters["published_groups"] == 4  # 2 rounds x 2 groups, published all the same
 
 
 def test_heterogeneous_peers_exchange_and_both_train(tmp_path, smollm_tokenizer, minilm_tokenizer):
@@ -389,7 +389,7 @@ def test_default_model_trains_in_a_swarm_of_two(tmp_path):
         before = [p.detach().clone() for p in b.model.parameters()]
         a.train()  # publishes its groups over the DHT
         deadline = time.monotonic() + 60
-        while second.counters().get("received_groups", 0) < 2 and time.monotonic() < deadline:
+        while second.readout().counters.get("received_groups", 0) < 2 and time.monotonic() < deadline:
             time.sleep(0.2)
         b.train()
         assert b.swarm_totals["external_groups"] >= 1, b.swarm_totals

@@ -1,0 +1,238 @@
+"""Settings of one peer's DHT transport, each documented once (its help), and the multiaddr check they use."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from hivemind.p2p import PeerID
+from hivemind.utils.multiaddr import Multiaddr
+
+from swarm.field_docs import document_fields
+from swarm.records import RecordLimits
+
+MULTIADDR_FORM = "/ip4/1.2.3.4/tcp/31337/p2p/Qm..."
+"""The shape of a joinable multiaddr, shown in error messages."""
+
+_SECTIONS = {
+    "Swarm membership": (
+        "swarm_name", "initial_peers", "host_maddrs", "announce_maddrs", "identity_path", "signing_key_path",
+        "check_identity_free", "client_mode", "use_relay", "use_auto_relay", "join_timeout", "wait_timeout",
+    ),
+    "Records": (
+        "model_name", "limits", "record_ttl", "index_shards", "index_records", "max_pending_publishes",
+        "store_timeout", "announce", "announce_interval",
+    ),
+    "Fetching": (
+        "prefetch_groups", "max_cached_groups", "poll_interval", "index_refresh_interval", "index_min_interval",
+        "index_shards_per_poll", "index_staleness", "rejoin_interval", "fetch_timeout", "clock_skew_tolerance",
+    ),
+    "Process hygiene": (
+        "state_dir", "health_interval",
+    ),
+}  # fmt: skip
+
+
+@document_fields(_SECTIONS)
+@dataclass
+class DHTTransportConfig:
+    """Settings of a :class:`~swarm.dht.DHTTransport`, one peer's transport over the hivemind DHT."""
+
+    swarm_name: str = field(
+        default="sapo",
+        metadata={"help": "Prefix of every DHT key; peers with different names ignore each other's records."},
+    )
+    initial_peers: list[str] = field(
+        default_factory=list,
+        metadata={
+            "help": f"Multiaddrs of peers to join, e.g. `{MULTIADDR_FORM}` (a peer prints its own on start). Empty: "
+            "start a new swarm."
+        },
+    )
+    host_maddrs: list[str] = field(
+        default_factory=lambda: ["/ip4/127.0.0.1/tcp/0"],
+        metadata={
+            "help": "Multiaddrs to listen on. The default accepts peers of this machine only; use "
+            "`/ip4/0.0.0.0/tcp/31337` to accept peers from other machines."
+        },
+    )
+    announce_maddrs: list[str] | None = field(
+        default=None,
+        metadata={
+            "help": "Multiaddrs other peers should dial (e.g. a public IP behind port forwarding); explicit ports "
+            "only. None: the addresses listened on."
+        },
+    )
+    identity_path: str | None = field(
+        default=None,
+        metadata={
+            "help": "File with the libp2p identity (created if missing) so that the peer id survives restarts. The "
+            "record signing key is kept next to it (see signing_key_path). None: a fresh identity."
+        },
+    )
+    signing_key_path: str | None = field(
+        default=None,
+        metadata={
+            "help": "PEM file (mode 0600) of the RSA key that signs records; other peers see this peer as a "
+            "fingerprint of it. None: identity_path + '.signing.pem', or a fresh key without identity_path."
+        },
+    )
+    check_identity_free: bool = field(
+        default=True,
+        metadata={"help": "When joining with an existing identity file, check first that no other peer uses it."},
+    )
+    client_mode: bool = field(
+        default=False,
+        metadata={
+            "help": "Do not serve DHT requests (for peers others cannot dial); the peer still publishes and fetches."
+        },
+    )
+    use_relay: bool = field(
+        default=True, metadata={"help": "Allow reaching peers behind NAT through libp2p circuit relays."}
+    )
+    use_auto_relay: bool = field(
+        default=False, metadata={"help": "Look for relays to become reachable when this peer is behind NAT."}
+    )
+    join_timeout: float = field(
+        default=30.0,
+        metadata={"help": "Seconds allowed for starting the daemon and contacting the initial peers."},
+    )
+    wait_timeout: float = field(
+        default=3.0,
+        metadata={"help": "Seconds hivemind waits for one RPC answer before it deems the peer unresponsive."},
+    )
+    model_name: str = field(default="", metadata={"help": "Model name this peer advertises in the index."})
+    limits: RecordLimits = field(
+        default_factory=RecordLimits,
+        metadata={"help": "Size limits enforced on published and received records (swarm.records.RecordLimits)."},
+    )
+    record_ttl: float = field(
+        default=600.0,
+        metadata={
+            "help": "Seconds a published record (and index entry) lives in the DHT. Records stored here to live "
+            "longer (by more than a minute plus the clock tolerance) are refused as `ttl_too_long`, so every peer of "
+            "a swarm should use the same value."
+        },
+    )
+    index_shards: int = field(
+        default=8, metadata={"help": "Number of index keys; every peer of a swarm must use the same value."}
+    )
+    index_records: int = field(
+        default=8,
+        metadata={"help": "Record references a peer keeps in its index entry (at most limits.max_index_records)."},
+    )
+    max_pending_publishes: int = field(
+        default=16,
+        metadata={
+            "help": "Records waiting to be stored; when full, the oldest is dropped (counted as publish_dropped)."
+        },
+    )
+    store_timeout: float = field(
+        default=30.0, metadata={"help": "Seconds one background store may take before it counts as a failure."}
+    )
+    announce: bool = field(
+        default=True,
+        metadata={
+            "help": "Store this peer's index entry on joining and every announce_interval seconds without "
+            "publications, so that others list it before its first records. A peer that only relays (a bootstrap "
+            "peer) sets False and stays unlisted."
+        },
+    )
+    announce_interval: float = field(
+        default=60.0,
+        metadata={
+            "help": "A peer that published nothing for this many seconds stores its index entry again, so that "
+            "others keep listing it while it loads or generates."
+        },
+    )
+    prefetch_groups: int = field(
+        default=16,
+        metadata={
+            "help": "Groups of other peers the background poller keeps cached for fetch(); about twice the external "
+            "groups taken per step."
+        },
+    )
+    max_cached_groups: int = field(
+        default=256, metadata={"help": "Cap of the fetch cache; the oldest groups are dropped beyond it."}
+    )
+    poll_interval: float = field(default=1.0, metadata={"help": "Seconds between two background polls."})
+    index_refresh_interval: float = field(
+        default=10.0,
+        metadata={"help": "Read the index at least this often, even when the cache is full (keeps peers() current)."},
+    )
+    index_min_interval: float = field(
+        default=2.0,
+        metadata={"help": "Read the index at most this often; in between, the poller fetches records it knows of."},
+    )
+    index_shards_per_poll: int = field(
+        default=2,
+        metadata={
+            "help": "Index shards read per poll, in rotation (0: all). Each shard holds about N / index_shards "
+            "peers, so a poll costs O(J), not O(N), once the swarm is large."
+        },
+    )
+    index_staleness: float = field(
+        default=5.0,
+        metadata={
+            "help": "A copy of an index shard updated less than this many seconds ago ends the lookup; older copies "
+            "(e.g. this peer's own cache) make hivemind search further replicas."
+        },
+    )
+    rejoin_interval: float = field(
+        default=10.0,
+        metadata={
+            "help": "Seconds between two checks of this peer's DHT neighbours. A peer that has lost all of them (its "
+            "link was down, or every neighbour left) dials and pings the peers it knew, initial peers included, to "
+            "rejoin (counted as rejoin_attempts and rejoins)."
+        },
+    )
+    fetch_timeout: float = field(default=20.0, metadata={"help": "Seconds one background lookup may take."})
+    clock_skew_tolerance: float = field(
+        default=3.0,
+        metadata={"help": "Seconds a record may be dated in the future; later ones are rejected as clock_skew."},
+    )
+    state_dir: str | None = field(
+        default=None,
+        metadata={
+            "help": "Directory for a small state file with the p2pd pid and socket paths, so that the next start "
+            "with the same directory removes what a killed (kill -9) process left behind."
+        },
+    )
+    health_interval: float = field(default=1.0, metadata={"help": "Seconds between two checks that p2pd is alive."})
+
+    def __post_init__(self) -> None:
+        if isinstance(self.initial_peers, str):
+            self.initial_peers = [self.initial_peers]
+        if not 1 <= self.index_records <= self.limits.max_index_records:
+            raise ValueError(
+                f"index_records={self.index_records}: it must be in [1, {self.limits.max_index_records}] "
+                "(limits.max_index_records)"
+            )
+        for name in ("index_shards", "prefetch_groups", "max_cached_groups", "max_pending_publishes"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name}={getattr(self, name)}: it must be a positive number")
+
+    def signing_key_file(self) -> str | None:
+        """Where the record signing key lives: signing_key_path, else next to identity_path, else nowhere (fresh)."""
+        if self.signing_key_path is not None:
+            return self.signing_key_path
+        return None if self.identity_path is None else self.identity_path + ".signing.pem"
+
+
+def validate_multiaddr(addr: str, require_peer_id: bool) -> Multiaddr:
+    """Parse a multiaddr, raising ``ValueError`` that names it and shows the expected form."""
+    try:
+        maddr = Multiaddr(str(addr))
+        if require_peer_id:
+            PeerID.from_base58(maddr["p2p"])
+        return maddr
+    except Exception as e:
+        expected = MULTIADDR_FORM if require_peer_id else "/ip4/1.2.3.4/tcp/31337"
+        raise ValueError(f"malformed multiaddr {addr!r} ({e}); expected the form {expected}") from None
+
+
+def validate_addresses(config: DHTTransportConfig) -> None:
+    """Check every multiaddr of ``config`` (initial peers need a ``/p2p/`` peer id); ValueError names the bad one."""
+    for addr in config.initial_peers:
+        validate_multiaddr(addr, require_peer_id=True)
+    for addr in list(config.host_maddrs) + list(config.announce_maddrs or []):
+        validate_multiaddr(addr, require_peer_id=False)

@@ -1,0 +1,436 @@
+"""A peer's life in the DHT: its event loop thread, p2pd and DHT node, background jobs, watchdog, rejoin, close.
+
+:class:`DHTPeer` owns everything that outlives one call: the asyncio loop in a daemon thread, the ``p2pd`` daemon
+(created here, not by hivemind, so a failed bootstrap can shut it down), the :class:`~hivemind.dht.node.DHTNode`,
+and the background jobs the transport gives it (each runs every ``interval`` seconds or when woken, and a failure
+is a counter and a log line, never an exception in the caller). It knows nothing of records.
+
+Traps of hivemind 1.1.12 handled here: a failed bootstrap leaves its ``p2pd`` or socket file behind (we clean
+both up); if ``p2pd`` dies hivemind fails silently (a watchdog reports it); hivemind drops a neighbour that stops
+answering and never looks again, so after a partition a peer would stay alone for good (we rejoin through the
+peers we knew).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import contextlib
+import json
+import logging
+import os
+import signal
+import threading
+import time
+import weakref
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from hivemind.dht.node import DHTNode
+from hivemind.dht.routing import DHTID
+from hivemind.p2p import P2P, PeerID
+from hivemind.utils.multiaddr import Multiaddr
+
+from swarm.clock import SYSTEM_CLOCK, Clock
+from swarm.config import DHTTransportConfig
+from swarm.daemon import (
+    STATE_FILE,
+    cleanup_stale_state,
+    close_p2p,
+    is_p2pd,
+    parent_pid,
+    pid_alive,
+    remove_files,
+    remove_stale_sockets_since,
+)
+from swarm.transport import SwarmCounters
+
+logger = logging.getLogger("swarm.dht")
+
+_KNOWN_PEERS_KEPT = 64  # addresses remembered for rejoining; the oldest go first
+
+
+class SwarmJoinError(RuntimeError):
+    """No initial peer answered while joining a swarm (or the local daemon could not start)."""
+
+
+@dataclass(frozen=True)
+class BackgroundJob:
+    """Work a peer repeats on its event loop: ``body(node)`` every ``interval`` seconds, or sooner when woken."""
+
+    name: str
+    body: Callable[[DHTNode], Awaitable[None]]
+    interval: float
+
+
+_LIVE_PEERS: weakref.WeakSet[DHTPeer] = weakref.WeakSet()
+
+
+@atexit.register
+def _close_all_at_exit() -> None:
+    for peer in list(_LIVE_PEERS):
+        with contextlib.suppress(Exception):
+            peer.close()
+
+
+class DHTPeer:
+    """One running hivemind DHT node with its p2pd daemon and event loop thread.
+
+    Args:
+        config: addresses, identity, timeouts and intervals.
+        record_validator: hivemind's validator (signs what this peer stores, checks what it receives).
+        label: this peer's name in log lines (its record identity).
+        counters: where deaths, rejoins and background errors are counted.
+        clock: monotonic time spaces the neighbour checks.
+    """
+
+    def __init__(
+        self,
+        config: DHTTransportConfig,
+        record_validator: Any,
+        label: str,
+        counters: SwarmCounters,
+        clock: Clock = SYSTEM_CLOCK,
+    ):
+        self.config = config
+        self._validator = record_validator
+        self._label = label
+        self._counters = counters
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._closed = False
+        self._healthy = False
+        self.node: DHTNode | None = None
+        self._p2p: P2P | None = None
+        self._p2pd_pid: int | None = None
+        self._sockets: list[str] = []
+        self._visible: list[str] = []
+        self._tasks: list[asyncio.Task] = []
+        self._wake_events: dict[str, asyncio.Event] = {}
+        self._known_peers: dict[Any, list[Any]] = {}  # libp2p PeerID -> multiaddrs, to rejoin after a partition
+        self._alone_since: float | None = None
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._run_loop, name=f"swarm-dht-{label}", daemon=True)
+
+    # ------------------------------------------------------------------------------ start and stop
+
+    def start(self, jobs: Sequence[BackgroundJob]) -> None:
+        """Start p2pd and the DHT node, join (or start) the swarm, then run ``jobs``; blocks until joined.
+
+        Raises:
+            SwarmJoinError: no initial peer answered within ``config.join_timeout``, or p2pd could not start.
+        """
+        self._thread.start()
+        # Real wall time, not the injected clock: it is compared with the modification times of socket files.
+        started = time.time()
+        future = asyncio.run_coroutine_threadsafe(self._start(jobs), self._loop)
+        try:
+            future.result(timeout=self.config.join_timeout + 10)
+        except BaseException as e:
+            future.cancel()
+            self._stop_thread()
+            self._kill_leftovers()
+            remove_stale_sockets_since(started)
+            time.sleep(0.5)  # a p2pd that failed its start may still hold its socket for a moment
+            remove_stale_sockets_since(started)
+            if isinstance(e, SwarmJoinError | ValueError):
+                raise
+            raise SwarmJoinError(self._join_failure_message(f"{type(e).__name__}: {e}")) from e
+        _LIVE_PEERS.add(self)
+
+    def close(self) -> None:
+        """Leave: cancel the jobs, shut down the DHT node and p2pd, remove socket and state files. Idempotent."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+        _LIVE_PEERS.discard(self)
+        if self._thread.is_alive() and not self._loop.is_closed():
+            future = asyncio.run_coroutine_threadsafe(self._shutdown(), self._loop)
+            with contextlib.suppress(Exception):
+                future.result(timeout=30)
+        self._stop_thread()
+        self._kill_leftovers()
+        self._healthy = False
+
+    # ------------------------------------------------------------------------------ any thread
+
+    @property
+    def closed(self) -> bool:
+        """True once :meth:`close` was called."""
+        return self._closed
+
+    @property
+    def p2pd_pid(self) -> int | None:
+        """Process id of this peer's p2pd daemon."""
+        return self._p2pd_pid
+
+    @property
+    def socket_paths(self) -> list[str]:
+        """Unix socket files of this peer's p2pd and its client."""
+        return list(self._sockets)
+
+    @property
+    def libp2p_peer_id(self) -> Any:
+        """This peer's libp2p :class:`~hivemind.p2p.PeerID` (how hivemind RPCs address it)."""
+        assert self._p2p is not None, "the peer has not started"
+        return self._p2p.peer_id
+
+    @property
+    def thread_id(self) -> int | None:
+        """Native id of the event loop thread (to measure its CPU time)."""
+        return self._thread.native_id
+
+    def visible_addresses(self) -> list[str]:
+        """Multiaddrs (with ``/p2p/<peer id>``) that other peers pass as ``initial_peers`` to join."""
+        return list(self._visible)
+
+    def healthy(self) -> bool:
+        """False once closed, or if p2pd or the event loop thread died (the peer then neither sends nor gets)."""
+        return self._healthy and not self._closed and self._thread.is_alive()
+
+    def stored_items(self) -> int:
+        """DHT items this peer stores for the swarm."""
+        node = self.node
+        return len(node.protocol.storage) if node is not None else 0
+
+    def wake(self, job: str) -> None:
+        """Run background job ``job`` now instead of at its next interval (from any thread; ignored once closed)."""
+
+        def set_event() -> None:
+            if job in self._wake_events:
+                self._wake_events[job].set()
+
+        with contextlib.suppress(RuntimeError):  # the loop is closed: nothing to wake
+            self._loop.call_soon_threadsafe(set_event)
+
+    # ------------------------------------------------------------------------------ the event loop
+
+    def _run_loop(self) -> None:
+        asyncio.set_event_loop(self._loop)
+        self._loop.set_exception_handler(self._loop_exception)
+        self._loop.run_forever()
+
+    def _loop_exception(self, loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+        # hivemind leaves fire-and-forget tasks whose errors (mostly lost connections to peers that left)
+        # nobody retrieves; they are expected in a swarm, so they go to the debug log, not stderr.
+        self._counters.add("loop_errors")
+        logger.debug("peer %s: background error: %s %r", self._label, context.get("message"), context.get("exception"))
+
+    async def _start(self, jobs: Sequence[BackgroundJob]) -> None:
+        config = self.config
+        if config.state_dir is not None:
+            os.makedirs(config.state_dir, exist_ok=True)
+            cleanup_stale_state(config.state_dir)
+        self._p2p = await self._create_p2p()
+        self._p2pd_pid = self._p2p._child.pid if self._p2p._child is not None else None
+        self._sockets = [self._p2p._daemon_listen_maddr["unix"], self._p2p._client_listen_maddr["unix"]]
+        self._write_state()
+        try:
+            self.node = await asyncio.wait_for(
+                DHTNode.create(
+                    p2p=self._p2p,
+                    initial_peers=list(config.initial_peers) or None,
+                    record_validator=self._validator,
+                    client_mode=config.client_mode,
+                    wait_timeout=config.wait_timeout,
+                    bootstrap_timeout=min(config.join_timeout, 2 * config.wait_timeout),
+                    cache_refresh_before_expiry=0,  # we poll explicitly; no background refresh traffic
+                    ensure_bootstrap_success=True,
+                ),
+                config.join_timeout,
+            )
+        except BaseException as e:
+            await close_p2p(self._p2p)
+            if isinstance(e, asyncio.TimeoutError):
+                raise SwarmJoinError(self._join_failure_message("timed out bootstrapping the DHT")) from None
+            raise SwarmJoinError(self._join_failure_message(f"{type(e).__name__}: {e}")) from e
+        self._visible = [str(m) for m in await self._p2p.get_visible_maddrs()]
+        for addr in config.initial_peers:
+            maddr = Multiaddr(addr)
+            self._known_peers[PeerID.from_base58(maddr["p2p"])] = [maddr.decapsulate(Multiaddr(f"/p2p/{maddr['p2p']}"))]
+        self._healthy = True
+        if config.initial_peers:
+            logger.info("peer %s joined swarm %r via %s", self._label, config.swarm_name, config.initial_peers)
+        else:
+            logger.info("peer %s bootstrapped new swarm %r", self._label, config.swarm_name)
+        logger.info("peer %s listens on %s (p2pd pid %s)", self._label, self._visible, self._p2pd_pid)
+        neighbours = BackgroundJob("neighbours", self._keep_neighbours, config.rejoin_interval)
+        for job in [*jobs, neighbours]:
+            self._wake_events[job.name] = asyncio.Event()
+            first_after = job.interval if job is neighbours else 0.0  # a peer that just joined has its neighbours
+            self._tasks.append(asyncio.create_task(self._repeat(job, first_after)))
+        self._tasks.append(asyncio.create_task(self._watchdog()))
+
+    async def _create_p2p(self) -> P2P:
+        """Start p2pd, retrying a refused bootstrap until join_timeout: a busy first peer may answer late."""
+        config = self.config
+        p2p_kwargs: dict[str, Any] = dict(
+            initial_peers=list(config.initial_peers) or None,
+            host_maddrs=list(config.host_maddrs),
+            announce_maddrs=list(config.announce_maddrs) if config.announce_maddrs else None,
+            identity_path=config.identity_path,
+            check_if_identity_free=config.check_identity_free,
+            use_relay=config.use_relay,
+            use_auto_relay=config.use_auto_relay,
+            dht_mode="client" if config.client_mode else "server",
+        )
+        deadline = self._clock.monotonic() + config.join_timeout
+        started, delay = time.time(), 1.0  # wall time of the socket files, as in start()
+        while True:
+            try:
+                p2p = await asyncio.wait_for(P2P.create(**p2p_kwargs), max(1.0, deadline - self._clock.monotonic()))
+                remove_stale_sockets_since(started)  # sockets of failed attempts nobody listens on
+                return p2p
+            except asyncio.TimeoutError:
+                raise SwarmJoinError(self._join_failure_message("timed out starting p2pd")) from None
+            except Exception as e:
+                retry = config.initial_peers and "bootstrap" in str(e) and self._clock.monotonic() + delay < deadline
+                if not retry:
+                    if config.initial_peers:
+                        raise SwarmJoinError(self._join_failure_message(f"{type(e).__name__}: {e}")) from e
+                    raise
+                logger.info("no initial peer answered yet (%s); retrying in %.0f s", e, delay)
+                await asyncio.sleep(delay)
+                delay = min(2 * delay, 8.0)
+
+    def _join_failure_message(self, cause: str) -> str:
+        config = self.config
+        if not config.initial_peers:
+            return (
+                f"could not start a new swarm within {config.join_timeout:.0f} s: {cause}. "
+                f"Check host_maddrs {config.host_maddrs} (port already in use?) and identity_path."
+            )
+        peers = ", ".join(config.initial_peers)
+        return (
+            f"could not join the swarm within {config.join_timeout:.0f} s: no initial peer answered. "
+            f"Initial peers: {peers}. Cause: {cause}. Check that the address is right (copy it from the "
+            f"first peer's visible_addresses()), that the peer is up and reachable from here (firewall, "
+            f"host_maddrs listening on 127.0.0.1 only?), and that the clocks of both machines agree: hivemind "
+            f"peers whose clocks differ by more than 3 s fail to interact."
+        )
+
+    def _write_state(self) -> None:
+        if self.config.state_dir is None or self._p2pd_pid is None:
+            return
+        state = {"python_pid": os.getpid(), "p2pd_pid": self._p2pd_pid, "sockets": self._sockets}
+        path = os.path.join(self.config.state_dir, STATE_FILE)
+        with open(path + ".tmp", "w") as f:
+            json.dump(state, f)
+        os.replace(path + ".tmp", path)
+
+    async def _repeat(self, job: BackgroundJob, first_after: float) -> None:
+        """Run ``job`` every ``job.interval`` s (or on wakeup) forever; a failure is a counter and a log line."""
+        event = self._wake_events[job.name]
+        if first_after > 0:
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(event.wait(), first_after)
+        while True:
+            event.clear()  # before the body: a wakeup that arrives during the body is kept for the next round
+            try:
+                assert self.node is not None
+                await job.body(self.node)
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:
+                self._counters.add(f"{job.name}_errors")
+                logger.warning("peer %s: %s failed: %s: %s", self._label, job.name, type(e).__name__, e)
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(event.wait(), job.interval)
+
+    async def _keep_neighbours(self, node: DHTNode) -> None:
+        """Remember how to reach the peers connected now; rejoin through them once none is left."""
+        p2p = self._p2p
+        assert p2p is not None
+        for info in await asyncio.wait_for(p2p.list_peers(), self.config.wait_timeout):
+            if info.addrs:
+                self._known_peers[info.peer_id] = list(info.addrs)
+        while len(self._known_peers) > _KNOWN_PEERS_KEPT:
+            self._known_peers.pop(next(iter(self._known_peers)))
+        if node.protocol.routing_table.peer_id_to_uid or not self._known_peers:
+            self._alone_since = None
+            return
+        self._counters.add("rejoin_attempts")
+        if self._alone_since is None:  # warn once per partition, not at every attempt
+            self._alone_since = self._clock.monotonic()
+            logger.warning(
+                "peer %s has no DHT neighbour left (network down, or every neighbour left); trying to rejoin "
+                "through %d known peer(s) every %.0f s", self._label, len(self._known_peers),
+                self.config.rejoin_interval,
+            )  # fmt: skip
+
+        async def dial_and_ping(peer_id: Any, addrs: list[Any]) -> Any:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(p2p._client.connect(peer_id, addrs), self.config.wait_timeout)
+            return await node.protocol.call_ping(peer_id)
+
+        answers = await asyncio.gather(
+            *(dial_and_ping(peer_id, addrs) for peer_id, addrs in self._known_peers.items()), return_exceptions=True
+        )
+        if any(isinstance(answer, DHTID) for answer in answers):
+            await asyncio.wait_for(node.find_nearest_nodes([node.node_id]), self.config.fetch_timeout)
+            self._counters.add("rejoins")
+            neighbours = len(node.protocol.routing_table.peer_id_to_uid)
+            alone = self._clock.monotonic() - (self._alone_since or self._clock.monotonic())
+            logger.info(
+                "peer %s rejoined the swarm after %.0f s alone (%d neighbour(s))", self._label, alone, neighbours
+            )
+            self._alone_since = None
+
+    async def _watchdog(self) -> None:
+        """Report p2pd death: hivemind itself fails silently when its daemon dies under a live node."""
+        while True:
+            await asyncio.sleep(self.config.health_interval)
+            child = self._p2p._child if self._p2p is not None else None
+            dead = child is not None and child.returncode is not None
+            if not dead and self._p2pd_pid is not None and not pid_alive(self._p2pd_pid):
+                dead = True
+            if dead and self._healthy:
+                self._healthy = False
+                self._counters.add("p2pd_deaths")
+                logger.error(
+                    "peer %s: p2pd (pid %s) died with code %s; this peer can no longer publish or fetch. "
+                    "Close it and start a new transport.",
+                    self._label,
+                    self._p2pd_pid,
+                    child.returncode if child is not None else None,
+                )
+
+    async def _shutdown(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        child = self._p2p._child if self._p2p is not None else None
+        if self.node is not None and child is not None and child.returncode is None:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self.node.shutdown(), 5)
+        elif self.node is not None:
+            self.node.is_alive = False  # p2pd is gone: a graceful shutdown would wait on it in vain
+        if self._p2p is not None:
+            await close_p2p(self._p2p)
+        # hivemind leaves fire-and-forget tasks (traversals, pings); cancel them so the loop closes cleanly
+        others = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+        for task in others:
+            task.cancel()
+        await asyncio.wait(others, timeout=2) if others else None
+
+    def _stop_thread(self) -> None:
+        if self._thread.is_alive():
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join(timeout=10)
+        if not self._thread.is_alive():
+            with contextlib.suppress(Exception):
+                self._loop.close()
+
+    def _kill_leftovers(self) -> None:
+        """Last resort after shutdown: kill our p2pd if it survived, remove our sockets and state file."""
+        pid = self._p2pd_pid
+        if pid is not None and pid_alive(pid) and is_p2pd(pid) and parent_pid(pid) == os.getpid():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+            with contextlib.suppress(ChildProcessError, OSError):
+                os.waitpid(pid, 0)
+        remove_files(self._sockets)
+        if self.config.state_dir is not None:
+            remove_files([os.path.join(self.config.state_dir, STATE_FILE)])

@@ -1,0 +1,138 @@
+"""The writing side of a DHT peer: queue groups as signed records, store them with this peer's index entry."""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import hashlib
+import logging
+import threading
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+from swarm.clock import SYSTEM_CLOCK, Clock
+from swarm.config import DHTTransportConfig
+from swarm.reader import record_key
+from swarm.records import Group, GroupRecord, IndexEntry, RecordRef, encode_index_entry, encode_record
+from swarm.transport import SwarmCounters, TimingLog
+from swarm.validation import fingerprint, index_keys, owner_marker
+
+logger = logging.getLogger("swarm.dht")
+
+
+class DHTStore(Protocol):
+    """The one DHT operation a publisher needs: hivemind's :meth:`DHTNode.store_many`."""
+
+    async def store_many(
+        self, keys: list[str], values: list[bytes], expiration_time: float, subkeys: list[Any]
+    ) -> dict[Any, bool]:
+        """``{(key, subkey): stored}``."""
+        ...
+
+
+def index_key_of(config: DHTTransportConfig, peer_id: str) -> str:
+    """The index shard a peer writes its entry to: a hash of its id, so shards fill evenly."""
+    shards = index_keys(config.swarm_name, config.index_shards)
+    return shards[int(hashlib.sha256(peer_id.encode()).hexdigest(), 16) % config.index_shards]
+
+
+class SwarmPublisher:
+    """Queues published groups (never waiting on the network) and stores them from the event loop.
+
+    Each :meth:`queue` call becomes one record ``{swarm}/records/{peer}/{seq}``; every store also rewrites this peer's
+    index entry, which lists its newest records. A full queue drops its oldest record (``publish_dropped``): a slow
+    network costs stale groups, never memory. All values are written under this peer's owner marker, so the DHT's
+    validator signs them and other peers accept them only as this peer's.
+    """
+
+    def __init__(
+        self,
+        config: DHTTransportConfig,
+        public_key: bytes,
+        counters: SwarmCounters,
+        timings: TimingLog,
+        clock: Clock = SYSTEM_CLOCK,
+    ):
+        self.config = config
+        self._peer_id = fingerprint(public_key)
+        self._marker = owner_marker(public_key)
+        self._index_key = index_key_of(config, self._peer_id)
+        self._counters = counters
+        self._timings = timings
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._pending: collections.deque[tuple[int, bytes, int, float]] = collections.deque()
+        self._recent_refs: collections.deque[RecordRef] = collections.deque(maxlen=config.index_records)
+        self._next_seq = int(clock.time() * 1000)  # ms clock: sequence numbers stay unique across restarts
+        self._last_index_store = -float("inf")
+
+    @property
+    def index_key(self) -> str:
+        """The index shard this peer writes its entry to."""
+        return self._index_key
+
+    def recent_refs(self) -> list[RecordRef]:
+        """References to this peer's newest records, as its index entry lists them (oldest first)."""
+        with self._lock:
+            return list(self._recent_refs)
+
+    def queue(self, groups: Sequence[Group]) -> None:
+        """Encode ``groups`` as one record and queue it; raises RecordRejected if they break this peer's limits."""
+        now = self._clock.time()
+        data = encode_record(GroupRecord(groups=list(groups), created_at=now), self.config.limits)
+        self.queue_encoded(data, len(groups), now)
+
+    def queue_encoded(self, data: bytes, num_groups: int, created_at: float) -> None:
+        """Queue record bytes already encoded (and checked) by :meth:`queue`; tests queue unchecked bytes here."""
+        with self._lock:
+            seq = self._next_seq = max(self._next_seq + 1, int(created_at * 1000))
+            if len(self._pending) >= self.config.max_pending_publishes:
+                self._pending.popleft()
+                self._counters.add("publish_dropped")
+            self._pending.append((seq, data, num_groups, created_at))
+        self._counters.add("queued_records")
+
+    async def flush(self, dht: DHTStore) -> None:
+        """Store every queued record; with none queued, renew the index entry when announce_interval has passed."""
+        while True:
+            with self._lock:
+                batch = list(self._pending)
+                self._pending.clear()
+            if not batch:
+                due = self._clock.monotonic() - self._last_index_store >= self.config.announce_interval
+                if self.config.announce and due:
+                    await self._store(dht, [])  # the index entry alone: "this peer is here"
+                return
+            await self._store(dht, batch)
+
+    async def _store(self, dht: DHTStore, batch: list[tuple[int, bytes, int, float]]) -> None:
+        config = self.config
+        with self._lock:
+            for seq, _, num_groups, created_at in batch:
+                self._recent_refs.append(RecordRef(seq=seq, created_at=created_at, num_groups=num_groups))
+            refs = list(self._recent_refs)
+        now = self._clock.time()
+        entry = IndexEntry(model=config.model_name, records=refs, updated_at=now)
+        index_bytes = encode_index_entry(entry, config.limits)
+        keys = [record_key(config.swarm_name, self._peer_id, seq) for seq, *_ in batch] + [self._index_key]
+        values = [data for _, data, *_ in batch] + [index_bytes]
+        started = self._last_index_store = self._clock.monotonic()
+        try:
+            result = await asyncio.wait_for(
+                dht.store_many(keys, values, now + config.record_ttl, subkeys=[self._marker] * len(keys)),
+                config.store_timeout,
+            )
+        except asyncio.TimeoutError:
+            result = {}
+            self._counters.add("store_timeouts")
+            logger.warning("peer %s: storing %d record(s) timed out", self._peer_id, len(batch))
+        self._timings.record("publish", self._clock.monotonic() - started)
+        for key, (_, data, num_groups, _) in zip(keys, batch, strict=False):  # keys ends with the index key
+            if result.get((key, self._marker)):
+                self._counters.add("published_records")
+                self._counters.add("published_groups", num_groups)
+                self._counters.add("published_bytes", len(data))
+            else:
+                self._counters.add("publish_failures")
+        if not result.get((self._index_key, self._marker)):
+            self._counters.add("index_store_failures")
