@@ -51,7 +51,7 @@ if str(ROOT) not in sys.path:
 from benchmarks.harness import commit_label, machine, proc_status_kb  # noqa: E402
 
 PARTS = ("hostile", "crashes", "soak")
-SOAK_RECORD_TTL = 600.0  # DHTSwarmConfig.record_ttl of the soak's nodes (the default)
+SOAK_RECORD_TTL = 600.0  # DHTTransportConfig.record_ttl of the soak's nodes (the default)
 TINY_NODE = [
     "--num_local", "1", "--num_external", "1", "--num_generations", "2", "--per_device_train_batch_size", "4",
     "--max_completion_length", "8", "--dataset_size", "64", "--tasks", "basic_arithmetic",
@@ -65,14 +65,15 @@ TINY_NODE = [
 
 @contextlib.contextmanager
 def dht_peer_factory() -> Iterator[Any]:
-    """``make(**config)`` -> DHTSwarm on 127.0.0.1; every peer made is closed (and its p2pd killed) at exit."""
+    """``make(**config)`` -> DHTTransport on 127.0.0.1; every peer made is closed (and its p2pd killed) at exit."""
     from swarm.daemon import pid_alive
-    from swarm.dht import DHTSwarm
+    from swarm.dht import DHTTransport
 
     made: list[Any] = []
 
     def make(**config: Any) -> Any:
-        peer = DHTSwarm(**{"poll_interval": 0.2, "index_refresh_interval": 1.0, "index_min_interval": 0.2, **config})
+        fast = {"poll_interval": 0.2, "index_refresh_interval": 1.0, "index_min_interval": 0.2}
+        peer = DHTTransport(**{**fast, **config})
         made.append(peer)
         return peer
 

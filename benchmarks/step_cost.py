@@ -9,7 +9,7 @@ spreads over all three:
 - ``trl``: plain ``trl.GRPOTrainer`` at the same batch (8 groups), timed by a thin subclass that only wraps
   ``_generate`` and ``_calculate_rewards`` with a timer.
 
-For the 4/4 peer to take external groups, a *feeder* process runs a second DHTSwarm peer on 127.0.0.1 and
+For the 4/4 peer to take external groups, a *feeder* process runs a second DHTTransport peer on 127.0.0.1 and
 publishes groups at a steady rate: real reasoning-gym questions (rows of ``build_reasoning_gym_dataset``
 with their provenance, so the receiver's verification passes) with plausible completions of realistic
 length (some with the right answer in ``<answer>`` tags, some with a wrong one, some without tags).
@@ -286,11 +286,11 @@ def feeder_main(args: argparse.Namespace) -> None:
     logging.basicConfig(level=logging.WARNING)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # leave through the finally below
     from sapo.tasks import DEFAULT_TASKS, build_reasoning_gym_dataset
-    from swarm.dht import DHTSwarm, DHTSwarmConfig
+    from swarm.dht import DHTTransport, DHTTransportConfig
 
     rows = build_reasoning_gym_dataset(DEFAULT_TASKS, size=512, seed=args.feeder_seed).to_list()
     rng = random.Random(args.feeder_seed)
-    swarm = DHTSwarm(DHTSwarmConfig(model_name="feeder"))
+    swarm = DHTTransport(DHTTransportConfig(model_name="feeder"))
     try:
         print("ADDR", swarm.visible_addresses()[0], flush=True)
         published = 0
@@ -593,7 +593,7 @@ def run_step_cost(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
 
     from rewards import format_reward, reasoning_gym_reward
     from sapo.tasks import DEFAULT_TASKS, build_reasoning_gym_dataset
-    from swarm.dht import DHTSwarm, DHTSwarmConfig
+    from swarm.dht import DHTTransport, DHTTransportConfig
 
     torch.manual_seed(args.seed)
     model, tokenizer, _ = load_model(args, workdir)
@@ -605,7 +605,7 @@ def run_step_cost(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
     baton = Baton(CONFIGS)
     try:
         feeder = Feeder(args.num_generations, max_chars, args.feeder_interval)
-        swarm = DHTSwarm(DHTSwarmConfig(initial_peers=[feeder.address], model_name="bench-peer"))
+        swarm = DHTTransport(DHTTransportConfig(initial_peers=[feeder.address], model_name="bench-peer"))
         deadline = time.monotonic() + 120
         while swarm.readout().gauges["cached_groups"] < 16 and time.monotonic() < deadline:
             time.sleep(0.5)  # the 4/4 peer's first round should find a full candidate pool
@@ -984,7 +984,7 @@ STEP_NOTES = [
     "choice (`select`) and the re-tokenization of external completions (`retokenize`).",
     "- bf16=False and gradient_checkpointing=False for all three (GRPOConfig defaults to bf16 autocast and "
     "gradient checkpointing; SAPOConfig leaves bf16 off on CPU). Same beta=0, epsilon 0.2/0.28, lr, G, batch.",
-    "- The 4/4 peer's external groups come from a feeder: a second DHTSwarm peer (own process, own p2pd, "
+    "- The 4/4 peer's external groups come from a feeder: a second DHTTransport peer (own process, own p2pd, "
     "127.0.0.1) publishing 4 groups every feeder_interval seconds, built from reasoning-gym rows with their "
     "provenance (the receiver regenerates and checks each question) and synthetic completions: 37.5 % end "
     "with the right answer in <answer> tags and 37.5 % with a wrong one (20-70 % of max_completion_length tokens), "

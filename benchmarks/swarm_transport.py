@@ -1,6 +1,6 @@
 """Benchmark of the hivemind DHT transport: publish/fetch latency, bytes and memory per peer for N peers.
 
-DHT-only peers (no model) on 127.0.0.1. Peers run as ``DHTSwarm`` objects spread over worker
+DHT-only peers (no model) on 127.0.0.1. Peers run as ``DHTTransport`` objects spread over worker
 processes (``min(N, 4)`` workers, each hosting ``N / workers`` peers, each peer with its own p2pd), the
 way one machine allows: one Python process per peer would cost ~300 MB each (hivemind imports torch).
 Every peer publishes a realistic record (4 groups x 8 completions x ~1500 characters) every
@@ -100,15 +100,15 @@ def worker(args: argparse.Namespace) -> None:
     logging.basicConfig(level=logging.WARNING)
     # SIGTERM from the coordinator: leave through the finally below, which closes peers and their sockets
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))
-    from swarm.dht import DHTSwarm, DHTSwarmConfig
+    from swarm.dht import DHTTransport, DHTTransportConfig
 
     sys.path.insert(0, ROOT)
-    peers: list[DHTSwarm] = []
+    peers: list[DHTTransport] = []
     initial = [args.initial_peer] if args.initial_peer else []
     try:
         for _ in range(args.peers):
-            config = DHTSwarmConfig(initial_peers=initial, prefetch_groups=2 * args.j, model_name="bench")
-            peer = DHTSwarm(config)
+            config = DHTTransportConfig(initial_peers=initial, prefetch_groups=2 * args.j, model_name="bench")
+            peer = DHTTransport(config)
             peers.append(peer)
             if not initial:
                 initial = peer.visible_addresses()
@@ -382,7 +382,7 @@ def main() -> None:
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "machine": f"{platform.node()} {platform.machine()}, {os.cpu_count()} CPUs, "
         f"{available_memory() / 2**30:.0f} GiB available, Python {platform.python_version()}",
-        "setup": "peers are DHTSwarm objects in min(N, 4) worker processes (one p2pd each), loopback; every "
+        "setup": "peers are DHTTransport objects in min(N, 4) worker processes (one p2pd each), loopback; every "
         f"{args.interval:.0f} s each peer publishes 4 groups x 8 completions x 1500 chars and fetches J={args.j}; "
         f"{args.duration:.0f} s measured per N",
         "j": args.j,

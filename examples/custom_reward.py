@@ -25,7 +25,7 @@ from rewards.extract import completion_text, extract_answer
 from sapo import SAPOConfig, SAPOTrainer
 from sapo.models import load_policy
 from sapo.tasks import questions_from_dataset
-from swarm.dht import DHTSwarm, DHTSwarmConfig
+from swarm.dht import DHTTransport, DHTTransportConfig
 from swarm.transport import wait_for_peers
 
 parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -71,7 +71,7 @@ config = SAPOConfig(
     save_strategy="no",
     report_to="none",
 )
-swarm = DHTSwarm(DHTSwarmConfig(initial_peers=args.initial_peers))
+swarm = DHTTransport(DHTTransportConfig(initial_peers=args.initial_peers))
 print(f"peer {swarm.peer_id}; others join with: --initial-peers", *swarm.visible_addresses())
 if args.initial_peers:
     wait_for_peers(swarm, 1, timeout=60)  # read the swarm's index before the first step

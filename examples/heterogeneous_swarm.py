@@ -29,7 +29,7 @@ from rewards import format_reward, reasoning_gym_reward
 from sapo import SAPOConfig, SAPOTrainer
 from sapo.models import load_policy, save_tiny_model
 from sapo.tasks import build_reasoning_gym_dataset
-from swarm.dht import DHTSwarm, DHTSwarmConfig
+from swarm.dht import DHTTransport, DHTTransportConfig
 from swarm.transport import wait_for_peers
 
 
@@ -41,7 +41,8 @@ def mean_logged(history: list[dict], key: str) -> float:
 def run_peer(index: int, model: str, steps: int, smoke: bool, swarm_address, ready, results) -> None:
     """One peer: join the swarm (peer 0 starts it), train `steps` steps, report its figures."""
     policy, tokenizer = load_policy(None if model == "default" else model)
-    swarm = DHTSwarm(DHTSwarmConfig(swarm_name="hetero", initial_peers=[] if index == 0 else [swarm_address.get()]))
+    initial_peers = [] if index == 0 else [swarm_address.get()]
+    swarm = DHTTransport(DHTTransportConfig(swarm_name="hetero", initial_peers=initial_peers))
     if index == 0:
         for _ in range(ready.parties - 1):  # every other peer joins through this one
             swarm_address.put(swarm.visible_addresses()[0])

@@ -26,7 +26,7 @@ from rewards import format_reward, reasoning_gym_reward
 from sapo import SAPOConfig, SAPOTrainer
 from sapo.models import LoraSpec, default_model_path, load_policy
 from sapo.tasks import build_reasoning_gym_dataset
-from swarm.dht import DHTSwarm, DHTSwarmConfig
+from swarm.dht import DHTTransport, DHTTransportConfig
 
 parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
 parser.add_argument("--initial-peers", nargs="*", default=[], help="multiaddrs of peers to join (empty: new swarm)")
@@ -57,7 +57,7 @@ config = SAPOConfig(
     report_to="none",
 )
 dataset = build_reasoning_gym_dataset(["basic_arithmetic"], size=200, seed=0)
-swarm = DHTSwarm(DHTSwarmConfig(initial_peers=args.initial_peers))
+swarm = DHTTransport(DHTTransportConfig(initial_peers=args.initial_peers))
 print(f"peer {swarm.peer_id}; others join with: --initial-peers", *swarm.visible_addresses())
 trainer = SAPOTrainer(
     policy, [reasoning_gym_reward, format_reward], config, dataset, processing_class=tokenizer, swarm=swarm

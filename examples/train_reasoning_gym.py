@@ -25,7 +25,7 @@ from rewards import format_reward, reasoning_gym_reward
 from sapo import SAPOConfig, SAPOTrainer
 from sapo.models import load_policy
 from sapo.tasks import DEFAULT_TASKS, build_reasoning_gym_dataset
-from swarm.dht import DHTSwarm, DHTSwarmConfig
+from swarm.dht import DHTTransport, DHTTransportConfig
 from swarm.transport import wait_for_peers
 
 parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -62,7 +62,7 @@ config = SAPOConfig(
 state = PartialState()
 swarm = None
 if state.is_main_process:
-    swarm = DHTSwarm(DHTSwarmConfig(initial_peers=args.initial_peers, host_maddrs=[args.listen]))
+    swarm = DHTTransport(DHTTransportConfig(initial_peers=args.initial_peers, host_maddrs=[args.listen]))
     print(f"peer {swarm.peer_id} in swarm 'sapo'; others join with: --initial-peers", *swarm.visible_addresses())
     if args.initial_peers:
         wait_for_peers(swarm, 1, timeout=60)  # read the swarm's index before the first step

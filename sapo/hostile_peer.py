@@ -177,7 +177,7 @@ def poisoned_groups(rows: list[dict[str, Any]], marker: str = "POISON") -> dict[
 
 
 def wire_attacks(raw: HostileNode, victim: Any, sample: Group) -> dict[str, str]:
-    """Send one store RPC of each wire-level attack straight to ``victim`` (a DHTSwarm); returns, by kind,
+    """Send one store RPC of each wire-level attack straight to ``victim`` (a DHTTransport); returns, by kind,
     the counter the victim must raise. ``sample`` is a valid group used where the attack needs one."""
     dumps = MSGPackSerializer.dumps
     swarm_name = victim.config.swarm_name
@@ -280,7 +280,7 @@ def hostile_round(
 
     The friend publishes 3 honest groups, the liar one record per kind of :func:`poisoned_groups`, the raw
     node every :func:`wire_attacks` kind and a burst of ``burst_size`` records; then the honest node trains
-    ``steps`` steps. ``make_peer(**config)`` makes a DHTSwarm and owns its cleanup. Returns what happened:
+    ``steps`` steps. ``make_peer(**config)`` makes a DHTTransport and owns its cleanup. Returns what happened:
     the trainer, the expected counter of each kind, every trained row, the burst's figures. ``on_p2pd`` is told
     of the raw node's p2pd daemon (see :class:`HostileNode`).
     """

@@ -59,11 +59,11 @@ def start_bootstrap_peer(run_dir: Path, node_args: list[str]) -> Any:
     """A model-less DHT peer in this process that every node joins. It keeps the swarm, and the records
     stored on it, alive while nodes start, finish or restart at different times."""
     from sapo.node_args import parse_node_args
-    from swarm.dht import DHTSwarm, DHTSwarmConfig
+    from swarm.dht import DHTTransport, DHTTransportConfig
 
     _, node, _ = parse_node_args(node_args)  # fail fast on bad node options, before any process starts
-    return DHTSwarm(
-        DHTSwarmConfig(
+    return DHTTransport(
+        DHTTransportConfig(
             swarm_name=node.swarm_name,
             host_maddrs=["/ip4/127.0.0.1/tcp/0"],
             identity_path=str(run_dir / "bootstrap" / "identity.key"),

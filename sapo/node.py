@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from swarm.dht import DHTSwarmConfig
+from swarm.dht import DHTTransportConfig
 from swarm.field_docs import document_fields, field_help
 
 logger = logging.getLogger("sapo.node")
@@ -36,9 +36,9 @@ class JoinError(NodeError):
 
 
 def _swarm_option(name: str, *, source: str | None = None, note: str = "") -> Any:
-    """A node option that is DHTSwarmConfig's field `source` (default: `name`): its default and its help, read from
+    """A node option that is DHTTransportConfig's field `source` (default: `name`): its default and its help, read from
     there rather than restated, plus `note` on what the node adds."""
-    swarm_field = {f.name: f for f in dataclasses.fields(DHTSwarmConfig)}[source or name]
+    swarm_field = {f.name: f for f in dataclasses.fields(DHTTransportConfig)}[source or name]
     text = field_help(swarm_field)
     metadata = {"help": f"{text} {note}".strip()}
     if swarm_field.default_factory is not dataclasses.MISSING:
@@ -49,7 +49,7 @@ def _swarm_option(name: str, *, source: str | None = None, note: str = "") -> An
 _SECTIONS = {
     "Policy": ("model", "lora_r", "lora_alpha", "lora_dropout"),
     "Questions and rewards": ("tasks", "dataset_file", "question_field", "answer_field", "dataset_size", "rewards"),
-    "Swarm (defaults and text of `swarm.dht.DHTSwarmConfig`'s fields)": (
+    "Swarm (defaults and text of `swarm.dht.DHTTransportConfig`'s fields)": (
         "initial_peers", "host_maddrs", "announce_maddrs", "identity", "swarm_name", "client_mode", "use_auto_relay",
         "join_timeout",
     ),
@@ -61,7 +61,7 @@ _SECTIONS = {
 @dataclass
 class NodeArguments:
     """Settings of a `sapo-node` besides the GRPO/SAPO training ones ([`SAPOConfig`]). Every field is documented
-    once, by its `help`; the swarm options are fields of `swarm.dht.DHTSwarmConfig`, with its defaults and text."""
+    once, by its `help`; the swarm options are fields of `swarm.dht.DHTTransportConfig`, with its defaults and text."""
 
     model: str = field(
         default="default",
@@ -199,10 +199,10 @@ def check_addresses(node: NodeArguments) -> None:
 
 def start_swarm(node: NodeArguments, output_dir: Path, model_name: str) -> Any:
     """Join (or start) the DHT swarm; print the address others pass to join."""
-    from swarm.dht import DHTSwarm, DHTSwarmConfig, SwarmJoinError
+    from swarm.dht import DHTTransport, DHTTransportConfig, SwarmJoinError
 
     identity = Path(node.identity) if node.identity else output_dir / "identity.key"
-    config = DHTSwarmConfig(
+    config = DHTTransportConfig(
         swarm_name=node.swarm_name,
         initial_peers=list(node.initial_peers),
         host_maddrs=list(node.host_maddrs),
@@ -219,7 +219,7 @@ def start_swarm(node: NodeArguments, output_dir: Path, model_name: str) -> Any:
     else:
         logger.info("starting a new swarm %r (no initial peers)", node.swarm_name)
     try:
-        swarm = DHTSwarm(config)
+        swarm = DHTTransport(config)
     except SwarmJoinError as e:
         raise JoinError(str(e)) from None
     except ValueError as e:

@@ -68,7 +68,7 @@ class SAPOTrainer(GRPOTrainer):
 
     Args:
         swarm (`swarm.SwarmTransport` or `None`):
-            Where groups are published and taken from (`swarm.dht.DHTSwarm` for a real swarm,
+            Where groups are published and taken from (`swarm.dht.DHTTransport` for a real swarm,
             `swarm.MemorySwarm(...).join(...)` for tests and simulation). `None` trains alone: every slot is
             filled in locally and nothing is published.
         sampler (`sapo.sampling.ExternalSampler` or `None`):

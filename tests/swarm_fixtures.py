@@ -88,18 +88,18 @@ FAST = dict(
     index_refresh_interval=1.0,
     index_min_interval=0.2,
 )
-"""DHTSwarm settings that make tests fast on loopback."""
+"""DHTTransport settings that make tests fast on loopback."""
 
 
 @pytest.fixture
 def dht_peers() -> Iterator[Callable[..., Any]]:
-    """Factory of DHTSwarm peers (fast settings); every peer is closed, and its p2pd killed, at teardown."""
-    from swarm.dht import DHTSwarm
+    """Factory of DHTTransport peers (fast settings); every peer is closed, and its p2pd killed, at teardown."""
+    from swarm.dht import DHTTransport
 
-    created: list[DHTSwarm] = []
+    created: list[DHTTransport] = []
 
-    def make(**config: Any) -> DHTSwarm:
-        peer = DHTSwarm(**{**FAST, **config})
+    def make(**config: Any) -> DHTTransport:
+        peer = DHTTransport(**{**FAST, **config})
         created.append(peer)
         record_p2pd(peer.p2pd_pid, peer.socket_paths)
         return peer

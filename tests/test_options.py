@@ -1,5 +1,5 @@
 """Every option of SAPOConfig and NodeArguments is documented once (its help), and `help()`, `sapo-node --help` and
-`--print-config` show that text; the node's swarm options are DHTSwarmConfig's fields; the names of samplers and
+`--print-config` show that text; the node's swarm options are DHTTransportConfig's fields; the names of samplers and
 source policies come from one list each; device defaults are decided in one place. In-process, no model."""
 
 from __future__ import annotations
@@ -17,10 +17,10 @@ from sapo.node import NodeArguments
 from sapo.node_args import build_parser, config_yaml, parse_node_args
 from sapo.sampling import SAMPLER_ALIASES, SAMPLERS, DropZeroAdvantageSampler, make_sampler
 from sapo.verification import SOURCE_POLICIES
-from swarm.dht import DHTSwarmConfig
+from swarm.dht import DHTTransportConfig
 from swarm.field_docs import field_help, parameter_docs
 
-# NodeArguments field -> the DHTSwarmConfig field it is.
+# NodeArguments field -> the DHTTransportConfig field it is.
 SWARM_OPTIONS = {
     "initial_peers": "initial_peers",
     "host_maddrs": "host_maddrs",
@@ -52,7 +52,7 @@ def _squash(text: str) -> str:
     return re.sub(r"\s+", "", text)
 
 
-@pytest.mark.parametrize("cls", [SAPOConfig, NodeArguments, DHTSwarmConfig])
+@pytest.mark.parametrize("cls", [SAPOConfig, NodeArguments, DHTTransportConfig])
 def test_every_field_has_one_documentation_which_the_docstring_shows(cls):
     fields = _own_fields(cls)
     assert fields
@@ -80,10 +80,10 @@ def test_help_and_print_config_show_each_fields_help():
 @pytest.mark.parametrize("option, source", SWARM_OPTIONS.items())
 def test_a_node_swarm_option_is_the_dht_swarm_config_field(option, source):
     node_field = {f.name: f for f in dataclasses.fields(NodeArguments)}[option]
-    swarm_field = {f.name: f for f in dataclasses.fields(DHTSwarmConfig)}[source]
+    swarm_field = {f.name: f for f in dataclasses.fields(DHTTransportConfig)}[source]
     # Resolved types: HfArgumentParser replaces a field's string annotation with the type it names.
-    assert typing.get_type_hints(NodeArguments)[option] == typing.get_type_hints(DHTSwarmConfig)[source]
-    assert getattr(NodeArguments(), option) == getattr(DHTSwarmConfig(), source)
+    assert typing.get_type_hints(NodeArguments)[option] == typing.get_type_hints(DHTTransportConfig)[source]
+    assert getattr(NodeArguments(), option) == getattr(DHTTransportConfig(), source)
     swarm_help = field_help(swarm_field)
     assert swarm_help and field_help(node_field).startswith(" ".join(swarm_help.split()))
     if option == source:

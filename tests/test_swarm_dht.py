@@ -21,7 +21,7 @@ from hivemind.utils.serializer import MSGPackSerializer  # noqa: E402
 
 from sapo.hostile_peer import HostileNode  # noqa: E402
 from swarm.daemon import socket_is_stale  # noqa: E402
-from swarm.dht import DHTSwarm, SwarmJoinError  # noqa: E402
+from swarm.dht import DHTTransport, SwarmJoinError  # noqa: E402
 from swarm.records import GroupRecord, IndexEntry, RecordRef, RecordRejected, encode_index_entry, encode_record  # noqa: E402
 from swarm.transport import wait_for_peers  # noqa: E402
 from swarm.validation import owner_marker  # noqa: E402
@@ -41,7 +41,7 @@ pytestmark = pytest.mark.usefixtures("no_p2pd_left_behind")
 LOCAL = "/ip4/127.0.0.1/tcp/0"
 
 
-def collect(peer: DHTSwarm, into: list, want: int, timeout: float = 20.0) -> list:
+def collect(peer: DHTTransport, into: list, want: int, timeout: float = 20.0) -> list:
     """Fetch from ``peer`` into ``into`` until it holds ``want`` groups (bounded wait)."""
 
     def enough() -> bool:
@@ -52,7 +52,7 @@ def collect(peer: DHTSwarm, into: list, want: int, timeout: float = 20.0) -> lis
     return into
 
 
-def collect_until(peer: DHTSwarm, wanted: tuple[str, str], timeout: float = 30.0) -> list:
+def collect_until(peer: DHTTransport, wanted: tuple[str, str], timeout: float = 30.0) -> list:
     """Fetch from ``peer`` until the group ``(sender, group_id)`` arrives (bounded wait)."""
     into: list = []
 
@@ -283,7 +283,7 @@ def test_identity_persists_across_restarts(dht_peers, tmp_path):
 def test_malformed_multiaddr_raises_value_error():
     for bad in ["garbage", "/ip4/1.2.3.4/tcp/31337/p2p/QmTest", "/ip4/127.0.0.1/tcp/31337"]:
         with pytest.raises(ValueError, match=r"/ip4/1\.2\.3\.4/tcp/31337/p2p/Qm\.\.\.") as info:
-            DHTSwarm(initial_peers=[bad])
+            DHTTransport(initial_peers=[bad])
         assert bad in str(info.value)
 
 
@@ -292,7 +292,7 @@ def test_unreachable_initial_peer_fails_in_bounded_time():
     before = set(os.listdir("/tmp"))
     started = time.monotonic()
     with pytest.raises(SwarmJoinError) as info:
-        DHTSwarm(initial_peers=[addr], join_timeout=10)
+        DHTTransport(initial_peers=[addr], join_timeout=10)
     assert time.monotonic() - started < 25
     message = str(info.value)
     assert addr in message and "10 s" in message and "clocks" in message
@@ -320,8 +320,8 @@ def test_state_dir_cleans_up_after_kill_9(dht_peers, tmp_path):
     state_dir = str(tmp_path / "state")
     code = (
         "import sys, time\n"
-        "from swarm.dht import DHTSwarm\n"
-        f"s = DHTSwarm(state_dir={state_dir!r})\n"
+        "from swarm.dht import DHTTransport\n"
+        f"s = DHTTransport(state_dir={state_dir!r})\n"
         "print(s.p2pd_pid, flush=True)\n"
         "time.sleep(600)\n"
     )

@@ -349,17 +349,17 @@ def test_default_model_trains_in_a_swarm_of_two(tmp_path):
     from rewards import format_reward, reasoning_gym_reward
     from sapo.models import load_policy
     from sapo.tasks import DEFAULT_TASKS
-    from swarm.dht import DHTSwarm, DHTSwarmConfig
+    from swarm.dht import DHTTransport, DHTTransportConfig
 
     dataset = build_reasoning_gym_dataset(DEFAULT_TASKS, size=64, seed=0)
 
     def brevity(prompts, completions, **kw):  # dense, so a few steps always carry a learning signal
         return [1.0 / (1 + len(c[0]["content"])) for c in completions]
 
-    first = DHTSwarm(DHTSwarmConfig(state_dir=str(tmp_path / "a"), poll_interval=0.2, index_min_interval=0.2))
+    first = DHTTransport(DHTTransportConfig(state_dir=str(tmp_path / "a"), poll_interval=0.2, index_min_interval=0.2))
     swarms = [first]
     try:
-        second = DHTSwarm(DHTSwarmConfig(initial_peers=first.visible_addresses(), state_dir=str(tmp_path / "b"),
+        second = DHTTransport(DHTTransportConfig(initial_peers=first.visible_addresses(), state_dir=str(tmp_path / "b"),
                                          poll_interval=0.2, index_min_interval=0.2))  # fmt: skip
         swarms.append(second)
         trainers = []
