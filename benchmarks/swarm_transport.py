@@ -137,7 +137,7 @@ def worker(args: argparse.Namespace) -> None:
                 p.publish(groups)
                 measures["publish_call"].append(time.perf_counter() - t)
                 t = time.perf_counter()
-                got = p.fetch(args.j, max_age=120)
+                got = p.fetch(args.j)
                 measures["fetch_call"].append(time.perf_counter() - t)
                 if step[p.peer_id] > 2:  # the first steps run before anything was published
                     measures["fetched"].append(len(got))

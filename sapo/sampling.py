@@ -90,10 +90,14 @@ class ExternalSampler(ABC):
             chosen.append(candidate)
         return Selection(chosen=chosen, dropped=dropped)
 
+    def is_stale(self, group: Group, now: float) -> bool:
+        """True if ``group`` is older than ``max_group_age`` at ``now`` (the one staleness rule of a node)."""
+        return self.max_group_age is not None and now - group.created_at > self.max_group_age
+
     def _reject_reason(self, candidate: Candidate, now: float) -> str | None:
         if self.self_id is not None and candidate.sender == self.self_id:
             return "own_group"
-        if self.max_group_age is not None and now - candidate.group.created_at > self.max_group_age:
+        if self.is_stale(candidate.group, now):
             return "stale"
         return self.reject_reason(candidate)
 

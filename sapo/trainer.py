@@ -216,8 +216,10 @@ class SAPOTrainer(GRPOTrainer):
         pool_size = self.args.external_pool_size or 4 * self.args.num_external
         with self._timed("swarm_fetch"):
             received, fetched_at = self._fetch(pool_size)
+        fresh = [item for item in received if not self.sampler.is_stale(item.group, fetched_at)]
+        self.swarm_totals["dropped/stale"] += len(received) - len(fresh)  # before scoring: stale groups cost nothing
         with self._timed("external_scoring"):
-            candidates = [self._verify_and_score(item.sender, item.group) for item in received]
+            candidates = [self._verify_and_score(item.sender, item.group) for item in fresh]
         self.swarm_totals["candidates"] += len(received)
         return [c for c in candidates if c is not None], fetched_at
 
@@ -244,10 +246,10 @@ class SAPOTrainer(GRPOTrainer):
     def _fetch(self, pool_size: int) -> tuple[list[Any], float]:
         """Candidates from the swarm and the time they were fetched: the main process's, on every process."""
         if self.accelerator.num_processes == 1:
-            return self.swarm.fetch(pool_size, max_age=self.args.max_group_age), time.time()
+            return self.swarm.fetch(pool_size), time.time()
         fetched = [None]
         if self.accelerator.is_main_process:
-            fetched = [(self.swarm.fetch(pool_size, max_age=self.args.max_group_age), time.time())]
+            fetched = [(self.swarm.fetch(pool_size), time.time())]
         return broadcast_object_list(fetched, from_process=0)[0]
 
     def _verify_and_score(self, sender: str, group: Group) -> Candidate | None:

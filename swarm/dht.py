@@ -134,14 +134,11 @@ class DHTTransport(SwarmTransport):
         self.publisher.queue(groups)
         self.peer.wake("publish")
 
-    def fetch(self, max_groups: int, max_age: float | None = None) -> list[ReceivedGroup]:
-        """Take up to ``max_groups`` cached groups of other peers, never returned before; never blocks.
-
-        ``max_age`` (seconds, by :attr:`Group.created_at`) drops older groups (counted as ``rejected/expired``).
-        """
+    def fetch(self, max_groups: int) -> list[ReceivedGroup]:
+        """Take up to ``max_groups`` cached groups of other peers, never returned before; never blocks."""
         if max_groups <= 0 or self.peer.closed:
             return []
-        taken = self.reader.take(max_groups, max_age)
+        taken = self.reader.take(max_groups)
         if len(taken) < max_groups:
             self.peer.wake("poll")  # refill early
         return taken

@@ -78,7 +78,7 @@ class MemoryTransport(SwarmTransport):
         self._counters.add("published_records")
         self._counters.add("published_groups", len(checked))
 
-    def fetch(self, max_groups: int, max_age: float | None = None) -> list[ReceivedGroup]:
+    def fetch(self, max_groups: int) -> list[ReceivedGroup]:
         if max_groups <= 0 or self._closed:
             return []
         board = self._swarm._board
@@ -88,7 +88,6 @@ class MemoryTransport(SwarmTransport):
                 for sender, seq, group in board.groups
                 if sender != self._peer_id and seq not in self._cursor_seen
             ]
-        now = time.time()
         fresh: list[tuple[int, ReceivedGroup]] = []
         for sender, seq, group in candidates:
             self._cursor_seen.add(seq)
@@ -96,9 +95,6 @@ class MemoryTransport(SwarmTransport):
                 group = validate_group(group, self._swarm.limits)
             except RecordRejected as e:
                 self._counters.reject(e.reason)
-                continue
-            if max_age is not None and now - group.created_at > max_age:
-                self._counters.reject("expired")
                 continue
             fresh.append((seq, ReceivedGroup(sender=sender, group=group)))
         self._swarm._rng.shuffle(fresh)

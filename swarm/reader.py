@@ -96,10 +96,10 @@ class SwarmReader:
 
     # ------------------------------------------------------------------------------ any thread
 
-    def take(self, max_groups: int, max_age: float | None = None) -> list[ReceivedGroup]:
+    def take(self, max_groups: int) -> list[ReceivedGroup]:
         """Up to ``max_groups`` cached groups, in random order, never handed out before; never waits.
 
-        ``max_age`` (seconds, by :attr:`Group.created_at`) drops older groups (counted as ``rejected/expired``).
+        Groups older than the record ttl are dropped (counted as ``rejected/expired``).
         """
         if max_groups <= 0:
             return []
@@ -107,7 +107,7 @@ class SwarmReader:
         with self._lock:
             fresh = []
             for item in self._cache:
-                if max_age is not None and now - item.group.created_at > max_age:
+                if now - item.group.created_at > self.config.record_ttl:
                     self._counters.reject("expired")
                 else:
                     fresh.append(item)

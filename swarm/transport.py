@@ -119,10 +119,11 @@ class SwarmTransport(ABC):
         """
 
     @abstractmethod
-    def fetch(self, max_groups: int, max_age: float | None = None) -> list[ReceivedGroup]:
-        """Return up to ``max_groups`` fresh groups of other peers that were not returned before.
+    def fetch(self, max_groups: int) -> list[ReceivedGroup]:
+        """Return up to ``max_groups`` groups of other peers that were not returned before; never blocks.
 
-        Never blocks on the network. ``max_age`` (seconds) drops groups created longer ago.
+        Groups are within the transport's record lifetime; how old a group a node still trains on is the node's
+        choice (``SAPOConfig.max_group_age``, applied by its sampler).
         """
 
     @abstractmethod
