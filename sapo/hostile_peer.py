@@ -23,7 +23,7 @@ from hivemind.utils.crypto import RSAPrivateKey
 from hivemind.utils.serializer import MSGPackSerializer
 
 from sapo.tasks import TaskSpec
-from swarm.daemon import close_p2p
+from swarm.daemon import close_p2p, close_stopped_loop
 from swarm.records import WIRE_VERSION, Group, Provenance, group_to_wire
 
 LOCAL = "/ip4/127.0.0.1/tcp/0"
@@ -67,7 +67,7 @@ class HostileNode:
         return None if result is None else result[0]
 
     def close(self) -> None:
-        """Shut the node and its p2pd down, then stop its loop."""
+        """Shut the node and its p2pd down, then stop and close its loop."""
 
         async def shutdown() -> None:
             await self.node.shutdown()
@@ -78,6 +78,8 @@ class HostileNode:
         finally:
             self.loop.call_soon_threadsafe(self.loop.stop)
             self.thread.join(10)
+            if not self.thread.is_alive():
+                close_stopped_loop(self.loop)
 
 
 # ------------------------------------------------------------------------------------------------

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import glob
 import json
 import logging
@@ -126,3 +127,26 @@ async def close_p2p(p2p: Any) -> None:
     transport = getattr(getattr(p2p, "_child", None), "_transport", None)
     if transport is not None:
         transport.close()
+
+
+def close_stopped_loop(loop: asyncio.AbstractEventLoop, timeout: float = 5.0) -> None:
+    """Close an event loop that no thread runs any more, after finishing everything that still needs it.
+
+    Tasks left pending (hivemind's connection readers and writers, fire-and-forget pings) are cancelled and run to
+    their end, and objects nobody references any more (e.g. the subprocess transport of a p2pd whose start failed)
+    are collected while the loop can still run their cleanup callbacks. Otherwise the garbage collector destroys
+    them later, at an arbitrary moment of another test or job, and their cleanup raises "Event loop is closed".
+    """
+    if loop.is_closed() or loop.is_running():
+        return
+    with contextlib.suppress(Exception):
+        pending = [task for task in asyncio.all_tasks(loop) if not task.done()]
+        for task in pending:
+            task.cancel()
+        if pending:
+            loop.run_until_complete(asyncio.wait(pending, timeout=timeout))
+        gc.collect()  # finalizers of unreachable transports schedule their callbacks on this loop...
+        loop.run_until_complete(asyncio.sleep(0))  # ...which run here, while the loop is open
+        loop.run_until_complete(loop.shutdown_asyncgens())
+    with contextlib.suppress(Exception):
+        loop.close()

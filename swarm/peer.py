@@ -38,6 +38,7 @@ from swarm.daemon import (
     STATE_FILE,
     cleanup_stale_state,
     close_p2p,
+    close_stopped_loop,
     is_p2pd,
     parent_pid,
     pid_alive,
@@ -420,8 +421,7 @@ class DHTPeer:
             self._loop.call_soon_threadsafe(self._loop.stop)
             self._thread.join(timeout=10)
         if not self._thread.is_alive():
-            with contextlib.suppress(Exception):
-                self._loop.close()
+            close_stopped_loop(self._loop)
 
     def _kill_leftovers(self) -> None:
         """Last resort after shutdown: kill our p2pd if it survived, remove our sockets and state file."""
