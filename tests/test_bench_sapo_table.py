@@ -3,10 +3,9 @@ runs on a second invocation, restarting unfinished ones in place, and the table'
 
 from __future__ import annotations
 
-import importlib.util
+import importlib
 import json
 import math
-import sys
 from pathlib import Path
 
 import pytest
@@ -16,12 +15,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location("sapo_table", ROOT / "benchmarks" / "sapo_table.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["sapo_table"] = module
-    spec.loader.exec_module(module)
-    yield module
-    sys.modules.pop("sapo_table", None)
+    return importlib.import_module("benchmarks.sapo_table")
 
 
 def _config(bench, tmp_path: Path, *extra: str) -> dict:

@@ -3,7 +3,7 @@ groups, and a --quick run end to end on a tiny model. No timing is asserted."""
 
 from __future__ import annotations
 
-import importlib.util
+import importlib
 import json
 import math
 import random
@@ -18,10 +18,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location("bench_step_cost", ROOT / "benchmarks" / "step_cost.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return importlib.import_module("benchmarks.step_cost")
 
 
 def _step(step_time, generation, scoring=0.0, fetch=0.0, ext=0.0, publish=0.0, wall=None):
