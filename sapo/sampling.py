@@ -19,7 +19,8 @@ class Candidate:
 
     Parameters:
         sender (`str`): verified identity of the peer that published the group.
-        group (`swarm.records.Group`): the group as received.
+        group (`swarm.records.Group`): the group as received, its prompt rewritten by this peer around the verified
+            question (the sender's prompt is never trained on).
         rewards (`list[float]`): this peer's reward of each completion (NaN where no reward function applied).
         columns (`dict[str, Any]`): reward columns re-derived by this peer (answer, entry, ...).
     """

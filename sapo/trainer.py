@@ -39,7 +39,7 @@ from sapo.config import SAPOConfig
 from sapo.evaluation import HeldOutResult, evaluate_policy, held_out_questions
 from sapo.sampling import Candidate, ExternalSampler, make_sampler
 from sapo.tasks import reasoning_gym_tasks_of
-from sapo.verification import GroupDropped, QuestionVerifier
+from sapo.verification import GroupDropped, QuestionVerifier, published_prompt
 from swarm.records import Group, Provenance, RecordRejected, provenance_from_wire
 from swarm.transport import SwarmTransport
 
@@ -126,6 +126,7 @@ class SAPOTrainer(GRPOTrainer):
         self.verifier = verifier or QuestionVerifier(
             policy=args.external_source_policy, regeneration_timeout=args.regeneration_timeout
         )
+        self._system_messages: list[dict[str, str]] = []  # this node's own, around every external question
         self._register_local_copy(train_dataset)
         self.sampler = sampler or make_sampler(
             args.sampling_strategy,
@@ -181,6 +182,9 @@ class SAPOTrainer(GRPOTrainer):
         questions against, or the reasoning-gym configs it may regenerate in this process (cheap, our own)."""
         if not isinstance(train_dataset, Dataset) or len(train_dataset) == 0:
             return
+        prompt = train_dataset[0].get("prompt")
+        if isinstance(prompt, list):  # conversational: external questions get this node's own system prompt too
+            self._system_messages = [dict(m) for m in prompt if m.get("role") == "system"]
         provenance = _row_provenance(train_dataset[0])
         if provenance.source == "dataset":
             self.verifier.register(provenance.dataset, train_dataset)
@@ -263,7 +267,10 @@ class SAPOTrainer(GRPOTrainer):
             self._count_drop("group_size", sender, f"{len(group.completions)} < {self.num_generations} completions")
             return None
         completions = list(group.completions[: self.num_generations])
-        group = Group(**{**vars(group), "completions": completions})
+        # Only completions cross the trust boundary: the prompt trained on (and scored) is written here, around the
+        # question this node verified; the sender's prompt was only compared, never used.
+        prompt = [*self._system_messages, {"role": "user", "content": columns.pop("question")}]
+        group = Group(**{**vars(group), "completions": completions, "prompt": prompt})
         try:
             rewards = self._score_texts(group.prompt, completions, columns)
         except Exception as e:  # a reward function choking on foreign text must not stop training
@@ -447,7 +454,7 @@ class SAPOTrainer(GRPOTrainer):
             groups.append(
                 Group(
                     group_id=f"{step}-{self.accelerator.process_index}-{start // self.num_generations}",
-                    prompt=row["prompt"],
+                    prompt=published_prompt(row["prompt"]),
                     completions=texts,
                     provenance=_row_provenance(row),
                     metadata={"answer": str(row["answer"])} if row.get("answer") is not None else {},

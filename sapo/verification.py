@@ -26,12 +26,20 @@ from sapo.tasks import (
 )
 from swarm.records import Group, Provenance, RecordRejected, provenance_from_wire
 
-__all__ = ["GROUP_DROP_REASONS", "SOURCE_POLICIES", "GroupDropped", "QuestionVerifier", "describe_source_policies"]
+__all__ = [
+    "GROUP_DROP_REASONS",
+    "SOURCE_POLICIES",
+    "GroupDropped",
+    "QuestionVerifier",
+    "describe_source_policies",
+    "published_prompt",
+]
 
 SOURCE_POLICIES: dict[str, str] = {
     "verify": "looks the question up in a local copy of the same dataset, at the provenance's index, and keeps the "
     "group only if the question text matches, scored with the local answer; without a local copy the group is dropped",
-    "trust": "scores the group with the answer the sender put in its metadata",
+    "trust": "scores the group with the answer the sender put in its metadata, and accepts only a prompt of a single "
+    "user message (anything else is dropped as untrusted_prompt)",
     "drop": "drops every such group",
 }
 """What a verifier does with questions of non-procedural sources, by policy name: the one list of names that
@@ -51,7 +59,21 @@ GROUP_DROP_REASONS = (
     "index_out_of_range",  # the index is negative or beyond the local copy
     "no_answer",  # "trust" policy, but the sender attached no answer
     "regeneration_limit",  # regenerating a foreign reasoning-gym config took too long or too much memory
+    "untrusted_prompt",  # "trust" policy, but the prompt is more than one user message (a system or assistant turn)
 )
+
+
+def published_prompt(prompt: Any) -> Any:
+    """The prompt a peer publishes with a group: its question alone, as one user message.
+
+    Receivers write their own prompt around the question they verify, so a system prompt or earlier turns would be
+    dead weight on the wire, and a receiver under the ``"trust"`` policy accepts a lone user message only. A plain
+    string prompt (not conversational) is published as it is.
+    """
+    if isinstance(prompt, str):
+        return prompt
+    users = [m for m in prompt if m.get("role") == "user"]
+    return [{"role": "user", "content": users[-1]["content"]}] if users else list(prompt)
 
 
 class GroupDropped(Exception):
@@ -123,7 +145,10 @@ class QuestionVerifier:
         self._own_configs.update((task.name, task.config_key) for task in tasks)
 
     def columns_for(self, group: Group) -> dict[str, str]:
-        """The reward columns (``answer``, ``task``, ``entry``, ``provenance``) for a received group.
+        """The reward columns (``answer``, ``task``, ``entry``, ``provenance``) for a received group, and the
+        ``question`` this node vouches for: the one it regenerated or looked up (for ``"trust"``, the sender's
+        single user message). The receiver builds its training prompt around that question; nothing else of the
+        sender's prompt is trained on.
 
         Raises :class:`GroupDropped` when the group's question cannot be verified.
         """
@@ -143,11 +168,17 @@ class QuestionVerifier:
             answer = group.metadata.get("answer")
             if answer is None:
                 raise GroupDropped("no_answer", "policy 'trust' but the group's metadata has no 'answer'")
+            roles = [message.get("role") for message in group.prompt]
+            if roles != ["user"]:
+                # Unverifiable text is accepted only as a plain question: a sender's system or assistant turns
+                # would condition the completions this node trains on.
+                raise GroupDropped("untrusted_prompt", f"policy 'trust' takes one user message, got roles {roles}")
             return {
                 "answer": str(answer),
                 "task": provenance.dataset,
                 "entry": "",
                 "provenance": provenance_to_json(provenance),
+                "question": question,
             }
         return self._local_columns(provenance, question)
 
@@ -179,7 +210,8 @@ class QuestionVerifier:
             )
         clean = Provenance(REASONING_GYM_SOURCE, provenance.dataset, config, provenance.seed, provenance.index)
         row = _row(entry, clean, system_prompt=None)
-        return {key: row[key] for key in ("answer", "task", "entry", "provenance")}
+        own_question = row["prompt"][-1]["content"]  # the regenerated text, formatted as this node's own rows
+        return {**{key: row[key] for key in ("answer", "task", "entry", "provenance")}, "question": own_question}
 
     def _regenerate(self, name: str, config: dict[str, Any], seed: int, index: int) -> dict[str, Any]:
         """Entry ``index`` of (name, config, seed): here for this node's own configs, else in the child process."""
@@ -206,7 +238,13 @@ class QuestionVerifier:
             raise GroupDropped(
                 "question_mismatch", f"{provenance.dataset}[{provenance.index}] holds a different question"
             )
-        return {"answer": row["answer"], "task": row["task"], "entry": row["entry"], "provenance": row["provenance"]}
+        return {
+            "answer": row["answer"],
+            "task": row["task"],
+            "entry": row["entry"],
+            "provenance": row["provenance"],
+            "question": [m for m in row["prompt"] if m.get("role") == "user"][-1]["content"],  # the local text
+        }
 
 
 def _user_text(messages: Sequence[Mapping[str, str]]) -> str:

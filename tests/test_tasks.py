@@ -20,7 +20,7 @@ from sapo.tasks import (
     questions_from_dataset,
     validate_task_names,
 )
-from sapo.verification import GroupDropped, QuestionVerifier
+from sapo.verification import GroupDropped, QuestionVerifier, published_prompt
 from swarm.records import Group, Provenance, provenance_from_wire, validate_group
 
 EASY_ARITHMETIC = TaskSpec("basic_arithmetic", {"max_terms": 2, "max_digits": 1, "operators": ("+", "-")})
@@ -30,7 +30,11 @@ def _group(row, completions=("<answer>1</answer>",), metadata=None, **provenance
     provenance = provenance_from_wire(json.loads(row["provenance"]))
     provenance = dataclasses.replace(provenance, **provenance_changes)
     group = Group(
-        "0-0", prompt=row["prompt"], completions=list(completions), provenance=provenance, metadata=metadata or {}
+        "0-0",
+        prompt=published_prompt(row["prompt"]),
+        completions=list(completions),
+        provenance=provenance,
+        metadata=metadata or {},
     )
     return validate_group(group)  # exactly what arrives over the wire
 
@@ -73,7 +77,8 @@ def test_rows_score_with_their_own_answers_and_verify(tasks):
         assert reward == 1.0 or (row["task"] == "propositional_logic" and reward >= 0.25), row["task"]
     verifier = QuestionVerifier()
     for row in ds:  # every task regenerates from its provenance to the same row
-        assert verifier.columns_for(_group(row)) == {k: row[k] for k in ("answer", "task", "entry", "provenance")}
+        expected = {k: row[k] for k in ("answer", "task", "entry", "provenance")}
+        assert verifier.columns_for(_group(row)) == {**expected, "question": row["prompt"][-1]["content"]}
 
 
 def test_deterministic_and_weighted():
@@ -111,7 +116,8 @@ def test_verifier_accepts_honest_group(rg_rows):
     verifier = QuestionVerifier()
     for row in rg_rows:
         columns = verifier.columns_for(_group(row))
-        assert columns == {k: row[k] for k in ("answer", "task", "entry", "provenance")}
+        expected = {k: row[k] for k in ("answer", "task", "entry", "provenance")}
+        assert columns == {**expected, "question": row["prompt"][-1]["content"]}  # this node's own question text
 
 
 def test_verifier_uses_regenerated_answer_not_metadata(rg_rows):
