@@ -542,6 +542,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         return render(result, out_dir)
     from sapo.models import save_tiny_model
 
+    code = commit_label()  # at the start: the code every part runs, even if the tree changes while they run
     with tempfile.TemporaryDirectory(prefix="sapo-reliability-") as tmp:
         workdir = Path(tmp)
         model_dir = save_tiny_model(workdir / "tiny-model")
@@ -559,7 +560,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
             data.update(
                 settings=settings[part],
                 command="python benchmarks/reliability.py " + " ".join(sys.argv[1:] if argv is None else argv),
-                git_commit=commit_label(),
+                git_commit=code,
                 date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
                 machine=machine(),
             )

@@ -112,13 +112,13 @@ def poisoned_groups(rows: list[dict[str, Any]], marker: str = "POISON") -> dict[
     Built from real reasoning-gym ``rows`` (``prompt``, ``answer``, ``provenance`` columns). Every completion
     contains ``f"{marker}-{kind}"`` so a test can tell whether it was ever trained on. Counters are
     ``swarm/rejected/<reason>`` (the transport refuses the record) or ``sapo/total/dropped/<reason>`` (the
-    trainer's verifier drops the group); ``wrong_answer`` is a usable question whose claimed answer is a lie:
-    it may be trained on, but only with the ground truth the receiver re-derives (its completions score 0).
+    trainer's verifier drops the group); ``wrong_answer`` is a usable question whose claimed answer is a lie, with
+    reward spread (two completions give the true answer, two the claimed one) so that a sampler keeps it and it is
+    trained on: only with the ground truth the receiver re-derives (the true completions score 1, the lie 0).
     """
 
     def group(kind: str, row: dict[str, Any], completions: list[Any] | None = None, **changes: Any) -> Group:
-        true = str(row["answer"])
-        wrong = str(int(true) + 1) if true.lstrip("-").isdigit() else true + "0"
+        wrong = _wrong(str(row["answer"]))
         fields: dict[str, Any] = dict(
             group_id=f"{marker}-{kind}",
             prompt=list(row["prompt"]),
@@ -136,7 +136,15 @@ def poisoned_groups(rows: list[dict[str, Any]], marker: str = "POISON") -> dict[
     question = a["prompt"][-1]["content"]
     tag = f"{marker}-"
     return {
-        "wrong_answer": (group("wrong_answer", a), "trained_with_own_truth"),
+        "wrong_answer": (
+            group(
+                "wrong_answer",
+                a,
+                completions=[f"{tag}wrong_answer-truth <answer>{a['answer']}</answer>"] * 2
+                + [f"{tag}wrong_answer-lie <answer>{_wrong(str(a['answer']))}</answer>"] * 2,
+            ),
+            "trained_with_own_truth",
+        ),
         "question_not_matching_provenance": (
             group("question_not_matching_provenance", b, prompt=[{"role": "user", "content": question + " (2+2?)"}]),
             "sapo/total/dropped/question_mismatch",
@@ -280,7 +288,7 @@ def hostile_round(
 ) -> dict[str, Any]:
     """One honest SAPOTrainer (tiny model) on a real DHT beside a friend, a liar and a raw hostile node.
 
-    The friend publishes 3 honest groups, the liar one record per kind of :func:`poisoned_groups`, the raw
+    The friend publishes 2 honest groups, the liar one record per kind of :func:`poisoned_groups`, the raw
     node every :func:`wire_attacks` kind and a burst of ``burst_size`` records; then the honest node trains
     ``steps`` steps. ``make_peer(**config)`` makes a DHTTransport and owns its cleanup. Returns what happened:
     the trainer, the expected counter of each kind, every trained row, the burst's figures. ``on_p2pd`` is told
@@ -296,7 +304,7 @@ def hostile_round(
     liar = make_peer(model_name="liar", initial_peers=honest.visible_addresses())
     raw = HostileNode(honest.visible_addresses(), on_p2pd=on_p2pd)
     try:
-        friend.publish([honest_group(rows[10 + i], f"friend-{i}") for i in range(3)])
+        friend.publish([honest_group(rows[10 + i], f"friend-{i}") for i in range(2)])
         attacks = poisoned_groups(rows)
         for group, _ in attacks.values():  # one record per kind: a bad one must not hide a good one
             publish_unchecked(liar, unchecked_record([group]))
@@ -305,9 +313,9 @@ def hostile_round(
         started = time.monotonic()
         accepted = burst(raw, honest, honest_group(rows[21], "burst"), count=burst_size)
         burst_seconds = time.monotonic() - started
-        # the friend's 3 groups and the liar's 3 schema-valid ones reach the honest peer's cache
+        # the friend's 2 groups and the liar's 3 schema-valid ones reach the honest peer's cache
         deadline = time.monotonic() + 60
-        while honest.readout().counters.get("received_groups", 0) < 6 and time.monotonic() < deadline:
+        while honest.readout().counters.get("received_groups", 0) < 5 and time.monotonic() < deadline:
             time.sleep(0.1)
 
         reward = ExactAnswer()
@@ -352,10 +360,17 @@ def hostile_round(
 
 
 def poisoned_rows_trained(trained: list[tuple[str, float]], marker: str = "POISON") -> int:
-    """Trained rows of a forged or poisoned group: any marked row but the usable question's, and that one's
-    rows only if they were rewarded as right (its claimed answer is a lie)."""
-    return sum(
-        1
-        for text, reward in trained
-        if marker in text and (not text.startswith(f"{marker}-wrong_answer") or reward > 0)
-    )
+    """Trained rows of a forged or poisoned group: any marked row but the usable question's, and that one's rows
+    only if they were scored with the sender's lie (the lie rewarded, or the true answer not)."""
+
+    def poisoned(text: str, reward: float) -> bool:
+        if text.startswith(f"{marker}-wrong_answer"):
+            return (reward > 0) != text.startswith(f"{marker}-wrong_answer-truth")
+        return marker in text
+
+    return sum(1 for text, reward in trained if poisoned(text, reward))
+
+
+def _wrong(true: str) -> str:
+    """An answer that is not ``true``: what a liar claims."""
+    return str(int(true) + 1) if true.lstrip("-").isdigit() else true + "0"

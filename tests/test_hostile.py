@@ -29,7 +29,10 @@ def test_honest_node_trains_through_liars_junk_and_bursts(tmp_path, smollm_token
     # Every external row trained on: the friend's, or the liar's usable question scored with our own truth
     assert poisoned_rows_trained(outcome["trained"]) == 0, outcome["trained"]
     assert any(text.startswith("friend") for text, _ in outcome["trained"])
-    # 4 usable candidates (the friend's 3 and the liar's usable question) for 3 slots: the friend's fill most
+    # 3 usable candidates (the friend's 2 and the liar's usable question) for 3 slots: all are trained on, the
+    # liar's lying group too, with the answer this node re-derived (the true completions rewarded, the lie not)
     friend, liar = outcome["friend"], outcome["liar"]
-    assert trainer.taken_from[friend] >= 2 and trainer.taken_from[liar] <= 1
-    assert set(trainer.taken_from) <= {friend, liar}
+    assert trainer.taken_from[friend] == 2 and trainer.taken_from[liar] == 1
+    assert set(trainer.taken_from) == {friend, liar}
+    liar_rows = [(text, reward) for text, reward in outcome["trained"] if text.startswith("POISON-wrong_answer")]
+    assert sorted(reward for _, reward in liar_rows) == [0.0, 0.0, 1.0, 1.0], liar_rows
