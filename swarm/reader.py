@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import hashlib
 import logging
 import random
 import threading
@@ -27,6 +28,7 @@ logger = logging.getLogger("swarm.dht")
 
 _RECORDS_PER_GET = 3  # hivemind packs sqrt(n) keys per lookup RPC: n <= 3 keeps one record per 4 MiB message
 _RETURNED_IDS_KEPT = 100_000  # ids of groups handed out, so a record fetched twice is not trained on twice
+_REJECTED_ENTRIES_KEPT = 10_000  # digests of refused index entries: one count per entry, not one per read
 _MISSING_TRIES = 3  # polls a listed record may be missing (its store still travelling) before it is given up
 
 
@@ -89,6 +91,7 @@ class SwarmReader:
         self._cache: list[ReceivedGroup] = []
         self._returned: collections.OrderedDict[tuple[str, str, float], None] = collections.OrderedDict()
         self._skew_warned: set[str] = set()
+        self._rejected_entries: collections.OrderedDict[bytes, None] = collections.OrderedDict()
         self._last_index_read = -float("inf")
         self._shard_order = index_keys(config.swarm_name, config.index_shards)
         self._rng.shuffle(self._shard_order)  # peers start their rotation at different shards
@@ -194,12 +197,18 @@ class SwarmReader:
         if public_key is None or public_key == self._own_public_key:
             return
         sender = fingerprint(public_key)
+        # The index is re-read every few seconds: an entry refused once is not judged (and counted) again.
+        digest = hashlib.sha256(repr((subkey, value)).encode()).digest()
+        if digest in self._rejected_entries:
+            return
         try:
             entry = decode_index_entry(value, self.config.limits)
         except RecordRejected as e:
+            self._remember_rejected(digest)
             self._reject(e.reason, f"index entry of {sender}: {e.detail}")
             return
         if entry.updated_at > now + self.config.clock_skew_tolerance:
+            self._remember_rejected(digest)
             self._clock_skew(sender, entry.updated_at - now)
             return
         with self._lock:
@@ -319,6 +328,11 @@ class SwarmReader:
                 self._cache.sort(key=lambda item: item.group.created_at)
                 del self._cache[: len(self._cache) - config.max_cached_groups]
         self._counters.add("received_groups", len(accepted))
+
+    def _remember_rejected(self, digest: bytes) -> None:
+        self._rejected_entries[digest] = None
+        while len(self._rejected_entries) > _REJECTED_ENTRIES_KEPT:
+            self._rejected_entries.popitem(last=False)
 
     def _clock_skew(self, sender: str, ahead: float) -> None:
         self._reject("clock_skew", f"peer {sender} is {ahead:.1f} s in the future")

@@ -15,7 +15,7 @@ from swarm.config import DHTTransportConfig
 from swarm.publisher import SwarmPublisher
 from swarm.reader import SwarmReader
 from swarm.transport import SwarmCounters, TimingLog
-from swarm.validation import fingerprint
+from swarm.validation import fingerprint, owner_marker
 from tests.swarm_fixtures import make_group
 
 
@@ -117,3 +117,16 @@ def test_a_poll_reads_a_few_index_shards_in_rotation_and_fetches_only_what_the_c
     reader.poll()  # the cache wants 2 groups: one record of 2 groups is fetched, not all six
     record_keys = [key for keys in dht.reads for key in keys if "/records/" in key]
     assert len(record_keys) == 1
+
+
+def test_a_refused_index_entry_is_counted_once_not_at_every_read():
+    dht, clock = DictDHT(), ManualClock()
+    reader = Peer(dht, clock, index_shards=1, index_shards_per_poll=0, index_min_interval=0, index_refresh_interval=0)
+    liar_key = RSAPrivateKey().get_public_key().to_bytes()
+    shard = f"{reader.config.swarm_name}/index/0"
+    dht.items[shard] = {owner_marker(liar_key): ValueWithExpiration(b"not an index entry", clock.time() + 600)}
+    for _ in range(3):
+        reader.poll()
+        clock.advance(1)
+    rejected = {k: v for k, v in reader.counters.snapshot().items() if k.startswith("rejected/")}
+    assert sum(rejected.values()) == 1, rejected
