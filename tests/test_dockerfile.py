@@ -86,6 +86,8 @@ def _pip_installs(command: str) -> list[tuple[tuple[str, ...], frozenset[str]]]:
                 pass
             elif token in ("-e", "--editable", "--no-deps", "--upgrade", "-U"):
                 flags.add({"--editable": "-e", "-U": "--upgrade"}.get(token, token))
+            elif token in ("-r", "--requirement"):
+                flags.add("-r")  # the file named next is the "package"
             elif token.startswith("-"):
                 raise AssertionError(f"unexpected pip option {token!r} in {segment.strip()!r}: teach this test it")
             else:
@@ -229,8 +231,10 @@ def test_docker_scripts_are_valid_bash():
 # how the image is built
 
 
-def _install_kind(packages: tuple[str, ...]) -> str:
-    """What one install step of setup.sh is, whatever the versions it pins."""
+def _install_kind(packages: tuple[str, ...], flags: frozenset[str] = frozenset()) -> str:
+    """What one install step is, whatever the versions it pins."""
+    if "-r" in flags:
+        return "the project's dependencies"
     kinds = (
         ("pip", r"pip"),
         ("torch, pinned exactly", r"torch==\d[\w.]*"),
@@ -240,13 +244,70 @@ def _install_kind(packages: tuple[str, ...]) -> str:
     return next((kind for kind, pattern in kinds if len(packages) == 1 and re.fullmatch(pattern, packages[0])), "?")
 
 
+def _test_extras() -> set[str]:
+    """The extras of pyproject.toml that hold the tests' tools (the image leaves them out)."""
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    return {name for name, packages in extras.items() if any(p.startswith("pytest") for p in packages)}
+
+
+def _steps(installs) -> list[tuple[str, str, frozenset[str]]]:
+    """Install steps as (kind, package as written, flags that matter), a project installed with its dependencies
+    split into its dependencies and then the project alone: the image installs those two apart."""
+    steps = []
+    for packages, flags in installs:
+        kind = _install_kind(packages, flags)
+        if kind == "the project":
+            extras = set(re.findall(r"\w+", packages[0].partition("[")[2]))
+            assert not extras - _test_extras(), f"the project is installed with extras {extras}: teach this test them"
+            if "--no-deps" not in flags:
+                steps.append(("the project's dependencies", "", frozenset()))
+            steps.append(("the project", ".", frozenset(flags & {"-e"})))
+        elif kind == "the project's dependencies":
+            steps.append((kind, "", frozenset()))
+        else:
+            steps.append((kind, packages[0] if packages else "", frozenset(flags)))
+    return steps
+
+
 def test_install_steps_match_setup_sh(final_stage):
-    expected = _setup_sh_installs()
-    # The image runs the same steps as setup.sh, in its order and with its pins (whatever they are now).
-    assert [_install_kind(packages) for packages, _ in expected] == [
-        "pip", "torch, pinned exactly", "the project", "the default model, pinned exactly",
+    """The image installs what setup.sh installs (whatever its pins are now), less the tests' tools, in an order
+    that keeps what matters: pip first, torch before the project's dependencies (so they keep the CPU torch),
+    the project's dependencies before the project (so a source change does not reinstall them)."""
+    setup = _steps(_setup_sh_installs())
+    image = _steps(_dockerfile_installs(final_stage))
+    assert [kind for kind, _, _ in setup] == [
+        "pip", "torch, pinned exactly", "the project's dependencies", "the project",
+        "the default model, pinned exactly",
     ]  # fmt: skip
-    assert _dockerfile_installs(final_stage) == expected
+    assert sorted(image) == sorted(setup), "the image must install the same packages as setup.sh, with its pins"
+    kinds = [kind for kind, _, _ in image]
+    assert kinds[0] == "pip"
+    assert kinds.index("torch, pinned exactly") < kinds.index("the project's dependencies") < kinds.index("the project")
+    # The project's dependencies are read from pyproject.toml (not restated), in the RUN that installs them...
+    deps_run = next(r for r in _values(final_stage, "RUN") if any("-r" in f for _, f in _pip_installs(r)))
+    assert "tomllib" in deps_run and "['project']['dependencies']" in deps_run
+    # ...and the tests' tools stay out of the image.
+    installed = " ".join(_values(final_stage, "RUN"))
+    for extra in _test_extras():
+        assert f"[{extra}]" not in installed, f"the image installs the {extra} extra (the tests' tools)"
+
+
+def _args(instructions) -> dict[str, str]:
+    return dict(a["value"].partition("=")[::2] for a in instructions if a["instruction"] == "ARG" and "=" in a["value"])
+
+
+def _stages(instructions) -> dict[str, list[dict]]:
+    """Each named stage's instructions, its FROM first."""
+    stages, name = {}, None
+    for i in instructions:
+        if i["instruction"] == "FROM":
+            words = i["value"].split()
+            name = words[-1] if len(words) >= 3 and words[-2].upper() == "AS" else None
+            if name:
+                stages[name] = []
+        if name:
+            stages[name].append(i)
+    return stages
 
 
 def test_torch_is_pinned_and_cpu_by_default(instructions, final_stage):
@@ -260,18 +321,66 @@ def test_torch_is_pinned_and_cpu_by_default(instructions, final_stage):
     deps = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
     torch_req = next(Requirement(d) for d in deps if Requirement(d).name == "torch")
     assert torch_req.specifier.contains(torch_specs[0].split("==")[1])
-    # DEVICE defaults to cpu, and on cpu torch comes from PyTorch's CPU index.
-    args = dict(a["value"].partition("=")[::2] for a in instructions if a["instruction"] == "ARG" and "=" in a["value"])
-    assert args.get("DEVICE") == "cpu"
-    assert args.get("CPU_IMAGE", "").startswith("python:3.11")
-    assert "nvidia/cuda" in args.get("CUDA_IMAGE", "")
+    # DEVICE defaults to cpu; on cpu torch comes from PyTorch's CPU index, on cuda from PyPI (its CUDA build).
+    assert _args(instructions).get("DEVICE") == "cpu"
     torch_run = next(r for r in _values(final_stage, "RUN") if "torch==" in r)
     assert re.search(r"\bcpu\)\s*index=https://download\.pytorch\.org/whl/cpu\b", torch_run)
-    stages = [i["value"].split()[-1] for i in instructions if i["instruction"] == "FROM"]
-    assert {"base-cpu", "base-cuda"} <= set(stages)
-    assert instructions[max(n for n, i in enumerate(instructions) if i["instruction"] == "FROM")]["value"].startswith(
-        "base-${DEVICE}"
+    assert re.search(r"\bcuda\)\s*index=https://pypi\.org/simple\b", torch_run)
+    # A CPU build that ends up with a CUDA torch (from the index or a wheel directory) fails.
+    assert re.search(r'"\$DEVICE" = cpu.*torch\.version\.cuda', torch_run, flags=re.S)
+
+
+def test_a_torch_wheel_directory_can_replace_the_index(instructions, final_stage):
+    """TORCH_WHEELS names a directory of the build context whose wheels pip considers for torch (a machine without
+    PyTorch's index); the default one exists, is in the build context, and keeps wheels out of git."""
+    default = _args(instructions).get("TORCH_WHEELS")
+    assert default, "no TORCH_WHEELS build argument with a default"
+    stage = next(
+        name for name, body in _stages(instructions).items() if any("${TORCH_WHEELS}" in i["value"] for i in body)
     )
+    torch_run = next(r for r in _values(final_stage, "RUN") if "torch==" in r)
+    mount = re.search(rf"--mount=type=bind,from={re.escape(stage)},target=(\S+)", torch_run)
+    assert mount, f"the torch RUN does not mount the {stage} stage"
+    assert re.search(rf"--find-links\s+{re.escape(mount.group(1))}\b", torch_run)
+    assert (ROOT / default).is_dir(), f"TORCH_WHEELS={default} does not exist in the repository"
+    assert "*.whl" in (ROOT / default / ".gitignore").read_text().split()
+    patterns = [line.strip().rstrip("/") for line in (ROOT / ".dockerignore").read_text().splitlines()]
+    assert not any(default.startswith(p) for p in patterns if p and not p.startswith("#"))
+
+
+def test_cpu_and_cuda_variants_share_every_step_but_the_base(instructions):
+    """The CUDA image cannot be built on a machine without its registry: it is kept in line by construction.
+    Both variants build the same final stage on `base-${DEVICE}`; the CUDA base adds what the CPU base has
+    (python3 with its venv module); the CPU base is a Python image the project supports."""
+    stages = _stages(instructions)
+    assert {"base-cpu", "base-cuda"} <= set(stages)
+    final_from = [i for i in instructions if i["instruction"] == "FROM"][-1]["value"]
+    assert final_from.startswith("base-${DEVICE}")
+    args = _args(instructions)
+    assert stages["base-cpu"][0]["value"].split()[0] == "${CPU_IMAGE}"
+    assert stages["base-cuda"][0]["value"].split()[0] == "${CUDA_IMAGE}"
+    from packaging.specifiers import SpecifierSet
+
+    python = re.fullmatch(r"python:(\d+\.\d+)[\w.-]*", args.get("CPU_IMAGE", ""))
+    assert python, f"CPU_IMAGE should be an official Python image, got {args.get('CPU_IMAGE')}"
+    requires = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["requires-python"]
+    assert SpecifierSet(requires).contains(python.group(1) + ".0")
+    assert re.fullmatch(r"nvidia/cuda:[\w.]+-runtime-[\w.]+", args.get("CUDA_IMAGE", "")), "CUDA_IMAGE: a runtime image"
+    cuda_runs = " ".join(i["value"] for i in stages["base-cuda"] if i["instruction"] == "RUN")
+    assert re.search(r"apt-get install\b.*\bpython3\b.*\bpython3-venv\b", cuda_runs)
+    # The shared stage only needs python3 -m venv from its base.
+    final_runs = [i["value"] for i in stages[final_from.split()[-1]] if i["instruction"] == "RUN"]
+    assert "python3 -m venv" in final_runs[0]
+
+
+def test_build_check_script_passes_only_build_arguments_the_dockerfile_declares(instructions):
+    declared = {a["value"].partition("=")[0] for a in instructions if a["instruction"] == "ARG"}
+    script = (ROOT / "docker" / "build_check.sh").read_text()
+    passed = set(re.findall(r"--build-arg\s+(\w+)=", script))
+    assert passed and passed <= declared, f"build_check.sh passes undeclared build arguments {passed - declared}"
+    secrets = set(re.findall(r"--secret\s+id=([\w.-]+)", script))
+    dockerfile = DOCKERFILE.read_text()
+    assert all(f"type=secret,id={s}" in dockerfile for s in secrets)
 
 
 def test_dependencies_are_installed_before_the_whole_source_is_copied(final_stage):
