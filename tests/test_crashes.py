@@ -12,6 +12,8 @@ import subprocess
 import time
 from pathlib import Path
 
+import torch
+
 from sapo.checkpoints import COMPLETE_MARKER, checkpoints, latest_complete_checkpoint
 from sapo.trainer import FAULT_PAUSE_BEFORE_MARKER
 from tests.node_fixtures import _assert_gone, _metrics, _node_command, _p2pd_pid, _wait, started  # noqa: F401
@@ -74,12 +76,19 @@ def test_kill9_at_random_moments_resumes_from_the_newest_complete_checkpoint(tmp
             assert not (half_written / COMPLETE_MARKER).exists() and expected_resume != half_written
         assert _last_step(out) - _step_of(expected_resume) <= 1  # at most one step lost
 
+    assert expected_resume is not None  # four lives of at least one step each left a complete checkpoint
+    resumed_step = _step_of(expected_resume)
     final = subprocess.run(
-        _node_command(tiny_model_a, out, "--max_steps", str(_step_of(expected_resume) + 2)),
+        _node_command(tiny_model_a, out, "--max_steps", str(resumed_step + 2), "--save_steps", "1"),
         capture_output=True, text=True, timeout=600,
     )  # fmt: skip
     assert final.returncode == 0, final.stderr[-3000:]
-    assert expected_resume is None or f"resuming from {expected_resume}" in final.stderr
+    assert f"resuming from {expected_resume}" in final.stderr, final.stderr[:3000]
+    # The optimizer state was restored with the weights (a resume that loaded only weights would count 2 here):
+    # Adam has counted every step since the
+    # first life (the tiny model's rewards are all zero, so its weights barely move and cannot show this).
+    optimizer = torch.load(out / f"checkpoint-{resumed_step + 2}" / "optimizer.pt", weights_only=True)
+    assert {int(state["step"]) for state in optimizer["state"].values()} == {resumed_step + 2}
     assert all(complete for _, _, complete in checkpoints(out))  # half-written ones were set aside
     set_aside = list((out / "incomplete").iterdir()) if (out / "incomplete").exists() else []
     assert caught_mid_write >= 2  # both mid-checkpoint kills left one
