@@ -1,25 +1,40 @@
-"""What every benchmark shares: the machine, the commit and whether the tree was clean, a process's memory, JSON."""
+"""What every benchmark shares: the run record (machine, commit, dirty tree), /proc readings, stopping, reports."""
 
 from __future__ import annotations
 
+import contextlib
+import datetime
+import json
 import math
 import os
 import platform
+import signal
 import subprocess
+import sys
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "benchmarks" / "results"
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+# ------------------------------------------------------------------------------------------------
+# the run record
+
+
+def meminfo_bytes(key: str = "MemTotal") -> int:
+    """A ``/proc/meminfo`` figure in bytes (``MemTotal``, ``MemAvailable``); 0 if unreadable."""
+    try:
+        with open("/proc/meminfo") as f:
+            return next(int(line.split()[1]) for line in f if line.startswith(key + ":")) * 1024
+    except (OSError, StopIteration):
+        return 0
 
 
 def machine() -> str:
     """One line: host, CPUs, memory, GPU, Python."""
-    memory = 0
-    try:
-        with open("/proc/meminfo") as f:
-            memory = next(int(line.split()[1]) for line in f if line.startswith("MemTotal:")) * 1024
-    except (OSError, StopIteration):
-        pass
     gpu = "no GPU"
     try:
         import torch
@@ -29,7 +44,7 @@ def machine() -> str:
     except ImportError:
         pass
     return (
-        f"{platform.node()} {platform.machine()}, {os.cpu_count()} CPUs, {memory / 2**30:.0f} GiB, {gpu}, "
+        f"{platform.node()} {platform.machine()}, {os.cpu_count()} CPUs, {meminfo_bytes() / 2**30:.0f} GiB, {gpu}, "
         f"Python {platform.python_version()}"
     )
 
@@ -43,10 +58,33 @@ def git_state(root: Path = ROOT) -> dict[str, Any]:
     return {"commit": git("rev-parse", "HEAD"), "dirty": bool(git("status", "--porcelain", "--untracked-files=no"))}
 
 
+def code_label(state: dict[str, Any], length: int | None = None) -> str:
+    """A :func:`git_state` as one string for a report: ``sha`` or ``sha (dirty tree)``, the sha cut to ``length``."""
+    return str(state.get("commit", "unrecorded"))[:length] + (" (dirty tree)" if state.get("dirty") else "")
+
+
 def commit_label(root: Path = ROOT) -> str:
-    """The commit as one string for a report: ``sha``, or ``sha (dirty tree)``."""
-    state = git_state(root)
-    return state["commit"] + (" (dirty tree)" if state["dirty"] else "")
+    """The commit of this tree as one string for a report: ``sha``, or ``sha (dirty tree)``."""
+    return code_label(git_state(root))
+
+
+def utc_now() -> str:
+    """The date and time now, UTC, ISO 8601 to the second."""
+    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+
+
+def run_record(command: str | None = None) -> dict[str, str]:
+    """What every report names: ``command`` (default: this process's), ``git_commit``, ``date`` and ``machine``."""
+    return {
+        "command": command or " ".join([os.path.basename(sys.executable), *sys.argv]),
+        "git_commit": commit_label(),
+        "date": utc_now(),
+        "machine": machine(),
+    }
+
+
+# ------------------------------------------------------------------------------------------------
+# /proc readings
 
 
 def proc_status_kb(pid: int, key: str = "VmRSS") -> int | None:
@@ -62,6 +100,66 @@ def proc_status_kb(pid: int, key: str = "VmRSS") -> int | None:
     return None
 
 
+def rss_mb(pid: int, key: str = "VmRSS") -> float | None:
+    """Resident memory of ``pid`` in MB (2**20 bytes; ``key="VmHWM"``: its peak); None if the process is gone."""
+    kb = proc_status_kb(pid, key)
+    return None if kb is None else kb / 1024
+
+
+def _proc_stat(path: str) -> list[str] | None:
+    """The fields of a ``/proc/.../stat`` file after the command name (field 3 onwards); None if gone."""
+    try:
+        with open(path) as f:
+            return f.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+
+
+def cpu_seconds(pid: int, tid: int | None = None) -> float:
+    """User + system CPU seconds of a process (or of one of its threads); 0 if gone."""
+    fields = _proc_stat(f"/proc/{pid}/task/{tid}/stat" if tid else f"/proc/{pid}/stat")
+    if fields is None:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / CLK_TCK  # utime, stime (fields 14, 15 of stat)
+
+
+def children(pid: int) -> list[int]:
+    """Process ids whose parent is ``pid``."""
+    out = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            fields = _proc_stat(f"/proc/{entry}/stat")
+            if fields is not None and int(fields[1]) == pid:
+                out.append(int(entry))
+    return out
+
+
+# ------------------------------------------------------------------------------------------------
+# stopping
+
+
+def stop_processes(
+    processes: Sequence[subprocess.Popen], grace: float = 30.0, daemons: Iterable[int] = ()
+) -> list[int | None]:
+    """Stop what a benchmark started, by PID: SIGTERM to every running process, SIGKILL to those still running
+    ``grace`` seconds later, then SIGKILL to the p2pd daemons they leave behind (their p2pd children, and the
+    ``daemons`` pids given, each checked by name). Returns the exit codes in order."""
+    from sapo.processes import stop_processes as terminate
+    from swarm.daemon import is_p2pd
+
+    leftovers = [*daemons, *(pid for p in processes for pid in children(p.pid) if is_p2pd(pid))]
+    codes = terminate(processes, grace)
+    for pid in leftovers:
+        if is_p2pd(pid):  # only daemons, checked again: the pid may have been reused
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+    return codes
+
+
+# ------------------------------------------------------------------------------------------------
+# reports
+
+
 def json_safe(value: Any) -> Any:
     """``value`` with NaN and infinities as None (JSON has neither), recursively."""
     if isinstance(value, float) and (math.isnan(value) or math.isinf(value)):
@@ -71,3 +169,30 @@ def json_safe(value: Any) -> Any:
     if isinstance(value, list | tuple):
         return [json_safe(v) for v in value]
     return value
+
+
+def saved_settings_match(path: Path, settings: dict[str, Any]) -> bool:
+    """True if the JSON report at ``path`` was made with ``settings`` (its ``settings`` entry): a rerun may skip."""
+    try:
+        return json.loads(path.read_text()).get("settings") == settings
+    except (OSError, ValueError):
+        return False
+
+
+def write_report(out_dir: Path, stem: str, data: dict[str, Any], lines: Sequence[str]) -> dict[str, Path]:
+    """Write ``<stem>.json`` (``data``, NaN as null) and ``<stem>.md`` (``lines``) into ``out_dir``; their paths."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    paths = {"json": out_dir / f"{stem}.json", "md": out_dir / f"{stem}.md"}
+    paths["json"].write_text(json.dumps(json_safe(data), indent=1, default=str) + "\n")
+    paths["md"].write_text("\n".join(lines) + "\n")
+    return paths
+
+
+def pyplot() -> Any:
+    """``matplotlib.pyplot`` on the file-only Agg backend (no display needed)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt

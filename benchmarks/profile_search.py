@@ -30,7 +30,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from benchmarks.harness import ROOT, git_state, json_safe, machine
+from benchmarks.harness import ROOT, code_label, git_state, json_safe, machine, pyplot
 
 
 @dataclass(frozen=True)
@@ -208,7 +208,7 @@ def report(runs: list[dict[str, Any]], results_dir: Path) -> Path:
     rows = [summarize(run) for run in runs]
     order = list(SETTINGS)
     rows.sort(key=lambda r: (order.index(r["setting"]) if r["setting"] in order else 99, r["seed"]))
-    commits = sorted({f"{r['code']['commit'][:10]}{' (dirty tree)' if r['code']['dirty'] else ''}" for r in rows})
+    commits = sorted({code_label(r["code"], 10) for r in rows})
     lines = [
         "# CPU profile search: does one node, training alone, raise its held-out pass@1?",
         "",
@@ -259,11 +259,7 @@ def report(runs: list[dict[str, Any]], results_dir: Path) -> Path:
 
 def plot(runs: list[dict[str, Any]], path: Path) -> Path:
     """Left: training reward per step (moving average of 5); right: held-out pass@1 over steps, per run."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     fig, (ax_reward, ax_eval) = plt.subplots(1, 2, figsize=(13, 4.8))
     colors: dict[str, Any] = {}
     for run in runs:
@@ -310,7 +306,7 @@ def timing_lines(results_dir: Path) -> list[str]:
     for path in sorted((results_dir / "profile_search" / "timing").glob("*.json")):
         run = json.loads(path.read_text())
         times = [h["step_time"] for h in run["history"] if "step_time" in h][1:]  # step 1 warms up
-        commit = run["code"]["commit"][:10] + (" (dirty tree)" if run["code"]["dirty"] else "")
+        commit = code_label(run["code"], 10)
         lines.append(
             f"- `{run['setting']['name']}`: median {statistics.median(times):.1f} s per step (steps 2-{run['steps']}, "
             f"range {min(times):.1f}-{max(times):.1f} s), commit {commit}, {run['finished']}"

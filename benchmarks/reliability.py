@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import datetime
 import json
 import os
 import random
@@ -44,11 +43,9 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-RESULTS = ROOT / "benchmarks" / "results"
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
-from benchmarks.harness import commit_label, machine, proc_status_kb  # noqa: E402
+if __package__ in (None, ""):  # run as a script: the repository's packages come first
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from benchmarks.harness import RESULTS, pyplot, rss_mb, run_record, stop_processes, utc_now, write_report  # noqa: E402
 
 PARTS = ("hostile", "crashes", "soak")
 SOAK_RECORD_TTL = 600.0  # DHTTransportConfig.record_ttl of the soak's nodes (the default)
@@ -222,11 +219,6 @@ def run_crashes(kills: int, model_dir: Path, workdir: Path, seed: int = 0) -> di
 # soak
 
 
-def _rss_mb(pid: int) -> float | None:
-    kb = proc_status_kb(pid, "VmRSS")
-    return None if kb is None else kb / 1024
-
-
 def _node_pids(run_dir: Path, peers: int) -> dict[str, tuple[int | None, int | None]]:
     """node name -> (node pid, p2pd pid): the p2pd pid from the state file each node writes, the node's as
     its parent."""
@@ -266,8 +258,8 @@ def run_soak(minutes: float, model_dir: Path, workdir: Path, interval: float = 1
                 for name, (node_pid, p2pd_pid) in _node_pids(run_dir, peers).items():
                     row = last_metrics(run_dir / name / "metrics.jsonl")
                     sample[name] = {
-                        "node_mb": _rss_mb(node_pid) if node_pid else None,
-                        "p2pd_mb": _rss_mb(p2pd_pid) if p2pd_pid else None,
+                        "node_mb": rss_mb(node_pid) if node_pid else None,
+                        "p2pd_mb": rss_mb(p2pd_pid) if p2pd_pid else None,
                         "step": row.get("step"),
                         "dht_stored_items": row.get("swarm/gauge/dht_stored_items"),
                         "seen_refs": row.get("swarm/gauge/seen_refs"),
@@ -278,13 +270,7 @@ def run_soak(minutes: float, model_dir: Path, workdir: Path, interval: float = 1
                 time.sleep(interval)
                 bar.update(int(time.monotonic() - started) - bar.n)
     finally:
-        if swarm.poll() is None:
-            swarm.send_signal(signal.SIGTERM)  # the nodes checkpoint and leave
-            try:
-                swarm.wait(timeout=300)
-            except subprocess.TimeoutExpired:
-                swarm.kill()
-                swarm.wait(timeout=30)
+        stop_processes([swarm], grace=300)  # SIGTERM: the nodes checkpoint and leave
     return soak_result(samples, [f"node-{i}" for i in range(peers)])
 
 
@@ -402,11 +388,7 @@ def windows(samples: list[dict[str, Any]], names: list[str], minutes: float = 5.
 
 def soak_plot(samples: list[dict[str, Any]], names: list[str], ttl: float, path: Path) -> None:
     """Two panels over time: RSS of each node and its p2pd; DHT items vs records published within the ttl."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     fig, (mem, dht) = plt.subplots(2, 1, figsize=(9, 7), sharex=True)
     for n in names:
         rows = [(s["t"] / 60, s[n]) for s in samples if isinstance(s.get(n), dict)]
@@ -542,7 +524,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         return render(result, out_dir)
     from sapo.models import save_tiny_model
 
-    code = commit_label()  # at the start: the code every part runs, even if the tree changes while they run
+    command = "python benchmarks/reliability.py " + " ".join(sys.argv[1:] if argv is None else argv)
+    record = run_record(command)  # at the start: the code every part runs, even if the tree changes while they run
     with tempfile.TemporaryDirectory(prefix="sapo-reliability-") as tmp:
         workdir = Path(tmp)
         model_dir = save_tiny_model(workdir / "tiny-model")
@@ -557,13 +540,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
                 data = run_crashes(args.kills, model_dir, workdir)
             else:
                 data = run_soak(args.soak_minutes, model_dir, workdir)
-            data.update(
-                settings=settings[part],
-                command="python benchmarks/reliability.py " + " ".join(sys.argv[1:] if argv is None else argv),
-                git_commit=code,
-                date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-                machine=machine(),
-            )
+            data.update(record, settings=settings[part], date=utc_now())
             result["parts"][part] = data
             render(result, out_dir)  # each part saved as it ends
     return result
@@ -577,9 +554,9 @@ def render(result: dict[str, Any], out_dir: Path) -> dict[str, Any]:
         soak.update({k: v for k, v in soak_result(soak["samples"], names).items() if k != "samples"})
         soak_plot(soak["samples"], names, SOAK_RECORD_TTL, out_dir / "reliability_soak.png")
         soak["plot"] = "reliability_soak.png"
-    (out_dir / "reliability.json").write_text(json.dumps(result, indent=1, default=str) + "\n")
-    (out_dir / "reliability.md").write_text(markdown(result))
-    print(markdown(result))
+    text = markdown(result)
+    write_report(out_dir, "reliability", result, [text])
+    print(text)
     return result
 
 

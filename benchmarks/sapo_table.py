@@ -77,7 +77,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import datetime
 import json
 import math
 import os
@@ -92,12 +91,22 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:  # run as a script: the repository's packages (sapo, benchmarks) come first
-    sys.path.insert(0, str(ROOT))
-from benchmarks.harness import commit_label, git_state, json_safe, machine  # noqa: E402
+if __package__ in (None, ""):  # run as a script: the repository's packages (sapo, benchmarks) come first
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from benchmarks.harness import (  # noqa: E402
+    RESULTS,
+    ROOT,
+    code_label,
+    commit_label,
+    git_state,
+    json_safe,
+    machine,
+    pyplot,
+    stop_processes,
+    utc_now,
+    write_report,
+)
 
-RESULTS = ROOT / "benchmarks" / "results"
 RUNS = ROOT / "runs" / "sapo_table"
 
 PAPER_GROUPS = 8
@@ -359,12 +368,7 @@ def run_swarm(command: list[str], run_dir: Path, write: Any) -> int:
     finally:
         if process.poll() is None:
             write(f"stopping local-swarm (pid {process.pid}): its nodes checkpoint and leave")
-            process.send_signal(signal.SIGTERM)
-            try:
-                process.wait(timeout=600)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+            stop_processes([process], grace=600)
         log.close()
 
 
@@ -770,8 +774,7 @@ def format_run_codes(runs: list[dict[str, Any]]) -> list[str]:
     for run in runs:
         if not run["complete"]:
             continue
-        code = run.get("code") or {}
-        commit = code.get("commit", "unrecorded")[:10] + (" (dirty tree)" if code.get("dirty") else "")
+        commit = code_label(run.get("code") or {}, 10)
         minutes = (run.get("last_attempt_seconds") or math.nan) / 60
         lines.append(f"- {run['setting']} seed {run['seed']}: commit {commit}, last attempt {minutes:.0f} min")
     return lines or ["- No run is complete yet."]
@@ -779,10 +782,7 @@ def format_run_codes(runs: list[dict[str, Any]]) -> list[str]:
 
 def write_outputs(report: dict[str, Any], results_dir: Path) -> dict[str, Path]:
     """sapo_table_<profile>.json, .md and .png in ``results_dir``."""
-    results_dir.mkdir(parents=True, exist_ok=True)
-    stem = results_dir / f"sapo_table_{report['config']['profile']}"
-    paths = {"json": stem.with_suffix(".json"), "md": stem.with_suffix(".md"), "png": stem.with_suffix(".png")}
-    paths["json"].write_text(json.dumps(json_safe(report), indent=1) + "\n")
+    stem = f"sapo_table_{report['config']['profile']}"
     config = report["config"]
     lines = [
         f"# SAPO experience-sharing table, profile `{config['profile']}`",
@@ -813,8 +813,8 @@ def write_outputs(report: dict[str, Any], results_dir: Path) -> dict[str, Path]:
         "",
         *report["notes"],
     ]
-    paths["md"].write_text("\n".join(lines) + "\n")
-    plot(report, paths["png"])
+    paths = write_report(results_dir, stem, report, lines)
+    paths["png"] = plot(report, results_dir / f"{stem}.png")
     return paths
 
 
@@ -831,12 +831,9 @@ def seed_curve(run: dict[str, Any], steps: int) -> list[float]:
 
 def plot(report: dict[str, Any], path: Path) -> Path:
     """Moving average of the local reward per setting (mean over peers and seeds), band = min-max over seeds."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     from sapo.report import moving_average
+
+    plt = pyplot()
 
     config = report["config"]
     steps, window = config["steps"], config["window"]
@@ -1027,7 +1024,7 @@ def sizing(config: dict[str, Any], steps: int, write: Any = print, budget: float
         "seconds_per_step_median": per_step, "step_durations": later, "steps_for_budget": fit,
         "budget_seconds": budget, "cpu_seconds_all_processes": cpu, "load_before": load_before,
         "load_after": os.getloadavg(),
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "date": utc_now(),
     }  # fmt: skip
     (run_dir.parent / "sizing.json").write_text(json.dumps(json_safe(result), indent=1))
     print(json.dumps(json_safe(result), indent=1))
@@ -1110,7 +1107,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "config": {k: v for k, v in config.items() if k != "profile_notes"},
         "git_commit": commit_label(),
         "machine": machine(),
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "date": utc_now(),
         "setup": setup,
         "metric": "cumulative reward = sum over peers and steps of sapo/local_reward",
         "paper_reference": PAPER_CUMULATIVE,

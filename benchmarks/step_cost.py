@@ -1,18 +1,15 @@
-"""What the swarm costs: step time of a SAPO peer (4/4 and 8/0) against plain TRL, and a node's memory.
+"""What the swarm costs in a training step: step time of a SAPO peer (4/4 and 8/0) against plain TRL.
 
-Part 1, step cost (``--part steps``). In one process, from the same weights, dataset and seed, three
-trainers take turns, ``--steps-per-turn`` optimizer steps each (A, B, C, A, B, C, ...), so machine noise
-spreads over all three:
+In one process, from the same weights, dataset and seed, three trainers take turns, ``--steps-per-turn``
+optimizer steps each (A, B, C, A, B, C, ...), so machine noise spreads over all three:
 
 - ``sapo 4/4``: SAPOTrainer, 4 local + 4 external groups, on a real hivemind DHT;
 - ``sapo 8/0``: SAPOTrainer, 8 local groups, publishing to the same DHT peer (the same peer at 8/0);
 - ``trl``: plain ``trl.GRPOTrainer`` at the same batch (8 groups), timed by a thin subclass that only wraps
   ``_generate`` and ``_calculate_rewards`` with a timer.
 
-For the 4/4 peer to take external groups, a *feeder* process runs a second DHTTransport peer on 127.0.0.1 and
-publishes groups at a steady rate: real reasoning-gym questions (rows of ``build_reasoning_gym_dataset``
-with their provenance, so the receiver's verification passes) with plausible completions of realistic
-length (some with the right answer in ``<answer>`` tags, some with a wrong one, some without tags).
+For the 4/4 peer to take external groups, a feeder process (benchmarks/feeder.py) runs a second DHT peer on
+127.0.0.1 and publishes realistic groups at a steady rate.
 
 Each step is split into generation, scoring, swarm (publish + swarm fetch + external scoring) and
 training. TRL's ``step_time`` is the wall time of ``training_step`` over the round's micro-batches
@@ -20,32 +17,24 @@ training. TRL's ``step_time`` is the wall time of ``training_step`` over the rou
 scoring - swarm. The wall time of the whole optimizer step (step begin to step end callbacks, optimizer
 included) is reported beside it. Medians over the steps after the first (warm-up) one.
 
-Part 2, node memory (``--part memory``): ``sapo-node --max-steps N`` (default model, CPU defaults) as a
-subprocess; VmRSS of the node and its p2pd child sampled every 0.2 s; peak and steady state.
-
 Usage:
-    python benchmarks/step_cost.py                 # default model, both parts (about 40 min on 2 cores)
-    python benchmarks/step_cost.py --quick         # tiny model, 3 steps each, seconds
-    python benchmarks/step_cost.py --part memory   # only the memory part
+    python benchmarks/step_cost.py                 # default model (about 30 min on 2 cores)
+    python benchmarks/step_cost.py --quick         # tiny model, 2 steps each, seconds
 
-Writes ``step_cost.{json,md,png}`` and ``node_memory.{json,md,png}`` into ``--output-dir``
-(default benchmarks/results). A rerun skips a part whose results with the same settings are already there
-(``--force`` reruns it). Every process and DHT peer it starts is stopped, also on failure.
+A node's memory is measured by ``python benchmarks/node_memory.py`` (``--part memory`` here still runs it).
+
+Writes ``step_cost.{json,md,png}`` into ``--output-dir`` (default benchmarks/results). A rerun with the same
+settings as the saved results does nothing (``--force`` reruns). Every process and DHT peer it starts is stopped,
+also on failure.
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import copy
-import datetime
-import json
 import os
 import random
-import re
-import signal
 import statistics
-import subprocess
 import sys
 import tempfile
 import threading
@@ -55,19 +44,23 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-RESULTS = ROOT / "benchmarks" / "results"
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
-from benchmarks.harness import commit_label, machine, proc_status_kb  # noqa: E402
-from swarm.daemon import is_p2pd  # noqa: E402
+if __package__ in (None, ""):  # run as a script: the repository's packages come first
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from benchmarks.feeder import Feeder, plausible_completion  # noqa: E402
+from benchmarks.harness import (  # noqa: E402
+    RESULTS,
+    cpu_seconds,
+    pyplot,
+    run_record,
+    saved_settings_match,
+    write_report,
+)
 
 CONFIGS = ("sapo 4/4", "sapo 8/0", "trl")
 PHASES = ("generation", "scoring", "swarm_fetch", "external_scoring", "publish")
 SWARM_PHASES = ("publish", "swarm_fetch", "external_scoring")
 SPLIT = ("generation", "scoring", "swarm", "training")
 EXTRA_TIMED = ("select", "retokenize")  # benchmark-side timers inside the SAPO step, left in "training"
-CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 
 # ------------------------------------------------------------------------------------------------
@@ -146,201 +139,6 @@ def ratios(summaries: dict[str, dict[str, Any]]) -> dict[str, dict[str, float | 
         if a in summaries and b in summaries:
             out[f"{a} / {b}"] = {key: ratio(summaries[a][key], summaries[b][key]) for key in ("step_time", "wall")}
     return out
-
-
-# ------------------------------------------------------------------------------------------------
-# /proc helpers
-
-
-def _proc_stat(path: str) -> list[str] | None:
-    try:
-        with open(path) as f:
-            return f.read().rsplit(")", 1)[1].split()
-    except (OSError, IndexError):
-        return None
-
-
-def cpu_seconds(pid: int, tid: int | None = None) -> float:
-    """User + system CPU seconds of a process (or of one of its threads); 0 if gone."""
-    fields = _proc_stat(f"/proc/{pid}/task/{tid}/stat" if tid else f"/proc/{pid}/stat")
-    if fields is None:
-        return 0.0
-    return (int(fields[11]) + int(fields[12])) / CLK_TCK  # utime, stime (fields 14, 15 of stat)
-
-
-def children(pid: int) -> list[int]:
-    """Process ids whose parent is ``pid``."""
-    out = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            fields = _proc_stat(f"/proc/{entry}/stat")
-            if fields is not None and int(fields[1]) == pid:
-                out.append(int(entry))
-    return out
-
-
-def status_kb(pid: int, key: str) -> int:
-    """A ``/proc/<pid>/status`` figure in kB (VmRSS, VmHWM); 0 if gone."""
-    return proc_status_kb(pid, key) or 0
-
-
-def stop_process(proc: subprocess.Popen, timeout: float = 30) -> None:
-    """SIGTERM, then SIGKILL after ``timeout``; also kills the p2pd children it leaves behind."""
-    kids = [pid for pid in children(proc.pid) if is_p2pd(pid)]
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-    for pid in kids:  # only our daemons, checked by name
-        if is_p2pd(pid):
-            with contextlib.suppress(OSError):
-                os.kill(pid, signal.SIGKILL)
-
-
-def run_info() -> dict[str, str]:
-    return {
-        "command": " ".join([os.path.basename(sys.executable), *sys.argv]),
-        "git_commit": commit_label(),
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "machine": machine(),
-        "load_average_at_start": " ".join(f"{x:.2f}" for x in os.getloadavg()),
-    }
-
-
-# ------------------------------------------------------------------------------------------------
-# the feeder: a second DHT peer publishing realistic groups
-
-
-_STEPS = (
-    "Let me look at the question again: {q}.",
-    "First I write down what is given: {w} and {v}.",
-    "We need {w}, so I work it out step by step.",
-    "Taking {w} and {v} together gives {n}.",
-    "Checking again, {n} looks right for {w}.",
-    "Hmm, maybe I should convert {w} first.",
-    "So the intermediate result is {n}.",
-    "Now combine it with {v}.",
-)
-
-
-def plausible_completion(question: str, answer: str, rng: random.Random, max_chars: int) -> str:
-    """A completion that reasons about ``question`` and either ends with the right answer in ``<answer>`` tags
-    (37.5 %), ends with a wrong one (37.5 %), or runs to the length limit without an answer (25 %, ``max_chars``
-    characters: a clipped completion). Completions with an answer take 20-70 % of ``max_chars``. The default
-    model at 128 tokens gave a mean of 66-68 tokens with 25 % clipped; these average about 75 tokens."""
-    words = re.findall(r"[A-Za-z0-9/]+", question) or ["x"]
-    ending = rng.random()
-    chars = max_chars if ending >= 0.75 else int(max_chars * rng.uniform(0.2, 0.7))
-    parts: list[str] = []
-    while sum(len(p) + 1 for p in parts) < chars:
-        snippet = " ".join(words[rng.randrange(len(words)) :][:8])
-        parts.append(
-            rng.choice(_STEPS).format(q=snippet, w=rng.choice(words), v=rng.choice(words), n=rng.randint(0, 999))
-        )
-    text = " ".join(parts)[:chars]
-    if ending < 0.375:
-        return f"{text}\n<answer>{answer}</answer>"
-    if ending < 0.75:
-        wrong = str(rng.randint(0, 999)) if answer != "0" else "1"
-        return f"{text}\n<answer>{wrong}</answer>"
-    return text
-
-
-def make_feeder_groups(
-    rows: Sequence[dict[str, Any]], start: int, count: int, num_generations: int, max_chars: int, rng: random.Random
-) -> list[Any]:
-    """``count`` groups built from dataset rows ``start, start + 1, ...`` (cyclic), with the rows' provenance,
-    each of ``num_generations`` plausible completions of at most about ``max_chars`` characters."""
-    from swarm.records import Group, provenance_from_wire
-
-    groups = []
-    now = time.time()
-    for k in range(count):
-        row = rows[(start + k) % len(rows)]
-        question = next(m["content"] for m in row["prompt"] if m["role"] == "user")
-        completions = [
-            plausible_completion(question, str(row["answer"]), rng, max_chars) for _ in range(num_generations)
-        ]
-        groups.append(
-            Group(
-                group_id=f"feed-{start + k}",
-                prompt=row["prompt"],
-                completions=completions,
-                provenance=provenance_from_wire(json.loads(row["provenance"])),
-                metadata={"answer": str(row["answer"])},
-                model="feeder",
-                step=start + k,
-                created_at=now,
-            )
-        )
-    return groups
-
-
-def feeder_main(args: argparse.Namespace) -> None:
-    """Feeder process: bootstrap a DHT peer, print its address, publish groups every ``--interval`` s."""
-    import logging
-
-    logging.basicConfig(level=logging.WARNING)
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # leave through the finally below
-    from sapo.tasks import DEFAULT_TASKS, build_reasoning_gym_dataset
-    from swarm.dht import DHTTransport, DHTTransportConfig
-
-    rows = build_reasoning_gym_dataset(DEFAULT_TASKS, size=512, seed=args.feeder_seed).to_list()
-    rng = random.Random(args.feeder_seed)
-    swarm = DHTTransport(DHTTransportConfig(model_name="feeder"))
-    try:
-        print("ADDR", swarm.visible_addresses()[0], flush=True)
-        published = 0
-        while True:
-            swarm.publish(
-                make_feeder_groups(rows, published, args.groups_per_publish, args.num_generations, args.max_chars, rng)
-            )
-            published += args.groups_per_publish
-            time.sleep(args.interval)
-    finally:
-        swarm.close()
-
-
-class Feeder:
-    """The feeder as a subprocess of this script; ``address`` once started; ``close()`` stops it."""
-
-    def __init__(self, num_generations: int, max_chars: int, interval: float, groups_per_publish: int = 4):
-        cmd = [sys.executable, str(Path(__file__).resolve()), "--feeder", "--interval", str(interval)]
-        cmd += ["--num-generations", str(num_generations), "--max-chars", str(max_chars)]
-        cmd += ["--groups-per-publish", str(groups_per_publish)]
-        env = {**os.environ, "PYTHONPATH": str(ROOT)}
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, cwd=ROOT, env=env)
-        try:
-            self.address = self._read_address(timeout=120)
-        except BaseException:
-            self.close()
-            raise
-
-    def _read_address(self, timeout: float) -> str:
-        box: list[str] = []
-
-        def read() -> None:
-            for line in self.proc.stdout:
-                if line.startswith("ADDR "):
-                    box.append(line.split()[1])
-                    return
-
-        reader = threading.Thread(target=read, daemon=True)
-        reader.start()
-        reader.join(timeout)
-        if not box:
-            raise RuntimeError(f"feeder gave no address within {timeout:.0f} s (exit code {self.proc.poll()})")
-        return box[0]
-
-    def cpu_seconds(self) -> float:
-        """CPU seconds of the feeder and its p2pd so far."""
-        return cpu_seconds(self.proc.pid) + sum(cpu_seconds(pid) for pid in children(self.proc.pid))
-
-    def close(self) -> None:
-        stop_process(self.proc)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -549,19 +347,13 @@ def quiet_libraries() -> None:
     hf_logging.disable_progress_bar()
 
 
-def load_model(args: argparse.Namespace, workdir: Path):
-    """(model, tokenizer, model directory for sapo-node): the default model, ``--model``, or a tiny one."""
+def load_model(args: argparse.Namespace, workdir: Path) -> tuple[Any, Any]:
+    """(model, tokenizer): ``--model``, the embedded default, or (``--quick``) a tiny random model."""
     from sapo.models import load_policy, save_tiny_model
 
-    if args.model:
-        model, tokenizer = load_policy(args.model)
-        return model, tokenizer, args.model
-    if not args.quick:
-        model, tokenizer = load_policy(None)
-        return model, tokenizer, "default"
-    path = save_tiny_model(workdir / "tiny-model")
-    model, tokenizer = load_policy(path)
-    return model, tokenizer, str(path)
+    if args.model or not args.quick:
+        return load_policy(args.model)
+    return load_policy(save_tiny_model(workdir / "tiny-model"))
 
 
 def per_step_records(trainer, wall: dict[int, float]) -> list[dict[str, float]]:
@@ -596,7 +388,7 @@ def run_step_cost(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
     from swarm.dht import DHTTransport, DHTTransportConfig
 
     torch.manual_seed(args.seed)
-    model, tokenizer, _ = load_model(args, workdir)
+    model, tokenizer = load_model(args, workdir)
     dataset = build_reasoning_gym_dataset(DEFAULT_TASKS, size=max(256, 8 * args.steps * 2), seed=args.seed)
     max_chars = int(args.max_completion_length * args.chars_per_token)
 
@@ -712,124 +504,6 @@ def _feeder_completion_tokens(tokenizer, args: argparse.Namespace, max_chars: in
 
 
 # ------------------------------------------------------------------------------------------------
-# node memory
-
-
-def node_memory_settings(args: argparse.Namespace) -> dict[str, Any]:
-    return {
-        "model": "tiny" if args.quick and not args.model else (args.model or "default (SmolLM2-135M-Instruct)"),
-        "quick": args.quick,
-        "max_steps": args.memory_steps,
-        "interval_seconds": args.sample_interval,
-    }
-
-
-def run_node_memory(args: argparse.Namespace, workdir: Path, model_dir: str | None) -> dict[str, Any]:
-    """Run ``sapo-node --max-steps N`` and sample VmRSS of it and its p2pd child every ``sample_interval`` s."""
-    from tqdm.auto import tqdm
-
-    node_bin = Path(sys.executable).parent / "sapo-node"
-    output_dir = Path(tempfile.mkdtemp(prefix="sapo-node-memory-", dir="/tmp"))
-    cmd = [str(node_bin), "--max-steps", str(args.memory_steps), "--output-dir", str(output_dir)]
-    if args.quick:
-        cmd += ["--model", model_dir, "--dataset-size", "64", "--max-completion-length", "8"]
-        cmd += ["--num-local", "2", "--num-external", "2", "--num-generations", "2"]
-        cmd += ["--per-device-train-batch-size", "8"]  # the whole (2 + 2) x 2 round in one micro-batch
-    elif args.model:
-        cmd += ["--model", model_dir]
-    metrics = output_dir / "metrics.jsonl"
-    samples: list[dict[str, float]] = []
-    hwm_kb = 0
-    p2pd: int | None = None
-    started = time.monotonic()
-    log = open(workdir / "node-memory.log", "w")
-    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=workdir)
-    progress = tqdm(total=args.memory_steps, desc="sapo-node steps", unit="step", dynamic_ncols=True)
-    try:
-        deadline = started + args.memory_timeout
-        while proc.poll() is None:
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"sapo-node ran past {args.memory_timeout:.0f} s; see {workdir / 'node-memory.log'}")
-            if p2pd is None:
-                p2pd = next((pid for pid in children(proc.pid) if is_p2pd(pid)), None)
-            node_kb = status_kb(proc.pid, "VmRSS")
-            hwm_kb = max(hwm_kb, status_kb(proc.pid, "VmHWM"))
-            p2pd_kb = status_kb(p2pd, "VmRSS") if p2pd else 0
-            done = _count_lines(metrics)
-            if done > progress.n:
-                progress.update(done - progress.n)
-            if node_kb:
-                samples.append(
-                    {
-                        "t": time.monotonic() - started,
-                        "node_mb": node_kb / 1024,
-                        "p2pd_mb": p2pd_kb / 1024,
-                        "steps": done,
-                    }
-                )
-            time.sleep(args.sample_interval)
-    finally:
-        progress.close()
-        stop_process(proc)
-        log.close()
-    if proc.returncode != 0:
-        tail = (workdir / "node-memory.log").read_text()[-2000:]
-        raise RuntimeError(f"sapo-node exited with code {proc.returncode}:\n{tail}")
-    step_times = _step_end_times(metrics, started)
-    return {
-        "settings": node_memory_settings(args),
-        "node_command": " ".join(["sapo-node", *cmd[1:]]),
-        "samples": samples,
-        "step_end_seconds": step_times,
-        "summary": memory_summary(samples, hwm_kb / 1024),
-    }
-
-
-def _count_lines(path: Path) -> int:
-    try:
-        with open(path) as f:
-            return sum(1 for line in f if line.strip())
-    except OSError:
-        return 0
-
-
-def _step_end_times(path: Path, started_monotonic: float) -> list[float]:
-    """Seconds since the node started at which each step's metrics line was written."""
-    offset = time.time() - time.monotonic()  # monotonic -> wall clock, for the metrics' time stamps
-    out = []
-    with contextlib.suppress(OSError):
-        for line in path.read_text().splitlines():
-            with contextlib.suppress(ValueError, KeyError):
-                out.append(json.loads(line)["time"] - offset - started_monotonic)
-    return out
-
-
-def memory_summary(samples: list[dict[str, float]], node_hwm_mb: float) -> dict[str, Any]:
-    """Peak and steady state of node, p2pd and both: the median over the samples taken after the first step
-    ended and before the last one did (the node then saves its final checkpoint and leaves the swarm)."""
-    if not samples:
-        raise ValueError("no memory samples")
-    total = [s["node_mb"] + s["p2pd_mb"] for s in samples]
-    last = max(s["steps"] for s in samples)
-    steady = (
-        [s for s in samples if 1 <= s["steps"] < last]  # training, after the first step, before the final save
-        or [s for s in samples if s["steps"] >= 1 and s["p2pd_mb"] > 0]  # a one-step run: until the swarm closes
-        or samples
-    )
-    return {
-        "peak_node_mb": max(s["node_mb"] for s in samples),
-        "peak_p2pd_mb": max(s["p2pd_mb"] for s in samples),
-        "peak_total_mb": max(total),
-        "node_vmhwm_mb": node_hwm_mb,
-        "steady_node_mb": median([s["node_mb"] for s in steady]),
-        "steady_p2pd_mb": median([s["p2pd_mb"] for s in steady]),
-        "steady_total_mb": median([s["node_mb"] + s["p2pd_mb"] for s in steady]),
-        "steady_samples": len(steady),
-        "samples": len(samples),
-    }
-
-
-# ------------------------------------------------------------------------------------------------
 # outputs
 
 
@@ -860,8 +534,7 @@ def step_cost_table(result: dict[str, Any]) -> list[str]:
 
 
 def write_step_cost(result: dict[str, Any], out: Path, notes: list[str]) -> None:
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "step_cost.json").write_text(json.dumps(result, indent=2) + "\n")
+    """step_cost.json, .md (table, ratios, background CPU) and .png (phase split, ratios) in ``out``."""
     ratio_lines = [
         f"- {pair}: step_time {_fmt(r['step_time'], '{:.3f}')}, wall {_fmt(r['wall'], '{:.3f}')}"
         for pair, r in result["ratios"].items()
@@ -886,13 +559,9 @@ def write_step_cost(result: dict[str, Any], out: Path, notes: list[str]) -> None
         "",
         *notes,
     ]
-    (out / "step_cost.md").write_text("\n".join(lines) + "\n")
+    write_report(out, "step_cost", result, lines)
 
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     names = list(result["summary"])
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 4.5), gridspec_kw={"width_ratios": [3, 2]})
     colors = {"generation": "#4C72B0", "scoring": "#DD8452", "swarm": "#C44E52", "training": "#55A868"}
@@ -925,50 +594,6 @@ def write_step_cost(result: dict[str, Any], out: Path, notes: list[str]) -> None
     plt.close(fig)
 
 
-def write_node_memory(result: dict[str, Any], out: Path, notes: list[str]) -> None:
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "node_memory.json").write_text(json.dumps(result, indent=2) + "\n")
-    s = result["summary"]
-    lines = [
-        "# Memory of a default sapo-node during training (node process + its p2pd child)",
-        "",
-        f"Command: `{result['command']}` (runs `{result['node_command']}`)  ",
-        f"Commit: `{result['git_commit']}`, {result['date']}, {result['machine']}  ",
-        f"Sampling: VmRSS from /proc/<pid>/status every {result['settings']['interval_seconds']} s "
-        f"({s['samples']} samples)",
-        "",
-        "| process | peak MB | steady-state MB (median from step 1 to the last step) |",
-        "|---|---|---|",
-        f"| sapo-node (Python) | {s['peak_node_mb']:.0f} (VmHWM {s['node_vmhwm_mb']:.0f}) "
-        f"| {s['steady_node_mb']:.0f} |",
-        f"| p2pd | {s['peak_p2pd_mb']:.0f} | {s['steady_p2pd_mb']:.0f} |",
-        f"| both | {s['peak_total_mb']:.0f} | {s['steady_total_mb']:.0f} |",
-        "",
-        *notes,
-    ]
-    (out / "node_memory.md").write_text("\n".join(lines) + "\n")
-
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    t = [x["t"] for x in result["samples"]]
-    fig, ax = plt.subplots(figsize=(8, 4))
-    ax.plot(t, [x["node_mb"] for x in result["samples"]], label="sapo-node")
-    ax.plot(t, [x["p2pd_mb"] for x in result["samples"]], label="p2pd")
-    ax.plot(t, [x["node_mb"] + x["p2pd_mb"] for x in result["samples"]], label="both", ls="--")
-    for k, end in enumerate(result["step_end_seconds"]):
-        ax.axvline(end, color="grey", lw=0.6, ls=":", label="step end" if k == 0 else None)
-    ax.set_xlabel("seconds since start")
-    ax.set_ylabel("RSS (MB)")
-    ax.set_title("sapo-node memory (default model, CPU)" if not result["settings"]["quick"] else "sapo-node (quick)")
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(out / "node_memory.png", dpi=120)
-    plt.close(fig)
-
-
 STEP_NOTES = [
     "- Three trainers in one process, from the same weights, dataset and seed, taking turns step by step "
     "(order in the JSON); medians over the steps after each trainer's first (warm-up) step.",
@@ -995,37 +620,20 @@ STEP_NOTES = [
 ]
 
 
-def memory_notes() -> list[str]:
-    """Notes of the memory table, naming the node defaults the measured node ran with."""
-    from sapo.node_args import NODE_DEFAULTS
-
-    d = NODE_DEFAULTS
-    return [
-        f"- The node runs on its CPU defaults (num_generations {d['num_generations']}, {d['num_local']} local + "
-        f"{d['num_external']} external groups, {d['max_completion_length']} completion tokens, per-device batch "
-        f"{d['per_device_train_batch_size']}, no gradient checkpointing), alone in a new swarm (its external slots "
-        "are filled in locally), and saves a checkpoint at its last step.",
-        "- peak: largest sample; VmHWM: the kernel's high-water mark of the node process (catches peaks between "
-        "samples). steady state: median of the samples taken after the first training step ended and before the "
-        "last one did (then the node saves its final checkpoint, closes the swarm and exits).",
-    ]
-
-
 # ------------------------------------------------------------------------------------------------
 # main
 
 
-def _saved(path: Path, settings: dict[str, Any]) -> bool:
-    try:
-        return json.loads(path.read_text()).get("settings") == settings
-    except (OSError, ValueError):
-        return False
-
-
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    """The benchmark's options, with the defaults that depend on ``--quick`` filled in."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="tiny model, 2 steps per configuration, seconds")
-    parser.add_argument("--part", choices=("all", "steps", "memory"), default="all", help="which part to run")
+    parser.add_argument(
+        "--part",
+        choices=("steps", "memory"),
+        default="steps",
+        help="steps: this benchmark; memory: runs benchmarks/node_memory.py (its own command now)",
+    )
     parser.add_argument("--steps", type=int, default=None, help="optimizer steps per configuration (first = warm-up)")
     parser.add_argument("--steps-per-turn", type=int, default=1, help="steps a trainer takes before the next")
     parser.add_argument("--model", default=None, help="local HF model directory (default: the embedded default)")
@@ -1037,17 +645,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--chars-per-token", type=float, default=3.7, help="characters per token of the feeder's completions"
     )
-    parser.add_argument("--memory-steps", type=int, default=None, help="sapo-node steps (default 4, quick 2)")
-    parser.add_argument("--memory-timeout", type=float, default=1800.0)
-    parser.add_argument("--sample-interval", type=float, default=0.2)
     parser.add_argument("--output-dir", default=str(RESULTS))
-    parser.add_argument("--force", action="store_true", help="rerun parts whose results are already saved")
-    # feeder process
-    parser.add_argument("--feeder", action="store_true", help=argparse.SUPPRESS)
-    parser.add_argument("--interval", type=float, default=5.0, help=argparse.SUPPRESS)
-    parser.add_argument("--max-chars", type=int, default=400, help=argparse.SUPPRESS)
-    parser.add_argument("--groups-per-publish", type=int, default=4, help=argparse.SUPPRESS)
-    parser.add_argument("--feeder-seed", type=int, default=1234, help=argparse.SUPPRESS)
+    parser.add_argument("--force", action="store_true", help="rerun even if results with these settings are saved")
+    # --part memory only, handed to benchmarks/node_memory.py as --steps, --timeout, --sample-interval
+    parser.add_argument("--memory-steps", type=int, default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--memory-timeout", type=float, default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--sample-interval", type=float, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.steps is None:
         args.steps = 2 if args.quick else 9
@@ -1059,60 +662,55 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         args.max_completion_length = 8 if args.quick else 128
     if args.feeder_interval is None:
         args.feeder_interval = 1.0 if args.quick else 5.0
-    if args.memory_steps is None:
-        args.memory_steps = 1 if args.quick else 4
     if args.steps < 2:
         parser.error("--steps must be at least 2 (the first step is a warm-up)")
     return args
 
 
+def node_memory_argv(args: argparse.Namespace) -> list[str]:
+    """The ``benchmarks/node_memory.py`` arguments that ``--part memory`` stands for."""
+    argv = ["--output-dir", args.output_dir]
+    for flag, value in (
+        ("--model", args.model),
+        ("--steps", args.memory_steps),
+        ("--timeout", args.memory_timeout),
+        ("--sample-interval", args.sample_interval),
+    ):
+        if value is not None:
+            argv += [flag, str(value)]
+    return argv + ["--quick"] * args.quick + ["--force"] * args.force
+
+
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
+    """Run the benchmark, write the report, print the table; the result, or {} when skipped."""
     args = parse_args(argv)
-    if args.feeder:
-        feeder_main(args)
+    if args.part == "memory":
+        from benchmarks import node_memory
+
+        print("step_cost: --part memory is now its own command: python benchmarks/node_memory.py", flush=True)
+        return node_memory.main(node_memory_argv(args))
+    out = Path(args.output_dir)
+    if not args.force and saved_settings_match(out / "step_cost.json", bench_settings(args)):
+        print(f"step cost: results with these settings already in {out / 'step_cost.json'}; skipped")
         return {}
     quiet_libraries()
-    out = Path(args.output_dir)
-    info = run_info()
-    results: dict[str, Any] = {}
+    record = run_record()  # at the start: the commit the measured code ran on
+    record["load_average_at_start"] = " ".join(f"{x:.2f}" for x in os.getloadavg())
     with tempfile.TemporaryDirectory(prefix="step-cost-") as tmp:
-        workdir = Path(tmp)
-        model_dir = args.model
-        if args.part in ("all", "steps"):
-            if not args.force and _saved(out / "step_cost.json", bench_settings(args)):
-                print(f"step cost: results with these settings already in {out / 'step_cost.json'}; skipped")
-            else:
-                result = run_step_cost(args, workdir)
-                result.update(info)
-                result["setup"] = (
-                    f"{result['settings']['model']}, CPU, G={args.num_generations}, 8 groups per round "
-                    f"({8 * args.num_generations} completions), per-device batch {args.per_device_train_batch_size} "
-                    f"(one round = one optimizer step), max_completion_length {args.max_completion_length}, "
-                    f"{args.steps} steps per configuration ({args.steps_per_turn} per turn), seed {args.seed}, "
-                    f"feeder publishes 4 groups every {args.feeder_interval:g} s"
-                )
-                write_step_cost(result, out, STEP_NOTES)
-                print("\n".join(step_cost_table(result)))
-                for pair, r in result["ratios"].items():
-                    print(f"{pair}: step_time {_fmt(r['step_time'], '{:.3f}')}, wall {_fmt(r['wall'], '{:.3f}')}")
-                results["step_cost"] = result
-        if args.part in ("all", "memory"):
-            if not args.force and _saved(out / "node_memory.json", node_memory_settings(args)):
-                print(f"node memory: results with these settings already in {out / 'node_memory.json'}; skipped")
-            else:
-                if args.quick and not model_dir:
-                    _, _, model_dir = load_model(args, workdir)
-                result = run_node_memory(args, workdir, model_dir)
-                result.update(info)
-                write_node_memory(result, out, memory_notes())
-                s = result["summary"]
-                print(
-                    f"sapo-node memory: peak {s['peak_total_mb']:.0f} MB (node {s['peak_node_mb']:.0f}, p2pd "
-                    f"{s['peak_p2pd_mb']:.0f}), steady {s['steady_total_mb']:.0f} MB (node {s['steady_node_mb']:.0f}, "
-                    f"p2pd {s['steady_p2pd_mb']:.0f})"
-                )
-                results["node_memory"] = result
-    return results
+        result = run_step_cost(args, Path(tmp))
+    result.update(record)
+    result["setup"] = (
+        f"{result['settings']['model']}, CPU, G={args.num_generations}, 8 groups per round "
+        f"({8 * args.num_generations} completions), per-device batch {args.per_device_train_batch_size} "
+        f"(one round = one optimizer step), max_completion_length {args.max_completion_length}, "
+        f"{args.steps} steps per configuration ({args.steps_per_turn} per turn), seed {args.seed}, "
+        f"feeder publishes 4 groups every {args.feeder_interval:g} s"
+    )
+    write_step_cost(result, out, STEP_NOTES)
+    print("\n".join(step_cost_table(result)))
+    for pair, r in result["ratios"].items():
+        print(f"{pair}: step_time {_fmt(r['step_time'], '{:.3f}')}, wall {_fmt(r['wall'], '{:.3f}')}")
+    return result
 
 
 if __name__ == "__main__":

@@ -17,29 +17,29 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import datetime
 import json
 import os
-import platform
 import random
 import signal
 import statistics
 import subprocess
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)  # run as a script from anywhere: the repository's packages come first
-from benchmarks.harness import commit_label, proc_status_kb  # noqa: E402
-from sapo.processes import stop_processes  # noqa: E402  (light: no trl/transformers import)
-
-RESULTS = os.path.join(ROOT, "benchmarks", "results")
-
-
-def rss_bytes(pid: int) -> int:
-    """Resident memory of ``pid`` in bytes (0 if gone)."""
-    return (proc_status_kb(pid, "VmRSS") or 0) * 1024
+if __package__ in (None, ""):  # run as a script: the repository's packages come first
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from benchmarks.harness import (  # noqa: E402
+    RESULTS,
+    ROOT,
+    meminfo_bytes,
+    pyplot,
+    rss_mb,
+    run_record,
+    stop_processes,
+    write_report,
+)
 
 
 def io_bytes(pid: int) -> int:
@@ -52,15 +52,8 @@ def io_bytes(pid: int) -> int:
         return 0
 
 
-def available_memory() -> int:
-    with open("/proc/meminfo") as f:
-        for line in f:
-            if line.startswith("MemAvailable:"):
-                return int(line.split()[1]) * 1024
-    return 0
-
-
 def percentile(values: list[float], q: float) -> float | None:
+    """The ``q`` quantile of ``values`` (nearest rank); None when empty."""
     if not values:
         return None
     values = sorted(values)
@@ -68,6 +61,7 @@ def percentile(values: list[float], q: float) -> float | None:
 
 
 def summary(values: list[float]) -> dict[str, float | None]:
+    """Median, 95th percentile and count of ``values``."""
     return {"median": statistics.median(values) if values else None, "p95": percentile(values, 0.95), "n": len(values)}
 
 
@@ -76,6 +70,7 @@ def summary(values: list[float]) -> dict[str, float | None]:
 
 
 def make_groups(peer: str, step: int, rng: random.Random) -> list:
+    """4 groups of 8 completions of ~1500 characters: a realistic record to publish."""
     from swarm.records import Group, Provenance
 
     words = "the of and to in is that for it as with was on be by this are or at from".split()
@@ -95,6 +90,7 @@ def make_groups(peer: str, step: int, rng: random.Random) -> list:
 
 
 def worker(args: argparse.Namespace) -> None:
+    """Worker process: host ``--peers`` peers, wait for GO, run the steps, print the raw measurements as RESULT."""
     import logging
 
     logging.basicConfig(level=logging.WARNING)
@@ -102,7 +98,6 @@ def worker(args: argparse.Namespace) -> None:
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))
     from swarm.dht import DHTTransport, DHTTransportConfig
 
-    sys.path.insert(0, ROOT)
     peers: list[DHTTransport] = []
     initial = [args.initial_peer] if args.initial_peer else []
     try:
@@ -158,8 +153,8 @@ def worker(args: argparse.Namespace) -> None:
             "measures": measures,
             "timings": timings,
             "counters": counters,
-            "python_rss": rss_bytes(os.getpid()),
-            "p2pd_rss": [rss_bytes(p.p2pd_pid) for p in peers],
+            "python_rss_mb": rss_mb(os.getpid()) or 0.0,
+            "p2pd_rss_mb": [rss_mb(p.p2pd_pid) or 0.0 for p in peers],
             "p2pd_io": sum(io_bytes(p.p2pd_pid) - io_start[p.peer_id] for p in peers),
             "healthy": all(p.healthy() for p in peers),
         }
@@ -182,10 +177,10 @@ def run_swarm(n: int, args: argparse.Namespace) -> dict[str, Any]:
     p2pd_pids: list[int] = []
 
     def spawn(index: int, count: int, initial: str | None) -> subprocess.Popen:
-        cmd = [sys.executable, os.path.abspath(__file__), "--worker", "--peers", str(count)]
+        cmd = [sys.executable, "-m", "benchmarks.swarm_transport", "--worker", "--peers", str(count)]
         cmd += ["--worker-index", str(index), "--duration", str(args.duration), "--interval", str(args.interval)]
         cmd += ["--j", str(args.j)] + (["--initial-peer", initial] if initial else [])
-        env = {**os.environ, "PYTHONPATH": ROOT}
+        env = {**os.environ, "PYTHONPATH": str(ROOT)}
         proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=ROOT, env=env)
         procs.append(proc)
         return proc
@@ -217,12 +212,7 @@ def run_swarm(n: int, args: argparse.Namespace) -> dict[str, Any]:
         for proc in procs:
             proc.wait(timeout=60)
     finally:
-        stop_processes(procs, grace=20)
-        for pid in p2pd_pids:  # last resort; only our daemons, checked by name
-            with contextlib.suppress(OSError):
-                with open(f"/proc/{pid}/cmdline", "rb") as f:
-                    if b"p2pd" in f.read():
-                        os.kill(pid, signal.SIGKILL)
+        stop_processes(procs, grace=20, daemons=p2pd_pids)  # the daemons of a worker that died, as a last resort
 
     def merged(section: str, key: str) -> list[float]:
         return [v for r in results for v in r[section].get(key, [])]
@@ -233,7 +223,7 @@ def run_swarm(n: int, args: argparse.Namespace) -> dict[str, Any]:
         for k, v in r["counters"].items():
             counters[k] = counters.get(k, 0) + v
     fetched = merged("measures", "fetched")
-    p2pd_rss = [v for r in results for v in r["p2pd_rss"]]
+    p2pd_rss = [v for r in results for v in r["p2pd_rss_mb"]]
     return {
         "peers": n,
         "workers": workers,
@@ -253,17 +243,15 @@ def run_swarm(n: int, args: argparse.Namespace) -> dict[str, Any]:
         "published_bytes_per_peer_step": counters.get("published_bytes", 0) / max(steps, 1),
         "fetched_bytes_per_peer_step": counters.get("fetched_bytes", 0) / max(steps, 1),
         "p2pd_io_bytes_per_peer_step": sum(r["p2pd_io"] for r in results) / max(steps, 1),
-        "python_rss_mb_per_peer": sum(r["python_rss"] for r in results) / n / 2**20,
-        "p2pd_rss_mb_per_peer": statistics.mean(p2pd_rss) / 2**20 if p2pd_rss else None,
+        "python_rss_mb_per_peer": sum(r["python_rss_mb"] for r in results) / n,
+        "p2pd_rss_mb_per_peer": statistics.mean(p2pd_rss) if p2pd_rss else None,
         "counters": counters,
         "all_healthy": all(r["healthy"] for r in results),
     }
 
 
-def write_outputs(report: dict[str, Any]) -> None:
-    os.makedirs(RESULTS, exist_ok=True)
-    with open(os.path.join(RESULTS, "swarm_transport.json"), "w") as f:
-        json.dump(report, f, indent=2)
+def write_outputs(report: dict[str, Any], out: Path = RESULTS) -> None:
+    """swarm_transport.json, .md (one row per N) and .png (caller and background latencies) in ``out``."""
     rows = report["runs"]
     lines = [
         "# Swarm transport benchmark (hivemind DHT, loopback)",
@@ -296,14 +284,9 @@ def write_outputs(report: dict[str, Any]) -> None:
             f"| {r['p2pd_rss_mb_per_peer']:.0f} | {failures} |"
         )
     lines += ["", *report["notes"]]
-    with open(os.path.join(RESULTS, "swarm_transport.md"), "w") as f:
-        f.write("\n".join(lines) + "\n")
+    write_report(out, "swarm_transport", report, lines)
 
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     ns = [r["peers"] for r in rows]
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4))
     for key, label in [("fetch_call_ms", "fetch() call (ms)"), ("publish_call_ms", "publish() call (ms)")]:
@@ -327,10 +310,12 @@ def write_outputs(report: dict[str, Any]) -> None:
     ax2.set_title(f"Background DHT operations (J={report['j']})")
     ax2.legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(os.path.join(RESULTS, "swarm_transport.png"), dpi=120)
+    fig.savefig(out / "swarm_transport.png", dpi=120)
+    plt.close(fig)
 
 
 def main() -> None:
+    """Run every N (or one worker, with ``--worker``), write the report, print the notes."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="N = 2, 8 with short runs")
     parser.add_argument("--sizes", type=int, nargs="*", default=None, help="peer counts (default 2 8 32 64)")
@@ -348,6 +333,7 @@ def main() -> None:
     if args.worker:
         worker(args)
         return
+    record = run_record()  # at the start: the commit the measured code ran on
     sizes = args.sizes or ([2, 8] if args.quick else [2, 8, 32, 64])
     runs, notes = [], []
     for n in sizes:
@@ -355,10 +341,9 @@ def main() -> None:
             last = runs[-1]
             per_peer = (last["python_rss_mb_per_peer"] + last["p2pd_rss_mb_per_peer"]) * 2**20
             need = per_peer * n + 4 * 350 * 2**20
-            if need > 0.7 * available_memory():
-                notes.append(
-                    f"- N={n} skipped: needs ~{need / 2**30:.1f} GiB, {available_memory() / 2**30:.1f} available"
-                )
+            available = meminfo_bytes("MemAvailable")
+            if need > 0.7 * available:
+                notes.append(f"- N={n} skipped: needs ~{need / 2**30:.1f} GiB, {available / 2**30:.1f} available")
                 break
         print(f"running N={n} ...", flush=True)
         run = run_swarm(n, args)
@@ -377,11 +362,7 @@ def main() -> None:
         "- All peers share 2 CPU cores: at large N the background latencies also measure CPU contention.",
     ]
     report = {
-        "command": " ".join([os.path.basename(sys.executable), *sys.argv]),
-        "git_commit": commit_label(),
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "machine": f"{platform.node()} {platform.machine()}, {os.cpu_count()} CPUs, "
-        f"{available_memory() / 2**30:.0f} GiB available, Python {platform.python_version()}",
+        **record,
         "setup": "peers are DHTTransport objects in min(N, 4) worker processes (one p2pd each), loopback; every "
         f"{args.interval:.0f} s each peer publishes 4 groups x 8 completions x 1500 chars and fetches J={args.j}; "
         f"{args.duration:.0f} s measured per N",

@@ -84,9 +84,8 @@ def test_kill9_at_random_moments_resumes_from_the_newest_complete_checkpoint(tmp
     )  # fmt: skip
     assert final.returncode == 0, final.stderr[-3000:]
     assert f"resuming from {expected_resume}" in final.stderr, final.stderr[:3000]
-    # The optimizer state was restored with the weights (a resume that loaded only weights would count 2 here):
-    # Adam has counted every step since the
-    # first life (the tiny model's rewards are all zero, so its weights barely move and cannot show this).
+    # The optimizer state was restored with the weights: Adam has counted every step since the first life (a resume
+    # that loaded only the weights would count 2 here).
     optimizer = torch.load(out / f"checkpoint-{resumed_step + 2}" / "optimizer.pt", weights_only=True)
     assert {int(state["step"]) for state in optimizer["state"].values()} == {resumed_step + 2}
     assert all(complete for _, _, complete in checkpoints(out))  # half-written ones were set aside
