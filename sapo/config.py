@@ -39,6 +39,13 @@ _SECTIONS = {
     "Swarm mix": ("num_local", "num_external"),
     "Choosing external groups": ("sampling_strategy", "external_pool_size", "max_groups_per_peer", "max_group_age"),
     "Trust": ("external_source_policy", "regeneration_timeout"),
+    "Completion hygiene (every completion of a received group must pass, or the group is dropped as `hygiene`)": (
+        "completion_max_chars",
+        "completion_forbid_control_chars",
+        "completion_max_non_ascii_fraction",
+        "completion_forbidden_patterns",
+    ),
+    "Sender standing": ("sender_drop_limit", "sender_window", "sender_bench_seconds"),
     "Held-out evaluation": ("eval_questions",),
     "Publishing": ("publish_groups", "swarm_model_name"),
     "GRPO settings of the SAPO paper (where they differ from TRL's)": ("epsilon_high",),
@@ -116,6 +123,45 @@ class SAPOConfig(GRPOConfig):
             "this peer generates itself (such configs run in a child process, capped at 4 GB); past it the group is "
             "dropped as `regeneration_limit`. Bounds what a hostile peer's expensive config can cost. `None`: no limit."
         },
+    )
+    completion_max_chars: int | None = field(
+        default=None,
+        metadata={
+            "help": "Most characters of one received completion. `None`: no limit (completions longer than "
+            "`max_completion_length` tokens are truncated to it anyway)."
+        },
+    )
+    completion_forbid_control_chars: bool = field(
+        default=True,
+        metadata={
+            "help": "Refuse received completions with control or format characters other than newline, tab and "
+            "carriage return (zero-width and bidirectional marks hide text from a reader)."
+        },
+    )
+    completion_max_non_ascii_fraction: float | None = field(
+        default=None,
+        metadata={"help": "Most share of non-ASCII characters in a received completion. `None`: no limit."},
+    )
+    completion_forbidden_patterns: list[str] = field(
+        default_factory=list,
+        metadata={
+            "help": "Regular expressions a received completion must not match (e.g. `https?://`). A Python "
+            "filter goes to `SAPOTrainer(completion_filter=...)`."
+        },
+    )
+    sender_drop_limit: int | None = field(
+        default=None,
+        metadata={
+            "help": "Bench a sender once this many of its last `sender_window` groups were dropped (question "
+            "mismatch, malformed, hygiene, ...; zero-advantage groups are not drops): its groups are set aside "
+            "unread for `sender_bench_seconds` (counted as `benched_sender`). `None`: no benching."
+        },
+    )
+    sender_window: int = field(
+        default=10, metadata={"help": "Latest groups per sender that `sender_drop_limit` counts."}
+    )
+    sender_bench_seconds: float = field(
+        default=600.0, metadata={"help": "Seconds a benched sender's groups are ignored."}
     )
     eval_questions: int = field(
         default=32,

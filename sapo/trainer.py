@@ -37,7 +37,9 @@ from trl.data_utils import is_conversational
 from sapo.checkpoints import mark_complete
 from sapo.config import SAPOConfig
 from sapo.evaluation import HeldOutResult, evaluate_policy, held_out_questions
+from sapo.hygiene import CompletionFilter, CompletionHygiene
 from sapo.sampling import Candidate, ExternalSampler, make_sampler
+from sapo.standing import SenderStanding
 from sapo.tasks import reasoning_gym_tasks_of
 from sapo.verification import GroupDropped, QuestionVerifier, published_prompt
 from swarm.records import Group, Provenance, RecordRejected, provenance_from_wire
@@ -76,6 +78,9 @@ class SAPOTrainer(GRPOTrainer):
         verifier (`sapo.verification.QuestionVerifier` or `None`):
             Re-derives the ground truth of external groups; default built from `args.external_source_policy`
             and `args.regeneration_timeout`.
+        completion_filter (`Callable[[str], str | None]` or `None`):
+            A check of each received completion after `args`' completion hygiene: None lets it pass, a string
+            says why not and drops its group (counted as `hygiene`).
 
     With several processes (`accelerate launch --num_processes N`), the node is one swarm peer: pass the swarm on
     the main process and `None` on the others. The main process fetches candidates for every process (each verifies
@@ -101,6 +106,7 @@ class SAPOTrainer(GRPOTrainer):
         swarm: SwarmTransport | None = None,
         sampler: ExternalSampler | None = None,
         verifier: QuestionVerifier | None = None,
+        completion_filter: CompletionFilter | None = None,
         **kwargs: Any,
     ):
         if args is None:
@@ -127,6 +133,18 @@ class SAPOTrainer(GRPOTrainer):
             policy=args.external_source_policy, regeneration_timeout=args.regeneration_timeout
         )
         self._system_messages: list[dict[str, str]] = []  # this node's own, around every external question
+        self.hygiene = CompletionHygiene(
+            max_chars=args.completion_max_chars,
+            forbid_control_chars=args.completion_forbid_control_chars,
+            max_non_ascii_fraction=args.completion_max_non_ascii_fraction,
+            forbidden_patterns=tuple(args.completion_forbidden_patterns),
+            extra_filter=completion_filter,
+        )
+        self.standing = (
+            SenderStanding(args.sender_drop_limit, args.sender_window, args.sender_bench_seconds)
+            if args.sender_drop_limit is not None
+            else None
+        )
         self._register_local_copy(train_dataset)
         self.sampler = sampler or make_sampler(
             args.sampling_strategy,
@@ -223,7 +241,7 @@ class SAPOTrainer(GRPOTrainer):
         fresh = [item for item in received if not self.sampler.is_stale(item.group, fetched_at)]
         self.swarm_totals["dropped/stale"] += len(received) - len(fresh)  # before scoring: stale groups cost nothing
         with self._timed("external_scoring"):
-            candidates = [self._verify_and_score(item.sender, item.group) for item in fresh]
+            candidates = [self._judge(item.sender, item.group, fetched_at) for item in fresh]
         self.swarm_totals["candidates"] += len(received)
         return [c for c in candidates if c is not None], fetched_at
 
@@ -256,6 +274,23 @@ class SAPOTrainer(GRPOTrainer):
             fetched = [(self.swarm.fetch(pool_size), time.time())]
         return broadcast_object_list(fetched, from_process=0)[0]
 
+    def _judge(self, sender: str, group: Group, now: float) -> Candidate | None:
+        """A candidate, or None: a benched sender's group is set aside unread; every other outcome counts towards
+        its sender's standing."""
+        if self.standing is None:
+            return self._verify_and_score(sender, group)
+        if self.standing.is_benched(sender, now):
+            self._count_drop("benched_sender", sender, "its recent groups kept being dropped")
+            return None
+        candidate = self._verify_and_score(sender, group)
+        if self.standing.record(sender, candidate is not None, now):
+            self.swarm_totals["benched_senders"] += 1
+            logger.warning(
+                "benched peer %s for %.0f s: %d of its last %d groups were dropped",
+                sender, self.standing.bench_seconds, self.standing.drop_limit, self.standing.window,
+            )  # fmt: skip
+        return candidate
+
     def _verify_and_score(self, sender: str, group: Group) -> Candidate | None:
         """A candidate with this peer's ground truth and rewards, or None (counted) if it cannot be used."""
         try:
@@ -267,6 +302,10 @@ class SAPOTrainer(GRPOTrainer):
             self._count_drop("group_size", sender, f"{len(group.completions)} < {self.num_generations} completions")
             return None
         completions = list(group.completions[: self.num_generations])
+        problem = self.hygiene.group_problem(completions)
+        if problem is not None:
+            self._count_drop("hygiene", sender, problem)
+            return None
         # Only completions cross the trust boundary: the prompt trained on (and scored) is written here, around the
         # question this node verified; the sender's prompt was only compared, never used.
         prompt = [*self._system_messages, {"role": "user", "content": columns.pop("question")}]

@@ -1,0 +1,57 @@
+"""Per-sender standing: a peer whose recent groups keep being dropped is not sampled from for a while."""
+
+from __future__ import annotations
+
+from collections import defaultdict, deque
+from dataclasses import dataclass
+
+
+@dataclass
+class _Record:
+    outcomes: deque[bool]  # True: the group was usable; False: dropped (mismatch, malformed, hygiene, ...)
+    benched_until: float = 0.0
+    times_benched: int = 0
+
+
+class SenderStanding:
+    """Remembers, per sender, whether its last ``window`` received groups were usable or dropped.
+
+    A sender with at least ``drop_limit`` drops among them is benched for ``bench_seconds``: its groups are set
+    aside unread (counted as ``benched_sender``) until then, and its record starts over. Zero-advantage groups are
+    not drops (honest peers send them); only groups this node refused are.
+
+    Args:
+        drop_limit: drops within the window that bench a sender.
+        window: how many of a sender's latest groups are remembered.
+        bench_seconds: how long a benched sender is ignored.
+    """
+
+    def __init__(self, drop_limit: int = 5, window: int = 10, bench_seconds: float = 600.0):
+        if not 1 <= drop_limit <= window:
+            raise ValueError(f"drop_limit must be in [1, window={window}], got {drop_limit}")
+        if bench_seconds <= 0:
+            raise ValueError(f"bench_seconds must be positive, got {bench_seconds}")
+        self.drop_limit = drop_limit
+        self.window = window
+        self.bench_seconds = bench_seconds
+        self._records: defaultdict[str, _Record] = defaultdict(lambda: _Record(deque(maxlen=window)))
+
+    def is_benched(self, sender: str, now: float) -> bool:
+        """True while ``sender`` serves its bench time."""
+        record = self._records.get(sender)
+        return record is not None and now < record.benched_until
+
+    def record(self, sender: str, usable: bool, now: float) -> bool:
+        """Note one received group of ``sender``; returns True if this outcome benched it."""
+        record = self._records[sender]
+        record.outcomes.append(usable)
+        if record.outcomes.count(False) < self.drop_limit:
+            return False
+        record.benched_until = now + self.bench_seconds
+        record.times_benched += 1
+        record.outcomes.clear()
+        return True
+
+    def benched(self, now: float) -> list[str]:
+        """Senders benched at ``now``."""
+        return [sender for sender, record in self._records.items() if now < record.benched_until]
