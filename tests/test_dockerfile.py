@@ -153,6 +153,32 @@ def _exposed_port(stage) -> int:
     return int(port)
 
 
+def _copies(stage) -> list[tuple[int, list[str], PurePosixPath, bool]]:
+    """Each COPY from the build context: (its index, its sources, its destination made absolute by the WORKDIR
+    in effect, whether the destination is a directory)."""
+    copies, workdir = [], PurePosixPath("/")
+    for n, i in enumerate(stage):
+        if i["instruction"] == "WORKDIR":
+            workdir = workdir / i["value"]
+        elif i["instruction"] == "COPY" and "--from" not in i["value"]:
+            *sources, dest = [w for w in i["value"].split() if not w.startswith("--")]
+            copies.append((n, sources, workdir / dest, dest.endswith("/") or dest == "." or len(sources) > 1))
+    return copies
+
+
+def _repository_file(stage, path: PurePosixPath) -> Path | None:
+    """The repository file that the stage's COPY instructions put at `path` in the image (the last one wins)."""
+    found = None
+    for _, sources, dest, into_dir in _copies(stage):
+        for source in sources:
+            for match in [ROOT] if source == "." else sorted(ROOT.glob(source)):
+                if match.is_dir() and path.is_relative_to(dest):
+                    found = match / path.relative_to(dest)
+                elif match.is_file() and (dest / match.name if into_dir else dest) == path:
+                    found = match
+    return found
+
+
 # ----------------------------------------------------------------------------------------------------
 # what the image runs
 
@@ -206,16 +232,8 @@ def test_healthcheck_calls_a_script_of_the_repository(final_stage):
     command = checks[-1].split("CMD", 1)[1].strip()
     argv = json.loads(command) if command.startswith("[") else shlex.split(command)
     script = PurePosixPath(argv[0] if argv[0] not in ("bash", "sh") else argv[1])
-    # The repository is copied into the WORKDIR in effect at `COPY . .`.
-    workdir, copied_to = "/", None
-    for i in final_stage:
-        if i["instruction"] == "WORKDIR":
-            workdir = i["value"]
-        elif i["instruction"] == "COPY" and i["value"].split()[-2:] == [".", "."]:
-            copied_to = workdir
-    assert copied_to, "the Dockerfile never copies the repository (COPY . .)"
-    in_repo = ROOT / script.relative_to(copied_to)
-    assert in_repo.is_file(), f"HEALTHCHECK calls {script}, but the repository has no {in_repo}"
+    in_repo = _repository_file(final_stage, script)
+    assert in_repo and in_repo.is_file(), f"HEALTHCHECK calls {script}, which no COPY puts there from the repository"
 
 
 def test_docker_scripts_are_valid_bash():
@@ -383,13 +401,19 @@ def test_build_check_script_passes_only_build_arguments_the_dockerfile_declares(
     assert all(f"type=secret,id={s}" in dockerfile for s in secrets)
 
 
-def test_dependencies_are_installed_before_the_whole_source_is_copied(final_stage):
-    """Cache-friendly layers: editing tests, examples or docs must not re-run the dependency install."""
-    runs = [n for n, i in enumerate(final_stage) if i["instruction"] == "RUN" and "pip install" in i["value"]]
-    copy_all = next(
-        n for n, i in enumerate(final_stage) if i["instruction"] == "COPY" and i["value"].split() == [".", "."]
-    )
-    assert max(runs) < copy_all
+def test_dependencies_are_installed_before_the_source_is_copied(final_stage):
+    """Cache-friendly layers: a change to the project's source must not re-run a dependency install (every
+    install after the first copy of source files is a --no-deps one)."""
+    source_copies = [n for n, sources, _, _ in _copies(final_stage) if any(s != "pyproject.toml" for s in sources)]
+    assert source_copies
+    for n, i in enumerate(final_stage):
+        if i["instruction"] == "RUN" and n > min(source_copies):
+            for packages, flags in _pip_installs(i["value"]):
+                assert "--no-deps" in flags, f"{packages} is installed with its dependencies after the source is copied"
+    # The installs before the source are the big ones; pyproject.toml alone decides when they run again.
+    assert [s for n, sources, _, _ in _copies(final_stage) if n < min(source_copies) for s in sources] == [
+        "pyproject.toml"
+    ]
 
 
 def test_default_model_is_converted_at_build_time(final_stage):
@@ -404,6 +428,21 @@ def test_default_model_is_converted_at_build_time(final_stage):
     assert gguf_install < convert[0] < _index(final_stage, "USER")
     env_at = [n for n, i in enumerate(final_stage) if i["instruction"] == "ENV" and "SAPO_CACHE_DIR" in i["value"]]
     assert env_at and env_at[0] < convert[0], "SAPO_CACHE_DIR must be set (ENV) before the conversion runs"
+    # Only what the conversion imports is copied before it, so other source changes keep the converted model's
+    # layer (sapo/models.py imports nothing else of the project).
+    before = {s for n, sources, _, _ in _copies(final_stage) if n < convert[0] for s in sources} - {"pyproject.toml"}
+    assert before == {"sapo/__init__.py", "sapo/models.py"}, before
+    import ast
+
+    for path in before:
+        tree = ast.parse((ROOT / path).read_text())
+        # sapo/__init__.py's own imports are lazy (in functions or under TYPE_CHECKING): its top level counts.
+        nodes = ast.walk(tree) if path == "sapo/models.py" else tree.body
+        for node in nodes:
+            if isinstance(node, ast.ImportFrom | ast.Import):
+                names = [node.module or ""] if isinstance(node, ast.ImportFrom) else [a.name for a in node.names]
+                project = [m for m in names if m.split(".")[0] in ("sapo", "swarm", "rewards")]
+                assert not project or set(project) <= {"sapo.models"}, f"{path} imports {project}: copy it too"
 
 
 def test_dockerignore_keeps_local_state_out_but_not_the_source():
