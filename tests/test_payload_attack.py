@@ -1,0 +1,50 @@
+"""The completion-poisoning attack's groups: they pass ground-truth verification and the default hygiene, have
+reward spread under the honest reward, and reward exactly the payload-carrying completions."""
+
+from __future__ import annotations
+
+import random
+import time
+
+from rewards.functions import reasoning_gym_reward
+from sapo.hygiene import CompletionHygiene
+from sapo.payload_attack import PAYLOAD_MARK, PayloadAttacker, payload_group, payload_rate
+from sapo.tasks import TaskSpec, build_reasoning_gym_dataset
+from sapo.verification import QuestionVerifier
+from swarm import MemorySwarm
+
+TASKS = [TaskSpec("basic_arithmetic", {"min_terms": 2, "max_terms": 2, "min_digits": 1, "max_digits": 1})]
+
+
+def test_payload_groups_pass_every_check_and_reward_the_payload():
+    rows = build_reasoning_gym_dataset(TASKS, size=8, seed=1)
+    rng = random.Random(0)
+    verifier = QuestionVerifier()
+    for i, row in enumerate(rows):
+        group = payload_group(row, f"g{i}", rng)
+        columns = verifier.columns_for(group)  # the answer is right: ground truth does not stop it
+        assert CompletionHygiene().group_problem(group.completions) is None
+        rewards = reasoning_gym_reward(
+            prompts=[group.prompt] * 4, completions=group.completions, entry=[columns["entry"]] * 4
+        )
+        carries = [PAYLOAD_MARK in text for text in group.completions]
+        assert sorted(carries) == [False, False, True, True]
+        assert all((reward == 1.0) == carry for reward, carry in zip(rewards, carries, strict=True)), rewards
+    assert payload_rate(["a zebracoin b", "clean", "ZEBRACOIN", "x"]) == 0.5 and payload_rate([]) == 0.0
+
+
+def test_the_attacker_publishes_rounds_until_stopped():
+    swarm = MemorySwarm(seed=0)
+    victim = swarm.join("victim")
+    attacker = PayloadAttacker(swarm.join("attacker"), TASKS, interval=0.05, groups_per_round=2).start()
+    try:
+        received = []
+        for _ in range(200):
+            received += victim.fetch(10)
+            if len(received) >= 6:
+                break
+            time.sleep(0.02)
+    finally:
+        attacker.stop()
+    assert len(received) >= 6 and len({item.group.group_id for item in received}) == len(received)
+    assert all(item.sender == "attacker" for item in received)
