@@ -188,6 +188,7 @@ if [[ ${FRESH:-0} == 1 ]]; then
     buildah rmi "$IMAGE" >/dev/null 2>&1 || true
     buildah rmi --prune >/dev/null 2>&1 || true
 fi
+containers_before=$(buildah containers -q | sort)
 start=$(date +%s)
 if build "$CONTEXT" "$IMAGE" "$WORK/build.log"; then ok=0; else ok=1; fi
 BUILD_S=$(seconds_since "$start")
@@ -214,6 +215,8 @@ if [[ $ok == 0 ]]; then
         buildah rmi "$IMAGE-rebuilt" >/dev/null 2>&1 || true
     fi
 fi
+# With --skip-unused-stages=false buildah 1.28 leaves the working containers of the base stages behind.
+comm -13 <(echo "$containers_before") <(buildah containers -q | sort) | xargs -r buildah rm >/dev/null 2>&1 || true
 
 # ----------------------------------------------------------------------------------------------------
 # 4. run
@@ -343,14 +346,17 @@ print(max([s for s in steps if s is not None] or [0]))" "$WORK/volume/metrics.js
         check "run 1: every file in the volume belongs to uid $uid" $ok "$owners"
         PEER1=$(peer_id)
         STEP1=$(last_step)
-        peers=$(python3 -c "
+        swarm_figures() {  # the most peers a node listed and the swarm groups it trained on, from its metrics
+            python3 -c "
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
-print(max([int(r.get('sapo/peers', 0)) for r in rows] or [0]))" "$WORK/volume/metrics.jsonl" 2>/dev/null || echo 0)
-        ((peers >= 1)) && ok=0 || ok=1
-        check "run 1: the image's node saw the host node in the swarm" $ok "sapo/peers up to $peers; peer id $PEER1"
-        grep -q "$PEER1" "$WORK/host-node/node.log" "$WORK/host-node.out" 2>/dev/null && seen="the host node's log names it" || seen="not named in the host node's log"
-        note "Host node's view: $seen."
+print(max([int(r.get('sapo/peers', 0)) for r in rows] or [0]), max([int(r.get('sapo/total/external_groups', 0)) for r in rows] or [0]))" "$1" 2>/dev/null || echo "0 0"
+        }
+        read -r peers taken < <(swarm_figures "$WORK/volume/metrics.jsonl")
+        read -r host_peers host_taken < <(swarm_figures "$WORK/host-node/metrics.jsonl")
+        ((peers >= 1 && host_peers >= 1)) && ok=0 || ok=1
+        check "run 1: the image's node and the host node list each other" $ok \
+            "peers listed: image node $peers, host node $host_peers; swarm groups trained on so far: image node $taken, host node $host_taken; image peer id $PEER1"
 
         # Run 2: the same volume, one step more.
         say "run 2: the same volume, $((STEPS + 1)) steps"
