@@ -99,6 +99,10 @@ def _serve(memory_mb: int | None) -> None:
     replies = os.fdopen(os.dup(1), "w")
     os.dup2(2, 1)
     sys.stdout = sys.stderr
+    import reasoning_gym  # noqa: F401  (before "ready": the import is start-up, not the entry's regeneration time)
+
+    replies.write(json.dumps(["ready"]) + "\n")
+    replies.flush()
     for line in sys.stdin:
         name, config_key, seed, index = json.loads(line)
         try:
@@ -109,8 +113,15 @@ def _serve(memory_mb: int | None) -> None:
         replies.flush()
 
 
+_STARTUP_TIMEOUT = 120.0  # seconds a fresh child may take to import reasoning-gym (slow on a loaded machine)
+
+
 class _Worker:
-    """One child process and the pipes to it; started on first use, killed (by PID) and replaced past a limit."""
+    """One child process and the pipes to it; started on first use, killed (by PID) and replaced past a limit.
+
+    The time limit of a request covers the regeneration only: a fresh child first imports reasoning-gym and says
+    "ready", which on a busy machine can take longer than an entry's whole budget.
+    """
 
     def __init__(self, memory_mb: int | None):
         self.memory_mb = memory_mb
@@ -144,6 +155,11 @@ class _Worker:
         self.process = subprocess.Popen(
             command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
         )
+        ready, _, _ = select.select([self.process.stdout], [], [], _STARTUP_TIMEOUT)
+        line = self.process.stdout.readline() if ready else ""
+        if line.strip() != json.dumps(["ready"]):
+            self._stop()
+            raise RegenerationLimit(f"the regeneration process did not start within {_STARTUP_TIMEOUT:g} s")
 
     def _stop(self) -> None:
         process, self.process = self.process, None
