@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Docker HEALTHCHECK of a sapo-node container: exits 0 when the node is alive, 1 otherwise.
 #
-# Alive means: a `sapo-node` process runs, its output directory holds address.txt (written once the node
+# Alive means: a `sapo-node` process runs, its output directory holds an address.txt written since it started (once the node
 # has joined the swarm), and metrics.jsonl (one line per training step) or address.txt (a fresh start, still
 # in its first step) changed within SAPO_HEALTH_MAX_AGE seconds (default 1800).
 #
@@ -59,6 +59,16 @@ if [[ $output_dir != /* ]]; then
 fi
 
 [[ -f $output_dir/address.txt ]] || unhealthy "no $output_dir/address.txt yet (loading or joining the swarm)"
+
+# address.txt must be this node's: a restarted container still holds the previous run's until the node rejoins.
+# The process's start, in seconds since the epoch: boot time + field 22 of /proc/PID/stat (clock ticks since boot;
+# the fields after the command name, which may hold spaces, are counted from its closing parenthesis).
+stat_line=$(<"/proc/$pid/stat")
+read -r -a after_name <<<"${stat_line##*) }"
+boot=$(awk '/^btime/ {print $2}' /proc/stat)
+started=$((boot + after_name[19] / $(getconf CLK_TCK)))
+written=$(stat -c %Y "$output_dir/address.txt")
+((written >= started)) || unhealthy "$output_dir/address.txt is from an earlier run (this node is loading or joining)"
 
 now=$(date +%s)
 newest=$(stat -c %Y "$output_dir/address.txt")

@@ -506,3 +506,32 @@ def test_readme_docker_run_line_matches_the_image(final_stage):
                 assert _tcp_port(maddr) == host_port, f"announce the published port {host_port}, got {maddr}"
     if "--build-arg" in section:
         assert "DEVICE=cuda" in section, "the README's build argument for the CUDA image is DEVICE=cuda"
+
+
+def test_healthcheck_tells_this_nodes_address_from_an_earlier_runs(tmp_path):
+    """A restarted container keeps the previous run's address.txt: until this node writes its own, it is not
+    healthy; once it has, it is; with no node at all, it is not."""
+    import os
+    import time
+
+    out = tmp_path / "out"
+    out.mkdir()
+    address = out / "address.txt"
+    address.write_text("/ip4/127.0.0.1/tcp/1/p2p/Qm")
+    an_hour_ago = time.time() - 3600
+    os.utime(address, (an_hour_ago, an_hour_ago))
+    check = ["bash", str(ROOT / "docker" / "healthcheck.sh")]
+    env = {**os.environ, "SAPO_HEALTH_DIR": str(out)}
+    node = subprocess.Popen(["bash", "-c", "exec -a sapo-node sleep 60"])  # a process named as the node is
+    try:
+        time.sleep(0.5)
+        stale = subprocess.run(check, capture_output=True, text=True, env=env)
+        assert stale.returncode == 1 and "earlier run" in stale.stdout, stale.stdout
+        address.touch()
+        fresh = subprocess.run(check, capture_output=True, text=True, env=env)
+        assert fresh.returncode == 0 and fresh.stdout.startswith("healthy"), fresh.stdout
+    finally:
+        node.kill()
+        node.wait(timeout=10)
+    gone = subprocess.run(check, capture_output=True, text=True, env=env)
+    assert gone.returncode == 1 and "no sapo-node process" in gone.stdout, gone.stdout
