@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Docker HEALTHCHECK of a sapo-node container: exits 0 when the node is alive, 1 otherwise.
 #
-# Alive means: a `sapo-node` process runs, its output directory holds an address.txt written since it started (once the node
-# has joined the swarm), and metrics.jsonl (one line per training step) or address.txt (a fresh start, still
-# in its first step) changed within SAPO_HEALTH_MAX_AGE seconds (default 1800).
+# Alive means: a `sapo-node` process runs, its output directory holds an address.txt written since that process
+# started (the node writes it once it has joined the swarm), and metrics.jsonl (one line per training step) or
+# address.txt (a fresh start, still in its first step) changed within SAPO_HEALTH_MAX_AGE seconds (default 1800).
 #
 # The output directory is read from the node's command line (--output-dir / --output_dir / --set
 # output_dir=...), relative to the node's working directory, as the node resolves it; SAPO_HEALTH_DIR
