@@ -476,7 +476,10 @@ class SAPOTrainer(GRPOTrainer):
         ids = self._tokenizer(text, add_special_tokens=False, split_special_tokens=True)["input_ids"]
         limit = self.args.max_completion_length
         if limit is not None and len(ids) >= limit:
-            self.swarm_totals["external_truncated"] += 1
+            # At the limit exactly, the sender stopped there too (no EOS, like a local completion that ran out of
+            # tokens); only a longer one loses text here.
+            if len(ids) > limit:
+                self.swarm_totals["external_truncated"] += 1
             return list(ids[:limit])
         return list(ids) + [self.eos_token_ids[0]]
 

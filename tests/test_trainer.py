@@ -483,3 +483,17 @@ def test_the_receiver_writes_the_prompt_of_external_groups(tmp_path, smollm_toke
     with pytest.raises(GroupDropped) as info:
         verifier.columns_for(Group(**{**vars(plain), "prompt": injected[:1] + plain.prompt}))
     assert info.value.reason == "untrusted_prompt"
+
+
+def test_external_completions_are_truncated_only_beyond_the_local_limit(tmp_path, smollm_tokenizer):
+    trainer = _trainer(tmp_path, smollm_tokenizer, "trunc", RewardProbe(lambda t: 0.0), max_completion_length=12)
+    longer = " ".join(["word"] * 40)
+    at_limit = smollm_tokenizer.decode(smollm_tokenizer(longer, add_special_tokens=False)["input_ids"][:12])
+    assert len(smollm_tokenizer(at_limit, add_special_tokens=False)["input_ids"]) == 12
+    # A sender's completion that ran out of tokens exactly at the limit keeps all of them and is not "truncated".
+    assert len(trainer._tokenize_external_completion(at_limit)) == 12
+    assert trainer.swarm_totals["external_truncated"] == 0
+    assert len(trainer._tokenize_external_completion(longer)) == 12
+    assert trainer.swarm_totals["external_truncated"] == 1
+    short = trainer._tokenize_external_completion("four")
+    assert short[-1] == trainer.eos_token_ids[0]  # a completion that ended before the limit ends with EOS
