@@ -238,6 +238,7 @@ def run_swarm(n: int, args: argparse.Namespace) -> dict[str, Any]:
         "store_seconds": summary(merged("timings", "publish")),
         "record_lookup_seconds": summary(merged("timings", "fetch")),
         "index_read_seconds": summary(merged("timings", "index")),
+        "delivery_seconds": summary(merged("timings", "delivery")),
         "group_age_at_fetch_seconds": summary(merged("measures", "age")),
         "fill_rate": (sum(fetched) / (len(fetched) * args.j)) if fetched else None,
         "published_bytes_per_peer_step": counters.get("published_bytes", 0) / max(steps, 1),
@@ -261,9 +262,10 @@ def write_outputs(report: dict[str, Any], out: Path = RESULTS) -> None:
         f"Setup: {report['setup']}",
         "",
         "| N | publish() ms median / p95 | fetch() ms median / p95 | store s median / p95 | record lookup s "
-        "median / p95 | index read s median / p95 | fill rate (J) | group age at fetch s | published KB/peer/step "
+        "median / p95 | index read s median / p95 | delivery s median / p95 | fill rate (J) | group age at fetch s "
+        "| published KB/peer/step "
         "| fetched KB/peer/step | p2pd I/O KB/peer/step | python MB/peer | p2pd MB/peer | failures |",
-        "|---" * 14 + "|",
+        "|---" * 15 + "|",
     ]
 
     def pair(d: dict[str, Any], fmt: str = "{:.3f}") -> str:
@@ -277,6 +279,7 @@ def write_outputs(report: dict[str, Any], out: Path = RESULTS) -> None:
         lines.append(
             f"| {r['peers']} | {pair(r['publish_call_ms'])} | {pair(r['fetch_call_ms'])} | {pair(r['store_seconds'])} "
             f"| {pair(r['record_lookup_seconds'])} | {pair(r['index_read_seconds'])} "
+            f"| {pair(r.get('delivery_seconds', {}))} "
             f"| {r['fill_rate'] if r['fill_rate'] is None else round(r['fill_rate'], 2)} "
             f"| {pair(r['group_age_at_fetch_seconds'], '{:.1f}')} "
             f"| {r['published_bytes_per_peer_step'] / 1e3:.1f} | {r['fetched_bytes_per_peer_step'] / 1e3:.1f} "

@@ -320,6 +320,9 @@ class SwarmReader:
                 self._reject("expired", f"group of {sender} is {now - group.created_at:.0f} s old")
             else:
                 accepted.append(ReceivedGroup(sender=sender, group=group))
+        if accepted:
+            # Delivery latency: from the sender's publication (its record's date) to the groups being ready here.
+            self._timings.record("delivery", max(0.0, now - record.created_at))
         with self._lock:
             for item in accepted:
                 if _group_id(item) not in self._returned:

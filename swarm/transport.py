@@ -85,7 +85,8 @@ class TransportReadout:
             `rejected/<reason>`, ... (a transport counts what it does; it never raises network errors).
         gauges (`dict[str, float]`): sizes of what it holds now (cached groups, stored DHT items, remembered refs).
         timings (`dict[str, list[tuple[float, float]]]`): recent `(finished_at, seconds)` of background operations
-            per name (`publish`, `index`, `fetch`), `finished_at` on the monotonic clock.
+            per name (`publish`, `index`, `fetch`; `delivery`: seconds from a record's publication to its groups
+            entering this peer's cache), `finished_at` on the monotonic clock.
         addresses (`list[str]`): multiaddrs other peers join through (empty for an in-memory transport).
     """
 

@@ -44,7 +44,7 @@ class Peer:
         self.public_key = RSAPrivateKey().get_public_key().to_bytes()
         self.peer_id = fingerprint(self.public_key)
         self.counters = SwarmCounters()
-        timings = TimingLog(clock)
+        self.timings = timings = TimingLog(clock)
         self.publisher = SwarmPublisher(self.config, self.public_key, self.counters, timings, clock)
         self.reader = SwarmReader(self.config, self.public_key, self.counters, timings, clock, random.Random(0))
         self.dht = dht
@@ -71,6 +71,16 @@ def test_a_reader_takes_each_published_group_once_and_lists_its_sender():
     assert b.reader.take(10) == []  # the same record is not fetched and handed out again
     assert a.reader.take(10) == [] and a.reader.peers() == []  # a peer never takes its own groups
     assert b.counters.snapshot()["fetched_groups"] == 2
+
+
+def test_delivery_latency_is_the_time_from_publication_to_the_cache():
+    dht, clock = DictDHT(), ManualClock()
+    a, b = Peer(dht, clock, index_shards_per_poll=0), Peer(dht, clock, index_shards_per_poll=0)
+    a.publish("a1", created_at=clock.time())
+    clock.advance(2.5)  # the store travels, the reader polls later
+    b.poll()
+    delivery = b.timings.snapshot()["delivery"]
+    assert [seconds for _, seconds in delivery] == [2.5]
 
 
 def test_groups_and_peers_expire_on_the_clock():
