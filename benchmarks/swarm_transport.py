@@ -33,6 +33,7 @@ if __package__ in (None, ""):  # run as a script: the repository's packages come
 from benchmarks.harness import (  # noqa: E402
     RESULTS,
     ROOT,
+    cpu_seconds,
     meminfo_bytes,
     pyplot,
     rss_mb,
@@ -118,6 +119,7 @@ def worker(args: argparse.Namespace) -> None:
             time.sleep(0.01)
         end = start + args.duration
         io_start = {p.peer_id: io_bytes(p.p2pd_pid) for p in peers}
+        cpu_start = {"python": cpu_seconds(os.getpid()), "p2pd": sum(cpu_seconds(p.p2pd_pid) for p in peers)}
         counters_start = {p.peer_id: p.readout().counters for p in peers}
         measured_from = time.monotonic()  # background timings before this moment are warm-up
         while time.time() < end:
@@ -156,6 +158,9 @@ def worker(args: argparse.Namespace) -> None:
             "python_rss_mb": rss_mb(os.getpid()) or 0.0,
             "p2pd_rss_mb": [rss_mb(p.p2pd_pid) or 0.0 for p in peers],
             "p2pd_io": sum(io_bytes(p.p2pd_pid) - io_start[p.peer_id] for p in peers),
+            # CPU of this worker (all its peers' Python: transport threads and the step loop) and of their daemons
+            "python_cpu": cpu_seconds(os.getpid()) - cpu_start["python"],
+            "p2pd_cpu": sum(cpu_seconds(p.p2pd_pid) for p in peers) - cpu_start["p2pd"],
             "healthy": all(p.healthy() for p in peers),
         }
         print("RESULT", json.dumps(result), flush=True)
@@ -244,6 +249,8 @@ def run_swarm(n: int, args: argparse.Namespace) -> dict[str, Any]:
         "published_bytes_per_peer_step": counters.get("published_bytes", 0) / max(steps, 1),
         "fetched_bytes_per_peer_step": counters.get("fetched_bytes", 0) / max(steps, 1),
         "p2pd_io_bytes_per_peer_step": sum(r["p2pd_io"] for r in results) / max(steps, 1),
+        "python_cpu_seconds_per_peer_step": sum(r.get("python_cpu", 0.0) for r in results) / max(steps, 1),
+        "p2pd_cpu_seconds_per_peer_step": sum(r.get("p2pd_cpu", 0.0) for r in results) / max(steps, 1),
         "python_rss_mb_per_peer": sum(r["python_rss_mb"] for r in results) / n,
         "p2pd_rss_mb_per_peer": statistics.mean(p2pd_rss) if p2pd_rss else None,
         "counters": counters,
@@ -264,8 +271,9 @@ def write_outputs(report: dict[str, Any], out: Path = RESULTS) -> None:
         "| N | publish() ms median / p95 | fetch() ms median / p95 | store s median / p95 | record lookup s "
         "median / p95 | index read s median / p95 | delivery s median / p95 | fill rate (J) | group age at fetch s "
         "| published KB/peer/step "
-        "| fetched KB/peer/step | p2pd I/O KB/peer/step | python MB/peer | p2pd MB/peer | failures |",
-        "|---" * 15 + "|",
+        "| fetched KB/peer/step | p2pd I/O KB/peer/step | CPU s/peer/step python + p2pd | python MB/peer "
+        "| p2pd MB/peer | failures |",
+        "|---" * 16 + "|",
     ]
 
     def pair(d: dict[str, Any], fmt: str = "{:.3f}") -> str:
@@ -283,7 +291,9 @@ def write_outputs(report: dict[str, Any], out: Path = RESULTS) -> None:
             f"| {r['fill_rate'] if r['fill_rate'] is None else round(r['fill_rate'], 2)} "
             f"| {pair(r['group_age_at_fetch_seconds'], '{:.1f}')} "
             f"| {r['published_bytes_per_peer_step'] / 1e3:.1f} | {r['fetched_bytes_per_peer_step'] / 1e3:.1f} "
-            f"| {r['p2pd_io_bytes_per_peer_step'] / 1e3:.1f} | {r['python_rss_mb_per_peer']:.0f} "
+            f"| {r['p2pd_io_bytes_per_peer_step'] / 1e3:.1f} "
+            f"| {r.get('python_cpu_seconds_per_peer_step', 0):.3f} + {r.get('p2pd_cpu_seconds_per_peer_step', 0):.3f} "
+            f"| {r['python_rss_mb_per_peer']:.0f} "
             f"| {r['p2pd_rss_mb_per_peer']:.0f} | {failures} |"
         )
     lines += ["", *report["notes"]]
