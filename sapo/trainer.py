@@ -547,6 +547,10 @@ class SAPOTrainer(GRPOTrainer):
         metrics["sapo/external_groups"].append(float(len(external)))
         metrics["sapo/fill_ins"].append(float(num_slots - len(external)))
         metrics["sapo/distinct_senders"].append(float(len({c.sender for c in external})))
+        if external:  # staleness of what is trained on: seconds since the sender made it, and its policy's lag
+            now, step = time.time(), self.state.global_step
+            metrics["sapo/external_age_seconds"].append(sum(now - c.group.created_at for c in external) / len(external))
+            metrics["sapo/external_step_lag"].append(sum(step - c.group.step for c in external) / len(external))
         rewards = self._round.rewards
         if rewards is None:
             return

@@ -119,6 +119,9 @@ def test_external_step_changes_weights_and_uses_local_rewards(tmp_path, smollm_t
     assert _metric(trainer, "sapo/external_reward") == [pytest.approx(0.5)]
     trained_external = [t for q, t in probe.trained if t in completions]
     assert len(trained_external) == 2 * G
+    # Staleness of what was trained on: published just before, by a sender one step ahead (its step 1, our step 0).
+    (age,) = _metric(trainer, "sapo/external_age_seconds")
+    assert 0 <= age < 600 and _metric(trainer, "sapo/external_step_lag") == [-1.0]
 
 
 def test_fill_in_when_the_swarm_is_empty(tmp_path, smollm_tokenizer):
