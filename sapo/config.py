@@ -48,6 +48,7 @@ _SECTIONS = {
     "Sender standing": ("sender_drop_limit", "sender_window", "sender_bench_seconds"),
     "Held-out evaluation": ("eval_questions",),
     "Publishing": ("publish_groups", "swarm_model_name"),
+    "Audit": ("completions_log",),
     "GRPO settings of the SAPO paper (where they differ from TRL's)": ("epsilon_high",),
     "Device defaults (`None`: decided by `sapo.config.device_defaults`)": ("use_cpu", "gradient_checkpointing", "bf16"),
 }
@@ -175,6 +176,15 @@ class SAPOConfig(GRPOConfig):
     )
     publish_groups: bool = field(
         default=True, metadata={"help": "Whether locally generated groups are published to the swarm."}
+    )
+    completions_log: str | None = field(
+        default=None,
+        metadata={
+            "help": "JSONL file (a relative path is under `output_dir`) to which the node appends every completion it "
+            'generates: its own groups while training (`kind` "train") and its held-out answers (`kind` '
+            '"eval"), with the step and task. For audits, e.g. how far a payload spreads '
+            "(`sapo.payload_attack.payload_rate`). `None`: not written."
+        },
     )
     swarm_model_name: str | None = field(
         default=None,

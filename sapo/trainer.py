@@ -224,6 +224,13 @@ class SAPOTrainer(GRPOTrainer):
         self._round = self._place_external_groups(inputs, external, first_slot=num_groups - num_slots)
         try:
             output = super()._generate_and_score_completions(self._round.rows)
+            self._log_completions(
+                "train",
+                [
+                    (str(self._round.rows[i].get("task", "")), _completion_text(completion))
+                    for i, completion in sorted(self._round.local_completions.items())
+                ],
+            )
             self._publish_local_groups(self._round)
             self._log_round(num_slots, external)
         finally:
@@ -409,6 +416,7 @@ class SAPOTrainer(GRPOTrainer):
             return metrics
         self._announce_phase("evaluating")
         self.last_evaluation = self._evaluate_held_out(dataset)
+        self._log_completions("eval", [(q.task, q.completion) for q in self.last_evaluation.questions])
         metrics = self.last_evaluation.metrics(prefix=f"{metric_key_prefix}/")
         was_training = self.model.training
         self.model.eval()  # so that TRL's log() adds no training figures to this line
@@ -482,6 +490,21 @@ class SAPOTrainer(GRPOTrainer):
                 self.swarm_totals["external_truncated"] += 1
             return list(ids[:limit])
         return list(ids) + [self.eos_token_ids[0]]
+
+    def _log_completions(self, kind: str, completions: list[tuple[str, str]]) -> None:
+        """Append ``(task, text)`` completions to `args.completions_log` (every process's, written by the main)."""
+        if self.args.completions_log is None:
+            return
+        if self.accelerator.num_processes > 1 and kind == "train":  # evaluation results are gathered already
+            completions = gather_object(completions)
+        if not self.accelerator.is_main_process:
+            return
+        path = os.path.join(self.args.output_dir, self.args.completions_log)
+        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+        step = self.state.global_step
+        with open(path, "a") as f:
+            for task, text in completions:
+                f.write(json.dumps({"step": step, "kind": kind, "task": task, "completion": text}) + "\n")
 
     def _publish_local_groups(self, round_: _Round) -> None:
         """Publish each group generated here this round as decoded text (every process calls it: it gathers)."""

@@ -500,3 +500,32 @@ def test_external_completions_are_truncated_only_beyond_the_local_limit(tmp_path
     assert trainer.swarm_totals["external_truncated"] == 1
     short = trainer._tokenize_external_completion("four")
     assert short[-1] == trainer.eos_token_ids[0]  # a completion that ended before the limit ends with EOS
+
+
+def test_completions_log_keeps_every_completion_the_node_generates(tmp_path, smollm_tokenizer):
+    tasks = [TaskSpec("basic_arithmetic", {"min_terms": 2, "max_terms": 2, "min_digits": 1, "max_digits": 1})]
+    trainer = SAPOTrainer(
+        model=build_tiny_model(smollm_tokenizer, seed=0),
+        reward_funcs=[RewardProbe(lambda t: float(len(t) % 2))],
+        args=_args(
+            tmp_path,
+            "audit",
+            max_steps=1,
+            num_local=2,
+            num_external=0,
+            completions_log="audit/completions.jsonl",
+            eval_strategy="steps",
+            eval_steps=1,
+            eval_questions=4,
+            per_device_eval_batch_size=4,
+        ),  # fmt: skip
+        train_dataset=build_reasoning_gym_dataset(tasks, size=16, seed=3),
+        processing_class=smollm_tokenizer,
+    )
+    trainer.train()
+    lines = [json.loads(line) for line in (tmp_path / "audit" / "audit" / "completions.jsonl").read_text().splitlines()]
+    train = [line for line in lines if line["kind"] == "train"]
+    evaluation = [line for line in lines if line["kind"] == "eval"]
+    assert len(train) == 2 * G and {line["task"] for line in train} == {"basic_arithmetic"}
+    assert len(evaluation) == 4 and all(line["step"] == 1 for line in evaluation)
+    assert [line["completion"] for line in evaluation] == [q.completion for q in trainer.last_evaluation.questions]
