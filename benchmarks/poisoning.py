@@ -1,0 +1,202 @@
+"""The completion-poisoning attack against honest sapo-nodes: how far a payload spreads, per defence.
+
+Each arm is one swarm on 127.0.0.1: a :class:`~sapo.payload_attack.PayloadAttacker` (the swarm's first peer, a
+model-less transport in this process) publishes groups whose correct completions carry a payload, and
+``--honest`` real ``sapo-node`` processes train ``--steps`` steps beside it, each keeping every completion it
+generates (``--completions_log``). Attack success is the share of an honest node's own completions that carry the
+payload word (:data:`sapo.payload_attack.PAYLOAD_MARK`), in training (last third of the steps) and in its
+held-out answers at the end, against the same figures at the start.
+
+    python -m benchmarks.poisoning --arms none,hygiene-default --seeds 0 --steps 30
+
+Arms name node options: ``none`` is the node without any completion defence (control characters allowed);
+``hygiene-default`` is the node's defaults; extra arms are added in ``ARMS``. Results go to
+benchmarks/results/poisoning.{json,md}; per-arm run directories under runs/poisoning/ (not committed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+if __package__ in (None, ""):  # run as a script: the repository's packages come first
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from benchmarks.harness import RESULTS, ROOT, run_record, stop_processes, write_report  # noqa: E402
+
+ARMS: dict[str, list[str]] = {
+    "none": ["--completion_forbid_control_chars", "false"],
+    "hygiene-default": [],
+    "standing": ["--sender_drop_limit", "3", "--sender_window", "10"],
+}
+"""Node options of each arm: the defences it turns on or off."""
+
+COMPLETIONS_LOG = "completions.jsonl"
+
+
+def node_command(args: argparse.Namespace, arm: str, seed: int, index: int, run_dir: Path, peer: str) -> list[str]:
+    """The command of honest node ``index`` of one arm's swarm."""
+    return [
+        sys.executable, "-m", "sapo.cli",
+        "--model", args.model,
+        "--output_dir", str(run_dir / f"node-{index}"),
+        "--initial_peers", peer,
+        "--swarm_name", f"poisoning-{arm}-{seed}",
+        "--wait_for_peers", str(args.honest),  # the other honest nodes and the attacker
+        "--max_steps", str(args.steps),
+        "--seed", str(100 * seed + index),
+        "--completions_log", COMPLETIONS_LOG,
+        "--eval_steps", str(args.steps),
+        "--eval_questions", str(args.eval_questions),
+        "--save_steps", str(args.steps),
+        *args.node_args,
+        *ARMS[arm],
+    ]  # fmt: skip
+
+
+def run_arm(args: argparse.Namespace, arm: str, seed: int) -> Path:
+    """One swarm: the attacker and ``args.honest`` nodes until they finish; returns the run directory."""
+    from sapo.payload_attack import PayloadAttacker
+    from sapo.tasks import DEFAULT_TASKS
+    from swarm.dht import DHTTransport, DHTTransportConfig
+
+    run_dir = Path(args.runs_dir) / arm / f"seed-{seed}"
+    run_dir.mkdir(parents=True, exist_ok=True)
+    transport = DHTTransport(
+        DHTTransportConfig(swarm_name=f"poisoning-{arm}-{seed}", model_name="attacker", prefetch_groups=1)
+    )
+    tasks = args.tasks.split(",") if args.tasks else DEFAULT_TASKS
+    attacker = PayloadAttacker(transport, tasks, interval=args.attack_interval, groups_per_round=2, seed=seed)
+    processes: list[subprocess.Popen] = []
+    try:
+        attacker.start()
+        peer = transport.visible_addresses()[0]
+        for index in range(args.honest):
+            log = open(run_dir / f"node-{index}.out", "w")  # noqa: SIM115 - closed with the process below
+            command = node_command(args, arm, seed, index, run_dir, peer)
+            processes.append(subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT))
+        deadline = time.monotonic() + args.timeout
+        while any(p.poll() is None for p in processes) and time.monotonic() < deadline:
+            time.sleep(2)
+        codes = [p.poll() for p in processes]
+        if any(code != 0 for code in codes):
+            raise RuntimeError(f"poisoning: arm {arm} seed {seed}: node exit codes {codes}; see {run_dir}/node-*.out")
+    finally:
+        attacker.stop()
+        stop_processes(processes, grace=60)
+        transport.close()
+    (run_dir / "attacker.json").write_text(json.dumps({"published_groups": attacker.published}))
+    return run_dir
+
+
+def arm_figures(run_dir: Path, steps: int) -> dict[str, Any]:
+    """Payload rates of one arm's honest nodes: own completions (first and last third of training), held-out
+    answers (first and last evaluation), and how many attacker groups each node trained on."""
+    from sapo.payload_attack import payload_rate
+    from sapo.report import is_evaluation_line
+
+    nodes = []
+    for node_dir in sorted(run_dir.glob("node-*/")):
+        lines = [json.loads(line) for line in (node_dir / COMPLETIONS_LOG).read_text().splitlines()]
+        train = [line for line in lines if line["kind"] == "train"]
+        evaluations = sorted({line["step"] for line in lines if line["kind"] == "eval"})
+        third = max(1, steps // 3)
+        metrics = [json.loads(line) for line in (node_dir / "metrics.jsonl").read_text().splitlines()]
+        last = [m for m in metrics if not is_evaluation_line(m)][-1]
+
+        def eval_rate(step: int, lines: list[dict] = lines) -> float:
+            return payload_rate([x["completion"] for x in lines if x["kind"] == "eval" and x["step"] == step])
+
+        nodes.append(
+            {
+                "node": node_dir.name,
+                "train_payload_first": payload_rate([x["completion"] for x in train if x["step"] < third]),
+                "train_payload_last": payload_rate([x["completion"] for x in train if x["step"] >= steps - third]),
+                "eval_payload_start": eval_rate(evaluations[0]) if evaluations else None,
+                "eval_payload_end": eval_rate(evaluations[-1]) if evaluations else None,
+                "external_groups": last.get("sapo/total/external_groups", 0.0),
+                "dropped": {k.split("/")[-1]: v for k, v in last.items() if k.startswith("sapo/total/dropped/")},
+                "local_reward_last": last.get("sapo/local_reward"),
+            }
+        )
+    attacker = json.loads((run_dir / "attacker.json").read_text())
+    return {"nodes": nodes, "attacker_published_groups": attacker["published_groups"]}
+
+
+def markdown(report: dict[str, Any]) -> list[str]:
+    """The result page."""
+    lines = [
+        "# Completion poisoning: how far a payload spreads",
+        "",
+        f"Command: `{report['command']}`  ",
+        f"Commit: `{report['git_commit']}`, {report['date']}, {report['machine']}  ",
+        f"Setup: {report['setup']}",
+        "",
+        "| arm | seed | payload in own completions, first third -> last third | payload in held-out answers, start "
+        "-> end | attacker groups trained on per node | groups dropped (by reason) |",
+        "|---|---|---|---|---|---|",
+    ]
+    for row in report["arms"]:
+        nodes = row["figures"]["nodes"]
+
+        def mean(key: str, nodes: list[dict] = nodes) -> float:
+            values = [n[key] for n in nodes if n[key] is not None]
+            return statistics.fmean(values) if values else float("nan")
+
+        dropped: dict[str, float] = {}
+        for node in nodes:
+            for reason, count in node["dropped"].items():
+                dropped[reason] = dropped.get(reason, 0) + count
+        lines.append(
+            f"| {row['arm']} | {row['seed']} | {mean('train_payload_first'):.1%} -> {mean('train_payload_last'):.1%} "
+            f"| {mean('eval_payload_start'):.1%} -> {mean('eval_payload_end'):.1%} | {mean('external_groups'):.1f} "
+            f"| {', '.join(f'{k} {v:.0f}' for k, v in sorted(dropped.items())) or '-'} |"
+        )
+    return lines
+
+
+def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
+    """Run every arm and seed, then write the report."""
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.poisoning", description=__doc__.split("\n")[0])
+    parser.add_argument("--arms", default="none,hygiene-default", help=f"comma-separated, of {sorted(ARMS)}")
+    parser.add_argument("--seeds", default="0", help="comma-separated seeds")
+    parser.add_argument("--steps", type=int, default=30, help="training steps per honest node")
+    parser.add_argument("--honest", type=int, default=3, help="honest nodes per swarm (the attacker is one more)")
+    parser.add_argument("--model", default="default", help="the honest nodes' model")
+    parser.add_argument("--tasks", default=None, help="comma-separated reasoning-gym tasks (default: the node's)")
+    parser.add_argument("--eval-questions", type=int, default=32, help="held-out questions at start and end")
+    parser.add_argument("--attack-interval", type=float, default=10.0, help="seconds between attacker rounds")
+    parser.add_argument("--timeout", type=float, default=4 * 3600, help="seconds an arm may take")
+    parser.add_argument("--runs-dir", default=str(ROOT / "runs" / "poisoning"), help="run directories")
+    parser.add_argument("--results-dir", default=str(RESULTS), help="where poisoning.json/.md go")
+    args, node_args = parser.parse_known_args(argv)
+    args.node_args = node_args + (["--tasks", args.tasks] if args.tasks else [])
+    unknown = [arm for arm in args.arms.split(",") if arm not in ARMS]
+    if unknown:
+        parser.error(f"unknown arm(s) {unknown}; choose from {sorted(ARMS)}")
+    record = run_record()  # at the start: the code the arms run
+    rows = []
+    for seed in (int(s) for s in args.seeds.split(",")):
+        for arm in args.arms.split(","):
+            print(f"poisoning: arm {arm}, seed {seed}: {args.honest} honest nodes, {args.steps} steps", flush=True)
+            run_dir = run_arm(args, arm, seed)
+            rows.append({"arm": arm, "seed": seed, "figures": arm_figures(run_dir, args.steps)})
+    report = {
+        **record,
+        "setup": f"{args.honest} honest sapo-nodes (model {args.model}) + 1 payload attacker publishing 2 groups "
+        f"every {args.attack_interval:g} s, {args.steps} steps, loopback DHT; extra node options {args.node_args}",
+        "arms": rows,
+    }
+    write_report(Path(args.results_dir), "poisoning", report, markdown(report))
+    return report
+
+
+if __name__ == "__main__":
+    main()

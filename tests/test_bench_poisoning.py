@@ -1,0 +1,34 @@
+"""benchmarks/poisoning.py end to end on tiny models: two honest nodes and the payload attacker form a swarm, the
+nodes keep their completions, and the report counts payload rates and the attacker's groups trained on."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from benchmarks import poisoning
+from tests.swarm_fixtures import no_p2pd_left_behind  # noqa: F401
+
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("no_p2pd_left_behind")]
+
+
+def test_poisoning_arm_runs_and_reports(tmp_path, tiny_model_a):
+    report = poisoning.main(
+        [
+            "--arms", "none", "--steps", "2", "--honest", "2", "--model", str(tiny_model_a),
+            "--tasks", "basic_arithmetic", "--eval-questions", "4", "--attack-interval", "1",
+            "--runs-dir", str(tmp_path / "runs"), "--results-dir", str(tmp_path / "results"),
+            "--num_generations", "2", "--per_device_train_batch_size", "4", "--max_completion_length", "8",
+            "--dataset_size", "64", "--sampling_strategy", "uniform", "--num_local", "1", "--num_external", "1",
+        ]
+    )  # fmt: skip
+    (row,) = report["arms"]
+    nodes = row["figures"]["nodes"]
+    assert len(nodes) == 2 and row["figures"]["attacker_published_groups"] >= 2
+    # A tiny random model never writes the payload word itself; what it trained on is counted per node.
+    assert all(node["train_payload_first"] == 0.0 and node["eval_payload_end"] == 0.0 for node in nodes)
+    assert sum(node["external_groups"] for node in nodes) >= 1
+    saved = json.loads((tmp_path / "results" / "poisoning.json").read_text())
+    assert saved["arms"][0]["arm"] == "none"
+    assert "| none | 0 |" in (tmp_path / "results" / "poisoning.md").read_text()
