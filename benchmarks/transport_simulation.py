@@ -28,47 +28,20 @@ if __package__ in (None, ""):  # run as a script: the repository's packages come
 from benchmarks.harness import RESULTS, run_record, write_report  # noqa: E402
 
 
-class MeteredDictDHT:
-    """hivemind's store_many / get_many over a dictionary, counting the bytes every get returns."""
-
-    def __init__(self) -> None:
-        self.items: dict[str, dict[Any, Any]] = {}
-        self.bytes_read = 0
-
-    async def store_many(self, keys, values, expiration_time, subkeys):  # noqa: ANN001 - hivemind's signature
-        from hivemind.utils import ValueWithExpiration
-
-        for key, value, subkey in zip(keys, values, subkeys, strict=True):
-            self.items.setdefault(key, {})[subkey] = ValueWithExpiration(value, expiration_time)
-        return {(key, subkey): True for key, subkey in zip(keys, subkeys, strict=True)}
-
-    async def get_many(self, keys, sufficient_expiration_time=None):  # noqa: ANN001 - hivemind's signature
-        from hivemind.utils import ValueWithExpiration
-
-        found = {}
-        for key in keys:
-            entries = self.items.get(key)
-            if entries is None:
-                found[key] = None
-                continue
-            self.bytes_read += sum(len(item.value) for item in entries.values())
-            found[key] = ValueWithExpiration(entries, 0.0)
-        return found
-
-
 def simulate(peers: int, steps: int, step_seconds: float, j: int, seed: int = 0) -> dict[str, Any]:
     """``peers`` publishers each publish one record of 2 groups per step; one reader takes ``j`` groups per step."""
     from hivemind.utils.crypto import RSAPrivateKey
 
     from swarm.clock import ManualClock
     from swarm.config import DHTTransportConfig
+    from swarm.memory import DictDHT
     from swarm.publisher import SwarmPublisher
     from swarm.reader import SwarmReader
     from swarm.records import Group, Provenance
     from swarm.transport import SwarmCounters, TimingLog
 
     rng = random.Random(seed)
-    clock, dht = ManualClock(), MeteredDictDHT()
+    clock, dht = ManualClock(), DictDHT()
     config = DHTTransportConfig(prefetch_groups=2 * j)
     publishers = []
     for _ in range(peers):

@@ -118,7 +118,7 @@ def poisoned_groups(rows: list[dict[str, Any]], marker: str = "POISON") -> dict[
     """
 
     def group(kind: str, row: dict[str, Any], completions: list[Any] | None = None, **changes: Any) -> Group:
-        wrong = _wrong(str(row["answer"]))
+        wrong = wrong_answer(str(row["answer"]))
         fields: dict[str, Any] = dict(
             group_id=f"{marker}-{kind}",
             prompt=list(row["prompt"]),
@@ -141,7 +141,7 @@ def poisoned_groups(rows: list[dict[str, Any]], marker: str = "POISON") -> dict[
                 "wrong_answer",
                 a,
                 completions=[f"{tag}wrong_answer-truth <answer>{a['answer']}</answer>"] * 2
-                + [f"{tag}wrong_answer-lie <answer>{_wrong(str(a['answer']))}</answer>"] * 2,
+                + [f"{tag}wrong_answer-lie <answer>{wrong_answer(str(a['answer']))}</answer>"] * 2,
             ),
             "trained_with_own_truth",
         ),
@@ -371,6 +371,6 @@ def poisoned_rows_trained(trained: list[tuple[str, float]], marker: str = "POISO
     return sum(1 for text, reward in trained if poisoned(text, reward))
 
 
-def _wrong(true: str) -> str:
+def wrong_answer(true: str) -> str:
     """An answer that is not ``true``: what a liar claims."""
     return str(int(true) + 1) if true.lstrip("-").isdigit() else true + "0"

@@ -16,6 +16,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from sapo.hostile_peer import wrong_answer
 from sapo.tasks import TaskSpec, build_reasoning_gym_dataset
 from sapo.verification import published_prompt
 from swarm.records import Group, Provenance
@@ -38,10 +39,6 @@ def payload_rate(texts: Sequence[str], mark: str = PAYLOAD_MARK) -> float:
     return sum(mark.lower() in text.lower() for text in texts) / len(texts) if texts else 0.0
 
 
-def _wrong(answer: str) -> str:
-    return str(int(answer) + 1) if answer.lstrip("-").isdigit() else answer + "0"
-
-
 def payload_completion(answer: str, rng: random.Random, payloads: Sequence[str] = PAYLOADS) -> str:
     """A correct answer with one payload before, after or between a short reasoning and the answer."""
     payload, reasoning = rng.choice(payloads), rng.choice(["Let me compute.", "Working it out.", "Quick check."])
@@ -58,7 +55,7 @@ def payload_group(row: dict[str, Any], gid: str, rng: random.Random, payloads: S
     """A group for a reasoning-gym ``row``: two correct completions with a payload, two wrong ones without."""
     answer = str(row["answer"])
     completions = [payload_completion(answer, rng, payloads) for _ in range(2)]
-    completions += [f"Let me compute. <answer>{_wrong(answer)}</answer>" for _ in range(2)]
+    completions += [f"Let me compute. <answer>{wrong_answer(answer)}</answer>" for _ in range(2)]
     rng.shuffle(completions)
     return Group(
         group_id=gid,

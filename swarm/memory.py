@@ -1,4 +1,5 @@
-"""In-process swarm transport with the DHT transport's interface, for unit tests and simulation."""
+"""In-process stand-ins for the swarm: MemorySwarm (a whole swarm of transports) and DictDHT (a DHT node's store
+and lookup over a dictionary), for tests and simulation."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from swarm.records import Group, ReceivedGroup, RecordLimits, RecordRejected, validate_group
 from swarm.transport import PeerInfo, SwarmCounters, SwarmTransport, TransportReadout
@@ -125,3 +127,40 @@ class MemoryTransport(SwarmTransport):
 
     def close(self) -> None:
         self._closed = True
+
+
+class DictDHT:
+    """hivemind's ``store_many`` / ``get_many`` over a dictionary, as if every store had arrived everywhere.
+
+    What :class:`swarm.publisher.SwarmPublisher` and :class:`swarm.reader.SwarmReader` need of a DHT node, without
+    p2pd: unit tests and simulations run the real publisher and reader on it. It records the keys of every lookup
+    (``reads``) and the bytes lookups returned (``bytes_read``).
+    """
+
+    def __init__(self) -> None:
+        self.items: dict[str, dict[Any, Any]] = {}  # key -> {subkey: ValueWithExpiration}
+        self.reads: list[list[str]] = []
+        self.bytes_read = 0
+
+    async def store_many(
+        self, keys: list[str], values: list[bytes], expiration_time: float, subkeys: list[Any]
+    ) -> dict[Any, bool]:
+        """Store every value under its key and subkey; all succeed."""
+        from hivemind.utils import ValueWithExpiration
+
+        for key, value, subkey in zip(keys, values, subkeys, strict=True):
+            self.items.setdefault(key, {})[subkey] = ValueWithExpiration(value, expiration_time)
+        return {(key, subkey): True for key, subkey in zip(keys, subkeys, strict=True)}
+
+    async def get_many(self, keys: list[str], sufficient_expiration_time: float | None = None) -> dict[str, Any]:
+        """``{key: ValueWithExpiration({subkey: ValueWithExpiration}) or None}``, as hivemind returns them."""
+        from hivemind.utils import ValueWithExpiration
+
+        self.reads.append(list(keys))
+        found: dict[str, Any] = {}
+        for key in keys:
+            entries = self.items.get(key)
+            if entries is not None:
+                self.bytes_read += sum(len(item.value) for item in entries.values() if isinstance(item.value, bytes))
+            found[key] = None if entries is None else ValueWithExpiration(entries, 0.0)
+        return found

@@ -12,28 +12,12 @@ from hivemind.utils.crypto import RSAPrivateKey
 
 from swarm.clock import ManualClock
 from swarm.config import DHTTransportConfig
+from swarm.memory import DictDHT
 from swarm.publisher import SwarmPublisher
 from swarm.reader import SwarmReader
 from swarm.transport import SwarmCounters, TimingLog
 from swarm.validation import fingerprint, owner_marker
 from tests.swarm_fixtures import make_group
-
-
-class DictDHT:
-    """hivemind's store_many / get_many over a dictionary: what the DHT returns when every store arrived."""
-
-    def __init__(self) -> None:
-        self.items: dict[str, dict[Any, ValueWithExpiration]] = {}
-        self.reads: list[list[str]] = []
-
-    async def store_many(self, keys, values, expiration_time, subkeys):
-        for key, value, subkey in zip(keys, values, subkeys, strict=True):
-            self.items.setdefault(key, {})[subkey] = ValueWithExpiration(value, expiration_time)
-        return {(key, subkey): True for key, subkey in zip(keys, subkeys, strict=True)}
-
-    async def get_many(self, keys, sufficient_expiration_time=None):
-        self.reads.append(list(keys))
-        return {key: ValueWithExpiration(self.items[key], 0.0) if key in self.items else None for key in keys}
 
 
 class Peer:
