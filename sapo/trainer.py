@@ -132,7 +132,7 @@ class SAPOTrainer(GRPOTrainer):
         self.verifier = verifier or QuestionVerifier(
             policy=args.external_source_policy, regeneration_timeout=args.regeneration_timeout
         )
-        self._system_messages: list[dict[str, str]] = []  # this node's own, around every external question
+        self._system_messages = _system_messages(train_dataset)  # this node's own, around every external question
         self.hygiene = CompletionHygiene(
             max_chars=args.completion_max_chars,
             forbid_control_chars=args.completion_forbid_control_chars,
@@ -200,9 +200,6 @@ class SAPOTrainer(GRPOTrainer):
         questions against, or the reasoning-gym configs it may regenerate in this process (cheap, our own)."""
         if not isinstance(train_dataset, Dataset) or len(train_dataset) == 0:
             return
-        prompt = train_dataset[0].get("prompt")
-        if isinstance(prompt, list):  # conversational: external questions get this node's own system prompt too
-            self._system_messages = [dict(m) for m in prompt if m.get("role") == "system"]
         provenance = _row_provenance(train_dataset[0])
         if provenance.source == "dataset":
             self.verifier.register(provenance.dataset, train_dataset)
@@ -594,6 +591,14 @@ class SAPOTrainer(GRPOTrainer):
             values = values[~torch.isnan(values)]
             if values.numel():
                 metrics[f"sapo/{name}"].append(values.mean().item())
+
+
+def _system_messages(train_dataset: Any) -> list[dict[str, str]]:
+    """The system messages of this node's own prompts (its first row's), or none for a plain-text dataset."""
+    if not isinstance(train_dataset, Dataset) or len(train_dataset) == 0:
+        return []
+    prompt = train_dataset[0].get("prompt")
+    return [dict(m) for m in prompt if m.get("role") == "system"] if isinstance(prompt, list) else []
 
 
 def _completion_text(completion: Any) -> str:
