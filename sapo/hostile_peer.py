@@ -25,6 +25,7 @@ from hivemind.utils.serializer import MSGPackSerializer
 from sapo.tasks import TaskSpec
 from swarm.daemon import close_p2p, close_stopped_loop
 from swarm.records import WIRE_VERSION, Group, Provenance, group_to_wire
+from swarm.validation import record_key
 
 LOCAL = "/ip4/127.0.0.1/tcp/0"
 TASKS = [TaskSpec("basic_arithmetic", {"min_terms": 2, "max_terms": 2, "min_digits": 1, "max_digits": 1})]
@@ -191,8 +192,8 @@ def wire_attacks(raw: HostileNode, victim: Any, sample: Group) -> dict[str, str]
     the counter the victim must raise. ``sample`` is a valid group used where the attack needs one."""
     dumps = MSGPackSerializer.dumps
     swarm_name = victim.config.swarm_name
-    key = f"{swarm_name}/records/{victim.peer_id}/1"
-    own_key = f"{swarm_name}/records/hostile/1"
+    key = record_key(swarm_name, victim.peer_id, 1)
+    own_key = record_key(swarm_name, "hostile", 1)
     good = dumps(unchecked_record([sample]))
     signed = dict(sign=True, forge=False)
     attacks = {  # kind: (counter the victim raises, key, subkey, value, seconds to expiry, how it is signed)
@@ -217,7 +218,7 @@ def burst(raw: HostileNode, victim: Any, sample: Group, count: int, per_rpc: int
     value = dumps(unchecked_record([sample]))
     accepted = 0
     for start in range(0, count, per_rpc):
-        keys = [f"{victim.config.swarm_name}/records/hostile/{n}" for n in range(start, min(count, start + per_rpc))]
+        keys = [record_key(victim.config.swarm_name, "hostile", n) for n in range(start, min(count, start + per_rpc))]
         expiration = time.time() + 120
         values = [raw.signed(key, raw.marker, value, expiration) for key in keys]
         answers = raw.run(

@@ -12,10 +12,9 @@ from typing import Any, Protocol
 
 from swarm.clock import SYSTEM_CLOCK, Clock
 from swarm.config import DHTTransportConfig
-from swarm.reader import record_key
 from swarm.records import Group, GroupRecord, IndexEntry, RecordRef, encode_index_entry, encode_record
 from swarm.transport import SwarmCounters, TimingLog
-from swarm.validation import fingerprint, index_keys, owner_marker
+from swarm.validation import fingerprint, index_keys, owner_marker, record_key
 
 logger = logging.getLogger("swarm.dht")
 

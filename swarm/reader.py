@@ -22,7 +22,7 @@ from swarm.clock import SYSTEM_CLOCK, Clock
 from swarm.config import DHTTransportConfig
 from swarm.records import ReceivedGroup, RecordRef, RecordRejected, decode_index_entry, decode_record
 from swarm.transport import PeerInfo, SwarmCounters, TimingLog
-from swarm.validation import RejectionLog, fingerprint, index_keys, owner_marker, owner_public_key
+from swarm.validation import RejectionLog, fingerprint, index_keys, owner_marker, owner_public_key, record_key
 
 logger = logging.getLogger("swarm.dht")
 
@@ -38,11 +38,6 @@ class DHTLookup(Protocol):
     async def get_many(self, keys: list[str], sufficient_expiration_time: float | None = None) -> dict[str, Any]:
         """``{key: ValueWithExpiration or None}``; a dictionary value holds ``{subkey: ValueWithExpiration}``."""
         ...
-
-
-def record_key(swarm_name: str, sender: str, seq: int) -> str:
-    """The DHT key of record ``seq`` of peer ``sender`` (the writer and the reader must agree on it)."""
-    return f"{swarm_name}/records/{sender}/{seq}"
 
 
 @dataclass

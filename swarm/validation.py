@@ -172,6 +172,11 @@ def index_keys(swarm_name: str, index_shards: int) -> list[str]:
     return [f"{swarm_name}/index/{shard}" for shard in range(index_shards)]
 
 
+def record_key(swarm_name: str, sender: str, seq: int) -> str:
+    """The DHT key of record ``seq`` of peer ``sender`` (the writer and the reader must agree on it)."""
+    return f"{swarm_name}/records/{sender}/{seq}"
+
+
 def make_record_validator(
     private_key: RSAPrivateKey,
     swarm_name: str,
