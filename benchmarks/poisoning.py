@@ -7,10 +7,13 @@ generates (``--completions_log``). Attack success is the share of an honest node
 payload word (:data:`sapo.payload_attack.PAYLOAD_MARK`), in training (last third of the steps) and in its
 held-out answers at the end, against the same figures at the start.
 
-    python -m benchmarks.poisoning --arms none,hygiene-default --seeds 0 --steps 30
+    python -m benchmarks.poisoning --arms none,default --seeds 0 --steps 30
 
-Arms name node options: ``none`` is the node without any completion defence (control characters allowed);
-``hygiene-default`` is the node's defaults; extra arms are added in ``ARMS``. Results go to
+Arms name node options (``ARMS``): ``none`` is the node without any completion defence (control characters
+allowed, no plausibility check); ``hygiene`` keeps only the default completion hygiene; ``default`` is the node's
+defaults (hygiene and the plausibility check); ``default+standing`` adds per-sender standing; ``clean`` is the
+node's defaults in a swarm whose first peer publishes nothing: what the defences cost when there is no attack
+(honest groups they drop, learning). Results go to
 benchmarks/results/poisoning.{json,md}; per-arm run directories under runs/poisoning/ (not committed).
 """
 
@@ -32,11 +35,16 @@ if __package__ in (None, ""):  # run as a script: the repository's packages come
 from benchmarks.harness import RESULTS, ROOT, run_record, stop_processes, write_report  # noqa: E402
 
 ARMS: dict[str, list[str]] = {
-    "none": ["--completion_forbid_control_chars", "false"],
-    "hygiene-default": [],
-    "standing": ["--sender_drop_limit", "3", "--sender_window", "10"],
+    "none": ["--completion_forbid_control_chars", "false", "--plausibility_margin", "none"],
+    "hygiene": ["--plausibility_margin", "none"],
+    "default": [],
+    "default+standing": ["--sender_drop_limit", "3", "--sender_window", "10"],
+    "clean": [],
 }
 """Node options of each arm: the defences it turns on or off."""
+
+ATTACK_FREE_ARMS = {"clean"}
+"""Arms whose first peer (the bootstrap) publishes nothing."""
 
 COMPLETIONS_LOG = "completions.jsonl"
 
@@ -76,7 +84,8 @@ def run_arm(args: argparse.Namespace, arm: str, seed: int) -> Path:
     attacker = PayloadAttacker(transport, tasks, interval=args.attack_interval, groups_per_round=2, seed=seed)
     processes: list[subprocess.Popen] = []
     try:
-        attacker.start()
+        if arm not in ATTACK_FREE_ARMS:
+            attacker.start()
         peer = transport.visible_addresses()[0]
         for index in range(args.honest):
             log = open(run_dir / f"node-{index}.out", "w")  # noqa: SIM115 - closed with the process below
@@ -109,7 +118,9 @@ def arm_figures(run_dir: Path, steps: int) -> dict[str, Any]:
         evaluations = sorted({line["step"] for line in lines if line["kind"] == "eval"})
         third = max(1, steps // 3)
         metrics = [json.loads(line) for line in (node_dir / "metrics.jsonl").read_text().splitlines()]
+        step_lines = [m for m in metrics if not is_evaluation_line(m) and "train_runtime" not in m]
         last = [m for m in metrics if not is_evaluation_line(m)][-1]
+        held_out = [m["eval/pass@1"] for m in metrics if is_evaluation_line(m) and "eval/pass@1" in m]
 
         def eval_rate(step: int, lines: list[dict] = lines) -> float:
             return payload_rate([x["completion"] for x in lines if x["kind"] == "eval" and x["step"] == step])
@@ -124,10 +135,20 @@ def arm_figures(run_dir: Path, steps: int) -> dict[str, Any]:
                 "external_groups": last.get("sapo/total/external_groups", 0.0),
                 "dropped": {k.split("/")[-1]: v for k, v in last.items() if k.startswith("sapo/total/dropped/")},
                 "local_reward_last": last.get("sapo/local_reward"),
+                "local_reward_mean": _mean(m.get("sapo/local_reward") for m in step_lines),
+                "step_seconds": _mean(m.get("step_time") for m in step_lines),
+                "plausibility_seconds": _mean(m.get("sapo/time/plausibility", 0.0) for m in step_lines),
+                "held_out_start": held_out[0] if held_out else None,
+                "held_out_end": held_out[-1] if held_out else None,
             }
         )
     attacker = json.loads((run_dir / "attacker.json").read_text())
     return {"nodes": nodes, "attacker_published_groups": attacker["published_groups"]}
+
+
+def _mean(values: Any) -> float | None:
+    present = [float(v) for v in values if v is not None]
+    return statistics.fmean(present) if present else None
 
 
 def markdown(report: dict[str, Any]) -> list[str]:
@@ -140,14 +161,15 @@ def markdown(report: dict[str, Any]) -> list[str]:
         f"Setup: {report['setup']}",
         "",
         "| arm | seed | payload in own completions, first third -> last third | payload in held-out answers, start "
-        "-> end | attacker groups trained on per node | groups dropped (by reason) |",
-        "|---|---|---|---|---|---|",
+        "-> end | external groups trained on per node | groups dropped (by reason, all nodes) | local reward (mean "
+        "over steps) | held-out pass@1 start -> end | s/step (plausibility check) |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for row in report["arms"]:
         nodes = row["figures"]["nodes"]
 
         def mean(key: str, nodes: list[dict] = nodes) -> float:
-            values = [n[key] for n in nodes if n[key] is not None]
+            values = [n.get(key) for n in nodes if n.get(key) is not None]
             return statistics.fmean(values) if values else float("nan")
 
         dropped: dict[str, float] = {}
@@ -157,7 +179,9 @@ def markdown(report: dict[str, Any]) -> list[str]:
         lines.append(
             f"| {row['arm']} | {row['seed']} | {mean('train_payload_first'):.1%} -> {mean('train_payload_last'):.1%} "
             f"| {mean('eval_payload_start'):.1%} -> {mean('eval_payload_end'):.1%} | {mean('external_groups'):.1f} "
-            f"| {', '.join(f'{k} {v:.0f}' for k, v in sorted(dropped.items())) or '-'} |"
+            f"| {', '.join(f'{k} {v:.0f}' for k, v in sorted(dropped.items()) if v) or '-'} "
+            f"| {mean('local_reward_mean'):.3f} | {mean('held_out_start'):.3f} -> {mean('held_out_end'):.3f} "
+            f"| {mean('step_seconds'):.1f} ({mean('plausibility_seconds'):.2f}) |"
         )
     return lines
 
@@ -165,7 +189,7 @@ def markdown(report: dict[str, Any]) -> list[str]:
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     """Run every arm and seed, then write the report."""
     parser = argparse.ArgumentParser(prog="python -m benchmarks.poisoning", description=__doc__.split("\n")[0])
-    parser.add_argument("--arms", default="none,hygiene-default", help=f"comma-separated, of {sorted(ARMS)}")
+    parser.add_argument("--arms", default="none,default", help=f"comma-separated, of {sorted(ARMS)}")
     parser.add_argument("--seeds", default="0", help="comma-separated seeds")
     parser.add_argument("--steps", type=int, default=30, help="training steps per honest node")
     parser.add_argument("--honest", type=int, default=3, help="honest nodes per swarm (the attacker is one more)")

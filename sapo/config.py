@@ -45,6 +45,11 @@ _SECTIONS = {
         "completion_max_non_ascii_fraction",
         "completion_forbidden_patterns",
     ),
+    "Plausibility under this policy (`sapo.plausibility`)": (
+        "plausibility_margin",
+        "plausibility_lowest_tokens",
+        "plausibility_window",
+    ),
     "Sender standing": ("sender_drop_limit", "sender_window", "sender_bench_seconds"),
     "Held-out evaluation": ("eval_questions",),
     "Publishing": ("publish_groups", "swarm_model_name"),
@@ -149,6 +154,24 @@ class SAPOConfig(GRPOConfig):
             "help": "Regular expressions a received completion must not match (e.g. `https?://`). A Python "
             "filter goes to `SAPOTrainer(completion_filter=...)`."
         },
+    )
+    plausibility_margin: float | None = field(
+        default=3.0,
+        metadata={
+            "help": "Drop a chosen external group if one of its completions is implausible under this node's policy: "
+            "its surprise score (mean log-probability of its `plausibility_lowest_tokens` least likely tokens) lies "
+            "more than this many nats below the 5th percentile of the node's own latest completions' scores "
+            "(counted as `implausible`; the slot is filled in locally). Costs one forward pass over the chosen "
+            "groups without gradients; the reference comes free from the loss pass. Stops payloads the policy "
+            "would not write; not one it already finds likely. The first step trains on own groups only (they "
+            "are the reference); swarm groups wait in the swarm until then. `None`: no check."
+        },
+    )
+    plausibility_lowest_tokens: int = field(
+        default=3, metadata={"help": "Least likely tokens a completion's surprise score averages."}
+    )
+    plausibility_window: int = field(
+        default=64, metadata={"help": "Own completions whose scores form the plausibility reference."}
     )
     sender_drop_limit: int | None = field(
         default=None,
@@ -297,6 +320,14 @@ class SAPOConfig(GRPOConfig):
             raise ValueError(f"eval_questions must be at least 1, got {self.eval_questions}.")
         if self.max_group_age is not None and self.max_group_age <= 0:
             raise ValueError(f"max_group_age must be positive or None, got {self.max_group_age}.")
+        if self.plausibility_margin is not None and self.plausibility_margin < 0:
+            raise ValueError(
+                f"plausibility_margin must be >= 0 nats or None (no check), got {self.plausibility_margin}."
+            )
+        if self.plausibility_lowest_tokens < 1:
+            raise ValueError(f"plausibility_lowest_tokens must be at least 1, got {self.plausibility_lowest_tokens}.")
+        if self.plausibility_window < 4:
+            raise ValueError(f"plausibility_window must be at least 4 own completions, got {self.plausibility_window}.")
 
     @property
     def groups_per_round(self) -> int:

@@ -74,7 +74,35 @@ def build_parser() -> Any:
 
     parser = TrlParser((SAPOConfig, NodeArguments), prog="sapo-node", usage=USAGE)
     parser.set_defaults(**NODE_DEFAULTS)
+    _accept_none(parser, (SAPOConfig, NodeArguments))
     return parser
+
+
+def _accept_none(parser: Any, dataclass_types: Sequence[type]) -> None:
+    """Let a numeric option whose field may be `None` take `none` (or `null`) on the command line, as a YAML file
+    can, e.g. `--plausibility_margin none` turns the check off."""
+    import dataclasses
+    import types
+    import typing
+
+    optional = set()
+    for dataclass_type in dataclass_types:
+        hints = typing.get_type_hints(dataclass_type)
+        for f in dataclasses.fields(dataclass_type):
+            hint = hints.get(f.name)
+            if typing.get_origin(hint) in (typing.Union, types.UnionType) and type(None) in typing.get_args(hint):
+                optional.add(f.name)
+    for action in parser._actions:
+        if action.dest in optional and action.type in (int, float):
+            action.type = _none_or(action.type)
+
+
+def _none_or(convert: Any) -> Any:
+    def parse(text: str) -> Any:
+        return None if text.strip().lower() in ("none", "null") else convert(text)
+
+    parse.__name__ = convert.__name__  # argparse names the type in its error message ("invalid float value")
+    return parse
 
 
 def expand_set_options(argv: Sequence[str], list_fields: set[str]) -> list[str]:

@@ -38,6 +38,7 @@ from sapo.checkpoints import mark_complete
 from sapo.config import SAPOConfig
 from sapo.evaluation import HeldOutResult, evaluate_policy, held_out_questions
 from sapo.hygiene import CompletionFilter, CompletionHygiene
+from sapo.plausibility import PlausibilityCheck, surprise_scores
 from sapo.sampling import Candidate, ExternalSampler, make_sampler
 from sapo.standing import SenderStanding
 from sapo.tasks import reasoning_gym_tasks_of
@@ -46,6 +47,9 @@ from swarm.records import Group, Provenance, RecordRejected, provenance_from_wir
 from swarm.transport import SwarmTransport
 
 logger = logging.getLogger(__name__)
+
+LOCAL_ROWS_KEY = "sapo_local_rows"
+"""Key of the batch TRL trains on that marks this node's own rows (their log-probs feed the plausibility reference)."""
 
 FAULT_PAUSE_BEFORE_MARKER = "SAPO_FAULT_PAUSE_BEFORE_MARKER"
 """Environment variable (seconds, for fault-injection tests): pause after a checkpoint's files are written and
@@ -145,6 +149,12 @@ class SAPOTrainer(GRPOTrainer):
             if args.sender_drop_limit is not None
             else None
         )
+        self.plausibility = (
+            PlausibilityCheck(args.plausibility_margin, args.plausibility_lowest_tokens, args.plausibility_window)
+            if args.plausibility_margin is not None and self._uses_swarm
+            else None
+        )
+        self._loss_local_rows: torch.Tensor | None = None  # set while TRL's loss pass runs (see _compute_loss)
         self._register_local_copy(train_dataset)
         self.sampler = sampler or make_sampler(
             args.sampling_strategy,
@@ -221,6 +231,10 @@ class SAPOTrainer(GRPOTrainer):
         self._round = self._place_external_groups(inputs, external, first_slot=num_groups - num_slots)
         try:
             output = super()._generate_and_score_completions(self._round.rows)
+            if self.plausibility is not None:  # TRL splits and shuffles it with the batch, row for row
+                output[LOCAL_ROWS_KEY] = torch.tensor(
+                    [i not in self._round.external_text for i in range(len(self._round.rows))], dtype=torch.bool
+                )
             self._log_completions(
                 "train",
                 [
@@ -237,7 +251,7 @@ class SAPOTrainer(GRPOTrainer):
 
     def _fetch_candidates(self, num_slots: int) -> tuple[list[Candidate], float]:
         """Groups of other peers, each verified and scored here (the drops counted), and when they were fetched."""
-        if num_slots == 0 or not self._uses_swarm:
+        if num_slots == 0 or not self._uses_swarm or not self._plausibility_ready():
             return [], time.time()
         pool_size = self.args.external_pool_size or 4 * self.args.num_external
         with self._timed("swarm_fetch"):
@@ -249,6 +263,18 @@ class SAPOTrainer(GRPOTrainer):
         self.swarm_totals["candidates"] += len(received)
         return [c for c in candidates if c is not None], fetched_at
 
+    def _plausibility_ready(self) -> bool:
+        """False while the plausibility check has no reference yet (before the node's first own round was trained
+        on): the swarm's groups are then left where they are, to be taken once they can be judged."""
+        if self.plausibility is None:
+            return True
+        ready = [self.plausibility.threshold() is not None]
+        if self.accelerator.num_processes > 1:  # the main process holds the reference that judges
+            ready = broadcast_object_list(ready, from_process=0)
+        if not ready[0]:
+            logger.info("this step trains on own groups only: the plausibility check needs them as its reference")
+        return ready[0]
+
     def _select(self, candidates: list[Candidate], num_slots: int, fetched_at: float) -> list[Candidate]:
         """The sampler's choice for the whole node, counted; returns this process's share of it."""
         processes, rank = self.accelerator.num_processes, self.accelerator.process_index
@@ -257,17 +283,18 @@ class SAPOTrainer(GRPOTrainer):
             self.last_external = []
             return []
         selection = self.sampler.select(candidates, num_slots * processes, self._rng, now=fetched_at)
+        chosen = self._drop_implausible(list(selection.chosen))  # slots it empties are filled in locally
         # Node-wide counts: every process sees the whole selection, so they agree.
-        self.swarm_totals["external_groups"] += len(selection.chosen)
-        self.swarm_totals["fill_ins"] += num_slots * processes - len(selection.chosen)
-        self.taken_from.update(c.sender for c in selection.chosen)
-        self.last_external = list(selection.chosen)
+        self.swarm_totals["external_groups"] += len(chosen)
+        self.swarm_totals["fill_ins"] += num_slots * processes - len(chosen)
+        self.taken_from.update(c.sender for c in chosen)
+        self.last_external = chosen
         self.swarm_totals.update({f"dropped/{reason}": n for reason, n in selection.dropped.items()})
         zero_advantage = sum(c.has_zero_advantage for c in candidates)
         self.swarm_totals["zero_advantage_candidates"] += zero_advantage
         if candidates:
             self._metrics["train"]["sapo/zero_advantage_fraction"].append(zero_advantage / len(candidates))
-        return selection.chosen[rank * num_slots : (rank + 1) * num_slots]
+        return chosen[rank * num_slots : (rank + 1) * num_slots]
 
     def _fetch(self, pool_size: int) -> tuple[list[Any], float]:
         """Candidates from the swarm and the time they were fetched: the main process's, on every process."""
@@ -287,13 +314,18 @@ class SAPOTrainer(GRPOTrainer):
             self._count_drop("benched_sender", sender, "its recent groups kept being dropped")
             return None
         candidate = self._verify_and_score(sender, group)
-        if self.standing.record(sender, candidate is not None, now):
-            self.swarm_totals["benched_senders"] += 1
-            logger.warning(
-                "benched peer %s for %.0f s: %d of its last %d groups were dropped",
-                sender, self.standing.bench_seconds, self.standing.drop_limit, self.standing.window,
-            )  # fmt: skip
+        self._record_standing(sender, candidate is not None, now)
         return candidate
+
+    def _record_standing(self, sender: str, usable: bool, now: float) -> None:
+        """Note one outcome of a sender's group in its standing (if standing is on); log when that benches it."""
+        if self.standing is None or not self.standing.record(sender, usable, now):
+            return
+        self.swarm_totals["benched_senders"] += 1
+        logger.warning(
+            "benched peer %s for %.0f s: %d of its last %d groups were dropped",
+            sender, self.standing.bench_seconds, self.standing.drop_limit, self.standing.window,
+        )  # fmt: skip
 
     def _verify_and_score(self, sender: str, group: Group) -> Candidate | None:
         """A candidate with this peer's ground truth and rewards, or None (counted) if it cannot be used."""
@@ -320,6 +352,62 @@ class SAPOTrainer(GRPOTrainer):
             self._count_drop("reward_error", sender, f"{type(e).__name__}: {e}")
             return None
         return Candidate(sender=sender, group=group, rewards=rewards, columns=columns)
+
+    def _drop_implausible(self, chosen: list[Candidate]) -> list[Candidate]:
+        """The chosen groups whose every completion is plausible under this policy (`sapo.plausibility`); the others
+        are counted as dropped (`implausible`). The main process judges (it holds the reference) and every process
+        takes its verdicts."""
+        if self.plausibility is None or not chosen:
+            return chosen
+        verdicts: list[Any] = [None]
+        if self.accelerator.is_main_process:
+            verdicts = [self._plausibility_verdicts(chosen)]
+        if self.accelerator.num_processes > 1:
+            verdicts = broadcast_object_list(verdicts, from_process=0)
+        kept = []
+        for candidate, verdict in zip(chosen, verdicts[0], strict=True):
+            if verdict is None:
+                kept.append(candidate)
+            else:
+                self._count_drop(verdict[0], candidate.sender, verdict[1])
+                if verdict[0] == "implausible":  # its earlier "usable" outcome stays: one more outcome, a drop
+                    self._record_standing(candidate.sender, False, time.time())
+        return kept
+
+    def _plausibility_verdicts(self, chosen: list[Candidate]) -> list[tuple[str, str] | None]:
+        """Per group: None if plausible, else (drop reason, detail). One extra forward pass, without gradients."""
+        with self._timed("plausibility"):
+            prompt_ids, _, _ = self._tokenize_prompts([c.group.prompt for c in chosen])
+            rows = [(list(p), self._completion_ids(text)[0]) for c, p in zip(chosen, prompt_ids, strict=True)
+                    for text in c.group.completions]  # fmt: skip
+            scores = self._surprise_scores_of(rows)
+        size = self.num_generations
+        verdicts = []
+        for index in range(len(chosen)):
+            problem = self.plausibility.group_problem(scores[index * size : (index + 1) * size])
+            verdicts.append(None if problem is None else ("implausible", problem))
+        return verdicts
+
+    def _surprise_scores_of(self, rows: list[tuple[list[int], list[int]]]) -> list[float]:
+        """Surprise scores of (prompt ids, completion ids) rows under the current policy."""
+        device = self.accelerator.device
+        prompt_len, completion_len = max(len(p) for p, _ in rows), max(max(len(c) for _, c in rows), 1)
+        pad = self._tokenizer.pad_token_id
+        input_ids = torch.full((len(rows), prompt_len + completion_len), pad, dtype=torch.long)
+        attention_mask = torch.zeros_like(input_ids)
+        for i, (prompt, completion) in enumerate(rows):  # prompts padded on the left, completions on the right
+            input_ids[i, prompt_len - len(prompt) : prompt_len] = torch.tensor(prompt, dtype=torch.long)
+            input_ids[i, prompt_len : prompt_len + len(completion)] = torch.tensor(completion, dtype=torch.long)
+            attention_mask[i, prompt_len - len(prompt) : prompt_len + len(completion)] = 1
+        with torch.no_grad():
+            logps, _, _ = self._get_per_token_logps_and_entropies(
+                self.accelerator.unwrap_model(self.model),
+                input_ids.to(device),
+                attention_mask.to(device),
+                completion_len,
+                batch_size=self.args.per_device_train_batch_size,
+            )
+        return surprise_scores(logps, attention_mask[:, prompt_len:].to(device), self.plausibility.lowest_tokens)
 
     def _place_external_groups(
         self, inputs: list[dict[str, Any]], external: list[Candidate], first_slot: int
@@ -370,6 +458,26 @@ class SAPOTrainer(GRPOTrainer):
             completion_ids[i] = self._tokenize_external_completion(text)
             completions[i] = [{"role": "assistant", "content": text}]
         return prompt_ids, completion_ids, None, completions, None, {}, None, []
+
+    def _compute_loss(self, model, inputs):
+        # The loss pass computes the log-probs of this node's own completions anyway: they are the plausibility
+        # reference, at no extra cost (see _get_per_token_logps_and_entropies).
+        self._loss_local_rows = inputs.get(LOCAL_ROWS_KEY) if self.plausibility is not None else None
+        try:
+            return super()._compute_loss(model, inputs)
+        finally:
+            self._loss_local_rows = None
+
+    def _get_per_token_logps_and_entropies(self, model, input_ids, attention_mask, logits_to_keep, *args, **kwargs):
+        result = super()._get_per_token_logps_and_entropies(
+            model, input_ids, attention_mask, logits_to_keep, *args, **kwargs
+        )
+        local = self._loss_local_rows
+        if local is not None and local.any():
+            completion_mask = attention_mask[:, -logits_to_keep:]
+            scores = surprise_scores(result[0][local], completion_mask[local], self.plausibility.lowest_tokens)
+            self.plausibility.add_own(scores)
+        return result
 
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
         with self._timed("scoring"):
@@ -476,17 +584,23 @@ class SAPOTrainer(GRPOTrainer):
         return weighted.detach().cpu()
 
     def _tokenize_external_completion(self, text: str) -> list[int]:
-        """Token ids of a foreign completion under this peer's tokenizer, ended with EOS when it fits."""
+        """Token ids of a foreign completion under this peer's tokenizer, ended with EOS when it fits (truncations
+        counted)."""
+        ids, truncated = self._completion_ids(text)
+        if truncated:
+            self.swarm_totals["external_truncated"] += 1
+        return ids
+
+    def _completion_ids(self, text: str) -> tuple[list[int], bool]:
+        """Token ids of a foreign completion as it is trained on, and whether text was cut off to fit."""
         # split_special_tokens: a completion that spells out "<|im_end|>" must not become a control token.
         ids = self._tokenizer(text, add_special_tokens=False, split_special_tokens=True)["input_ids"]
         limit = self.args.max_completion_length
         if limit is not None and len(ids) >= limit:
             # At the limit exactly, the sender stopped there too (no EOS, like a local completion that ran out of
             # tokens); only a longer one loses text here.
-            if len(ids) > limit:
-                self.swarm_totals["external_truncated"] += 1
-            return list(ids[:limit])
-        return list(ids) + [self.eos_token_ids[0]]
+            return list(ids[:limit]), len(ids) > limit
+        return list(ids) + [self.eos_token_ids[0]], False
 
     def _log_completions(self, kind: str, completions: list[tuple[str, str]]) -> None:
         """Append ``(task, text)`` completions to `args.completions_log` (every process's, written by the main)."""

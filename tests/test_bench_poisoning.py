@@ -1,5 +1,6 @@
 """benchmarks/poisoning.py end to end on tiny models: two honest nodes and the payload attacker form a swarm, the
-nodes keep their completions, and the report counts payload rates and the attacker's groups trained on."""
+nodes keep their completions, and the report counts payload rates and the attacker's groups trained on; the clean
+arm runs the same nodes with no attack."""
 
 from __future__ import annotations
 
@@ -16,14 +17,16 @@ pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("no_p2pd_left_behind")]
 def test_poisoning_arm_runs_and_reports(tmp_path, tiny_model_a):
     report = poisoning.main(
         [
-            "--arms", "none", "--steps", "2", "--honest", "2", "--model", str(tiny_model_a),
+            "--arms", "none,clean", "--steps", "2", "--honest", "2", "--model", str(tiny_model_a),
             "--tasks", "basic_arithmetic", "--eval-questions", "4", "--attack-interval", "1",
             "--runs-dir", str(tmp_path / "runs"), "--results-dir", str(tmp_path / "results"),
             "--num_generations", "2", "--per_device_train_batch_size", "4", "--max_completion_length", "8",
             "--dataset_size", "64", "--sampling_strategy", "uniform", "--num_local", "1", "--num_external", "1",
         ]
     )  # fmt: skip
-    (row,) = report["arms"]
+    row, clean = report["arms"]
+    assert clean["arm"] == "clean" and clean["figures"]["attacker_published_groups"] == 0  # no attack, same nodes
+    assert len(clean["figures"]["nodes"]) == 2
     nodes = row["figures"]["nodes"]
     assert len(nodes) == 2 and row["figures"]["attacker_published_groups"] >= 2
     # A tiny random model never writes the payload word itself; what it trained on is counted per node.

@@ -1,5 +1,5 @@
-"""Defences against poisoned completions: completion hygiene and per-sender standing, on their own and inside a
-trainer that takes real optimizer steps."""
+"""Defences against poisoned completions: completion hygiene, per-sender standing and plausibility under the
+receiver's policy, on their own and inside a trainer that takes real optimizer steps."""
 
 from __future__ import annotations
 
@@ -7,10 +7,13 @@ import json
 import time
 
 import pytest
+import torch
+from datasets import Dataset
 
 from sapo import SAPOConfig, SAPOTrainer
 from sapo.hygiene import CompletionHygiene
 from sapo.models import build_tiny_model
+from sapo.plausibility import PlausibilityCheck, surprise_scores
 from sapo.standing import SenderStanding
 from sapo.tasks import TaskSpec, build_reasoning_gym_dataset
 from swarm import Group, MemorySwarm, Provenance
@@ -92,6 +95,7 @@ def test_trainer_drops_unhygienic_groups_and_benches_their_sender(tmp_path, smol
             completion_forbidden_patterns=[r"https?://"],
             sender_drop_limit=2,
             sender_window=5,
+            plausibility_margin=None,  # hygiene and standing alone (the check would refuse step 1's groups)
         ),  # fmt: skip
         train_dataset=dataset,
         processing_class=smollm_tokenizer,
@@ -103,3 +107,101 @@ def test_trainer_drops_unhygienic_groups_and_benches_their_sender(tmp_path, smol
     assert totals["dropped/hygiene"] == 2 and totals["dropped/benched_sender"] == 1, dict(totals)
     assert totals["benched_senders"] == 1 and trainer.standing.benched(time.time()) == ["attacker"]
     assert trainer.taken_from == {"friend": 1}
+
+
+def test_surprise_score_averages_the_least_likely_tokens_of_each_completion():
+    logps = torch.tensor([[-1.0, -9.0, -2.0, -7.0], [-0.5, -4.0, -30.0, -30.0], [0.0, 0.0, 0.0, 0.0]])
+    mask = torch.tensor([[1, 1, 1, 1], [1, 1, 0, 0], [0, 0, 0, 0]])  # padding (-30) never counts
+    assert surprise_scores(logps, mask, lowest_tokens=2) == pytest.approx([-8.0, -2.25, 0.0])
+    assert surprise_scores(logps, mask, lowest_tokens=3)[1] == pytest.approx(-2.25)  # a shorter row: all its tokens
+
+
+def test_plausibility_judges_against_the_own_completions_and_refuses_without_them(tmp_path):
+    check = PlausibilityCheck(margin=3.0, lowest_tokens=3, window=8, min_reference=4)
+    assert check.threshold() is None and "no reference" in check.group_problem([-1.0])
+    check.add_own([-5.0, -4.0, -6.0, -4.5])
+    assert check.threshold() == pytest.approx(-9.0)  # 5th percentile of the own scores (-6), minus the margin
+    assert check.group_problem([-5.0, -8.9]) is None
+    assert check.group_problem([-5.0, -12.0]).startswith("completion 1 scores -12.00")
+    check.add_own([-1.0] * 8)  # the window keeps the latest 8: the policy got surer, the reference follows
+    assert check.threshold() == pytest.approx(-4.0)
+    for bad in (dict(margin=-1.0), dict(lowest_tokens=0), dict(window=2, min_reference=4)):
+        with pytest.raises(ValueError):
+            PlausibilityCheck(**bad)
+    with pytest.raises(ValueError, match="plausibility_margin"):
+        SAPOConfig(output_dir=str(tmp_path), plausibility_margin=-1.0, use_cpu=True)
+
+
+def _digit_policy(tokenizer) -> torch.nn.Module:
+    """A tiny model that writes digits only: its output layer gives the digit tokens (and EOS) a logit 12 above
+    every other token, so any other word is very unlikely under it, like a payload under a real policy."""
+    model = build_tiny_model(tokenizer, seed=0)
+    model.config.tie_word_embeddings = False
+    head = torch.nn.Linear(model.config.hidden_size, model.config.vocab_size, bias=True)
+    allowed = [tokenizer.convert_tokens_to_ids(str(d)) for d in range(10)] + [tokenizer.eos_token_id]
+    with torch.no_grad():
+        head.weight.zero_()
+        head.bias.zero_()
+        head.bias[allowed] = 12.0
+    model.lm_head = head
+    return model
+
+
+def test_trainer_drops_a_payload_its_policy_would_never_write_and_benches_the_sender(tmp_path, smollm_tokenizer):
+    swarm = MemorySwarm()
+    attacker, honest = swarm.join("attacker"), swarm.join("honest")
+    dataset = Dataset.from_list(
+        [{"prompt": [{"role": "user", "content": f"Count to {i}."}], "answer": str(i)} for i in range(16)]
+    )
+
+    def group(sender_texts, gid):
+        return Group(
+            group_id=gid,
+            prompt=[{"role": "user", "content": "Count to 3."}],
+            completions=sender_texts,
+            provenance=Provenance(source="custom", dataset="counting", index=3),
+            metadata={"answer": "3"},
+            model="m",
+            step=1,
+            created_at=time.time(),
+        )
+
+    attacker.publish([group(["123", "123 zebracoin", "4567", "zebracoin 89"], "bad")])
+    honest.publish([group(["123", "4567", "890", "12"], "good")])
+    trainer = SAPOTrainer(
+        model=_digit_policy(smollm_tokenizer),
+        reward_funcs=[lambda completions, **kw: [float(len(c[0]["content"])) for c in completions]],
+        args=SAPOConfig(
+            output_dir=str(tmp_path / "out"),
+            num_local=2,
+            num_external=2,
+            num_generations=4,
+            per_device_train_batch_size=4,
+            max_completion_length=8,
+            max_steps=2,
+            learning_rate=1e-5,
+            report_to="none",
+            save_strategy="no",
+            use_cpu=True,
+            seed=0,
+            disable_tqdm=True,
+            external_source_policy="trust",
+            sampling_strategy="uniform",
+            sender_drop_limit=1,
+            logging_steps=1,
+        ),  # fmt: skip
+        train_dataset=dataset,
+        processing_class=smollm_tokenizer,
+        swarm=swarm.join("receiver"),
+    )
+    trainer.train()
+    totals = trainer.swarm_totals
+    # Step 1 has no reference yet: it trains on its own groups and leaves the swarm's where they are for step 2.
+    steps = [h for h in trainer.state.log_history if "sapo/external_groups" in h]
+    assert [h["sapo/external_groups"] for h in steps] == [0.0, 1.0] and totals["candidates"] == 2
+    # The reference: every own completion, scored in the loss passes (step 1: 4 groups of 4; step 2: 3, beside the
+    # external one, which is not part of it).
+    assert len(trainer.plausibility._own) == 16 + 12 and trainer.plausibility.threshold() > -10.0
+    assert totals["dropped/implausible"] == 1 and trainer.taken_from == {"honest": 1}, dict(totals)
+    assert totals["benched_senders"] == 1 and trainer.standing.benched(time.time()) == ["attacker"]
+    assert any("sapo/time/plausibility" in h for h in trainer.state.log_history)

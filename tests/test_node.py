@@ -46,6 +46,8 @@ def test_print_config_shows_yaml_overrides_and_set(tmp_path, capsys):
         (["--initial_peers", "127.0.0.1:31337"], "expected the form /ip4/"),
         (["--tasks", "basic_arithmetic", "no_such_task"], "no_such_task"),
         (["--rewards", "telepathy"], "telepathy"),
+        (["--plausibility_margin", "-1"], "plausibility_margin must be >= 0"),
+        (["--plausibility_margin", "lots"], "invalid float value: 'lots'"),
     ],
 )
 def test_bad_input_fails_with_a_message_naming_it(tmp_path, capsys, argv, message):

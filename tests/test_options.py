@@ -154,3 +154,10 @@ def test_parameter_docs_reads_a_trl_style_docstring():
         second: str = ""
 
     assert parameter_docs(Documented) == {"first": "One line, and another.", "second": "Two."}
+
+
+def test_a_check_that_may_be_none_is_turned_off_with_none_on_the_command_line():
+    args, _, _ = parse_node_args(["--plausibility_margin", "none", "--max_group_age", "null"])
+    assert args.plausibility_margin is None and args.max_group_age is None
+    args, _, _ = parse_node_args(["--plausibility_margin", "2.5"])
+    assert args.plausibility_margin == 2.5
