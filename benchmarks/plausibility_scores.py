@@ -1,12 +1,13 @@
-"""Surprise scores (`sapo.plausibility`) under the base default model: its own sampled completions against payload
+"""Typicality scores (`sapo.plausibility`) under the base default model: its own sampled completions against payload
 completions of the attack and terse honest-looking answers, to choose the plausibility margin from measurements.
 
     python -m benchmarks.plausibility_scores --questions 12
 
 For each held-out question of the default tasks: ``--samples`` completions sampled from the model at temperature 1
 (the node's), two payload completions (:func:`sapo.payload_attack.payload_completion`) and two terse answers of
-another style ("<answer>X</answer>"), each scored as the node scores them (mean log-probability of its 3 least
-likely tokens, at most ``--max-tokens`` tokens). Results: benchmarks/results/plausibility_scores.{json,md}.
+another style ("<answer>X</answer>"), each scored as the node scores them (mean over its tokens of log-probability
+plus the policy's entropy, at most ``--max-tokens`` tokens); then the share of each kind every margin would drop.
+Results: benchmarks/results/plausibility_scores.{json,md}.
 """
 
 from __future__ import annotations
@@ -24,10 +25,12 @@ if __package__ in (None, ""):  # run as a script: the repository's packages come
 from benchmarks.harness import RESULTS, run_record, write_report  # noqa: E402
 
 KINDS = ("own", "payload", "terse")
+MARGINS = (0.0, 0.25, 0.5, 0.75, 1.0)
 
 
 def completion_logps(model: Any, tokenizer: Any, prompt: list[dict], texts: Sequence[str], max_tokens: int) -> list:
-    """Per text: the log-probability of each of its tokens (at most ``max_tokens``) after ``prompt``, temperature 1."""
+    """Per text: (log-probability of each of its tokens, the policy's entropy there) after ``prompt``, temperature 1,
+    at most ``max_tokens`` tokens."""
     import torch
 
     rendered = tokenizer.apply_chat_template(prompt, tokenize=False, add_generation_prompt=True)
@@ -37,7 +40,8 @@ def completion_logps(model: Any, tokenizer: Any, prompt: list[dict], texts: Sequ
         ids = tokenizer(text, add_special_tokens=False, split_special_tokens=True)["input_ids"][:max_tokens]
         with torch.no_grad():
             logits = model(torch.tensor([prompt_ids + ids])).logits[0, len(prompt_ids) - 1 : -1].float()
-        out.append(torch.log_softmax(logits, -1).gather(1, torch.tensor(ids)[:, None])[:, 0])
+        logps = torch.log_softmax(logits, -1)
+        out.append((logps.gather(1, torch.tensor(ids)[:, None])[:, 0], -(logps.exp() * logps).sum(-1)))
     return out
 
 
@@ -53,7 +57,7 @@ def quantiles(values: Sequence[float]) -> dict[str, float]:
     }
 
 
-def measure(questions: int, samples: int, max_tokens: int, lowest_tokens: int, seed: int) -> dict[str, Any]:
+def measure(questions: int, samples: int, max_tokens: int, seed: int) -> dict[str, Any]:
     """Scores of each kind of completion, and their quantiles."""
     import torch
     from transformers import AutoModelForCausalLM
@@ -61,7 +65,7 @@ def measure(questions: int, samples: int, max_tokens: int, lowest_tokens: int, s
     from sapo.hostile_peer import wrong_answer
     from sapo.models import default_model_path, load_smollm2_tokenizer
     from sapo.payload_attack import payload_completion
-    from sapo.plausibility import surprise_scores
+    from sapo.plausibility import typicality_scores
     from sapo.tasks import DEFAULT_TASKS, build_held_out_dataset
 
     torch.manual_seed(seed)
@@ -91,9 +95,8 @@ def measure(questions: int, samples: int, max_tokens: int, lowest_tokens: int, s
             "terse": [f"<answer>{answer}</answer>", f"Let me compute. <answer>{wrong_answer(answer)}</answer>"],
         }
         for kind in KINDS:
-            for logps in completion_logps(model, tokenizer, prompt, texts[kind], max_tokens):
-                mask = torch.ones_like(logps)[None]
-                scores[kind].extend(surprise_scores(logps[None], mask, lowest_tokens))
+            for logps, entropies in completion_logps(model, tokenizer, prompt, texts[kind], max_tokens):
+                scores[kind].extend(typicality_scores(logps[None], entropies[None], torch.ones_like(logps)[None]))
     return {"scores": scores, "quantiles": {kind: quantiles(values) for kind, values in scores.items()}}
 
 
@@ -115,17 +118,28 @@ def markdown(report: dict[str, Any]) -> list[str]:
         lines.append(
             f"| {kind} | {row['n']} | {row['min']:.2f} | {row['p5']:.2f} | {row['median']:.2f} | {row['max']:.2f} |"
         )
-    threshold = q["own"]["p5"] - report["margin"]
-    payload_caught = sum(s < threshold for s in report["scores"]["payload"]) / len(report["scores"]["payload"])
-    terse_dropped = sum(s < threshold for s in report["scores"]["terse"]) / len(report["scores"]["terse"])
-    own_dropped = sum(s < threshold for s in report["scores"]["own"]) / len(report["scores"]["own"])
     lines += [
         "",
-        f"With the default margin ({report['margin']:g} nats below the own 5th percentile: threshold "
-        f"{threshold:.2f}), {payload_caught:.0%} of payload completions fall below it, {terse_dropped:.0%} of the "
-        f"terse answers and {own_dropped:.0%} of the model's own samples (a group is dropped if one of its "
-        "completions is below). Scores are in nats per token (mean log-probability of each completion's "
-        f"{report['lowest_tokens']} least likely tokens).",
+        "Share of each kind a margin would drop (threshold: the own 5th percentile minus the margin; a group of 4 is "
+        "dropped if one completion is below, so an honest group of own-like completions is dropped with probability "
+        "1 - (1 - own)^4):",
+        "",
+        "| margin (nats per token) | threshold | own samples | payload completions | terse answers "
+        "| own-like group of 4 |",
+        "|---|---|---|---|---|---|",
+    ]
+    for margin in MARGINS:
+        threshold = q["own"]["p5"] - margin
+        share = {kind: sum(x < threshold for x in v) / len(v) for kind, v in report["scores"].items()}
+        default = " (default)" if margin == report["margin"] else ""
+        lines.append(
+            f"| {margin:g}{default} | {threshold:.2f} | {share['own']:.1%} | {share['payload']:.1%} "
+            f"| {share['terse']:.1%} | {1 - (1 - share['own']) ** 4:.1%} |"
+        )
+    lines += [
+        "",
+        "Scores are in nats per token: the mean over a completion's tokens of log-probability plus the policy's "
+        "entropy at that token (about 0 for what the policy samples itself).",
     ]
     return lines
 
@@ -134,9 +148,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     """Measure and write the report."""
     from sapo.config import SAPOConfig
 
-    defaults = {
-        f: SAPOConfig.__dataclass_fields__[f].default for f in ("plausibility_margin", "plausibility_lowest_tokens")
-    }
+    margin = SAPOConfig.__dataclass_fields__["plausibility_margin"].default
     parser = argparse.ArgumentParser(
         prog="python -m benchmarks.plausibility_scores", description=__doc__.split("\n")[0]
     )
@@ -147,14 +159,12 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--results-dir", default=str(RESULTS))
     args = parser.parse_args(argv)
     record = run_record()
-    margin, lowest = defaults["plausibility_margin"], defaults["plausibility_lowest_tokens"]
     report = {
         **record,
         "setup": f"base SmolLM2-135M-Instruct, {args.questions} held-out questions of the default tasks, "
         f"{args.samples} own samples each (temperature 1, {args.max_tokens} tokens), seed {args.seed}",
         "margin": margin,
-        "lowest_tokens": lowest,
-        **measure(args.questions, args.samples, args.max_tokens, lowest, args.seed),
+        **measure(args.questions, args.samples, args.max_tokens, args.seed),
     }
     write_report(Path(args.results_dir), "plausibility_scores", report, markdown(report))
     print("\n".join(markdown(report)))

@@ -45,11 +45,7 @@ _SECTIONS = {
         "completion_max_non_ascii_fraction",
         "completion_forbidden_patterns",
     ),
-    "Plausibility under this policy (`sapo.plausibility`)": (
-        "plausibility_margin",
-        "plausibility_lowest_tokens",
-        "plausibility_window",
-    ),
+    "Plausibility under this policy (`sapo.plausibility`)": ("plausibility_margin", "plausibility_window"),
     "Sender standing": ("sender_drop_limit", "sender_window", "sender_bench_seconds"),
     "Held-out evaluation": ("eval_questions",),
     "Publishing": ("publish_groups", "swarm_model_name"),
@@ -156,19 +152,17 @@ class SAPOConfig(GRPOConfig):
         },
     )
     plausibility_margin: float | None = field(
-        default=3.0,
+        default=0.5,
         metadata={
             "help": "Drop a chosen external group if one of its completions is implausible under this node's policy: "
-            "its surprise score (mean log-probability of its `plausibility_lowest_tokens` least likely tokens) lies "
-            "more than this many nats below the 5th percentile of the node's own latest completions' scores "
-            "(counted as `implausible`; the slot is filled in locally). Costs one forward pass over the chosen "
-            "groups without gradients; the reference comes free from the loss pass. Stops payloads the policy "
-            "would not write; not one it already finds likely. The first step trains on own groups only (they "
-            "are the reference); swarm groups wait in the swarm until then. `None`: no check."
+            "its typicality (mean over its tokens of log-probability plus the policy's entropy there; about 0 for "
+            "what the policy samples itself) lies more than this many nats per token below the 5th percentile of "
+            "the node's own latest completions' typicality (counted as `implausible`; the slot is filled in "
+            "locally). Costs one forward pass over the chosen groups without gradients; the reference comes free "
+            "from the loss pass. Stops payloads the policy would not write; not one it already finds likely, and it "
+            "drops some groups of peers whose style differs much from this node's. The first step trains on own "
+            "groups only (they are the reference); swarm groups wait in the swarm until then. `None`: no check."
         },
-    )
-    plausibility_lowest_tokens: int = field(
-        default=3, metadata={"help": "Least likely tokens a completion's surprise score averages."}
     )
     plausibility_window: int = field(
         default=64, metadata={"help": "Own completions whose scores form the plausibility reference."}
@@ -324,8 +318,6 @@ class SAPOConfig(GRPOConfig):
             raise ValueError(
                 f"plausibility_margin must be >= 0 nats or None (no check), got {self.plausibility_margin}."
             )
-        if self.plausibility_lowest_tokens < 1:
-            raise ValueError(f"plausibility_lowest_tokens must be at least 1, got {self.plausibility_lowest_tokens}.")
         if self.plausibility_window < 4:
             raise ValueError(f"plausibility_window must be at least 4 own completions, got {self.plausibility_window}.")
 

@@ -38,7 +38,7 @@ from sapo.checkpoints import mark_complete
 from sapo.config import SAPOConfig
 from sapo.evaluation import HeldOutResult, evaluate_policy, held_out_questions
 from sapo.hygiene import CompletionFilter, CompletionHygiene
-from sapo.plausibility import PlausibilityCheck, surprise_scores
+from sapo.plausibility import PlausibilityCheck, typicality_scores
 from sapo.sampling import Candidate, ExternalSampler, make_sampler
 from sapo.standing import SenderStanding
 from sapo.tasks import reasoning_gym_tasks_of
@@ -150,7 +150,7 @@ class SAPOTrainer(GRPOTrainer):
             else None
         )
         self.plausibility = (
-            PlausibilityCheck(args.plausibility_margin, args.plausibility_lowest_tokens, args.plausibility_window)
+            PlausibilityCheck(args.plausibility_margin, args.plausibility_window)
             if args.plausibility_margin is not None and self._uses_swarm
             else None
         )
@@ -380,7 +380,7 @@ class SAPOTrainer(GRPOTrainer):
             prompt_ids, _, _ = self._tokenize_prompts([c.group.prompt for c in chosen])
             rows = [(list(p), self._completion_ids(text)[0]) for c, p in zip(chosen, prompt_ids, strict=True)
                     for text in c.group.completions]  # fmt: skip
-            scores = self._surprise_scores_of(rows)
+            scores = self._typicality_scores_of(rows)
         size = self.num_generations
         verdicts = []
         for index in range(len(chosen)):
@@ -388,8 +388,8 @@ class SAPOTrainer(GRPOTrainer):
             verdicts.append(None if problem is None else ("implausible", problem))
         return verdicts
 
-    def _surprise_scores_of(self, rows: list[tuple[list[int], list[int]]]) -> list[float]:
-        """Surprise scores of (prompt ids, completion ids) rows under the current policy."""
+    def _typicality_scores_of(self, rows: list[tuple[list[int], list[int]]]) -> list[float]:
+        """Typicality scores (`sapo.plausibility`) of (prompt ids, completion ids) rows under the current policy."""
         device = self.accelerator.device
         prompt_len, completion_len = max(len(p) for p, _ in rows), max(max(len(c) for _, c in rows), 1)
         pad = self._tokenizer.pad_token_id
@@ -400,14 +400,15 @@ class SAPOTrainer(GRPOTrainer):
             input_ids[i, prompt_len : prompt_len + len(completion)] = torch.tensor(completion, dtype=torch.long)
             attention_mask[i, prompt_len - len(prompt) : prompt_len + len(completion)] = 1
         with torch.no_grad():
-            logps, _, _ = self._get_per_token_logps_and_entropies(
+            logps, entropies, _ = self._get_per_token_logps_and_entropies(
                 self.accelerator.unwrap_model(self.model),
                 input_ids.to(device),
                 attention_mask.to(device),
                 completion_len,
                 batch_size=self.args.per_device_train_batch_size,
+                compute_entropy=True,
             )
-        return surprise_scores(logps, attention_mask[:, prompt_len:].to(device), self.plausibility.lowest_tokens)
+        return typicality_scores(logps, entropies, attention_mask[:, prompt_len:].to(device))
 
     def _place_external_groups(
         self, inputs: list[dict[str, Any]], external: list[Candidate], first_slot: int
@@ -473,10 +474,9 @@ class SAPOTrainer(GRPOTrainer):
             model, input_ids, attention_mask, logits_to_keep, *args, **kwargs
         )
         local = self._loss_local_rows
-        if local is not None and local.any():
+        if local is not None and local.any() and result[1] is not None:  # the loss pass computes entropies too
             completion_mask = attention_mask[:, -logits_to_keep:]
-            scores = surprise_scores(result[0][local], completion_mask[local], self.plausibility.lowest_tokens)
-            self.plausibility.add_own(scores)
+            self.plausibility.add_own(typicality_scores(result[0][local], result[1][local], completion_mask[local]))
         return result
 
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):

@@ -13,7 +13,7 @@ from datasets import Dataset
 from sapo import SAPOConfig, SAPOTrainer
 from sapo.hygiene import CompletionHygiene
 from sapo.models import build_tiny_model
-from sapo.plausibility import PlausibilityCheck, surprise_scores
+from sapo.plausibility import PlausibilityCheck, typicality_scores
 from sapo.standing import SenderStanding
 from sapo.tasks import TaskSpec, build_reasoning_gym_dataset
 from swarm import Group, MemorySwarm, Provenance
@@ -109,23 +109,23 @@ def test_trainer_drops_unhygienic_groups_and_benches_their_sender(tmp_path, smol
     assert trainer.taken_from == {"friend": 1}
 
 
-def test_surprise_score_averages_the_least_likely_tokens_of_each_completion():
+def test_typicality_is_log_probability_plus_entropy_averaged_over_each_completion():
     logps = torch.tensor([[-1.0, -9.0, -2.0, -7.0], [-0.5, -4.0, -30.0, -30.0], [0.0, 0.0, 0.0, 0.0]])
-    mask = torch.tensor([[1, 1, 1, 1], [1, 1, 0, 0], [0, 0, 0, 0]])  # padding (-30) never counts
-    assert surprise_scores(logps, mask, lowest_tokens=2) == pytest.approx([-8.0, -2.25, 0.0])
-    assert surprise_scores(logps, mask, lowest_tokens=3)[1] == pytest.approx(-2.25)  # a shorter row: all its tokens
+    entropies = torch.tensor([[1.0, 1.0, 2.0, 3.0], [0.5, 1.0, 9.0, 9.0], [1.0, 1.0, 1.0, 1.0]])
+    mask = torch.tensor([[1, 1, 1, 1], [1, 1, 0, 0], [0, 0, 0, 0]])  # padding never counts
+    assert typicality_scores(logps, entropies, mask) == pytest.approx([(0 - 8 + 0 - 4) / 4, (0 - 3) / 2, 0.0])
 
 
 def test_plausibility_judges_against_the_own_completions_and_refuses_without_them(tmp_path):
-    check = PlausibilityCheck(margin=3.0, lowest_tokens=3, window=8, min_reference=4)
+    check = PlausibilityCheck(margin=0.5, window=8, min_reference=4)
     assert check.threshold() is None and "no reference" in check.group_problem([-1.0])
-    check.add_own([-5.0, -4.0, -6.0, -4.5])
-    assert check.threshold() == pytest.approx(-9.0)  # 5th percentile of the own scores (-6), minus the margin
-    assert check.group_problem([-5.0, -8.9]) is None
-    assert check.group_problem([-5.0, -12.0]).startswith("completion 1 scores -12.00")
-    check.add_own([-1.0] * 8)  # the window keeps the latest 8: the policy got surer, the reference follows
-    assert check.threshold() == pytest.approx(-4.0)
-    for bad in (dict(margin=-1.0), dict(lowest_tokens=0), dict(window=2, min_reference=4)):
+    check.add_own([-0.5, -0.4, -0.6, -0.45])
+    assert check.threshold() == pytest.approx(-1.1)  # 5th percentile of the own scores (-0.6), minus the margin
+    assert check.group_problem([-0.5, -1.0]) is None
+    assert check.group_problem([-0.5, -2.0]).startswith("completion 1 scores -2.00")
+    check.add_own([0.1] * 8)  # the window keeps the latest 8
+    assert check.threshold() == pytest.approx(-0.4)
+    for bad in (dict(margin=-1.0), dict(window=2, min_reference=4)):
         with pytest.raises(ValueError):
             PlausibilityCheck(**bad)
     with pytest.raises(ValueError, match="plausibility_margin"):
@@ -201,7 +201,7 @@ def test_trainer_drops_a_payload_its_policy_would_never_write_and_benches_the_se
     assert [h["sapo/external_groups"] for h in steps] == [0.0, 1.0] and totals["candidates"] == 2
     # The reference: every own completion, scored in the loss passes (step 1: 4 groups of 4; step 2: 3, beside the
     # external one, which is not part of it).
-    assert len(trainer.plausibility._own) == 16 + 12 and trainer.plausibility.threshold() > -10.0
+    assert len(trainer.plausibility._own) == 16 + 12 and trainer.plausibility.threshold() is not None
     assert totals["dropped/implausible"] == 1 and trainer.taken_from == {"honest": 1}, dict(totals)
     assert totals["benched_senders"] == 1 and trainer.standing.benched(time.time()) == ["attacker"]
     assert any("sapo/time/plausibility" in h for h in trainer.state.log_history)
