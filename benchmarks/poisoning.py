@@ -205,20 +205,19 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     unknown = [arm for arm in args.arms.split(",") if arm not in ARMS]
     if unknown:
         parser.error(f"unknown arm(s) {unknown}; choose from {sorted(ARMS)}")
-    record = run_record()  # at the start: the code the arms run
-    rows = []
+    report: dict[str, Any] = {
+        **run_record(),  # at the start: the code the arms run
+        "setup": f"{args.honest} honest sapo-nodes (model {args.model}) + 1 payload attacker publishing 2 groups "
+        f"every {args.attack_interval:g} s, {args.steps} steps, loopback DHT; extra node options {args.node_args}",
+        "arms": [],
+    }
     for seed in (int(s) for s in args.seeds.split(",")):
         for arm in args.arms.split(","):
             print(f"poisoning: arm {arm}, seed {seed}: {args.honest} honest nodes, {args.steps} steps", flush=True)
             run_dir = run_arm(args, arm, seed)
-            rows.append({"arm": arm, "seed": seed, "figures": arm_figures(run_dir, args.steps)})
-    report = {
-        **record,
-        "setup": f"{args.honest} honest sapo-nodes (model {args.model}) + 1 payload attacker publishing 2 groups "
-        f"every {args.attack_interval:g} s, {args.steps} steps, loopback DHT; extra node options {args.node_args}",
-        "arms": rows,
-    }
-    write_report(Path(args.results_dir), "poisoning", report, markdown(report))
+            report["arms"].append({"arm": arm, "seed": seed, "figures": arm_figures(run_dir, args.steps)})
+            # after every arm: an interrupted benchmark keeps the arms it finished
+            write_report(Path(args.results_dir), "poisoning", report, markdown(report))
     return report
 
 
