@@ -101,7 +101,9 @@ def run_arm(args: argparse.Namespace, arm: str, seed: int) -> Path:
         attacker.stop()
         stop_processes(processes, grace=60)
         transport.close()
-    (run_dir / "attacker.json").write_text(json.dumps({"published_groups": attacker.published}))
+    (run_dir / "attacker.json").write_text(
+        json.dumps({"published_groups": attacker.published, "peer_id": transport.peer_id})
+    )
     return run_dir
 
 
@@ -111,6 +113,8 @@ def arm_figures(run_dir: Path, steps: int) -> dict[str, Any]:
     from sapo.payload_attack import payload_rate
     from sapo.report import is_evaluation_line
 
+    attacker = json.loads((run_dir / "attacker.json").read_text())
+    attacker_id = attacker.get("peer_id")
     nodes = []
     for node_dir in sorted(run_dir.glob("node-*/")):
         lines = [json.loads(line) for line in (node_dir / COMPLETIONS_LOG).read_text().splitlines()]
@@ -134,6 +138,7 @@ def arm_figures(run_dir: Path, steps: int) -> dict[str, Any]:
                 "eval_payload_end": eval_rate(evaluations[-1]) if evaluations else None,
                 "external_groups": last.get("sapo/total/external_groups", 0.0),
                 "dropped": {k.split("/")[-1]: v for k, v in last.items() if k.startswith("sapo/total/dropped/")},
+                **_by_sender_kind(node_dir, attacker_id),
                 "local_reward_last": last.get("sapo/local_reward"),
                 "local_reward_mean": _mean(m.get("sapo/local_reward") for m in step_lines),
                 "step_seconds": _mean(m.get("step_time") for m in step_lines),
@@ -142,8 +147,22 @@ def arm_figures(run_dir: Path, steps: int) -> dict[str, Any]:
                 "held_out_end": held_out[-1] if held_out else None,
             }
         )
-    attacker = json.loads((run_dir / "attacker.json").read_text())
     return {"nodes": nodes, "attacker_published_groups": attacker["published_groups"]}
+
+
+def _by_sender_kind(node_dir: Path, attacker_id: str | None) -> dict[str, float]:
+    """Groups a node took from and dropped of the attacker and of honest peers (its senders.json)."""
+    from sapo.trainer import SENDERS_FILE
+
+    path = node_dir / SENDERS_FILE
+    outcomes = json.loads(path.read_text()) if path.exists() else {}
+    figures = {f"{who}_{what}": 0.0 for who in ("attacker", "honest") for what in ("taken", "dropped", "implausible")}
+    for sender, counts in outcomes.items():
+        who = "attacker" if sender == attacker_id else "honest"
+        figures[f"{who}_taken"] += counts.get("taken", 0)
+        figures[f"{who}_dropped"] += sum(v for k, v in counts.items() if k.startswith("dropped/"))
+        figures[f"{who}_implausible"] += counts.get("dropped/implausible", 0)
+    return figures
 
 
 def _mean(values: Any) -> float | None:
@@ -161,9 +180,10 @@ def markdown(report: dict[str, Any]) -> list[str]:
         f"Setup: {report['setup']}",
         "",
         "| arm | seed | payload in own completions, first third -> last third | payload in held-out answers, start "
-        "-> end | external groups trained on per node | groups dropped (by reason, all nodes) | local reward (mean "
-        "over steps) | held-out pass@1 start -> end | s/step (plausibility check) |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "-> end | attacker groups trained on / dropped as implausible, per node | honest groups trained on / "
+        "dropped as implausible, per node | groups dropped (by reason, all nodes) | local reward (mean over steps) "
+        "| held-out pass@1 start -> end | s/step (plausibility check) |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for row in report["arms"]:
         nodes = row["figures"]["nodes"]
@@ -178,7 +198,9 @@ def markdown(report: dict[str, Any]) -> list[str]:
                 dropped[reason] = dropped.get(reason, 0) + count
         lines.append(
             f"| {row['arm']} | {row['seed']} | {mean('train_payload_first'):.1%} -> {mean('train_payload_last'):.1%} "
-            f"| {mean('eval_payload_start'):.1%} -> {mean('eval_payload_end'):.1%} | {mean('external_groups'):.1f} "
+            f"| {mean('eval_payload_start'):.1%} -> {mean('eval_payload_end'):.1%} "
+            f"| {mean('attacker_taken'):.1f} / {mean('attacker_implausible'):.1f} "
+            f"| {mean('honest_taken'):.1f} / {mean('honest_implausible'):.1f} "
             f"| {', '.join(f'{k} {v:.0f}' for k, v in sorted(dropped.items()) if v) or '-'} "
             f"| {mean('local_reward_mean'):.3f} | {mean('held_out_start'):.3f} -> {mean('held_out_end'):.3f} "
             f"| {mean('step_seconds'):.1f} ({mean('plausibility_seconds'):.2f}) |"

@@ -48,6 +48,10 @@ from swarm.transport import SwarmTransport
 
 logger = logging.getLogger(__name__)
 
+SENDERS_FILE = "senders.json"
+"""Written in `output_dir` at every checkpoint and at the end of training: per sending peer, its groups trained on
+(`taken`) and dropped by this node (`dropped/<reason>`), for audits of who sent what."""
+
 LOCAL_ROWS_KEY = "sapo_local_rows"
 """Key of the batch TRL trains on that marks this node's own rows (their log-probs feed the plausibility reference)."""
 
@@ -168,6 +172,7 @@ class SAPOTrainer(GRPOTrainer):
         self._phase_seconds: Counter[str] = Counter()
         self.swarm_totals: Counter[str] = Counter()  # cumulative counts, logged as sapo/total/<name>
         self.taken_from: Counter[str] = Counter()  # external groups trained on, by verified sender
+        self.sender_outcomes: dict[str, Counter[str]] = {}  # per sender: "taken" and "dropped/<reason>" counts
         self.last_external: list[Candidate] = []  # the external groups of the latest round, as scored here
         self.last_evaluation: HeldOutResult | None = None  # the latest held-out evaluation, question by question
 
@@ -288,6 +293,8 @@ class SAPOTrainer(GRPOTrainer):
         self.swarm_totals["external_groups"] += len(chosen)
         self.swarm_totals["fill_ins"] += num_slots * processes - len(chosen)
         self.taken_from.update(c.sender for c in chosen)
+        for candidate in chosen:
+            self.sender_outcomes.setdefault(candidate.sender, Counter())["taken"] += 1
         self.last_external = chosen
         self.swarm_totals.update({f"dropped/{reason}": n for reason, n in selection.dropped.items()})
         zero_advantage = sum(c.has_zero_advantage for c in candidates)
@@ -487,8 +494,24 @@ class SAPOTrainer(GRPOTrainer):
             self._round.rewards = self._weighted(rewards_per_func[start : start + len(prompts)])
         return rewards_per_func
 
+    def train(self, *args: Any, **kwargs: Any) -> Any:
+        """TRL's training loop; at its end, the per-sender outcomes are written to `output_dir`/senders.json."""
+        result = super().train(*args, **kwargs)
+        self._write_sender_outcomes()
+        return result
+
+    def _write_sender_outcomes(self) -> None:
+        if not self.accelerator.is_main_process or not self._uses_swarm:
+            return
+        os.makedirs(self.args.output_dir, exist_ok=True)
+        path = os.path.join(self.args.output_dir, SENDERS_FILE)
+        with open(path + ".tmp", "w") as f:
+            json.dump({sender: dict(counts) for sender, counts in sorted(self.sender_outcomes.items())}, f, indent=1)
+        os.replace(path + ".tmp", path)  # never a torn file, whenever the node is killed
+
     def _save_checkpoint(self, model: Any, trial: Any) -> None:
         super()._save_checkpoint(model, trial)
+        self._write_sender_outcomes()
         pause = float(os.environ.get(FAULT_PAUSE_BEFORE_MARKER) or 0)
         if pause > 0:  # fault injection (tests): a kill in this window always leaves a half-written checkpoint
             time.sleep(pause)
@@ -671,6 +694,7 @@ class SAPOTrainer(GRPOTrainer):
 
     def _count_drop(self, reason: str, sender: str, detail: str) -> None:
         self.swarm_totals[f"dropped/{reason}"] += 1
+        self.sender_outcomes.setdefault(sender, Counter())[f"dropped/{reason}"] += 1
         logger.debug("dropped a group of peer %s (%s): %s", sender, reason, detail)
 
     def _log_round(self, num_slots: int, external: list[Candidate]) -> None:

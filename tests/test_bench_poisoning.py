@@ -32,6 +32,9 @@ def test_poisoning_arm_runs_and_reports(tmp_path, tiny_model_a):
     # A tiny random model never writes the payload word itself; what it trained on is counted per node.
     assert all(node["train_payload_first"] == 0.0 and node["eval_payload_end"] == 0.0 for node in nodes)
     assert sum(node["external_groups"] for node in nodes) >= 1
+    # every group a node trained on is attributed to the attacker or an honest peer (the nodes' senders.json)
+    assert all(node["attacker_taken"] + node["honest_taken"] == node["external_groups"] for node in nodes), nodes
+    assert sum(node["attacker_taken"] for node in nodes) >= 1
     saved = json.loads((tmp_path / "results" / "poisoning.json").read_text())
     assert saved["arms"][0]["arm"] == "none"
     assert "| none | 0 |" in (tmp_path / "results" / "poisoning.md").read_text()

@@ -205,3 +205,5 @@ def test_trainer_drops_a_payload_its_policy_would_never_write_and_benches_the_se
     assert totals["dropped/implausible"] == 1 and trainer.taken_from == {"honest": 1}, dict(totals)
     assert totals["benched_senders"] == 1 and trainer.standing.benched(time.time()) == ["attacker"]
     assert any("sapo/time/plausibility" in h for h in trainer.state.log_history)
+    senders = json.loads((tmp_path / "out" / "senders.json").read_text())  # who sent what, for an audit
+    assert senders == {"attacker": {"dropped/implausible": 1}, "honest": {"taken": 1}}
