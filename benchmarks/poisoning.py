@@ -71,6 +71,7 @@ def node_command(args: argparse.Namespace, arm: str, seed: int, index: int, run_
 
 def run_arm(args: argparse.Namespace, arm: str, seed: int) -> Path:
     """One swarm: the attacker and ``args.honest`` nodes until they finish; returns the run directory."""
+    from sapo.local_swarm import shared_cores_env
     from sapo.payload_attack import PayloadAttacker
     from sapo.tasks import DEFAULT_TASKS
     from swarm.dht import DHTTransport, DHTTransportConfig
@@ -90,7 +91,11 @@ def run_arm(args: argparse.Namespace, arm: str, seed: int) -> Path:
         for index in range(args.honest):
             log = open(run_dir / f"node-{index}.out", "w")  # noqa: SIM115 - closed with the process below
             command = node_command(args, arm, seed, index, run_dir, peer)
-            processes.append(subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT))
+            processes.append(
+                subprocess.Popen(
+                    command, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT, env=shared_cores_env(args.honest)
+                )
+            )
         deadline = time.monotonic() + args.timeout
         while any(p.poll() is None for p in processes) and time.monotonic() < deadline:
             time.sleep(2)

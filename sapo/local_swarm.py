@@ -126,14 +126,20 @@ def status_line(run_dir: Path, count: int) -> str:
     return " | ".join(parts)
 
 
+def shared_cores_env(nodes: int) -> dict[str, str]:
+    """This process's environment for ``nodes`` node processes sharing the machine's cores: an equal share of math
+    threads each (``OMP_NUM_THREADS``, unless set), since oversubscribed threads spend their time switching."""
+    env = dict(os.environ)
+    env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // nodes)))
+    return env
+
+
 def main(argv: list[str]) -> int:
     """Run the local swarm until every node exits; returns 0 when all of them exited 0."""
     args, node_args = parse_args(argv)
     run_dir = Path(args.run_dir or f"runs/local-swarm-{time.strftime('%Y%m%d-%H%M%S')}").resolve()
     run_dir.mkdir(parents=True, exist_ok=True)
-    env = dict(os.environ)
-    # Several nodes share the cores: one math thread each avoids oversubscription.
-    env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // args.peers)))
+    env = shared_cores_env(args.peers)
     processes: list[subprocess.Popen] = []
     logs = []
 
