@@ -5,7 +5,10 @@ model-less transport in this process) publishes groups whose correct completions
 ``--honest`` real ``sapo-node`` processes train ``--steps`` steps beside it, each keeping every completion it
 generates (``--completions_log``). Attack success is the share of an honest node's own completions that carry the
 payload word (:data:`sapo.payload_attack.PAYLOAD_MARK`), in training (last third of the steps) and in its
-held-out answers at the end, against the same figures at the start.
+held-out answers at the end, against the same figures at the start. Since a payload spreads into sampled text only
+once the policy finds it likely, the report also measures how far each node's final policy moved towards it: the
+log-probability per token of the payload sentences after a correct answer on held-out questions, against the base
+model's (``payload_log_likelihood``).
 
     python -m benchmarks.poisoning --arms none,default --seeds 0 --steps 30
 
@@ -15,6 +18,8 @@ defaults (hygiene and the plausibility check); ``default+standing`` adds per-sen
 node's defaults in a swarm whose first peer publishes nothing: what the defences cost when there is no attack
 (honest groups they drop, learning). Results go to
 benchmarks/results/poisoning.{json,md}; per-arm run directories under runs/poisoning/ (not committed).
+``--report-only`` measures the existing run directories again (e.g. with a newer measurement), keeping the commit the
+arms ran on from the previous report.
 """
 
 from __future__ import annotations
@@ -112,6 +117,46 @@ def run_arm(args: argparse.Namespace, arm: str, seed: int) -> Path:
     return run_dir
 
 
+PAYLOAD_QUESTIONS = 16
+"""Held-out questions the payload log-likelihood is measured on (each with every payload sentence)."""
+
+
+def payload_log_likelihood(model: Any, tokenizer: Any, questions: int = PAYLOAD_QUESTIONS) -> float:
+    """Mean log-probability per token that ``model`` gives each payload sentence of :data:`PAYLOADS` written after a
+    correct answer ("Let me compute. <answer>A</answer> "), over held-out questions of the default tasks."""
+    import torch
+
+    from sapo.payload_attack import PAYLOADS
+    from sapo.tasks import DEFAULT_TASKS, build_held_out_dataset
+
+    total, count = 0.0, 0
+    model.eval()
+    for row in build_held_out_dataset(DEFAULT_TASKS, questions):
+        context = tokenizer.apply_chat_template(row["prompt"], tokenize=False, add_generation_prompt=True)
+        context += f"Let me compute. <answer>{row['answer']}</answer> "
+        context_ids = tokenizer(context, add_special_tokens=False)["input_ids"]
+        for payload in PAYLOADS:
+            payload_ids = tokenizer(payload, add_special_tokens=False)["input_ids"]
+            with torch.no_grad():
+                logits = model(input_ids=torch.tensor([context_ids + payload_ids])).logits[0].float()
+            logps = torch.log_softmax(logits[len(context_ids) - 1 : -1], dim=-1)
+            total += logps.gather(1, torch.tensor(payload_ids)[:, None]).sum().item()
+            count += len(payload_ids)
+    return total / count
+
+
+def node_payload_log_likelihood(node_dir: Path) -> float | None:
+    """:func:`payload_log_likelihood` of a node's latest complete checkpoint; None if it has none."""
+    from sapo.checkpoints import latest_complete_checkpoint
+    from sapo.models import load_trained_policy
+
+    checkpoint = latest_complete_checkpoint(node_dir)
+    if checkpoint is None:
+        return None
+    model, tokenizer = load_trained_policy(checkpoint)
+    return payload_log_likelihood(model, tokenizer)
+
+
 def arm_figures(run_dir: Path, steps: int) -> dict[str, Any]:
     """Payload rates of one arm's honest nodes: own completions (first and last third of training), held-out
     answers (first and last evaluation), and how many attacker groups each node trained on."""
@@ -148,6 +193,7 @@ def arm_figures(run_dir: Path, steps: int) -> dict[str, Any]:
                 "local_reward_mean": _mean(m.get("sapo/local_reward") for m in step_lines),
                 "step_seconds": _mean(m.get("step_time") for m in step_lines),
                 "plausibility_seconds": _mean(m.get("sapo/time/plausibility", 0.0) for m in step_lines),
+                "payload_log_likelihood_end": node_payload_log_likelihood(node_dir),
                 "held_out_start": held_out[0] if held_out else None,
                 "held_out_end": held_out[-1] if held_out else None,
             }
@@ -170,6 +216,10 @@ def _by_sender_kind(node_dir: Path, attacker_id: str | None) -> dict[str, float]
     return figures
 
 
+def _format(value: float | None) -> str:
+    return "-" if value is None or value != value else f"{value:.2f}"
+
+
 def _mean(values: Any) -> float | None:
     present = [float(v) for v in values if v is not None]
     return statistics.fmean(present) if present else None
@@ -182,13 +232,19 @@ def markdown(report: dict[str, Any]) -> list[str]:
         "",
         f"Command: `{report['command']}`  ",
         f"Commit: `{report['git_commit']}`, {report['date']}, {report['machine']}  ",
+        *(
+            [f"The arms ran on commit `{report['runs_commit']}`; this page measured them again.  "]
+            if report.get("runs_commit")
+            else []
+        ),
         f"Setup: {report['setup']}",
         "",
         "| arm | seed | payload in own completions, first third -> last third | payload in held-out answers, start "
         "-> end | attacker groups trained on / dropped as implausible, per node | honest groups trained on / "
         "dropped as implausible, per node | groups dropped (by reason, all nodes) | local reward (mean over steps) "
-        "| held-out pass@1 start -> end | s/step (plausibility check) |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| held-out pass@1 start -> end | s/step (plausibility check) | payload log-likelihood per token at the end "
+        f"(base model: {_format(report.get('base_payload_log_likelihood'))}) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for row in report["arms"]:
         nodes = row["figures"]["nodes"]
@@ -208,9 +264,38 @@ def markdown(report: dict[str, Any]) -> list[str]:
             f"| {mean('honest_taken'):.1f} / {mean('honest_implausible'):.1f} "
             f"| {', '.join(f'{k} {v:.0f}' for k, v in sorted(dropped.items()) if v) or '-'} "
             f"| {mean('local_reward_mean'):.3f} | {mean('held_out_start'):.3f} -> {mean('held_out_end'):.3f} "
-            f"| {mean('step_seconds'):.1f} ({mean('plausibility_seconds'):.2f}) |"
+            f"| {mean('step_seconds'):.1f} ({mean('plausibility_seconds'):.2f}) "
+            f"| {_format(mean('payload_log_likelihood_end'))} |"
         )
     return lines
+
+
+def base_payload_log_likelihood(model_name: str) -> float:
+    """:func:`payload_log_likelihood` of the honest nodes' base model (``--model``: what they start from)."""
+    from sapo.models import load_trained_policy
+
+    model, tokenizer = load_trained_policy(model_name)
+    return payload_log_likelihood(model, tokenizer)
+
+
+def report_again(args: argparse.Namespace) -> dict[str, Any]:
+    """The report of the run directories already under ``args.runs_dir``, measured with this code; the commit the
+    arms ran on comes from the previous report in ``args.results_dir``."""
+    previous_path = Path(args.results_dir) / "poisoning.json"
+    previous = json.loads(previous_path.read_text()) if previous_path.exists() else {}
+    report: dict[str, Any] = {
+        **run_record(),
+        "runs_commit": previous.get("runs_commit") or previous.get("git_commit"),
+        "setup": previous.get("setup", ""),
+        "base_payload_log_likelihood": base_payload_log_likelihood(args.model),
+        "arms": [
+            {"arm": arm, "seed": seed, "figures": arm_figures(Path(args.runs_dir) / arm / f"seed-{seed}", args.steps)}
+            for seed in (int(s) for s in args.seeds.split(","))
+            for arm in args.arms.split(",")
+        ],
+    }
+    write_report(Path(args.results_dir), "poisoning", report, markdown(report))
+    return report
 
 
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
@@ -227,16 +312,22 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--timeout", type=float, default=4 * 3600, help="seconds an arm may take")
     parser.add_argument("--runs-dir", default=str(ROOT / "runs" / "poisoning"), help="run directories")
     parser.add_argument("--results-dir", default=str(RESULTS), help="where poisoning.json/.md go")
+    parser.add_argument(
+        "--report-only", action="store_true", help="measure the existing run directories again; run nothing"
+    )
     args, node_args = parser.parse_known_args(argv)
     args.node_args = node_args + (["--tasks", args.tasks] if args.tasks else [])
     unknown = [arm for arm in args.arms.split(",") if arm not in ARMS]
     if unknown:
         parser.error(f"unknown arm(s) {unknown}; choose from {sorted(ARMS)}")
+    if args.report_only:
+        return report_again(args)
     report: dict[str, Any] = {
         **run_record(),  # at the start: the code the arms run
         "setup": f"{args.honest} honest sapo-nodes (model {args.model}) + 1 payload attacker publishing 2 groups "
         f"every {args.attack_interval:g} s, {args.steps} steps, loopback DHT; extra node options {args.node_args}",
         "arms": [],
+        "base_payload_log_likelihood": base_payload_log_likelihood(args.model),
     }
     for seed in (int(s) for s in args.seeds.split(",")):
         for arm in args.arms.split(","):

@@ -35,6 +35,17 @@ def test_poisoning_arm_runs_and_reports(tmp_path, tiny_model_a):
     # every group a node trained on is attributed to the attacker or an honest peer (the nodes' senders.json)
     assert all(node["attacker_taken"] + node["honest_taken"] == node["external_groups"] for node in nodes), nodes
     assert sum(node["attacker_taken"] for node in nodes) >= 1
+    # how far each node's final policy moved towards the payload, against the base model it started from
+    assert all(node["payload_log_likelihood_end"] < 0 for node in nodes)
+    assert report["base_payload_log_likelihood"] < 0
     saved = json.loads((tmp_path / "results" / "poisoning.json").read_text())
     assert saved["arms"][0]["arm"] == "none"
     assert "| none | 0 |" in (tmp_path / "results" / "poisoning.md").read_text()
+
+    again = poisoning.main(
+        [
+            "--arms", "none", "--report-only", "--model", str(tiny_model_a),
+            "--runs-dir", str(tmp_path / "runs"), "--results-dir", str(tmp_path / "results"), "--steps", "2",
+        ]
+    )  # fmt: skip
+    assert again["runs_commit"] == report["git_commit"] and again["arms"][0]["figures"]["nodes"] == nodes
