@@ -171,8 +171,12 @@ class DHTTransportConfig:
     )
     poll_interval: float = field(default=1.0, metadata={"help": "Seconds between two background polls."})
     index_refresh_interval: float = field(
-        default=10.0,
-        metadata={"help": "Read the index at least this often, even when the cache is full (keeps peers() current)."},
+        default=60.0,
+        metadata={
+            "help": "Read the index at least this often, even when the cache is full (keeps peers() current). "
+            "Otherwise it is read only when the cache needs groups: a read while the cache is full fetches nothing, "
+            "so it costs index bytes without making the groups taken any fresher."
+        },
     )
     index_min_interval: float = field(
         default=2.0,

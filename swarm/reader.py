@@ -8,7 +8,8 @@ are tested without a p2pd daemon.
 What a reader costs per step does not grow with the swarm's size N:
 
 - records: only as many are fetched as keep about ``prefetch_groups`` groups cached (O(J));
-- index: a read returns about ``index_shards_per_poll * index_shard_entries`` entries at any N. The index has
+- index: a read returns about ``index_shards_per_poll * index_shard_entries`` entries at any N (more shards of
+  level 0 are read while the swarm is too small to fill them: :func:`shards_per_read`). The index has
   levels (:func:`swarm.validation.index_keys`): level ``l`` lists the peers over ``index_shards * 2**l`` shards.
   The reader estimates N from its recent reads (entries found over the share of a level's shards read) and reads,
   in rotation, the level whose shards hold about ``index_shard_entries`` entries; its peer's publisher writes to
@@ -211,9 +212,10 @@ class SwarmReader:
         """Read this poll's index shards (in rotation, at :meth:`read_level`) and update what other peers list."""
         config = self.config
         started = self._clock.monotonic()
-        level = self.read_level()
+        estimate = self.estimated_peers()
+        level = read_level_for(estimate, config)
         shards = index_keys(config.swarm_name, config.index_shards, level)
-        count = min(config.index_shards_per_poll or len(shards), len(shards))
+        count = shards_per_read(estimate, level, config)
         shard_keys = [shards[(self._rotation + i) % len(shards)] for i in range(count)]
         self._rotation += count
         # A shard's expiration is that of its newest entry (written with now + ttl): asking for a copy updated
@@ -418,6 +420,19 @@ def read_level_for(estimate: float | None, config: DHTTransportConfig) -> int:
     per_shard_at_level_0 = estimate / (config.index_shards * config.index_shard_entries)
     level = round(math.log2(per_shard_at_level_0)) if per_shard_at_level_0 > 0 else 0
     return min(max(level, 0), config.index_max_level)
+
+
+def shards_per_read(estimate: float | None, level: int, config: DHTTransportConfig) -> int:
+    """How many shards of ``level`` an index read reads: ``index_shards_per_poll``, or as many more as hold
+    ``index_shards_per_poll * index_shard_entries`` entries by ``estimate`` where the level's shards hold fewer
+    than that (level 0 of a swarm smaller than ``index_shards * index_shard_entries``: a read of two near-empty
+    shards would list too few peers to choose fresh records from); every shard with ``index_shards_per_poll`` 0."""
+    shards = config.index_shards << level
+    if not config.index_shards_per_poll:
+        return shards
+    per_shard = (estimate or 0.0) / shards
+    spread = round(config.index_shard_entries / per_shard) if per_shard > 0 else shards
+    return min(config.index_shards_per_poll * max(1, spread), shards)
 
 
 def write_level_for(estimate: float | None, config: DHTTransportConfig) -> int:

@@ -16,7 +16,7 @@ from swarm.clock import ManualClock
 from swarm.config import DHTTransportConfig
 from swarm.memory import DictDHT
 from swarm.publisher import SwarmPublisher
-from swarm.reader import SwarmReader, read_level_for, write_level_for
+from swarm.reader import SwarmReader, read_level_for, shards_per_read, write_level_for
 from swarm.transport import SwarmCounters, TimingLog
 from swarm.validation import fingerprint, index_key_of, index_keys, owner_marker
 from tests.swarm_fixtures import make_group
@@ -101,11 +101,15 @@ def test_a_peer_whose_clock_runs_ahead_is_rejected_as_clock_skew():
 def test_a_poll_reads_a_few_index_shards_in_rotation_and_fetches_only_what_the_cache_lacks():
     dht, clock = DictDHT(), ManualClock()
     reader = Peer(  # one level: the rotation over level 0's shards (levels: the large-swarm tests below)
-        dht, clock, index_shards=8, index_shards_per_poll=2, prefetch_groups=2, index_min_interval=0, index_max_level=0
-    )
-    writers = [Peer(dht, clock) for _ in range(6)]
+        dht, clock, index_shards_per_poll=2, index_shard_entries=1, prefetch_groups=2, index_min_interval=0,
+        index_max_level=0,
+    )  # fmt: skip
+    writers = [Peer(dht, clock) for _ in range(16)]  # two entries per shard: two shards hold the one wanted per shard
     for n, writer in enumerate(writers):
         writer.publish(f"w{n}a", f"w{n}b", created_at=clock.time())
+    reader.poll()  # no estimate of the swarm's size yet: the whole of level 0
+    assert [len(keys) for keys in dht.reads if "/index/" in keys[0]] == [8]
+    reader.reader.take(100)
     shards_read: list[str] = []
     for _ in range(4):  # four polls of two shards: every shard once
         dht.reads.clear()
@@ -114,7 +118,7 @@ def test_a_poll_reads_a_few_index_shards_in_rotation_and_fetches_only_what_the_c
         reader.reader.take(100)  # empty the cache so that every poll fetches
     assert sorted(shards_read) == sorted(f"{reader.config.swarm_name}/index/{i}" for i in range(8))
     dht.reads.clear()
-    reader.poll()  # the cache wants 2 groups: one record of 2 groups is fetched, not all six
+    reader.poll()  # the cache wants 2 groups: one record of 2 groups is fetched, not all sixteen
     record_keys = [key for keys in dht.reads for key in keys if "/records/" in key]
     assert len(record_keys) == 1
 
@@ -217,6 +221,11 @@ def test_write_levels_cover_the_read_level_of_any_reader_estimating_up_to_twice_
     config = DHTTransportConfig()
     assert [read_level_for(n, config) for n in (8, 64, 512, 2048, 16384, 10**6)] == [0, 2, 5, 7, 10, 10]
     assert read_level_for(None, config) == 5 and read_level_for(None, DHTTransportConfig(index_shards_per_poll=0)) == 0
+    # a read returns about 2 shards * 2 entries: more shards of level 0 while the swarm cannot fill them
+    assert [shards_per_read(n, read_level_for(n, config), config) for n in (0, 2, 8, 16, 64, 512, 10**6)] == [
+        8, 8, 4, 2, 2, 2, 2,
+    ]  # fmt: skip
+    assert shards_per_read(512, 0, DHTTransportConfig(index_shards_per_poll=0)) == 8
 
 
 def test_index_entries_of_departed_peers_expire_with_the_peers_at_every_level():
