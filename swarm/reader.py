@@ -112,7 +112,7 @@ class SwarmReader:
         self._last_index_read = -float("inf")
         self._index_reads = 0
         self._rotation = self._rng.randrange(1 << 30)  # peers start their rotation at different shards
-        self._recent_reads: collections.deque[tuple[int, float]] = collections.deque(maxlen=_ESTIMATE_READS)
+        self._recent_estimates: collections.deque[float] = collections.deque(maxlen=_ESTIMATE_READS)
 
     # ------------------------------------------------------------------------------ any thread
 
@@ -165,12 +165,12 @@ class SwarmReader:
             }
 
     def estimated_peers(self) -> float | None:
-        """The number of peers listed in the index, estimated from the recent index reads (the entries they found
-        over the share of their level's shards they read); ``None`` before the first read."""
+        """The number of peers listed in the index, estimated from the last few index reads (the mean over them of
+        the entries a read found over the share of its level's shards it read); ``None`` before the first read."""
         with self._lock:
-            if not self._recent_reads:
+            if not self._recent_estimates:
                 return None
-            return sum(entries for entries, _ in self._recent_reads) / sum(share for _, share in self._recent_reads)
+            return sum(self._recent_estimates) / len(self._recent_estimates)
 
     def read_level(self) -> int:
         """The index level the next read reads: the one whose shards hold about ``index_shard_entries`` entries by
@@ -238,7 +238,9 @@ class SwarmReader:
         self._counters.add("index_entries_read", entries)
         self._counters.add("index_bytes_read", size)
         with self._lock:
-            self._recent_reads.append((entries, count / len(shards)))
+            # Each read votes alike: pooling entries over shares would let one early read of a whole low level
+            # (a large share) outweigh every later read of a few shards while the swarm grows.
+            self._recent_estimates.append(entries * len(shards) / count)
 
     def _take_index_entry(self, subkey: Any, value: Any, now: float) -> bool:
         """Take one index entry; True if it is a valid entry of a peer (this one's included), which counts towards
