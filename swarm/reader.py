@@ -432,7 +432,9 @@ def shards_per_read(estimate: float | None, level: int, config: DHTTransportConf
     shards = config.index_shards << level
     if not config.index_shards_per_poll:
         return shards
-    per_shard = (estimate or 0.0) / shards
+    if estimate is None:  # the first read: a probe of index_shards_per_poll shards
+        return min(config.index_shards_per_poll, shards)
+    per_shard = estimate / shards
     spread = round(config.index_shard_entries / per_shard) if per_shard > 0 else shards
     return min(config.index_shards_per_poll * max(1, spread), shards)
 

@@ -104,12 +104,14 @@ def test_a_poll_reads_a_few_index_shards_in_rotation_and_fetches_only_what_the_c
         dht, clock, index_shards_per_poll=2, index_shard_entries=1, prefetch_groups=2, index_min_interval=0,
         index_max_level=0,
     )  # fmt: skip
-    writers = [Peer(dht, clock) for _ in range(16)]  # two entries per shard: two shards hold the one wanted per shard
+    rng = random.Random(4)
+    writers = [Writer(dht, clock, rng) for _ in range(16)]  # about two entries per shard, one wanted
     for n, writer in enumerate(writers):
         writer.publish(f"w{n}a", f"w{n}b", created_at=clock.time())
-    reader.poll()  # no estimate of the swarm's size yet: the whole of level 0
-    assert [len(keys) for keys in dht.reads if "/index/" in keys[0]] == [8]
-    reader.reader.take(100)
+    for _ in range(2):  # the first read probes two shards; the next ones read two, as the estimate says
+        reader.poll()
+        reader.reader.take(100)
+    assert [len(keys) for keys in dht.reads if "/index/" in keys[0]] == [2, 2]
     shards_read: list[str] = []
     for _ in range(4):  # four polls of two shards: every shard once
         dht.reads.clear()
@@ -149,8 +151,8 @@ class Writer:
         )
         self.dht = dht
 
-    def publish(self, group_id: str, created_at: float) -> None:
-        self.publisher.queue([make_group(group_id, created_at=created_at)])
+    def publish(self, *group_ids: str, created_at: float) -> None:
+        self.publisher.queue([make_group(g, created_at=created_at) for g in group_ids])
         asyncio.run(self.publisher.flush(self.dht))
 
 
@@ -226,6 +228,7 @@ def test_write_levels_cover_the_read_level_of_any_reader_estimating_up_to_twice_
         8, 8, 4, 2, 2, 2, 2,
     ]  # fmt: skip
     assert shards_per_read(512, 0, DHTTransportConfig(index_shards_per_poll=0)) == 8
+    assert shards_per_read(None, read_level_for(None, config), config) == 2  # the first read: a probe of 2 shards
 
 
 def test_index_entries_of_departed_peers_expire_with_the_peers_at_every_level():
