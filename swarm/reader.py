@@ -11,11 +11,12 @@ What a reader costs per step does not grow with the swarm's size N:
 - index: a read returns about ``index_shards_per_poll * index_shard_entries`` entries at any N (more shards of
   level 0 are read while the swarm is too small to fill them: :func:`shards_per_read`). The index has
   levels (:func:`swarm.validation.index_keys`): level ``l`` lists the peers over ``index_shards * 2**l`` shards.
-  The reader estimates N from its recent reads (entries found over the share of a level's shards read) and reads,
-  in rotation, the level whose shards hold about ``index_shard_entries`` entries; its peer's publisher writes to
-  every level up to :meth:`SwarmReader.write_level`, two levels above the last one whose shards still hold an
-  entry, so a reader whose estimate is up to twice as high still finds it. Before its first read a reader probes
-  the middle level, which costs a few entries at N = 8 and at N = 10^4 alike.
+  The reader estimates N from its last few reads (the mean of each read's entries over the share of its level's
+  shards it read) and reads, in rotation, the level whose shards hold about ``index_shard_entries`` entries; its
+  peer's publisher writes to every level up to :meth:`SwarmReader.write_level`, two levels above the last one
+  whose shards still hold an entry, so a reader whose estimate is up to twice as high (four times with
+  ``index_shard_entries`` 2) still finds it. A reader's first read probes two shards of the middle level, which
+  costs a few entries at N = 8 and at N = 10^4 alike; a publisher without an estimate writes every level.
 - when: the index is read when the cache needs groups (at most every ``index_min_interval``), or every
   ``index_refresh_interval`` to keep :meth:`SwarmReader.peers` current; a read while the cache is full fetches
   nothing, so it buys no freshness. The peers listed by the latest read are chosen first (their newest refs are
