@@ -19,12 +19,13 @@ _SECTIONS = {
         "check_identity_free", "client_mode", "use_relay", "use_auto_relay", "join_timeout", "wait_timeout",
     ),
     "Records": (
-        "model_name", "limits", "record_ttl", "index_shards", "index_records", "max_pending_publishes",
-        "store_timeout", "announce", "announce_interval",
+        "model_name", "limits", "record_ttl", "index_shards", "index_max_level", "index_records",
+        "max_pending_publishes", "store_timeout", "announce", "announce_interval",
     ),
     "Fetching": (
         "prefetch_groups", "max_cached_groups", "poll_interval", "index_refresh_interval", "index_min_interval",
-        "index_shards_per_poll", "index_staleness", "rejoin_interval", "fetch_timeout", "clock_skew_tolerance",
+        "index_shards_per_poll", "index_shard_entries", "index_staleness", "rejoin_interval", "fetch_timeout",
+        "clock_skew_tolerance",
     ),
     "Process hygiene": (
         "state_dir", "health_interval",
@@ -114,7 +115,21 @@ class DHTTransportConfig:
         },
     )
     index_shards: int = field(
-        default=8, metadata={"help": "Number of index keys; every peer of a swarm must use the same value."}
+        default=8,
+        metadata={
+            "help": "Number of index keys of the index's level 0 (level l has index_shards * 2**l); every peer of a "
+            "swarm must use the same value."
+        },
+    )
+    index_max_level: int = field(
+        default=10,
+        metadata={
+            "help": "Highest level of the index. Each level lists the peers again over twice as many shards as the "
+            "level below, so that a reader finds a level whose shards hold about index_shard_entries entries up to "
+            "N = index_shards * 2**index_max_level * index_shard_entries peers; a publisher writes its entry to "
+            "O(log N) levels. Every peer of a swarm must use the same value (the validator recognises index keys "
+            "by it)."
+        },
     )
     index_records: int = field(
         default=8,
@@ -156,8 +171,12 @@ class DHTTransportConfig:
     )
     poll_interval: float = field(default=1.0, metadata={"help": "Seconds between two background polls."})
     index_refresh_interval: float = field(
-        default=10.0,
-        metadata={"help": "Read the index at least this often, even when the cache is full (keeps peers() current)."},
+        default=60.0,
+        metadata={
+            "help": "Read the index at least this often, even when the cache is full (keeps peers() current). "
+            "Otherwise it is read only when the cache needs groups: a read while the cache is full fetches nothing, "
+            "so it costs index bytes without making the groups taken any fresher."
+        },
     )
     index_min_interval: float = field(
         default=2.0,
@@ -166,8 +185,16 @@ class DHTTransportConfig:
     index_shards_per_poll: int = field(
         default=2,
         metadata={
-            "help": "Index shards read per poll, in rotation (0: all). Each shard holds about N / index_shards "
-            "peers, so a poll costs O(J), not O(N), once the swarm is large."
+            "help": "Index shards read per index read, in rotation, at the level the reader chooses (0: every shard "
+            "of level 0, the whole index at every read: for small swarms and tests)."
+        },
+    )
+    index_shard_entries: int = field(
+        default=2,
+        metadata={
+            "help": "Index entries a reader wants per shard it reads: it estimates the swarm's size N from the "
+            "entries its recent reads found and reads the level whose shards hold about this many, so an index read "
+            "costs about index_shards_per_poll * index_shard_entries entries at any N."
         },
     )
     index_staleness: float = field(
@@ -207,9 +234,12 @@ class DHTTransportConfig:
                 f"index_records={self.index_records}: it must be in [1, {self.limits.max_index_records}] "
                 "(limits.max_index_records)"
             )
-        for name in ("index_shards", "prefetch_groups", "max_cached_groups", "max_pending_publishes"):
+        for name in ("index_shards", "index_shard_entries", "prefetch_groups", "max_cached_groups",
+                     "max_pending_publishes"):  # fmt: skip
             if getattr(self, name) < 1:
                 raise ValueError(f"{name}={getattr(self, name)}: it must be a positive number")
+        if not 0 <= self.index_max_level <= 16:
+            raise ValueError(f"index_max_level={self.index_max_level}: it must be in [0, 16]")
 
     def signing_key_file(self) -> str | None:
         """Where the record signing key lives: signing_key_path, else next to identity_path, else nowhere (fresh)."""

@@ -9,9 +9,11 @@ Layout in the DHT (all values are msgpack bytes of :mod:`swarm.records`, owner-s
 
 - ``f"{swarm_name}/records/{sender}/{seq}"``: one :class:`~swarm.records.GroupRecord` (the groups of
   one publish call) under subkey = the owner marker ``[owner:<public key>]`` of the sender;
-- ``f"{swarm_name}/index/{shard}"``: a small dictionary, one subkey per peer (its owner marker) holding
-  its :class:`~swarm.records.IndexEntry` (model name, last few record references); ``shard`` comes from
-  a hash of the sender, so no key carries everyone's payload.
+- ``f"{swarm_name}/index/{shard}"`` (level 0) and ``f"{swarm_name}/index/L{level}/{shard}"``: small dictionaries,
+  one subkey per peer (its owner marker) holding its :class:`~swarm.records.IndexEntry` (model name, last few
+  record references); ``shard`` comes from a hash of the sender, so no key carries everyone's payload, and level
+  ``l`` has ``index_shards * 2**l`` shards, so a reader finds a level with a few entries per shard at any swarm
+  size (:func:`swarm.validation.index_keys`, :mod:`swarm.reader`).
 
 Traps of hivemind 1.1.12 this package works around:
 
@@ -82,8 +84,11 @@ class DHTTransport(SwarmTransport):
         self._peer_id = fingerprint(public_key)
         self._counters = SwarmCounters()
         self._timings = TimingLog(clock)
-        self.publisher = SwarmPublisher(config, public_key, self._counters, self._timings, clock)
         self.reader = SwarmReader(config, public_key, self._counters, self._timings, clock)
+        # The publisher writes its index entry to the levels that readers of the swarm size this reader sees read.
+        self.publisher = SwarmPublisher(
+            config, public_key, self._counters, self._timings, clock, write_level=self.reader.write_level
+        )
         validator = make_record_validator(
             signing_key,
             config.swarm_name,
@@ -92,6 +97,7 @@ class DHTTransport(SwarmTransport):
             RejectionLog(self._counters),
             # Peers with a longer record_ttl than ours are refused: storage here stays bounded by our expiry.
             max_ttl=config.record_ttl + config.clock_skew_tolerance + 60.0,
+            index_max_level=config.index_max_level,
         )
         self.peer = DHTPeer(config, validator, self._peer_id, self._counters, clock)
         self.peer.start(

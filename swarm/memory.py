@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from swarm.clock import Clock
 from swarm.records import Group, ReceivedGroup, RecordLimits, RecordRejected, validate_group
 from swarm.transport import PeerInfo, SwarmCounters, SwarmTransport, TransportReadout
 
@@ -134,13 +135,15 @@ class DictDHT:
 
     What :class:`swarm.publisher.SwarmPublisher` and :class:`swarm.reader.SwarmReader` need of a DHT node, without
     p2pd: unit tests and simulations run the real publisher and reader on it. It records the keys of every lookup
-    (``reads``) and the bytes lookups returned (``bytes_read``).
+    (``reads``) and the bytes lookups returned (``bytes_read``). Given a ``clock``, lookups leave out values expired
+    by its wall time, as hivemind does; without one, values never expire.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, clock: Clock | None = None) -> None:
         self.items: dict[str, dict[Any, Any]] = {}  # key -> {subkey: ValueWithExpiration}
         self.reads: list[list[str]] = []
         self.bytes_read = 0
+        self._clock = clock
 
     async def store_many(
         self, keys: list[str], values: list[bytes], expiration_time: float, subkeys: list[Any]
@@ -158,8 +161,11 @@ class DictDHT:
 
         self.reads.append(list(keys))
         found: dict[str, Any] = {}
+        now = None if self._clock is None else self._clock.time()
         for key in keys:
             entries = self.items.get(key)
+            if entries is not None and now is not None:
+                entries = {subkey: item for subkey, item in entries.items() if item.expiration_time >= now} or None
             if entries is not None:
                 self.bytes_read += sum(len(item.value) for item in entries.values() if isinstance(item.value, bytes))
             found[key] = None if entries is None else ValueWithExpiration(entries, 0.0)

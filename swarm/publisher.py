@@ -1,20 +1,19 @@
-"""The writing side of a DHT peer: queue groups as signed records, store them with this peer's index entry."""
+"""The writing side of a DHT peer: queue groups as signed records, store them with this peer's index entries."""
 
 from __future__ import annotations
 
 import asyncio
 import collections
-import hashlib
 import logging
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 from swarm.clock import SYSTEM_CLOCK, Clock
 from swarm.config import DHTTransportConfig
 from swarm.records import Group, GroupRecord, IndexEntry, RecordRef, encode_index_entry, encode_record
 from swarm.transport import SwarmCounters, TimingLog
-from swarm.validation import fingerprint, index_keys, owner_marker, record_key
+from swarm.validation import fingerprint, index_key_of, owner_marker, record_key
 
 logger = logging.getLogger("swarm.dht")
 
@@ -29,19 +28,24 @@ class DHTStore(Protocol):
         ...
 
 
-def index_key_of(config: DHTTransportConfig, peer_id: str) -> str:
-    """The index shard a peer writes its entry to: a hash of its id, so shards fill evenly."""
-    shards = index_keys(config.swarm_name, config.index_shards)
-    return shards[int(hashlib.sha256(peer_id.encode()).hexdigest(), 16) % config.index_shards]
-
-
 class SwarmPublisher:
     """Queues published groups (never waiting on the network) and stores them from the event loop.
 
     Each :meth:`queue` call becomes one record ``{swarm}/records/{peer}/{seq}``; every store also rewrites this peer's
-    index entry, which lists its newest records. A full queue drops its oldest record (``publish_dropped``): a slow
-    network costs stale groups, never memory. All values are written under this peer's owner marker, so the DHT's
-    validator signs them and other peers accept them only as this peer's.
+    index entry, which lists its newest records, in its shard of each index level from 0 to ``write_level()``
+    (counted as ``index_stores``). A full queue drops its oldest record (``publish_dropped``): a slow network costs
+    stale groups, never memory. All values are written under this peer's owner marker, so the DHT's validator signs
+    them and other peers accept them only as this peer's.
+
+    Args:
+        config: the transport's settings (key layout, ttl, limits, queue size).
+        public_key: this peer's key: its owner marker and its id.
+        counters: where stores and their failures are counted.
+        timings: where store durations are recorded.
+        clock: wall time dates records and entries; monotonic time spaces announcements.
+        write_level: the highest index level to write the entry to, asked at every store; the transport passes
+            its reader's :meth:`~swarm.reader.SwarmReader.write_level` (O(log N) levels). ``None``: every level
+            up to ``config.index_max_level``, which any reader finds whatever level it reads.
     """
 
     def __init__(
@@ -51,11 +55,12 @@ class SwarmPublisher:
         counters: SwarmCounters,
         timings: TimingLog,
         clock: Clock = SYSTEM_CLOCK,
+        write_level: Callable[[], int] | None = None,
     ):
         self.config = config
         self._peer_id = fingerprint(public_key)
         self._marker = owner_marker(public_key)
-        self._index_key = index_key_of(config, self._peer_id)
+        self._write_level = write_level or (lambda: config.index_max_level)
         self._counters = counters
         self._timings = timings
         self._clock = clock
@@ -67,8 +72,14 @@ class SwarmPublisher:
 
     @property
     def index_key(self) -> str:
-        """The index shard this peer writes its entry to."""
-        return self._index_key
+        """The index shard of level 0 this peer writes its entry to (every peer writes level 0)."""
+        return self.index_keys()[0]
+
+    def index_keys(self) -> list[str]:
+        """The index shards this peer's next store writes its entry to: one per level, from 0 to ``write_level``."""
+        config = self.config
+        top = min(max(0, self._write_level()), config.index_max_level)
+        return [index_key_of(config.swarm_name, config.index_shards, level, self._peer_id) for level in range(top + 1)]
 
     def recent_refs(self) -> list[RecordRef]:
         """References to this peer's newest records, as its index entry lists them (oldest first)."""
@@ -113,8 +124,9 @@ class SwarmPublisher:
         now = self._clock.time()
         entry = IndexEntry(model=config.model_name, records=refs, updated_at=now)
         index_bytes = encode_index_entry(entry, config.limits)
-        keys = [record_key(config.swarm_name, self._peer_id, seq) for seq, *_ in batch] + [self._index_key]
-        values = [data for _, data, *_ in batch] + [index_bytes]
+        entry_keys = self.index_keys()
+        keys = [record_key(config.swarm_name, self._peer_id, seq) for seq, *_ in batch] + entry_keys
+        values = [data for _, data, *_ in batch] + [index_bytes] * len(entry_keys)
         started = self._last_index_store = self._clock.monotonic()
         try:
             result = await asyncio.wait_for(
@@ -126,12 +138,14 @@ class SwarmPublisher:
             self._counters.add("store_timeouts")
             logger.warning("peer %s: storing %d record(s) timed out", self._peer_id, len(batch))
         self._timings.record("publish", self._clock.monotonic() - started)
-        for key, (_, data, num_groups, _) in zip(keys, batch, strict=False):  # keys ends with the index key
+        for key, (_, data, num_groups, _) in zip(keys, batch, strict=False):  # keys end with the index keys
             if result.get((key, self._marker)):
                 self._counters.add("published_records")
                 self._counters.add("published_groups", num_groups)
                 self._counters.add("published_bytes", len(data))
             else:
                 self._counters.add("publish_failures")
-        if not result.get((self._index_key, self._marker)):
+        stored = sum(1 for key in entry_keys if result.get((key, self._marker)))
+        self._counters.add("index_stores", stored)
+        if stored < len(entry_keys):
             self._counters.add("index_store_failures")

@@ -3,8 +3,27 @@
 :class:`SwarmReader` knows the swarm only through an object with hivemind's ``get_many(keys,
 sufficient_expiration_time=None)`` (a :class:`~hivemind.dht.node.DHTNode`, or a dictionary-backed stand-in in unit
 tests) and reads time from an injected :class:`~swarm.clock.Clock`, so expiry, clock skew and the choice of records
-are tested without a p2pd daemon. A fetch costs O(J): only as many records are fetched as keep about
-``prefetch_groups`` groups cached, and at most ``index_shards_per_poll`` index shards are read per poll.
+are tested without a p2pd daemon.
+
+What a reader costs per step does not grow with the swarm's size N:
+
+- records: only as many are fetched as keep about ``prefetch_groups`` groups cached (O(J));
+- index: a read returns about ``index_shards_per_poll * index_shard_entries`` entries at any N (more shards of
+  level 0 are read while the swarm is too small to fill them: :func:`shards_per_read`). The index has
+  levels (:func:`swarm.validation.index_keys`): level ``l`` lists the peers over ``index_shards * 2**l`` shards.
+  The reader estimates N from its last few reads (the mean of each read's entries over the share of its level's
+  shards it read) and reads, in rotation, the level whose shards hold about ``index_shard_entries`` entries; its
+  peer's publisher writes to every level up to :meth:`SwarmReader.write_level`, two levels above the last one
+  whose shards still hold an entry, so a reader whose estimate is up to twice as high (four times with
+  ``index_shard_entries`` 2) still finds it. A reader's first read probes two shards of the middle level, which
+  costs a few entries at N = 8 and at N = 10^4 alike; a publisher without an estimate writes every level.
+- when: the index is read when the cache needs groups (at most every ``index_min_interval``), or every
+  ``index_refresh_interval`` to keep :meth:`SwarmReader.peers` current; a read while the cache is full fetches
+  nothing, so it buys no freshness. The peers listed by the latest read are chosen first (their newest refs are
+  the freshest), and the rotation over shards spreads the choice over all senders.
+
+At large N, :meth:`SwarmReader.peers` is therefore the sample of peers the reader's reads listed within the record
+ttl, not the whole swarm.
 """
 
 from __future__ import annotations
@@ -13,6 +32,7 @@ import asyncio
 import collections
 import hashlib
 import logging
+import math
 import random
 import threading
 from dataclasses import dataclass
@@ -30,6 +50,8 @@ _RECORDS_PER_GET = 3  # hivemind packs sqrt(n) keys per lookup RPC: n <= 3 keeps
 _RETURNED_IDS_KEPT = 100_000  # ids of groups handed out, so a record fetched twice is not trained on twice
 _REJECTED_ENTRIES_KEPT = 10_000  # digests of refused index entries: one count per entry, not one per read
 _MISSING_TRIES = 3  # polls a listed record may be missing (its store still travelling) before it is given up
+_ESTIMATE_READS = 8  # index reads pooled into the estimate of the swarm's size
+_WRITE_LEVELS_ABOVE = 2  # levels written above the last whose shards hold an entry: readers estimating 2x more
 
 
 class DHTLookup(Protocol):
@@ -46,6 +68,7 @@ class _PeerState:
     model: str
     last_seen: float
     refs: list[RecordRef]
+    listed_by: int  # number of the latest index read that listed this peer
 
 
 class SwarmReader:
@@ -88,9 +111,9 @@ class SwarmReader:
         self._skew_warned: set[str] = set()
         self._rejected_entries: collections.OrderedDict[bytes, None] = collections.OrderedDict()
         self._last_index_read = -float("inf")
-        self._shard_order = index_keys(config.swarm_name, config.index_shards)
-        self._rng.shuffle(self._shard_order)  # peers start their rotation at different shards
-        self._shard_cursor = 0
+        self._index_reads = 0
+        self._rotation = self._rng.randrange(1 << 30)  # peers start their rotation at different shards
+        self._recent_estimates: collections.deque[float] = collections.deque(maxlen=_ESTIMATE_READS)
 
     # ------------------------------------------------------------------------------ any thread
 
@@ -129,14 +152,38 @@ class SwarmReader:
             ]
 
     def gauges(self) -> dict[str, float]:
-        """Sizes of what the reader holds: cached groups, remembered refs, senders and handed-out ids."""
+        """Sizes of what the reader holds (cached groups, remembered refs, senders and handed-out ids), its estimate
+        of the swarm's size (-1 before the first index read) and the index level it reads."""
+        estimate, level = self.estimated_peers(), self.read_level()
         with self._lock:
             return {
                 "cached_groups": float(len(self._cache)),
                 "seen_refs": float(len(self._seen_refs)),
                 "known_senders": float(len(self._peers)),
                 "returned_ids": float(len(self._returned)),
+                "estimated_peers": -1.0 if estimate is None else estimate,
+                "index_level": float(level),
             }
+
+    def estimated_peers(self) -> float | None:
+        """The number of peers listed in the index, estimated from the last few index reads (the mean over them of
+        the entries a read found over the share of its level's shards it read); ``None`` before the first read."""
+        with self._lock:
+            if not self._recent_estimates:
+                return None
+            return sum(self._recent_estimates) / len(self._recent_estimates)
+
+    def read_level(self) -> int:
+        """The index level the next read reads: the one whose shards hold about ``index_shard_entries`` entries by
+        :meth:`estimated_peers`; the middle level before the first read (a cheap probe at any N); level 0 when
+        ``index_shards_per_poll`` is 0 (the whole index every time)."""
+        return read_level_for(self.estimated_peers(), self.config)
+
+    def write_level(self) -> int:
+        """The highest index level this peer's publisher writes its entry to: two above the last level whose shards
+        hold an entry on average by :meth:`estimated_peers` (so that a reader estimating up to twice as many peers,
+        or wanting fewer entries per shard, still finds it; O(log N) stores), every level before the first read."""
+        return write_level_for(self.estimated_peers(), self.config)
 
     # ------------------------------------------------------------------------------ the event loop
 
@@ -163,59 +210,78 @@ class SwarmReader:
                 del self._peers[sender]
 
     async def read_index(self, dht: DHTLookup) -> None:
-        """Read this poll's index shards (in rotation) and update what every other peer lists."""
+        """Read this poll's index shards (in rotation, at :meth:`read_level`) and update what other peers list."""
         config = self.config
         started = self._clock.monotonic()
-        count = config.index_shards_per_poll or config.index_shards
-        if count >= config.index_shards:
-            shard_keys = self._shard_order
-        else:
-            shard_keys = [self._shard_order[(self._shard_cursor + i) % config.index_shards] for i in range(count)]
-            self._shard_cursor = (self._shard_cursor + count) % config.index_shards
+        estimate = self.estimated_peers()
+        level = read_level_for(estimate, config)
+        shards = index_keys(config.swarm_name, config.index_shards, level)
+        count = shards_per_read(estimate, level, config)
+        shard_keys = [shards[(self._rotation + i) % len(shards)] for i in range(count)]
+        self._rotation += count
         # A shard's expiration is that of its newest entry (written with now + ttl): asking for a copy updated
         # within index_staleness skips stale copies (our own cache included) without traversing every replica.
         sufficient = self._clock.time() + config.record_ttl - config.index_staleness
         results = await asyncio.wait_for(
             dht.get_many(shard_keys, sufficient_expiration_time=sufficient), config.fetch_timeout
         )
-        self._counters.add("index_reads")
         self._timings.record("index", self._clock.monotonic() - started)
         now = self._clock.time()
+        self._index_reads += 1
+        entries = size = 0
         for found in results.values():
             if found is None or not isinstance(found.value, dict):
                 continue
             for subkey, item in found.value.items():
-                self._take_index_entry(subkey, item.value, now)
+                size += len(item.value) if isinstance(item.value, bytes) else 0
+                entries += self._take_index_entry(subkey, item.value, now)
+        self._counters.add("index_reads")
+        self._counters.add("index_entries_read", entries)
+        self._counters.add("index_bytes_read", size)
+        with self._lock:
+            # Each read votes alike: pooling entries over shares would let one early read of a whole low level
+            # (a large share) outweigh every later read of a few shards while the swarm grows.
+            self._recent_estimates.append(entries * len(shards) / count)
 
-    def _take_index_entry(self, subkey: Any, value: Any, now: float) -> None:
+    def _take_index_entry(self, subkey: Any, value: Any, now: float) -> bool:
+        """Take one index entry; True if it is a valid entry of a peer (this one's included), which counts towards
+        the estimate of the swarm's size."""
         public_key = owner_public_key(subkey)
-        if public_key is None or public_key == self._own_public_key:
-            return
+        if public_key is None:
+            return False
+        if public_key == self._own_public_key:
+            return True
         sender = fingerprint(public_key)
         # The index is re-read every few seconds: an entry refused once is not judged (and counted) again.
         digest = hashlib.sha256(repr((subkey, value)).encode()).digest()
         if digest in self._rejected_entries:
-            return
+            return False
         try:
             entry = decode_index_entry(value, self.config.limits)
         except RecordRejected as e:
             self._remember_rejected(digest)
             self._reject(e.reason, f"index entry of {sender}: {e.detail}")
-            return
+            return False
         if entry.updated_at > now + self.config.clock_skew_tolerance:
             self._remember_rejected(digest)
             self._clock_skew(sender, entry.updated_at - now)
-            return
+            return False
         with self._lock:
             state = self._peers.get(sender)
             if state is None:
                 logger.info("peer %s found peer %s (model %r)", self._label, sender, entry.model)
             if state is None or entry.updated_at >= state.last_seen:
-                self._peers[sender] = _PeerState(public_key, entry.model, entry.updated_at, entry.records)
+                self._peers[sender] = _PeerState(
+                    public_key, entry.model, entry.updated_at, entry.records, self._index_reads
+                )
+            else:  # an older copy (another level's, or a stale replica): the peer is listed all the same
+                state.listed_by = self._index_reads
+        return True
 
     def choose_refs(self, need: int) -> list[tuple[str, RecordRef]]:
-        """Unseen fresh refs of other peers, newest first per peer, round-robin over peers in random order,
-        until they promise ``need`` groups."""
+        """Unseen fresh refs of other peers, newest first per peer, round-robin over peers until they promise
+        ``need`` groups; the peers listed by the latest index read come first (their refs are the freshest known),
+        in random order among peers listed by the same read."""
         now = self._clock.time()
         oldest = now - self.config.record_ttl
         with self._lock:
@@ -231,8 +297,10 @@ class SwarmReader:
                 )
                 for sender, state in self._peers.items()
             }
+            listed_by = {sender: state.listed_by for sender, state in self._peers.items()}
         order = [sender for sender, refs in per_peer.items() if refs]
         self._rng.shuffle(order)
+        order.sort(key=lambda sender: -listed_by[sender])  # stable: random order among peers of the same read
         chosen: list[tuple[str, RecordRef]] = []
         expected = 0
         while order and expected < need:
@@ -343,6 +411,43 @@ class SwarmReader:
                 sender,
                 ahead,
             )
+
+
+def read_level_for(estimate: float | None, config: DHTTransportConfig) -> int:
+    """The index level a reader reads when it estimates ``estimate`` peers (``None``: no estimate yet): see
+    :meth:`SwarmReader.read_level`."""
+    if not config.index_shards_per_poll:
+        return 0
+    if estimate is None:
+        return config.index_max_level // 2
+    per_shard_at_level_0 = estimate / (config.index_shards * config.index_shard_entries)
+    level = round(math.log2(per_shard_at_level_0)) if per_shard_at_level_0 > 0 else 0
+    return min(max(level, 0), config.index_max_level)
+
+
+def shards_per_read(estimate: float | None, level: int, config: DHTTransportConfig) -> int:
+    """How many shards of ``level`` an index read reads: ``index_shards_per_poll``, or as many more as hold
+    ``index_shards_per_poll * index_shard_entries`` entries by ``estimate`` where the level's shards hold fewer
+    than that (level 0 of a swarm smaller than ``index_shards * index_shard_entries``: a read of two near-empty
+    shards would list too few peers to choose fresh records from); every shard with ``index_shards_per_poll`` 0."""
+    shards = config.index_shards << level
+    if not config.index_shards_per_poll:
+        return shards
+    if estimate is None:  # the first read: a probe of index_shards_per_poll shards
+        return min(config.index_shards_per_poll, shards)
+    per_shard = estimate / shards
+    spread = round(config.index_shard_entries / per_shard) if per_shard > 0 else shards
+    return min(config.index_shards_per_poll * max(1, spread), shards)
+
+
+def write_level_for(estimate: float | None, config: DHTTransportConfig) -> int:
+    """The highest index level a publisher writes to when its peer estimates ``estimate`` peers (``None``: no
+    estimate yet): see :meth:`SwarmReader.write_level`."""
+    if estimate is None:
+        return config.index_max_level
+    per_shard_at_level_0 = estimate / config.index_shards
+    filled = math.floor(math.log2(per_shard_at_level_0)) if per_shard_at_level_0 >= 1 else 0
+    return min(filled + _WRITE_LEVELS_ABOVE, config.index_max_level)
 
 
 def _group_id(item: ReceivedGroup) -> tuple[str, str, float]:

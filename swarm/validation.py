@@ -4,8 +4,8 @@ hivemind calls a validator on every record another peer asks this node to store 
 peer returns to a lookup. What arrives there is one layer below the application values:
 
 - ``record.key`` is the 20-byte hash (``DHTID``) of the application key, so the validator cannot read
-  the key; it recognises the few index-shard keys by their precomputed hashes and treats every other
-  key as a records key (the DHT is dedicated to one swarm);
+  the key; it recognises the index-shard keys (every level's, see :func:`index_keys`) by their
+  precomputed hashes and treats every other key as a records key (the DHT is dedicated to one swarm);
 - ``record.subkey`` is the msgpack-serialized subkey, which must carry an ``[owner:<ssh-rsa key>]``
   marker;
 - ``record.value`` is the msgpack-serialized application value (here always ``bytes``: an encoded
@@ -19,6 +19,7 @@ Both validators count every rejection in a :class:`~swarm.transport.SwarmCounter
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import logging
 import threading
@@ -111,12 +112,13 @@ class SwarmSchemaValidator(RecordValidatorBase):
     """Checks that a (signature-stripped) value is an encoded GroupRecord or IndexEntry within ``limits``.
 
     Parameters:
-        swarm_name: the swarm's key prefix; index keys are ``f"{swarm_name}/index/{shard}"``.
-        index_shards: number of index shards.
+        swarm_name: the swarm's key prefix (see :func:`index_keys` for the index layout).
+        index_shards: number of index shards of level 0.
         limits: the limits this peer enforces.
         on_reject: called with ``(reason, detail)`` for each rejection.
         max_ttl: the latest expiration accepted, in seconds from now (``None``: any). Bounds what a peer can
             be made to keep: without it, a hostile peer could store records that never expire.
+        index_max_level: the index's highest level; the keys of levels 0 to it are index keys.
     """
 
     def __init__(
@@ -126,11 +128,13 @@ class SwarmSchemaValidator(RecordValidatorBase):
         limits: RecordLimits,
         on_reject: Callable[[str, str], None],
         max_ttl: float | None = None,
+        *,
+        index_max_level: int,
     ):
         self.limits = limits
         self.max_ttl = max_ttl
         self._on_reject = on_reject
-        self._index_key_ids = {DHTID.generate(source=key).to_bytes() for key in index_keys(swarm_name, index_shards)}
+        self._index_key_ids = index_key_ids(swarm_name, index_shards, index_max_level)
 
     @property
     def priority(self) -> int:
@@ -167,9 +171,42 @@ class SwarmSchemaValidator(RecordValidatorBase):
             return False
 
 
-def index_keys(swarm_name: str, index_shards: int) -> list[str]:
-    """The DHT keys of the swarm's index shards."""
-    return [f"{swarm_name}/index/{shard}" for shard in range(index_shards)]
+def index_keys(swarm_name: str, index_shards: int, level: int = 0) -> list[str]:
+    """The DHT keys of the index shards of ``level``: ``index_shards * 2**level`` of them.
+
+    The index has levels so that a reader's cost does not grow with the swarm: every level lists every peer (that
+    writes to it), split over twice as many shards as the level below, so a reader picks the level whose shards
+    hold a few entries each. Level 0 keys are ``f"{swarm_name}/index/{shard}"`` (as before levels existed), level
+    ``l >= 1`` keys are ``f"{swarm_name}/index/L{l}/{shard}"``. Peer ``sender`` writes to shard
+    :func:`index_shard_of` of each level it writes.
+    """
+    return [_index_key(swarm_name, level, shard) for shard in range(index_shards << level)]
+
+
+def _index_key(swarm_name: str, level: int, shard: int) -> str:
+    return f"{swarm_name}/index/{shard}" if level == 0 else f"{swarm_name}/index/L{level}/{shard}"
+
+
+def index_shard_of(sender: str, index_shards: int, level: int) -> int:
+    """The shard of ``level`` that holds peer ``sender``'s entry: a hash of its id modulo the level's shard count, so
+    shards fill evenly and a peer's shard at level ``l + 1`` is one of the two halves of its shard at level ``l``."""
+    return int(hashlib.sha256(sender.encode()).hexdigest(), 16) % (index_shards << level)
+
+
+def index_key_of(swarm_name: str, index_shards: int, level: int, sender: str) -> str:
+    """The DHT key of the index shard of ``level`` that holds peer ``sender``'s entry."""
+    return _index_key(swarm_name, level, index_shard_of(sender, index_shards, level))
+
+
+@functools.lru_cache(maxsize=4)
+def index_key_ids(swarm_name: str, index_shards: int, max_level: int) -> frozenset[bytes]:
+    """The DHT hashes of every index key of levels 0 to ``max_level`` (computed once per layout: 16376 keys take
+    ~70 ms with 8 shards and 10 levels)."""
+    return frozenset(
+        DHTID.generate(source=key).to_bytes()
+        for level in range(max_level + 1)
+        for key in index_keys(swarm_name, index_shards, level)
+    )
 
 
 def record_key(swarm_name: str, sender: str, seq: int) -> str:
@@ -185,12 +222,16 @@ def make_record_validator(
     on_reject: Callable[[str, str], None],
     extra: Iterable[RecordValidatorBase] = (),
     max_ttl: float | None = None,
+    *,
+    index_max_level: int,
 ) -> CompositeValidator:
     """The validator a swarm DHTNode runs: owner signature first, then the wire schema."""
     return CompositeValidator(
         [
             OwnerSignatureValidator(private_key, on_reject),
-            SwarmSchemaValidator(swarm_name, index_shards, limits, on_reject, max_ttl=max_ttl),
+            SwarmSchemaValidator(
+                swarm_name, index_shards, limits, on_reject, max_ttl=max_ttl, index_max_level=index_max_level
+            ),
             *extra,
         ]
     )

@@ -21,12 +21,21 @@ from hivemind.utils.serializer import MSGPackSerializer  # noqa: E402
 
 from sapo.tasks import TaskSpec, build_reasoning_gym_dataset  # noqa: E402
 from sapo.verification import GROUP_DROP_REASONS, GroupDropped, QuestionVerifier  # noqa: E402
-from swarm.records import REJECT_REASONS, Group, Provenance, RecordLimits  # noqa: E402
+from swarm.records import (  # noqa: E402
+    REJECT_REASONS,
+    Group,
+    GroupRecord,
+    IndexEntry,
+    Provenance,
+    RecordLimits,
+    encode_index_entry,
+    encode_record,
+)
 from swarm.validation import OwnerSignatureValidator, SwarmSchemaValidator, index_keys, owner_marker  # noqa: E402
 from tests.swarm_fixtures import make_group  # noqa: E402
 
 FUZZ = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-KEYS = [*index_keys("sapo", 8), "sapo/records/abc/1", "other"]
+KEYS = [*index_keys("sapo", 8), *index_keys("sapo", 8, level=3)[::9], "sapo/records/abc/1", "other"]
 OWN_KEY, OTHER_KEY = RSAPrivateKey(), RSAPrivateKey()  # RSA key generation is slow: made once
 
 
@@ -46,7 +55,7 @@ def _record(key: str, subkey: bytes, value: bytes, expiration: float = 1e12) -> 
 @given(st.sampled_from(KEYS), st.binary(max_size=300), st.floats(allow_nan=True, allow_infinity=True))
 def test_schema_validator_answers_a_bool_and_counts_every_refusal(key, value, expiration):
     rejections = Rejections()
-    validator = SwarmSchemaValidator("sapo", 8, RecordLimits(), rejections, max_ttl=600)
+    validator = SwarmSchemaValidator("sapo", 8, RecordLimits(), rejections, max_ttl=600, index_max_level=10)
     accepted = validator.validate(_record(key, MSGPackSerializer.dumps(b"subkey"), value, expiration))
     assert accepted in (True, False)
     assert len(rejections.reasons) == (0 if accepted else 1)
@@ -99,3 +108,20 @@ def test_verifier_rederives_or_drops_with_a_reason(provenance, question, policy)
     assert isinstance(columns["answer"], str) and json.loads(columns["provenance"])
     if provenance.source == "reasoning_gym":  # accepted only for the question its provenance regenerates
         assert question == "same"
+
+
+def test_schema_validator_knows_the_index_keys_of_every_level_and_no_others():
+    entry = MSGPackSerializer.dumps(encode_index_entry(IndexEntry(model="m", records=[], updated_at=1.0)))
+    record = MSGPackSerializer.dumps(encode_record(GroupRecord(groups=[make_group("g")], created_at=1.0)))
+    subkey = MSGPackSerializer.dumps(b"subkey")
+    rejections = Rejections()
+    validator = SwarmSchemaValidator("sapo", 8, RecordLimits(), rejections, index_max_level=10)
+    top = index_keys("sapo", 8, level=10)
+    assert len(top) == 8 * 2**10 and top[-1] == "sapo/index/L10/8191"
+    for key in ("sapo/index/0", "sapo/index/L1/15", top[-1]):  # index keys: index entries only
+        assert validator.validate(_record(key, subkey, entry)) is True, key
+        assert validator.validate(_record(key, subkey, record)) is False, key
+    for key in ("sapo/index/L11/0", "sapo/index/8", "sapo/records/abc/1"):  # not index keys: records only
+        assert validator.validate(_record(key, subkey, entry)) is False, key
+        assert validator.validate(_record(key, subkey, record)) is True, key
+    assert rejections.reasons == ["schema"] * 6

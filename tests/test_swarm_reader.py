@@ -4,7 +4,9 @@ takes from the swarm, when it expires, and what a wrong clock costs."""
 from __future__ import annotations
 
 import asyncio
+import base64
 import random
+from collections import Counter
 from typing import Any
 
 from hivemind.utils import ValueWithExpiration
@@ -14,9 +16,9 @@ from swarm.clock import ManualClock
 from swarm.config import DHTTransportConfig
 from swarm.memory import DictDHT
 from swarm.publisher import SwarmPublisher
-from swarm.reader import SwarmReader
+from swarm.reader import SwarmReader, read_level_for, shards_per_read, write_level_for
 from swarm.transport import SwarmCounters, TimingLog
-from swarm.validation import fingerprint, owner_marker
+from swarm.validation import fingerprint, index_key_of, index_keys, owner_marker
 from tests.swarm_fixtures import make_group
 
 
@@ -29,8 +31,10 @@ class Peer:
         self.peer_id = fingerprint(self.public_key)
         self.counters = SwarmCounters()
         self.timings = timings = TimingLog(clock)
-        self.publisher = SwarmPublisher(self.config, self.public_key, self.counters, timings, clock)
         self.reader = SwarmReader(self.config, self.public_key, self.counters, timings, clock, random.Random(0))
+        self.publisher = SwarmPublisher(  # wired as DHTTransport wires them
+            self.config, self.public_key, self.counters, timings, clock, write_level=self.reader.write_level
+        )
         self.dht = dht
 
     def publish(self, *group_ids: str, created_at: float) -> None:
@@ -96,10 +100,18 @@ def test_a_peer_whose_clock_runs_ahead_is_rejected_as_clock_skew():
 
 def test_a_poll_reads_a_few_index_shards_in_rotation_and_fetches_only_what_the_cache_lacks():
     dht, clock = DictDHT(), ManualClock()
-    reader = Peer(dht, clock, index_shards=8, index_shards_per_poll=2, prefetch_groups=2, index_min_interval=0)
-    writers = [Peer(dht, clock) for _ in range(6)]
+    reader = Peer(  # one level: the rotation over level 0's shards (levels: the large-swarm tests below)
+        dht, clock, index_shards_per_poll=2, index_shard_entries=1, prefetch_groups=2, index_min_interval=0,
+        index_max_level=0,
+    )  # fmt: skip
+    rng = random.Random(4)
+    writers = [Writer(dht, clock, rng) for _ in range(16)]  # about two entries per shard, one wanted
     for n, writer in enumerate(writers):
         writer.publish(f"w{n}a", f"w{n}b", created_at=clock.time())
+    for _ in range(2):  # the first read probes two shards; the next ones read two, as the estimate says
+        reader.poll()
+        reader.reader.take(100)
+    assert [len(keys) for keys in dht.reads if "/index/" in keys[0]] == [2, 2]
     shards_read: list[str] = []
     for _ in range(4):  # four polls of two shards: every shard once
         dht.reads.clear()
@@ -108,7 +120,7 @@ def test_a_poll_reads_a_few_index_shards_in_rotation_and_fetches_only_what_the_c
         reader.reader.take(100)  # empty the cache so that every poll fetches
     assert sorted(shards_read) == sorted(f"{reader.config.swarm_name}/index/{i}" for i in range(8))
     dht.reads.clear()
-    reader.poll()  # the cache wants 2 groups: one record of 2 groups is fetched, not all six
+    reader.poll()  # the cache wants 2 groups: one record of 2 groups is fetched, not all sixteen
     record_keys = [key for keys in dht.reads for key in keys if "/records/" in key]
     assert len(record_keys) == 1
 
@@ -124,3 +136,123 @@ def test_a_refused_index_entry_is_counted_once_not_at_every_read():
         clock.advance(1)
     rejected = {k: v for k, v in reader.counters.snapshot().items() if k.startswith("rejected/")}
     assert sum(rejected.values()) == 1, rejected
+
+
+class Writer:
+    """A publisher alone (no reader), with random bytes for a public key: RSA keys for hundreds of peers are slow."""
+
+    def __init__(self, dht: DictDHT, clock: ManualClock, rng: random.Random, write_level: Any = None, **config: Any):
+        self.config = DHTTransportConfig(**config)
+        self.public_key = b"ssh-rsa " + base64.b64encode(rng.randbytes(279))
+        self.peer_id = fingerprint(self.public_key)
+        self.counters = SwarmCounters()
+        self.publisher = SwarmPublisher(
+            self.config, self.public_key, self.counters, TimingLog(clock), clock, write_level=write_level
+        )
+        self.dht = dht
+
+    def publish(self, *group_ids: str, created_at: float) -> None:
+        self.publisher.queue([make_group(g, created_at=created_at) for g in group_ids])
+        asyncio.run(self.publisher.flush(self.dht))
+
+
+def _index_reads(dht: DictDHT) -> list[list[str]]:
+    return [keys for keys in dht.reads if any("/index/" in key for key in keys)]
+
+
+def _entries_in(dht: DictDHT, keys: list[str]) -> int:
+    return sum(len(dht.items.get(key, {})) for key in keys)
+
+
+def test_in_a_large_swarm_an_index_read_returns_a_bounded_number_of_entries_and_groups_come_from_many_senders():
+    dht, clock, rng = DictDHT(), ManualClock(), random.Random(1)
+    reader = Peer(dht, clock, prefetch_groups=4, index_min_interval=0)
+    writers = [Writer(dht, clock, rng, write_level=reader.reader.write_level) for _ in range(512)]
+    entries_per_read, senders, ages = [], Counter(), []
+    for step in range(30):
+        for n, writer in enumerate(writers):  # every writer publishes once per step
+            writer.publish(f"{n}-{step}", created_at=clock.time())
+        clock.advance(15)
+        dht.reads.clear()
+        reader.poll()
+        entries_per_read += [_entries_in(dht, keys) for keys in _index_reads(dht)]
+        taken = reader.reader.take(4)
+        senders.update(item.sender for item in taken)
+        ages += [clock.time() - item.group.created_at for item in taken]
+        clock.advance(15)
+    level_0_shard = _entries_in(dht, index_keys("sapo", 8)[:1])
+    assert level_0_shard > 40  # reading level 0 would return ~64 entries per shard, 128 per read
+    settled = entries_per_read[10:]  # after the first reads (the probe, level 0 while the estimate forms)
+    assert max(settled) <= 16 and sum(settled) / len(settled) <= 8, entries_per_read
+    assert 256 <= reader.reader.estimated_peers() <= 1024
+    assert reader.reader.read_level() in (4, 5, 6)  # 512 / (8 * 2**5) = 2 entries per shard
+    assert sum(senders.values()) >= 4 * 29  # the cache is kept filled
+    assert len(senders) >= 40 and max(senders.values()) <= 8, senders  # spread over many senders
+    assert sorted(ages)[len(ages) // 2] <= 30  # the groups taken are fresh: published within the last step or two
+
+
+def test_a_writer_is_listed_at_every_level_a_reader_of_its_swarm_size_reads():
+    dht, clock, rng = DictDHT(), ManualClock(), random.Random(2)
+    neighbour = Peer(dht, clock, index_min_interval=0)  # the writers' own estimate of the swarm's size
+    writers = [Writer(dht, clock, rng, write_level=neighbour.reader.write_level) for _ in range(300)]
+    for n, writer in enumerate(writers):
+        writer.publish(f"first-{n}", created_at=clock.time())  # no estimate yet: every level
+    assert writers[0].counters.snapshot()["index_stores"] == 11
+    for _ in range(12):
+        neighbour.poll()
+        clock.advance(3)
+    dht.items.clear()  # what the writers store from now on, with an estimate
+    for n, writer in enumerate(writers):
+        writer.publish(f"second-{n}", created_at=clock.time())
+    stores = writers[0].counters.snapshot()["index_stores"] - 11
+    assert 5 <= stores <= 9  # O(log N) levels, not all 11
+    config = neighbour.config
+    for estimate in (150, 300, 600):  # readers whose estimates differ from the writers' by up to 2x
+        level = read_level_for(estimate, config)
+        for writer in writers:
+            key = index_key_of(config.swarm_name, config.index_shards, level, writer.peer_id)
+            assert owner_marker(writer.public_key) in dht.items.get(key, {}), (estimate, level)
+
+
+def test_write_levels_cover_the_read_level_of_any_reader_estimating_up_to_twice_as_many_peers():
+    for entries in (1, 2, 4, 16):
+        config = DHTTransportConfig(index_shard_entries=entries)
+        for estimate in [0.0, 1.0, 3.0] + [1.3**k for k in range(5, 50)]:
+            assert read_level_for(2 * estimate, config) <= write_level_for(estimate, config), (entries, estimate)
+        assert write_level_for(None, config) == config.index_max_level  # no estimate: every level
+    config = DHTTransportConfig()
+    assert [read_level_for(n, config) for n in (8, 64, 512, 2048, 16384, 10**6)] == [0, 2, 5, 7, 10, 10]
+    assert read_level_for(None, config) == 5 and read_level_for(None, DHTTransportConfig(index_shards_per_poll=0)) == 0
+    # a read returns about 2 shards * 2 entries: more shards of level 0 while the swarm cannot fill them
+    assert [shards_per_read(n, read_level_for(n, config), config) for n in (0, 2, 8, 16, 64, 512, 10**6)] == [
+        8, 8, 4, 2, 2, 2, 2,
+    ]  # fmt: skip
+    assert shards_per_read(512, 0, DHTTransportConfig(index_shards_per_poll=0)) == 8
+    assert shards_per_read(None, read_level_for(None, config), config) == 2  # the first read: a probe of 2 shards
+
+
+def test_index_entries_of_departed_peers_expire_with_the_peers_at_every_level():
+    clock, rng = ManualClock(), random.Random(3)
+    dht = DictDHT(clock)  # values expire, as in hivemind
+    reader = Peer(dht, clock, index_min_interval=0, index_refresh_interval=0, record_ttl=600)
+    writers = [Writer(dht, clock, rng, record_ttl=600) for _ in range(200)]  # every level
+    for n, writer in enumerate(writers):
+        writer.publish(f"old-{n}", created_at=clock.time())
+    for _ in range(10):
+        reader.poll()
+        clock.advance(1)
+    assert reader.reader.peers() and reader.reader.read_level() >= 2
+    clock.advance(610)
+    reader.reader.forget_expired()
+    assert reader.reader.peers() == [] and reader.reader.take(100) == []
+    newcomer = Writer(dht, clock, rng)
+    newcomer.publish("new", created_at=clock.time())
+    got = []
+    for _ in range(200):  # the rotation reaches the newcomer's shard at the level read
+        reader.poll()
+        got += reader.reader.take(100)
+        if any(item.sender == newcomer.peer_id for item in got):
+            break
+        clock.advance(1)
+    assert [item.group.group_id for item in got] == ["new"]  # nothing of the departed peers
+    assert reader.reader.read_level() == 0  # their entries expired: the estimate fell with them
