@@ -9,6 +9,7 @@ import math
 import os
 import platform
 import signal
+import statistics
 import subprocess
 import sys
 from collections.abc import Iterable, Sequence
@@ -196,3 +197,16 @@ def pyplot() -> Any:
     import matplotlib.pyplot as plt
 
     return plt
+
+
+def percentile(values: list[float], q: float) -> float | None:
+    """The ``q`` quantile of ``values`` (nearest rank); None when empty."""
+    if not values:
+        return None
+    values = sorted(values)
+    return values[min(len(values) - 1, int(round(q * (len(values) - 1))))]
+
+
+def summary(values: list[float]) -> dict[str, float | None]:
+    """Median, 95th percentile and count of ``values``."""
+    return {"median": statistics.median(values) if values else None, "p95": percentile(values, 0.95), "n": len(values)}

@@ -15,9 +15,11 @@ model's (``payload_log_likelihood``).
 Arms name node options (``ARMS``): ``none`` is the node without any completion defence (control characters
 allowed, no plausibility check); ``hygiene`` keeps only the default completion hygiene; ``default`` is the node's
 defaults (hygiene and the plausibility check); ``default+standing`` adds per-sender standing; ``clean`` is the
-node's defaults in a swarm whose first peer publishes nothing: what the defences cost when there is no attack
-(honest groups they drop, learning). Results go to
-benchmarks/results/poisoning.{json,md}; per-arm run directories under runs/poisoning/ (not committed).
+node's defaults in a swarm whose first peer publishes nothing, and ``clean-none`` the same swarm without the
+defences: side by side, what the defences cost when there is no attack (honest groups they drop, reward, held-out
+pass@1, step time). A clean arm needs ``--honest`` of 2 or more (there is nothing else to share). Results go to
+benchmarks/results/<--report-name>.{json,md} (default ``poisoning``); per-arm run directories under
+runs/poisoning/ (not committed).
 ``--report-only`` measures the existing run directories again (e.g. with a newer measurement), keeping the commit the
 arms ran on from the previous report.
 """
@@ -38,6 +40,7 @@ if __package__ in (None, ""):  # run as a script: the repository's packages come
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.harness import RESULTS, ROOT, run_record, stop_processes, write_report  # noqa: E402
+from sapo.payload_attack import PAYLOADS, PLACES  # noqa: E402
 
 ARMS: dict[str, list[str]] = {
     "none": ["--completion_forbid_control_chars", "false", "--plausibility_margin", "none"],
@@ -45,10 +48,11 @@ ARMS: dict[str, list[str]] = {
     "default": [],
     "default+standing": ["--sender_drop_limit", "3", "--sender_window", "10"],
     "clean": [],
+    "clean-none": ["--completion_forbid_control_chars", "false", "--plausibility_margin", "none"],
 }
 """Node options of each arm: the defences it turns on or off."""
 
-ATTACK_FREE_ARMS = {"clean"}
+ATTACK_FREE_ARMS = {"clean", "clean-none"}
 """Arms whose first peer (the bootstrap) publishes nothing."""
 
 COMPLETIONS_LOG = "completions.jsonl"
@@ -87,7 +91,15 @@ def run_arm(args: argparse.Namespace, arm: str, seed: int) -> Path:
         DHTTransportConfig(swarm_name=f"poisoning-{arm}-{seed}", model_name="attacker", prefetch_groups=1)
     )
     tasks = args.tasks.split(",") if args.tasks else DEFAULT_TASKS
-    attacker = PayloadAttacker(transport, tasks, interval=args.attack_interval, groups_per_round=2, seed=seed)
+    attacker = PayloadAttacker(
+        transport,
+        tasks,
+        args.attack_interval,
+        groups_per_round=2,
+        seed=seed,
+        payloads=args.payloads,
+        places=args.places,
+    )
     processes: list[subprocess.Popen] = []
     try:
         if arm not in ATTACK_FREE_ARMS:
@@ -112,7 +124,14 @@ def run_arm(args: argparse.Namespace, arm: str, seed: int) -> Path:
         stop_processes(processes, grace=60)
         transport.close()
     (run_dir / "attacker.json").write_text(
-        json.dumps({"published_groups": attacker.published, "peer_id": transport.peer_id})
+        json.dumps(
+            {
+                "published_groups": attacker.published,
+                "peer_id": transport.peer_id,
+                "payloads": list(attacker.payloads),
+                "places": list(attacker.places),
+            }
+        )
     )
     return run_dir
 
@@ -121,31 +140,41 @@ PAYLOAD_QUESTIONS = 16
 """Held-out questions the payload log-likelihood is measured on (each with every payload sentence)."""
 
 
-def payload_log_likelihood(model: Any, tokenizer: Any, questions: int = PAYLOAD_QUESTIONS) -> float:
-    """Mean log-probability per token that ``model`` gives each payload sentence of :data:`PAYLOADS` written after a
-    correct answer ("Let me compute. <answer>A</answer> "), over held-out questions of the default tasks."""
+PAYLOAD_CONTEXT = {"before": "", "inside": "Let me compute. ", "after": "Let me compute. <answer>{answer}</answer> "}
+"""What precedes a payload in the attacker's completions, by place (:data:`sapo.payload_attack.PLACES`)."""
+
+
+def payload_log_likelihood(
+    model: Any,
+    tokenizer: Any,
+    payloads: Sequence[str],
+    places: Sequence[str],
+    questions: int = PAYLOAD_QUESTIONS,
+) -> float:
+    """Mean log-probability per token that ``model`` gives each of ``payloads`` where the attacker puts it (each of
+    ``places``, after the chat template and what precedes it there), over held-out questions of the default tasks."""
     import torch
 
-    from sapo.payload_attack import PAYLOADS
     from sapo.tasks import DEFAULT_TASKS, build_held_out_dataset
 
     total, count = 0.0, 0
     model.eval()
     for row in build_held_out_dataset(DEFAULT_TASKS, questions):
-        context = tokenizer.apply_chat_template(row["prompt"], tokenize=False, add_generation_prompt=True)
-        context += f"Let me compute. <answer>{row['answer']}</answer> "
-        context_ids = tokenizer(context, add_special_tokens=False)["input_ids"]
-        for payload in PAYLOADS:
-            payload_ids = tokenizer(payload, add_special_tokens=False)["input_ids"]
-            with torch.no_grad():
-                logits = model(input_ids=torch.tensor([context_ids + payload_ids])).logits[0].float()
-            logps = torch.log_softmax(logits[len(context_ids) - 1 : -1], dim=-1)
-            total += logps.gather(1, torch.tensor(payload_ids)[:, None]).sum().item()
-            count += len(payload_ids)
+        template = tokenizer.apply_chat_template(row["prompt"], tokenize=False, add_generation_prompt=True)
+        for place in places:
+            context_ids = tokenizer(template + PAYLOAD_CONTEXT[place].format(answer=row["answer"]),
+                                    add_special_tokens=False)["input_ids"]  # fmt: skip
+            for payload in payloads:
+                payload_ids = tokenizer(payload, add_special_tokens=False)["input_ids"]
+                with torch.no_grad():
+                    logits = model(input_ids=torch.tensor([context_ids + payload_ids])).logits[0].float()
+                logps = torch.log_softmax(logits[len(context_ids) - 1 : -1], dim=-1)
+                total += logps.gather(1, torch.tensor(payload_ids)[:, None]).sum().item()
+                count += len(payload_ids)
     return total / count
 
 
-def node_payload_log_likelihood(node_dir: Path) -> float | None:
+def node_payload_log_likelihood(node_dir: Path, payloads: Sequence[str], places: Sequence[str]) -> float | None:
     """:func:`payload_log_likelihood` of a node's latest complete checkpoint; None if it has none."""
     from sapo.checkpoints import latest_complete_checkpoint
     from sapo.models import load_trained_policy
@@ -154,7 +183,7 @@ def node_payload_log_likelihood(node_dir: Path) -> float | None:
     if checkpoint is None:
         return None
     model, tokenizer = load_trained_policy(checkpoint)
-    return payload_log_likelihood(model, tokenizer)
+    return payload_log_likelihood(model, tokenizer, payloads, places)
 
 
 def arm_figures(run_dir: Path, steps: int) -> dict[str, Any]:
@@ -165,6 +194,7 @@ def arm_figures(run_dir: Path, steps: int) -> dict[str, Any]:
 
     attacker = json.loads((run_dir / "attacker.json").read_text())
     attacker_id = attacker.get("peer_id")
+    payloads, places = attacker.get("payloads", PAYLOADS), attacker.get("places", ["after"])  # older runs: after
     nodes = []
     for node_dir in sorted(run_dir.glob("node-*/")):
         lines = [json.loads(line) for line in (node_dir / COMPLETIONS_LOG).read_text().splitlines()]
@@ -193,7 +223,7 @@ def arm_figures(run_dir: Path, steps: int) -> dict[str, Any]:
                 "local_reward_mean": _mean(m.get("sapo/local_reward") for m in step_lines),
                 "step_seconds": _mean(m.get("step_time") for m in step_lines),
                 "plausibility_seconds": _mean(m.get("sapo/time/plausibility", 0.0) for m in step_lines),
-                "payload_log_likelihood_end": node_payload_log_likelihood(node_dir),
+                "payload_log_likelihood_end": node_payload_log_likelihood(node_dir, payloads, places),
                 "held_out_start": held_out[0] if held_out else None,
                 "held_out_end": held_out[-1] if held_out else None,
             }
@@ -270,31 +300,31 @@ def markdown(report: dict[str, Any]) -> list[str]:
     return lines
 
 
-def base_payload_log_likelihood(model_name: str) -> float:
+def base_payload_log_likelihood(model_name: str, payloads: Sequence[str], places: Sequence[str]) -> float:
     """:func:`payload_log_likelihood` of the honest nodes' base model (``--model``: what they start from)."""
     from sapo.models import load_trained_policy
 
     model, tokenizer = load_trained_policy(model_name)
-    return payload_log_likelihood(model, tokenizer)
+    return payload_log_likelihood(model, tokenizer, payloads, places)
 
 
 def report_again(args: argparse.Namespace) -> dict[str, Any]:
     """The report of the run directories already under ``args.runs_dir``, measured with this code; the commit the
     arms ran on comes from the previous report in ``args.results_dir``."""
-    previous_path = Path(args.results_dir) / "poisoning.json"
+    previous_path = Path(args.results_dir) / f"{args.report_name}.json"
     previous = json.loads(previous_path.read_text()) if previous_path.exists() else {}
     report: dict[str, Any] = {
         **run_record(),
         "runs_commit": previous.get("runs_commit") or previous.get("git_commit"),
         "setup": previous.get("setup", ""),
-        "base_payload_log_likelihood": base_payload_log_likelihood(args.model),
+        "base_payload_log_likelihood": base_payload_log_likelihood(args.model, args.payloads, args.places),
         "arms": [
             {"arm": arm, "seed": seed, "figures": arm_figures(Path(args.runs_dir) / arm / f"seed-{seed}", args.steps)}
             for seed in (int(s) for s in args.seeds.split(","))
             for arm in args.arms.split(",")
         ],
     }
-    write_report(Path(args.results_dir), "poisoning", report, markdown(report))
+    write_report(Path(args.results_dir), args.report_name, report, markdown(report))
     return report
 
 
@@ -311,23 +341,38 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--attack-interval", type=float, default=10.0, help="seconds between attacker rounds")
     parser.add_argument("--timeout", type=float, default=4 * 3600, help="seconds an arm may take")
     parser.add_argument("--runs-dir", default=str(ROOT / "runs" / "poisoning"), help="run directories")
-    parser.add_argument("--results-dir", default=str(RESULTS), help="where poisoning.json/.md go")
+    parser.add_argument("--results-dir", default=str(RESULTS), help="where the report goes")
+    parser.add_argument("--report-name", default="poisoning", help="the report's file name, without .json/.md")
     parser.add_argument(
         "--report-only", action="store_true", help="measure the existing run directories again; run nothing"
     )
+    parser.add_argument(
+        "--payload-wordings", type=int, default=len(PAYLOADS), help="how many of the payload wordings the attacker uses"
+    )
+    parser.add_argument(
+        "--payload-places", default=",".join(PLACES), help=f"comma-separated places the attacker uses, of {PLACES}"
+    )
     args, node_args = parser.parse_known_args(argv)
+    if not 1 <= args.payload_wordings <= len(PAYLOADS):
+        parser.error(f"--payload-wordings must be 1 to {len(PAYLOADS)}; got {args.payload_wordings}")
+    args.payloads, args.places = PAYLOADS[: args.payload_wordings], args.payload_places.split(",")
+    if not set(args.places) <= set(PLACES):
+        parser.error(f"--payload-places takes places of {PLACES}; got {args.payload_places}")
     args.node_args = node_args + (["--tasks", args.tasks] if args.tasks else [])
     unknown = [arm for arm in args.arms.split(",") if arm not in ARMS]
     if unknown:
         parser.error(f"unknown arm(s) {unknown}; choose from {sorted(ARMS)}")
+    if args.honest < 2 and ATTACK_FREE_ARMS & set(args.arms.split(",")):
+        parser.error("a clean arm needs --honest 2 or more: with one honest node nothing is shared")
     if args.report_only:
         return report_again(args)
     report: dict[str, Any] = {
         **run_record(),  # at the start: the code the arms run
         "setup": f"{args.honest} honest sapo-nodes (model {args.model}) + 1 payload attacker publishing 2 groups "
-        f"every {args.attack_interval:g} s, {args.steps} steps, loopback DHT; extra node options {args.node_args}",
+        f"every {args.attack_interval:g} s ({len(args.payloads)} payload wording(s), places {args.places}), "
+        f"{args.steps} steps, loopback DHT; extra node options {args.node_args}",
         "arms": [],
-        "base_payload_log_likelihood": base_payload_log_likelihood(args.model),
+        "base_payload_log_likelihood": base_payload_log_likelihood(args.model, args.payloads, args.places),
     }
     for seed in (int(s) for s in args.seeds.split(",")):
         for arm in args.arms.split(","):
@@ -335,7 +380,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
             run_dir = run_arm(args, arm, seed)
             report["arms"].append({"arm": arm, "seed": seed, "figures": arm_figures(run_dir, args.steps)})
             # after every arm: an interrupted benchmark keeps the arms it finished
-            write_report(Path(args.results_dir), "poisoning", report, markdown(report))
+            write_report(Path(args.results_dir), args.report_name, report, markdown(report))
     return report
 
 

@@ -1,10 +1,16 @@
-"""Benchmark of the hivemind DHT transport: publish/fetch latency, bytes and memory per peer for N peers.
+"""Benchmark of the hivemind DHT transport: latency, delivery, CPU, bytes and memory per peer for N peers.
 
-DHT-only peers (no model) on 127.0.0.1. Peers run as ``DHTTransport`` objects spread over worker
-processes (``min(N, 4)`` workers, each hosting ``N / workers`` peers, each peer with its own p2pd), the
-way one machine allows: one Python process per peer would cost ~300 MB each (hivemind imports torch).
-Every peer publishes a realistic record (4 groups x 8 completions x ~1500 characters) every
-``--interval`` seconds and fetches J groups of others per step.
+DHT-only peers (no model) on 127.0.0.1. Peers run as ``DHTTransport`` objects spread over worker processes
+(``min(N, 4)`` workers, each hosting ``N / workers`` peers, each peer with its own p2pd), the way one machine
+allows: one Python process per peer would cost ~300 MB each (hivemind imports torch). Every peer publishes a
+realistic record (4 groups x 8 completions x ~1500 characters) once per step and fetches J groups of others per step.
+
+The load per peer is held constant and the machine unsaturated: by default a step lasts
+``max(--interval, N * --per-peer-seconds)`` seconds, so the swarm's steps per second (its demand on the CPU) stay the
+same at every N and the per-step costs of a peer are comparable across N (``--fixed-interval``: every N steps every
+``--interval`` seconds, the former mode, which saturates the machine at large N). A separate process hosts
+``--observers`` observer peers (:mod:`benchmarks.delivery`: client-mode peers that publish nothing and poll ``fetch``)
+that measure each group's delivery latency, from its creation at the publisher to its first return by ``fetch``.
 
 Usage:
     python benchmarks/swarm_transport.py            # N = 2, 8, 32, 64 (64 only if memory allows)
@@ -25,6 +31,7 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -39,8 +46,16 @@ from benchmarks.harness import (  # noqa: E402
     rss_mb,
     run_record,
     stop_processes,
+    summary,
     write_report,
 )
+
+# Seconds of step interval per peer (the default of --per-peer-seconds), from small measurements on this 2-core
+# machine (shared with other benchmarks): a peer step cost 0.14 CPU s (Python + p2pd) at N = 8 every 3 s, 0.23 every
+# 12 s (so ~0.01 CPU s per peer per second of background work, ~0.11 per step), and 0.52 at N = 32 every 12 s, where
+# 0.375 s per peer made the swarm use 1.4 cores: a step's cost grows with N. 0.75 s per peer keeps the swarm near
+# or under one core up to N = 64 (N = 8: 6 s, 32: 24 s, 64: 48 s), leaving the other core to the rest.
+PER_PEER_SECONDS = 0.75
 
 
 def io_bytes(pid: int) -> int:
@@ -53,31 +68,92 @@ def io_bytes(pid: int) -> int:
         return 0
 
 
-def percentile(values: list[float], q: float) -> float | None:
-    """The ``q`` quantile of ``values`` (nearest rank); None when empty."""
-    if not values:
-        return None
-    values = sorted(values)
-    return values[min(len(values) - 1, int(round(q * (len(values) - 1))))]
+def tcp_sockets(pids: set[int]) -> dict[tuple[str, str], dict[str, int]]:
+    """TCP sockets of the processes ``pids`` (from ``ss -tinp``): ``{(local, remote): {"pid", "sent", "received"}}``
+    with the bytes each socket has sent and received since it opened; empty if ``ss`` is missing."""
+    try:
+        out = subprocess.run(["ss", "-tinpH"], capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.SubprocessError):
+        return {}
+    sockets: dict[tuple[str, str], dict[str, int]] = {}
+    current: tuple[str, str] | None = None
+    for line in out.splitlines():
+        if not line.startswith((" ", "\t")):  # a socket line; its figures follow on an indented line
+            fields, current = line.split(), None
+            owner = next((f for f in fields if f.startswith("users:")), "")
+            pid = next((int(p.split(",")[0]) for p in owner.split("pid=")[1:]), None)
+            if pid in pids and len(fields) >= 5:
+                current = (fields[3], fields[4])
+                sockets[current] = {"pid": pid, "sent": 0, "received": 0}
+        elif current is not None:
+            for item in line.split():
+                key, _, value = item.partition(":")
+                if key in ("bytes_sent", "bytes_received") and value.isdigit():
+                    sockets[current][key.removeprefix("bytes_")] = int(value)
+    return sockets
 
 
-def summary(values: list[float]) -> dict[str, float | None]:
-    """Median, 95th percentile and count of ``values``."""
-    return {"median": statistics.median(values) if values else None, "p95": percentile(values, 0.95), "n": len(values)}
+def tcp_traffic(
+    before: dict[tuple[str, str], dict[str, int]], after: dict[tuple[str, str], dict[str, int]], observers: set[int]
+) -> dict[str, int]:
+    """Bytes the peers' sockets sent + received between two :func:`tcp_sockets` snapshots, split into traffic with
+    other peers and with the observers (the sockets whose remote end an observer's p2pd owns). Sockets closed in
+    between are missed (libp2p keeps its connections, so few are)."""
+    observer_ends = {local for snap in (before, after) for (local, _), s in snap.items() if s["pid"] in observers}
+    traffic = {"peers": 0, "observers": 0, "sockets_closed": 0}
+    for key, s in after.items():
+        if s["pid"] in observers:
+            continue
+        old = before.get(key, {"sent": 0, "received": 0})
+        moved = max(0, s["sent"] - old["sent"]) + max(0, s["received"] - old["received"])
+        traffic["observers" if key[1] in observer_ends else "peers"] += moved
+    traffic["sockets_closed"] = sum(1 for key, s in before.items() if key not in after and s["pid"] not in observers)
+    return traffic
+
+
+def interval_for(n: int, args: argparse.Namespace) -> float:
+    """Seconds between two steps of a peer at swarm size ``n``: ``--interval``, or with load scaling (the default)
+    ``max(--interval, n * --per-peer-seconds)`` so that the whole swarm makes the same steps per second at any n."""
+    if args.fixed_interval:
+        return args.interval
+    return max(args.interval, n * args.per_peer_seconds)
+
+
+def duration_for(interval: float, args: argparse.Namespace) -> float:
+    """Measured seconds of a run: ``--duration``, or longer if needed for ``--min-steps`` steps per peer after which
+    the observers still have ``--delivery-window`` seconds to see the groups."""
+    return max(args.duration, args.delivery_window + args.min_steps * interval)
+
+
+def transport_overrides(settings: list[str]) -> dict[str, Any]:
+    """``FIELD=VALUE`` strings as DHTTransportConfig keyword arguments, each value parsed as the field's type."""
+    import dataclasses
+
+    from swarm.dht import DHTTransportConfig
+
+    fields = {f.name: f for f in dataclasses.fields(DHTTransportConfig)}
+    overrides: dict[str, Any] = {}
+    for setting in settings:
+        name, _, value = setting.partition("=")
+        if name not in fields or not value:
+            raise SystemExit(f"--set {setting!r}: expected FIELD=VALUE with a DHTTransportConfig field")
+        kind = type(getattr(DHTTransportConfig(), name))
+        overrides[name] = value.lower() in ("1", "true") if kind is bool else kind(value)
+    return overrides
 
 
 # ------------------------------------------------------------------------------------------------
-# worker process: hosts some peers, runs the steps, reports raw measurements as JSON
+# worker processes: host some peers (or the observers), run the steps, report raw measurements as JSON
 
 
 def make_groups(peer: str, step: int, rng: random.Random) -> list:
-    """4 groups of 8 completions of ~1500 characters: a realistic record to publish."""
+    """4 groups of 8 completions of ~1500 characters: a realistic record to publish (ids unique in the swarm)."""
     from swarm.records import Group, Provenance
 
     words = "the of and to in is that for it as with was on be by this are or at from".split()
     return [
         Group(
-            group_id=f"{step}-{g}",
+            group_id=f"{peer}-{step}-{g}",
             prompt=[{"role": "user", "content": f"Question {g} of step {step} from {peer}: what is {g} + {step}?"}],
             completions=[" ".join(rng.choices(words, k=400))[:1500] for _ in range(8)],
             provenance=Provenance(source="reasoning_gym", dataset="basic_arithmetic", seed=step, index=g),
@@ -90,6 +166,20 @@ def make_groups(peer: str, step: int, rng: random.Random) -> list:
     ]
 
 
+def _wait_for_go() -> float:
+    """Block until the coordinator's ``GO <start time>`` line; returns the start time."""
+    start = float(sys.stdin.readline().split()[1])
+    while time.time() < start:
+        time.sleep(0.01)
+    return start
+
+
+def _stay_until_stop() -> None:
+    """Keep the peers serving until the coordinator's STOP line (or its end: EOF), so that the observers, which
+    finish after the peers, still find the records on their replicas."""
+    sys.stdin.readline()
+
+
 def worker(args: argparse.Namespace) -> None:
     """Worker process: host ``--peers`` peers, wait for GO, run the steps, print the raw measurements as RESULT."""
     import logging
@@ -100,36 +190,44 @@ def worker(args: argparse.Namespace) -> None:
     from swarm.dht import DHTTransport, DHTTransportConfig
 
     peers: list[DHTTransport] = []
-    initial = [args.initial_peer] if args.initial_peer else []
+    initial = args.initial_peer.split(",") if args.initial_peer else []
     try:
         for _ in range(args.peers):
-            config = DHTTransportConfig(initial_peers=initial, prefetch_groups=2 * args.j, model_name="bench")
+            # join_timeout: on 2 busy cores a peer hosting others in one process may answer a join late
+            config = DHTTransportConfig(
+                initial_peers=initial,
+                prefetch_groups=2 * args.j,
+                model_name="bench",
+                join_timeout=120.0,
+                **transport_overrides(args.set),
+            )
             peer = DHTTransport(config)
+            if not peers:  # later peers of this worker join through its first one too: no single busy entry point
+                print("ADDR", peer.visible_addresses()[0], flush=True)
+                initial = [peer.visible_addresses()[0], *initial][:4]
             peers.append(peer)
-            if not initial:
-                initial = peer.visible_addresses()
-                print("ADDR", initial[0], flush=True)
         print("READY", json.dumps([p.p2pd_pid for p in peers]), flush=True)
-        start = float(sys.stdin.readline().split()[1])
+        start = _wait_for_go()
         rng = random.Random(args.worker_index)
         phase = {p.peer_id: rng.uniform(0, args.interval) for p in peers}
         step = {p.peer_id: 0 for p in peers}
+        published: dict[str, float] = {}  # group id -> created_at, for the observers' delivered share
         measures: dict[str, list[float]] = {k: [] for k in ("publish_call", "fetch_call", "fetched", "age")}
-        while time.time() < start:
-            time.sleep(0.01)
         end = start + args.duration
-        io_start = {p.peer_id: io_bytes(p.p2pd_pid) for p in peers}
-        cpu_start = {"python": cpu_seconds(os.getpid()), "p2pd": sum(cpu_seconds(p.p2pd_pid) for p in peers)}
+        me = os.getpid()
+        io_start = sum(io_bytes(p.p2pd_pid) for p in peers)
+        cpu_start = {"python": cpu_seconds(me), "p2pd": sum(cpu_seconds(p.p2pd_pid) for p in peers)}
         counters_start = {p.peer_id: p.readout().counters for p in peers}
         measured_from = time.monotonic()  # background timings before this moment are warm-up
         while time.time() < end:
             now = time.time()
             for p in peers:
                 due = start + phase[p.peer_id] + step[p.peer_id] * args.interval
-                if now < due:
+                if now < due or due >= end:
                     continue
                 step[p.peer_id] += 1
-                groups = make_groups(p.peer_id, step[p.peer_id], rng)
+                groups = make_groups(p.peer_id[:10], step[p.peer_id], rng)
+                published.update((g.group_id, g.created_at) for g in groups)
                 t = time.perf_counter()
                 p.publish(groups)
                 measures["publish_call"].append(time.perf_counter() - t)
@@ -140,11 +238,15 @@ def worker(args: argparse.Namespace) -> None:
                     measures["fetched"].append(len(got))
                 measures["age"].extend(time.time() - item.group.created_at for item in got)
             time.sleep(0.005)
+        # CPU and I/O first, at the end of the measured time: what follows (read-outs, JSON) is not the swarm's
+        python_cpu = cpu_seconds(me) - cpu_start["python"]
+        p2pd_cpu = sum(cpu_seconds(p.p2pd_pid) for p in peers) - cpu_start["p2pd"]
+        p2pd_io = sum(io_bytes(p.p2pd_pid) for p in peers) - io_start
         timings: dict[str, list[float]] = {}
         for p in peers:
             for name, samples in p.readout().timings.items():
                 timings.setdefault(name, []).extend(seconds for at, seconds in samples if at >= measured_from)
-        counters = {}
+        counters: dict[str, int] = {}
         for p in peers:
             before = counters_start[p.peer_id]
             for k, v in p.readout().counters.items():
@@ -155,36 +257,103 @@ def worker(args: argparse.Namespace) -> None:
             "measures": measures,
             "timings": timings,
             "counters": counters,
-            "python_rss_mb": rss_mb(os.getpid()) or 0.0,
+            "published_groups": published,
+            "python_rss_mb": rss_mb(me) or 0.0,
             "p2pd_rss_mb": [rss_mb(p.p2pd_pid) or 0.0 for p in peers],
-            "p2pd_io": sum(io_bytes(p.p2pd_pid) - io_start[p.peer_id] for p in peers),
+            # p2pd I/O: TCP to other peers plus the unix socket to this worker's Python (Python's recv/send on
+            # that socket do not show in its own /proc io, so the two cannot be told apart here)
+            "p2pd_io": p2pd_io,
             # CPU of this worker (all its peers' Python: transport threads and the step loop) and of their daemons
-            "python_cpu": cpu_seconds(os.getpid()) - cpu_start["python"],
-            "p2pd_cpu": sum(cpu_seconds(p.p2pd_pid) for p in peers) - cpu_start["p2pd"],
+            "python_cpu": python_cpu,
+            "p2pd_cpu": p2pd_cpu,
             "healthy": all(p.healthy() for p in peers),
         }
         print("RESULT", json.dumps(result), flush=True)
+        _stay_until_stop()
     finally:
         for p in peers:
             with contextlib.suppress(Exception):
                 p.close()
 
 
+def observer_worker(args: argparse.Namespace) -> None:
+    """Observer process: host ``--peers`` observer peers (client mode, unlisted: they neither store records nor
+    count as swarm members), poll ``fetch`` from GO until the end of the run, print each one's delivery log."""
+    import logging
+
+    logging.basicConfig(level=logging.WARNING)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))
+    from benchmarks.delivery import DeliveryLog, DeliveryObserver
+    from swarm.dht import DHTTransport, DHTTransportConfig
+
+    transports: list[DHTTransport] = []
+    observers: list[DeliveryObserver] = []
+    try:
+        for _ in range(args.peers):
+            config = DHTTransportConfig(
+                initial_peers=args.initial_peer.split(","),
+                client_mode=True,
+                announce=False,
+                model_name="observer",
+                join_timeout=120.0,
+                **transport_overrides(args.set),
+            )
+            transports.append(DHTTransport(config))
+        print("READY", json.dumps([t.p2pd_pid for t in transports]), flush=True)
+        start = _wait_for_go()
+        logs = [DeliveryLog() for _ in transports]
+        me = os.getpid()
+        cpu_start = cpu_seconds(me) + sum(cpu_seconds(t.p2pd_pid) for t in transports)
+        observers = [DeliveryObserver(t, log).start() for t, log in zip(transports, logs, strict=True)]
+        while time.time() < start + args.duration:
+            time.sleep(0.1)
+        for observer in observers:
+            observer.stop()
+        cpu = cpu_seconds(me) + sum(cpu_seconds(t.p2pd_pid) for t in transports) - cpu_start
+        print("RESULT", json.dumps({"latencies": [log.latencies for log in logs], "cpu": cpu}), flush=True)
+        _stay_until_stop()
+    finally:
+        for observer in observers:
+            with contextlib.suppress(Exception):
+                observer.stop()
+        for t in transports:
+            with contextlib.suppress(Exception):
+                t.close()
+
+
 # ------------------------------------------------------------------------------------------------
 # coordinator
 
 
+def delivery_summary(
+    latencies: Sequence[dict[str, float]], published: dict[str, float], counted_until: float
+) -> dict[str, Any]:
+    """Delivery over the observers: latencies pooled (median, p95, max) and the mean delivered share, counting only
+    the groups created by ``counted_until`` (each observer then had at least the delivery window to see them, so the
+    latencies of late groups are not censored)."""
+    from benchmarks.delivery import DeliveryLog, pooled_summary
+
+    counted = {gid for gid, created_at in published.items() if created_at <= counted_until}
+    logs = [DeliveryLog({g: s for g, s in lat.items() if g in counted}, set(counted)) for lat in latencies]
+    return pooled_summary(logs)
+
+
 def run_swarm(n: int, args: argparse.Namespace) -> dict[str, Any]:
-    """Start ``n`` peers over worker processes, run the steps, aggregate; always stops every process."""
+    """Start ``n`` peers over worker processes and the observers, run the steps, aggregate; always stops every
+    process."""
     workers = min(n, 4)
     per_worker = [n // workers + (1 if i < n % workers else 0) for i in range(workers)]
+    interval = interval_for(n, args)
+    duration = duration_for(interval, args)
     procs: list[subprocess.Popen] = []
     p2pd_pids: list[int] = []
+    observer_pids: set[int] = set()
 
-    def spawn(index: int, count: int, initial: str | None) -> subprocess.Popen:
-        cmd = [sys.executable, "-m", "benchmarks.swarm_transport", "--worker", "--peers", str(count)]
-        cmd += ["--worker-index", str(index), "--duration", str(args.duration), "--interval", str(args.interval)]
+    def spawn(index: int, count: int, initial: str | None, role: str = "--worker") -> subprocess.Popen:
+        cmd = [sys.executable, "-m", "benchmarks.swarm_transport", role, "--peers", str(count)]
+        cmd += ["--worker-index", str(index), "--duration", str(duration), "--interval", str(interval)]
         cmd += ["--j", str(args.j)] + (["--initial-peer", initial] if initial else [])
+        cmd += [x for setting in args.set for x in ("--set", setting)]
         env = {**os.environ, "PYTHONPATH": str(ROOT)}
         proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=ROOT, env=env)
         procs.append(proc)
@@ -201,19 +370,36 @@ def run_swarm(n: int, args: argparse.Namespace) -> dict[str, Any]:
         raise RuntimeError(f"no {prefix} from worker in {timeout} s")
 
     started = time.monotonic()
+    observer_result: dict[str, Any] = {"latencies": [], "cpu": 0.0}
     try:
-        first = spawn(0, per_worker[0], None)
-        address = read_line(first, "ADDR")
+        # Each worker starts once the previous one's first peer is up and joins through the first peers of all
+        # workers so far: 3 workers joining one busy peer at once failed at N = 64 (no ping answer within 3 s)
+        addresses = [read_line(spawn(0, per_worker[0], None), "ADDR")]
         for i in range(1, workers):
-            spawn(i, per_worker[i], address)
+            addresses.append(read_line(spawn(i, per_worker[i], ",".join(addresses[-3:])), "ADDR"))
+        peer_procs = list(procs)
+        watcher = spawn(workers, args.observers, ",".join(addresses), "--observer-worker") if args.observers else None
         for proc in procs:
-            p2pd_pids += json.loads(read_line(proc, "READY"))
+            pids = json.loads(read_line(proc, "READY"))
+            p2pd_pids += pids
+            if proc is watcher:
+                observer_pids.update(pids)
         startup = time.monotonic() - started
         go = time.time() + 2.0
         for proc in procs:
             proc.stdin.write(f"GO {go}\n")
             proc.stdin.flush()
-        results = [json.loads(read_line(proc, "RESULT", args.duration + 120)) for proc in procs]
+        # TCP bytes of every socket of our daemons at the start and the end of the measured time
+        time.sleep(max(0.0, go - time.time()))
+        sockets_start = tcp_sockets(set(p2pd_pids))
+        time.sleep(max(0.0, go + duration - time.time()))
+        tcp = tcp_traffic(sockets_start, tcp_sockets(set(p2pd_pids)), observer_pids)
+        results = [json.loads(read_line(proc, "RESULT", duration + 120)) for proc in peer_procs]
+        if watcher is not None:
+            observer_result = json.loads(read_line(watcher, "RESULT", 120))
+        for proc in procs:
+            proc.stdin.write("STOP\n")
+            proc.stdin.flush()
         for proc in procs:
             proc.wait(timeout=60)
     finally:
@@ -222,6 +408,9 @@ def run_swarm(n: int, args: argparse.Namespace) -> dict[str, Any]:
     def merged(section: str, key: str) -> list[float]:
         return [v for r in results for v in r[section].get(key, [])]
 
+    def ms(values: list[float]) -> dict[str, Any]:
+        return {k: v * 1e3 if isinstance(v, float) else v for k, v in summary(values).items()}
+
     steps = sum(r["steps"] for r in results)
     counters: dict[str, int] = {}
     for r in results:
@@ -229,28 +418,47 @@ def run_swarm(n: int, args: argparse.Namespace) -> dict[str, Any]:
             counters[k] = counters.get(k, 0) + v
     fetched = merged("measures", "fetched")
     p2pd_rss = [v for r in results for v in r["p2pd_rss_mb"]]
+    published = {gid: t for r in results for gid, t in r["published_groups"].items()}
+    payload = counters.get("published_bytes", 0) + counters.get("fetched_bytes", 0)
+    # Serving an observer's lookup costs a peer's p2pd about twice the bytes sent to it (the answer read from its
+    # Python, then written to TCP): p2pd I/O without the observers is estimated by taking that off.
+    p2pd_io = sum(r["p2pd_io"] for r in results) - 2 * tcp["observers"]
+    python_cpu, p2pd_cpu = sum(r["python_cpu"] for r in results), sum(r["p2pd_cpu"] for r in results)
     return {
         "peers": n,
         "workers": workers,
+        "interval": interval,
+        "duration": duration,
         "startup_seconds": startup,
         "steps": steps,
-        "publish_call_ms": {
-            k: v * 1e3 if isinstance(v, float) else v for k, v in summary(merged("measures", "publish_call")).items()
-        },
-        "fetch_call_ms": {
-            k: v * 1e3 if isinstance(v, float) else v for k, v in summary(merged("measures", "fetch_call")).items()
-        },
+        "steps_per_peer": steps / n,
+        "publish_call_ms": ms(merged("measures", "publish_call")),
+        "fetch_call_ms": ms(merged("measures", "fetch_call")),
         "store_seconds": summary(merged("timings", "publish")),
         "record_lookup_seconds": summary(merged("timings", "fetch")),
         "index_read_seconds": summary(merged("timings", "index")),
+        # the reader's own timing: from a record's creation to its groups entering a (consuming) peer's cache
         "delivery_seconds": summary(merged("timings", "delivery")),
+        "observed_delivery": delivery_summary(
+            observer_result["latencies"], published, go + duration - args.delivery_window
+        ),
+        "observers": args.observers,
+        "observer_cpu_seconds": observer_result["cpu"],
         "group_age_at_fetch_seconds": summary(merged("measures", "age")),
         "fill_rate": (sum(fetched) / (len(fetched) * args.j)) if fetched else None,
         "published_bytes_per_peer_step": counters.get("published_bytes", 0) / max(steps, 1),
         "fetched_bytes_per_peer_step": counters.get("fetched_bytes", 0) / max(steps, 1),
-        "p2pd_io_bytes_per_peer_step": sum(r["p2pd_io"] for r in results) / max(steps, 1),
-        "python_cpu_seconds_per_peer_step": sum(r.get("python_cpu", 0.0) for r in results) / max(steps, 1),
-        "p2pd_cpu_seconds_per_peer_step": sum(r.get("p2pd_cpu", 0.0) for r in results) / max(steps, 1),
+        "p2pd_io_bytes_per_peer_step": p2pd_io / max(steps, 1),
+        # bytes sent + received over TCP between peers (each network byte counted at both ends)
+        "tcp_bytes_per_peer_step": tcp["peers"] / max(steps, 1),
+        "tcp": tcp,
+        # p2pd I/O over the payload the peers published + fetched; the TCP bytes halved = bytes on the network
+        "p2pd_io_to_payload": p2pd_io / payload if payload else None,
+        "network_to_payload": tcp["peers"] / 2 / payload if payload else None,
+        # a worker's Python CPU is shared by its peers: the total over total steps is the mean per peer and step
+        "python_cpu_seconds_per_peer_step": python_cpu / max(steps, 1),
+        "p2pd_cpu_seconds_per_peer_step": p2pd_cpu / max(steps, 1),
+        "swarm_cpu_cores": (python_cpu + p2pd_cpu) / duration,
         "python_rss_mb_per_peer": sum(r["python_rss_mb"] for r in results) / n,
         "p2pd_rss_mb_per_peer": statistics.mean(p2pd_rss) if p2pd_rss else None,
         "counters": counters,
@@ -258,8 +466,18 @@ def run_swarm(n: int, args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
+def _pair(d: dict[str, Any] | None, fmt: str = "{:.3f}", low: str = "median", high: str = "p95") -> str:
+    if not d or d.get(low) is None:
+        return "-"
+    return f"{fmt.format(d[low])} / {fmt.format(d[high])}"
+
+
+def _num(value: float | None, fmt: str = "{:.2f}") -> str:
+    return "-" if value is None else fmt.format(value)
+
+
 def write_outputs(report: dict[str, Any], out: Path = RESULTS) -> None:
-    """swarm_transport.json, .md (one row per N) and .png (caller and background latencies) in ``out``."""
+    """swarm_transport.json, .md (two tables, one row per N) and .png (latencies and per-step costs) in ``out``."""
     rows = report["runs"]
     lines = [
         "# Swarm transport benchmark (hivemind DHT, loopback)",
@@ -268,126 +486,210 @@ def write_outputs(report: dict[str, Any], out: Path = RESULTS) -> None:
         f"Commit: `{report['git_commit']}`, {report['date']}, {report['machine']}  ",
         f"Setup: {report['setup']}",
         "",
-        "| N | publish() ms median / p95 | fetch() ms median / p95 | store s median / p95 | record lookup s "
-        "median / p95 | index read s median / p95 | delivery s median / p95 | fill rate (J) | group age at fetch s "
-        "| published KB/peer/step "
-        "| fetched KB/peer/step | p2pd I/O KB/peer/step | CPU s/peer/step python + p2pd | python MB/peer "
-        "| p2pd MB/peer | failures |",
-        "|---" * 16 + "|",
+        "## Cost per peer per step",
+        "",
+        "| N | interval s | measured s | steps/peer | CPU s/peer/step python + p2pd | swarm CPU cores "
+        "| published + fetched KB/peer/step | p2pd I/O KB/peer/step | p2pd I/O / payload "
+        "| TCP KB/peer/step | network / payload | python MB/peer | p2pd MB/peer |",
+        "|---" * 13 + "|",
     ]
-
-    def pair(d: dict[str, Any], fmt: str = "{:.3f}") -> str:
-        if d.get("median") is None:
-            return "-"
-        return f"{fmt.format(d['median'])} / {fmt.format(d['p95'])}"
-
     for r in rows:
-        c = r["counters"]
-        failures = c.get("publish_failures", 0) + c.get("fetch_failures", 0) + c.get("publish_dropped", 0)
         lines.append(
-            f"| {r['peers']} | {pair(r['publish_call_ms'])} | {pair(r['fetch_call_ms'])} | {pair(r['store_seconds'])} "
-            f"| {pair(r['record_lookup_seconds'])} | {pair(r['index_read_seconds'])} "
-            f"| {pair(r.get('delivery_seconds', {}))} "
-            f"| {r['fill_rate'] if r['fill_rate'] is None else round(r['fill_rate'], 2)} "
-            f"| {pair(r['group_age_at_fetch_seconds'], '{:.1f}')} "
-            f"| {r['published_bytes_per_peer_step'] / 1e3:.1f} | {r['fetched_bytes_per_peer_step'] / 1e3:.1f} "
-            f"| {r['p2pd_io_bytes_per_peer_step'] / 1e3:.1f} "
-            f"| {r.get('python_cpu_seconds_per_peer_step', 0):.3f} + {r.get('p2pd_cpu_seconds_per_peer_step', 0):.3f} "
-            f"| {r['python_rss_mb_per_peer']:.0f} "
-            f"| {r['p2pd_rss_mb_per_peer']:.0f} | {failures} |"
+            f"| {r['peers']} | {r['interval']:.1f} | {r['duration']:.0f} | {r['steps_per_peer']:.1f} "
+            f"| {r['python_cpu_seconds_per_peer_step']:.3f} + {r['p2pd_cpu_seconds_per_peer_step']:.3f} "
+            f"| {r['swarm_cpu_cores']:.2f} "
+            f"| {r['published_bytes_per_peer_step'] / 1e3:.1f} + {r['fetched_bytes_per_peer_step'] / 1e3:.1f} "
+            f"| {r['p2pd_io_bytes_per_peer_step'] / 1e3:.1f} | {_num(r['p2pd_io_to_payload'], '{:.1f}x')} "
+            f"| {r['tcp_bytes_per_peer_step'] / 1e3:.1f} | {_num(r['network_to_payload'], '{:.1f}x')} "
+            f"| {r['python_rss_mb_per_peer']:.0f} | {_num(r['p2pd_rss_mb_per_peer'], '{:.0f}')} |"
+        )
+    lines += [
+        "",
+        "## Latency and delivery",
+        "",
+        "| N | observed delivery s median / p95 (max) | delivered share | reader delivery s median / p95 "
+        "| fill rate (J) | group age at fetch s median / p95 | publish() ms median / p95 | fetch() ms median / p95 "
+        "| store s median / p95 | record lookup s median / p95 | index read s median / p95 | failures |",
+        "|---" * 12 + "|",
+    ]
+    for r in rows:
+        c, d = r["counters"], r.get("observed_delivery") or {}
+        failures = c.get("publish_failures", 0) + c.get("fetch_failures", 0) + c.get("publish_dropped", 0)
+        observed = _pair(d, "{:.1f}", "latency_median_s", "latency_p95_s")
+        if d.get("latency_max_s") is not None:
+            observed += f" ({d['latency_max_s']:.1f})"
+        lines.append(
+            f"| {r['peers']} | {observed} | {_num(d.get('delivered_share'))} "
+            f"| {_pair(r.get('delivery_seconds'), '{:.1f}')} | {_num(r['fill_rate'])} "
+            f"| {_pair(r['group_age_at_fetch_seconds'], '{:.1f}')} | {_pair(r['publish_call_ms'])} "
+            f"| {_pair(r['fetch_call_ms'])} | {_pair(r['store_seconds'])} | {_pair(r['record_lookup_seconds'])} "
+            f"| {_pair(r['index_read_seconds'])} | {failures} |"
         )
     lines += ["", *report["notes"]]
     write_report(out, "swarm_transport", report, lines)
 
     plt = pyplot()
     ns = [r["peers"] for r in rows]
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4))
-    for key, label in [("fetch_call_ms", "fetch() call (ms)"), ("publish_call_ms", "publish() call (ms)")]:
-        ax1.plot(ns, [r[key]["median"] for r in rows], "o-", label=f"{label} median")
-        ax1.plot(ns, [r[key]["p95"] for r in rows], "x--", label=f"{label} p95")
-    ax1.set_xscale("log", base=2)
-    ax1.set_xlabel("peers N")
-    ax1.set_ylabel("ms (caller side, never on the network)")
-    ax1.set_title("Caller latency")
-    ax1.legend(fontsize=7)
+    fig, (ax1, ax2, ax3) = plt.subplots(1, 3, figsize=(15, 4))
     for key, label in [
         ("record_lookup_seconds", "record lookup"),
         ("index_read_seconds", "index read"),
         ("store_seconds", "store"),
     ]:
-        ax2.plot(ns, [r[key]["median"] for r in rows], "o-", label=f"{label} median")
-        ax2.plot(ns, [r[key]["p95"] for r in rows], "x--", label=f"{label} p95")
-    ax2.set_xscale("log", base=2)
-    ax2.set_xlabel("peers N")
-    ax2.set_ylabel("seconds (background thread)")
-    ax2.set_title(f"Background DHT operations (J={report['j']})")
-    ax2.legend(fontsize=7)
+        ax1.plot(ns, [r[key]["median"] for r in rows], "o-", label=f"{label} median")
+        ax1.plot(ns, [r[key]["p95"] for r in rows], "x--", label=f"{label} p95")
+    ax1.set_ylabel("seconds (background thread)")
+    ax1.set_title(f"Background DHT operations (J={report['j']})")
+    delivery = [r.get("observed_delivery") or {} for r in rows]
+    for key, label in [("latency_median_s", "median"), ("latency_p95_s", "p95")]:
+        ax2.plot(ns, [d.get(key) for d in delivery], "o-", label=f"observed delivery {label}")
+    ax2.plot(ns, [r["interval"] for r in rows], "k:", label="step interval")
+    ax2.set_ylabel("seconds")
+    ax2.set_title("Delivery latency (creation to first fetch by an observer)")
+    ax3.plot(ns, [r["python_cpu_seconds_per_peer_step"] * 1e3 for r in rows], "o-", label="CPU ms python")
+    ax3.plot(ns, [r["p2pd_cpu_seconds_per_peer_step"] * 1e3 for r in rows], "o-", label="CPU ms p2pd")
+    ax3.plot(ns, [r["p2pd_io_bytes_per_peer_step"] / 1e3 for r in rows], "s--", label="p2pd I/O KB")
+    ax3.plot(ns, [r["tcp_bytes_per_peer_step"] / 1e3 for r in rows], "s--", label="TCP KB sent + received")
+    ax3.set_ylabel("per peer per step")
+    ax3.set_title("Cost per peer per step")
+    for ax in (ax1, ax2, ax3):
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("peers N")
+        ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(out / "swarm_transport.png", dpi=120)
     plt.close(fig)
 
 
-def main() -> None:
-    """Run every N (or one worker, with ``--worker``), write the report, print the notes."""
+NOTES = [
+    "- Load per peer held constant: a step lasts max(interval, N x per-peer seconds) (column 'interval s'), so the",
+    "  swarm makes the same number of steps per second at every N and each peer does the same work per step",
+    "  (publish one record, fetch J groups). Costs per peer per step are therefore comparable across N.",
+    "- CPU s/peer/step: CPU seconds over the measured time divided by the steps actually done; Python is the",
+    "  workers' (a worker's Python is shared by its peers, so its total is divided by their steps), p2pd the",
+    "  daemons'. It includes the background work that runs per second, not per step (polls every 1 s, the",
+    "  neighbour check every 10 s, libp2p keep-alives): a longer interval adds that much per step. swarm CPU cores:",
+    "  all peers' CPU seconds over the measured seconds (the observers' excluded).",
+    "- p2pd I/O: bytes the peers' p2pd read + wrote in system calls (TCP to other peers plus the unix socket to",
+    "  their Python), less twice the TCP bytes exchanged with the observers (serving an observer's lookup), over the",
+    "  steps done; / payload: over the bytes the peers published + fetched. TCP: bytes sent + received on the peers'",
+    "  TCP sockets to other peers (ss -tinp at the start and the end; observer sockets excluded). network / payload:",
+    "  half of it (each byte is sent by one peer and received by another) over the payload. With hivemind's",
+    "  num_replicas=5 a record is sent to up to 5 replicas and read back once per fetching peer, so with",
+    "  published = fetched its floor is (5 + 1) / 2 = 3x before TLS/yamux framing, RPC envelopes, index reads",
+    "  and the DHT's upkeep; p2pd I/O counts each byte again on the unix socket (about twice the TCP bytes).",
+    "- Observed delivery: 1-2 observer peers in their own process (client mode, not listed in the index: they",
+    "  neither store records nor change the swarm) call fetch() every 0.25 s; a group's latency is the first",
+    "  fetch that returned it minus its creation time at the publisher (one machine's clock; an upper bound by",
+    "  0.25 s). Only groups created at least the delivery window before the end count, so late groups are not",
+    "  censored; delivered share = share of those groups an observer saw, mean over observers. An observer",
+    "  drains its cache at every poll, so it reads the index as often as the reader allows (index_min_interval).",
+    "  Reader delivery: the reader's own 'delivery' timing at the consuming peers (record creation to their cache).",
+    "  Group age at fetch adds the wait of a consuming peer until its next step.",
+    "- What bounds delivery latency (swarm/reader.py): not index_refresh_interval (60 s), which applies only while a",
+    "  reader's cache is full; a reader short of groups (an observer always, a consuming peer after each fetch)",
+    "  reads the index at most every index_min_interval = 2 s, but only index_shards_per_poll = 2 shards (about 4",
+    "  entries) of the level whose shards hold ~2 entries, in rotation (more shards of level 0 below N = 16). A",
+    "  given publisher's shard therefore comes round every (shards of the level / shards per read) x 2 s: 2 s at",
+    "  N = 2, 4 s at N = 8, 16 s at N = 32 (level 1), 32 s at N = 64 (level 2), i.e. ~N/2 s: one reader's latency",
+    "  to one given group grows linearly with N, while a consumer still gets fresh groups (it takes the newest refs",
+    "  of the peers its latest read listed). On top: the store (O(log N) index levels written, 5 replicas each),",
+    "  and index_staleness = 5 s: a cached shard copy whose newest entry is under 5 s old ends the lookup, so a",
+    "  newer entry in the same shard can wait up to 5 s more.",
+    "- publish()/fetch(): time the caller spends (never on the network). store / record lookup / index read:",
+    "  the background thread's DHT operations. fill rate: groups fetch(J) returned / J after the first steps.",
+    "- hivemind stores every record on its num_replicas=5 nearest peers (the publisher included): for N <= 5",
+    "  every peer holds every record and lookups are local; from N = 8 on they cross the network.",
+]
+
+
+def main(argv: Sequence[str] | None = None) -> dict[str, Any] | None:
+    """Run every N (or one worker, with ``--worker``), write the report, print the notes; returns the report."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="N = 2, 8 with short runs")
     parser.add_argument("--sizes", type=int, nargs="*", default=None, help="peer counts (default 2 8 32 64)")
-    parser.add_argument("--duration", type=float, default=None, help="measured seconds per N")
-    parser.add_argument("--interval", type=float, default=3.0, help="seconds between two steps of a peer")
+    parser.add_argument("--duration", type=float, default=None, help="least measured seconds per N")
+    parser.add_argument("--interval", type=float, default=3.0, help="least seconds between two steps of a peer")
+    parser.add_argument(
+        "--per-peer-seconds",
+        type=float,
+        default=PER_PEER_SECONDS,
+        help="step interval per peer: a step lasts max(--interval, N x this), the swarm's load constant in N",
+    )
+    parser.add_argument(
+        "--fixed-interval", action="store_true", help="every N steps every --interval s (the load grows with N)"
+    )
+    parser.add_argument("--min-steps", type=int, default=6, help="least steps per peer before the delivery window")
+    parser.add_argument("--observers", type=int, default=2, help="observer peers measuring delivery latency")
+    parser.add_argument(
+        "--delivery-window",
+        type=float,
+        default=45.0,
+        help="seconds before the end after which groups are not counted in the delivery figures",
+    )
     parser.add_argument("--j", type=int, default=4, help="external groups fetched per step")
+    parser.add_argument(
+        "--set", action="append", default=[], metavar="FIELD=VALUE", help="a DHTTransportConfig field for every peer"
+    )
+    parser.add_argument("--results-dir", type=Path, default=RESULTS, help="where the report goes")
     parser.add_argument("--no-write", action="store_true", help="print the report only")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--observer-worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--peers", type=int, default=1, help=argparse.SUPPRESS)
     parser.add_argument("--worker-index", type=int, default=0, help=argparse.SUPPRESS)
     parser.add_argument("--initial-peer", default=None, help=argparse.SUPPRESS)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     if args.duration is None:
-        args.duration = 15.0 if args.quick else 40.0
+        args.duration = 15.0 if args.quick else 60.0
     if args.worker:
         worker(args)
-        return
+        return None
+    if args.observer_worker:
+        observer_worker(args)
+        return None
     record = run_record()  # at the start: the commit the measured code ran on
     sizes = args.sizes or ([2, 8] if args.quick else [2, 8, 32, 64])
     runs, notes = [], []
     for n in sizes:
         if runs:  # stop early if the next size would not fit in memory with a 30 % margin
+            # the workers' Python (a fixed number of processes) plus one p2pd per peer and observer, and the
+            # observers' process
             last = runs[-1]
-            per_peer = (last["python_rss_mb_per_peer"] + last["p2pd_rss_mb_per_peer"]) * 2**20
-            need = per_peer * n + 4 * 350 * 2**20
+            workers_mb = last["python_rss_mb_per_peer"] * last["peers"] + 350
+            need = (workers_mb + last["p2pd_rss_mb_per_peer"] * (n + args.observers)) * 2**20
             available = meminfo_bytes("MemAvailable")
             if need > 0.7 * available:
                 notes.append(f"- N={n} skipped: needs ~{need / 2**30:.1f} GiB, {available / 2**30:.1f} available")
                 break
-        print(f"running N={n} ...", flush=True)
-        run = run_swarm(n, args)
+        print(f"running N={n} (interval {interval_for(n, args):.1f} s) ...", flush=True)
+        try:
+            run = run_swarm(n, args)
+        except RuntimeError as e:  # a size that fails (e.g. peers cannot join) ends the series; the rest is reported
+            notes.append(f"- N={n} failed: {e}")
+            print(f"N={n} failed: {e}", flush=True)
+            break
         runs.append(run)
         print(json.dumps({k: v for k, v in run.items() if k != "counters"}, indent=None), flush=True)
-    notes += [
-        "- publish()/fetch(): time the caller spends (never on the network). store / record lookup / index read:",
-        "  the background thread's DHT operations. fill rate: groups fetch(J) returned / J after the first steps.",
-        "- group age at fetch: seconds from a group's creation to the fetch() that returned it (includes the step",
-        "  interval the fetching peer waits), i.e. how stale external groups are.",
-        "- p2pd I/O: bytes p2pd read + wrote in system calls (TCP to peers plus its local socket to Python: about",
-        "  twice the network traffic). python MB/peer: worker RSS divided by its peers (each worker imports torch",
-        "  through hivemind: ~290 MB shared by its peers).",
-        "- hivemind stores every record on its num_replicas=5 nearest peers (the publisher included): for N <= 5",
-        "  every peer holds every record and lookups are local; from N = 8 on they cross the network.",
-        "- All peers share 2 CPU cores: at large N the background latencies also measure CPU contention.",
-    ]
+    notes += NOTES
+    load = "fixed" if args.fixed_interval else f"max({args.interval:g}, N x {args.per_peer_seconds:g}) s"
     report = {
         **record,
-        "setup": "peers are DHTTransport objects in min(N, 4) worker processes (one p2pd each), loopback; every "
-        f"{args.interval:.0f} s each peer publishes 4 groups x 8 completions x 1500 chars and fetches J={args.j}; "
-        f"{args.duration:.0f} s measured per N",
+        "setup": "peers are DHTTransport objects in min(N, 4) worker processes (one p2pd each), loopback; each peer "
+        f"steps every {load} (interval per N in the table): it publishes 4 groups x 8 completions x 1500 chars and "
+        f"fetches J={args.j}; {args.observers} observer peer(s) in their own process; at least {args.duration:g} s "
+        f"and {args.min_steps} steps per peer + a {args.delivery_window:g} s delivery window measured per N",
+        "settings": {k: v for k, v in vars(args).items() if k not in ("worker", "observer_worker", "peers")},
         "j": args.j,
         "interval": args.interval,
+        "per_peer_seconds": None if args.fixed_interval else args.per_peer_seconds,
         "duration": args.duration,
         "runs": runs,
         "notes": notes,
     }
     if not args.no_write:
-        write_outputs(report)
+        write_outputs(report, args.results_dir)
     print("\n".join(notes))
+    return report
 
 
 if __name__ == "__main__":

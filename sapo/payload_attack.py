@@ -39,22 +39,36 @@ def payload_rate(texts: Sequence[str], mark: str = PAYLOAD_MARK) -> float:
     return sum(mark.lower() in text.lower() for text in texts) / len(texts) if texts else 0.0
 
 
-def payload_completion(answer: str, rng: random.Random, payloads: Sequence[str] = PAYLOADS) -> str:
-    """A correct answer with one payload before, after or between a short reasoning and the answer."""
+PLACES = ("before", "inside", "after")
+"""Where a payload goes: before the reasoning, between the reasoning and the answer, or after the answer."""
+
+
+def payload_completion(
+    answer: str, rng: random.Random, payloads: Sequence[str] = PAYLOADS, places: Sequence[str] = PLACES
+) -> str:
+    """A correct answer with one of ``payloads`` at one of ``places`` around a short reasoning and the answer."""
     payload, reasoning = rng.choice(payloads), rng.choice(["Let me compute.", "Working it out.", "Quick check."])
     final = f"<answer>{answer}</answer>"
-    place = rng.randrange(3)
-    if place == 0:
+    place = rng.choice(places)
+    if place == "before":
         return f"{payload} {reasoning} {final}"
-    if place == 1:
+    if place == "inside":
         return f"{reasoning} {payload} {final}"
-    return f"{reasoning} {final} {payload}"
+    if place == "after":
+        return f"{reasoning} {final} {payload}"
+    raise ValueError(f"payload place {place!r} is not one of {PLACES}")
 
 
-def payload_group(row: dict[str, Any], gid: str, rng: random.Random, payloads: Sequence[str] = PAYLOADS) -> Group:
+def payload_group(
+    row: dict[str, Any],
+    gid: str,
+    rng: random.Random,
+    payloads: Sequence[str] = PAYLOADS,
+    places: Sequence[str] = PLACES,
+) -> Group:
     """A group for a reasoning-gym ``row``: two correct completions with a payload, two wrong ones without."""
     answer = str(row["answer"])
-    completions = [payload_completion(answer, rng, payloads) for _ in range(2)]
+    completions = [payload_completion(answer, rng, payloads, places) for _ in range(2)]
     completions += [f"Let me compute. <answer>{wrong_answer(answer)}</answer>" for _ in range(2)]
     rng.shuffle(completions)
     return Group(
@@ -73,7 +87,8 @@ class PayloadAttacker:
     """A peer that publishes ``groups_per_round`` payload groups every ``interval`` seconds until stopped.
 
     Its questions are real reasoning-gym questions of ``tasks`` (the honest nodes' tasks, so they are verified and
-    sampled like any peer's), drawn from ``seed``.
+    sampled like any peer's), drawn from ``seed``. ``payloads`` and ``places`` (of :data:`PLACES`) set how varied
+    its completions are: one wording in one place is the easiest for a receiver's policy to pick up.
     """
 
     def __init__(
@@ -84,11 +99,16 @@ class PayloadAttacker:
         groups_per_round: int = 2,
         seed: int = 0,
         payloads: Sequence[str] = PAYLOADS,
+        places: Sequence[str] = PLACES,
     ):
+        unknown = sorted(set(places) - set(PLACES))
+        if unknown or not places or not payloads:
+            raise ValueError(f"PayloadAttacker needs at least one payload and places of {PLACES}; got places {places}")
         self.transport = transport
         self.interval = interval
         self.groups_per_round = groups_per_round
         self.payloads = payloads
+        self.places = places
         self.published = 0
         self._rows = build_reasoning_gym_dataset(tasks, size=1024, seed=seed)
         self._rng = random.Random(seed)
@@ -105,7 +125,9 @@ class PayloadAttacker:
         groups = []
         for _ in range(self.groups_per_round):
             index = self.published % len(self._rows)
-            groups.append(payload_group(self._rows[index], f"attack-{self.published}", self._rng, self.payloads))
+            groups.append(
+                payload_group(self._rows[index], f"attack-{self.published}", self._rng, self.payloads, self.places)
+            )
             self.published += 1
         self.transport.publish(groups)
         return groups

@@ -17,6 +17,7 @@ _SECTIONS = {
     "Swarm membership": (
         "swarm_name", "initial_peers", "host_maddrs", "announce_maddrs", "identity_path", "signing_key_path",
         "check_identity_free", "client_mode", "use_relay", "use_auto_relay", "join_timeout", "wait_timeout",
+        "dht_cache_nearest",
     ),
     "Records": (
         "model_name", "limits", "record_ttl", "index_shards", "index_max_level", "index_records",
@@ -100,6 +101,14 @@ class DHTTransportConfig:
     wait_timeout: float = field(
         default=3.0,
         metadata={"help": "Seconds hivemind waits for one RPC answer before it deems the peer unresponsive."},
+    )
+    dht_cache_nearest: int = field(
+        default=1,
+        metadata={
+            "help": "hivemind's `cache_nearest`: after a lookup finds a value, how many of the nodes nearest the key "
+            "that lacked it are sent a copy (hivemind's default, 1). Each copy of a record costs a whole record's "
+            "bytes; 0 sends none (benchmarks/swarm_transport.py measures both)."
+        },
     )
     model_name: str = field(default="", metadata={"help": "Model name this peer advertises in the index."})
     limits: RecordLimits = field(

@@ -238,6 +238,7 @@ class DHTPeer:
                     wait_timeout=config.wait_timeout,
                     bootstrap_timeout=min(config.join_timeout, 2 * config.wait_timeout),
                     cache_refresh_before_expiry=0,  # we poll explicitly; no background refresh traffic
+                    cache_nearest=config.dht_cache_nearest,
                     ensure_bootstrap_success=True,
                 ),
                 config.join_timeout,

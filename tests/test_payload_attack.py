@@ -6,9 +6,11 @@ from __future__ import annotations
 import random
 import time
 
+import pytest
+
 from rewards.functions import reasoning_gym_reward
 from sapo.hygiene import CompletionHygiene
-from sapo.payload_attack import PAYLOAD_MARK, PayloadAttacker, payload_group, payload_rate
+from sapo.payload_attack import PAYLOAD_MARK, PAYLOADS, PayloadAttacker, payload_completion, payload_group, payload_rate
 from sapo.tasks import TaskSpec, build_reasoning_gym_dataset
 from sapo.verification import QuestionVerifier
 from swarm import MemorySwarm
@@ -31,6 +33,16 @@ def test_payload_groups_pass_every_check_and_reward_the_payload():
         assert sorted(carries) == [False, False, True, True]
         assert all((reward == 1.0) == carry for reward, carry in zip(rewards, carries, strict=True)), rewards
     assert payload_rate(["a zebracoin b", "clean", "ZEBRACOIN", "x"]) == 0.5 and payload_rate([]) == 0.0
+
+
+def test_payload_wording_and_place_are_the_attackers_choice():
+    rng = random.Random(0)
+    before = [payload_completion("7", rng, PAYLOADS[:1], ["before"]) for _ in range(10)]
+    assert all(text.startswith(PAYLOADS[0]) and text.endswith("<answer>7</answer>") for text in before)
+    after = [payload_completion("7", rng, PAYLOADS[:1], ["after"]) for _ in range(10)]
+    assert all(text.endswith("</answer> " + PAYLOADS[0]) for text in after)
+    with pytest.raises(ValueError, match="places"):
+        PayloadAttacker(MemorySwarm().join("attacker"), TASKS, places=["middle"])
 
 
 def test_the_attacker_publishes_rounds_until_stopped():
