@@ -26,7 +26,7 @@ from sapo import SAPOConfig, SAPOTrainer
 from sapo.models import load_policy
 from sapo.tasks import questions_from_dataset
 from swarm.dht import DHTTransport, DHTTransportConfig
-from swarm.transport import wait_for_peers
+from swarm.transport import wait_for_groups, wait_for_peers
 
 parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
 parser.add_argument("--questions", default=str(Path(__file__).parent / "data" / "capitals.jsonl"))
@@ -75,6 +75,7 @@ swarm = DHTTransport(DHTTransportConfig(initial_peers=args.initial_peers))
 print(f"peer {swarm.peer_id}; others join with: --initial-peers", *swarm.visible_addresses())
 if args.initial_peers:
     wait_for_peers(swarm, 1, timeout=60)  # read the swarm's index before the first step
+    wait_for_groups(swarm, 1, timeout=60)  # and hold its first groups: fetch never blocks
 
 # The trainer registers `questions` with its verifier: received groups of dataset "capitals" are checked
 # against these rows. Its default reward weights are 1.0 each.

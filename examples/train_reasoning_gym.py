@@ -26,7 +26,7 @@ from sapo import SAPOConfig, SAPOTrainer
 from sapo.models import load_policy
 from sapo.tasks import DEFAULT_TASKS, build_reasoning_gym_dataset
 from swarm.dht import DHTTransport, DHTTransportConfig
-from swarm.transport import wait_for_peers
+from swarm.transport import wait_for_groups, wait_for_peers
 
 parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
 parser.add_argument("--initial-peers", nargs="*", default=[], help="multiaddrs of peers to join (empty: new swarm)")
@@ -66,6 +66,7 @@ if state.is_main_process:
     print(f"peer {swarm.peer_id} in swarm 'sapo'; others join with: --initial-peers", *swarm.visible_addresses())
     if args.initial_peers:
         wait_for_peers(swarm, 1, timeout=60)  # read the swarm's index before the first step
+        wait_for_groups(swarm, 1, timeout=60)  # and hold its first groups: fetch never blocks
 
 trainer = SAPOTrainer(
     model=model,

@@ -172,3 +172,21 @@ def wait_for_peers(
         if on_wait is not None:
             on_wait(len(peers), waited)
         time.sleep(min(poll_interval, max(0.0, timeout - waited)))
+
+
+def wait_for_groups(transport: SwarmTransport, count: int, timeout: float, poll_interval: float = 0.5) -> int:
+    """Block until ``transport`` holds at least ``count`` groups of others ready to fetch, or ``timeout`` passes.
+
+    For a node that joins a swarm and should train on its groups from its first swarm step: ``fetch`` never
+    blocks, and the first lookups of a fresh peer take seconds. Reads the ``cached_groups`` gauge; a transport
+    without one (it reads on demand, e.g. the in-memory board) returns at once. Returns the groups held at the
+    end, which may be fewer than ``count`` after a timeout.
+    """
+    started = time.monotonic()
+    while True:
+        held = transport.readout().gauges.get("cached_groups")
+        if held is None:
+            return count
+        if held >= count or time.monotonic() - started >= timeout:
+            return int(held)
+        time.sleep(poll_interval)

@@ -23,7 +23,7 @@ from sapo.hostile_peer import HostileNode  # noqa: E402
 from swarm.daemon import socket_is_stale  # noqa: E402
 from swarm.dht import DHTTransport, SwarmJoinError  # noqa: E402
 from swarm.records import GroupRecord, IndexEntry, RecordRef, RecordRejected, encode_index_entry, encode_record  # noqa: E402
-from swarm.transport import wait_for_peers  # noqa: E402
+from swarm.transport import wait_for_groups, wait_for_peers  # noqa: E402
 from swarm.validation import owner_marker  # noqa: E402
 from tests.swarm_fixtures import (  # noqa: E402, F401
     STARTED_P2PD,
@@ -116,6 +116,15 @@ def test_peers_are_listed_from_joining_and_a_relay_is_not(dht_peers):
     time.sleep(1.0)  # a wrongly announced relay would have been read by now (index refresh: 1 s)
     assert relay.peer_id not in {p.peer for p in a.peers() + b.peers()}
     assert a.readout().counters.get("published_records", 0) == 0 and a.fetch(10) == []
+
+
+def test_a_joining_peer_can_wait_until_it_holds_the_swarms_groups(dht_peers):
+    a = dht_peers(model_name="A")
+    b = dht_peers(initial_peers=a.visible_addresses())
+    assert wait_for_groups(b, 1, timeout=1.0) == 0  # nothing published yet: it gives up at the timeout
+    a.publish([make_group("a1"), make_group("a2")])
+    assert wait_for_groups(b, 2, timeout=30) == 2
+    assert {item.group.group_id for item in b.fetch(10)} == {"a1", "a2"}  # what it waited for is fetched at once
 
 
 def test_storage_and_bookkeeping_are_bounded_by_expiry(dht_peers):
