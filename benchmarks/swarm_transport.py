@@ -22,7 +22,9 @@ Writes benchmarks/results/swarm_transport.{json,md,png}. Every process it starts
 from __future__ import annotations
 
 import argparse
+import collections
 import contextlib
+import functools
 import json
 import os
 import random
@@ -31,7 +33,7 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -180,6 +182,54 @@ def _stay_until_stop() -> None:
     sys.stdin.readline()
 
 
+RECORD_VALUE_BYTES = 8192  # a found or stored value this large is a record (4 groups x 8 x 1500 chars); smaller: index
+
+
+def count_rpc_bytes() -> dict[str, float]:
+    """Wrap hivemind's DHT server handlers in this process to count the protobuf bytes of every request a peer
+    serves and of its answer, by kind; requests of client-mode nodes (the observers) are left out. Returns the
+    live tally: ``{kind: bytes}`` and ``{kind/calls: count}``. A diagnostic of where bytes go (``--rpc-bytes``)."""
+    from hivemind.dht.protocol import DHTProtocol
+
+    tally: collections.Counter = collections.Counter()
+
+    def wrap(name: str, classify: Callable[[Any, Any], dict[str, int]]) -> None:
+        handler = getattr(DHTProtocol, name)
+
+        @functools.wraps(handler)  # hivemind reads the request and answer types from the handler's annotations
+        async def counted(self: Any, request: Any, context: Any) -> Any:
+            response = await handler(self, request, context)
+            if request.peer.node_id:  # a DHT server: a peer, not an observer
+                tally[f"{name}/calls"] += 1
+                for kind, size in classify(request, response).items():
+                    tally[kind] += size
+            return response
+
+        setattr(DHTProtocol, name, counted)
+
+    def find(request: Any, response: Any) -> dict[str, int]:
+        found = [len(r.value) for r in response.results]
+        return {
+            "find/request": request.ByteSize(),
+            "find/record values": sum(n for n in found if n >= RECORD_VALUE_BYTES),
+            "find/index values": sum(n for n in found if n < RECORD_VALUE_BYTES),
+            "find/nearest peers": response.ByteSize() - sum(found),
+        }
+
+    def store(request: Any, response: Any) -> dict[str, int]:
+        values = [len(v) for v in request.values]
+        return {
+            "store/record values": sum(n for n in values if n >= RECORD_VALUE_BYTES),
+            "store/index values": sum(n for n in values if n < RECORD_VALUE_BYTES),
+            "store/rest": request.ByteSize() - sum(values) + response.ByteSize(),
+        }
+
+    wrap("rpc_find", find)
+    wrap("rpc_store", store)
+    wrap("rpc_ping", lambda request, response: {"ping": request.ByteSize() + response.ByteSize()})
+    return tally
+
+
 def worker(args: argparse.Namespace) -> None:
     """Worker process: host ``--peers`` peers, wait for GO, run the steps, print the raw measurements as RESULT."""
     import logging
@@ -189,6 +239,7 @@ def worker(args: argparse.Namespace) -> None:
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))
     from swarm.dht import DHTTransport, DHTTransportConfig
 
+    rpc_bytes = count_rpc_bytes() if args.rpc_bytes else None
     peers: list[DHTTransport] = []
     initial = args.initial_peer.split(",") if args.initial_peer else []
     try:
@@ -218,6 +269,7 @@ def worker(args: argparse.Namespace) -> None:
         io_start = sum(io_bytes(p.p2pd_pid) for p in peers)
         cpu_start = {"python": cpu_seconds(me), "p2pd": sum(cpu_seconds(p.p2pd_pid) for p in peers)}
         counters_start = {p.peer_id: p.readout().counters for p in peers}
+        rpc_start = dict(rpc_bytes or {})
         measured_from = time.monotonic()  # background timings before this moment are warm-up
         while time.time() < end:
             now = time.time()
@@ -242,6 +294,7 @@ def worker(args: argparse.Namespace) -> None:
         python_cpu = cpu_seconds(me) - cpu_start["python"]
         p2pd_cpu = sum(cpu_seconds(p.p2pd_pid) for p in peers) - cpu_start["p2pd"]
         p2pd_io = sum(io_bytes(p.p2pd_pid) for p in peers) - io_start
+        rpc = {k: v - rpc_start.get(k, 0) for k, v in (rpc_bytes or {}).items()}
         timings: dict[str, list[float]] = {}
         for p in peers:
             for name, samples in p.readout().timings.items():
@@ -267,6 +320,7 @@ def worker(args: argparse.Namespace) -> None:
             "python_cpu": python_cpu,
             "p2pd_cpu": p2pd_cpu,
             "healthy": all(p.healthy() for p in peers),
+            "rpc_bytes": rpc,
         }
         print("RESULT", json.dumps(result), flush=True)
         _stay_until_stop()
@@ -353,7 +407,7 @@ def run_swarm(n: int, args: argparse.Namespace) -> dict[str, Any]:
         cmd = [sys.executable, "-m", "benchmarks.swarm_transport", role, "--peers", str(count)]
         cmd += ["--worker-index", str(index), "--duration", str(duration), "--interval", str(interval)]
         cmd += ["--j", str(args.j)] + (["--initial-peer", initial] if initial else [])
-        cmd += [x for setting in args.set for x in ("--set", setting)]
+        cmd += [x for setting in args.set for x in ("--set", setting)] + (["--rpc-bytes"] if args.rpc_bytes else [])
         env = {**os.environ, "PYTHONPATH": str(ROOT)}
         proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=ROOT, env=env)
         procs.append(proc)
@@ -424,6 +478,10 @@ def run_swarm(n: int, args: argparse.Namespace) -> dict[str, Any]:
     # Python, then written to TCP): p2pd I/O without the observers is estimated by taking that off.
     p2pd_io = sum(r["p2pd_io"] for r in results) - 2 * tcp["observers"]
     python_cpu, p2pd_cpu = sum(r["python_cpu"] for r in results), sum(r["p2pd_cpu"] for r in results)
+    rpc_bytes: dict[str, float] = {}
+    for r in results:
+        for k, v in r.get("rpc_bytes", {}).items():
+            rpc_bytes[k] = rpc_bytes.get(k, 0) + v
     return {
         "peers": n,
         "workers": workers,
@@ -462,6 +520,8 @@ def run_swarm(n: int, args: argparse.Namespace) -> dict[str, Any]:
         "python_rss_mb_per_peer": sum(r["python_rss_mb"] for r in results) / n,
         "p2pd_rss_mb_per_peer": statistics.mean(p2pd_rss) if p2pd_rss else None,
         "counters": counters,
+        # --rpc-bytes: protobuf bytes of the DHT requests the peers served and their answers, per peer and step
+        "rpc_bytes_per_peer_step": {k: v / max(steps, 1) for k, v in sorted(rpc_bytes.items())},
         "all_healthy": all(r["healthy"] for r in results),
     }
 
@@ -525,6 +585,21 @@ def write_outputs(report: dict[str, Any], out: Path = RESULTS) -> None:
             f"| {_pair(r['fetch_call_ms'])} | {_pair(r['store_seconds'])} | {_pair(r['record_lookup_seconds'])} "
             f"| {_pair(r['index_read_seconds'])} | {failures} |"
         )
+    kinds = sorted({k for r in rows for k in r.get("rpc_bytes_per_peer_step", {}) if not k.endswith("/calls")})
+    if kinds:  # --rpc-bytes: where the bytes go, as the DHT servers among the peers saw them
+        lines += [
+            "",
+            "## DHT RPC bytes served, KB per peer per step (--rpc-bytes; protobuf sizes, before TLS/yamux framing)",
+            "",
+            "| N | " + " | ".join(kinds) + " | total | find / store / ping calls |",
+            "|---" * (len(kinds) + 3) + "|",
+        ]
+        for r in rows:
+            rpc = r.get("rpc_bytes_per_peer_step", {})
+            calls = " / ".join(f"{rpc.get(f'rpc_{name}/calls', 0):.1f}" for name in ("find", "store", "ping"))
+            total = sum(rpc.get(k, 0) for k in kinds)
+            cells = " | ".join(f"{rpc.get(k, 0) / 1e3:.1f}" for k in kinds)
+            lines.append(f"| {r['peers']} | {cells} | {total / 1e3:.1f} | {calls} |")
     lines += ["", *report["notes"]]
     write_report(out, "swarm_transport", report, lines)
 
@@ -630,6 +705,9 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any] | None:
     parser.add_argument("--j", type=int, default=4, help="external groups fetched per step")
     parser.add_argument(
         "--set", action="append", default=[], metavar="FIELD=VALUE", help="a DHTTransportConfig field for every peer"
+    )
+    parser.add_argument(
+        "--rpc-bytes", action="store_true", help="count the DHT RPC bytes the peers serve, by kind (a diagnostic)"
     )
     parser.add_argument("--results-dir", type=Path, default=RESULTS, help="where the report goes")
     parser.add_argument("--no-write", action="store_true", help="print the report only")

@@ -17,7 +17,7 @@ _SECTIONS = {
     "Swarm membership": (
         "swarm_name", "initial_peers", "host_maddrs", "announce_maddrs", "identity_path", "signing_key_path",
         "check_identity_free", "client_mode", "use_relay", "use_auto_relay", "join_timeout", "wait_timeout",
-        "dht_cache_nearest",
+        "dht_cache_nearest", "dht_num_replicas", "dht_record_lookup_workers",
     ),
     "Records": (
         "model_name", "limits", "record_ttl", "index_shards", "index_max_level", "index_records",
@@ -108,6 +108,21 @@ class DHTTransportConfig:
             "help": "hivemind's `cache_nearest`: after a lookup finds a value, how many of the nodes nearest the key "
             "that lacked it are sent a copy (hivemind's default, 1). Each copy of a record costs a whole record's "
             "bytes; 0 sends none (benchmarks/swarm_transport.py measures both)."
+        },
+    )
+    dht_num_replicas: int = field(
+        default=5,
+        metadata={
+            "help": "hivemind's `num_replicas`: how many nodes nearest a key store each record and index entry "
+            "(hivemind's default, 5). Every replica receives a whole record: a publisher sends this many copies."
+        },
+    )
+    dht_record_lookup_workers: int = field(
+        default=4,
+        metadata={
+            "help": "hivemind's `num_workers` for record lookups: find RPCs sent in parallel (hivemind's default, 4). "
+            "Each replica among them answers with the whole record and the lookup keeps one; 1 asks one node at a "
+            "time (a hop more of latency when a node is slow, one copy of the record on the wire)."
         },
     )
     model_name: str = field(default="", metadata={"help": "Model name this peer advertises in the index."})
@@ -244,7 +259,7 @@ class DHTTransportConfig:
                 "(limits.max_index_records)"
             )
         for name in ("index_shards", "index_shard_entries", "prefetch_groups", "max_cached_groups",
-                     "max_pending_publishes"):  # fmt: skip
+                     "max_pending_publishes", "dht_num_replicas", "dht_record_lookup_workers"):  # fmt: skip
             if getattr(self, name) < 1:
                 raise ValueError(f"{name}={getattr(self, name)}: it must be a positive number")
         if not 0 <= self.index_max_level <= 16:

@@ -155,8 +155,11 @@ class DictDHT:
             self.items.setdefault(key, {})[subkey] = ValueWithExpiration(value, expiration_time)
         return {(key, subkey): True for key, subkey in zip(keys, subkeys, strict=True)}
 
-    async def get_many(self, keys: list[str], sufficient_expiration_time: float | None = None) -> dict[str, Any]:
-        """``{key: ValueWithExpiration({subkey: ValueWithExpiration}) or None}``, as hivemind returns them."""
+    async def get_many(
+        self, keys: list[str], sufficient_expiration_time: float | None = None, num_workers: int | None = None
+    ) -> dict[str, Any]:
+        """``{key: ValueWithExpiration({subkey: ValueWithExpiration}) or None}``, as hivemind returns them (every
+        node answers at once here: ``num_workers`` changes nothing)."""
         from hivemind.utils import ValueWithExpiration
 
         self.reads.append(list(keys))

@@ -239,6 +239,7 @@ class DHTPeer:
                     bootstrap_timeout=min(config.join_timeout, 2 * config.wait_timeout),
                     cache_refresh_before_expiry=0,  # we poll explicitly; no background refresh traffic
                     cache_nearest=config.dht_cache_nearest,
+                    num_replicas=config.dht_num_replicas,
                     ensure_bootstrap_success=True,
                 ),
                 config.join_timeout,

@@ -57,8 +57,11 @@ _WRITE_LEVELS_ABOVE = 2  # levels written above the last whose shards hold an en
 class DHTLookup(Protocol):
     """The one DHT operation a reader needs: hivemind's :meth:`DHTNode.get_many`."""
 
-    async def get_many(self, keys: list[str], sufficient_expiration_time: float | None = None) -> dict[str, Any]:
-        """``{key: ValueWithExpiration or None}``; a dictionary value holds ``{subkey: ValueWithExpiration}``."""
+    async def get_many(
+        self, keys: list[str], sufficient_expiration_time: float | None = None, num_workers: int | None = None
+    ) -> dict[str, Any]:
+        """``{key: ValueWithExpiration or None}``; a dictionary value holds ``{subkey: ValueWithExpiration}``;
+        ``num_workers`` find RPCs in flight at once (None: the node's default)."""
         ...
 
 
@@ -323,7 +326,12 @@ class SwarmReader:
         keys = {record_key(config.swarm_name, sender, ref.seq): (sender, ref) for sender, ref in chosen}
         chunks = [list(keys)[i : i + _RECORDS_PER_GET] for i in range(0, len(keys), _RECORDS_PER_GET)]
         outcomes = await asyncio.gather(
-            *(asyncio.wait_for(dht.get_many(chunk), config.fetch_timeout) for chunk in chunks),
+            *(
+                asyncio.wait_for(
+                    dht.get_many(chunk, num_workers=config.dht_record_lookup_workers), config.fetch_timeout
+                )
+                for chunk in chunks
+            ),
             return_exceptions=True,
         )
         results: dict[str, Any] = {}

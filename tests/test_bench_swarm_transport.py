@@ -35,10 +35,16 @@ def test_tcp_traffic_splits_peer_and_observer_sockets():
 def test_two_peers_and_an_observer_report_costs_and_delivery(tmp_path):
     report = swarm_transport.main(
         ["--sizes", "2", "--duration", "8", "--min-steps", "1", "--delivery-window", "3", "--observers", "1"]
-        + ["--results-dir", str(tmp_path)]
+        + ["--rpc-bytes", "--results-dir", str(tmp_path)]
     )
     (run,) = report["runs"]
     assert run["peers"] == 2 and run["steps"] > 0 and run["all_healthy"]
     assert run["python_cpu_seconds_per_peer_step"] > 0 and run["p2pd_io_bytes_per_peer_step"] > 0
     assert run["observed_delivery"]["observers"] == 1 and run["observed_delivery"]["published"] > 0
     assert (tmp_path / "swarm_transport.md").exists() and (tmp_path / "swarm_transport.png").exists()
+    # with 2 peers each stores its records on the other too (5 replicas wanted, 2 nodes): the served store
+    # requests carry about one copy of what was published; the observer's lookups are not counted
+    rpc = run["rpc_bytes_per_peer_step"]
+    published = run["published_bytes_per_peer_step"]
+    assert 0.5 * published < rpc["store/record values"] < 1.5 * published, (rpc, published)
+    assert "DHT RPC bytes served" in (tmp_path / "swarm_transport.md").read_text()
