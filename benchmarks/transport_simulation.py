@@ -10,7 +10,7 @@ this machine holds, and signatures (peers' public keys are random bytes of an RS
 nothing, and generating 2048 RSA keys would take minutes).
 
 Every publisher writes its index entry up to the level its own peer's reader would choose; the simulation has one
-reader, so every publisher uses that reader's :meth:`~swarm.reader.SwarmReader.write_level` (peers of one swarm
+reader, so every publisher uses that reader's :meth:`~swarm.reader.SwarmReader.write_levels` (peers of one swarm
 see the same N).
 
     python -m benchmarks.transport_simulation --sizes 8 64 512 2048
@@ -66,7 +66,7 @@ def simulate(
     publisher_counters = SwarmCounters()  # shared: only totals are reported
     publishers = [
         SwarmPublisher(
-            config, _public_key(rng), publisher_counters, TimingLog(clock), clock, write_level=reader.write_level
+            config, _public_key(rng), publisher_counters, TimingLog(clock), clock, write_levels=reader.write_levels
         )
         for _ in range(peers)
     ]

@@ -17,7 +17,8 @@ _SECTIONS = {
     "Swarm membership": (
         "swarm_name", "initial_peers", "host_maddrs", "announce_maddrs", "identity_path", "signing_key_path",
         "check_identity_free", "client_mode", "use_relay", "use_auto_relay", "join_timeout", "wait_timeout",
-        "dht_cache_nearest", "dht_num_replicas", "dht_record_lookup_workers",
+        "dht_cache_nearest", "dht_cache_locally", "dht_num_replicas", "dht_record_lookup_workers", "dht_lookup_beam",
+        "dht_bucket_size",
     ),
     "Records": (
         "model_name", "limits", "record_ttl", "index_shards", "index_max_level", "index_records",
@@ -103,26 +104,53 @@ class DHTTransportConfig:
         metadata={"help": "Seconds hivemind waits for one RPC answer before it deems the peer unresponsive."},
     )
     dht_cache_nearest: int = field(
-        default=1,
+        default=0,
         metadata={
             "help": "hivemind's `cache_nearest`: after a lookup finds a value, how many of the nodes nearest the key "
-            "that lacked it are sent a copy (hivemind's default, 1). Each copy of a record costs a whole record's "
-            "bytes; 0 sends none (benchmarks/swarm_transport.py measures both)."
+            "that lacked it are sent a copy (hivemind's default: 1). Each copy of a record costs a whole record's "
+            "bytes, and a record is fetched once per reader: 0 sends none."
+        },
+    )
+    dht_cache_locally: bool = field(
+        default=False,
+        metadata={
+            "help": "hivemind's `cache_locally`: keep a copy of every value this peer looked up (hivemind's default: "
+            "True). hivemind answers other peers' lookups from that cache too, so with it every peer that read an "
+            "index shard hands the whole shard to every lookup and store passing by (most of the index bytes at "
+            "N = 32); a record is fetched once and an index shard is wanted fresh, so nothing is gained by keeping "
+            "them."
         },
     )
     dht_num_replicas: int = field(
-        default=5,
+        default=2,
         metadata={
             "help": "hivemind's `num_replicas`: how many nodes nearest a key store each record and index entry "
-            "(hivemind's default, 5). Every replica receives a whole record: a publisher sends this many copies."
+            "(hivemind's default: 5). Every replica receives a whole record, so a publisher sends this many copies; "
+            "2 keeps a record readable when one of its holders leaves within the record ttl."
         },
     )
     dht_record_lookup_workers: int = field(
-        default=4,
+        default=1,
         metadata={
-            "help": "hivemind's `num_workers` for record lookups: find RPCs sent in parallel (hivemind's default, 4). "
+            "help": "hivemind's `num_workers` for record lookups: find RPCs in flight at once (hivemind's default: 4). "
             "Each replica among them answers with the whole record and the lookup keeps one; 1 asks one node at a "
             "time (a hop more of latency when a node is slow, one copy of the record on the wire)."
+        },
+    )
+    dht_lookup_beam: int = field(
+        default=8,
+        metadata={
+            "help": "hivemind's `beam_size` for this peer's lookups and stores: the nodes nearest a key a lookup keeps "
+            "asking. hivemind's default (its bucket size, 20) makes a store or an unfinished lookup ask nearly every "
+            "node of a swarm of a few dozen, each answering with 20 neighbours per key and any value it holds: a cost "
+            "per step that grows with N. A few more than `dht_num_replicas` finds the replicas in O(log N) hops."
+        },
+    )
+    dht_bucket_size: int = field(
+        default=20,
+        metadata={
+            "help": "hivemind's `bucket_size` (Kademlia's k): the routing table's bucket size, and how many neighbours "
+            "of each key a node names in every lookup answer (20, hivemind's default: about 2 KB per key and answer)."
         },
     )
     model_name: str = field(default="", metadata={"help": "Model name this peer advertises in the index."})
@@ -259,7 +287,8 @@ class DHTTransportConfig:
                 "(limits.max_index_records)"
             )
         for name in ("index_shards", "index_shard_entries", "prefetch_groups", "max_cached_groups",
-                     "max_pending_publishes", "dht_num_replicas", "dht_record_lookup_workers"):  # fmt: skip
+                     "max_pending_publishes", "dht_num_replicas", "dht_record_lookup_workers",
+                     "dht_lookup_beam", "dht_bucket_size"):  # fmt: skip
             if getattr(self, name) < 1:
                 raise ValueError(f"{name}={getattr(self, name)}: it must be a positive number")
         if not 0 <= self.index_max_level <= 16:

@@ -87,7 +87,7 @@ class DHTTransport(SwarmTransport):
         self.reader = SwarmReader(config, public_key, self._counters, self._timings, clock)
         # The publisher writes its index entry to the levels that readers of the swarm size this reader sees read.
         self.publisher = SwarmPublisher(
-            config, public_key, self._counters, self._timings, clock, write_level=self.reader.write_level
+            config, public_key, self._counters, self._timings, clock, write_levels=self.reader.write_levels
         )
         validator = make_record_validator(
             signing_key,

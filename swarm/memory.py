@@ -146,7 +146,12 @@ class DictDHT:
         self._clock = clock
 
     async def store_many(
-        self, keys: list[str], values: list[bytes], expiration_time: float, subkeys: list[Any]
+        self,
+        keys: list[str],
+        values: list[bytes],
+        expiration_time: float,
+        subkeys: list[Any],
+        beam_size: int | None = None,
     ) -> dict[Any, bool]:
         """Store every value under its key and subkey; all succeed."""
         from hivemind.utils import ValueWithExpiration
@@ -156,10 +161,14 @@ class DictDHT:
         return {(key, subkey): True for key, subkey in zip(keys, subkeys, strict=True)}
 
     async def get_many(
-        self, keys: list[str], sufficient_expiration_time: float | None = None, num_workers: int | None = None
+        self,
+        keys: list[str],
+        sufficient_expiration_time: float | None = None,
+        num_workers: int | None = None,
+        beam_size: int | None = None,
     ) -> dict[str, Any]:
         """``{key: ValueWithExpiration({subkey: ValueWithExpiration}) or None}``, as hivemind returns them (every
-        node answers at once here: ``num_workers`` changes nothing)."""
+        node answers at once here: ``num_workers`` and ``beam_size`` change nothing)."""
         from hivemind.utils import ValueWithExpiration
 
         self.reads.append(list(keys))

@@ -239,7 +239,9 @@ class DHTPeer:
                     bootstrap_timeout=min(config.join_timeout, 2 * config.wait_timeout),
                     cache_refresh_before_expiry=0,  # we poll explicitly; no background refresh traffic
                     cache_nearest=config.dht_cache_nearest,
+                    cache_locally=config.dht_cache_locally,
                     num_replicas=config.dht_num_replicas,
+                    bucket_size=config.dht_bucket_size,
                     ensure_bootstrap_success=True,
                 ),
                 config.join_timeout,

@@ -22,9 +22,14 @@ class DHTStore(Protocol):
     """The one DHT operation a publisher needs: hivemind's :meth:`DHTNode.store_many`."""
 
     async def store_many(
-        self, keys: list[str], values: list[bytes], expiration_time: float, subkeys: list[Any]
+        self,
+        keys: list[str],
+        values: list[bytes],
+        expiration_time: float,
+        subkeys: list[Any],
+        beam_size: int | None = None,
     ) -> dict[Any, bool]:
-        """``{(key, subkey): stored}``."""
+        """``{(key, subkey): stored}``; ``beam_size``: the nodes the search for each key's replicas keeps asking."""
         ...
 
 
@@ -32,7 +37,7 @@ class SwarmPublisher:
     """Queues published groups (never waiting on the network) and stores them from the event loop.
 
     Each :meth:`queue` call becomes one record ``{swarm}/records/{peer}/{seq}``; every store also rewrites this peer's
-    index entry, which lists its newest records, in its shard of each index level from 0 to ``write_level()``
+    index entry, which lists its newest records, in its shard of each index level of ``write_levels()``
     (counted as ``index_stores``). A full queue drops its oldest record (``publish_dropped``): a slow network costs
     stale groups, never memory. All values are written under this peer's owner marker, so the DHT's validator signs
     them and other peers accept them only as this peer's.
@@ -43,9 +48,9 @@ class SwarmPublisher:
         counters: where stores and their failures are counted.
         timings: where store durations are recorded.
         clock: wall time dates records and entries; monotonic time spaces announcements.
-        write_level: the highest index level to write the entry to, asked at every store; the transport passes
-            its reader's :meth:`~swarm.reader.SwarmReader.write_level` (O(log N) levels). ``None``: every level
-            up to ``config.index_max_level``, which any reader finds whatever level it reads.
+        write_levels: the index levels to write the entry to, asked at every store; the transport passes its
+            reader's :meth:`~swarm.reader.SwarmReader.write_levels` (a few levels around the one readers read).
+            ``None``: every level up to ``config.index_max_level``, which any reader finds whatever level it reads.
     """
 
     def __init__(
@@ -55,12 +60,12 @@ class SwarmPublisher:
         counters: SwarmCounters,
         timings: TimingLog,
         clock: Clock = SYSTEM_CLOCK,
-        write_level: Callable[[], int] | None = None,
+        write_levels: Callable[[], range] | None = None,
     ):
         self.config = config
         self._peer_id = fingerprint(public_key)
         self._marker = owner_marker(public_key)
-        self._write_level = write_level or (lambda: config.index_max_level)
+        self._write_levels = write_levels or (lambda: range(config.index_max_level + 1))
         self._counters = counters
         self._timings = timings
         self._clock = clock
@@ -72,14 +77,14 @@ class SwarmPublisher:
 
     @property
     def index_key(self) -> str:
-        """The index shard of level 0 this peer writes its entry to (every peer writes level 0)."""
+        """The lowest index shard this peer's next store writes its entry to (level 0 while the swarm is small)."""
         return self.index_keys()[0]
 
     def index_keys(self) -> list[str]:
-        """The index shards this peer's next store writes its entry to: one per level, from 0 to ``write_level``."""
+        """The index shards this peer's next store writes its entry to: one per level of ``write_levels()``."""
         config = self.config
-        top = min(max(0, self._write_level()), config.index_max_level)
-        return [index_key_of(config.swarm_name, config.index_shards, level, self._peer_id) for level in range(top + 1)]
+        levels = [level for level in self._write_levels() if 0 <= level <= config.index_max_level] or [0]
+        return [index_key_of(config.swarm_name, config.index_shards, level, self._peer_id) for level in levels]
 
     def recent_refs(self) -> list[RecordRef]:
         """References to this peer's newest records, as its index entry lists them (oldest first)."""
@@ -130,7 +135,13 @@ class SwarmPublisher:
         started = self._last_index_store = self._clock.monotonic()
         try:
             result = await asyncio.wait_for(
-                dht.store_many(keys, values, now + config.record_ttl, subkeys=[self._marker] * len(keys)),
+                dht.store_many(
+                    keys,
+                    values,
+                    now + config.record_ttl,
+                    subkeys=[self._marker] * len(keys),
+                    beam_size=config.dht_lookup_beam,
+                ),
                 config.store_timeout,
             )
         except asyncio.TimeoutError:

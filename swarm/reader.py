@@ -13,10 +13,15 @@ What a reader costs per step does not grow with the swarm's size N:
   levels (:func:`swarm.validation.index_keys`): level ``l`` lists the peers over ``index_shards * 2**l`` shards.
   The reader estimates N from its last few reads (the mean of each read's entries over the share of its level's
   shards it read) and reads, in rotation, the level whose shards hold about ``index_shard_entries`` entries; its
-  peer's publisher writes to every level up to :meth:`SwarmReader.write_level`, two levels above the last one
-  whose shards still hold an entry, so a reader whose estimate is up to twice as high (four times with
-  ``index_shard_entries`` 2) still finds it. A reader's first read probes two shards of the middle level, which
-  costs a few entries at N = 8 and at N = 10^4 alike; a publisher without an estimate writes every level.
+  peer's publisher writes to the levels :meth:`SwarmReader.write_levels`: from one below the level it reads to
+  two above the last one whose shards still hold an entry, so a reader whose estimate is from half to twice
+  as high (four times with ``index_shard_entries`` 2) still finds it. Not writing the low levels is what keeps a
+  store's cost flat: hivemind's store first looks the key up, and every replica on the way answers with the
+  whole shard, which at level 0 lists N / ``index_shards`` peers. A reader's first read probes two shards of the
+  middle level, which costs a few entries at N = 8 and at N = 10^4 alike; a read that finds no entry (a first
+  probe, or a reader whose estimate fell below the writers' levels) is followed by probes of level 0 and of
+  every third level (:func:`probe_levels`) until one finds entries, which then start the estimate afresh. A
+  publisher without an estimate writes every level.
 - when: the index is read when the cache needs groups (at most every ``index_min_interval``), or every
   ``index_refresh_interval`` to keep :meth:`SwarmReader.peers` current; a read while the cache is full fetches
   nothing, so it buys no freshness. The peers listed by the latest read are chosen first (their newest refs are
@@ -52,16 +57,21 @@ _REJECTED_ENTRIES_KEPT = 10_000  # digests of refused index entries: one count p
 _MISSING_TRIES = 3  # polls a listed record may be missing (its store still travelling) before it is given up
 _ESTIMATE_READS = 8  # index reads pooled into the estimate of the swarm's size
 _WRITE_LEVELS_ABOVE = 2  # levels written above the last whose shards hold an entry: readers estimating 2x more
+_WRITE_LEVELS_BELOW = 1  # levels written below the read level: readers estimating half as many peers
 
 
 class DHTLookup(Protocol):
     """The one DHT operation a reader needs: hivemind's :meth:`DHTNode.get_many`."""
 
     async def get_many(
-        self, keys: list[str], sufficient_expiration_time: float | None = None, num_workers: int | None = None
+        self,
+        keys: list[str],
+        sufficient_expiration_time: float | None = None,
+        num_workers: int | None = None,
+        beam_size: int | None = None,
     ) -> dict[str, Any]:
         """``{key: ValueWithExpiration or None}``; a dictionary value holds ``{subkey: ValueWithExpiration}``;
-        ``num_workers`` find RPCs in flight at once (None: the node's default)."""
+        ``num_workers`` find RPCs in flight at once, ``beam_size`` nodes kept asking (None: the node's defaults)."""
         ...
 
 
@@ -117,6 +127,7 @@ class SwarmReader:
         self._index_reads = 0
         self._rotation = self._rng.randrange(1 << 30)  # peers start their rotation at different shards
         self._recent_estimates: collections.deque[float] = collections.deque(maxlen=_ESTIMATE_READS)
+        self._empty_reads = 0  # index reads in a row that found no entry: the next ones probe (probe_levels)
 
     # ------------------------------------------------------------------------------ any thread
 
@@ -178,15 +189,19 @@ class SwarmReader:
 
     def read_level(self) -> int:
         """The index level the next read reads: the one whose shards hold about ``index_shard_entries`` entries by
-        :meth:`estimated_peers`; the middle level before the first read (a cheap probe at any N); level 0 when
-        ``index_shards_per_poll`` is 0 (the whole index every time)."""
+        :meth:`estimated_peers`; the middle level before the first read (a cheap probe at any N); after reads that
+        found nothing, the next of :func:`probe_levels`; level 0 when ``index_shards_per_poll`` is 0 (the whole
+        index every time)."""
+        if self._empty_reads and self.config.index_shards_per_poll:
+            probes = probe_levels(self.config)
+            return probes[self._empty_reads % len(probes)]
         return read_level_for(self.estimated_peers(), self.config)
 
-    def write_level(self) -> int:
-        """The highest index level this peer's publisher writes its entry to: two above the last level whose shards
-        hold an entry on average by :meth:`estimated_peers` (so that a reader estimating up to twice as many peers,
-        or wanting fewer entries per shard, still finds it; O(log N) stores), every level before the first read."""
-        return write_level_for(self.estimated_peers(), self.config)
+    def write_levels(self) -> range:
+        """The index levels this peer's publisher writes its entry to (:func:`write_levels_for` of
+        :meth:`estimated_peers`): a few levels around the one readers of this swarm size read, every level before
+        the first read."""
+        return write_levels_for(self.estimated_peers(), self.config)
 
     # ------------------------------------------------------------------------------ the event loop
 
@@ -217,16 +232,22 @@ class SwarmReader:
         config = self.config
         started = self._clock.monotonic()
         estimate = self.estimated_peers()
-        level = read_level_for(estimate, config)
+        probing = estimate is None or self._empty_reads > 0
+        level = self.read_level()
         shards = index_keys(config.swarm_name, config.index_shards, level)
-        count = shards_per_read(estimate, level, config)
+        # the first read probes a few shards; a probe of level 0 after an empty read reads all of it (only small
+        # swarms write there), of another level a few shards
+        count = shards_per_read(
+            0.0 if self._empty_reads and level == 0 else None if probing else estimate, level, config
+        )
         shard_keys = [shards[(self._rotation + i) % len(shards)] for i in range(count)]
         self._rotation += count
         # A shard's expiration is that of its newest entry (written with now + ttl): asking for a copy updated
         # within index_staleness skips stale copies (our own cache included) without traversing every replica.
         sufficient = self._clock.time() + config.record_ttl - config.index_staleness
         results = await asyncio.wait_for(
-            dht.get_many(shard_keys, sufficient_expiration_time=sufficient), config.fetch_timeout
+            dht.get_many(shard_keys, sufficient_expiration_time=sufficient, beam_size=config.dht_lookup_beam),
+            config.fetch_timeout,
         )
         self._timings.record("index", self._clock.monotonic() - started)
         now = self._clock.time()
@@ -244,6 +265,14 @@ class SwarmReader:
         with self._lock:
             # Each read votes alike: pooling entries over shares would let one early read of a whole low level
             # (a large share) outweigh every later read of a few shards while the swarm grows.
+            if entries == 0 and config.index_shards_per_poll:  # below the writers' levels, or an empty swarm
+                self._empty_reads += 1
+                if self._empty_reads > len(probe_levels(config)):  # every probe came back empty: nobody is left
+                    self._recent_estimates.clear()
+                return
+            if probing:  # found after a probe: what was estimated before is not this swarm's size
+                self._recent_estimates.clear()
+            self._empty_reads = 0
             self._recent_estimates.append(entries * len(shards) / count)
 
     def _take_index_entry(self, subkey: Any, value: Any, now: float) -> bool:
@@ -328,7 +357,8 @@ class SwarmReader:
         outcomes = await asyncio.gather(
             *(
                 asyncio.wait_for(
-                    dht.get_many(chunk, num_workers=config.dht_record_lookup_workers), config.fetch_timeout
+                    dht.get_many(chunk, num_workers=config.dht_record_lookup_workers, beam_size=config.dht_lookup_beam),
+                    config.fetch_timeout,
                 )
                 for chunk in chunks
             ),
@@ -448,14 +478,27 @@ def shards_per_read(estimate: float | None, level: int, config: DHTTransportConf
     return min(config.index_shards_per_poll * max(1, spread), shards)
 
 
-def write_level_for(estimate: float | None, config: DHTTransportConfig) -> int:
-    """The highest index level a publisher writes to when its peer estimates ``estimate`` peers (``None``: no
-    estimate yet): see :meth:`SwarmReader.write_level`."""
+def write_levels_for(estimate: float | None, config: DHTTransportConfig) -> range:
+    """The index levels a publisher writes to when its peer estimates ``estimate`` peers (``None``: no estimate
+    yet, every level): from one below the level a reader of that estimate reads (readers estimating half as many
+    find it) to two above the last level whose shards hold an entry (readers estimating twice as many). At most
+    about 5 levels, whose shards hold at most ~2 x ``index_shard_entries`` entries: a store's cost is flat in N."""
     if estimate is None:
-        return config.index_max_level
+        return range(config.index_max_level + 1)
     per_shard_at_level_0 = estimate / config.index_shards
     filled = math.floor(math.log2(per_shard_at_level_0)) if per_shard_at_level_0 >= 1 else 0
-    return min(filled + _WRITE_LEVELS_ABOVE, config.index_max_level)
+    top = min(filled + _WRITE_LEVELS_ABOVE, config.index_max_level)
+    bottom = max(0, min(read_level_for(estimate, config) - _WRITE_LEVELS_BELOW, top))
+    return range(bottom, top + 1)
+
+
+def probe_levels(config: DHTTransportConfig) -> list[int]:
+    """The levels a reader probes in turn while its reads find nothing: the middle one (its first read), level 0,
+    then every third level and the top. A writer's levels span at least three (:func:`write_levels_for`), so
+    one of these lies among them whatever the swarm's size."""
+    top = config.index_max_level
+    order = [top // 2, 0, *range(2, top + 1, 3), top]
+    return list(dict.fromkeys(level for level in order if level <= top))
 
 
 def _group_id(item: ReceivedGroup) -> tuple[str, str, float]:

@@ -16,7 +16,7 @@ from swarm.clock import ManualClock
 from swarm.config import DHTTransportConfig
 from swarm.memory import DictDHT
 from swarm.publisher import SwarmPublisher
-from swarm.reader import SwarmReader, read_level_for, shards_per_read, write_level_for
+from swarm.reader import SwarmReader, probe_levels, read_level_for, shards_per_read, write_levels_for
 from swarm.transport import SwarmCounters, TimingLog
 from swarm.validation import fingerprint, index_key_of, index_keys, owner_marker
 from tests.swarm_fixtures import make_group
@@ -33,7 +33,7 @@ class Peer:
         self.timings = timings = TimingLog(clock)
         self.reader = SwarmReader(self.config, self.public_key, self.counters, timings, clock, random.Random(0))
         self.publisher = SwarmPublisher(  # wired as DHTTransport wires them
-            self.config, self.public_key, self.counters, timings, clock, write_level=self.reader.write_level
+            self.config, self.public_key, self.counters, timings, clock, write_levels=self.reader.write_levels
         )
         self.dht = dht
 
@@ -141,13 +141,13 @@ def test_a_refused_index_entry_is_counted_once_not_at_every_read():
 class Writer:
     """A publisher alone (no reader), with random bytes for a public key: RSA keys for hundreds of peers are slow."""
 
-    def __init__(self, dht: DictDHT, clock: ManualClock, rng: random.Random, write_level: Any = None, **config: Any):
+    def __init__(self, dht: DictDHT, clock: ManualClock, rng: random.Random, write_levels: Any = None, **config: Any):
         self.config = DHTTransportConfig(**config)
         self.public_key = b"ssh-rsa " + base64.b64encode(rng.randbytes(279))
         self.peer_id = fingerprint(self.public_key)
         self.counters = SwarmCounters()
         self.publisher = SwarmPublisher(
-            self.config, self.public_key, self.counters, TimingLog(clock), clock, write_level=write_level
+            self.config, self.public_key, self.counters, TimingLog(clock), clock, write_levels=write_levels
         )
         self.dht = dht
 
@@ -167,7 +167,7 @@ def _entries_in(dht: DictDHT, keys: list[str]) -> int:
 def test_in_a_large_swarm_an_index_read_returns_a_bounded_number_of_entries_and_groups_come_from_many_senders():
     dht, clock, rng = DictDHT(), ManualClock(), random.Random(1)
     reader = Peer(dht, clock, prefetch_groups=4, index_min_interval=0)
-    writers = [Writer(dht, clock, rng, write_level=reader.reader.write_level) for _ in range(512)]
+    writers = [Writer(dht, clock, rng, write_levels=reader.reader.write_levels) for _ in range(512)]
     entries_per_read, senders, ages = [], Counter(), []
     for step in range(30):
         for n, writer in enumerate(writers):  # every writer publishes once per step
@@ -194,7 +194,7 @@ def test_in_a_large_swarm_an_index_read_returns_a_bounded_number_of_entries_and_
 def test_a_writer_is_listed_at_every_level_a_reader_of_its_swarm_size_reads():
     dht, clock, rng = DictDHT(), ManualClock(), random.Random(2)
     neighbour = Peer(dht, clock, index_min_interval=0)  # the writers' own estimate of the swarm's size
-    writers = [Writer(dht, clock, rng, write_level=neighbour.reader.write_level) for _ in range(300)]
+    writers = [Writer(dht, clock, rng, write_levels=neighbour.reader.write_levels) for _ in range(300)]
     for n, writer in enumerate(writers):
         writer.publish(f"first-{n}", created_at=clock.time())  # no estimate yet: every level
     assert writers[0].counters.snapshot()["index_stores"] == 11
@@ -214,12 +214,47 @@ def test_a_writer_is_listed_at_every_level_a_reader_of_its_swarm_size_reads():
             assert owner_marker(writer.public_key) in dht.items.get(key, {}), (estimate, level)
 
 
-def test_write_levels_cover_the_read_level_of_any_reader_estimating_up_to_twice_as_many_peers():
+def test_a_large_swarm_leaves_the_low_levels_empty_and_a_newcomer_still_finds_it_by_probing():
+    dht, clock, rng = DictDHT(), ManualClock(), random.Random(5)
+    neighbour = Peer(dht, clock, index_min_interval=0)  # the writers' own estimate of the swarm's size
+    writers = [Writer(dht, clock, rng, write_levels=neighbour.reader.write_levels) for _ in range(2000)]
+    for n, writer in enumerate(writers):
+        writer.publish(f"first-{n}", created_at=clock.time())  # no estimate yet: every level
+    for _ in range(12):
+        neighbour.poll()
+        clock.advance(3)
+    dht.items.clear()  # what the writers store from now on, with an estimate
+    for n, writer in enumerate(writers):
+        writer.publish(f"second-{n}", created_at=clock.time())
+    # a store's shards stay small: nobody writes the levels whose shards would list hundreds of peers
+    assert not any(key in dht.items for level in (0, 1, 2) for key in index_keys("sapo", 8, level))
+    assert max(len(dht.items[key]) for key in dht.items if "/index/" in key) <= 40
+    newcomer = Peer(dht, clock, index_min_interval=0)
+    reads = 0
+    while not newcomer.reader.peers() and reads < 10:
+        newcomer.poll()  # its first read probes the middle level, then level 0, 2, 8, 10 in turn
+        clock.advance(3)
+        reads += 1
+    assert newcomer.reader.peers() and reads <= 5, reads
+    for _ in range(12):
+        newcomer.poll()
+        clock.advance(3)
+    assert 1000 <= newcomer.reader.estimated_peers() <= 4000
+
+
+def test_write_levels_cover_the_read_level_of_any_reader_estimating_from_half_to_twice_as_many_peers():
     for entries in (1, 2, 4, 16):
         config = DHTTransportConfig(index_shard_entries=entries)
         for estimate in [0.0, 1.0, 3.0] + [1.3**k for k in range(5, 50)]:
-            assert read_level_for(2 * estimate, config) <= write_level_for(estimate, config), (entries, estimate)
-        assert write_level_for(None, config) == config.index_max_level  # no estimate: every level
+            levels = write_levels_for(estimate, config)
+            for reader_estimate in (estimate / 2, estimate, 2 * estimate):
+                assert read_level_for(reader_estimate, config) in levels, (entries, estimate, reader_estimate)
+            # a reader whose reads found nothing probes until it hits one of them, whatever the swarm's size
+            assert set(probe_levels(config)) & set(levels), (entries, estimate)
+            if entries == 2 and estimate <= 16384:  # the default, within its 10 levels: at most 5 levels written,
+                assert len(levels) <= 5 and estimate / (config.index_shards << levels[0]) <= 16, levels  # small shards
+        assert write_levels_for(None, config) == range(config.index_max_level + 1)  # no estimate: every level
+    assert probe_levels(DHTTransportConfig()) == [5, 0, 2, 8, 10]
     config = DHTTransportConfig()
     assert [read_level_for(n, config) for n in (8, 64, 512, 2048, 16384, 10**6)] == [0, 2, 5, 7, 10, 10]
     assert read_level_for(None, config) == 5 and read_level_for(None, DHTTransportConfig(index_shards_per_poll=0)) == 0
