@@ -649,10 +649,17 @@ NOTES = [
     "  their Python), less twice the TCP bytes exchanged with the observers (serving an observer's lookup), over the",
     "  steps done; / payload: over the bytes the peers published + fetched. TCP: bytes sent + received on the peers'",
     "  TCP sockets to other peers (ss -tinp at the start and the end; observer sockets excluded). network / payload:",
-    "  half of it (each byte is sent by one peer and received by another) over the payload. With hivemind's",
-    "  num_replicas=5 a record is sent to up to 5 replicas and read back once per fetching peer, so with",
-    "  published = fetched its floor is (5 + 1) / 2 = 3x before TLS/yamux framing, RPC envelopes, index reads",
-    "  and the DHT's upkeep; p2pd I/O counts each byte again on the unix socket (about twice the TCP bytes).",
+    "  half of it (each byte is sent by one peer and received by another) over the payload. With",
+    "  dht_num_replicas = 2 a record is sent to up to 2 replicas (the publisher may be one) and read back once per",
+    "  fetching peer (dht_record_lookup_workers = 1), so with published = fetched its floor is (2 + 1) / 2 = 1.5x",
+    "  before TLS/yamux framing, RPC envelopes, index reads and lookups' neighbour lists; p2pd I/O counts each",
+    "  byte again on the unix socket (about twice the TCP bytes).",
+    "- DHT RPC bytes served (--rpc-bytes): the protobuf sizes of the find/store/ping requests the peers' DHT",
+    "  servers answered and of their answers, by kind (a value of 8 KB or more is a record, a smaller one an",
+    "  index shard; 'nearest peers' is the rest of a find answer, mostly the neighbours it names per key);",
+    "  observers' requests are left out. 'ping' includes the routing-table updates hivemind makes locally on",
+    "  every request (no network). Framing (TLS, yamux, the unix socket) comes on top, so the total is below the",
+    "  TCP figure.",
     "- Observed delivery: 1-2 observer peers in their own process (client mode, not listed in the index: they",
     "  neither store records nor change the swarm) call fetch() every 0.25 s; a group's latency is the first",
     "  fetch that returned it minus its creation time at the publisher (one machine's clock; an upper bound by",
@@ -668,13 +675,13 @@ NOTES = [
     "  given publisher's shard therefore comes round every (shards of the level / shards per read) x 2 s: 2 s at",
     "  N = 2, 4 s at N = 8, 16 s at N = 32 (level 1), 32 s at N = 64 (level 2), i.e. ~N/2 s: one reader's latency",
     "  to one given group grows linearly with N, while a consumer still gets fresh groups (it takes the newest refs",
-    "  of the peers its latest read listed). On top: the store (O(log N) index levels written, 5 replicas each),",
+    "  of the peers its latest read listed). On top: the store (about 5 index levels written, 2 replicas each),",
     "  and index_staleness = 5 s: a cached shard copy whose newest entry is under 5 s old ends the lookup, so a",
     "  newer entry in the same shard can wait up to 5 s more.",
     "- publish()/fetch(): time the caller spends (never on the network). store / record lookup / index read:",
     "  the background thread's DHT operations. fill rate: groups fetch(J) returned / J after the first steps.",
-    "- hivemind stores every record on its num_replicas=5 nearest peers (the publisher included): for N <= 5",
-    "  every peer holds every record and lookups are local; from N = 8 on they cross the network.",
+    "- hivemind stores every record on its dht_num_replicas = 2 nearest peers (the publisher may be one): at",
+    "  N = 2 every peer holds every record and lookups are local; from N = 8 on most cross the network.",
 ]
 
 
@@ -709,6 +716,13 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any] | None:
     parser.add_argument(
         "--rpc-bytes", action="store_true", help="count the DHT RPC bytes the peers serve, by kind (a diagnostic)"
     )
+    parser.add_argument(
+        "--rewrite-report",
+        type=Path,
+        default=None,
+        metavar="JSON",
+        help="write the .md/.png again from a run's JSON with this version's notes (measures nothing)",
+    )
     parser.add_argument("--results-dir", type=Path, default=RESULTS, help="where the report goes")
     parser.add_argument("--no-write", action="store_true", help="print the report only")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
@@ -725,6 +739,12 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any] | None:
     if args.observer_worker:
         observer_worker(args)
         return None
+    if args.rewrite_report is not None:
+        report = json.loads(args.rewrite_report.read_text())
+        # a run's own notes (sizes skipped or failed) stay; the explanations are this version's
+        report["notes"] = [note for note in report["notes"] if note.startswith("- N=")] + NOTES
+        write_outputs(report, args.results_dir)
+        return report
     record = run_record()  # at the start: the commit the measured code ran on
     sizes = args.sizes or ([2, 8] if args.quick else [2, 8, 32, 64])
     runs, notes = [], []

@@ -48,3 +48,8 @@ def test_two_peers_and_an_observer_report_costs_and_delivery(tmp_path):
     published = run["published_bytes_per_peer_step"]
     assert 0.5 * published < rpc["store/record values"] < 1.5 * published, (rpc, published)
     assert "DHT RPC bytes served" in (tmp_path / "swarm_transport.md").read_text()
+    # a report written again from the run's JSON keeps its figures and takes this version's notes
+    again = swarm_transport.main(["--rewrite-report", str(tmp_path / "swarm_transport.json"), "--results-dir",
+                                  str(tmp_path / "again")])  # fmt: skip
+    assert again["runs"] == report["runs"] and again["notes"][-1] == swarm_transport.NOTES[-1]
+    assert (tmp_path / "again" / "swarm_transport.md").read_text().count("| 2 |") == 3  # one row per table
