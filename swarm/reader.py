@@ -58,6 +58,7 @@ _MISSING_TRIES = 3  # polls a listed record may be missing (its store still trav
 _ESTIMATE_READS = 8  # index reads pooled into the estimate of the swarm's size
 _WRITE_LEVELS_ABOVE = 2  # levels written above the last whose shards hold an entry: readers estimating 2x more
 _WRITE_LEVELS_BELOW = 1  # levels written below the read level: readers estimating half as many peers
+_EMPTY_READS_BEFORE_PROBING = 2  # with an estimate: two reads of ~4 entries both empty is chance 1 in ~3000, not one
 
 
 class DHTLookup(Protocol):
@@ -192,7 +193,8 @@ class SwarmReader:
         :meth:`estimated_peers`; the middle level before the first read (a cheap probe at any N); after reads that
         found nothing, the next of :func:`probe_levels`; level 0 when ``index_shards_per_poll`` is 0 (the whole
         index every time)."""
-        if self._empty_reads and self.config.index_shards_per_poll:
+        probing_after = 1 if self.estimated_peers() is None else _EMPTY_READS_BEFORE_PROBING
+        if self._empty_reads >= probing_after and self.config.index_shards_per_poll:
             probes = probe_levels(self.config)
             return probes[self._empty_reads % len(probes)]
         return read_level_for(self.estimated_peers(), self.config)
@@ -232,8 +234,8 @@ class SwarmReader:
         config = self.config
         started = self._clock.monotonic()
         estimate = self.estimated_peers()
-        probing = estimate is None or self._empty_reads > 0
         level = self.read_level()
+        probing = estimate is None or level != read_level_for(estimate, config)
         shards = index_keys(config.swarm_name, config.index_shards, level)
         # the first read probes a few shards; a probe of level 0 after an empty read reads all of it (only small
         # swarms write there), of another level a few shards
