@@ -539,8 +539,8 @@ def write_outputs(report: dict[str, Any], out: Path = RESULTS) -> None:
             for name, x in sw.items()
             if (x["share_late_over_20ms"] or 0) > 0.05
         ],
-        "- The machine (2 CPU cores) was shared with a training benchmark running at the same time: every figure "
-        f"includes CPU contention (hivemind's Python, {len(links)} p2pd daemons and the switch competed with it).",
+        f"- The machine has 2 CPU cores for hivemind's Python, {len(links)} p2pd daemons and the switch; whatever "
+        "else ran beside them is said with the result (README, commit message).",
         "",
         "## Notes",
         "",
