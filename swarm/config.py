@@ -21,7 +21,7 @@ _SECTIONS = {
         "dht_bucket_size",
     ),
     "Records": (
-        "model_name", "limits", "record_ttl", "index_shards", "index_max_level", "index_records",
+        "model_name", "serve_records", "limits", "record_ttl", "index_shards", "index_max_level", "index_records",
         "max_pending_publishes", "store_timeout", "announce", "announce_interval",
     ),
     "Fetching": (
@@ -155,6 +155,17 @@ class DHTTransportConfig:
         },
     )
     model_name: str = field(default="", metadata={"help": "Model name this peer advertises in the index."})
+    serve_records: bool = field(
+        default=True,
+        metadata={
+            "help": "Serve this peer's records from its own p2pd (swarm.served): its index entry names its libp2p "
+            "id, a reader fetches each record in one request from it, and only the index is stored in the DHT. "
+            "A record then lives as long as its publisher. False (and always in client_mode, whose peers others "
+            "cannot dial): records are stored in the DHT on dht_num_replicas peers and found by a lookup, which "
+            "sends dht_num_replicas copies and costs each reader a lookup's hops (about 2x the bytes per step "
+            "at N = 64)."
+        },
+    )
     limits: RecordLimits = field(
         default_factory=RecordLimits,
         metadata={"help": "Size limits enforced on published and received records (swarm.records.RecordLimits)."},

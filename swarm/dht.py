@@ -41,6 +41,7 @@ from swarm.peer import BackgroundJob, DHTPeer, SwarmJoinError
 from swarm.publisher import SwarmPublisher
 from swarm.reader import SwarmReader
 from swarm.records import Group, ReceivedGroup
+from swarm.served import PeerServedLookup, ServedRecords
 from swarm.transport import PeerInfo, SwarmCounters, SwarmTransport, TimingLog, TransportReadout
 from swarm.validation import RejectionLog, fingerprint, make_record_validator
 
@@ -84,11 +85,6 @@ class DHTTransport(SwarmTransport):
         self._peer_id = fingerprint(public_key)
         self._counters = SwarmCounters()
         self._timings = TimingLog(clock)
-        self.reader = SwarmReader(config, public_key, self._counters, self._timings, clock)
-        # The publisher writes its index entry to the levels that readers of the swarm size this reader sees read.
-        self.publisher = SwarmPublisher(
-            config, public_key, self._counters, self._timings, clock, write_levels=self.reader.write_levels
-        )
         validator = make_record_validator(
             signing_key,
             config.swarm_name,
@@ -100,11 +96,27 @@ class DHTTransport(SwarmTransport):
             index_max_level=config.index_max_level,
         )
         self.peer = DHTPeer(config, validator, self._peer_id, self._counters, clock)
+        # A peer others cannot dial (client mode) stores its records in the DHT instead of serving them.
+        served = None
+        if config.serve_records and not config.client_mode:
+            served = ServedRecords(
+                validator, config.index_records + config.max_pending_publishes, self._counters, clock
+            )
+        lookup = PeerServedLookup(
+            lambda: self.peer.p2p.call_protobuf_handler, validator, config.limits.max_record_bytes + 4096
+        )
+        self.reader = SwarmReader(config, public_key, self._counters, self._timings, clock, served=lookup)
+        # The publisher writes its index entry to the levels that readers of the swarm size this reader sees read.
+        self.publisher = SwarmPublisher(
+            config, public_key, self._counters, self._timings, clock, write_levels=self.reader.write_levels,
+            served=served,
+        )  # fmt: skip
         self.peer.start(
             [
                 BackgroundJob("publish", self.publisher.flush, config.poll_interval),
                 BackgroundJob("poll", self.reader.poll, config.poll_interval),
-            ]
+            ],
+            served=served,
         )
 
     @property

@@ -27,6 +27,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from google.protobuf.wrappers_pb2 import BytesValue
 from hivemind.dht.node import DHTNode
 from hivemind.dht.routing import DHTID
 from hivemind.p2p import P2P, PeerID
@@ -45,6 +46,7 @@ from swarm.daemon import (
     remove_files,
     remove_stale_sockets_since,
 )
+from swarm.served import RECORD_HANDLER, ServedRecords
 from swarm.transport import SwarmCounters
 
 logger = logging.getLogger("swarm.dht")
@@ -116,8 +118,11 @@ class DHTPeer:
 
     # ------------------------------------------------------------------------------ start and stop
 
-    def start(self, jobs: Sequence[BackgroundJob]) -> None:
+    def start(self, jobs: Sequence[BackgroundJob], served: ServedRecords | None = None) -> None:
         """Start p2pd and the DHT node, join (or start) the swarm, then run ``jobs``; blocks until joined.
+
+        With ``served``, this peer answers other peers' requests for the records it holds (:mod:`swarm.served`),
+        and ``served.host`` is set to its libp2p id before the jobs run.
 
         Raises:
             SwarmJoinError: no initial peer answered within ``config.join_timeout``, or p2pd could not start.
@@ -125,7 +130,7 @@ class DHTPeer:
         self._thread.start()
         # Real wall time, not the injected clock: it is compared with the modification times of socket files.
         started = time.time()
-        future = asyncio.run_coroutine_threadsafe(self._start(jobs), self._loop)
+        future = asyncio.run_coroutine_threadsafe(self._start(jobs, served), self._loop)
         try:
             future.result(timeout=self.config.join_timeout + 10)
         except BaseException as e:
@@ -171,6 +176,12 @@ class DHTPeer:
     def socket_paths(self) -> list[str]:
         """Unix socket files of this peer's p2pd and its client."""
         return list(self._sockets)
+
+    @property
+    def p2p(self) -> P2P:
+        """This peer's hivemind :class:`~hivemind.p2p.P2P` (its p2pd client); use it on the peer's event loop."""
+        assert self._p2p is not None, "the peer has not started"
+        return self._p2p
 
     @property
     def libp2p_peer_id(self) -> Any:
@@ -219,7 +230,7 @@ class DHTPeer:
         self._counters.add("loop_errors")
         logger.debug("peer %s: background error: %s %r", self._label, context.get("message"), context.get("exception"))
 
-    async def _start(self, jobs: Sequence[BackgroundJob]) -> None:
+    async def _start(self, jobs: Sequence[BackgroundJob], served: ServedRecords | None) -> None:
         config = self.config
         if config.state_dir is not None:
             os.makedirs(config.state_dir, exist_ok=True)
@@ -252,6 +263,9 @@ class DHTPeer:
                 raise SwarmJoinError(self._join_failure_message("timed out bootstrapping the DHT")) from None
             raise SwarmJoinError(self._join_failure_message(f"{type(e).__name__}: {e}")) from e
         self._visible = [str(m) for m in await self._p2p.get_visible_maddrs()]
+        if served is not None:
+            await self._p2p.add_protobuf_handler(RECORD_HANDLER, served.handle, BytesValue)
+            served.host = self._p2p.peer_id.to_base58()
         for addr in config.initial_peers:
             maddr = Multiaddr(addr)
             self._known_peers[PeerID.from_base58(maddr["p2p"])] = [maddr.decapsulate(Multiaddr(f"/p2p/{maddr['p2p']}"))]

@@ -12,6 +12,7 @@ from typing import Any, Protocol
 from swarm.clock import SYSTEM_CLOCK, Clock
 from swarm.config import DHTTransportConfig
 from swarm.records import Group, GroupRecord, IndexEntry, RecordRef, encode_index_entry, encode_record
+from swarm.served import ServedRecords
 from swarm.transport import SwarmCounters, TimingLog
 from swarm.validation import fingerprint, index_key_of, owner_marker, record_key
 
@@ -36,11 +37,12 @@ class DHTStore(Protocol):
 class SwarmPublisher:
     """Queues published groups (never waiting on the network) and stores them from the event loop.
 
-    Each :meth:`queue` call becomes one record ``{swarm}/records/{peer}/{seq}``; every store also rewrites this peer's
-    index entry, which lists its newest records, in its shard of each index level of ``write_levels()``
-    (counted as ``index_stores``). A full queue drops its oldest record (``publish_dropped``): a slow network costs
-    stale groups, never memory. All values are written under this peer's owner marker, so the DHT's validator signs
-    them and other peers accept them only as this peer's.
+    Each :meth:`queue` call becomes one record ``{swarm}/records/{peer}/{seq}``, served by this peer
+    (:mod:`swarm.served`) or, without ``served``, stored in the DHT; every store also rewrites this peer's index
+    entry, which lists its newest records (and, when it serves them, its libp2p id), in its shard of each index
+    level of ``write_levels()`` (counted as ``index_stores``). A full queue drops its oldest record
+    (``publish_dropped``): a slow network costs stale groups, never memory. All values are signed under this peer's
+    owner marker by the DHT's validator, so other peers accept them only as this peer's.
 
     Args:
         config: the transport's settings (key layout, ttl, limits, queue size).
@@ -51,6 +53,8 @@ class SwarmPublisher:
         write_levels: the index levels to write the entry to, asked at every store; the transport passes its
             reader's :meth:`~swarm.reader.SwarmReader.write_levels` (a few levels around the one readers read).
             ``None``: every level up to ``config.index_max_level``, which any reader finds whatever level it reads.
+        served: where this peer serves its own records once its ``host`` is known; ``None`` (or no host yet): the
+            records are stored in the DHT on ``dht_num_replicas`` peers.
     """
 
     def __init__(
@@ -61,11 +65,13 @@ class SwarmPublisher:
         timings: TimingLog,
         clock: Clock = SYSTEM_CLOCK,
         write_levels: Callable[[], range] | None = None,
+        served: ServedRecords | None = None,
     ):
         self.config = config
         self._peer_id = fingerprint(public_key)
         self._marker = owner_marker(public_key)
         self._write_levels = write_levels or (lambda: range(config.index_max_level + 1))
+        self._served = served
         self._counters = counters
         self._timings = timings
         self._clock = clock
@@ -127,18 +133,27 @@ class SwarmPublisher:
                 self._recent_refs.append(RecordRef(seq=seq, created_at=created_at, num_groups=num_groups))
             refs = list(self._recent_refs)
         now = self._clock.time()
-        entry = IndexEntry(model=config.model_name, records=refs, updated_at=now)
+        expiration_time = now + config.record_ttl
+        record_keys = [record_key(config.swarm_name, self._peer_id, seq) for seq, *_ in batch]
+        host = self._served.host if self._served is not None else None
+        if host is not None:  # served from here: only the index entry goes to the DHT
+            for key, (_, data, *_) in zip(record_keys, batch, strict=True):
+                self._served.serve(key, self._marker, data, expiration_time)
+            dht_keys, dht_values = [], []
+        else:
+            dht_keys, dht_values = list(record_keys), [data for _, data, *_ in batch]
+        entry = IndexEntry(model=config.model_name, records=refs, updated_at=now, host=host)
         index_bytes = encode_index_entry(entry, config.limits)
         entry_keys = self.index_keys()
-        keys = [record_key(config.swarm_name, self._peer_id, seq) for seq, *_ in batch] + entry_keys
-        values = [data for _, data, *_ in batch] + [index_bytes] * len(entry_keys)
+        keys = dht_keys + entry_keys
+        values = dht_values + [index_bytes] * len(entry_keys)
         started = self._last_index_store = self._clock.monotonic()
         try:
             result = await asyncio.wait_for(
                 dht.store_many(
                     keys,
                     values,
-                    now + config.record_ttl,
+                    expiration_time,
                     subkeys=[self._marker] * len(keys),
                     beam_size=config.dht_lookup_beam,
                 ),
@@ -149,14 +164,15 @@ class SwarmPublisher:
             self._counters.add("store_timeouts")
             logger.warning("peer %s: storing %d record(s) timed out", self._peer_id, len(batch))
         self._timings.record("publish", self._clock.monotonic() - started)
-        for key, (_, data, num_groups, _) in zip(keys, batch, strict=False):  # keys end with the index keys
-            if result.get((key, self._marker)):
+        stored = sum(1 for key in entry_keys if result.get((key, self._marker)))
+        for key, (_, data, num_groups, _) in zip(record_keys, batch, strict=True):
+            # A served record is published once an index entry listing it is in the DHT.
+            if result.get((key, self._marker)) if host is None else stored:
                 self._counters.add("published_records")
                 self._counters.add("published_groups", num_groups)
                 self._counters.add("published_bytes", len(data))
             else:
                 self._counters.add("publish_failures")
-        stored = sum(1 for key in entry_keys if result.get((key, self._marker)))
         self._counters.add("index_stores", stored)
         if stored < len(entry_keys):
             self._counters.add("index_store_failures")

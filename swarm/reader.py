@@ -46,6 +46,7 @@ from typing import Any, Protocol
 from swarm.clock import SYSTEM_CLOCK, Clock
 from swarm.config import DHTTransportConfig
 from swarm.records import ReceivedGroup, RecordRef, RecordRejected, decode_index_entry, decode_record
+from swarm.served import ServedLookup, SignedRecord
 from swarm.transport import PeerInfo, SwarmCounters, TimingLog
 from swarm.validation import RejectionLog, fingerprint, index_keys, owner_marker, owner_public_key, record_key
 
@@ -83,6 +84,7 @@ class _PeerState:
     last_seen: float
     refs: list[RecordRef]
     listed_by: int  # number of the latest index read that listed this peer
+    host: str | None = None  # the libp2p id serving its records (swarm.served); None: they are in the DHT
 
 
 class SwarmReader:
@@ -97,6 +99,8 @@ class SwarmReader:
         timings: where lookup durations are recorded.
         clock: wall time dates records; monotonic time spaces index reads.
         rng: chooses among peers and shuffles what is handed out.
+        served: fetches the records of peers that serve their own (their index entry names a host) and checks
+            them; ``None``: every record is looked up in the DHT.
     """
 
     def __init__(
@@ -107,8 +111,10 @@ class SwarmReader:
         timings: TimingLog,
         clock: Clock = SYSTEM_CLOCK,
         rng: random.Random | None = None,
+        served: ServedLookup | None = None,
     ):
         self.config = config
+        self._served = served
         self._own_public_key = own_public_key
         self._label = fingerprint(own_public_key)  # this peer, in log lines
         self._counters = counters
@@ -306,7 +312,7 @@ class SwarmReader:
                 logger.info("peer %s found peer %s (model %r)", self._label, sender, entry.model)
             if state is None or entry.updated_at >= state.last_seen:
                 self._peers[sender] = _PeerState(
-                    public_key, entry.model, entry.updated_at, entry.records, self._index_reads
+                    public_key, entry.model, entry.updated_at, entry.records, self._index_reads, entry.host
                 )
             else:  # an older copy (another level's, or a stale replica): the peer is listed all the same
                 state.listed_by = self._index_reads
@@ -349,11 +355,25 @@ class SwarmReader:
         return chosen
 
     async def fetch_records(self, dht: DHTLookup, chosen: list[tuple[str, RecordRef]]) -> None:
-        """Look up the ``chosen`` records (a few keys per lookup) and cache their valid groups."""
+        """Fetch the ``chosen`` records (from the peers that serve them, else a few keys per DHT lookup) and cache
+        their valid groups."""
+        if not chosen:
+            return
+        started = self._clock.monotonic()
+        with self._lock:
+            hosts = {sender: state.host for sender, state in self._peers.items()}
+        served = [(sender, ref) for sender, ref in chosen if self._served is not None and hosts.get(sender)]
+        in_dht = [(sender, ref) for sender, ref in chosen if not (self._served is not None and hosts.get(sender))]
+        await asyncio.gather(
+            self._fetch_from_dht(dht, in_dht),
+            *(self._fetch_served(hosts[sender], sender, ref) for sender, ref in served),
+        )
+        self._timings.record("fetch", self._clock.monotonic() - started)
+
+    async def _fetch_from_dht(self, dht: DHTLookup, chosen: list[tuple[str, RecordRef]]) -> None:
         if not chosen:
             return
         config = self.config
-        started = self._clock.monotonic()
         keys = {record_key(config.swarm_name, sender, ref.seq): (sender, ref) for sender, ref in chosen}
         chunks = [list(keys)[i : i + _RECORDS_PER_GET] for i in range(0, len(keys), _RECORDS_PER_GET)]
         outcomes = await asyncio.gather(
@@ -373,24 +393,54 @@ class SwarmReader:
                 logger.debug("peer %s: record lookup failed: %r", self._label, outcome)
                 outcome = dict.fromkeys(chunk)
             results.update(outcome)
-        self._timings.record("fetch", self._clock.monotonic() - started)
         for key, found in results.items():
             sender, ref = keys[key]
-            self._take_record(sender, ref, found)
+            self._take_found(sender, ref, found)
 
-    def _take_record(self, sender: str, ref: RecordRef, found: Any) -> None:
-        config = self.config
+    async def _fetch_served(self, host: str, sender: str, ref: RecordRef) -> None:
+        assert self._served is not None
+        key = record_key(self.config.swarm_name, sender, ref.seq)
+        try:
+            record: SignedRecord | None = await asyncio.wait_for(
+                self._served.get_served(host, key), self.config.fetch_timeout
+            )
+        except RecordRejected as e:
+            self._seen_refs[(sender, ref.seq)] = ref.created_at
+            self._reject(e.reason, f"record of {sender} served by {host}: {e.detail}")
+            return
+        except Exception as e:  # the publisher left or is unreachable: retried like a record still travelling
+            self._counters.add("fetch_failures")
+            logger.debug("peer %s: fetching a record from %s failed: %r", self._label, host, e)
+            record = None
+        if record is None:
+            self._record_missing(sender, ref)
+            return
+        with self._lock:
+            state = self._peers.get(sender)
+        if state is None:
+            return
+        self._seen_refs[(sender, ref.seq)] = ref.created_at
+        self._missing_tries.pop((sender, ref.seq), None)
+        value = self._served.open(key, owner_marker(state.public_key), record)
+        if value is not None:  # else the validator refused it and counted why
+            self._take_value(sender, value)
+
+    def _record_missing(self, sender: str, ref: RecordRef) -> None:
+        """Not there yet (a store still travelling) or lost: retry a few polls, then give up on it."""
+        self._missing_tries[(sender, ref.seq)] += 1
+        if self._missing_tries[(sender, ref.seq)] >= _MISSING_TRIES:
+            del self._missing_tries[(sender, ref.seq)]
+            self._seen_refs[(sender, ref.seq)] = ref.created_at
+            self._counters.add("records_missing")
+
+    def _take_found(self, sender: str, ref: RecordRef, found: Any) -> None:
+        """Take what a DHT lookup of one record returned."""
         with self._lock:
             state = self._peers.get(sender)
         if state is None:
             return
         if found is None or not isinstance(found.value, dict):
-            # Not there yet (store still travelling) or lost: retry a few polls, then give up on it.
-            self._missing_tries[(sender, ref.seq)] += 1
-            if self._missing_tries[(sender, ref.seq)] >= _MISSING_TRIES:
-                del self._missing_tries[(sender, ref.seq)]
-                self._seen_refs[(sender, ref.seq)] = ref.created_at
-                self._counters.add("records_missing")
+            self._record_missing(sender, ref)
             return
         self._seen_refs[(sender, ref.seq)] = ref.created_at
         self._missing_tries.pop((sender, ref.seq), None)
@@ -404,6 +454,11 @@ class SwarmReader:
         if value is None:
             self._counters.add("records_missing")
             return
+        self._take_value(sender, value)
+
+    def _take_value(self, sender: str, value: Any) -> None:
+        """Decode one record of ``sender`` (its signature already checked) and cache its fresh groups."""
+        config = self.config
         self._counters.add("fetched_bytes", len(value) if isinstance(value, bytes) else 0)
         try:
             record = decode_record(value, config.limits)

@@ -182,6 +182,8 @@ class IndexEntry:
     records: list[RecordRef]
     updated_at: float
     version: int = WIRE_VERSION
+    host: str | None = None
+    """The libp2p peer id (base58) that serves these records (:mod:`swarm.served`); ``None``: they are in the DHT."""
 
 
 @dataclass(frozen=True)
@@ -248,6 +250,8 @@ def encode_index_entry(entry: IndexEntry, limits: RecordLimits = RecordLimits())
         "updated_at": entry.updated_at,
         "records": [[r.seq, r.created_at, r.num_groups] for r in entry.records],
     }
+    if entry.host is not None:
+        wire["host"] = entry.host
     data = _pack(wire)
     decode_index_entry(data, limits)
     return data
@@ -345,6 +349,7 @@ _PROVENANCE_KEYS = {"source", "dataset", "config", "seed", "index"}
 _GROUP_KEYS = {"group_id", "prompt", "completions", "provenance", "metadata", "model", "step", "created_at"}
 _RECORD_KEYS = {"version", "created_at", "groups"}
 _INDEX_KEYS = {"version", "model", "updated_at", "records"}
+_MAX_HOST_CHARS = 128  # a base58 libp2p peer id is 46-53 characters
 
 
 def provenance_from_wire(obj: Any, limits: RecordLimits = RecordLimits()) -> Provenance:
@@ -416,7 +421,8 @@ def decode_index_entry(data: bytes, limits: RecordLimits = RecordLimits()) -> In
     """Decode and validate an index entry; raises :class:`RecordRejected`."""
     obj = _unpack(data, limits)
     _check_version(obj, "index entry")
-    e = _expect_map(obj, _INDEX_KEYS, "index entry")
+    # "host" is optional: entries of peers whose records live in the DHT (and of older peers) lack it
+    e = _expect_map(obj, _INDEX_KEYS | ({"host"} & set(obj if isinstance(obj, dict) else ())), "index entry")
     refs = []
     for item in _expect_list(e["records"], "index.records", limits.max_index_records, "too_many_groups"):
         ref = _expect_list(item, "index record reference", 3, "schema")
@@ -434,6 +440,7 @@ def decode_index_entry(data: bytes, limits: RecordLimits = RecordLimits()) -> In
         records=refs,
         updated_at=_expect_time(e["updated_at"], "index.updated_at"),
         version=WIRE_VERSION,
+        host=None if "host" not in e else _expect_str(e["host"], "index.host", _MAX_HOST_CHARS),
     )
 
 

@@ -235,3 +235,30 @@ def make_record_validator(
             *extra,
         ]
     )
+
+
+def sign_for_serving(
+    validator: RecordValidatorBase, key: str, subkey: bytes, value: bytes, expiration_time: float
+) -> bytes:
+    """``value`` serialized and signed exactly as a DHT store of it under ``key`` and ``subkey`` would carry it, so
+    that a peer fetching it from its publisher (:mod:`swarm.served`) checks it with the validator its DHT runs."""
+    record = DHTRecord(_key_id(key), MSGPackSerializer.dumps(subkey), MSGPackSerializer.dumps(value), expiration_time)
+    return validator.sign_value(record)
+
+
+def open_served(
+    validator: RecordValidatorBase, key: str, subkey: bytes, signed: bytes, expiration_time: float
+) -> bytes | None:
+    """The application bytes of a record fetched from its publisher, if ``validator`` accepts it under ``key`` and
+    ``subkey`` (owner signature, schema, ttl: the checks of a DHT lookup); ``None`` if not (the validator has
+    counted the rejection)."""
+    record = DHTRecord(_key_id(key), MSGPackSerializer.dumps(subkey), signed, expiration_time)
+    if not validator.validate(record):
+        return None
+    value = MSGPackSerializer.loads(validator.strip_value(record))
+    return value if isinstance(value, bytes) else None
+
+
+@functools.lru_cache(maxsize=4096)
+def _key_id(key: str) -> bytes:
+    return DHTID.generate(source=key).to_bytes()

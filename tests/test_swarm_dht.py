@@ -24,7 +24,7 @@ from swarm.daemon import socket_is_stale  # noqa: E402
 from swarm.dht import DHTTransport, SwarmJoinError  # noqa: E402
 from swarm.records import GroupRecord, IndexEntry, RecordRef, RecordRejected, encode_index_entry, encode_record  # noqa: E402
 from swarm.transport import wait_for_groups, wait_for_peers  # noqa: E402
-from swarm.validation import owner_marker  # noqa: E402
+from swarm.validation import owner_marker, record_key  # noqa: E402
 from tests.swarm_fixtures import (  # noqa: E402, F401
     STARTED_P2PD,
     dht_peers,
@@ -141,6 +141,42 @@ def test_storage_and_bookkeeping_are_bounded_by_expiry(dht_peers):
     assert b.peers() == []
     # the index reads find nobody at any level: the estimate of the swarm's size is dropped (-1: none)
     wait_until(lambda: b.readout().gauges["estimated_peers"] == -1, 20, message=str(b.readout().gauges))
+
+
+def test_records_are_served_by_their_publisher_and_the_dht_holds_only_the_index(dht_peers):
+    a = dht_peers()
+    b = dht_peers(initial_peers=a.visible_addresses())
+    c = dht_peers(initial_peers=a.visible_addresses(), serve_records=False)  # stores its records in the DHT
+    a.publish([make_group("served", completion_chars=4000)])
+    c.publish([make_group("in-dht", completion_chars=4000)])
+    got = collect(b, [], 2, timeout=30)
+    assert ids(got) == {(a.peer_id, "served"), (c.peer_id, "in-dht")}  # a swarm of both kinds exchanges groups
+    assert a.readout().counters["served_requests"] >= 1 and a.readout().counters["served_bytes"] > 16_000
+    swarm = a.config.swarm_name
+
+    def stored_anywhere(key: str) -> bool:
+        key_id = DHTID.generate(source=key)
+        return any(peer.peer.node.protocol.storage.get(key_id) is not None for peer in (a, b, c))
+
+    [a_ref] = a.publisher.recent_refs()
+    [c_ref] = c.publisher.recent_refs()
+    assert not stored_anywhere(record_key(swarm, a.peer_id, a_ref.seq))  # served: never sent to a replica
+    assert stored_anywhere(record_key(swarm, c.peer_id, c_ref.seq))
+    assert stored_anywhere(a.publisher.index_key)  # the index stays in the DHT
+
+
+def test_a_served_record_leaves_with_its_publisher(dht_peers):
+    a = dht_peers(announce_interval=3600)
+    b = dht_peers(initial_peers=a.visible_addresses(), prefetch_groups=1)
+    a.publish([make_group("first")])
+    wait_for_groups(b, 1, timeout=20)  # b's cache is full: it lists a's next record without fetching it
+    a.publish([make_group("second")])
+    wait_until(lambda: len(b.reader.choose_refs(1)) == 1, 20, message="(b never listed a's second record)")
+    a.close()  # the record b has not fetched yet goes with it: b counts it missing, never raises or waits
+    assert [item.group.group_id for item in b.fetch(10)] == ["first"]
+    wait_until(lambda: b.readout().counters.get("records_missing", 0) >= 1, 30, message=str(b.readout().counters))
+    assert b.readout().counters.get("fetch_failures", 0) >= 1
+    assert b.fetch(10) == [] and b.healthy()
 
 
 @pytest.mark.parametrize("size", [100_000, 1_000_000])

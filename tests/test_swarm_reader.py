@@ -17,24 +17,48 @@ from swarm.config import DHTTransportConfig
 from swarm.memory import DictDHT
 from swarm.publisher import SwarmPublisher
 from swarm.reader import SwarmReader, probe_levels, read_level_for, shards_per_read, write_levels_for
+from swarm.served import MemoryServedLookup, ServedRecords, SignedRecord
 from swarm.transport import SwarmCounters, TimingLog
-from swarm.validation import fingerprint, index_key_of, index_keys, owner_marker
+from swarm.validation import (
+    RejectionLog,
+    fingerprint,
+    index_key_of,
+    index_keys,
+    make_record_validator,
+    owner_marker,
+    record_key,
+)
 from tests.swarm_fixtures import make_group
 
 
 class Peer:
-    """One peer's publisher and reader on a shared DictDHT and its own clock."""
+    """One peer's publisher and reader on a shared DictDHT and its own clock; with ``hosts`` (every serving peer's
+    records by host, an in-memory stand-in for libp2p), it serves its records and fetches served ones."""
 
-    def __init__(self, dht: DictDHT, clock: ManualClock, **config: Any):
+    def __init__(self, dht: DictDHT, clock: ManualClock, hosts: dict[str, ServedRecords] | None = None, **config: Any):
         self.config = DHTTransportConfig(**config)
-        self.public_key = RSAPrivateKey().get_public_key().to_bytes()
+        private_key = RSAPrivateKey()
+        self.public_key = private_key.get_public_key().to_bytes()
         self.peer_id = fingerprint(self.public_key)
         self.counters = SwarmCounters()
         self.timings = timings = TimingLog(clock)
-        self.reader = SwarmReader(self.config, self.public_key, self.counters, timings, clock, random.Random(0))
-        self.publisher = SwarmPublisher(  # wired as DHTTransport wires them
-            self.config, self.public_key, self.counters, timings, clock, write_levels=self.reader.write_levels
+        self.served = self.lookup = None
+        if hosts is not None:
+            validator = make_record_validator(
+                private_key, self.config.swarm_name, self.config.index_shards, self.config.limits,
+                RejectionLog(self.counters), index_max_level=self.config.index_max_level,
+            )  # fmt: skip
+            self.served = ServedRecords(validator, self.config.index_records, self.counters, clock)
+            self.served.host = f"host-of-{self.peer_id}"
+            hosts[self.served.host] = self.served
+            self.lookup = MemoryServedLookup(validator, hosts)
+        self.reader = SwarmReader(
+            self.config, self.public_key, self.counters, timings, clock, random.Random(0), served=self.lookup
         )
+        self.publisher = SwarmPublisher(  # wired as DHTTransport wires them
+            self.config, self.public_key, self.counters, timings, clock, write_levels=self.reader.write_levels,
+            served=self.served,
+        )  # fmt: skip
         self.dht = dht
 
     def publish(self, *group_ids: str, created_at: float) -> None:
@@ -287,3 +311,62 @@ def test_index_entries_of_departed_peers_expire_with_the_peers_at_every_level():
         clock.advance(1)
     assert [item.group.group_id for item in got] == ["new"]  # nothing of the departed peers
     assert reader.reader.read_level() == 0  # their entries expired: the estimate fell with them
+
+
+def _serving_pair(clock: ManualClock) -> tuple[DictDHT, dict[str, ServedRecords], Peer, Peer]:
+    dht, hosts = DictDHT(), {}
+    a = Peer(dht, clock, hosts, index_shards_per_poll=0)
+    b = Peer(dht, clock, hosts, index_shards_per_poll=0)
+    return dht, hosts, a, b
+
+
+def test_served_records_are_fetched_from_their_publisher_and_only_the_index_is_in_the_dht():
+    clock = ManualClock()
+    dht, hosts, a, b = _serving_pair(clock)
+    a.publish("a1", "a2", created_at=clock.time())
+    assert all(key.split("/")[1] == "index" for key in dht.items)  # no record was sent to the DHT
+    b.poll()
+    assert sorted(item.group.group_id for item in b.reader.take(10)) == ["a1", "a2"]
+    assert a.counters.snapshot()["served_requests"] == 1 and a.counters.snapshot()["published_records"] == 1
+    assert b.lookup.bytes_read > 2 * 4 * 64  # the record's two groups crossed "the network" once
+
+
+def test_a_served_record_that_was_tampered_with_or_is_no_record_is_rejected_and_counted():
+    clock = ManualClock()
+    _, hosts, a, b = _serving_pair(clock)
+    a.publish("a1", created_at=clock.time())
+    [ref] = a.publisher.recent_refs()
+    key = record_key(a.config.swarm_name, a.peer_id, ref.seq)
+    signed = a.served.get(key)
+    # a relay or the host itself changes the bytes after signing: the owner's signature no longer matches
+    a.served.put(key, SignedRecord(signed.value.replace(b"answer a1", b"answer XX"), signed.expiration_time))
+    b.poll()
+    assert b.reader.take(10) == [] and b.counters.snapshot()["rejected/bad_signature"] == 1
+    a.publish("a2", created_at=clock.time())
+    # a host answering bytes that are no record at all
+    hosts[a.served.host].handle = _answer_with(b"\xc1 not msgpack")
+    clock.advance(5)
+    b.poll()
+    assert b.reader.take(10) == [] and b.counters.snapshot()["rejected/not_msgpack"] == 1
+
+
+def _answer_with(data: bytes) -> Any:
+    from google.protobuf.wrappers_pb2 import BytesValue
+
+    async def handle(request: Any, context: Any = None) -> Any:
+        return BytesValue(value=data)
+
+    return handle
+
+
+def test_a_record_whose_publisher_is_gone_is_given_up_after_a_few_polls():
+    clock = ManualClock()
+    _, hosts, a, b = _serving_pair(clock)
+    a.publish("a1", created_at=clock.time())
+    del hosts[a.served.host]  # a left before b fetched its record
+    for _ in range(4):
+        clock.advance(5)
+        b.poll()
+    counters = b.counters.snapshot()
+    assert counters["fetch_failures"] == 3 and counters["records_missing"] == 1
+    assert b.reader.choose_refs(1) == []  # given up: never asked for again
