@@ -227,7 +227,26 @@ def count_rpc_bytes() -> dict[str, float]:
     wrap("rpc_find", find)
     wrap("rpc_store", store)
     wrap("rpc_ping", lambda request, response: {"ping": request.ByteSize() + response.ByteSize()})
+    count_served_bytes(tally)
     return tally
+
+
+def count_served_bytes(tally: collections.Counter) -> None:
+    """Count, in ``tally``, the records the peers of this process fetched from their publishers (swarm.served):
+    counted where they are fetched, since a publisher cannot tell a peer's request from an observer's."""
+    from swarm.served import PeerServedLookup, encode_answer
+
+    get_served = PeerServedLookup.get_served
+
+    @functools.wraps(get_served)
+    async def counted(self: Any, host: str, key: str) -> Any:
+        record = await get_served(self, host, key)
+        tally["rpc_served/calls"] += 1
+        tally["served/request"] += len(key)
+        tally["served/record values"] += len(encode_answer(record)) if record is not None else 0
+        return record
+
+    PeerServedLookup.get_served = counted
 
 
 def worker(args: argparse.Namespace) -> None:
@@ -589,14 +608,14 @@ def write_outputs(report: dict[str, Any], out: Path = RESULTS) -> None:
     if kinds:  # --rpc-bytes: where the bytes go, as the DHT servers among the peers saw them
         lines += [
             "",
-            "## DHT RPC bytes served, KB per peer per step (--rpc-bytes; protobuf sizes, before TLS/yamux framing)",
+            "## RPC bytes, KB per peer per step (--rpc-bytes; protobuf sizes, before TLS/yamux framing)",
             "",
-            "| N | " + " | ".join(kinds) + " | total | find / store / ping calls |",
+            "| N | " + " | ".join(kinds) + " | total | find / store / ping / served calls |",
             "|---" * (len(kinds) + 3) + "|",
         ]
         for r in rows:
             rpc = r.get("rpc_bytes_per_peer_step", {})
-            calls = " / ".join(f"{rpc.get(f'rpc_{name}/calls', 0):.1f}" for name in ("find", "store", "ping"))
+            calls = " / ".join(f"{rpc.get(f'rpc_{name}/calls', 0):.1f}" for name in ("find", "store", "ping", "served"))
             total = sum(rpc.get(k, 0) for k in kinds)
             cells = " | ".join(f"{rpc.get(k, 0) / 1e3:.1f}" for k in kinds)
             lines.append(f"| {r['peers']} | {cells} | {total / 1e3:.1f} | {calls} |")
@@ -649,17 +668,18 @@ NOTES = [
     "  their Python), less twice the TCP bytes exchanged with the observers (serving an observer's lookup), over the",
     "  steps done; / payload: over the bytes the peers published + fetched. TCP: bytes sent + received on the peers'",
     "  TCP sockets to other peers (ss -tinp at the start and the end; observer sockets excluded). network / payload:",
-    "  half of it (each byte is sent by one peer and received by another) over the payload. With",
-    "  dht_num_replicas = 2 a record is sent to up to 2 replicas (the publisher may be one) and read back once per",
-    "  fetching peer (dht_record_lookup_workers = 1), so with published = fetched its floor is (2 + 1) / 2 = 1.5x",
-    "  before TLS/yamux framing, RPC envelopes, index reads and lookups' neighbour lists; p2pd I/O counts each",
-    "  byte again on the unix socket (about twice the TCP bytes).",
-    "- DHT RPC bytes served (--rpc-bytes): the protobuf sizes of the find/store/ping requests the peers' DHT",
-    "  servers answered and of their answers, by kind (a value of 8 KB or more is a record, a smaller one an",
-    "  index shard; 'nearest peers' is the rest of a find answer, mostly the neighbours it names per key);",
-    "  observers' requests are left out. 'ping' includes the routing-table updates hivemind makes locally on",
-    "  every request (no network). Framing (TLS, yamux, the unix socket) comes on top, so the total is below the",
-    "  TCP figure.",
+    "  half of it (each byte is sent by one peer and received by another) over the payload. A record served by",
+    "  its publisher (serve_records, the default) crosses the network once per fetching peer, so with published =",
+    "  fetched the floor is 1 / 2 = 0.5x before TLS/yamux framing, RPC envelopes, index reads and stores, and",
+    "  lookups' neighbour lists; stored in the DHT (serve_records=False) it is also sent to dht_num_replicas = 2",
+    "  replicas (the publisher may be one), a floor of (2 + 1) / 2 = 1.5x. p2pd I/O counts each byte again on the",
+    "  unix socket (about twice the TCP bytes).",
+    "- RPC bytes (--rpc-bytes): the protobuf sizes of the find/store/ping requests the peers' DHT servers answered",
+    "  and of their answers, by kind (a value of 8 KB or more is a record, a smaller one an index shard; 'nearest",
+    "  peers' is the rest of a find answer, mostly the neighbours it names per key), and of the records the peers",
+    "  fetched from their publishers ('served', counted at the fetching peer: key and answer); observers'",
+    "  requests are left out. 'ping' includes the routing-table updates hivemind makes locally on every request",
+    "  (no network). Framing (TLS, yamux, the unix socket) comes on top, so the total is below the TCP figure.",
     "- Observed delivery: 1-2 observer peers in their own process (client mode, not listed in the index: they",
     "  neither store records nor change the swarm) call fetch() every 0.25 s; a group's latency is the first",
     "  fetch that returned it minus its creation time at the publisher (one machine's clock; an upper bound by",
@@ -679,9 +699,9 @@ NOTES = [
     "  and index_staleness = 5 s: a cached shard copy whose newest entry is under 5 s old ends the lookup, so a",
     "  newer entry in the same shard can wait up to 5 s more.",
     "- publish()/fetch(): time the caller spends (never on the network). store / record lookup / index read:",
-    "  the background thread's DHT operations. fill rate: groups fetch(J) returned / J after the first steps.",
-    "- hivemind stores every record on its dht_num_replicas = 2 nearest peers (the publisher may be one): at",
-    "  N = 2 every peer holds every record and lookups are local; from N = 8 on most cross the network.",
+    "  the background thread's operations (store: the index entries, plus the records with serve_records=False;",
+    "  record lookup: all records one poll fetches, from their publishers or by DHT lookups). fill rate: groups",
+    "  fetch(J) returned / J after the first steps.",
 ]
 
 
