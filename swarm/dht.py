@@ -8,12 +8,14 @@ thread-safe and never waits on the network: :meth:`DHTTransport.publish` queues 
 Layout in the DHT (all values are msgpack bytes of :mod:`swarm.records`, owner-signed by :mod:`swarm.validation`):
 
 - ``f"{swarm_name}/records/{sender}/{seq}"``: one :class:`~swarm.records.GroupRecord` (the groups of
-  one publish call) under subkey = the owner marker ``[owner:<public key>]`` of the sender;
+  one publish call) under subkey = the owner marker ``[owner:<public key>]`` of the sender. By default the
+  publisher serves it from its own p2pd (:mod:`swarm.served`, signed as a DHT store would carry it) and only the
+  index is in the DHT; a peer in client mode, or with ``serve_records=False``, stores it in the DHT;
 - ``f"{swarm_name}/index/{shard}"`` (level 0) and ``f"{swarm_name}/index/L{level}/{shard}"``: small dictionaries,
   one subkey per peer (its owner marker) holding its :class:`~swarm.records.IndexEntry` (model name, last few
-  record references); ``shard`` comes from a hash of the sender, so no key carries everyone's payload, and level
-  ``l`` has ``index_shards * 2**l`` shards, so a reader finds a level with a few entries per shard at any swarm
-  size (:func:`swarm.validation.index_keys`, :mod:`swarm.reader`).
+  record references, the libp2p id that serves them); ``shard`` comes from a hash of the sender, so no key
+  carries everyone's payload, and level ``l`` has ``index_shards * 2**l`` shards, so a reader finds a level with a
+  few entries per shard at any swarm size (:func:`swarm.validation.index_keys`, :mod:`swarm.reader`).
 
 Traps of hivemind 1.1.12 this package works around:
 
@@ -164,6 +166,10 @@ class DHTTransport(SwarmTransport):
     def peers(self) -> list[PeerInfo]:
         """Other peers whose index entries were seen within the record ttl."""
         return self.reader.peers()
+
+    def ready_groups(self) -> int:
+        """Groups of others fetched and validated in the background, which :meth:`fetch` hands out at once."""
+        return self.reader.cached_groups()
 
     def healthy(self) -> bool:
         """False once closed, or if p2pd or the background thread died (the peer then neither sends nor gets)."""

@@ -162,6 +162,11 @@ class SwarmReader:
         self._counters.add("fetched_groups", len(taken))
         return taken
 
+    def cached_groups(self) -> int:
+        """Groups held for :meth:`take` (some may expire before they are taken)."""
+        with self._lock:
+            return len(self._cache)
+
     def peers(self) -> list[PeerInfo]:
         """Other peers whose index entries were seen within the record ttl."""
         horizon = self._clock.time() - self.config.record_ttl
@@ -199,11 +204,17 @@ class SwarmReader:
         :meth:`estimated_peers`; the middle level before the first read (a cheap probe at any N); after reads that
         found nothing, the next of :func:`probe_levels`; level 0 when ``index_shards_per_poll`` is 0 (the whole
         index every time)."""
+        probe = self._probe_level()
+        return probe if probe is not None else read_level_for(self.estimated_peers(), self.config)
+
+    def _probe_level(self) -> int | None:
+        """The level the next read probes after reads that found nothing (:func:`probe_levels` in turn); ``None``
+        while reads find entries."""
         probing_after = 1 if self.estimated_peers() is None else _EMPTY_READS_BEFORE_PROBING
         if self._empty_reads >= probing_after and self.config.index_shards_per_poll:
             probes = probe_levels(self.config)
             return probes[self._empty_reads % len(probes)]
-        return read_level_for(self.estimated_peers(), self.config)
+        return None
 
     def write_levels(self) -> range:
         """The index levels this peer's publisher writes its entry to (:func:`write_levels_for` of
@@ -240,14 +251,19 @@ class SwarmReader:
         config = self.config
         started = self._clock.monotonic()
         estimate = self.estimated_peers()
-        level = self.read_level()
-        probing = estimate is None or level != read_level_for(estimate, config)
+        usual_level = read_level_for(estimate, config)
+        probe = self._probe_level()
+        level = usual_level if probe is None else probe
+        # A read without an estimate or away from the estimate's level is a probe: what it finds restarts the
+        # estimate (a probe that lands on the usual level reads, and counts, as usual).
+        probing = estimate is None or level != usual_level
         shards = index_keys(config.swarm_name, config.index_shards, level)
-        # the first read probes a few shards; a probe of level 0 after an empty read reads all of it (only small
-        # swarms write there), of another level a few shards
-        count = shards_per_read(
-            0.0 if self._empty_reads and level == 0 else None if probing else estimate, level, config
-        )
+        if level == 0 and self._empty_reads:  # after an empty read, all of level 0: only small swarms write there
+            count = shards_per_read(0.0, level, config)
+        elif probing:  # a few shards, as a first read does
+            count = shards_per_read(None, level, config)
+        else:
+            count = shards_per_read(estimate, level, config)
         shard_keys = [shards[(self._rotation + i) % len(shards)] for i in range(count)]
         self._rotation += count
         # A shard's expiration is that of its newest entry (written with now + ttl): asking for a copy updated

@@ -139,6 +139,11 @@ class SwarmTransport(ABC):
         """False once closed, or when this peer can no longer publish or fetch."""
         return self.readout().healthy
 
+    def ready_groups(self) -> int | None:
+        """How many groups of others :meth:`fetch` would return at once; ``None`` for a transport that looks them up
+        when fetch is called (nothing is held in advance)."""
+        return None
+
     @abstractmethod
     def close(self) -> None:
         """Leave the swarm and release every resource (processes, sockets, threads)."""
@@ -178,13 +183,13 @@ def wait_for_groups(transport: SwarmTransport, count: int, timeout: float, poll_
     """Block until ``transport`` holds at least ``count`` groups of others ready to fetch, or ``timeout`` passes.
 
     For a node that joins a swarm and should train on its groups from its first swarm step: ``fetch`` never
-    blocks, and the first lookups of a fresh peer take seconds. Reads the ``cached_groups`` gauge; a transport
-    without one (it reads on demand, e.g. the in-memory board) returns at once. Returns the groups held at the
-    end, which may be fewer than ``count`` after a timeout.
+    blocks, and the first lookups of a fresh peer take seconds. A transport that holds nothing in advance
+    (:meth:`SwarmTransport.ready_groups` is ``None``, e.g. the in-memory board, which reads on demand) returns at
+    once. Returns the groups held at the end, which may be fewer than ``count`` after a timeout.
     """
     started = time.monotonic()
     while True:
-        held = transport.readout().gauges.get("cached_groups")
+        held = transport.ready_groups()
         if held is None:
             return count
         if held >= count or time.monotonic() - started >= timeout:
