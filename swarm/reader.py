@@ -56,6 +56,7 @@ _RECORDS_PER_GET = 3  # hivemind packs sqrt(n) keys per lookup RPC: n <= 3 keeps
 _RETURNED_IDS_KEPT = 100_000  # ids of groups handed out, so a record fetched twice is not trained on twice
 _REJECTED_ENTRIES_KEPT = 10_000  # digests of refused index entries: one count per entry, not one per read
 _MISSING_TRIES = 3  # polls a listed record may be missing (its store still travelling) before it is given up
+_UNREACHABLE_SECONDS = 30.0  # a publisher whose served record could not be fetched is not asked again this long
 _ESTIMATE_READS = 8  # index reads pooled into the estimate of the swarm's size
 _WRITE_LEVELS_ABOVE = 2  # levels written above the last whose shards hold an entry: readers estimating 2x more
 _WRITE_LEVELS_BELOW = 1  # levels written below the read level: readers estimating half as many peers
@@ -126,6 +127,7 @@ class SwarmReader:
         self._peers: dict[str, _PeerState] = {}
         self._seen_refs: dict[tuple[str, int], float] = {}  # (sender, seq) -> created_at, pruned after the ttl
         self._missing_tries: collections.Counter[tuple[str, int]] = collections.Counter()
+        self._unreachable_until: dict[str, float] = {}  # host -> monotonic time it may be asked again
         self._cache: list[ReceivedGroup] = []
         self._returned: collections.OrderedDict[tuple[str, str, float], None] = collections.OrderedDict()
         self._skew_warned: set[str] = set()
@@ -337,9 +339,11 @@ class SwarmReader:
     def choose_refs(self, need: int) -> list[tuple[str, RecordRef]]:
         """Unseen fresh refs of other peers, newest first per peer, round-robin over peers until they promise
         ``need`` groups; the peers listed by the latest index read come first (their refs are the freshest known),
-        in random order among peers listed by the same read."""
+        in random order among peers listed by the same read. Peers whose publisher did not answer a request
+        lately are left out for a while (``_UNREACHABLE_SECONDS``)."""
         now = self._clock.time()
         oldest = now - self.config.record_ttl
+        resting = self._resting_hosts()
         with self._lock:
             per_peer = {
                 sender: sorted(
@@ -352,6 +356,7 @@ class SwarmReader:
                     key=lambda ref: -ref.created_at,
                 )
                 for sender, state in self._peers.items()
+                if state.host is None or state.host not in resting
             }
             listed_by = {sender: state.listed_by for sender, state in self._peers.items()}
         order = [sender for sender, refs in per_peer.items() if refs]
@@ -417,15 +422,19 @@ class SwarmReader:
         assert self._served is not None
         key = record_key(self.config.swarm_name, sender, ref.seq)
         try:
+            # One request and one answer: hivemind's time for one RPC answer, not a lookup's fetch_timeout, so
+            # that a publisher gone silent holds up this poll's other work for seconds, not tens of seconds.
             record: SignedRecord | None = await asyncio.wait_for(
-                self._served.get_served(host, key), self.config.fetch_timeout
+                self._served.get_served(host, key), self.config.wait_timeout
             )
         except RecordRejected as e:
             self._seen_refs[(sender, ref.seq)] = ref.created_at
             self._reject(e.reason, f"record of {sender} served by {host}: {e.detail}")
             return
-        except Exception as e:  # the publisher left or is unreachable: retried like a record still travelling
+        except Exception as e:  # the publisher left or is unreachable: its refs rest, then are retried
             self._counters.add("fetch_failures")
+            with self._lock:
+                self._unreachable_until[host] = self._clock.monotonic() + _UNREACHABLE_SECONDS
             logger.debug("peer %s: fetching a record from %s failed: %r", self._label, host, e)
             record = None
         if record is None:
@@ -440,6 +449,15 @@ class SwarmReader:
         value = self._served.open(key, owner_marker(state.public_key), record)
         if value is not None:  # else the validator refused it and counted why
             self._take_value(sender, value)
+
+    def _resting_hosts(self) -> set[str]:
+        """Hosts whose last request failed within ``_UNREACHABLE_SECONDS``: their refs are not chosen meanwhile,
+        so a departed or cut-off publisher costs one timeout per rest, not one per poll."""
+        now = self._clock.monotonic()
+        with self._lock:
+            for host in [host for host, until in self._unreachable_until.items() if until <= now]:
+                del self._unreachable_until[host]
+            return set(self._unreachable_until)
 
     def _record_missing(self, sender: str, ref: RecordRef) -> None:
         """Not there yet (a store still travelling) or lost: retry a few polls, then give up on it."""

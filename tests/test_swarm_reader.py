@@ -364,9 +364,16 @@ def test_a_record_whose_publisher_is_gone_is_given_up_after_a_few_polls():
     _, hosts, a, b = _serving_pair(clock)
     a.publish("a1", created_at=clock.time())
     del hosts[a.served.host]  # a left before b fetched its record
-    for _ in range(4):
+    b.poll()
+    assert b.counters.snapshot()["fetch_failures"] == 1
+    for _ in range(5):  # a host that failed rests: not asked again at every poll
         clock.advance(5)
+        b.poll()
+    assert b.counters.snapshot()["fetch_failures"] == 1 and b.reader.choose_refs(1) == []
+    for _ in range(3):  # asked again once each rest is over, then given up
+        clock.advance(31)
         b.poll()
     counters = b.counters.snapshot()
     assert counters["fetch_failures"] == 3 and counters["records_missing"] == 1
+    clock.advance(31)
     assert b.reader.choose_refs(1) == []  # given up: never asked for again
