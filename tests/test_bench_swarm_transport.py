@@ -42,12 +42,13 @@ def test_two_peers_and_an_observer_report_costs_and_delivery(tmp_path):
     assert run["python_cpu_seconds_per_peer_step"] > 0 and run["p2pd_io_bytes_per_peer_step"] > 0
     assert run["observed_delivery"]["observers"] == 1 and run["observed_delivery"]["published"] > 0
     assert (tmp_path / "swarm_transport.md").exists() and (tmp_path / "swarm_transport.png").exists()
-    # with 2 peers each stores its records on the other too (5 replicas wanted, 2 nodes): the served store
-    # requests carry about one copy of what was published; the observer's lookups are not counted
+    # records are served by their publishers: a peer's requests to the other carry about one copy of what it
+    # fetched, no record goes to a DHT replica, and the observer's requests are not counted
     rpc = run["rpc_bytes_per_peer_step"]
-    published = run["published_bytes_per_peer_step"]
-    assert 0.5 * published < rpc["store/record values"] < 1.5 * published, (rpc, published)
-    assert "DHT RPC bytes served" in (tmp_path / "swarm_transport.md").read_text()
+    fetched = run["fetched_bytes_per_peer_step"]
+    assert 0.5 * fetched < rpc["served/record values"] < 1.5 * fetched, (rpc, fetched)
+    assert rpc["store/record values"] == 0 and rpc["rpc_served/calls"] > 0
+    assert "RPC bytes, KB per peer per step" in (tmp_path / "swarm_transport.md").read_text()
     # a report written again from the run's JSON keeps its figures and takes this version's notes
     again = swarm_transport.main(["--rewrite-report", str(tmp_path / "swarm_transport.json"), "--results-dir",
                                   str(tmp_path / "again")])  # fmt: skip
