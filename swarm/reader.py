@@ -127,7 +127,8 @@ class SwarmReader:
         self._peers: dict[str, _PeerState] = {}
         self._seen_refs: dict[tuple[str, int], float] = {}  # (sender, seq) -> created_at, pruned after the ttl
         self._missing_tries: collections.Counter[tuple[str, int]] = collections.Counter()
-        self._unreachable_until: dict[str, float] = {}  # host -> monotonic time it may be asked again
+        # host -> (monotonic time it may be asked again, wall time of the failure): see _resting_hosts
+        self._unreachable: dict[str, tuple[float, float]] = {}
         self._cache: list[ReceivedGroup] = []
         self._returned: collections.OrderedDict[tuple[str, str, float], None] = collections.OrderedDict()
         self._skew_warned: set[str] = set()
@@ -325,6 +326,9 @@ class SwarmReader:
             self._clock_skew(sender, entry.updated_at - now)
             return False
         with self._lock:
+            rest = self._unreachable.get(entry.host) if entry.host is not None else None
+            if rest is not None and entry.updated_at > rest[1]:  # written after our request failed: it is back
+                del self._unreachable[entry.host]
             state = self._peers.get(sender)
             if state is None:
                 logger.info("peer %s found peer %s (model %r)", self._label, sender, entry.model)
@@ -434,7 +438,7 @@ class SwarmReader:
         except Exception as e:  # the publisher left or is unreachable: its refs rest, then are retried
             self._counters.add("fetch_failures")
             with self._lock:
-                self._unreachable_until[host] = self._clock.monotonic() + _UNREACHABLE_SECONDS
+                self._unreachable[host] = (self._clock.monotonic() + _UNREACHABLE_SECONDS, self._clock.time())
             logger.debug("peer %s: fetching a record from %s failed: %r", self._label, host, e)
             record = None
         if record is None:
@@ -452,12 +456,13 @@ class SwarmReader:
 
     def _resting_hosts(self) -> set[str]:
         """Hosts whose last request failed within ``_UNREACHABLE_SECONDS``: their refs are not chosen meanwhile,
-        so a departed or cut-off publisher costs one timeout per rest, not one per poll."""
+        so a departed or cut-off publisher costs one timeout per rest, not one per poll. A rest ends early when the
+        index shows an entry the host wrote after the failure (:meth:`_take_index_entry`): it is back."""
         now = self._clock.monotonic()
         with self._lock:
-            for host in [host for host, until in self._unreachable_until.items() if until <= now]:
-                del self._unreachable_until[host]
-            return set(self._unreachable_until)
+            for host in [host for host, (until, _) in self._unreachable.items() if until <= now]:
+                del self._unreachable[host]
+            return set(self._unreachable)
 
     def _record_missing(self, sender: str, ref: RecordRef) -> None:
         """Not there yet (a store still travelling) or lost: retry a few polls, then give up on it."""

@@ -377,3 +377,17 @@ def test_a_record_whose_publisher_is_gone_is_given_up_after_a_few_polls():
     assert counters["fetch_failures"] == 3 and counters["records_missing"] == 1
     clock.advance(31)
     assert b.reader.choose_refs(1) == []  # given up: never asked for again
+
+
+def test_a_publisher_that_did_not_answer_is_asked_again_once_it_writes_a_fresh_index_entry():
+    clock = ManualClock()
+    _, hosts, a, b = _serving_pair(clock)
+    a.publish("a1", created_at=clock.time())
+    served = hosts.pop(a.served.host)  # a is cut off: b's request fails and a rests
+    b.poll()
+    assert b.counters.snapshot()["fetch_failures"] == 1 and b.reader.choose_refs(1) == []
+    hosts[a.served.host] = served  # the link is back, and a publishes again: its entry is newer than the failure
+    clock.advance(5)
+    a.publish("a2", created_at=clock.time())
+    b.poll()
+    assert sorted(item.group.group_id for item in b.reader.take(10)) == ["a1", "a2"]  # within the 30 s rest
