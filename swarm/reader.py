@@ -387,12 +387,15 @@ class SwarmReader:
         started = self._clock.monotonic()
         with self._lock:
             hosts = {sender: state.host for sender, state in self._peers.items()}
-        served = [(sender, ref) for sender, ref in chosen if self._served is not None and hosts.get(sender)]
-        in_dht = [(sender, ref) for sender, ref in chosen if not (self._served is not None and hosts.get(sender))]
-        await asyncio.gather(
-            self._fetch_from_dht(dht, in_dht),
-            *(self._fetch_served(hosts[sender], sender, ref) for sender, ref in served),
-        )
+        served: list[tuple[str, str, RecordRef]] = []  # (host, sender, ref)
+        in_dht: list[tuple[str, RecordRef]] = []
+        for sender, ref in chosen:
+            host = hosts.get(sender) if self._served is not None else None
+            if host:
+                served.append((host, sender, ref))
+            else:
+                in_dht.append((sender, ref))
+        await asyncio.gather(self._fetch_from_dht(dht, in_dht), *(self._fetch_served(*item) for item in served))
         self._timings.record("fetch", self._clock.monotonic() - started)
 
     async def _fetch_from_dht(self, dht: DHTLookup, chosen: list[tuple[str, RecordRef]]) -> None:
@@ -432,7 +435,7 @@ class SwarmReader:
                 self._served.get_served(host, key), self.config.wait_timeout
             )
         except RecordRejected as e:
-            self._seen_refs[(sender, ref.seq)] = ref.created_at
+            self._mark_fetched(sender, ref)  # a malformed answer is not asked for again
             self._reject(e.reason, f"record of {sender} served by {host}: {e.detail}")
             return
         except Exception as e:  # the publisher left or is unreachable: its refs rest, then are retried
@@ -448,8 +451,7 @@ class SwarmReader:
             state = self._peers.get(sender)
         if state is None:
             return
-        self._seen_refs[(sender, ref.seq)] = ref.created_at
-        self._missing_tries.pop((sender, ref.seq), None)
+        self._mark_fetched(sender, ref)
         value = self._served.open(key, owner_marker(state.public_key), record)
         if value is not None:  # else the validator refused it and counted why
             self._take_value(sender, value)
@@ -472,6 +474,11 @@ class SwarmReader:
             self._seen_refs[(sender, ref.seq)] = ref.created_at
             self._counters.add("records_missing")
 
+    def _mark_fetched(self, sender: str, ref: RecordRef) -> None:
+        """``ref`` arrived: it is not fetched again, and its missing tries are over."""
+        self._seen_refs[(sender, ref.seq)] = ref.created_at
+        self._missing_tries.pop((sender, ref.seq), None)
+
     def _take_found(self, sender: str, ref: RecordRef, found: Any) -> None:
         """Take what a DHT lookup of one record returned."""
         with self._lock:
@@ -481,8 +488,7 @@ class SwarmReader:
         if found is None or not isinstance(found.value, dict):
             self._record_missing(sender, ref)
             return
-        self._seen_refs[(sender, ref.seq)] = ref.created_at
-        self._missing_tries.pop((sender, ref.seq), None)
+        self._mark_fetched(sender, ref)
         expected_subkey = owner_marker(state.public_key)
         value = None
         for subkey, item in found.value.items():

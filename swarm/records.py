@@ -274,9 +274,11 @@ def _unpack(data: Any, limits: RecordLimits) -> Any:
         raise RecordRejected("not_msgpack", f"{type(e).__name__}: {e}") from None
 
 
-def _expect_map(obj: Any, keys: set[str], where: str) -> dict[str, Any]:
+def _expect_map(obj: Any, keys: set[str], where: str, optional: frozenset[str] = frozenset()) -> dict[str, Any]:
+    """``obj`` as a map with exactly ``keys``, plus any of ``optional``."""
     if not isinstance(obj, dict):
         raise RecordRejected("schema", f"{where} must be a map, got {type(obj).__name__}")
+    keys = keys | (optional & set(obj))
     if set(obj) != keys:
         missing, extra = sorted(keys - set(obj)), sorted(map(str, set(obj) - keys))
         raise RecordRejected("schema", f"{where} keys: missing {missing}, unexpected {extra}")
@@ -349,6 +351,7 @@ _PROVENANCE_KEYS = {"source", "dataset", "config", "seed", "index"}
 _GROUP_KEYS = {"group_id", "prompt", "completions", "provenance", "metadata", "model", "step", "created_at"}
 _RECORD_KEYS = {"version", "created_at", "groups"}
 _INDEX_KEYS = {"version", "model", "updated_at", "records"}
+_INDEX_OPTIONAL_KEYS = frozenset({"host"})  # entries of peers whose records live in the DHT (or older peers) lack it
 _MAX_HOST_CHARS = 128  # a base58 libp2p peer id is 46-53 characters
 
 
@@ -421,8 +424,7 @@ def decode_index_entry(data: bytes, limits: RecordLimits = RecordLimits()) -> In
     """Decode and validate an index entry; raises :class:`RecordRejected`."""
     obj = _unpack(data, limits)
     _check_version(obj, "index entry")
-    # "host" is optional: entries of peers whose records live in the DHT (and of older peers) lack it
-    e = _expect_map(obj, _INDEX_KEYS | ({"host"} & set(obj if isinstance(obj, dict) else ())), "index entry")
+    e = _expect_map(obj, _INDEX_KEYS, "index entry", optional=_INDEX_OPTIONAL_KEYS)
     refs = []
     for item in _expect_list(e["records"], "index.records", limits.max_index_records, "too_many_groups"):
         ref = _expect_list(item, "index record reference", 3, "schema")

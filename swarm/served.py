@@ -77,10 +77,6 @@ class ServedRecords:
             return None
         return record
 
-    def __len__(self) -> int:
-        with self._lock:
-            return len(self._records)
-
     async def handle(self, request: BytesValue, context: Any = None) -> BytesValue:
         """The RPC handler: ``request.value`` is a record key; the answer holds the record
         (:func:`encode_answer`), or nothing if this peer does not serve it."""
@@ -133,18 +129,33 @@ class ServedLookup(Protocol):
         ...
 
 
-class PeerServedLookup:
+class _CheckingLookup:
+    """What both lookups share: fetched records pass the reading peer's DHT validator.
+
+    Args:
+        validator: the reading peer's DHT validator: a fetched record passes the checks a DHT lookup applies.
+    """
+
+    def __init__(self, validator: Any):
+        self._validator = validator
+
+    def open(self, key: str, subkey: bytes, record: SignedRecord) -> bytes | None:
+        """See :class:`ServedLookup`."""
+        return open_served(self._validator, key, subkey, record.value, record.expiration_time)
+
+
+class PeerServedLookup(_CheckingLookup):
     """Fetches records from their publishers through this peer's p2pd.
 
     Args:
         call: returns the running peer's ``call_protobuf_handler`` (hivemind's :class:`~hivemind.p2p.P2P`).
-        validator: this peer's DHT validator: a fetched record passes the checks a DHT lookup applies.
+        validator: see :class:`_CheckingLookup`.
         max_bytes: the largest answer accepted (a record's limit plus its signature and envelope).
     """
 
     def __init__(self, call: Callable[[], Any], validator: Any, max_bytes: int):
+        super().__init__(validator)
         self._call = call
-        self._validator = validator
         self._max_bytes = max_bytes
 
     async def get_served(self, host: str, key: str) -> SignedRecord | None:
@@ -158,27 +169,19 @@ class PeerServedLookup:
         answer = await self._call()(peer_id, RECORD_HANDLER, BytesValue(value=key.encode()), BytesValue)
         return decode_answer(answer.value, self._max_bytes)
 
-    def open(self, key: str, subkey: bytes, record: SignedRecord) -> bytes | None:
-        """See :class:`ServedLookup`."""
-        return open_served(self._validator, key, subkey, record.value, record.expiration_time)
 
-
-class MemoryServedLookup:
+class MemoryServedLookup(_CheckingLookup):
     """:class:`ServedLookup` over :class:`ServedRecords` in this process, by host: unit tests and simulations.
 
     Args:
-        validator: the reading peer's validator, which checks what is fetched as :class:`PeerServedLookup` does.
+        validator: see :class:`_CheckingLookup`.
         hosts: the publishers' :class:`ServedRecords` by host, shared by every peer's lookup.
     """
 
     def __init__(self, validator: Any, hosts: dict[str, ServedRecords]) -> None:
+        super().__init__(validator)
         self.hosts = hosts
         self.bytes_read = 0
-        self._validator = validator
-
-    def open(self, key: str, subkey: bytes, record: SignedRecord) -> bytes | None:
-        """See :class:`ServedLookup`."""
-        return open_served(self._validator, key, subkey, record.value, record.expiration_time)
 
     async def get_served(self, host: str, key: str) -> SignedRecord | None:
         """The record ``host``'s :class:`ServedRecords` holds, through the RPC handler's encoding; a host that is not
