@@ -145,7 +145,7 @@ def stop_processes(
     """Stop what a benchmark started, by PID: SIGTERM to every running process, SIGKILL to those still running
     ``grace`` seconds later, then SIGKILL to the p2pd daemons they leave behind (their p2pd children, and the
     ``daemons`` pids given, each checked by name). Returns the exit codes in order."""
-    from sapo.processes import stop_processes as terminate
+    from sapo.node.processes import stop_processes as terminate
     from swarm.daemon import is_p2pd
 
     leftovers = [*daemons, *(pid for p in processes for pid in children(p.pid) if is_p2pd(pid))]

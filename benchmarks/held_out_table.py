@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.harness import ROOT, commit_label
-from sapo.report import is_evaluation_line
+from sapo.node.report import is_evaluation_line
 
 RESULTS = ROOT / "benchmarks" / "results"
 PAPER_GROUPS_PER_STEP = 8  # the paper's I + J

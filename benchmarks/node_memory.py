@@ -4,8 +4,8 @@ Runs ``sapo-node --max-steps N`` (default model, CPU defaults) as a subprocess a
 and of its p2pd child every ``--sample-interval`` seconds (and the node's VmHWM, the kernel's high-water mark).
 
 Usage:
-    python benchmarks/node_memory.py             # default model, 4 steps (a few minutes on 2 cores)
-    python benchmarks/node_memory.py --quick     # tiny model, 1 step, seconds
+    python -m benchmarks.node_memory             # default model, 4 steps (a few minutes on 2 cores)
+    python -m benchmarks.node_memory --quick     # tiny model, 1 step, seconds
 
 Writes ``node_memory.{json,md,png}`` into ``--output-dir`` (default benchmarks/results). A rerun with the same
 settings as the saved results does nothing (``--force`` reruns). The node is stopped, also on failure.
@@ -25,9 +25,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-if __package__ in (None, ""):  # run as a script: the repository's packages come first
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from benchmarks.harness import (  # noqa: E402
+from benchmarks.harness import (
     RESULTS,
     children,
     pyplot,
@@ -114,7 +112,7 @@ def run_node_memory(args: argparse.Namespace, workdir: Path, model_dir: str | No
 def training_lines(path: Path) -> list[dict[str, Any]]:
     """The node's metrics.jsonl lines of training steps, in order: held-out evaluation lines and a torn last line
     are not steps."""
-    from sapo.report import is_evaluation_line
+    from sapo.node.report import is_evaluation_line
 
     out = []
     with contextlib.suppress(OSError):
@@ -158,7 +156,7 @@ def memory_summary(samples: list[dict[str, float]], node_hwm_mb: float) -> dict[
 
 def memory_notes() -> list[str]:
     """Notes of the memory table, naming the node defaults the measured node ran with."""
-    from sapo.node_args import NODE_DEFAULTS
+    from sapo.node.options import NODE_DEFAULTS
 
     d = NODE_DEFAULTS
     return [

@@ -4,7 +4,7 @@ completions of the attack and terse honest-looking answers, to choose the plausi
     python -m benchmarks.plausibility_scores --questions 12
 
 For each held-out question of the default tasks: ``--samples`` completions sampled from the model at temperature 1
-(the node's), two payload completions (:func:`sapo.payload_attack.payload_completion`) and two terse answers of
+(the node's), two payload completions (:func:`testbed.payload_attack.payload_completion`) and two terse answers of
 another style ("<answer>X</answer>"), each scored as the node scores them (mean over its tokens of log-probability
 plus the policy's entropy, at most ``--max-tokens`` tokens); then the share of each kind every margin would drop.
 Results: benchmarks/results/plausibility_scores.{json,md}.
@@ -14,15 +14,11 @@ from __future__ import annotations
 
 import argparse
 import random
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-if __package__ in (None, ""):  # run as a script: the repository's packages come first
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from benchmarks.harness import RESULTS, run_record, write_report  # noqa: E402
+from benchmarks.harness import RESULTS, run_record, write_report
 
 KINDS = ("own", "payload", "terse")
 MARGINS = (0.0, 0.25, 0.5, 0.75, 1.0)
@@ -62,11 +58,11 @@ def measure(questions: int, samples: int, max_tokens: int, seed: int) -> dict[st
     import torch
     from transformers import AutoModelForCausalLM
 
-    from sapo.hostile_peer import wrong_answer
     from sapo.models import default_model_path, load_smollm2_tokenizer
-    from sapo.payload_attack import payload_completion
     from sapo.plausibility import typicality_scores
     from sapo.tasks import DEFAULT_TASKS, build_held_out_dataset
+    from testbed.hostile_peer import wrong_answer
+    from testbed.payload_attack import payload_completion
 
     torch.manual_seed(seed)
     rng = random.Random(seed)

@@ -1,10 +1,10 @@
 """The completion-poisoning attack against honest sapo-nodes: how far a payload spreads, per defence.
 
-Each arm is one swarm on 127.0.0.1: a :class:`~sapo.payload_attack.PayloadAttacker` (the swarm's first peer, a
+Each arm is one swarm on 127.0.0.1: a :class:`~testbed.payload_attack.PayloadAttacker` (the swarm's first peer, a
 model-less transport in this process) publishes groups whose correct completions carry a payload, and
 ``--honest`` real ``sapo-node`` processes train ``--steps`` steps beside it, each keeping every completion it
 generates (``--completions_log``). Attack success is the share of an honest node's own completions that carry the
-payload word (:data:`sapo.payload_attack.PAYLOAD_MARK`), in training (last third of the steps) and in its
+payload word (:data:`testbed.payload_attack.PAYLOAD_MARK`), in training (last third of the steps) and in its
 held-out answers at the end, against the same figures at the start. Since a payload spreads into sampled text only
 once the policy finds it likely, the report also measures how far each node's final policy moved towards it: the
 log-probability per token of the payload sentences after a correct answer on held-out questions, against the base
@@ -36,11 +36,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-if __package__ in (None, ""):  # run as a script: the repository's packages come first
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from benchmarks.harness import RESULTS, ROOT, run_record, stop_processes, write_report  # noqa: E402
-from sapo.payload_attack import PAYLOADS, PLACES  # noqa: E402
+from benchmarks.harness import RESULTS, ROOT, run_record, stop_processes, write_report
+from testbed.payload_attack import PAYLOADS, PLACES
 
 ARMS: dict[str, list[str]] = {
     "none": ["--completion_forbid_control_chars", "false", "--plausibility_margin", "none"],
@@ -61,7 +58,7 @@ COMPLETIONS_LOG = "completions.jsonl"
 def node_command(args: argparse.Namespace, arm: str, seed: int, index: int, run_dir: Path, peer: str) -> list[str]:
     """The command of honest node ``index`` of one arm's swarm."""
     return [
-        sys.executable, "-m", "sapo.cli",
+        sys.executable, "-m", "sapo.node.cli",
         "--model", args.model,
         "--output_dir", str(run_dir / f"node-{index}"),
         "--initial_peers", peer,
@@ -80,10 +77,10 @@ def node_command(args: argparse.Namespace, arm: str, seed: int, index: int, run_
 
 def run_arm(args: argparse.Namespace, arm: str, seed: int) -> Path:
     """One swarm: the attacker and ``args.honest`` nodes until they finish; returns the run directory."""
-    from sapo.local_swarm import shared_cores_env
-    from sapo.payload_attack import PayloadAttacker
+    from sapo.node.local_swarm import shared_cores_env
     from sapo.tasks import DEFAULT_TASKS
     from swarm.dht import DHTTransport, DHTTransportConfig
+    from testbed.payload_attack import PayloadAttacker
 
     run_dir = Path(args.runs_dir) / arm / f"seed-{seed}"
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -141,7 +138,7 @@ PAYLOAD_QUESTIONS = 16
 
 
 PAYLOAD_CONTEXT = {"before": "", "inside": "Let me compute. ", "after": "Let me compute. <answer>{answer}</answer> "}
-"""What precedes a payload in the attacker's completions, by place (:data:`sapo.payload_attack.PLACES`)."""
+"""What precedes a payload in the attacker's completions, by place (:data:`testbed.payload_attack.PLACES`)."""
 
 
 def payload_log_likelihood(
@@ -189,8 +186,8 @@ def node_payload_log_likelihood(node_dir: Path, payloads: Sequence[str], places:
 def arm_figures(run_dir: Path, steps: int) -> dict[str, Any]:
     """Payload rates of one arm's honest nodes: own completions (first and last third of training), held-out
     answers (first and last evaluation), and how many attacker groups each node trained on."""
-    from sapo.payload_attack import payload_rate
-    from sapo.report import is_evaluation_line
+    from sapo.node.report import is_evaluation_line
+    from testbed.payload_attack import payload_rate
 
     attacker = json.loads((run_dir / "attacker.json").read_text())
     attacker_id = attacker.get("peer_id")

@@ -77,7 +77,7 @@ def run_one(
 
     from sapo import SAPOConfig, SAPOTrainer
     from sapo.models import LoraSpec, load_policy
-    from sapo.node import build_rewards
+    from sapo.node.runner import build_rewards
     from sapo.tasks import DEFAULT_TASKS, build_held_out_dataset, build_reasoning_gym_dataset
 
     code = git_state()

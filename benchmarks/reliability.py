@@ -3,7 +3,7 @@
 Parts (``--parts``, default all three):
 
 - ``hostile``: ``--rounds`` times, an honest SAPOTrainer (tiny model) on a real loopback DHT beside an honest
-  friend, a lying peer and a raw hostile DHT node (``sapo/hostile_peer.py``: random bytes, wrong schemas,
+  friend, a lying peer and a raw hostile DHT node (``testbed/hostile_peer.py``: random bytes, wrong schemas,
   oversized records, forged and unsigned subkeys, never-expiring records, a burst of ``--burst`` records,
   groups with a wrong answer, a question that does not match its provenance, an unknown task, empty, huge,
   non-text and too many completions). Counts the bad inputs tried by kind, the rejections by reason, the
@@ -16,9 +16,9 @@ Parts (``--parts``, default all three):
   per hour and the step rate of the first and last fifth of the run.
 
 Usage:
-    python benchmarks/reliability.py                       # all parts (about 45 minutes on 2 cores)
-    python benchmarks/reliability.py --parts hostile,crashes --rounds 2 --kills 4
-    python benchmarks/reliability.py --parts soak --soak-minutes 30
+    python -m benchmarks.reliability                       # all parts (about 45 minutes on 2 cores)
+    python -m benchmarks.reliability --parts hostile,crashes --rounds 2 --kills 4
+    python -m benchmarks.reliability --parts soak --soak-minutes 30
 
 Writes ``reliability.json`` and ``reliability.md`` into ``--output-dir`` (default benchmarks/results); a part
 already there with the same settings is kept (``--force`` reruns it). Every process and DHT peer it starts
@@ -43,9 +43,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-if __package__ in (None, ""):  # run as a script: the repository's packages come first
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from benchmarks.harness import RESULTS, pyplot, rss_mb, run_record, stop_processes, utc_now, write_report  # noqa: E402
+from benchmarks.harness import RESULTS, pyplot, rss_mb, run_record, stop_processes, utc_now, write_report
 
 PARTS = ("hostile", "crashes", "soak")
 SOAK_RECORD_TTL = 600.0  # DHTTransportConfig.record_ttl of the soak's nodes (the default)
@@ -89,8 +87,8 @@ def run_hostile(rounds: int, burst_size: int, workdir: Path) -> dict[str, Any]:
     from tqdm import tqdm
     from transformers import AutoTokenizer
 
-    from sapo.hostile_peer import hostile_round, poisoned_rows_trained
     from sapo.models import default_model_path, prepare_tokenizer
+    from testbed.hostile_peer import hostile_round, poisoned_rows_trained
 
     tokenizer = prepare_tokenizer(AutoTokenizer.from_pretrained(default_model_path()))
     tried: Counter[str] = Counter()
@@ -165,7 +163,16 @@ def run_crashes(kills: int, model_dir: Path, workdir: Path, seed: int = 0) -> di
 
     out_dir = workdir / "crash-node"
     rng = random.Random(seed)
-    command = [sys.executable, "-m", "sapo.cli", "--model", str(model_dir), "--output_dir", str(out_dir), *TINY_NODE]
+    command = [
+        sys.executable,
+        "-m",
+        "sapo.node.cli",
+        "--model",
+        str(model_dir),
+        "--output_dir",
+        str(out_dir),
+        *TINY_NODE,
+    ]
     faults = []
     expected = None
     faults_exit = None
@@ -237,12 +244,12 @@ def run_soak(minutes: float, model_dir: Path, workdir: Path, interval: float = 1
     """A 3-node local swarm for ``minutes``; memory, DHT storage and step rate over time."""
     from tqdm import tqdm
 
-    from sapo.local_swarm import last_metrics
+    from sapo.node.local_swarm import last_metrics
 
     peers = 3
     run_dir = workdir / "soak"
     command = [
-        sys.executable, "-m", "sapo.cli", "local-swarm", "--peers", str(peers), "--run-dir", str(run_dir),
+        sys.executable, "-m", "sapo.node.cli", "local-swarm", "--peers", str(peers), "--run-dir", str(run_dir),
         "--status-interval", "60", "--model", str(model_dir), *TINY_NODE, "--max_steps", "1000000",
         "--save_steps", "200", "--save_total_limit", "2",
     ]  # fmt: skip
@@ -524,7 +531,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         return render(result, out_dir)
     from sapo.models import save_tiny_model
 
-    command = "python benchmarks/reliability.py " + " ".join(sys.argv[1:] if argv is None else argv)
+    command = "python -m benchmarks.reliability " + " ".join(sys.argv[1:] if argv is None else argv)
     record = run_record(command)  # at the start: the code every part runs, even if the tree changes while they run
     with tempfile.TemporaryDirectory(prefix="sapo-reliability-") as tmp:
         workdir = Path(tmp)

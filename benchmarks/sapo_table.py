@@ -63,11 +63,11 @@ Every process started is stopped: Ctrl-C or SIGTERM sends SIGTERM to the running
 forwards it to its nodes: they finish their step, checkpoint and leave) and waits for it.
 
 Usage:
-    python benchmarks/sapo_table.py --profile cpu --settings 8/0,4/4 --seeds 0,1   # ~4 x 15-25 minutes
-    python benchmarks/sapo_table.py --profile cpu --sizing 3   # time 3 steps of the profile (scratch dir)
-    python benchmarks/sapo_table.py --profile paper --model /models/Qwen2.5-0.5B-Instruct
-    python benchmarks/sapo_table.py --profile smoke --model DIR --runs-dir /tmp/r --results-dir /tmp/out
-    python benchmarks/sapo_table.py --profile cpu --report-only     # table/plots from the runs so far
+    python -m benchmarks.sapo_table --profile cpu --settings 8/0,4/4 --seeds 0,1   # ~4 x 15-25 minutes
+    python -m benchmarks.sapo_table --profile cpu --sizing 3   # time 3 steps of the profile (scratch dir)
+    python -m benchmarks.sapo_table --profile paper --model /models/Qwen2.5-0.5B-Instruct
+    python -m benchmarks.sapo_table --profile smoke --model DIR --runs-dir /tmp/r --results-dir /tmp/out
+    python -m benchmarks.sapo_table --profile cpu --report-only     # table/plots from the runs so far
     Options after ``--`` are passed to every node unchanged (e.g. ``-- --temperature 0.9``).
 
 Writes RESULTS_DIR/sapo_table_<profile>.{json,md,png} (default benchmarks/results).
@@ -91,9 +91,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-if __package__ in (None, ""):  # run as a script: the repository's packages (sapo, benchmarks) come first
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from benchmarks.harness import (  # noqa: E402
+from benchmarks.harness import (
     RESULTS,
     ROOT,
     code_label,
@@ -289,7 +287,7 @@ def node_options(config: dict[str, Any], num_local: int, num_external: int, seed
 def swarm_command(config: dict[str, Any], num_local: int, num_external: int, seed: int, run_dir: Path) -> list[str]:
     """The exact ``sapo-node local-swarm`` command of one run."""
     return [
-        sys.executable, "-m", "sapo.cli", "local-swarm",
+        sys.executable, "-m", "sapo.node.cli", "local-swarm",
         "--peers", str(config["peers"]), "--run-dir", str(run_dir), "--seed", str(100 * seed),
         "--status-interval", str(config["status_interval"]),
         *node_options(config, num_local, num_external, seed, run_dir),
@@ -469,7 +467,7 @@ def _float(value: Any) -> float:
 def load_metrics(path: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """One node's metrics.jsonl: its training lines sorted by step, one per step (the last line of a step wins),
     and its held-out evaluation lines, one per step, likewise."""
-    from sapo.report import split_lines
+    from sapo.node.report import split_lines
 
     try:
         text = path.read_text()
@@ -831,7 +829,7 @@ def seed_curve(run: dict[str, Any], steps: int) -> list[float]:
 
 def plot(report: dict[str, Any], path: Path) -> Path:
     """Moving average of the local reward per setting (mean over peers and seeds), band = min-max over seeds."""
-    from sapo.report import moving_average
+    from sapo.node.report import moving_average
 
     plt = pyplot()
 

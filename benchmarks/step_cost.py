@@ -18,10 +18,10 @@ scoring - swarm. The wall time of the whole optimizer step (step begin to step e
 included) is reported beside it. Medians over the steps after the first (warm-up) one.
 
 Usage:
-    python benchmarks/step_cost.py                 # default model (about 30 min on 2 cores)
-    python benchmarks/step_cost.py --quick         # tiny model, 2 steps each, seconds
+    python -m benchmarks.step_cost                 # default model (about 30 min on 2 cores)
+    python -m benchmarks.step_cost --quick         # tiny model, 2 steps each, seconds
 
-A node's memory is measured by ``python benchmarks/node_memory.py`` (``--part memory`` here still runs it).
+A node's memory is measured by ``python -m benchmarks.node_memory`` (``--part memory`` here still runs it).
 
 Writes ``step_cost.{json,md,png}`` into ``--output-dir`` (default benchmarks/results). A rerun with the same
 settings as the saved results does nothing (``--force`` reruns). Every process and DHT peer it starts is stopped,
@@ -35,7 +35,6 @@ import copy
 import os
 import random
 import statistics
-import sys
 import tempfile
 import threading
 import time
@@ -44,10 +43,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-if __package__ in (None, ""):  # run as a script: the repository's packages come first
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from benchmarks.feeder import Feeder, plausible_completion  # noqa: E402
-from benchmarks.harness import (  # noqa: E402
+from benchmarks.feeder import Feeder, plausible_completion
+from benchmarks.harness import (
     RESULTS,
     cpu_seconds,
     pyplot,
@@ -687,7 +684,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     if args.part == "memory":
         from benchmarks import node_memory
 
-        print("step_cost: --part memory is now its own command: python benchmarks/node_memory.py", flush=True)
+        print("step_cost: --part memory is now its own command: python -m benchmarks.node_memory", flush=True)
         return node_memory.main(node_memory_argv(args))
     out = Path(args.output_dir)
     if not args.force and saved_settings_match(out / "step_cost.json", bench_settings(args)):

@@ -13,8 +13,8 @@ same at every N and the per-step costs of a peer are comparable across N (``--fi
 that measure each group's delivery latency, from its creation at the publisher to its first return by ``fetch``.
 
 Usage:
-    python benchmarks/swarm_transport.py            # N = 2, 8, 32, 64 (64 only if memory allows)
-    python benchmarks/swarm_transport.py --quick    # N = 2, 8, short runs
+    python -m benchmarks.swarm_transport            # N = 2, 8, 32, 64 (64 only if memory allows)
+    python -m benchmarks.swarm_transport --quick    # N = 2, 8, short runs
 
 Writes benchmarks/results/swarm_transport.{json,md,png}. Every process it starts is stopped at the end.
 """
@@ -37,9 +37,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-if __package__ in (None, ""):  # run as a script: the repository's packages come first
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from benchmarks.harness import (  # noqa: E402
+from benchmarks.harness import (
     RESULTS,
     ROOT,
     cpu_seconds,

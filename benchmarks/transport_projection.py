@@ -24,15 +24,11 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-if __package__ in (None, ""):  # run as a script: the repository's packages come first
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from benchmarks.harness import RESULTS, run_record, write_report  # noqa: E402
+from benchmarks.harness import RESULTS, run_record, write_report
 
 TARGETS = (1000, 10000)
 COSTS = {

@@ -24,17 +24,13 @@ import asyncio
 import base64
 import random
 import statistics
-import sys
 import time
 from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-if __package__ in (None, ""):  # run as a script: the repository's packages come first
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from benchmarks.harness import RESULTS, run_record, write_report  # noqa: E402
+from benchmarks.harness import RESULTS, run_record, write_report
 
 
 def _public_key(rng: random.Random) -> bytes:

@@ -1,7 +1,7 @@
 """Benchmark of the hivemind DHT transport over WAN-like links: delivery latency, fill rate and a host's dropout.
 
-Every peer runs on its own network-namespace host (:class:`tests.netns.Hosts`) behind a link of the userspace
-switch :mod:`tests.wan_switch` (this kernel has no ``netem``): per host a one-way delay drawn from 20-150 ms,
+Every peer runs on its own network-namespace host (:class:`testbed.netns.Hosts`) behind a link of the userspace
+switch :mod:`testbed.wan_switch` (this kernel has no ``netem``): per host a one-way delay drawn from 20-150 ms,
 1 % loss per direction and a bandwidth drawn from 10-20 Mbit/s. Publisher hosts run one model-less
 ``DHTTransport`` each, which publishes a realistic record (4 groups x 8 completions x ~1500 characters) every
 ``--interval`` seconds and fetches J groups per step (as benchmarks/swarm_transport.py does); observer hosts run
@@ -39,11 +39,9 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-if __package__ in (None, ""):  # run as a script: the repository's packages come first
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from benchmarks.harness import RESULTS, ROOT, percentile, pyplot, run_record, stop_processes, write_report  # noqa: E402
-from tests.netns import Hosts  # noqa: E402
-from tests.wan_switch import Link, SwitchProcess  # noqa: E402
+from benchmarks.harness import RESULTS, ROOT, percentile, pyplot, run_record, stop_processes, write_report
+from testbed.netns import Hosts
+from testbed.wan_switch import Link, SwitchProcess
 
 FAILURES = ("publish_failures", "fetch_failures", "publish_dropped", "index_store_failures")
 
@@ -506,7 +504,7 @@ def write_outputs(report: dict[str, Any], out: Path = RESULTS) -> None:
         "## The switch and its limits",
         "",
         '- `tc netem` is not available in this kernel ("Specified qdisc kind is unknown"), so the links are made by '
-        "a userspace switch (tests/wan_switch.py): a Python process in the hub namespace reads every frame from an "
+        "a userspace switch (testbed/wan_switch.py): a Python process in the hub namespace reads every frame from an "
         "AF_PACKET socket on each hub-side veth port, forwards it by learned MAC and applies per link: one-way "
         "delay, 1 % random loss per direction, a bandwidth limit (serialisation delay per byte with a 250 ms tail-"
         "drop queue) and an up/down switch, in both directions, so a round trip between hosts A and B takes at least "

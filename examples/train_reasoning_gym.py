@@ -53,7 +53,7 @@ config = SAPOConfig(
     per_device_train_batch_size=8 if not args.smoke else 4,
     learning_rate=1e-6,
     logging_steps=1,
-    save_strategy="no",  # sapo-node adds checkpoints, resume and a metrics file (sapo/node.py)
+    save_strategy="no",  # sapo-node adds checkpoints, resume and a metrics file (sapo/node/runner.py)
     report_to="none",
 )
 

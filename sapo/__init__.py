@@ -12,7 +12,7 @@ __all__ = ["SAPOConfig", "SAPOTrainer"]
 
 
 def __getattr__(name: str) -> Any:
-    # Lazy: `import sapo.processes` or `sapo-node report` must not pay for importing trl and transformers.
+    # Lazy: `import sapo.node.processes` or `sapo-node report` must not pay for importing trl and transformers.
     if name == "SAPOConfig":
         from sapo.config import SAPOConfig
 

@@ -1,46 +1,8 @@
-"""The `sapo-node` command: run a node, start a local swarm of nodes, evaluate a model, or report on a run."""
+"""Old entry point of `sapo-node` (`python -m sapo.cli`), kept for scripts that call it: see `sapo.node.cli`."""
 
-from __future__ import annotations
+from sapo.node.cli import main
 
-import sys
-from collections.abc import Sequence
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of `sapo-node`; returns the exit code."""
-    import warnings
-
-    # transformers 5 warns about its own renamed arguments on every config: noise for a node operator.
-    warnings.filterwarnings("ignore", category=FutureWarning)
-    argv = list(sys.argv[1:] if argv is None else argv)
-    if argv and argv[0] == "local-swarm":
-        from sapo.local_swarm import main as local_swarm_main
-
-        return local_swarm_main(argv[1:])
-    if argv and argv[0] == "eval":
-        from sapo.eval_command import main as eval_main
-
-        return eval_main(argv[1:])
-    if argv and argv[0] == "report":
-        from sapo.report import main as report_main
-
-        return report_main(argv[1:])
-
-    from sapo.node import NodeError, run_node
-    from sapo.node_args import config_yaml, parse_node_args
-
-    try:
-        args, node, print_config = parse_node_args(argv)
-    except NodeError as e:
-        print(f"sapo-node: error: {e}", file=sys.stderr)
-        return e.exit_code
-    except SystemExit as e:  # argparse already said what is wrong (or printed --help)
-        return int(e.code or 0)
-    if print_config:
-        print(config_yaml(args, node), end="")
-        return 0
-    return run_node(args, node)
-
+__all__ = ["main"]
 
 if __name__ == "__main__":
-    sys.exit(main())
+    raise SystemExit(main())

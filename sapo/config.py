@@ -200,7 +200,7 @@ class SAPOConfig(GRPOConfig):
             "help": "JSONL file (a relative path is under `output_dir`) to which the node appends every completion it "
             'generates: its own groups while training (`kind` "train") and its held-out answers (`kind` '
             '"eval"), with the step and task. For audits, e.g. how far a payload spreads '
-            "(`sapo.payload_attack.payload_rate`). `None`: not written."
+            "(`testbed.payload_attack.payload_rate`). `None`: not written."
         },
     )
     swarm_model_name: str | None = field(

@@ -10,7 +10,7 @@ dropped.
 
 Measured with the default model (SmolLM2-135M-Instruct, 48 tokens, temperature 1, 16 held-out questions of the default
 tasks; benchmarks/results/plausibility_scores.md): own samples score -0.72 (5th percentile) and -1.09 at worst; the
-payload completions of :mod:`sapo.payload_attack` -1.48 at best, so the default margin (0.5) drops all of them and
+payload completions of :mod:`testbed.payload_attack` -1.48 at best, so the default margin (0.5) drops all of them and
 none of the own samples; terse answers in another style than the policy's ("<answer>7</answer>") fall below it in
 about a third of cases: a peer that writes very differently from this node is often not trained on.
 """

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from sapo.report import is_evaluation_line
+from sapo.node.report import is_evaluation_line
 
 # Small enough for a 2-core machine: 2 groups of 2 completions per step, short completions.
 TINY = [
@@ -24,7 +24,17 @@ TINY = [
 
 
 def _node_command(model_dir: Path, output_dir: Path, *extra: str) -> list[str]:
-    return [sys.executable, "-m", "sapo.cli", "--model", str(model_dir), "--output_dir", str(output_dir), *TINY, *extra]
+    return [
+        sys.executable,
+        "-m",
+        "sapo.node.cli",
+        "--model",
+        str(model_dir),
+        "--output_dir",
+        str(output_dir),
+        *TINY,
+        *extra,
+    ]
 
 
 def _lines(output_dir: Path) -> list[dict]:

@@ -65,7 +65,7 @@ def test_step_cost_part_memory_runs_this_benchmark(monkeypatch, capsys):
     argv = ["--part", "memory", "--quick", "--memory-steps", "3", "--sample-interval", "0.5", "--output-dir", "o"]
     assert step_cost.main(argv) == {"delegated": True}
     assert calls == [["--output-dir", "o", "--steps", "3", "--sample-interval", "0.5", "--quick"]]
-    assert "python benchmarks/node_memory.py" in capsys.readouterr().out
+    assert "python -m benchmarks.node_memory" in capsys.readouterr().out
     args = node_memory.parse_args(calls[0])
     assert (args.steps, args.sample_interval, args.quick, args.timeout) == (3, 0.5, True, 1800.0)
 

@@ -76,7 +76,7 @@ def test_commands_carry_the_setting_seed_and_task_configs(bench, tmp_path):
     config = _config(bench, tmp_path)
     command = bench.swarm_command(config, 2, 2, 1, tmp_path / "r")
     text = " ".join(command)
-    assert command[2:4] == ["sapo.cli", "local-swarm"]
+    assert command[2:4] == ["sapo.node.cli", "local-swarm"]
     for part in ("--peers 2", "--seed 100", "--num_local 2", "--num_external 2", "--max_steps 3"):
         assert part in text
     # the paper profile passes its tasks with their settings through a YAML node config

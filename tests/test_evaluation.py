@@ -10,10 +10,10 @@ from transformers import TrainerCallback
 
 from rewards import reasoning_gym_reward
 from sapo import SAPOConfig, SAPOTrainer
-from sapo.callbacks import EvaluateAtEnd, MetricsJsonl
-from sapo.cli import main
 from sapo.evaluation import HeldOutResult, QuestionResult, correctness_scores, evaluate_policy, paired_difference
 from sapo.models import load_policy
+from sapo.node.callbacks import EvaluateAtEnd, MetricsJsonl
+from sapo.node.cli import main
 from sapo.tasks import (
     DEFAULT_TASKS,
     HELD_OUT_SEED_BASE,
@@ -202,8 +202,8 @@ def test_sapo_node_eval_names_what_is_wrong(tmp_path, capsys):
 
 
 def test_local_swarm_status_line_says_what_each_node_is_doing(tmp_path):
-    from sapo.local_swarm import status_line
-    from sapo.status import write_status
+    from sapo.node.local_swarm import status_line
+    from sapo.node.status import write_status
 
     (tmp_path / "node-0").mkdir()
     (tmp_path / "node-1").mkdir()

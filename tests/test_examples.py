@@ -20,7 +20,7 @@ import pytest
 
 pytest.importorskip("hivemind")
 
-from sapo.hostile_peer import honest_group  # noqa: E402
+from testbed.hostile_peer import honest_group  # noqa: E402
 from tests.swarm_fixtures import dht_peers, no_p2pd_left_behind, wait_until  # noqa: E402, F401
 
 pytestmark = pytest.mark.usefixtures("no_p2pd_left_behind")

@@ -8,7 +8,7 @@ import pytest
 
 pytest.importorskip("hivemind")
 
-from sapo.hostile_peer import hostile_round, poisoned_rows_trained  # noqa: E402
+from testbed.hostile_peer import hostile_round, poisoned_rows_trained  # noqa: E402
 from tests.swarm_fixtures import dht_peers, no_p2pd_left_behind, record_p2pd  # noqa: E402, F401
 
 pytestmark = pytest.mark.usefixtures("no_p2pd_left_behind")

@@ -1,5 +1,6 @@
 """The arrows of README.md's Layout: sapo uses swarm and rewards; swarm and rewards use neither sapo, nor each
-other, nor trl or transformers; and the modules of sapo import each other without a circle."""
+other, nor trl or transformers; the node application (sapo.node) builds on the algorithm modules of sapo, which never
+import it; nothing installed imports the attack tooling; and the modules of sapo import each other without a circle."""
 
 import ast
 import subprocess
@@ -34,12 +35,12 @@ def _sapo_imports(path: Path) -> set[str]:
     """The sapo modules a file imports, at its top or inside a function (a lazy import is an arrow too)."""
     found = set()
     for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("sapo."):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith(("sapo.", "testbed")):
             found.add(node.module)
         elif isinstance(node, ast.ImportFrom) and node.module == "sapo":
             found.update(f"sapo.{alias.name}" for alias in node.names if (ROOT / "sapo" / f"{alias.name}.py").exists())
         elif isinstance(node, ast.Import):
-            found.update(alias.name for alias in node.names if alias.name.startswith("sapo."))
+            found.update(alias.name for alias in node.names if alias.name.startswith(("sapo.", "testbed")))
     return found
 
 
@@ -63,8 +64,33 @@ def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
     return None
 
 
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _sapo_graph() -> dict[str, set[str]]:
+    """Each sapo module and the sapo modules it imports; the packages' lazy re-exports left out (they point down)."""
+    graph = {_module_name(p): _sapo_imports(p) for p in (ROOT / "sapo").rglob("*.py")}
+    for package in ("sapo", "sapo.node"):
+        graph.pop(package, None)
+    return {module: targets - {module} for module, targets in graph.items()}
+
+
+def test_algorithm_modules_never_import_the_node_application_or_the_attacks():
+    graph = _sapo_graph()
+    algorithm = [m for m in graph if not m.startswith("sapo.node.") and m != "sapo.cli"]
+    assert "sapo.trainer" in algorithm and "sapo.node.runner" in graph
+    for module in algorithm:
+        upward = sorted(t for t in graph[module] if t.startswith(("sapo.node", "testbed")))
+        assert not upward, f"{module} (the algorithm layer) imports {upward}"
+    node = [m for m in graph if m.startswith("sapo.node.")]
+    for module in node:
+        attacks = sorted(t for t in graph[module] if t.startswith("testbed"))
+        assert not attacks, f"{module} (installed) imports the attack tooling {attacks}"
+
+
 def test_sapo_modules_import_each_other_without_a_circle():
-    graph = {f"sapo.{p.stem}": _sapo_imports(p) - {f"sapo.{p.stem}"} for p in (ROOT / "sapo").glob("*.py")}
-    graph.pop("sapo.__init__", None)  # the package's lazy re-exports point down at everything
+    graph = _sapo_graph()
     assert _cycle(graph) is None, f"import circle: {' -> '.join(_cycle(graph))}"
     assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]  # the check itself finds one

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.netns import Hosts
+from testbed.netns import Hosts
 from tests.node_fixtures import _assert_gone, _metrics, _node_command, _p2pd_pid, _wait, started  # noqa: F401
 
 pytestmark = pytest.mark.slow

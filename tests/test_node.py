@@ -16,8 +16,8 @@ import pytest
 import yaml
 
 from sapo.checkpoints import COMPLETE_MARKER, latest_complete_checkpoint
-from sapo.cli import main
-from sapo.node import default_task_names
+from sapo.node.cli import main
+from sapo.node.runner import default_task_names
 from tests.node_fixtures import TINY, _assert_gone, _metrics, _node_command, _p2pd_pid, _wait, started  # noqa: F401
 
 # ----------------------------------------------------------------------------------------------------
@@ -86,7 +86,7 @@ def test_missing_default_model_package_says_how_to_install(tmp_path):
     (fake / "__init__.py").write_text("")
     env = {**os.environ, "PYTHONPATH": str(tmp_path / "site"), "SAPO_CACHE_DIR": str(tmp_path / "cache")}
     result = subprocess.run(
-        [sys.executable, "-m", "sapo.cli", "--output_dir", str(tmp_path / "out"), *TINY],
+        [sys.executable, "-m", "sapo.node.cli", "--output_dir", str(tmp_path / "out"), *TINY],
         capture_output=True, text=True, env=env, timeout=300,
     )  # fmt: skip
     assert result.returncode == 2, result.stderr[-2000:]
@@ -171,7 +171,7 @@ def test_sigterm_checkpoints_leaves_and_exits_zero_with_tensorboard_logs(tmp_pat
 def test_local_swarm_exchanges_groups_and_report_draws_the_plot(tmp_path, tiny_model_a, capsys):
     run_dir = tmp_path / "run"
     result = subprocess.run(
-        [sys.executable, "-m", "sapo.cli", "local-swarm", "--peers", "3", "--run-dir", str(run_dir),
+        [sys.executable, "-m", "sapo.node.cli", "local-swarm", "--peers", "3", "--run-dir", str(run_dir),
          "--status-interval", "5", "--model", str(tiny_model_a), *TINY, "--max_steps", "6", "--save_steps", "3"],
         capture_output=True, text=True, timeout=900,
     )  # fmt: skip
@@ -192,7 +192,7 @@ def test_local_swarm_exchanges_groups_and_report_draws_the_plot(tmp_path, tiny_m
 
 
 def test_metrics_file_keeps_no_line_past_the_step_training_restarts_from(tmp_path):
-    from sapo.callbacks import MetricsJsonl
+    from sapo.node.callbacks import MetricsJsonl
 
     path = tmp_path / "metrics.jsonl"
     lines = [json.dumps({"step": s, "loss": 0.1}) for s in (1, 2, 3)] + ['{"step": 4, "lo']  # torn by a kill

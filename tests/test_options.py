@@ -13,8 +13,8 @@ import torch
 
 import sapo.config
 from sapo.config import SAPOConfig, device_defaults
-from sapo.node import NodeArguments
-from sapo.node_args import build_parser, config_yaml, parse_node_args
+from sapo.node.options import build_parser, config_yaml, parse_node_args
+from sapo.node.runner import NodeArguments
 from sapo.sampling import SAMPLER_ALIASES, SAMPLERS, DropZeroAdvantageSampler, make_sampler
 from sapo.verification import SOURCE_POLICIES
 from swarm.dht import DHTTransportConfig

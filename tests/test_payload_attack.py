@@ -10,10 +10,17 @@ import pytest
 
 from rewards.functions import reasoning_gym_reward
 from sapo.hygiene import CompletionHygiene
-from sapo.payload_attack import PAYLOAD_MARK, PAYLOADS, PayloadAttacker, payload_completion, payload_group, payload_rate
 from sapo.tasks import TaskSpec, build_reasoning_gym_dataset
 from sapo.verification import QuestionVerifier
 from swarm import MemorySwarm
+from testbed.payload_attack import (
+    PAYLOAD_MARK,
+    PAYLOADS,
+    PayloadAttacker,
+    payload_completion,
+    payload_group,
+    payload_rate,
+)
 
 TASKS = [TaskSpec("basic_arithmetic", {"min_terms": 2, "max_terms": 2, "min_digits": 1, "max_digits": 1})]
 

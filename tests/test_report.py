@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from sapo.report import format_table, load_runs, main, split_lines, summary
+from sapo.node.report import format_table, load_runs, main, split_lines, summary
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 DPI = 110  # what plot() saves at; one panel is 6.5 inches wide

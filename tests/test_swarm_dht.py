@@ -19,12 +19,12 @@ pytest.importorskip("hivemind")
 from hivemind.dht.routing import DHTID  # noqa: E402
 from hivemind.utils.serializer import MSGPackSerializer  # noqa: E402
 
-from sapo.hostile_peer import HostileNode  # noqa: E402
 from swarm.daemon import socket_is_stale  # noqa: E402
 from swarm.dht import DHTTransport, SwarmJoinError  # noqa: E402
 from swarm.records import GroupRecord, IndexEntry, RecordRef, RecordRejected, encode_index_entry, encode_record  # noqa: E402
 from swarm.transport import wait_for_groups, wait_for_peers  # noqa: E402
 from swarm.validation import owner_marker, record_key  # noqa: E402
+from testbed.hostile_peer import HostileNode  # noqa: E402
 from tests.swarm_fixtures import (  # noqa: E402, F401
     STARTED_P2PD,
     dht_peers,

@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.netns import Hosts
-from tests.wan_switch import WIRE_OVERHEAD, Link
+from testbed.netns import Hosts
+from testbed.wan_switch import WIRE_OVERHEAD, Link
 
 ECHO = """
 import socket

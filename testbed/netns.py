@@ -1,6 +1,6 @@
 """Hosts made with Linux network namespaces: a switch in a hub namespace, one namespace per host, veth links.
 
-The switch is the kernel's bridge, or with ``userspace=True`` a :mod:`tests.wan_switch` process that gives every
+The switch is the kernel's bridge, or with ``userspace=True`` a :mod:`testbed.wan_switch` process that gives every
 host's link its own delay, loss, bandwidth and up/down state (this kernel has no ``netem``). Needs root (or
 CAP_NET_ADMIN) and iproute2. Addresses are 10.231.0.0/24 inside the namespaces only, with no route out, so nothing
 a test starts there can reach another machine.
@@ -13,7 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.wan_switch import Link, SwitchProcess
+from testbed.wan_switch import Link, SwitchProcess
 
 SUBNET = "10.231.0"
 SWITCH = Path(__file__).resolve().parent / "wan_switch.py"

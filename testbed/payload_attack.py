@@ -16,11 +16,11 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from sapo.hostile_peer import wrong_answer
 from sapo.tasks import TaskSpec, build_reasoning_gym_dataset
 from sapo.verification import published_prompt
 from swarm.records import Group, Provenance
 from swarm.transport import SwarmTransport
+from testbed.hostile_peer import wrong_answer
 
 PAYLOAD_MARK = "zebracoin"
 """The word every payload contains: its share in an honest node's completions is the attack's success."""

@@ -10,7 +10,7 @@ from pathlib import Path
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
     """The options of `sapo-node eval`."""
-    from sapo.node_args import NODE_DEFAULTS
+    from sapo.node.options import NODE_DEFAULTS
 
     parser = argparse.ArgumentParser(
         prog="sapo-node eval",
@@ -44,7 +44,7 @@ def main(argv: list[str]) -> int:
     args = parse_args(argv)
     from sapo.evaluation import evaluate_policy
     from sapo.models import load_trained_policy
-    from sapo.node import NodeError, default_task_names, task_specs
+    from sapo.node.runner import NodeError, default_task_names, task_specs
     from sapo.tasks import build_held_out_dataset
 
     try:

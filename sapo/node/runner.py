@@ -309,8 +309,8 @@ def run_node(args: Any, node: NodeArguments) -> int:
 def _run(args: Any, node: NodeArguments) -> int:
     from transformers.trainer_callback import PrinterCallback, ProgressCallback
 
-    from sapo.callbacks import EvaluateAtEnd, GracefulStop, MetricsJsonl, NodeProgress, NodeStatus, SwarmLog
     from sapo.checkpoints import latest_complete_checkpoint, set_aside_incomplete
+    from sapo.node.callbacks import EvaluateAtEnd, GracefulStop, MetricsJsonl, NodeProgress, NodeStatus, SwarmLog
     from sapo.trainer import SAPOTrainer
 
     # Cheap checks first: a typo must not cost a model load.

@@ -12,8 +12,8 @@ from typing import Any
 from tqdm.auto import tqdm
 from transformers import TrainerCallback
 
-from sapo.report import is_evaluation_line
-from sapo.status import write_status
+from sapo.node.report import is_evaluation_line
+from sapo.node.status import write_status
 
 logger = logging.getLogger("sapo.node")
 

@@ -12,10 +12,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from sapo.node import NodeError
-from sapo.processes import stop_processes
-from sapo.report import is_evaluation_line
-from sapo.status import read_status
+from sapo.node.processes import stop_processes
+from sapo.node.report import is_evaluation_line
+from sapo.node.runner import NodeError
+from sapo.node.status import read_status
 
 
 def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
@@ -45,7 +45,7 @@ def node_command(
     given = {arg.split("=", 1)[0].replace("-", "_") for arg in node_args if arg.startswith("--")}
     waiting = [] if "__wait_for_peers" in given else ["--wait_for_peers", str(peers - 1)]
     command = [
-        sys.executable, "-m", "sapo.cli", *node_args,
+        sys.executable, "-m", "sapo.node.cli", *node_args,
         "--output_dir", str(run_dir / f"node-{index}"),
         "--seed", str(seed + index),
         "--host_maddrs", "/ip4/127.0.0.1/tcp/0",
@@ -58,7 +58,7 @@ def node_command(
 def start_bootstrap_peer(run_dir: Path, node_args: list[str]) -> Any:
     """A model-less DHT peer in this process that every node joins. It keeps the swarm, and the records
     stored on it, alive while nodes start, finish or restart at different times."""
-    from sapo.node_args import parse_node_args
+    from sapo.node.options import parse_node_args
     from swarm.dht import DHTTransport, DHTTransportConfig
 
     _, node, _ = parse_node_args(node_args)  # fail fast on bad node options, before any process starts

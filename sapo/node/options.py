@@ -70,7 +70,7 @@ def build_parser() -> Any:
     from trl import TrlParser
 
     from sapo.config import SAPOConfig
-    from sapo.node import NodeArguments
+    from sapo.node.runner import NodeArguments
 
     parser = TrlParser((SAPOConfig, NodeArguments), prog="sapo-node", usage=USAGE)
     parser.set_defaults(**NODE_DEFAULTS)
@@ -131,7 +131,7 @@ def parse_node_args(argv: Sequence[str]) -> tuple[Any, Any, bool]:
     """Parse a node's command line into (SAPOConfig, NodeArguments, print_config); raises NodeError."""
     import dataclasses
 
-    from sapo.node import NodeArguments, NodeError
+    from sapo.node.runner import NodeArguments, NodeError
 
     argv = list(argv)
     print_config = "--print-config" in argv
@@ -186,7 +186,7 @@ def config_yaml(args: Any, node: Any) -> str:
     import yaml
 
     from sapo.config import SAPOConfig
-    from sapo.node import NodeArguments
+    from sapo.node.runner import NodeArguments
     from swarm.field_docs import field_help
 
     helps = {f.name: field_help(f) for cls in (SAPOConfig, NodeArguments) for f in dataclasses.fields(cls)}
