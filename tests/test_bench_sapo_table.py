@@ -18,6 +18,11 @@ def bench():
     return importlib.import_module("benchmarks.sapo_table")
 
 
+@pytest.fixture(scope="module")
+def report():
+    return importlib.import_module("benchmarks.sapo_table_report")
+
+
 def _config(bench, tmp_path: Path, *extra: str) -> dict:
     args, node_args = bench.parse_args(
         [
@@ -61,14 +66,14 @@ def _complete(bench, config: dict, label: str, seed: int, per_node: list[list[fl
 # pure logic
 
 
-def test_settings_scale_to_whole_groups(bench):
+def test_settings_scale_to_whole_groups(bench, report):
     assert [bench.scale_setting(s, 8) for s in bench.PAPER_SETTINGS] == [(8, 0), (6, 2), (4, 4), (2, 6)]
     assert [bench.scale_setting(s, 4) for s in bench.PAPER_SETTINGS] == [(4, 0), (3, 1), (2, 2), (1, 3)]
     with pytest.raises(ValueError, match="whole groups"):
         bench.scale_setting("6/2", 2)
     for bad in ("4/3", "0/8", "four"):
         with pytest.raises(ValueError):
-            bench.parse_setting(bad)
+            report.parse_setting(bad)
     assert bench.batch_size(16, 16) == 16 and bench.batch_size(24, 16) == 12 and bench.batch_size(64, 16) == 16
 
 
@@ -95,7 +100,7 @@ def test_commands_carry_the_setting_seed_and_task_configs(bench, tmp_path):
         bench.build_config(*bench.parse_args(["--profile", "paper"]))  # --model is required
 
 
-def test_aggregation_cumulative_gain_and_spread(bench, tmp_path):
+def test_aggregation_cumulative_gain_and_spread(bench, report, tmp_path):
     config = _config(bench, tmp_path, "--settings", "8/0,4/4", "--seeds", "0,1")
     # 8/0: seed 0 sums to 0.9, seed 1 to 1.1; 4/4: seed 0 1.8 (+100 %), seed 1 1.65 (+50 %)
     _complete(bench, config, "8/0", 0, [[0.1, 0.2, 0.3], [0.0, 0.1, 0.2]])
@@ -115,7 +120,7 @@ def test_aggregation_cumulative_gain_and_spread(bench, tmp_path):
     assert by[("8/0", 0)]["peers"]["node-0"]["local_reward"] == pytest.approx([0.1, 0.2, 0.3])
     assert by[("8/0", 0)]["seconds_per_step_median"] == pytest.approx(10.0)
     # seed 0: 0.3 vs 0.15 per peer-step; SE from the spread of 0.1..0.3 / 0.0..0.2 (4/4 has none)
-    check = bench.noise_check(runs, config["settings"])
+    check = report.noise_check(runs, config["settings"])
     assert check[0].startswith("- 4/4 seed 0: mean reward per peer-step 0.3000 vs 0.1500 (8/0): difference +0.1500")
     # the diagnostics: step 1 of 3 is the first half, steps 2-3 the second
     assert by[("8/0", 0)]["reward_first_half"] == pytest.approx(0.05)
