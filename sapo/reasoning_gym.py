@@ -478,7 +478,7 @@ def regenerate_entry(task: TaskSpec, seed: int, index: int, timeout: float | Non
     """
     if timeout is None:
         try:
-            return _own_entry(task, seed, index)
+            return reasoning_gym_entry(_cached_generator(task.name, task.config_key, seed)[index])
         except Exception as e:  # a config reasoning-gym rejects, or accepts but cannot generate from
             raise GroupDropped(
                 "unknown_task", f"{task.name} with config {task.config}: {type(e).__name__}: {e}"
