@@ -175,19 +175,19 @@ DEFAULT_TASKS: tuple[TaskSpec, ...] = (
 SmolLM2-135M-Instruct gets some answers right (measurement in the comment above)."""
 
 
-@functools.cache
 def _task_names() -> frozenset[str]:
-    from reasoning_gym.factory import DATASETS
+    from reasoning_gym.factory import DATASETS  # read each time: a user may register a dataset of their own
 
     return frozenset(DATASETS)
 
 
 def validate_task_names(tasks: Sequence[TaskSpec | str]) -> None:
     """Raise ``ValueError`` naming the first unknown reasoning-gym task and its close matches."""
-    known = sorted(_task_names())
+    names = _task_names()
     for task in tasks:
         name = task.name if isinstance(task, TaskSpec) else task
-        if name not in _task_names():
+        if name not in names:
+            known = sorted(names)
             close = difflib.get_close_matches(name, known, n=5, cutoff=0.5)
             hint = f"close matches: {', '.join(close)}" if close else "no close match"
             raise ValueError(
