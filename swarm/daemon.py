@@ -15,7 +15,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-logger = logging.getLogger("swarm.dht")
+logger = logging.getLogger(__name__)
 
 STATE_FILE = "p2pd-state.json"
 """Name of the file in a peer's state directory recording its p2pd pid, its Python pid and its sockets."""

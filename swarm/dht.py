@@ -47,7 +47,7 @@ from swarm.served import PeerServedLookup, ServedRecords
 from swarm.transport import PeerInfo, SwarmCounters, SwarmTransport, TimingLog, TransportReadout
 from swarm.validation import RejectionLog, fingerprint, make_record_validator
 
-logger = logging.getLogger("swarm.dht")
+logger = logging.getLogger(__name__)
 
 __all__ = [
     "MULTIADDR_FORM",

@@ -49,7 +49,7 @@ from swarm.daemon import (
 from swarm.served import RECORD_HANDLER, ServedRecords
 from swarm.transport import SwarmCounters
 
-logger = logging.getLogger("swarm.dht")
+logger = logging.getLogger(__name__)
 
 _KNOWN_PEERS_KEPT = 64  # addresses remembered for rejoining; the oldest go first
 

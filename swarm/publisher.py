@@ -16,7 +16,7 @@ from swarm.served import ServedRecords
 from swarm.transport import SwarmCounters, TimingLog
 from swarm.validation import fingerprint, index_key_of, owner_marker, record_key
 
-logger = logging.getLogger("swarm.dht")
+logger = logging.getLogger(__name__)
 
 
 class DHTStore(Protocol):

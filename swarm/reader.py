@@ -50,7 +50,7 @@ from swarm.served import ServedLookup, SignedRecord
 from swarm.transport import PeerInfo, SwarmCounters, TimingLog
 from swarm.validation import RejectionLog, fingerprint, index_keys, owner_marker, owner_public_key, record_key
 
-logger = logging.getLogger("swarm.dht")
+logger = logging.getLogger(__name__)
 
 _RECORDS_PER_GET = 3  # hivemind packs sqrt(n) keys per lookup RPC: n <= 3 keeps one record per 4 MiB message
 _RETURNED_IDS_KEPT = 100_000  # ids of groups handed out, so a record fetched twice is not trained on twice

@@ -96,31 +96,59 @@ class RecordLimits:
                 raise ValueError(f"RecordLimits.{name} must be a positive integer, got {value!r}")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class Provenance:
     """Where a question came from, so that a receiver can regenerate and check it.
 
     Parameters:
         source (`str`):
             Kind of question source: `"reasoning_gym"` (procedural: the receiver regenerates the entry
-            from `dataset`, `config`, `seed` and `index`), `"dataset"` (a named dataset the receiver may
+            from `task`, `config`, `seed` and `index`), `"dataset"` (a named dataset the receiver may
             hold a copy of) or any other string (a custom source).
-        dataset (`str`):
-            Dataset name within the source, e.g. `"basic_arithmetic"`.
+        task (`str`):
+            The task's name within the source, e.g. `"basic_arithmetic"` or a local dataset's name: the value of
+            a row's `task` column and of `TaskSpec.name`. On the wire its key is `"dataset"` (the attribute's
+            former name), so peers of either version read each other's records; `dataset=` is still accepted
+            as a keyword and `.dataset` as an attribute.
         config (`dict[str, Scalar | list[Scalar]]`):
             Generator configuration needed to regenerate the entry (reasoning-gym) or any descriptive
             settings; JSON-like scalars and flat lists of them only.
         seed (`int` or `None`):
             Generator seed (reasoning-gym).
         index (`int` or `None`):
-            Entry index within the dataset.
+            Entry index within the task.
     """
 
     source: str
-    dataset: str
+    task: str
     config: dict[str, Any] = field(default_factory=dict)
     seed: int | None = None
     index: int | None = None
+
+    def __init__(
+        self,
+        source: str,
+        task: str | None = None,
+        config: dict[str, Any] | None = None,
+        seed: int | None = None,
+        index: int | None = None,
+        *,
+        dataset: str | None = None,
+    ):
+        # `dataset` (the former name) wins when both are given, so `dataclasses.replace(p, dataset=...)` works.
+        task = dataset if dataset is not None else task
+        if task is None:
+            raise TypeError("Provenance needs a task name (the 'task' argument)")
+        object.__setattr__(self, "source", source)
+        object.__setattr__(self, "task", task)
+        object.__setattr__(self, "config", {} if config is None else config)
+        object.__setattr__(self, "seed", seed)
+        object.__setattr__(self, "index", index)
+
+    @property
+    def dataset(self) -> str:
+        """The former name of :attr:`task` (and still its wire key)."""
+        return self.task
 
 
 @dataclass(frozen=True)
@@ -198,10 +226,12 @@ class ReceivedGroup:
 # encoding
 
 
-def _provenance_to_wire(provenance: Provenance) -> dict[str, Any]:
+def provenance_to_wire(provenance: Provenance) -> dict[str, Any]:
+    """The plain-dict form of a provenance, as it is packed on the wire (the one serializer of provenance: the JSON
+    ``provenance`` column of question rows is this dict too). The task's key is ``"dataset"``."""
     return {
         "source": provenance.source,
-        "dataset": provenance.dataset,
+        "dataset": provenance.task,
         "config": dict(provenance.config),
         "seed": provenance.seed,
         "index": provenance.index,
@@ -214,7 +244,7 @@ def group_to_wire(group: Group) -> dict[str, Any]:
         "group_id": group.group_id,
         "prompt": [{"role": m["role"], "content": m["content"]} for m in group.prompt],
         "completions": list(group.completions),
-        "provenance": _provenance_to_wire(group.provenance),
+        "provenance": provenance_to_wire(group.provenance),
         "metadata": dict(group.metadata),
         "model": group.model,
         "step": group.step,
@@ -360,7 +390,7 @@ def provenance_from_wire(obj: Any, limits: RecordLimits = RecordLimits()) -> Pro
     p = _expect_map(obj, _PROVENANCE_KEYS, "provenance")
     return Provenance(
         source=_expect_str(p["source"], "provenance.source", limits.max_field_chars),
-        dataset=_expect_str(p["dataset"], "provenance.dataset", limits.max_field_chars),
+        task=_expect_str(p["dataset"], "provenance.dataset", limits.max_field_chars),
         config=_expect_flat_map(p["config"], "provenance.config", limits, allow_lists=True),
         seed=_expect_int(p["seed"], "provenance.seed", optional=True),
         index=_expect_int(p["index"], "provenance.index", optional=True),

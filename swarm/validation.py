@@ -36,7 +36,7 @@ from hivemind.utils.serializer import MSGPackSerializer
 from swarm.records import RecordLimits, RecordRejected, decode_index_entry, decode_record
 from swarm.transport import SwarmCounters
 
-logger = logging.getLogger("swarm.dht")
+logger = logging.getLogger(__name__)
 
 _OWNER_RE = RSASignatureValidator._PUBLIC_KEY_RE  # b"\[owner:(.+?)\]", the marker hivemind verifies
 

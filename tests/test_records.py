@@ -14,6 +14,7 @@ from swarm.records import (
     WIRE_VERSION,
     GroupRecord,
     IndexEntry,
+    Provenance,
     RecordLimits,
     RecordRef,
     RecordRejected,
@@ -23,6 +24,7 @@ from swarm.records import (
     encode_index_entry,
     encode_record,
     group_to_wire,
+    provenance_to_wire,
     validate_group,
 )
 from tests.swarm_fixtures import make_group
@@ -142,6 +144,26 @@ def test_provenance_config_lists_and_scalars():
     group = make_group("p")
     group = dataclasses.replace(group, provenance=dataclasses.replace(group.provenance, config={"a": [1, "b", None]}))
     assert decode_record(encode_record(record_of(group))).groups[0].provenance.config == {"a": [1, "b", None]}
+
+
+def test_provenance_task_travels_under_the_wire_key_of_older_peers():
+    """`Provenance.task` is packed under the key "dataset", so peers from before the rename read new records and
+    new peers read theirs; the former keyword and attribute still work."""
+    provenance = Provenance("reasoning_gym", "basic_arithmetic", {"max_terms": 2}, 1, 3)
+    assert provenance_to_wire(provenance) == {
+        "source": "reasoning_gym",
+        "dataset": "basic_arithmetic",
+        "config": {"max_terms": 2},
+        "seed": 1,
+        "index": 3,
+    }
+    group = dataclasses.replace(make_group("p"), provenance=provenance)
+    assert decode_record(encode_record(record_of(group))).groups[0].provenance.task == "basic_arithmetic"
+    old = Provenance(source="dataset", dataset="gsm8k", index=2)
+    assert old == Provenance("dataset", "gsm8k", {}, None, 2) and old.dataset == old.task == "gsm8k"
+    assert dataclasses.replace(old, dataset="other").task == "other"
+    with pytest.raises(TypeError, match="task"):
+        Provenance("dataset")
 
 
 # ------------------------------------------------------------------------------------------------

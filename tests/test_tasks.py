@@ -262,7 +262,7 @@ def test_a_foreign_config_that_is_slow_to_regenerate_is_dropped_and_the_next_gro
 
 
 def test_own_configs_regenerate_in_process_and_foreign_ones_in_the_child_give_the_same_columns(rg_rows):
-    from sapo import regeneration
+    from sapo import reasoning_gym as regeneration
 
     own = QuestionVerifier()
     own.register_tasks([EASY_ARITHMETIC, TaskSpec("decimal_arithmetic")])  # the tasks of rg_rows

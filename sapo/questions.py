@@ -1,0 +1,89 @@
+"""Question rows: the columns every question source yields, and the error a received question is dropped with.
+
+A row holds the chat ``prompt`` and the columns the reward functions in :mod:`rewards` read: ``answer``, ``task``
+(the task's name, as in :attr:`swarm.records.Provenance.task`), ``entry`` (a reasoning-gym entry as JSON, or
+``""``) and ``provenance`` (JSON of :func:`swarm.records.provenance_to_wire`). :mod:`sapo.reasoning_gym` and the
+local datasets of :mod:`sapo.tasks` build their rows here; :mod:`sapo.verification` re-derives these columns for
+received groups and drops the others with :class:`GroupDropped`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from swarm.records import Provenance, provenance_to_wire
+
+__all__ = [
+    "DEFAULT_SYSTEM_PROMPT",
+    "GROUP_DROP_REASONS",
+    "REWARD_COLUMNS",
+    "GroupDropped",
+    "provenance_to_json",
+    "question_messages",
+    "question_of",
+    "question_row",
+]
+
+DEFAULT_SYSTEM_PROMPT = (
+    "You are a helpful assistant. Think briefly, then give only the final answer between <answer> and "
+    "</answer>, for example: <answer>42</answer>."
+)
+"""System message of every generated prompt; the reward functions also accept answers in other formats."""
+
+REWARD_COLUMNS = ("answer", "task", "entry", "provenance")
+"""The columns of a row besides ``prompt``: what the reward functions read, and what verification re-derives."""
+
+GROUP_DROP_REASONS = (
+    "unknown_task",  # task unknown to reasoning-gym, a config it rejects, or no local copy to check against
+    "question_mismatch",  # the group's question is not the one its provenance regenerates
+    "bad_provenance",  # provenance lacks what its source needs (seed, index) or is malformed
+    "untrusted_source",  # a non-procedural source under the "drop" policy
+    "index_out_of_range",  # the index is negative or beyond the local copy
+    "no_answer",  # "trust" policy, but the sender attached no answer
+    "regeneration_limit",  # regenerating a foreign reasoning-gym config took too long or too much memory
+    "untrusted_prompt",  # "trust" policy, but the prompt is more than one user message (a system or assistant turn)
+)
+
+
+class GroupDropped(Exception):
+    """A received group whose ground truth cannot be re-derived; ``reason`` is one of :data:`GROUP_DROP_REASONS`."""
+
+    def __init__(self, reason: str, detail: str):
+        if reason not in GROUP_DROP_REASONS:
+            raise ValueError(f"unknown drop reason {reason!r}; expected one of {GROUP_DROP_REASONS}")
+        super().__init__(f"{reason}: {detail}")
+        self.reason = reason
+        self.detail = detail
+
+
+def provenance_to_json(provenance: Provenance) -> str:
+    """The ``provenance`` column of a row: the wire form of ``provenance`` as canonical JSON."""
+    return json.dumps(provenance_to_wire(provenance), sort_keys=True)
+
+
+def question_messages(question: str, system_prompt: str | None) -> list[dict[str, str]]:
+    """A question as chat messages: the system prompt (if any), then the question as the user's message."""
+    messages = [{"role": "system", "content": system_prompt}] if system_prompt else []
+    return [*messages, {"role": "user", "content": question}]
+
+
+def question_of(prompt: Sequence[Mapping[str, str]]) -> str:
+    """The question of a chat prompt: its last user message, stripped of surrounding whitespace ("" if none)."""
+    users = [m["content"] for m in prompt if m.get("role") == "user"]
+    return users[-1].strip() if users else ""
+
+
+def question_row(
+    question: str, answer: str, provenance: Provenance, entry: str = "", system_prompt: str | None = None
+) -> dict[str, Any]:
+    """One row: the chat ``prompt`` around ``question`` and the :data:`REWARD_COLUMNS` (``task`` is the
+    provenance's task)."""
+    return {
+        "prompt": question_messages(question, system_prompt),
+        "answer": answer,
+        "task": provenance.task,
+        "entry": entry,
+        "provenance": provenance_to_json(provenance),
+    }
