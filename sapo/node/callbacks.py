@@ -15,7 +15,7 @@ from transformers import TrainerCallback
 from sapo.node.report import is_evaluation_line
 from sapo.node.status import write_status
 
-logger = logging.getLogger("sapo.node")
+logger = logging.getLogger(__name__)
 
 
 class NodeProgress(TrainerCallback):

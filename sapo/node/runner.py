@@ -15,7 +15,7 @@ from typing import Any
 from swarm.dht import DHTTransportConfig
 from swarm.field_docs import document_fields, field_help
 
-logger = logging.getLogger("sapo.node")
+logger = logging.getLogger(__name__)
 
 # Figures that define a run: an output directory written under one set of them cannot be resumed under another.
 _RUN_IDENTITY_FIELDS = (
