@@ -143,13 +143,15 @@ def _interval(result: dict[str, float]) -> str:
     return f"{result['value']:+.3f} ± {result['se']:.3f} (95 % CI {result['ci_low']:+.3f} to {result['ci_high']:+.3f})"
 
 
-def markdown(profile: str, runs: Sequence[RunCurve], comparison: dict[str, Any], baseline: str, plot: str) -> str:
-    """The report page."""
+def markdown(
+    profile: str, runs: Sequence[RunCurve], comparison: dict[str, Any], baseline: str, plot: str, code: str
+) -> str:
+    """The report page; ``code`` names the commit the report ran on (taken before any output is written)."""
     lines = [
         f"# Held-out pass@1 of the SAPO table, profile `{profile}`",
         "",
         f"Command: `python -m benchmarks.held_out_table --profile {profile}`  ",
-        f"Report code: `{commit_label()}`; each run's own commit is in the table.",
+        f"Report code: `{code}`; each run's own commit is in the table.",
         "",
         "Greedy pass@1 on held-out questions (task seeds training never draws; the same questions for every peer, "
         "step, setting and seed), mean over each run's peers; ± is one standard error, bounded as the module "
@@ -234,13 +236,14 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     args = parser.parse_args(argv)
     results = Path(args.results_dir)
     archive = results / "sapo_table_runs" / args.profile
+    code = commit_label()  # before the outputs change the tree
     runs = read_profile(archive)
     if not runs:
         raise SystemExit(f"held_out_table: no complete run archived under {archive}; run benchmarks/sapo_table.py")
     comparison = compare(runs, args.baseline)
     stem = f"sapo_table_{args.profile}_held_out"
     plot_curves(runs, results / f"{stem}.png", args.profile)
-    page = markdown(args.profile, runs, comparison, args.baseline, f"{stem}.png")
+    page = markdown(args.profile, runs, comparison, args.baseline, f"{stem}.png", code)
     (results / f"{stem}.md").write_text(page)
     data = {"runs": [vars(run) for run in runs], "comparison": comparison}
     (results / f"{stem}.json").write_text(json.dumps(data, indent=1) + "\n")
