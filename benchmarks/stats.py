@@ -44,6 +44,7 @@ __all__ = [
     "t_quantile",
     "unpaired_difference",
     "welch_df",
+    "wilson_interval",
 ]
 
 
@@ -199,3 +200,14 @@ def over_seeds(per_seed: Sequence[Estimate], shared_questions: bool = True) -> E
     variance = sum(v for v, _ in parts)
     df = welch_df(parts)
     return Estimate(mean, math.sqrt(variance), df if not math.isnan(df) else float(k - 1))
+
+
+def wilson_interval(successes: int, trials: int, level: float = 0.95) -> tuple[float, float]:
+    """Wilson score interval of a binomial proportion ``successes / trials`` (sensible at 0 and at ``trials``)."""
+    if trials < 1 or not 0 <= successes <= trials:
+        raise ValueError(f"wilson_interval needs 0 <= successes <= trials and trials >= 1, got {successes}/{trials}")
+    z = t_quantile((1 + level) / 2, math.inf)
+    p = successes / trials
+    centre = (p + z * z / (2 * trials)) / (1 + z * z / trials)
+    half = z / (1 + z * z / trials) * math.sqrt(p * (1 - p) / trials + z * z / (4 * trials * trials))
+    return (max(0.0, centre - half), min(1.0, centre + half))
