@@ -157,7 +157,6 @@ def measure_task(
     model: Any, tokenizer: Any, task: str, config: dict[str, Any], note: str, args: argparse.Namespace
 ) -> TaskRates:
     """Generate ``args.groups`` groups of one task with the node's prompts and score them with its rewards."""
-    from rewards import format_reward, reasoning_gym_reward
     from sapo.tasks import TaskSpec, build_reasoning_gym_dataset
 
     rows = build_reasoning_gym_dataset([TaskSpec(task, config)], size=args.groups, seed=args.seed).to_list()
@@ -171,16 +170,23 @@ def measure_task(
         args.temperature,
         args.batch_questions,
     )
-    total, correct = [], []
-    for row, completions in zip(rows, groups, strict=True):
-        messages = [[{"role": "assistant", "content": text}] for text in completions]
-        prompts = [row["prompt"]] * len(completions)
-        columns = {key: [row[key]] * len(completions) for key in ("answer", "task", "entry", "provenance")}
-        scores = [0.0 if r is None else r for r in reasoning_gym_reward(prompts, messages, **columns)]
-        shaping = [0.0 if r is None else r for r in format_reward(prompts, messages, **columns)]
-        correct.append(scores)
-        total.append([s + (f if args.format_reward else 0.0) for s, f in zip(scores, shaping, strict=True)])
+    scored = [score_group(row, completions, args.format_reward) for row, completions in zip(rows, groups, strict=True)]
+    total, correct = [t for t, _ in scored], [c for _, c in scored]
     return TaskRates(task, config, note, total, correct, time.perf_counter() - started)
+
+
+def score_group(row: dict[str, Any], completions: Sequence[str], with_format: bool) -> tuple[list[float], list[float]]:
+    """A group's rewards as the node computes them: the sum of ``reasoning_gym`` and (``with_format``) ``format``
+    (unit weights, a missing reward counted as 0), and the correctness reward alone."""
+    from rewards import format_reward, reasoning_gym_reward
+
+    messages = [[{"role": "assistant", "content": text}] for text in completions]
+    prompts = [row["prompt"]] * len(completions)
+    columns = {key: [row[key]] * len(completions) for key in ("answer", "task", "entry", "provenance")}
+    correct = [0.0 if r is None else r for r in reasoning_gym_reward(prompts, messages, **columns)]
+    shaping = [0.0 if r is None else r for r in format_reward(prompts, messages, **columns)] if with_format else []
+    total = [c + f for c, f in zip(correct, shaping, strict=True)] if with_format else list(correct)
+    return total, correct
 
 
 def predict_informative(

@@ -124,3 +124,14 @@ def test_clustered_interval_covers_at_its_level_when_peers_agree():
         covered_naive += low <= truth <= high
     assert 0.93 <= covered / trials <= 0.97
     assert covered_naive / trials < 0.85
+
+
+@pytest.mark.parametrize(
+    ("successes", "trials", "expected"),
+    # Newcombe (1998), "Two-sided confidence intervals for the single proportion", Table I, Wilson score method
+    [(81, 263, (0.2553, 0.3662)), (15, 148, (0.0624, 0.1605)), (0, 20, (0.0, 0.1611)), (1, 29, (0.0061, 0.1718))],
+)
+def test_wilson_interval_matches_newcombe(successes, trials, expected):
+    assert stats.wilson_interval(successes, trials) == pytest.approx(expected, abs=1e-4)
+    with pytest.raises(ValueError, match="successes <= trials"):
+        stats.wilson_interval(5, 4)
