@@ -81,6 +81,7 @@ class TaskRates:
         spread = sum(len(set(rewards)) > 1 for rewards in self.total)
         spread_correct = sum(len(set(rewards)) > 1 for rewards in self.correct)
         any_correct = sum(max(rewards) >= _FULL_MARKS for rewards in self.correct)
+        mixed = sum(max(rewards) >= _FULL_MARKS > min(rewards) for rewards in self.correct)
         completions = [r for rewards in self.correct for r in rewards]
         solved = sum(r >= _FULL_MARKS for r in completions)
         out: dict[str, Any] = {"groups": groups, "completions": len(completions)}
@@ -88,6 +89,7 @@ class TaskRates:
             ("spread", spread, groups),
             ("spread_correct", spread_correct, groups),
             ("any_correct", any_correct, groups),
+            ("mixed_success", mixed, groups),
             ("correct", solved, len(completions)),
         ):
             low, high = wilson_interval(count, n)
@@ -222,7 +224,7 @@ def mix_rates(measured: dict[str, dict[str, Any]], tasks: Sequence[str]) -> dict
     """Mean rates of an equal-weight mix of ``tasks`` (keys of ``measured``)."""
     return {
         name: statistics.fmean(measured[task][name]["rate"] for task in tasks)
-        for name in ("spread", "spread_correct", "any_correct", "correct")
+        for name in ("spread", "spread_correct", "any_correct", "mixed_success", "correct")
     }
 
 
@@ -242,7 +244,7 @@ def predictions(measured: dict[str, dict[str, Any]], mixes: dict[str, list[str]]
             ("2/0 (cpu-learn), 4 peers", 2, 0, 4),
             ("1/1 (cpu-learn), 4 peers", 1, 1, 4),
         ):
-            for reward in ("spread", "spread_correct"):
+            for reward in ("spread", "mixed_success"):
                 key = f"{label} [{reward}]"
                 entry["settings"][key] = predict_informative(rates[reward], local, external, peers)
             groups = peers * (local + external)
@@ -252,11 +254,14 @@ def predictions(measured: dict[str, dict[str, Any]], mixes: dict[str, list[str]]
 
 
 def propose_hard_mix(measured: dict[str, dict[str, Any]], low: float = 0.05, high: float = 0.30) -> list[str]:
-    """Tasks whose correctness spread rate lies in [``low``, ``high``] and which the model solves sometimes."""
+    """Tasks hard for one peer yet solved sometimes: at most ``high`` of its groups carry any gradient (spread under
+    the node's rewards, partial credit and format included), and at least ``low`` hold a right answer beside a
+    wrong one (mixed success: the verified success a weak peer can learn from). Point estimates: a task near a
+    bound may fall on either side with more groups."""
     return [
         task
         for task, rates in measured.items()
-        if low <= rates["spread_correct"]["rate"] <= high and rates["any_correct"]["count"] > 0
+        if rates["spread"]["rate"] <= high and rates["mixed_success"]["rate"] >= low
     ]
 
 
@@ -269,20 +274,28 @@ def markdown(data: dict[str, Any]) -> str:
     lines = [
         "# Reward spread of the base model's groups, per reasoning-gym task",
         "",
-        f"Command: `{data['command']}`  ",
-        f"Code: `{data['code']}`, {data['date']}, {data['machine']}  ",
+        f"Command: `{data['command']}` (report code `{data['code']}`)",
+        "",
         f"Model {data['model']} (float32, CPU), G = {data['num_generations']} completions of at most "
         f"{data['max_new_tokens']} tokens at temperature {data['temperature']}, the node's prompts; rewards "
-        f"{'reasoning_gym + format' if data['format_reward'] else 'reasoning_gym'}; {data['groups']} groups "
-        f"(one question each) per task, seed {data['seed']}; {data['seconds']:.0f} s of generation.",
+        f"{'reasoning_gym + format' if data['format_reward'] else 'reasoning_gym'}; one question per group. "
+        "Measurements (their groups add up per task):",
+        "",
+        *(
+            f"- `{m['command']}`: code `{m['code']}`, {m['date']}, {m['machine']}; {m['groups']} groups per task, "
+            f"seed {m['seed']}, {m['seconds']:.0f} s"
+            for m in data["measurements"]
+        ),
         "",
         "Rates are shares of groups (correct: of completions) with their 95 % Wilson interval. *spread*: the group's "
         "rewards under the node's reward functions differ (it carries a gradient; the paper sampler keeps it); "
-        "*spread (correct)*: under the correctness reward alone; *any correct*: at least one completion with full "
-        "marks.",
+        "*spread (correct)*: under the correctness reward alone (reasoning-gym gives partial credit, so this is not "
+        "success); *any correct*: at least one completion with full marks; *mixed success*: a completion with full "
+        "marks beside one without (a verified success to learn from; what `success_gated` keeps).",
         "",
-        "| task | config | spread | spread (correct) | any correct | correct (completions) | mean reward |",
-        "|---|---|---|---|---|---|---|",
+        "| task | config | groups | spread | spread (correct) | any correct | mixed success | correct (completions) | "
+        "mean reward |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
 
     def cell(rate: dict[str, float]) -> str:
@@ -291,8 +304,9 @@ def markdown(data: dict[str, Any]) -> str:
     for key, rates in data["tasks"].items():
         task, config = key.split(" ", 1)
         lines.append(
-            f"| {task} | `{config}` | {cell(rates['spread'])} | {cell(rates['spread_correct'])} | "
-            f"{cell(rates['any_correct'])} | {cell(rates['correct'])} | {rates['mean_reward']:.3f} |"
+            f"| {task} | `{config}` | {rates['groups']} | {cell(rates['spread'])} | {cell(rates['spread_correct'])} | "
+            f"{cell(rates['any_correct'])} | {cell(rates['mixed_success'])} | {cell(rates['correct'])} | "
+            f"{rates['mean_reward']:.3f} |"
         )
     lines += [
         "",
@@ -301,7 +315,10 @@ def markdown(data: dict[str, Any]) -> str:
         "From the rates (module docstring of benchmarks/task_rates.py, `predict_informative`): a peer's own groups "
         "carry a gradient at the mix's spread rate; its J external slots are filled from the other peers' fresh "
         "groups with spread (the paper sampler drops the rest) and generated locally when too few have spread. "
-        "*[spread]* uses the node's rewards (with the format shaping), *[spread_correct]* correctness alone.",
+        "*[spread]*: a group is informative when it has spread under the node's rewards (any gradient; the paper "
+        "sampler); *[mixed_success]*: when it holds a right answer beside a wrong one, as the `success_gated` sampler "
+        "takes them (and as a full-marks-only reward would make them). Hard mix: tasks where at most 30 % of a peer's "
+        "groups have spread and at least 5 % have mixed success (`propose_hard_mix`).",
         "",
     ]
     for name, entry in data["predictions"].items():
@@ -311,7 +328,7 @@ def markdown(data: dict[str, Any]) -> str:
             "",
             f"Tasks: {', '.join(f'`{t}`' for t in entry['tasks'])}.  ",
             f"Mix rates: spread {rates['spread']:.2f}, spread (correct) {rates['spread_correct']:.2f}, any correct "
-            f"{rates['any_correct']:.2f}, correct {rates['correct']:.2f}.",
+            f"{rates['any_correct']:.2f}, mixed success {rates['mixed_success']:.2f}, correct {rates['correct']:.2f}.",
             "",
             "| setting [reward] | informative groups / step | share of the batch | own groups generated | "
             "external taken | swarm solves some question in a step |",
@@ -367,7 +384,13 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--seed", type=int, default=0, help="question and sampling seed")
     parser.add_argument("--time-limit", type=float, default=None, help="start no new task after these seconds")
     parser.add_argument("--out", default=str(RESULTS / "task_rates"), help="output path without extension")
+    parser.add_argument("--report-only", nargs="+", metavar="JSON", default=None,
+                        help="measure nothing: merge these task_rates JSON files (groups of a task add up) and "
+                        "write the report to --out")  # fmt: skip
     args = parser.parse_args(argv)
+    command = "python -m benchmarks.task_rates " + " ".join(sys.argv[1:] if argv is None else argv)
+    if args.report_only:
+        return report(args.report_only, Path(args.out), command)
     if args.groups < 1 or args.num_generations < 2:
         raise SystemExit("task_rates: --groups must be >= 1 and --num-generations >= 2")
     import torch
@@ -383,11 +406,11 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     model.eval()
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
+    measurement = {"command": command, "code": code, "date": utc_now(), "machine": machine()}
+    measurement |= {"groups": args.groups, "seed": args.seed, "seconds": 0.0}
     data: dict[str, Any] = {
-        "command": "python -m benchmarks.task_rates " + " ".join(sys.argv[1:] if argv is None else argv),
-        "code": code,
-        "date": utc_now(),
-        "machine": machine(),
+        **measurement,
+        "measurements": [measurement],
         "model": args.model,
         "num_generations": args.num_generations,
         "max_new_tokens": args.max_new_tokens,
@@ -408,14 +431,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         key = _key(task, config)
         data["tasks"][key] = measured.rates() | {"note": note, "seconds": measured.seconds}
         data["raw"][key] = {"total": measured.total, "correct": measured.correct}
-        data["seconds"] = time.perf_counter() - started
-        default = [_key(t, c) for t, c, n in candidate_tasks("default")]
-        hard = propose_hard_mix(data["tasks"])
-        data["proposed_hard_mix"] = hard
-        data["predictions"] = predictions(data["tasks"], {"default mix": default, "proposed hard mix": hard})
-        data["observed"] = observed_cpu_learn(RESULTS)
-        Path(f"{out}.json").write_text(json.dumps(data, indent=1) + "\n")
-        Path(f"{out}.md").write_text(markdown(data))
+        data["seconds"] = measurement["seconds"] = time.perf_counter() - started
+        write(data, out)
         rates = data["tasks"][key]
         print(
             f"{key}: spread {rates['spread']['rate']:.2f}, spread(correct) {rates['spread_correct']['rate']:.2f}, "
@@ -423,6 +440,46 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
             flush=True,
         )
     return data
+
+
+def write(data: dict[str, Any], out: Path) -> None:
+    """Add the hard-mix proposal, the predictions and the cpu-learn check to ``data``; write ``out``.{json,md}."""
+    default = [_key(t, c) for t, c, _ in candidate_tasks("default")]
+    hard = propose_hard_mix(data["tasks"])
+    data["proposed_hard_mix"] = hard
+    data["predictions"] = predictions(data["tasks"], {"default mix": default, "proposed hard mix": hard})
+    data["observed"] = observed_cpu_learn(RESULTS)
+    Path(f"{out}.json").write_text(json.dumps(data, indent=1) + "\n")
+    Path(f"{out}.md").write_text(markdown(data))
+
+
+def report(inputs: Sequence[str], out: Path, command: str) -> dict[str, Any]:
+    """Merge measurements (the groups of a task add up; generation settings must agree) and write the report."""
+    merged: dict[str, Any] | None = None
+    for path in inputs:
+        part = json.loads(Path(path).read_text())
+        settings = {k: part[k] for k in ("model", "num_generations", "max_new_tokens", "temperature", "format_reward")}
+        if merged is None:
+            merged = {**settings, "measurements": [], "raw": {}, "notes": {}}
+        elif any(merged[k] != v for k, v in settings.items()):
+            raise SystemExit(f"task_rates: {path} was measured with other settings ({settings}); not merged")
+        fields = ("command", "code", "date", "machine", "groups", "seed", "seconds")
+        merged["measurements"] += part.get("measurements") or [{k: part[k] for k in fields}]
+        for key, raw in part["raw"].items():
+            into = merged["raw"].setdefault(key, {"total": [], "correct": []})
+            into["total"] += raw["total"]
+            into["correct"] += raw["correct"]
+            merged["notes"][key] = part["tasks"][key].get("note", "")
+    assert merged is not None
+    merged |= {"command": command, "code": commit_label(), "date": utc_now(), "machine": machine()}
+    merged["tasks"] = {}
+    for key, raw in merged["raw"].items():
+        task, config = key.split(" ", 1)
+        rates = TaskRates(task, json.loads(config), merged["notes"][key], raw["total"], raw["correct"], 0.0)
+        merged["tasks"][key] = rates.rates() | {"note": merged["notes"][key]}
+    write(merged, out)
+    print(Path(f"{out}.md").read_text())
+    return merged
 
 
 if __name__ == "__main__":

@@ -50,3 +50,35 @@ def test_smoke_run_on_a_tiny_model(tiny_model_a, tmp_path):
     page = (tmp_path / "rates.md").read_text()
     assert "| basic_arithmetic |" in page and "### default mix" in page
     assert json.loads((tmp_path / "rates.json").read_text())["groups"] == 3
+
+
+def test_report_only_merges_measurements(tmp_path):
+    raw = {"total": [[1.1, 0.1], [0.0, 0.0]], "correct": [[1.0, 0.0], [0.0, 0.0]]}
+    key = 'gcd {"max_value":20}'
+    part = {
+        "command": "python -m benchmarks.task_rates x",
+        "code": "abc",
+        "date": "d",
+        "machine": "m",
+        "groups": 2,
+        "seed": 0,
+        "seconds": 1.0,
+        "model": "default",
+        "num_generations": 2,
+        "max_new_tokens": 48,
+        "temperature": 1.0,
+        "format_reward": True,
+        "tasks": {key: {"note": "n"}},
+        "raw": {key: raw},
+    }
+    first, second = tmp_path / "a.json", tmp_path / "b.json"
+    first.write_text(json.dumps(part))
+    second.write_text(json.dumps(part | {"seed": 1, "raw": {key: {"total": [[0.0, 1.0]], "correct": [[0.0, 1.0]]}}}))
+    data = task_rates.main(["--report-only", str(first), str(second), "--out", str(tmp_path / "merged")])
+    rates = data["tasks"][key]
+    assert rates["groups"] == 3 and rates["spread"]["count"] == 2 and rates["mixed_success"]["count"] == 2
+    assert [m["seed"] for m in data["measurements"]] == [0, 1]
+    assert data["proposed_hard_mix"] == []  # spread in 2 of 3 groups: not hard for one peer
+    second.write_text(json.dumps(part | {"max_new_tokens": 64}))
+    with pytest.raises(SystemExit, match="other settings"):
+        task_rates.main(["--report-only", str(first), str(second), "--out", str(tmp_path / "merged")])
