@@ -253,16 +253,20 @@ def predictions(measured: dict[str, dict[str, Any]], mixes: dict[str, list[str]]
     return out
 
 
-def propose_hard_mix(measured: dict[str, dict[str, Any]], low: float = 0.05, high: float = 0.30) -> list[str]:
-    """Tasks hard for one peer yet solved sometimes: at most ``high`` of its groups carry any gradient (spread under
-    the node's rewards, partial credit and format included), and at least ``low`` hold a right answer beside a
-    wrong one (mixed success: the verified success a weak peer can learn from). Point estimates: a task near a
-    bound may fall on either side with more groups."""
-    return [
-        task
-        for task, rates in measured.items()
-        if rates["spread"]["rate"] <= high and rates["mixed_success"]["rate"] >= low
-    ]
+def propose_hard_mix(measured: dict[str, dict[str, Any]], low: float = 0.05, target: float = 0.25) -> list[str]:
+    """A mix hard for one peer that the swarm still solves: among the tasks where at least ``low`` of the groups
+    hold a right answer beside a wrong one (mixed success: a verified success to learn from), take them in
+    increasing order of spread (ties: more mixed success first) while the equal-weight mix's spread rate under the
+    node's rewards stays at most ``target`` (0.25: inside the issue's 5-30 % band, with a margin for the rates'
+    error). Point estimates: a task near the edge may fall on either side with more groups."""
+    eligible = [task for task, rates in measured.items() if rates["mixed_success"]["rate"] >= low]
+    eligible.sort(key=lambda t: (measured[t]["spread"]["rate"], -measured[t]["mixed_success"]["rate"]))
+    mix: list[str] = []
+    for task in eligible:
+        if statistics.fmean(measured[t]["spread"]["rate"] for t in [*mix, task]) > target:
+            break
+        mix.append(task)
+    return mix
 
 
 def _key(task: str, config: dict[str, Any]) -> str:
@@ -317,8 +321,8 @@ def markdown(data: dict[str, Any]) -> str:
         "groups with spread (the paper sampler drops the rest) and generated locally when too few have spread. "
         "*[spread]*: a group is informative when it has spread under the node's rewards (any gradient; the paper "
         "sampler); *[mixed_success]*: when it holds a right answer beside a wrong one, as the `success_gated` sampler "
-        "takes them (and as a full-marks-only reward would make them). Hard mix: tasks where at most 30 % of a peer's "
-        "groups have spread and at least 5 % have mixed success (`propose_hard_mix`).",
+        "takes them (and as a full-marks-only reward would make them). Hard mix (`propose_hard_mix`): tasks with at "
+        "least 5 % mixed success, added in increasing order of spread while the mix's spread stays at most 25 %.",
         "",
     ]
     for name, entry in data["predictions"].items():

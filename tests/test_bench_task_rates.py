@@ -78,7 +78,24 @@ def test_report_only_merges_measurements(tmp_path):
     rates = data["tasks"][key]
     assert rates["groups"] == 3 and rates["spread"]["count"] == 2 and rates["mixed_success"]["count"] == 2
     assert [m["seed"] for m in data["measurements"]] == [0, 1]
-    assert data["proposed_hard_mix"] == []  # spread in 2 of 3 groups: not hard for one peer
+    assert data["proposed_hard_mix"] == []  # spread in 2 of 3 groups: the mix would not be hard for one peer
     second.write_text(json.dumps(part | {"max_new_tokens": 64}))
     with pytest.raises(SystemExit, match="other settings"):
         task_rates.main(["--report-only", str(first), str(second), "--out", str(tmp_path / "merged")])
+
+
+def test_propose_hard_mix_keeps_the_mix_inside_the_band():
+    def rates(spread, mixed):
+        return {"spread": {"rate": spread}, "mixed_success": {"rate": mixed}}
+
+    measured = {
+        "easy": rates(0.8, 0.6),
+        "never-solved": rates(0.1, 0.0),  # spread from partial credit only: nothing verified to learn from
+        "hard": rates(0.1, 0.1),
+        "medium": rates(0.3, 0.2),
+        "medium-more-solved": rates(0.3, 0.3),
+        "too-much": rates(0.5, 0.3),
+    }
+    # hard (0.1), then the tie at 0.3 by mixed success: mix spread 0.2, then 0.233; adding too-much would give 0.3
+    assert task_rates.propose_hard_mix(measured) == ["hard", "medium-more-solved", "medium"]
+    assert task_rates.propose_hard_mix(measured, target=0.15) == ["hard"]
