@@ -1,5 +1,5 @@
-"""Held-out pass@1 of sapo_table's archived runs: start and end per setting and seed, differences with standard
-errors, and the curves.
+"""Held-out pass@1 of sapo_table's archived runs: start and end per setting and seed, differences with 95 %
+intervals, and the curves.
 
 sapo_table.py ranks settings by the reward of the peers' own completions; this page answers the question that
 matters more, on questions training never draws: did the peers of one setting end up solving more held-out
@@ -8,26 +8,34 @@ so it runs in seconds and starts nothing.
 
     python -m benchmarks.held_out_table --profile cpu-learn
 
-Statistics: each node evaluates the same held-out questions greedily (one completion per question), so its
-pass@1 has a binomial standard error ``se_i`` (logged beside it). A run's figure is the mean over its peers, with
-standard error ``sqrt(sum se_i^2) / peers``; this treats the peers as independent and so overstates the error when
-peers agree on the same questions, which keeps the comparison conservative. A difference between two settings on
-the same seed has standard error ``sqrt(se_a^2 + se_b^2)`` (unpaired: conservative again, since both answer the
-same questions). Over seeds, the mean difference has the standard error of the per-seed differences.
+Statistics (:mod:`benchmarks.stats`): every peer of every run answers the same held-out questions greedily, and
+the archives keep each node's pass@1 and its binomial standard error, not the per-question outcomes. So:
+
+- A run's figure is the mean over its peers; its error is the mean of the peers' errors
+  (:func:`benchmarks.stats.mean_over_peers`), exact when the peers answer alike (step 0: all peers are the base
+  model) and an upper bound otherwise. The former formula, ``sqrt(sum se_i^2) / peers``, treated the peers as
+  independent and halved the step-0 error of 4 identical peers (0.018 instead of 0.037).
+- A same-seed difference between settings combines the two runs' errors as if independent
+  (:func:`benchmarks.stats.unpaired_difference`): the pairing by question cannot be used without per-question
+  outcomes, and ignoring it is conservative as long as the two settings do not answer the shared questions in
+  opposite ways.
+- Over seeds (:func:`benchmarks.stats.over_seeds`), the mean difference gets a t-interval whose variance is the
+  spread over seeds plus the question-sampling error the seeds share (the same questions in every seed).
+
+Every difference is stated with its 95 % interval.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import math
-import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from benchmarks.harness import ROOT, commit_label
+from benchmarks.stats import Estimate, mean_over_peers, over_seeds, unpaired_difference
 from sapo.node.report import is_evaluation_line
 
 RESULTS = ROOT / "benchmarks" / "results"
@@ -36,7 +44,8 @@ PAPER_GROUPS_PER_STEP = 8  # the paper's I + J
 
 @dataclass(frozen=True)
 class RunCurve:
-    """One archived run's held-out curve: mean pass@1 over its peers at each evaluated step, and its error."""
+    """One archived run's held-out curve: mean pass@1 over its peers at each evaluated step, and its error (the
+    bound of :func:`benchmarks.stats.mean_over_peers`)."""
 
     setting: str  # "I-J" as run
     seed: int
@@ -45,6 +54,15 @@ class RunCurve:
     standard_error: list[float]
     peers: int
     commit: str
+    questions: int
+
+    def estimate(self, position: int) -> Estimate:
+        """The figure at the ``position``-th evaluation (``-1``: the last) with its error."""
+        return Estimate(self.pass_at_1[position], self.standard_error[position], self.questions - 1)
+
+    def change(self) -> Estimate:
+        """End minus start of this run (unpaired over the shared questions: conservative)."""
+        return unpaired_difference(self.estimate(-1), self.estimate(0))
 
 
 def paper_label(setting: str) -> str:
@@ -72,10 +90,14 @@ def read_run(run_dir: Path) -> RunCurve | None:
     marker = json.loads(marker_path.read_text())
     nodes = [evaluations_by_step(path) for path in sorted(run_dir.glob("node-*/metrics.jsonl"))]
     common = sorted(set.intersection(*(set(node) for node in nodes))) if nodes else []
-    means, errors = [], []
+    means, errors, questions = [], [], 0
     for step in common:
-        means.append(statistics.fmean(node[step]["eval/pass@1"] for node in nodes))
-        errors.append(math.sqrt(sum(node[step]["eval/pass@1_se"] ** 2 for node in nodes)) / len(nodes))
+        questions = int(min(node[step]["eval/questions"] for node in nodes))
+        estimate = mean_over_peers(
+            [node[step]["eval/pass@1"] for node in nodes], [node[step]["eval/pass@1_se"] for node in nodes], questions
+        )
+        means.append(estimate.value)
+        errors.append(estimate.se)
     code = marker.get("code") or {}
     commit = str(code.get("commit", "?"))[:10] + (" (dirty)" if code.get("dirty") else "")
     return RunCurve(
@@ -86,6 +108,7 @@ def read_run(run_dir: Path) -> RunCurve | None:
         standard_error=errors,
         peers=len(nodes),
         commit=commit,
+        questions=questions,
     )
 
 
@@ -97,55 +120,83 @@ def read_profile(archive: Path) -> list[RunCurve]:
 
 
 def compare(runs: Sequence[RunCurve], baseline: str) -> dict[str, Any]:
-    """Per setting: each seed's end-minus-baseline difference (same seed) with its SE, and the mean over seeds."""
+    """Per setting: each seed's end-minus-baseline difference (same seed) with its error, and the mean over seeds
+    with an interval that includes the shared question-sampling error (also given without it, for comparison)."""
     base = {run.seed: run for run in runs if run.setting == baseline}
     out: dict[str, Any] = {}
     for setting in sorted({run.setting for run in runs if run.setting != baseline}):
-        rows = []
-        for run in (r for r in runs if r.setting == setting and r.seed in base):
-            other = base[run.seed]
-            difference = run.pass_at_1[-1] - other.pass_at_1[-1]
-            error = math.hypot(run.standard_error[-1], other.standard_error[-1])
-            rows.append({"seed": run.seed, "difference": difference, "se": error, "z": difference / error})
-        differences = [row["difference"] for row in rows]
-        mean = statistics.fmean(differences) if differences else None
-        spread = statistics.stdev(differences) / math.sqrt(len(differences)) if len(differences) > 1 else None
-        out[setting] = {"per_seed": rows, "mean_difference": mean, "se_over_seeds": spread}
+        per_seed = {
+            run.seed: unpaired_difference(run.estimate(-1), base[run.seed].estimate(-1))
+            for run in runs
+            if run.setting == setting and run.seed in base
+        }
+        rows = [{"seed": seed, "difference": e.value, "z": e.z(), **e.to_json()} for seed, e in per_seed.items()]
+        result: dict[str, Any] = {"per_seed": rows, "seeds": len(rows)}
+        if rows:
+            result["over_seeds"] = over_seeds(list(per_seed.values())).to_json()
+            result["over_seeds_spread_only"] = over_seeds(list(per_seed.values()), shared_questions=False).to_json()
+        out[setting] = result
     return out
 
 
-def markdown(profile: str, runs: Sequence[RunCurve], comparison: dict[str, Any], baseline: str, plot: str) -> str:
-    """The report page."""
+def _interval(result: dict[str, float]) -> str:
+    return f"{result['value']:+.3f} ± {result['se']:.3f} (95 % CI {result['ci_low']:+.3f} to {result['ci_high']:+.3f})"
+
+
+def markdown(
+    profile: str, runs: Sequence[RunCurve], comparison: dict[str, Any], baseline: str, plot: str, code: str
+) -> str:
+    """The report page; ``code`` names the commit the report ran on (taken before any output is written)."""
     lines = [
         f"# Held-out pass@1 of the SAPO table, profile `{profile}`",
         "",
         f"Command: `python -m benchmarks.held_out_table --profile {profile}`  ",
-        f"Report code: `{commit_label()}`; each run's own commit is in the table.",
+        f"Report code: `{code}`; each run's own commit is in the table.",
         "",
-        "Greedy pass@1 on held-out questions (task seeds training never draws), mean over each run's peers; ± is one "
-        "standard error (see the module docstring of benchmarks/held_out_table.py for how it is computed).",
+        "Greedy pass@1 on held-out questions (task seeds training never draws; the same questions for every peer, "
+        "step, setting and seed), mean over each run's peers; ± is one standard error, bounded as the module "
+        "docstring of benchmarks/held_out_table.py explains (the mean of the peers' errors: exact at step 0, where "
+        "all peers are the base model). Change: end minus start with its 95 % interval.",
         "",
-        "| I/J (paper) | seed | peers | start | end | change | run's commit |",
-        "|---|---|---|---|---|---|---|",
+        "| I/J (paper) | seed | peers | questions | start | end | change (95 % CI) | run's commit |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for run in runs:
+        change = run.change()
+        low, high = change.interval()
         lines.append(
-            f"| {paper_label(run.setting)} | {run.seed} | {run.peers} | {run.pass_at_1[0]:.3f} ± "
+            f"| {paper_label(run.setting)} | {run.seed} | {run.peers} | {run.questions} | {run.pass_at_1[0]:.3f} ± "
             f"{run.standard_error[0]:.3f} | {run.pass_at_1[-1]:.3f} ± {run.standard_error[-1]:.3f} | "
-            f"{run.pass_at_1[-1] - run.pass_at_1[0]:+.3f} | {run.commit} |"
+            f"{change.value:+.3f} ({low:+.3f} to {high:+.3f}) | {run.commit} |"
         )
     lines += ["", f"## End of training: each setting minus {paper_label(baseline)}, same seed", ""]
     for setting, result in comparison.items():
         for row in result["per_seed"]:
             lines.append(
-                f"- {paper_label(setting)}, seed {row['seed']}: {row['difference']:+.3f} ± {row['se']:.3f} "
-                f"({row['z']:+.1f} standard errors)"
+                f"- {paper_label(setting)}, seed {row['seed']}: {_interval(row)}, {row['z']:+.1f} standard errors"
             )
-        if result["mean_difference"] is not None:
-            spread = result["se_over_seeds"]
-            shown = f" ± {spread:.3f} over {len(result['per_seed'])} seeds" if spread is not None else " (one seed)"
-            lines.append(f"- {paper_label(setting)}, mean over seeds: {result['mean_difference']:+.3f}{shown}")
-    lines += ["", f"![held-out curves]({plot})", ""]
+        if "over_seeds" not in result:
+            continue
+        if result["seeds"] < 2:
+            lines.append(f"- {paper_label(setting)}: one seed, no interval over seeds")
+            continue
+        both, spread = result["over_seeds"], result["over_seeds_spread_only"]
+        lines += [
+            f"- **{paper_label(setting)}, mean over {result['seeds']} seeds: {_interval(both)}**, t-interval on "
+            f"{both['df']:.1f} degrees of freedom (spread over seeds plus the question-sampling error the seeds "
+            f"share): a gain above {both['ci_high']:+.3f} is excluded at 95 %.",
+            f"- The spread over seeds alone (which leaves out the shared questions' error) gives "
+            f"{_interval(spread)} on {spread['df']:.0f} degrees of freedom.",
+        ]
+    lines += [
+        "",
+        "Without per-question outcomes in the archives the pairing by question cannot be used, so these intervals "
+        "are wide: a difference between settings this small needs either more held-out questions or per-question "
+        "outcomes (benchmarks.stats.paired_difference), which pair the two settings question by question.",
+        "",
+        f"![held-out curves]({plot})",
+        "",
+    ]
     return "\n".join(lines)
 
 
@@ -168,7 +219,7 @@ def plot_curves(runs: Sequence[RunCurve], path: Path, profile: str) -> None:
         axis.fill_between(run.steps, low, high, color=colour, alpha=0.12)
     axis.set_xlabel("step")
     axis.set_ylabel("held-out pass@1 (mean over peers)")
-    axis.set_title(f"Held-out pass@1, profile {profile} (band: one standard error)")
+    axis.set_title(f"Held-out pass@1, profile {profile} (band: one standard error, bounded)")
     axis.grid(alpha=0.3)
     axis.legend(fontsize=8)
     figure.tight_layout()
@@ -185,13 +236,14 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     args = parser.parse_args(argv)
     results = Path(args.results_dir)
     archive = results / "sapo_table_runs" / args.profile
+    code = commit_label()  # before the outputs change the tree
     runs = read_profile(archive)
     if not runs:
         raise SystemExit(f"held_out_table: no complete run archived under {archive}; run benchmarks/sapo_table.py")
     comparison = compare(runs, args.baseline)
     stem = f"sapo_table_{args.profile}_held_out"
     plot_curves(runs, results / f"{stem}.png", args.profile)
-    page = markdown(args.profile, runs, comparison, args.baseline, f"{stem}.png")
+    page = markdown(args.profile, runs, comparison, args.baseline, f"{stem}.png", code)
     (results / f"{stem}.md").write_text(page)
     data = {"runs": [vars(run) for run in runs], "comparison": comparison}
     (results / f"{stem}.json").write_text(json.dumps(data, indent=1) + "\n")

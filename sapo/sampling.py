@@ -5,8 +5,8 @@ from __future__ import annotations
 import random
 import time
 from abc import ABC, abstractmethod
-from collections import Counter
-from collections.abc import Sequence
+from collections import Counter, deque
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -110,6 +110,11 @@ class ExternalSampler(ABC):
     def order(self, eligible: list[Candidate], rng: random.Random) -> list[Candidate]:
         """The eligible candidates in the order they should be taken."""
 
+    def observe_own_groups(self, groups: Iterable[tuple[str, Sequence[float]]]) -> None:
+        """Told once per round of this peer's own groups: ``(task, rewards of its completions)`` each. Strategies
+        that weigh candidates by this peer's own recent results keep what they need; the others ignore it."""
+        return None
+
 
 class UniformSampler(ExternalSampler):
     """Samples uniformly among the eligible candidates."""
@@ -162,8 +167,92 @@ def describe_samplers() -> str:
 
 
 def make_sampler(
-    name: str, max_groups_per_peer: int | None = None, max_group_age: float | None = None, self_id: str | None = None
+    name: str,
+    max_groups_per_peer: int | None = None,
+    max_group_age: float | None = None,
+    self_id: str | None = None,
+    **options: Any,
 ) -> ExternalSampler:
-    """Build the sampler registered under ``name`` (a key of :data:`SAMPLERS` or :data:`SAMPLER_ALIASES`)."""
+    """Build the sampler registered under ``name`` (a key of :data:`SAMPLERS` or :data:`SAMPLER_ALIASES`);
+    ``options`` are the strategy's own arguments (e.g. ``success_threshold`` of ``"success_gated"``)."""
     sampler = SAMPLERS[sampler_name(name)]
-    return sampler(max_groups_per_peer=max_groups_per_peer, max_group_age=max_group_age, self_id=self_id)
+    try:
+        return sampler(max_groups_per_peer=max_groups_per_peer, max_group_age=max_group_age, self_id=self_id, **options)
+    except TypeError as e:
+        raise ValueError(f"sampling_strategy={name!r} does not take the option(s) {sorted(options)}: {e}") from None
+
+
+DEFAULT_SUCCESS_THRESHOLD = 1.0
+"""A completion counts as a success when this peer's reward for it is at least this. The reward is the weighted sum
+of the peer's reward functions (what :class:`Candidate` holds); with the node's default ``reasoning_gym`` + ``format``
+rewards, the correctness reward gives 1.0 for a right answer and the format reward at most 0.2, so 1.0 means a
+right answer (a partial correctness score of 0.8 or more with full format would also count)."""
+
+
+class SuccessGatedSampler(DropZeroAdvantageSampler):
+    """Takes only groups with reward spread that hold a completion this peer scores as a success (its reward at
+    least `success_threshold`, default 1.0: with the default rewards, a right answer), then samples uniformly: a
+    verified success beside failures on the same question, the kind of shared rollout that helps a weak peer."""
+
+    def __init__(self, *args: Any, success_threshold: float = DEFAULT_SUCCESS_THRESHOLD, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.success_threshold = success_threshold
+
+    def reject_reason(self, candidate: Candidate) -> str | None:
+        reason = super().reject_reason(candidate)
+        if reason is not None:
+            return reason
+        return None if _has_success(candidate.rewards, self.success_threshold) else "no_success"
+
+
+class WeakPromptFirstSampler(DropZeroAdvantageSampler):
+    """Drops groups without reward spread, then takes first the groups of tasks on which this peer's own recent
+    groups had no success (none of its last `success_window` groups of the task, default 8, held a completion
+    rewarded at least `success_threshold`, default 1.0; a task it has not generated counts as weak), uniformly
+    within each tier. Needs the trainer to report its own groups' rewards each round
+    (`sampler.observe_own_groups`); without them every task counts as weak and the rule is the paper's."""
+
+    def __init__(
+        self,
+        *args: Any,
+        success_threshold: float = DEFAULT_SUCCESS_THRESHOLD,
+        success_window: int = 8,
+        **kwargs: Any,
+    ):
+        super().__init__(*args, **kwargs)
+        if success_window < 1:
+            raise ValueError(
+                f"success_window must be at least 1 (own groups remembered per task), got {success_window}"
+            )
+        self.success_threshold = success_threshold
+        self.success_window = success_window
+        self._recent: dict[str, deque[bool]] = {}
+
+    def observe_own_groups(self, groups: Iterable[tuple[str, Sequence[float]]]) -> None:
+        """Remember, per task, whether each of this peer's own groups held a success (the last `success_window`)."""
+        for task, rewards in groups:
+            window = self._recent.setdefault(task, deque(maxlen=self.success_window))
+            window.append(_has_success(rewards, self.success_threshold))
+
+    def is_weak(self, task: str) -> bool:
+        """True when none of this peer's recent own groups of ``task`` held a success (or it has none)."""
+        return not any(self._recent.get(task, ()))
+
+    def order(self, eligible: list[Candidate], rng: random.Random) -> list[Candidate]:
+        shuffled = rng.sample(eligible, len(eligible))
+        weak = [c for c in shuffled if self.is_weak(task_of(c))]
+        return weak + [c for c in shuffled if not self.is_weak(task_of(c))]
+
+
+def task_of(candidate: Candidate) -> str:
+    """The task a candidate's question belongs to, as the trainer names its own rows' ``task``: the provenance's
+    dataset name (a reasoning-gym task, or a question file's name)."""
+    return candidate.group.provenance.dataset
+
+
+def _has_success(rewards: Sequence[float], threshold: float) -> bool:
+    return any(r >= threshold for r in rewards if r == r)
+
+
+SAMPLERS["success_gated"] = SuccessGatedSampler
+SAMPLERS["weak_prompt_first"] = WeakPromptFirstSampler

@@ -1,15 +1,17 @@
-"""benchmarks/held_out_table.py on synthetic archives: the mean over peers, its standard error, the same-seed
-difference between settings, a resumed step's evaluation counted once, and incomplete runs left out."""
+"""benchmarks/held_out_table.py on synthetic archives: the mean over peers and its error bound, the same-seed
+difference between settings, the interval over seeds, a resumed step's evaluation counted once, and incomplete runs
+left out."""
 
 from __future__ import annotations
 
 import json
 import math
+import statistics
 from pathlib import Path
 
 import pytest
 
-from benchmarks import held_out_table
+from benchmarks import held_out_table, stats
 
 
 def _archive(root: Path, setting: str, seed: int, curves: list[list[tuple[int, float, float]]], complete=True):
@@ -26,17 +28,32 @@ def _archive(root: Path, setting: str, seed: int, curves: list[list[tuple[int, f
 
 def test_held_out_table_arithmetic(tmp_path):
     _archive(tmp_path, "2-0", 0, [[(0, 0.1, 0.03), (30, 0.2, 0.04)], [(0, 0.1, 0.03), (30, 0.4, 0.06)]])
+    _archive(tmp_path, "2-0", 1, [[(0, 0.1, 0.03), (30, 0.3, 0.05)]] * 2)
     # the 1-1 run was resumed at step 10 and evaluated it twice: the second line counts
     _archive(tmp_path, "1-1", 0, [[(0, 0.1, 0.03), (10, 0.9, 0.1), (10, 0.2, 0.05), (30, 0.5, 0.06)]] * 2)
-    _archive(tmp_path, "1-1", 1, [[(0, 0.1, 0.03), (30, 0.9, 0.01)]] * 2, complete=False)
+    _archive(tmp_path, "1-1", 1, [[(0, 0.1, 0.03), (30, 0.2, 0.05)]] * 2)
+    _archive(tmp_path, "1-1", 2, [[(0, 0.1, 0.03), (30, 0.9, 0.01)]] * 2, complete=False)
     data = held_out_table.main(["--profile", "p", "--results-dir", str(tmp_path)])
     runs = {(run["setting"], run["seed"]): run for run in data["runs"]}
-    assert set(runs) == {("2-0", 0), ("1-1", 0)}  # the incomplete run is left out
+    assert set(runs) == {("2-0", 0), ("2-0", 1), ("1-1", 0), ("1-1", 1)}  # the incomplete run is left out
     assert runs[("2-0", 0)]["pass_at_1"] == pytest.approx([0.1, 0.3])
-    assert runs[("2-0", 0)]["standard_error"][-1] == pytest.approx(math.sqrt(0.04**2 + 0.06**2) / 2)
+    # the peers' mean error, not sqrt(sum se^2) / peers: identical peers at step 0 keep one peer's error
+    assert runs[("2-0", 0)]["standard_error"] == pytest.approx([0.03, 0.05])
     assert runs[("1-1", 0)]["pass_at_1"] == pytest.approx([0.1, 0.2, 0.5])
-    row = data["comparison"]["1-1"]["per_seed"][0]
-    assert row["difference"] == pytest.approx(0.2)
-    assert row["se"] == pytest.approx(math.hypot(math.sqrt(2) * 0.06 / 2, math.sqrt(0.04**2 + 0.06**2) / 2))
+    result = data["comparison"]["1-1"]
+    first = {row["seed"]: row for row in result["per_seed"]}
+    assert first[0]["difference"] == pytest.approx(0.2)
+    assert first[0]["se"] == pytest.approx(math.hypot(0.06, 0.05))
+    assert first[1]["difference"] == pytest.approx(-0.1) and first[1]["se"] == pytest.approx(math.hypot(0.05, 0.05))
+    # over seeds: the seeds' spread plus the shared questions' error (mean of the per-seed errors, squared)
+    spread = statistics.stdev([0.2, -0.1]) ** 2 / 2
+    shared = ((math.hypot(0.06, 0.05) + math.hypot(0.05, 0.05)) / 2) ** 2
+    over = result["over_seeds"]
+    assert over["value"] == pytest.approx(0.05) and over["se"] == pytest.approx(math.sqrt(spread + shared))
+    half = stats.t_quantile(0.975, over["df"]) * over["se"]
+    assert (over["ci_low"], over["ci_high"]) == pytest.approx((0.05 - half, 0.05 + half))
+    assert result["over_seeds_spread_only"]["df"] == 1
     page = (tmp_path / "sapo_table_p_held_out.md").read_text()
-    assert "4/4 (run as 1/1), seed 0: +0.200" in page and (tmp_path / "sapo_table_p_held_out.png").exists()
+    assert "4/4 (run as 1/1), seed 0: +0.200 ± 0.078 (95 % CI" in page
+    assert f"a gain above {over['ci_high']:+.3f} is excluded at 95 %" in page
+    assert (tmp_path / "sapo_table_p_held_out.png").exists()

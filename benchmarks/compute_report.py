@@ -1,0 +1,483 @@
+"""Compute-matched report of sapo_table's archived runs: held-out pass@1 against steps, own completions generated
+and seconds, time to reach a held-out level, and the paper's per-step cumulative reward, with 95 % intervals.
+
+A 4/4 peer generates about half the completions of an 8/0 peer per step (it trains on the swarm's for the rest),
+so comparing settings per step leaves out what sharing saves. This page puts the archived runs of one profile
+(``benchmarks/results/sapo_table_runs/<profile>/``) on three axes:
+
+- **steps** (what sapo_table and held_out_table compare);
+- **own completions generated** per peer: ``(I + fill-ins) x G`` per step, summed (machine-independent);
+- **seconds on a machine to itself**: each run's training seconds (``step_time``, evaluation excluded), rescaled
+  to the run that had the machine alone (``machine_notes.json`` beside the archives says which, from the commits
+  that archived them). A run that shared the machine ran slower by a factor read from its own steps: the median
+  of the non-generation part of a step (the GRPO update on I + J groups of G completions, the same work in every
+  setting) over that of the lone run. Its seconds divided by that factor are what it would have taken alone. This
+  is a model (it assumes the slowdown was the same for generation and the update); the measured seconds are in
+  the JSON beside it and cannot be compared between runs that shared the machine differently.
+
+Statistics: :mod:`benchmarks.stats` (see held_out_table's docstring for the per-run error bound). A value between
+two evaluations is interpolated linearly, its error the same mix of the two errors (an upper bound). Differences
+between settings are paired by seed; the mean over seeds has a t-interval that includes the questions' error.
+Time to accuracy: the first point where a run's interpolated curve reaches the level; the mean over the seeds
+that reached it, with a t-interval over them (none when fewer than 2 did).
+
+    python -m benchmarks.compute_report --profile cpu-learn
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from benchmarks.harness import commit_label
+from benchmarks.held_out_table import RESULTS, RunCurve, paper_label, read_profile
+from benchmarks.stats import Estimate, over_seeds, t_quantile, unpaired_difference
+
+AXES = ("steps", "own_completions", "alone_seconds")
+AXIS_LABELS = {
+    "steps": "step",
+    "own_completions": "own completions generated per peer",
+    "alone_seconds": "training seconds per peer, machine to itself (modelled)",
+}
+
+
+@dataclass
+class RunCompute:
+    """One archived run on every axis: cumulative values per step (index = step; 0 at step 0), means over peers."""
+
+    curve: RunCurve
+    own_completions: list[float]
+    measured_seconds: list[float]
+    local_reward: list[float]  # per step, summed over peers (the paper's per-step reward)
+    generation_seconds: float  # median over peers and steps
+    update_seconds: float  # median of step_time - generation: the same work in every setting
+    machine: dict[str, Any]
+    slowdown: float = 1.0
+    axes: dict[str, list[float]] = field(default_factory=dict)
+
+    @property
+    def key(self) -> str:
+        """``"I-J/seed-S"``, as the archive names the run."""
+        return f"{self.curve.setting}/seed-{self.curve.seed}"
+
+    def at_evaluations(self, axis: str) -> list[float]:
+        """The run's position on ``axis`` at each of its held-out evaluations."""
+        return [self.axes[axis][step] for step in self.curve.steps]
+
+
+def _training_lines(metrics: Path) -> dict[int, dict[str, Any]]:
+    by_step: dict[int, dict[str, Any]] = {}
+    for line in metrics.read_text().splitlines():
+        row = json.loads(line)
+        if "step_time" in row:
+            by_step[int(row["step"])] = row
+    return by_step
+
+
+def _cumulative(values: Sequence[float]) -> list[float]:
+    out, total = [0.0], 0.0
+    for value in values:
+        total += value
+        out.append(total)
+    return out
+
+
+def read_compute(run_dir: Path, curve: RunCurve, notes: dict[str, Any]) -> RunCompute:
+    """The compute figures of one archived run (its held-out ``curve`` already read)."""
+    marker = json.loads((run_dir / "run-complete.json").read_text())
+    identity = marker["identity"]
+    local, generations = int(identity["num_local"]), int(identity["num_generations"])
+    nodes = [_training_lines(path) for path in sorted(run_dir.glob("node-*/metrics.jsonl"))]
+    last = min(max(node) for node in nodes)
+    steps = range(1, last + 1)
+    completions, seconds, rewards, generation, update = [], [], [], [], []
+    for node in nodes:
+        completions.append(_cumulative([(local + node[s].get("sapo/fill_ins", 0.0)) * generations for s in steps]))
+        seconds.append(_cumulative([node[s]["step_time"] for s in steps]))
+        generation += [node[s]["sapo/time/generation"] for s in steps]
+        update += [node[s]["step_time"] - node[s]["sapo/time/generation"] for s in steps]
+    for s in steps:
+        rewards.append(sum(node[s]["sapo/local_reward"] for node in nodes))
+    return RunCompute(
+        curve=curve,
+        own_completions=[statistics.fmean(column) for column in zip(*completions, strict=True)],
+        measured_seconds=[statistics.fmean(column) for column in zip(*seconds, strict=True)],
+        local_reward=rewards,
+        generation_seconds=statistics.median(generation),
+        update_seconds=statistics.median(update),
+        machine=notes.get(f"{curve.setting}/seed-{curve.seed}", {"alone": None, "note": "not recorded"}),
+    )
+
+
+def read_runs(archive: Path) -> list[RunCompute]:
+    """Every complete run of the archive with its compute axes; seconds rescaled to the lone run (if any)."""
+    notes_path = archive / "machine_notes.json"
+    notes = json.loads(notes_path.read_text())["runs"] if notes_path.exists() else {}
+    runs = [
+        read_compute(archive / curve.setting / f"seed-{curve.seed}", curve, notes) for curve in read_profile(archive)
+    ]
+    alone = [run for run in runs if run.machine.get("alone")]
+    reference = statistics.fmean(run.update_seconds for run in alone) if alone else None
+    for run in runs:
+        run.slowdown = run.update_seconds / reference if reference else 1.0
+        run.axes = {
+            "steps": [float(s) for s in range(len(run.own_completions))],
+            "own_completions": run.own_completions,
+            "alone_seconds": [s / run.slowdown for s in run.measured_seconds] if reference else [],
+        }
+    return runs
+
+
+def value_at(xs: Sequence[float], run: RunCurve, x: float) -> Estimate | None:
+    """The run's held-out pass@1 at ``x``, interpolated linearly between its evaluations at ``xs`` (None outside)."""
+    for i in range(len(xs) - 1):
+        if xs[i] <= x <= xs[i + 1]:
+            w = (x - xs[i]) / (xs[i + 1] - xs[i]) if xs[i + 1] > xs[i] else 1.0
+            a, b = run.estimate(i), run.estimate(i + 1)
+            return Estimate((1 - w) * a.value + w * b.value, (1 - w) * a.se + w * b.se, a.df)
+    return None
+
+
+def crossing(xs: Sequence[float], ys: Sequence[float], level: float) -> float | None:
+    """The first ``x`` where the piecewise-linear curve through ``(xs, ys)`` reaches ``level`` (None: never)."""
+    if ys[0] >= level:
+        return xs[0]
+    for i in range(len(xs) - 1):
+        if ys[i] < level <= ys[i + 1]:
+            return xs[i] + (level - ys[i]) / (ys[i + 1] - ys[i]) * (xs[i + 1] - xs[i])
+    return None
+
+
+def _seed_mean(values: Sequence[float]) -> Estimate:
+    k = len(values)
+    if k < 2:
+        return Estimate(statistics.fmean(values), float("nan"), float("nan"))
+    return Estimate(statistics.fmean(values), statistics.stdev(values) / k**0.5, k - 1)
+
+
+def matched_comparison(runs: Sequence[RunCompute], baseline: str, axis: str) -> dict[str, Any]:
+    """Held-out pass@1 of every setting and the baseline at the same budget on ``axis`` (the largest budget every
+    run reached), paired by seed: per-seed differences and the mean over seeds with its interval."""
+    budget = min(run.at_evaluations(axis)[-1] for run in runs)
+    base = {run.curve.seed: run for run in runs if run.curve.setting == baseline}
+    out: dict[str, Any] = {"budget": budget}
+    for setting in sorted({run.curve.setting for run in runs} - {baseline}):
+        per_seed = {}
+        for run in (r for r in runs if r.curve.setting == setting and r.curve.seed in base):
+            mine = value_at(run.at_evaluations(axis), run.curve, budget)
+            theirs = value_at(base[run.curve.seed].at_evaluations(axis), base[run.curve.seed].curve, budget)
+            if mine is not None and theirs is not None:
+                per_seed[run.curve.seed] = unpaired_difference(mine, theirs)
+        out[setting] = {
+            "per_seed": {seed: e.to_json() for seed, e in per_seed.items()},
+            "over_seeds": over_seeds(list(per_seed.values())).to_json() if per_seed else None,
+        }
+    return out
+
+
+def gain_per_completions(runs: Sequence[RunCompute], baseline: str, per: float = 100.0) -> dict[str, Any]:
+    """Held-out gain (end minus start) per ``per`` own completions of each run, and each setting's difference from
+    the baseline paired by seed."""
+    rates = {}
+    for run in runs:
+        change, spent = run.curve.change(), run.at_evaluations("own_completions")[-1]
+        rates[run.key] = Estimate(change.value * per / spent, change.se * per / spent, change.df)
+    out: dict[str, Any] = {"per_run": {key: e.to_json() for key, e in rates.items()}, "per": per}
+    for setting in sorted({run.curve.setting for run in runs}):
+        seeds = sorted(run.curve.seed for run in runs if run.curve.setting == setting)
+        out[setting] = {"mean": _seed_mean([rates[f"{setting}/seed-{s}"].value for s in seeds]).to_json()}
+        if setting != baseline:
+            paired = [
+                unpaired_difference(rates[f"{setting}/seed-{s}"], rates[f"{baseline}/seed-{s}"])
+                for s in seeds
+                if f"{baseline}/seed-{s}" in rates
+            ]
+            out[setting]["minus_baseline"] = over_seeds(paired).to_json() if paired else None
+    return out
+
+
+def time_to_accuracy(runs: Sequence[RunCompute], levels: Sequence[float]) -> dict[str, Any]:
+    """Per level and setting: where each run first reaches the level on every axis, and the mean over the seeds
+    that reached it with a t-interval over them."""
+    out: dict[str, Any] = {}
+    for level in levels:
+        by_setting: dict[str, Any] = {}
+        for setting in sorted({run.curve.setting for run in runs}, key=lambda s: -int(s.split("-")[0])):
+            mine = [run for run in runs if run.curve.setting == setting]
+            entry: dict[str, Any] = {"runs": len(mine)}
+            for axis in AXES:
+                if not mine[0].axes[axis]:
+                    continue
+                reached = [crossing(run.at_evaluations(axis), run.curve.pass_at_1, level) for run in mine]
+                values = [x for x in reached if x is not None]
+                entry[axis] = {
+                    "per_seed": {run.curve.seed: x for run, x in zip(mine, reached, strict=True)},
+                    "reached": len(values),
+                    "mean": _seed_mean(values).to_json() if values else None,
+                }
+            by_setting[setting] = entry
+        out[f"{level:.3f}"] = by_setting
+    return out
+
+
+def cumulative_reward(runs: Sequence[RunCompute], baseline: str) -> dict[str, Any]:
+    """The paper's metric: the sum over peers and steps of each peer's own-completion reward; per setting the mean
+    over seeds with its t-interval, and the difference from the baseline paired by seed (training questions differ
+    between seeds, so the spread over seeds holds all the noise)."""
+    totals = {run.key: sum(run.local_reward) for run in runs}
+    out: dict[str, Any] = {"per_run": totals}
+    base = statistics.fmean(totals[k] for k in totals if k.startswith(f"{baseline}/"))
+    for setting in sorted({run.curve.setting for run in runs}):
+        seeds = sorted(run.curve.seed for run in runs if run.curve.setting == setting)
+        mean = _seed_mean([totals[f"{setting}/seed-{s}"] for s in seeds])
+        entry: dict[str, Any] = {"mean": mean.to_json(), "gain_vs_baseline": mean.value / base - 1}
+        if setting != baseline:
+            paired = [
+                Estimate(totals[f"{setting}/seed-{s}"] - totals[f"{baseline}/seed-{s}"], 0.0, 1)
+                for s in seeds
+                if f"{baseline}/seed-{s}" in totals
+            ]
+            entry["minus_baseline"] = over_seeds(paired, shared_questions=False).to_json() if paired else None
+        out[setting] = entry
+    return out
+
+
+def _ci(result: dict[str, float] | None, digits: int = 3, signed: bool = True) -> str:
+    if result is None:
+        return "-"
+    sign = "+" if signed else ""
+    if result["se"] != result["se"]:
+        return f"{result['value']:{sign}.{digits}f} (one run)"
+    return (
+        f"{result['value']:{sign}.{digits}f} ± {result['se']:.{digits}f} (95 % CI {result['ci_low']:{sign}.{digits}f} "
+        f"to {result['ci_high']:{sign}.{digits}f})"
+    )
+
+
+def markdown(profile: str, runs: Sequence[RunCompute], data: dict[str, Any], baseline: str, code: str) -> str:
+    """The report page."""
+    label = paper_label
+    has_alone = bool(runs[0].axes["alone_seconds"])
+    lines = [
+        f"# Sharing per unit of compute: SAPO table, profile `{profile}`",
+        "",
+        f"Command: `python -m benchmarks.compute_report --profile {profile}`  ",
+        f"Report code: `{code}`; it reads the archived runs only (their own commits below).",
+        "",
+        "Held-out pass@1 (greedy, the same 64 questions for every peer, step, run) and the paper's cumulative reward "
+        "of the archived runs, per step and per unit of compute. Every ± is one standard error and every interval "
+        "is 95 %; how they are computed: the docstrings of benchmarks/compute_report.py and benchmarks/stats.py.",
+        "",
+        "## Runs, compute and the machine",
+        "",
+        "| I/J (paper) | seed | commit | machine | own completions / peer | measured s / step (median) | generation "
+        "s | update s | slowdown vs lone run | s / step alone (modelled) |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for run in runs:
+        steps = len(run.own_completions) - 1
+        alone = f"{run.axes['alone_seconds'][-1] / steps:.1f}" if has_alone else "-"
+        lines.append(
+            f"| {label(run.curve.setting)} | {run.curve.seed} | {run.curve.commit} | "
+            f"{'alone' if run.machine.get('alone') else 'shared'}: {run.machine.get('note', '')} | "
+            f"{run.own_completions[-1]:.0f} | {run.measured_seconds[-1] / steps:.1f} | {run.generation_seconds:.1f} | "
+            f"{run.update_seconds:.1f} | {run.slowdown:.2f} | {alone} |"
+        )
+    shared = [run.key for run in runs if not run.machine.get("alone")]
+    lines += [
+        "",
+        f"Only {', '.join(r.key for r in runs if r.machine.get('alone')) or 'no run'} had the machine alone; "
+        f"{len(shared)} of {len(runs)} runs shared it with other work, so their measured step times are not "
+        "comparable. The modelled seconds put every run at the lone run's speed (module docstring); they rest on one "
+        "lone run and on the assumption that sharing slowed generation and the update alike.",
+        "",
+        f"## Held-out pass@1 at the same budget (each setting minus {label(baseline)}, paired by seed)",
+        "",
+        "| budget | I/J (paper) | difference, mean over seeds | per seed |",
+        "|---|---|---|---|",
+    ]
+    for axis in AXES:
+        matched = data["matched"].get(axis)
+        if not matched:
+            continue
+        for setting, result in matched.items():
+            if setting == "budget":
+                continue
+            per_seed = ", ".join(f"{e['value']:+.3f}" for e in result["per_seed"].values())
+            lines.append(
+                f"| {matched['budget']:.0f} {AXIS_LABELS[axis]} | {label(setting)} | {_ci(result['over_seeds'])} | "
+                f"{per_seed} |"
+            )
+    gains = data["gain_per_completions"]
+    lines += [
+        "",
+        f"## Held-out gain per {gains['per']:.0f} own completions (end minus start, over the run)",
+        "",
+        "| I/J (paper) | mean over seeds | minus the baseline, paired by seed |",
+        "|---|---|---|",
+    ]
+    for setting in sorted({run.curve.setting for run in runs}, key=lambda s: -int(s.split("-")[0])):
+        lines.append(
+            f"| {label(setting)} | {_ci(gains[setting]['mean'])} | {_ci(gains[setting].get('minus_baseline'))} |"
+        )
+    lines += [
+        "",
+        "## Time to accuracy: where the held-out curve first reaches a level",
+        "",
+        "| level | I/J (paper) | runs that reach it | steps | own completions | seconds alone (modelled) |",
+        "|---|---|---|---|---|---|",
+    ]
+    for level, by_setting in data["time_to_accuracy"].items():
+        for setting, entry in by_setting.items():
+            cells = []
+            for axis in AXES:
+                if axis not in entry:
+                    cells.append("-")
+                    continue
+                result = entry[axis]
+                cells.append(_ci(result["mean"], digits=0 if axis != "steps" else 1, signed=False))
+            lines.append(
+                f"| {level} | {label(setting)} | {entry['steps']['reached']} of {entry['runs']} | "
+                + " | ".join(cells)
+                + " |"
+            )
+    reward = data["cumulative_reward"]
+    lines += [
+        "",
+        "Levels: the start plus half of 8/0's mean gain, and 8/0's mean final level. Runs that never reach a level are "
+        "left out of its mean (the count says how many reached it); a time is interpolated between evaluations 10 "
+        "steps apart, so it is coarse.",
+        "",
+        "## The paper's metric: cumulative reward per step",
+        "",
+        "Sum over peers and steps of each peer's mean reward on its own completions (`sapo/local_reward`).",
+        "",
+        "| I/J (paper) | cumulative reward, mean over seeds | gain vs baseline | minus the baseline, paired by seed |",
+        "|---|---|---|---|",
+    ]
+    for setting in sorted({run.curve.setting for run in runs}, key=lambda s: -int(s.split("-")[0])):
+        entry = reward[setting]
+        lines.append(
+            f"| {label(setting)} | {_ci(entry['mean'], 2, False)} | {entry['gain_vs_baseline']:+.0%} | "
+            f"{_ci(entry.get('minus_baseline'), 2)} |"
+        )
+    commits = sorted({run.curve.commit for run in runs})
+    lines += [
+        "",
+        "## Caveats",
+        "",
+        f"- The runs ran on {len(commits)} commit(s) ({', '.join(commits)}); a figure mixes them.",
+        "- The archives hold each node's pass@1 and error, not its per-question outcomes, so differences cannot be "
+        "paired by question: every error here is an upper bound (held_out_table's docstring), and the intervals are "
+        "wider than a paired measurement of the same runs would give.",
+        "- Time to accuracy rests on evaluations 10 steps apart and on the modelled seconds; a t-interval over 2 or "
+        "3 seeds (t = 4.30 for 2 degrees of freedom) is wide and may extend below zero.",
+        "",
+        f"![curves](sapo_table_{profile}_compute.png)",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def plot(runs: Sequence[RunCompute], path: Path, profile: str) -> None:
+    """Held-out pass@1 against each axis and the cumulative reward against steps; thin lines per run, thick per
+    setting's mean over seeds (at the runs' mean axis positions)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    settings = sorted({run.curve.setting for run in runs}, key=lambda s: -int(s.split("-")[0]))
+    colours = {setting: f"C{i}" for i, setting in enumerate(settings)}
+    axes_shown = [axis for axis in AXES if runs[0].axes[axis]]
+    figure, panels = plt.subplots(1, len(axes_shown) + 1, figsize=(5 * (len(axes_shown) + 1), 4.2))
+    for panel, axis in zip(panels, axes_shown, strict=False):
+        for setting in settings:
+            mine = [run for run in runs if run.curve.setting == setting]
+            for run in mine:
+                panel.plot(run.at_evaluations(axis), run.curve.pass_at_1, color=colours[setting], alpha=0.3, lw=0.8)
+            common = sorted(set.intersection(*(set(run.curve.steps) for run in mine)))
+            xs = [statistics.fmean(run.axes[axis][s] for run in mine) for s in common]
+            ys = [statistics.fmean(run.curve.pass_at_1[run.curve.steps.index(s)] for run in mine) for s in common]
+            panel.plot(xs, ys, color=colours[setting], lw=2.2, marker="o", label=paper_label(setting))
+        panel.set_xlabel(AXIS_LABELS[axis])
+        panel.set_ylabel("held-out pass@1 (mean over peers)")
+        panel.grid(alpha=0.3)
+    reward_panel = panels[-1]
+    for setting in settings:
+        for run in (r for r in runs if r.curve.setting == setting):
+            totals = [0.0]
+            for value in run.local_reward:
+                totals.append(totals[-1] + value)
+            reward_panel.plot(range(len(totals)), totals, color=colours[setting], alpha=0.6, lw=1)
+        reward_panel.plot([], [], color=colours[setting], label=paper_label(setting))
+    reward_panel.set_xlabel("step")
+    reward_panel.set_ylabel("cumulative reward (sum over peers)")
+    reward_panel.grid(alpha=0.3)
+    reward_panel.legend(fontsize=8)
+    panels[0].legend(fontsize=8)
+    figure.suptitle(f"Profile {profile}: per step and per unit of compute (thin: one run; thick: mean over seeds)")
+    figure.tight_layout()
+    figure.savefig(path, dpi=100)
+    plt.close(figure)
+
+
+def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
+    """Read the archives of ``--profile``; write sapo_table_<profile>_compute.{md,json,png} and print the page."""
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.compute_report", description=__doc__.split("\n")[0])
+    parser.add_argument("--profile", default="cpu-learn", help="sapo_table profile whose archived runs to read")
+    parser.add_argument("--baseline", default="2-0", help="setting compared against, as run (I-J)")
+    parser.add_argument("--results-dir", default=str(RESULTS), help="where the archives are and the outputs go")
+    args = parser.parse_args(argv)
+    code = commit_label()  # before the outputs change the tree
+    results = Path(args.results_dir)
+    archive = results / "sapo_table_runs" / args.profile
+    runs = read_runs(archive)
+    if not runs or not any(run.curve.setting == args.baseline for run in runs):
+        raise SystemExit(f"compute_report: no complete {args.baseline} run archived under {archive}")
+    base = [run for run in runs if run.curve.setting == args.baseline]
+    start = statistics.fmean(run.curve.pass_at_1[0] for run in base)
+    end = statistics.fmean(run.curve.pass_at_1[-1] for run in base)
+    data: dict[str, Any] = {
+        "profile": args.profile,
+        "code": code,
+        "runs": [
+            {
+                "run": run.key,
+                "commit": run.curve.commit,
+                "machine": run.machine,
+                "steps_evaluated": run.curve.steps,
+                "pass_at_1": run.curve.pass_at_1,
+                "standard_error": run.curve.standard_error,
+                "own_completions": run.own_completions,
+                "measured_seconds": run.measured_seconds,
+                "alone_seconds": run.axes["alone_seconds"],
+                "generation_seconds_median": run.generation_seconds,
+                "update_seconds_median": run.update_seconds,
+                "slowdown": run.slowdown,
+                "local_reward_per_step": run.local_reward,
+            }
+            for run in runs
+        ],
+        "matched": {axis: matched_comparison(runs, args.baseline, axis) for axis in AXES if runs[0].axes[axis]},
+        "gain_per_completions": gain_per_completions(runs, args.baseline),
+        "time_to_accuracy": time_to_accuracy(runs, [round(start + (end - start) / 2, 3), round(end, 3)]),
+        "cumulative_reward": cumulative_reward(runs, args.baseline),
+        "t_975": {str(df): t_quantile(0.975, df) for df in (2, 63)},
+    }
+    stem = f"sapo_table_{args.profile}_compute"
+    plot(runs, results / f"{stem}.png", args.profile)
+    page = markdown(args.profile, runs, data, args.baseline, code)
+    (results / f"{stem}.md").write_text(page)
+    (results / f"{stem}.json").write_text(json.dumps(data, indent=1) + "\n")
+    print(page)
+    return data
+
+
+if __name__ == "__main__":
+    main()

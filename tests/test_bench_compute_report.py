@@ -1,0 +1,86 @@
+"""benchmarks/compute_report.py on a synthetic archive: own completions count fill-ins, seconds are rescaled to the
+lone run, values are interpolated at a matched budget and paired by seed, times to a level, cumulative reward."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from benchmarks import compute_report
+
+
+def _run(root: Path, setting: str, seed: int, evals: dict[int, float], step_time: float, generation: float, fill=0.0):
+    run = root / "sapo_table_runs" / "p" / setting / f"seed-{seed}"
+    local = int(setting.split("-")[0])
+    for node in range(2):
+        lines = []
+        for step in range(5):
+            if step in evals:
+                lines.append({"step": step, "eval/pass@1": evals[step], "eval/pass@1_se": 0.04, "eval/questions": 64})
+            if step > 0:
+                lines.append(
+                    {
+                        "step": step,
+                        "step_time": step_time,
+                        "sapo/time/generation": generation,
+                        "sapo/fill_ins": fill,
+                        "sapo/local_reward": 0.1 * step + 0.05 * node,
+                    }
+                )
+        path = run / f"node-{node}" / "metrics.jsonl"
+        path.parent.mkdir(parents=True)
+        path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    identity = {"num_local": local, "num_generations": 4}
+    marker = {"identity": identity, "code": {"commit": "abc", "dirty": False}}
+    (run / "run-complete.json").write_text(json.dumps(marker))
+
+
+def test_compute_report_on_a_synthetic_archive(tmp_path):
+    # 8/0 (2-0): 8 own completions a step; seed 0 had the machine alone (update 6 s), seed 1 ran twice as slow
+    _run(tmp_path, "2-0", 0, {0: 0.1, 2: 0.2, 4: 0.3}, step_time=10.0, generation=4.0)
+    _run(tmp_path, "2-0", 1, {0: 0.1, 2: 0.2, 4: 0.3}, step_time=20.0, generation=8.0)
+    # 4/4 (1-1): 4 own completions a step plus one fill-in group every other step (0.5 a step on average)
+    _run(tmp_path, "1-1", 0, {0: 0.1, 2: 0.2, 4: 0.25}, step_time=9.0, generation=3.0, fill=0.5)
+    _run(tmp_path, "1-1", 1, {0: 0.1, 2: 0.3, 4: 0.35}, step_time=9.0, generation=3.0, fill=0.5)
+    notes = {"runs": {"2-0/seed-0": {"alone": True, "note": "alone"}, "2-0/seed-1": {"alone": False, "note": "x"}}}
+    (tmp_path / "sapo_table_runs" / "p" / "machine_notes.json").write_text(json.dumps(notes))
+    data = compute_report.main(["--profile", "p", "--results-dir", str(tmp_path)])
+    runs = {run["run"]: run for run in data["runs"]}
+    assert runs["2-0/seed-0"]["own_completions"] == [0, 8, 16, 24, 32]
+    assert runs["1-1/seed-0"]["own_completions"] == [0, 6, 12, 18, 24]  # (1 + 0.5) x 4 a step
+    assert runs["2-0/seed-1"]["slowdown"] == pytest.approx(2.0)  # update 12 s against the lone run's 6 s
+    assert runs["2-0/seed-1"]["alone_seconds"][-1] == pytest.approx(40.0)  # 4 steps of 20 s, halved
+    assert runs["1-1/seed-0"]["alone_seconds"][-1] == pytest.approx(36.0)  # update 6 s: as fast as the lone run
+    assert runs["2-0/seed-1"]["machine"]["alone"] is False and runs["1-1/seed-1"]["machine"]["note"] == "not recorded"
+    # at 24 own completions (the most every run reached): 1-1 is at its end (0.25, 0.35), 2-0 at step 3 (0.25)
+    matched = data["matched"]["own_completions"]
+    assert matched["budget"] == 24
+    per_seed = matched["1-1"]["per_seed"]
+    assert per_seed[0]["value"] == pytest.approx(0.0) and per_seed[1]["value"] == pytest.approx(0.1)
+    assert per_seed[0]["se"] == pytest.approx(math.hypot(0.04, 0.04))
+    assert matched["1-1"]["over_seeds"]["value"] == pytest.approx(0.05)
+    # per step the budget is 4 steps: 1-1 minus 2-0 is -0.05 and +0.05
+    assert data["matched"]["steps"]["1-1"]["over_seeds"]["value"] == pytest.approx(0.0)
+    # gain per 100 own completions: 0.2 over 32 (2-0) and 0.15, 0.25 over 24 (1-1)
+    gains = data["gain_per_completions"]
+    assert gains["per_run"]["2-0/seed-0"]["value"] == pytest.approx(0.2 * 100 / 32)
+    assert gains["1-1"]["minus_baseline"]["value"] == pytest.approx(0.2 * 100 / 24 - 0.2 * 100 / 32)
+    # time to 2-0's final level 0.3: 2-0 at step 4; 1-1 seed 1 between steps 2 and 4 (0.3 reached at step 2)
+    level = data["time_to_accuracy"]["0.300"]
+    assert level["2-0"]["steps"]["per_seed"] == {0: 4.0, 1: 4.0}
+    assert level["1-1"]["steps"]["per_seed"] == {0: None, 1: 2.0} and level["1-1"]["steps"]["reached"] == 1
+    assert level["1-1"]["own_completions"]["per_seed"][1] == pytest.approx(12.0)
+    # cumulative reward: per node sum over steps 1-4 of 0.1 x step (+0.05 for node 1) = 1.0 and 1.2
+    assert data["cumulative_reward"]["per_run"]["2-0/seed-0"] == pytest.approx(2.2)
+    page = (tmp_path / "sapo_table_p_compute.md").read_text()
+    assert "Only 2-0/seed-0 had the machine alone; 3 of 4 runs shared it" in page
+    assert (tmp_path / "sapo_table_p_compute.png").exists()
+
+
+def test_crossing_and_value_at():
+    assert compute_report.crossing([0, 10, 20], [0.1, 0.2, 0.4], 0.3) == pytest.approx(15.0)
+    assert compute_report.crossing([0, 10, 20], [0.1, 0.2, 0.4], 0.5) is None
+    assert compute_report.crossing([0, 10], [0.3, 0.2], 0.25) == 0
