@@ -54,3 +54,23 @@ def test_a_missing_model_and_a_malformed_announced_address_fail_with_their_fixes
     assert code == 1
     assert lines["model"][0].startswith("FAIL") and "does not exist" in lines["model"][0]
     assert lines["announce"][0].startswith("FAIL") and "malformed multiaddr" in lines["announce"][0]
+
+
+def test_the_systemd_example_runs_doctor_and_the_node_with_valid_options():
+    import shlex
+    from pathlib import Path
+
+    from sapo.node.options import parse_node_args
+
+    unit = (Path(__file__).resolve().parents[1] / "examples" / "sapo-node.service").read_text()
+    lines = dict(
+        line.split("=", 1)
+        for line in unit.replace("\\\n", " ").splitlines()
+        if line.startswith(("ExecStart", "Restart"))
+    )
+    pre, start = shlex.split(lines["ExecStartPre"]), shlex.split(lines["ExecStart"])
+    assert pre[1] == "doctor" and start[0].endswith("/sapo-node")
+    args, node, _ = parse_node_args(start[1:])
+    assert node.host_maddrs == ["/ip4/0.0.0.0/tcp/31337"] and args.output_dir == "/var/lib/sapo-node"
+    assert lines["Restart"] == "on-failure" and lines["RestartPreventExitStatus"] == "2"  # 2: a configuration error
+    parse_node_args(pre[2:])

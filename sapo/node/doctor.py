@@ -247,9 +247,13 @@ def _is_loopback(host: str | None) -> bool:
 
 
 def port_in_use(host: str, port: int) -> OSError | None:
-    """The error binding ``host:port`` raises now (e.g. address in use), or None when it is free."""
+    """The error binding ``host:port`` raises now (e.g. address in use), or None when it is free.
+
+    Bound with SO_REUSEADDR, as p2pd and the page server bind: a port held only by closed connections (TIME_WAIT,
+    e.g. just after a restart) counts as free, one a process listens on does not."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     with socket.socket(family, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             s.bind((host, port))
         except OSError as e:
