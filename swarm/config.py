@@ -15,8 +15,9 @@ MULTIADDR_FORM = "/ip4/1.2.3.4/tcp/31337/p2p/Qm..."
 
 _SECTIONS = {
     "Swarm membership": (
-        "swarm_name", "initial_peers", "host_maddrs", "announce_maddrs", "identity_path", "signing_key_path",
-        "check_identity_free", "client_mode", "use_relay", "use_auto_relay", "join_timeout", "wait_timeout",
+        "swarm_name", "initial_peers", "rejoin_peers", "host_maddrs", "announce_maddrs", "identity_path",
+        "signing_key_path", "check_identity_free", "client_mode", "use_relay", "use_auto_relay", "join_timeout",
+        "wait_timeout",
         "dht_cache_nearest", "dht_cache_locally", "dht_num_replicas", "dht_record_lookup_workers", "dht_lookup_beam",
         "dht_bucket_size",
     ),
@@ -26,7 +27,8 @@ _SECTIONS = {
     ),
     "Fetching": (
         "prefetch_groups", "max_cached_groups", "poll_interval", "index_refresh_interval", "index_min_interval",
-        "index_shards_per_poll", "index_shard_entries", "index_staleness", "rejoin_interval", "fetch_timeout",
+        "index_shards_per_poll", "index_shard_entries", "index_staleness", "rejoin_interval", "rejoin_max_interval",
+        "fetch_timeout",
         "clock_skew_tolerance",
     ),
     "Process hygiene": (
@@ -49,6 +51,14 @@ class DHTTransportConfig:
         metadata={
             "help": f"Multiaddrs of peers to join, e.g. `{MULTIADDR_FORM}` (a peer prints its own on start). Empty: "
             "start a new swarm."
+        },
+    )
+    rejoin_peers: list[str] = field(
+        default_factory=list,
+        metadata={
+            "help": "Multiaddrs (with `/p2p/`) this peer dials whenever it has no DHT neighbour, besides the initial "
+            "peers and the peers it met. A peer that started alone because no initial peer answered passes them "
+            "here, so that it joins them once one comes up."
         },
     )
     host_maddrs: list[str] = field(
@@ -273,7 +283,14 @@ class DHTTransportConfig:
         metadata={
             "help": "Seconds between two checks of this peer's DHT neighbours. A peer that has lost all of them (its "
             "link was down, or every neighbour left) dials and pings the peers it knew, initial peers included, to "
-            "rejoin (counted as rejoin_attempts and rejoins)."
+            "rejoin (counted as rejoin_attempts and rejoins). After a failed attempt the wait doubles, up to "
+            "rejoin_max_interval."
+        },
+    )
+    rejoin_max_interval: float = field(
+        default=60.0,
+        metadata={
+            "help": "Longest wait, in seconds, between two attempts of a peer alone to rejoin (the backoff's cap)."
         },
     )
     fetch_timeout: float = field(default=20.0, metadata={"help": "Seconds one background lookup may take."})
@@ -293,6 +310,8 @@ class DHTTransportConfig:
     def __post_init__(self) -> None:
         if isinstance(self.initial_peers, str):
             self.initial_peers = [self.initial_peers]
+        if isinstance(self.rejoin_peers, str):
+            self.rejoin_peers = [self.rejoin_peers]
         if not 1 <= self.index_records <= self.limits.max_index_records:
             raise ValueError(
                 f"index_records={self.index_records}: it must be in [1, {self.limits.max_index_records}] "
@@ -327,7 +346,7 @@ def validate_multiaddr(addr: str, require_peer_id: bool) -> Multiaddr:
 
 def validate_addresses(config: DHTTransportConfig) -> None:
     """Check every multiaddr of ``config`` (initial peers need a ``/p2p/`` peer id); ValueError names the bad one."""
-    for addr in config.initial_peers:
+    for addr in [*config.initial_peers, *config.rejoin_peers]:
         validate_multiaddr(addr, require_peer_id=True)
     for addr in list(config.host_maddrs) + list(config.announce_maddrs or []):
         validate_multiaddr(addr, require_peer_id=False)

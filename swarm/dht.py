@@ -167,6 +167,10 @@ class DHTTransport(SwarmTransport):
         """Other peers whose index entries were seen within the record ttl."""
         return self.reader.peers()
 
+    def neighbours(self) -> int:
+        """DHT neighbours now; 0 means this peer is alone and keeps trying to (re)join (``rejoin_interval``)."""
+        return self.peer.neighbour_count()
+
     def ready_groups(self) -> int:
         """Groups of others fetched and validated in the background, which :meth:`fetch` hands out at once."""
         return self.reader.cached_groups()
@@ -181,7 +185,11 @@ class DHTTransport(SwarmTransport):
             peer_id=self._peer_id,
             healthy=self.healthy(),
             counters=self._counters.snapshot(),
-            gauges={"dht_stored_items": float(self.peer.stored_items()), **self.reader.gauges()},
+            gauges={
+                "dht_stored_items": float(self.peer.stored_items()),
+                "dht_neighbours": float(self.peer.neighbour_count()),
+                **self.reader.gauges(),
+            },
             timings=self._timings.snapshot(),
             addresses=self.visible_addresses(),
         )

@@ -113,6 +113,8 @@ class DHTPeer:
         self._wake_events: dict[str, asyncio.Event] = {}
         self._known_peers: dict[Any, list[Any]] = {}  # libp2p PeerID -> multiaddrs, to rejoin after a partition
         self._alone_since: float | None = None
+        self._rejoin_wait = config.rejoin_interval  # backoff between failed rejoin attempts, doubled up to the cap
+        self._next_rejoin = 0.0
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._run_loop, name=f"swarm-dht-{label}", daemon=True)
 
@@ -202,6 +204,11 @@ class DHTPeer:
         """False once closed, or if p2pd or the event loop thread died (the peer then neither sends nor gets)."""
         return self._healthy and not self._closed and self._thread.is_alive()
 
+    def neighbour_count(self) -> int:
+        """DHT neighbours in this peer's routing table now; 0 means it is alone (and tries to rejoin)."""
+        node = self.node
+        return len(node.protocol.routing_table.peer_id_to_uid) if node is not None else 0
+
     def stored_items(self) -> int:
         """DHT items this peer stores for the swarm."""
         node = self.node
@@ -266,7 +273,7 @@ class DHTPeer:
         if served is not None:
             await self._p2p.add_protobuf_handler(RECORD_HANDLER, served.handle, BytesValue)
             served.host = self._p2p.peer_id.to_base58()
-        for addr in config.initial_peers:
+        for addr in [*config.initial_peers, *config.rejoin_peers]:
             maddr = Multiaddr(addr)
             self._known_peers[PeerID.from_base58(maddr["p2p"])] = [maddr.decapsulate(Multiaddr(f"/p2p/{maddr['p2p']}"))]
         self._healthy = True
@@ -369,14 +376,18 @@ class DHTPeer:
             self._known_peers.pop(next(iter(self._known_peers)))
         if node.protocol.routing_table.peer_id_to_uid or not self._known_peers:
             self._alone_since = None
+            self._rejoin_wait, self._next_rejoin = self.config.rejoin_interval, 0.0
+            return
+        now = self._clock.monotonic()
+        if now < self._next_rejoin:  # backing off after failed attempts
             return
         self._counters.add("rejoin_attempts")
         if self._alone_since is None:  # warn once per partition, not at every attempt
-            self._alone_since = self._clock.monotonic()
+            self._alone_since = now
             logger.warning(
-                "peer %s has no DHT neighbour left (network down, or every neighbour left); trying to rejoin "
-                "through %d known peer(s) every %.0f s", self._label, len(self._known_peers),
-                self.config.rejoin_interval,
+                "peer %s has no DHT neighbour (network down, every neighbour left, or no initial peer answered); "
+                "trying to join through %d known peer(s), every %g s at first, backing off to every %g s",
+                self._label, len(self._known_peers), self.config.rejoin_interval, self.config.rejoin_max_interval,
             )  # fmt: skip
 
         async def dial_and_ping(peer_id: Any, addrs: list[Any]) -> Any:
@@ -396,6 +407,12 @@ class DHTPeer:
                 "peer %s rejoined the swarm after %.0f s alone (%d neighbour(s))", self._label, alone, neighbours
             )
             self._alone_since = None
+            self._rejoin_wait, self._next_rejoin = self.config.rejoin_interval, 0.0
+        else:
+            self._next_rejoin = now + self._rejoin_wait
+            self._rejoin_wait = min(
+                2 * self._rejoin_wait, max(self.config.rejoin_max_interval, self.config.rejoin_interval)
+            )
 
     async def _watchdog(self) -> None:
         """Report p2pd death: hivemind itself fails silently when its daemon dies under a live node."""

@@ -12,6 +12,7 @@ from typing import Any
 from tqdm.auto import tqdm
 from transformers import TrainerCallback
 
+from sapo.node.board import StatusBoard
 from sapo.node.report import is_evaluation_line
 from sapo.node.status import write_status
 
@@ -64,25 +65,74 @@ _PHASE_WORDS = {  # SAPOTrainer's phase names, as a person reads them
 
 class NodeStatus(TrainerCallback):
     """What the node is doing now, in `status.json` of its output directory (read by `local-swarm`'s status line):
-    `{"phase": ..., "step": ..., "time": ...}`. Phases before training (loading, joining, waiting) are set by the
-    node with :meth:`set`; during training, SAPOTrainer announces the step's phases through :meth:`on_phase`."""
+    `{"phase": ..., "step": ..., "time": ..., "swarm": "joined" | "alone", "page": URL}`, and on its status page
+    (a :class:`~sapo.node.board.StatusBoard`). Phases before training (loading, joining, waiting) are set by the
+    node with :meth:`set`; during training, SAPOTrainer announces the step's phases through :meth:`on_phase`.
+    After each logged step the swarm is read again (:meth:`watch`): joining and being left alone are logged."""
 
-    def __init__(self, output_dir: str | Path):
+    def __init__(self, output_dir: str | Path, board: StatusBoard | None = None):
         self.output_dir = Path(output_dir)
+        self.board = board or StatusBoard()
         self._step = 0
+        self._extra: dict[str, Any] = {}
+        self._swarm: Any = None
+        self._senders: Any = None
+        self._rejoin_through: list[str] = []
+        self._require_swarm = False
 
-    def set(self, phase: str, step: int | None = None) -> None:
-        """Record ``phase`` (at ``step``, or the step last recorded)."""
+    def set(self, phase: str, step: int | None = None, **extra: Any) -> None:
+        """Record ``phase`` (at ``step``, or the step last recorded); ``extra`` fields stay in status.json."""
         if step is not None:
             self._step = step
-        write_status(self.output_dir, phase, self._step)
+        self._extra.update(extra)
+        self.board.set_phase(phase, self._step)
+        write_status(self.output_dir, phase, self._step, **self._extra)
+
+    def watch(
+        self, swarm: Any, senders: Any = None, rejoin_through: list[str] | None = None, require_swarm: bool = False
+    ) -> None:
+        """Read ``swarm`` (a SwarmTransport) and ``senders()`` (per-sender outcomes) after every logged step."""
+        self._swarm, self._senders = swarm, senders
+        self._rejoin_through, self._require_swarm = list(rejoin_through or []), require_swarm
+        self.read_swarm(self._step)
+
+    def read_swarm(self, step: int) -> None:
+        """Update the board from the swarm; log when the node joins or is left alone."""
+        if self._swarm is None:
+            return
+        state = self.board.record_swarm(self._swarm, self._require_swarm, self._rejoin_through)
+        if self._senders is not None:
+            self.board.record_senders(self._senders())
+        before = self._extra.get("swarm")
+        if state != before:
+            self._extra["swarm"] = state
+            if state == "joined" and before == "alone":
+                logger.info("step %d: joined the swarm: groups of other peers can fill the external slots now", step)
+            elif state == "alone" and not self._rejoin_through and before is None:
+                logger.info("no other peer in the swarm yet: every slot is filled with this node's own groups")
+            elif state == "alone":
+                logger.warning(
+                    "step %d: training alone: no other peer is reachable, so every slot is filled with this node's "
+                    "own groups; trying to join in the background%s", step,
+                    f" through {', '.join(self._rejoin_through)}" if self._rejoin_through else "",
+                )  # fmt: skip
 
     def on_phase(self, phase: str, state) -> None:
         if state.is_world_process_zero:
             self.set(_PHASE_WORDS.get(phase, phase), state.global_step + (phase != "evaluating"))
 
+    def on_train_begin(self, args, state, control, **kwargs):
+        self.board.set_max_steps(state.max_steps)
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if not state.is_world_process_zero or not logs or "train_runtime" in logs or is_evaluation_line(logs):
+            return
+        self.board.record_step(state.global_step, logs)
+        self.read_swarm(state.global_step)
+
     def on_evaluate(self, args, state, control, metrics=None, **kwargs):
         if state.is_world_process_zero and metrics and is_evaluation_line(metrics):
+            self.board.record_held_out(state.global_step, metrics["eval/pass@1"], metrics.get("eval/pass@1_se"))
             per_task = {k.rsplit("/", 1)[1]: v for k, v in metrics.items() if k.startswith("eval/pass@1/")}
             tasks = ", ".join(f"{task} {value:.2f}" for task, value in per_task.items())
             logger.info(

@@ -1,4 +1,5 @@
-"""The `sapo-node` command: run a node, start a local swarm of nodes, evaluate a model, or report on a run."""
+"""The `sapo-node` command: run a node, start a local swarm of nodes, check the machine, evaluate a model, or report on
+a run."""
 
 from __future__ import annotations
 
@@ -21,6 +22,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from sapo.node.eval_command import main as eval_main
 
         return eval_main(argv[1:])
+    if argv and argv[0] == "doctor":
+        from sapo.node.doctor import main as doctor_main
+
+        return doctor_main(argv[1:])
     if argv and argv[0] == "report":
         from sapo.node.report import main as report_main
 

@@ -31,6 +31,13 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     )
     parser.add_argument("--seed", type=int, default=42, help="seed of node 0; node i uses seed + i")
     parser.add_argument("--status-interval", type=float, default=15.0, help="seconds between status lines")
+    parser.add_argument(
+        "--status-port",
+        type=int,
+        default=31338,
+        help="port of the swarm's status page on 127.0.0.1 (one row, link and plot line per node; each node serves "
+        "its own page on a free port); a taken port falls back to a free one; -1 serves none",
+    )
     args, node_args = parser.parse_known_args(argv)
     if args.peers < 1:
         parser.error(f"--peers must be at least 1, got {args.peers}")
@@ -44,12 +51,14 @@ def node_command(
     (unless the node options say otherwise), so that no node trains alone while the others load."""
     given = {arg.split("=", 1)[0].replace("-", "_") for arg in node_args if arg.startswith("--")}
     waiting = [] if "__wait_for_peers" in given else ["--wait_for_peers", str(peers - 1)]
+    page = [] if "__status_port" in given else ["--status_port", "0"]  # N pages on one machine: free ports
     command = [
         sys.executable, "-m", "sapo.node.cli", *node_args,
         "--output_dir", str(run_dir / f"node-{index}"),
         "--seed", str(seed + index),
         "--host_maddrs", "/ip4/127.0.0.1/tcp/0",
         *waiting,
+        *page,
         "--initial_peers", *initial_peers,
     ]  # fmt: skip
     return command
@@ -112,6 +121,8 @@ def status_line(run_dir: Path, count: int) -> str:
         doing = status.get("phase", "starting (loading libraries)")
         if status.get("step"):
             doing = f"step {status['step']} {doing}"
+        if status.get("swarm") == "alone":
+            doing += " (alone)"
         train, held_out = latest_metrics(node_dir / "metrics.jsonl")
         figures = []
         if train:
@@ -124,6 +135,51 @@ def status_line(run_dir: Path, count: int) -> str:
             )
         parts.append(f"node-{i}: {doing}" + (f" ({', '.join(figures)})" if figures else ""))
     return " | ".join(parts)
+
+
+def node_snapshots(run_dir: Path, count: int, timeout: float = 2.0) -> list[dict[str, Any]]:
+    """Each node's name, page address (from its status.json) and /status.json snapshot (None while it starts or
+    when it does not answer within ``timeout`` seconds)."""
+    import urllib.request
+
+    nodes = []
+    for i in range(count):
+        url = read_status(run_dir / f"node-{i}").get("page")
+        snapshot = None
+        if url:
+            try:
+                with urllib.request.urlopen(url + "status.json", timeout=timeout) as response:
+                    snapshot = json.load(response)
+            except (OSError, ValueError):
+                snapshot = None
+        nodes.append({"name": f"node-{i}", "url": url, "snapshot": snapshot})
+    return nodes
+
+
+def start_swarm_page(run_dir: Path, count: int, port: int) -> Any:
+    """Serve local-swarm's page (every node's row, link and plot lines) on 127.0.0.1, or None when off."""
+    from sapo.node.page import swarm_page
+    from sapo.node.web import StatusServer
+
+    if port < 0:
+        return None
+
+    def app(environ: dict[str, Any], start_response: Any) -> list[bytes]:
+        nodes = node_snapshots(run_dir, count)
+        if environ.get("PATH_INFO") == "/status.json":
+            body, kind = json.dumps(nodes).encode(), "application/json"
+        else:
+            body, kind = swarm_page(nodes).encode(), "text/html; charset=utf-8"
+        start_response("200 OK", [("Content-Type", kind), ("Content-Length", str(len(body)))])
+        return [body]
+
+    try:
+        server = StatusServer(app, "127.0.0.1", port)
+    except OSError as e:
+        print(f"local-swarm: status page not served: {e}", flush=True)
+        return None
+    print(f"local-swarm: status page of all nodes: {server.url}", flush=True)
+    return server
 
 
 def shared_cores_env(nodes: int) -> dict[str, str]:
@@ -163,8 +219,10 @@ def main(argv: list[str]) -> int:
 
     previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGINT, signal.SIGTERM)}
     bootstrap = None
+    page = None
     try:
         bootstrap = start_bootstrap_peer(run_dir, node_args)
+        page = start_swarm_page(run_dir, args.peers, args.status_port)
         address = bootstrap.visible_addresses()
         print(f"local-swarm: swarm address {' '.join(address)}", flush=True)
         for i in range(args.peers):
@@ -194,5 +252,7 @@ def main(argv: list[str]) -> int:
             log.close()
         if bootstrap is not None:
             bootstrap.close()
+        if page is not None:
+            page.close()
         for sig, handler in previous.items():
             signal.signal(sig, handler)

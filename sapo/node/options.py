@@ -11,6 +11,9 @@ sapo-node [--config node.yaml] [--set key=value ...] [--FIELD VALUE ...] [--prin
     Run a SAPO node. With no arguments: the embedded default model and tasks, in a new swarm.
 sapo-node local-swarm --peers N [--run-dir DIR] [node options ...]
     Start N nodes on 127.0.0.1 that find each other; outputs go to one run directory.
+sapo-node doctor [node options ...]
+    Check this machine for a node with these options (Python, torch, GPU, memory, disk, p2pd, model, ports,
+    addresses, initial peers): one line per check with its fix; exit code 1 when the node cannot run.
 sapo-node eval MODEL [--tasks ...] [--questions N]
     Held-out greedy pass@1 of a model, checkpoint or LoRA adapter, per task (the questions a node evaluates on).
 sapo-node report RUN_DIR

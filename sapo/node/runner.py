@@ -54,6 +54,8 @@ _SECTIONS = {
         "join_timeout",
     ),
     "Waiting for peers": ("wait_for_peers", "wait_for_peers_timeout"),
+    "Staying up": ("require_swarm",),
+    "Status page": ("status_port", "status_host"),
 }  # fmt: skip
 
 
@@ -114,6 +116,32 @@ class NodeArguments:
     wait_for_peers_timeout: float = field(
         default=300.0,
         metadata={"help": "Seconds to wait for them; after that the node trains anyway, with a warning."},
+    )
+    require_swarm: bool = field(
+        default=False,
+        metadata={
+            "help": "Exit (code 3) when no initial peer answers within `join_timeout`. By default the node then "
+            "trains alone (every slot filled with its own groups), says so in its log, status.json and status page, "
+            "and keeps dialing the initial peers in the background (backing off to once a minute); once one "
+            "answers, it joins and exchange starts without a restart."
+        },
+    )
+    status_port: int | None = field(
+        default=31338,
+        metadata={
+            "help": "TCP port of the node's status page (`/`), its JSON (`/status.json`), Prometheus metrics "
+            "(`/metrics`) and health (`/healthz`, 503 when unhealthy). If the port is taken, a free one is used "
+            "(logged, and written to status.json); 0 always picks a free one; `none` serves no page."
+        },
+    )
+    status_host: str = field(
+        default="127.0.0.1",
+        metadata={
+            "help": "Interface the status page listens on. `127.0.0.1` (default): this machine only. `0.0.0.0` opens "
+            "it to every network this machine is on, without password or TLS: whoever reaches the port reads the "
+            "node's peer id, addresses, peers, metrics and log messages (which may hold file paths). Open it only "
+            "behind a firewall, or reach it through an SSH tunnel (`ssh -L 31338:127.0.0.1:31338 HOST`)."
+        },
     )
 
 
@@ -198,7 +226,11 @@ def check_addresses(node: NodeArguments) -> None:
 
 
 def start_swarm(node: NodeArguments, output_dir: Path, model_name: str) -> Any:
-    """Join (or start) the DHT swarm; print the address others pass to join."""
+    """Join (or start) the DHT swarm; print the address others pass to join.
+
+    When no initial peer answers: raise :class:`JoinError` if ``node.require_swarm``, else start alone and keep
+    dialing the initial peers in the background (``DHTTransportConfig.rejoin_peers``, with backoff).
+    """
     from swarm.dht import DHTTransport, DHTTransportConfig, SwarmJoinError
 
     identity = Path(node.identity) if node.identity else output_dir / "identity.key"
@@ -221,7 +253,18 @@ def start_swarm(node: NodeArguments, output_dir: Path, model_name: str) -> Any:
     try:
         swarm = DHTTransport(config)
     except SwarmJoinError as e:
-        raise JoinError(str(e)) from None
+        if node.require_swarm or not node.initial_peers:
+            raise JoinError(str(e)) from None
+        logger.warning("%s", e)
+        logger.warning(
+            "no initial peer answered: training alone (every slot filled with this node's own groups) and dialing "
+            "%s in the background; the node joins once one answers (--require_swarm exits instead)",
+            ", ".join(node.initial_peers),
+        )
+        try:
+            swarm = DHTTransport(dataclasses.replace(config, initial_peers=[], rejoin_peers=list(node.initial_peers)))
+        except SwarmJoinError as e:
+            raise JoinError(str(e)) from None
     except ValueError as e:
         raise NodeError(str(e)) from None
     addresses = swarm.visible_addresses()
@@ -310,6 +353,7 @@ def _run(args: Any, node: NodeArguments) -> int:
     from transformers.trainer_callback import PrinterCallback, ProgressCallback
 
     from sapo.checkpoints import latest_complete_checkpoint, set_aside_incomplete
+    from sapo.node.board import BoardLogHandler, StatusBoard
     from sapo.node.callbacks import EvaluateAtEnd, GracefulStop, MetricsJsonl, NodeProgress, NodeStatus, SwarmLog
     from sapo.trainer import SAPOTrainer
 
@@ -325,7 +369,11 @@ def _run(args: Any, node: NodeArguments) -> int:
     setup_logging(output_dir, args.log_level if args.log_level not in ("passive", None) else "info")
 
     stop = GracefulStop().install()
-    status = NodeStatus(output_dir)
+    board = StatusBoard(node_name=f"sapo-node {output_dir.name}", max_steps=args.max_steps)
+    status = NodeStatus(output_dir, board)
+    page = start_status_page(node, board, status)
+    problems = BoardLogHandler(board)
+    logging.getLogger().addHandler(problems)
     swarm = None
     try:
         set_aside_incomplete(output_dir)
@@ -343,6 +391,7 @@ def _run(args: Any, node: NodeArguments) -> int:
         model, tokenizer = load_model(node)
         status.set("joining swarm")
         swarm = start_swarm(node, output_dir, model_name=args.swarm_model_name or node.model)
+        status.watch(swarm, rejoin_through=list(node.initial_peers), require_swarm=node.require_swarm)
         if node.wait_for_peers > 0:
             status.set(f"waiting for {node.wait_for_peers} peer(s)")
             await_peers(swarm, node.wait_for_peers, node.wait_for_peers_timeout)
@@ -357,6 +406,10 @@ def _run(args: Any, node: NodeArguments) -> int:
             swarm=swarm,
             callbacks=[NodeProgress(), metrics, SwarmLog(), status, EvaluateAtEnd(), stop],
         )
+        status.watch(
+            swarm, lambda: trainer.sender_outcomes, rejoin_through=list(node.initial_peers),
+            require_swarm=node.require_swarm,
+        )  # fmt: skip
         trainer.remove_callback(ProgressCallback)
         trainer.remove_callback(PrinterCallback)
         if resume is not None:
@@ -376,6 +429,28 @@ def _run(args: Any, node: NodeArguments) -> int:
         if swarm is not None:
             logger.info("leaving the swarm")
             swarm.close()
+        logging.getLogger().removeHandler(problems)
+        if page is not None:
+            page.close()
+
+
+def start_status_page(node: NodeArguments, board: Any, status: Any) -> Any:
+    """Serve the node's status page (a :class:`~sapo.node.web.StatusServer`), or None when it is off or its address
+    cannot be bound (logged: the page never stops a node)."""
+    from sapo.node.web import StatusServer, node_app
+
+    if node.status_port is None:
+        return None
+    try:
+        server = StatusServer(node_app(board.snapshot), node.status_host, node.status_port)
+    except OSError as e:
+        logger.warning("status page not served on %s:%s: %s", node.status_host, node.status_port, e)
+        return None
+    board.set_page_url(server.url)
+    status.set("starting", page=server.url)
+    exposure = "this machine only" if server.host in ("127.0.0.1", "localhost", "::1") else "OPEN TO THE NETWORK"
+    logger.info("status page: %s (%s; JSON at status.json, Prometheus at metrics)", server.url, exposure)
+    return server
 
 
 def _step(checkpoint: Path | None) -> int | None:

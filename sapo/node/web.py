@@ -1,0 +1,180 @@
+"""The status page server: `/` (HTML), `/status.json`, `/metrics` (Prometheus text) and `/healthz`.
+
+A WSGI application served by the standard library's `wsgiref` server, one daemon thread per request (no HTTP is
+parsed here), with `prometheus_client` writing the exposition format. Every route reads a snapshot
+(:meth:`sapo.node.board.StatusBoard.snapshot`), so a client polling the page never waits on, or slows, training.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import logging
+import socket
+import threading
+from collections.abc import Callable, Iterable
+from socketserver import ThreadingMixIn
+from typing import Any
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
+
+from sapo.node.page import latest, node_page
+
+logger = logging.getLogger("sapo.node")
+
+DEFAULT_STATUS_PORT = 31338
+WsgiApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
+
+
+class _ThreadingServer(ThreadingMixIn, WSGIServer):
+    daemon_threads = True  # a stuck client never keeps the node from exiting
+
+
+class _ThreadingServer6(_ThreadingServer):
+    address_family = socket.AF_INET6
+
+
+class _QuietHandler(WSGIRequestHandler):
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002  (the name http.server uses)
+        logger.debug("status page: %s", format % args)
+
+
+def _respond(start_response: Callable[..., Any], status: str, body: bytes, content_type: str) -> list[bytes]:
+    start_response(
+        status, [("Content-Type", content_type), ("Content-Length", str(len(body))), ("Cache-Control", "no-store")]
+    )
+    return [body]
+
+
+class SnapshotCollector:
+    """A `prometheus_client` collector that turns a node's snapshot into metrics at each scrape."""
+
+    def __init__(self, snapshot: Callable[[], dict[str, Any]]):
+        self.snapshot = snapshot
+
+    def describe(self) -> list[Any]:
+        return []  # metrics are only known at scrape time (senders, reasons); skip registration-time checks
+
+    def collect(self) -> Iterable[Any]:
+        """The node's figures: step, reward, held-out pass@1, swarm and per-sender groups, health."""
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+        snap = self.snapshot()
+        swarm = snap["swarm"]
+
+        def gauge(name: str, text: str, value: float | None) -> Iterable[Any]:
+            if value is not None:
+                yield GaugeMetricFamily(name, text, value=float(value))
+
+        yield from gauge("sapo_step", "Training steps done.", snap["step"])
+        yield from gauge("sapo_max_steps", "Step the run ends at.", snap.get("max_steps"))
+        yield from gauge("sapo_training_reward", "Mean reward of this node's own completions, last step.",
+                         latest(snap["reward"]))  # fmt: skip
+        yield from gauge("sapo_held_out_pass_at_1", "Greedy pass@1 on held-out questions, last evaluation.",
+                         latest(snap["held_out"]))  # fmt: skip
+        yield from gauge("sapo_step_seconds", "Median seconds per step over the last 20 steps.", snap["step_seconds"])
+        yield from gauge("sapo_last_step_timestamp_seconds", "Unix time the last step ended (alert on staleness).",
+                         snap["last_step_time"])  # fmt: skip
+        yield from gauge("sapo_peers", "Other peers listed in the swarm.", len(swarm.get("peers", [])))
+        yield from gauge("sapo_dht_neighbours", "DHT neighbours; 0: alone.", swarm.get("neighbours"))
+        yield from gauge("sapo_swarm_alone", "1 while no other peer is reachable (slots filled locally).",
+                         1.0 if swarm.get("state") == "alone" else 0.0)  # fmt: skip
+        phase = GaugeMetricFamily("sapo_phase", "What the node does now (1 for the current phase).", labels=["phase"])
+        phase.add_metric([snap["phase"]], 1.0)
+        yield phase
+        health = GaugeMetricFamily("sapo_health", "1 for the node's health status now.", labels=["status"])
+        for status in ("ok", "degraded", "unhealthy"):
+            health.add_metric([status], 1.0 if snap["health"]["status"] == status else 0.0)
+        yield health
+        taken = CounterMetricFamily("sapo_groups_taken", "Groups of other peers trained on.", labels=["sender"])
+        dropped = CounterMetricFamily(
+            "sapo_groups_dropped", "Groups of other peers dropped, by reason.", labels=["sender", "reason"]
+        )
+        for sender, counts in sorted(snap["senders"].items()):
+            taken.add_metric([sender], float(counts.get("taken", 0)))
+            for key, count in sorted(counts.items()):
+                if key.startswith("dropped/"):
+                    dropped.add_metric([sender, key.split("/", 1)[1]], float(count))
+        yield taken
+        yield dropped
+        events = CounterMetricFamily(
+            "sapo_swarm_events", "What the swarm transport did (groups published, fetched, rejected/<reason>, "
+            "rejoins...).", labels=["event"]
+        )  # fmt: skip
+        for name, count in sorted((swarm.get("counters") or {}).items()):
+            events.add_metric([name], float(count))
+        yield events
+
+
+def node_app(snapshot: Callable[[], dict[str, Any]]) -> WsgiApp:
+    """The WSGI application of one node's status page."""
+    from prometheus_client import CollectorRegistry, PlatformCollector, ProcessCollector, make_wsgi_app
+
+    registry = CollectorRegistry()
+    registry.register(SnapshotCollector(snapshot))
+    ProcessCollector(registry=registry)  # process_resident_memory_bytes, process_cpu_seconds_total, ...
+    PlatformCollector(registry=registry)
+    metrics = make_wsgi_app(registry)
+
+    def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+        path = environ.get("PATH_INFO", "/")
+        if path == "/metrics":
+            return metrics(environ, start_response)
+        if path == "/status.json":
+            return _respond(start_response, "200 OK", json.dumps(snapshot()).encode(), "application/json")
+        if path == "/healthz":
+            status = snapshot()["health"]["status"]
+            code = "503 Service Unavailable" if status == "unhealthy" else "200 OK"
+            return _respond(start_response, code, f"{status}\n".encode(), "text/plain; charset=utf-8")
+        if path in ("/", "/index.html"):
+            return _respond(start_response, "200 OK", node_page(snapshot()).encode(), "text/html; charset=utf-8")
+        return _respond(start_response, "404 Not Found", b"not found: try / /status.json /metrics\n", "text/plain")
+
+    return app
+
+
+class StatusServer:
+    """Serves a WSGI app on ``host:port`` from daemon threads until :meth:`close`.
+
+    Args:
+        app: the WSGI application (:func:`node_app`, or local-swarm's page).
+        host: interface to listen on; ``127.0.0.1`` (the default) keeps the page on this machine.
+        port: TCP port; 0 picks a free one.
+        fallback: when ``port`` is taken, listen on a free port instead (with a warning) rather than fail.
+
+    Raises:
+        OSError: the address cannot be bound (and ``fallback`` is off, or a free port fails too).
+    """
+
+    def __init__(self, app: WsgiApp, host: str = "127.0.0.1", port: int = DEFAULT_STATUS_PORT, fallback: bool = True):
+        server_class = _ThreadingServer6 if ":" in host else _ThreadingServer
+        try:
+            self._server = make_server(host, port, app, server_class=server_class, handler_class=_QuietHandler)
+        except OSError as e:
+            if not fallback or e.errno != errno.EADDRINUSE or port == 0:
+                raise
+            self._server = make_server(host, 0, app, server_class=server_class, handler_class=_QuietHandler)
+            logger.warning(
+                "status page: port %d is in use (another node?); serving on port %d instead (set --status_port)",
+                port, self._server.server_port,
+            )  # fmt: skip
+        self.host = host
+        self.port = self._server.server_port
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, kwargs={"poll_interval": 0.5}, name="status-page", daemon=True
+        )
+        self._thread.start()
+
+    @property
+    def url(self) -> str:
+        """The page's address (for a wildcard host: as seen from this machine)."""
+        host = {"0.0.0.0": "127.0.0.1", "::": "[::1]"}.get(
+            self.host, f"[{self.host}]" if ":" in self.host else self.host
+        )
+        return f"http://{host}:{self.port}/"
+
+    def close(self) -> None:
+        """Stop serving and release the port; idempotent."""
+        if self._thread.is_alive():
+            self._server.shutdown()
+            self._thread.join(timeout=5)
+        self._server.server_close()
