@@ -36,7 +36,7 @@ from trl.data_utils import is_conversational
 
 from sapo.checkpoints import mark_complete
 from sapo.config import SAPOConfig
-from sapo.evaluation import HeldOutResult, evaluate_policy, held_out_questions
+from sapo.evaluation import HeldOutResult, evaluate_policy, held_out_questions, is_question_set
 from sapo.hygiene import CompletionFilter, CompletionHygiene
 from sapo.plausibility import PlausibilityCheck, typicality_scores
 from sapo.sampling import Candidate, ExternalSampler, make_sampler
@@ -117,11 +117,13 @@ class SAPOTrainer(GRPOTrainer):
         completion_filter: CompletionFilter | None = None,
         **kwargs: Any,
     ):
-        if args is None:
-            args = SAPOConfig(output_dir="sapo-output")
+        if args is None:  # as GRPOTrainer names its default output directory
+            name = model if isinstance(model, str) else str(getattr(model.config, "_name_or_path", "") or "model")
+            args = SAPOConfig(f"{name.rstrip('/').split('/')[-1]}-SAPO")
         if not isinstance(args, SAPOConfig):
             raise TypeError(f"SAPOTrainer needs args=SAPOConfig(...), got {type(args).__name__}.")
-        if eval_dataset is None and args.eval_strategy != "no":
+        derived_held_out = eval_dataset is None and args.eval_strategy != "no"
+        if derived_held_out:
             eval_dataset = held_out_questions(train_dataset, args.eval_questions)
         super().__init__(
             model=model,
@@ -131,12 +133,22 @@ class SAPOTrainer(GRPOTrainer):
             eval_dataset=eval_dataset,
             **kwargs,
         )
-        if args.num_external > 0:
-            self._check_external_support(train_dataset)
+        # Measured by greedy pass@1 only: GRPOTrainer has no eval set here (see evaluate).
+        self._derived_held_out = self.eval_dataset if derived_held_out else None
+        self._eval_questions: Any = None  # reasoning-gym rows of the eval set TRL's evaluation loop is running on
         self.swarm = swarm
         # Every process must agree on whether there is a swarm and on its peer id: they take part in the
         # main process's fetches and publications together, and make the same selection.
         self._uses_swarm, peer_id = self._main_process_swarm(swarm)
+        if self._uses_swarm and args.num_external > 0:
+            self._check_external_support(train_dataset)
+        if not self._uses_swarm and args.num_external > 0:
+            logger.warning(
+                "no swarm given: SAPOTrainer trains as a local GRPO learner; the %d external groups of each round are "
+                "generated here (pass swarm=... to take them from peers)", args.num_external,
+            )  # fmt: skip
+        elif not self._uses_swarm:
+            logger.info("no swarm given: SAPOTrainer trains as a local GRPO learner (pass swarm=... to join peers)")
         self.verifier = verifier or QuestionVerifier(
             policy=args.external_source_policy, regeneration_timeout=args.regeneration_timeout
         )
@@ -186,14 +198,16 @@ class SAPOTrainer(GRPOTrainer):
                 "with several processes, pass the swarm on the main process only (swarm=None elsewhere): the node "
                 "is one peer, and the main process fetches and publishes for all of them."
             )
+        uses_swarm, peer_id = broadcast_object_list(
+            [(swarm is not None, swarm.peer_id if swarm is not None else None)], from_process=0
+        )[0]
         for name in ("num_local", "num_external"):
-            if getattr(self.args, name) % processes != 0:
+            if uses_swarm and getattr(self.args, name) % processes != 0:
                 raise ValueError(
                     f"{name}={getattr(self.args, name)} must be divisible by the number of processes ({processes}), "
-                    "so that every process holds whole groups."
+                    "so that every process holds whole groups to publish and to take."
                 )
-        shared = [(swarm is not None, swarm.peer_id if swarm is not None else None)]
-        return broadcast_object_list(shared, from_process=0)[0]
+        return uses_swarm, peer_id
 
     def _check_external_support(self, train_dataset: Any) -> None:
         if self.tools or self.rollout_func is not None or self.environment_factories is not None:
@@ -206,8 +220,8 @@ class SAPOTrainer(GRPOTrainer):
         first = next(iter(train_dataset)) if train_dataset is not None else None
         if first is not None and not is_conversational(first):
             raise ValueError(
-                "num_external > 0 needs a conversational dataset (a 'prompt' column of chat messages), since swarm "
-                "groups carry their question as chat messages."
+                "num_external > 0 with a swarm needs a conversational dataset (a 'prompt' column of chat messages), "
+                "since swarm groups carry their question as chat messages; set num_external=0 to train on own groups."
             )
 
     def _register_local_copy(self, train_dataset: Any) -> None:
@@ -527,25 +541,45 @@ class SAPOTrainer(GRPOTrainer):
     def evaluate(
         self, eval_dataset: Any = None, ignore_keys: list[str] | None = None, metric_key_prefix: str = "eval"
     ) -> dict[str, float]:
-        """Greedy pass@1 on the held-out questions, logged as `eval/pass@1`, `eval/pass@1_se`, `eval/pass@1/<task>`.
+        """TRL's evaluation of every eval set it accepts (`eval_loss`, rewards, ...), plus greedy pass@1 on the
+        held-out questions where the eval rows are reasoning-gym questions (`sapo.evaluation.is_question_set`),
+        logged as `eval/pass@1`, `eval/pass@1_se`, `eval/pass@1/<task>`, ... in the same line.
 
-        Replaces TRL's evaluation (sampled completions scored with the training rewards, plus a loss pass) with the
-        measurement of `sapo.evaluation`; the Trainer's schedule drives it as usual (`eval_strategy`, `eval_steps`,
-        `eval_on_start`), its figures go to every `report_to` logger, and it never fetches or publishes groups.
+        The held-out set this trainer derives itself (evaluation on and no `eval_dataset`, where GRPOTrainer would
+        have nothing to evaluate) is measured by greedy pass@1 alone, the node's measurement. The Trainer's schedule
+        drives both (`eval_strategy`, `eval_steps`, `eval_on_start`); evaluation never fetches or publishes groups.
         """
-        dataset = self.eval_dataset if eval_dataset is None else eval_dataset
-        if dataset is None:  # evaluation is off (eval_on_start still calls here)
-            logger.info("no held-out questions (eval_strategy='no' and no eval_dataset): evaluation skipped")
-            return {}
-        if isinstance(dataset, dict):
+        chosen = self.eval_dataset if eval_dataset is None else eval_dataset
+        if isinstance(chosen, dict):  # a dict or DatasetDict of eval sets: each one's figures under its own prefix
             metrics: dict[str, float] = {}
-            for name, part in dataset.items():
-                metrics.update(self.evaluate(part, ignore_keys, f"{metric_key_prefix}_{name}"))
+            for name, part in chosen.items():
+                given = part if eval_dataset is not None else name
+                metrics.update(self.evaluate(given, ignore_keys, f"{metric_key_prefix}_{name}"))
             return metrics
+        dataset = self.eval_dataset[chosen] if isinstance(chosen, str) else chosen
+        if dataset is None:  # evaluation is off (eval_on_start still calls here)
+            logger.info("no eval set (eval_strategy='no' and no eval_dataset): evaluation skipped")
+            return {}
         self._announce_phase("evaluating")
-        self.last_evaluation = self._evaluate_held_out(dataset)
-        self._log_completions("eval", [(q.task, q.completion) for q in self.last_evaluation.questions])
-        metrics = self.last_evaluation.metrics(prefix=f"{metric_key_prefix}/")
+        if dataset is self._derived_held_out:
+            return self._evaluate_held_out_only(dataset, metric_key_prefix)
+        self._eval_questions = dataset if is_question_set(dataset) else None
+        try:
+            return super().evaluate(eval_dataset, ignore_keys, metric_key_prefix)
+        finally:
+            self._eval_questions = None
+
+    def evaluation_loop(self, dataloader: Any, description: str, prediction_loss_only: bool | None = None,
+                        ignore_keys: list[str] | None = None, metric_key_prefix: str = "eval") -> Any:  # fmt: skip
+        """TRL's evaluation loop; on reasoning-gym questions, the held-out pass@1 figures join its metrics."""
+        output = super().evaluation_loop(dataloader, description, prediction_loss_only, ignore_keys, metric_key_prefix)
+        if self._eval_questions is not None:
+            output.metrics.update(self._held_out_metrics(self._eval_questions, metric_key_prefix))
+        return output
+
+    def _evaluate_held_out_only(self, dataset: Any, metric_key_prefix: str) -> dict[str, float]:
+        """Greedy pass@1 on ``dataset``, logged and handed to the callbacks as an evaluation."""
+        metrics = self._held_out_metrics(dataset, metric_key_prefix)
         was_training = self.model.training
         self.model.eval()  # so that TRL's log() adds no training figures to this line
         try:
@@ -554,6 +588,12 @@ class SAPOTrainer(GRPOTrainer):
             self.model.train(was_training)
         self.control = self.callback_handler.on_evaluate(self.args, self.state, self.control, metrics)
         return metrics
+
+    def _held_out_metrics(self, dataset: Any, metric_key_prefix: str) -> dict[str, float]:
+        """Greedy pass@1 figures of ``dataset`` (kept in `last_evaluation`; answers go to the completions log)."""
+        self.last_evaluation = self._evaluate_held_out(dataset)
+        self._log_completions("eval", [(q.task, q.completion) for q in self.last_evaluation.questions])
+        return self.last_evaluation.metrics(prefix=f"{metric_key_prefix}/")
 
     def _evaluate_held_out(self, dataset: Any) -> HeldOutResult:
         """Each process evaluates a contiguous share of the questions; every process gets the whole result."""

@@ -532,3 +532,22 @@ def test_completions_log_keeps_every_completion_the_node_generates(tmp_path, smo
     assert len(train) == 2 * G and {line["task"] for line in train} == {"basic_arithmetic"}
     assert len(evaluation) == 4 and all(line["step"] == 1 for line in evaluation)
     assert [line["completion"] for line in evaluation] == [q.completion for q in trainer.last_evaluation.questions]
+
+
+def test_without_a_swarm_external_slots_are_generated_here_as_grpo_would(tmp_path, smollm_tokenizer, caplog):
+    """J > 0 without a swarm: said once, and every slot is filled in locally, even on a plain-text dataset."""
+    import logging
+
+    plain = Dataset.from_list([{"prompt": f"Count to {i}:"} for i in range(8)])
+    scored = []
+
+    def reward(prompts, completions, **columns):
+        scored.extend(completions)
+        return [float(len(text) % 3) for text in completions]
+
+    with caplog.at_level(logging.INFO, logger="sapo"):
+        trainer = _trainer(tmp_path, smollm_tokenizer, "alone", reward, dataset=plain, max_steps=1)
+    (line,) = [r.getMessage() for r in caplog.records if "local GRPO learner" in r.getMessage()]
+    assert "the 2 external groups of each round are generated here" in line
+    trainer.train()
+    assert _metric(trainer, "sapo/fill_ins") == [2.0] and len(scored) == 4 * G
