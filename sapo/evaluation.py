@@ -23,6 +23,7 @@ __all__ = [
     "evaluate_policy",
     "generate_greedy",
     "held_out_questions",
+    "is_question_set",
     "paired_difference",
 ]
 
@@ -235,6 +236,19 @@ def evaluate_policy(
             for k, (row, (text, length), score) in enumerate(zip(rows, generated, scores, strict=True))
         ]
     )  # fmt: skip
+
+
+def is_question_set(dataset: Any) -> bool:
+    """Whether greedy pass@1 can measure ``dataset``: a sized ``datasets.Dataset`` of reasoning-gym questions (chat
+    ``prompt``, ``task`` and ``entry`` columns, as :func:`sapo.tasks.build_held_out_dataset` makes them)."""
+    from datasets import Dataset
+
+    if not isinstance(dataset, Dataset) or len(dataset) == 0:
+        return False
+    if not {"prompt", "task", "entry"} <= set(dataset.column_names):
+        return False
+    first = dataset[0]
+    return isinstance(first["prompt"], list) and bool(first["entry"])
 
 
 def held_out_questions(train_dataset: Any, size: int) -> Any:

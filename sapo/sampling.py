@@ -23,12 +23,15 @@ class Candidate:
             question (the sender's prompt is never trained on).
         rewards (`list[float]`): this peer's reward of each completion (NaN where no reward function applied).
         columns (`dict[str, Any]`): reward columns re-derived by this peer (answer, entry, ...).
+        rewards_per_func (`list[list[float]]`): per completion, each reward function's value (NaN where it did not
+            apply), of which `rewards` is the weighted sum: what the round trains with when the group is chosen.
     """
 
     sender: str
     group: Group
     rewards: list[float]
     columns: dict[str, Any] = field(default_factory=dict)
+    rewards_per_func: list[list[float]] = field(default_factory=list)
 
     @property
     def has_zero_advantage(self) -> bool:

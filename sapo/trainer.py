@@ -3,27 +3,29 @@
 A round (one generation batch of TRL) holds `num_local + num_external` groups of `num_generations` rows each.
 The SAPO round, read top to bottom in `_generate_and_score_completions`:
 
-1. fetch candidate groups from the swarm; re-derive each one's ground truth and score it with this peer's reward
-   functions, through TRL's own reward path (`_fetch_candidates`);
-2. let the sampler choose up to J of them (`_select`);
-3. put them into the last J group slots of the batch; slots left empty keep their local question (fill-in);
-4. hand the batch to TRL: its `_generate` (a thin adapter here) generates only the local slots and re-tokenizes
-   the external completions with this peer's tokenizer; TRL scores every row, normalizes advantages per group,
-   and later computes the loss exactly as GRPOTrainer does;
-5. publish the groups generated here, as text.
+1. take up to J external groups (`sapo.intake`): fetched, their truth re-derived, checked, scored once with this
+   peer's reward functions, sampled and checked for plausibility;
+2. put them into the last J group slots of the batch; slots left empty keep their local question (fill-in);
+3. hand the batch to TRL: its generation hook (`_generate`, a thin adapter here) generates only the local slots and
+   re-tokenizes the external completions with this peer's tokenizer; its reward hook (`_calculate_rewards`) scores
+   only the local rows and takes the intake's rewards for the external ones; TRL normalizes advantages per group
+   and later computes the loss exactly as GRPOTrainer does (the loss pass also feeds the intake's plausibility
+   reference with the typicality of this node's own completions);
+4. publish the groups generated here, as text.
+
+Everything else is TRL's: with no swarm (or J = 0) the trainer does what GRPOTrainer does.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import logging
 import math
 import os
-import random
 import time
 from collections import Counter
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -36,13 +38,13 @@ from trl.data_utils import is_conversational
 
 from sapo.checkpoints import mark_complete
 from sapo.config import SAPOConfig
-from sapo.evaluation import HeldOutResult, evaluate_policy, held_out_questions
-from sapo.hygiene import CompletionFilter, CompletionHygiene
-from sapo.plausibility import PlausibilityCheck, typicality_scores
-from sapo.sampling import Candidate, ExternalSampler, make_sampler
-from sapo.standing import SenderStanding
+from sapo.evaluation import HeldOutResult, evaluate_policy, held_out_questions, is_question_set
+from sapo.hygiene import CompletionFilter
+from sapo.intake import Intake, Taken, weighted_rewards
+from sapo.plausibility import typicality_scores
+from sapo.sampling import Candidate, ExternalSampler
 from sapo.tasks import reasoning_gym_tasks_of
-from sapo.verification import GroupDropped, QuestionVerifier, published_prompt
+from sapo.verification import QuestionVerifier, published_prompt
 from swarm.records import Group, Provenance, RecordRejected, provenance_from_wire
 from swarm.transport import SwarmTransport
 
@@ -51,9 +53,6 @@ logger = logging.getLogger(__name__)
 SENDERS_FILE = "senders.json"
 """Written in `output_dir` at every checkpoint and at the end of training: per sending peer, its groups trained on
 (`taken`) and dropped by this node (`dropped/<reason>`), for audits of who sent what."""
-
-LOCAL_ROWS_KEY = "sapo_local_rows"
-"""Key of the batch TRL trains on that marks this node's own rows (their log-probs feed the plausibility reference)."""
 
 FAULT_PAUSE_BEFORE_MARKER = "SAPO_FAULT_PAUSE_BEFORE_MARKER"
 """Environment variable (seconds, for fault-injection tests): pause after a checkpoint's files are written and
@@ -65,6 +64,8 @@ class _Round:
     """What SAPO adds to one TRL generation batch: which rows are external, and what they contain."""
 
     rows: list[dict[str, Any]]
+    taken: Taken  # the intake's outcome: every process's external groups, this process's share
+    first_slot: int  # the group slot the external groups start at (the same on every process)
     external_text: dict[int, str] = field(default_factory=dict)  # row index -> completion text from the swarm
     senders: dict[int, str] = field(default_factory=dict)  # row index -> sending peer
     local_completions: dict[int, Any] = field(default_factory=dict)  # row index -> completion generated here
@@ -90,10 +91,13 @@ class SAPOTrainer(GRPOTrainer):
             A check of each received completion after `args`' completion hygiene: None lets it pass, a string
             says why not and drops its group (counted as `hygiene`).
 
+    Without a swarm (or with `num_external=0`) it trains as GRPOTrainer does, on the same batches, with TRL's
+    evaluation (held-out pass@1 added on reasoning-gym eval rows, see `evaluate`), and says so in one log line.
+
     With several processes (`accelerate launch --num_processes N`), the node is one swarm peer: pass the swarm on
     the main process and `None` on the others. The main process fetches candidates for every process (each verifies
-    and scores them identically, then takes its own share of one common selection) and publishes the groups of
-    every process. `num_local` and `num_external` must then be multiples of N.
+    and scores them identically, then takes an equal share of one common selection) and publishes the groups of
+    every process. With a swarm, `num_local` and `num_external` must then be multiples of N.
 
     Attributes:
         swarm_totals (`collections.Counter`): cumulative counts (external groups, fill-ins, drops by reason, ...),
@@ -117,11 +121,13 @@ class SAPOTrainer(GRPOTrainer):
         completion_filter: CompletionFilter | None = None,
         **kwargs: Any,
     ):
-        if args is None:
-            args = SAPOConfig(output_dir="sapo-output")
+        if args is None:  # as GRPOTrainer names its default output directory
+            name = model if isinstance(model, str) else str(getattr(model.config, "_name_or_path", "") or "model")
+            args = SAPOConfig(f"{name.rstrip('/').split('/')[-1]}-SAPO")
         if not isinstance(args, SAPOConfig):
             raise TypeError(f"SAPOTrainer needs args=SAPOConfig(...), got {type(args).__name__}.")
-        if eval_dataset is None and args.eval_strategy != "no":
+        derived_held_out = eval_dataset is None and args.eval_strategy != "no"
+        if derived_held_out:
             eval_dataset = held_out_questions(train_dataset, args.eval_questions)
         super().__init__(
             model=model,
@@ -131,48 +137,35 @@ class SAPOTrainer(GRPOTrainer):
             eval_dataset=eval_dataset,
             **kwargs,
         )
-        if args.num_external > 0:
-            self._check_external_support(train_dataset)
+        # Measured by greedy pass@1 only: GRPOTrainer has no eval set here (see evaluate).
+        self._derived_held_out = self.eval_dataset if derived_held_out else None
+        self._eval_questions: Any = None  # reasoning-gym rows of the eval set TRL's evaluation loop is running on
         self.swarm = swarm
         # Every process must agree on whether there is a swarm and on its peer id: they take part in the
         # main process's fetches and publications together, and make the same selection.
         self._uses_swarm, peer_id = self._main_process_swarm(swarm)
-        self.verifier = verifier or QuestionVerifier(
-            policy=args.external_source_policy, regeneration_timeout=args.regeneration_timeout
-        )
-        self._system_messages = _system_messages(train_dataset)  # this node's own, around every external question
-        self.hygiene = CompletionHygiene(
-            max_chars=args.completion_max_chars,
-            forbid_control_chars=args.completion_forbid_control_chars,
-            max_non_ascii_fraction=args.completion_max_non_ascii_fraction,
-            forbidden_patterns=tuple(args.completion_forbidden_patterns),
-            extra_filter=completion_filter,
-        )
-        self.standing = (
-            SenderStanding(args.sender_drop_limit, args.sender_window, args.sender_bench_seconds)
-            if args.sender_drop_limit is not None
-            else None
-        )
-        self.plausibility = (
-            PlausibilityCheck(args.plausibility_margin, args.plausibility_window)
-            if args.plausibility_margin is not None and self._uses_swarm
-            else None
-        )
-        self._loss_local_rows: torch.Tensor | None = None  # set while TRL's loss pass runs (see _compute_loss)
+        if self._uses_swarm and args.num_external > 0:
+            self._check_external_support(train_dataset)
+        if not self._uses_swarm and args.num_external > 0:
+            logger.warning(
+                "no swarm given: SAPOTrainer trains as a local GRPO learner; the %d external groups of each round are "
+                "generated here (pass swarm=... to take them from peers)", args.num_external,
+            )  # fmt: skip
+        elif not self._uses_swarm:
+            logger.info("no swarm given: SAPOTrainer trains as a local GRPO learner (pass swarm=... to join peers)")
+        self.intake = Intake(
+            args, swarm, self._uses_swarm, peer_id, self.accelerator, self.reward_weights,
+            system_messages=_system_messages(train_dataset),  # this node's own, around every external question
+            sampler=sampler, verifier=verifier, completion_filter=completion_filter,
+        )  # fmt: skip
+        # The intake's parts, under the names this trainer has always had them.
+        self.verifier, self.sampler, self.standing = self.intake.verifier, self.intake.sampler, self.intake.standing
+        self.plausibility, self.taken_from = self.intake.plausibility, self.intake.taken_from
+        self.sender_outcomes, self.swarm_totals = self.intake.sender_outcomes, self.intake.totals
         self._register_local_copy(train_dataset)
-        self.sampler = sampler or make_sampler(
-            args.sampling_strategy,
-            max_groups_per_peer=args.max_groups_per_peer,
-            max_group_age=args.max_group_age,
-            self_id=peer_id,
-        )
         self.swarm_model_name = args.swarm_model_name or str(getattr(self.model.config, "_name_or_path", "") or "")
-        self._rng = random.Random(args.seed)  # the same on every process, so they make the same selection
         self._round: _Round | None = None
         self._phase_seconds: Counter[str] = Counter()
-        self.swarm_totals: Counter[str] = Counter()  # cumulative counts, logged as sapo/total/<name>
-        self.taken_from: Counter[str] = Counter()  # external groups trained on, by verified sender
-        self.sender_outcomes: dict[str, Counter[str]] = {}  # per sender: "taken" and "dropped/<reason>" counts
         self.last_external: list[Candidate] = []  # the external groups of the latest round, as scored here
         self.last_evaluation: HeldOutResult | None = None  # the latest held-out evaluation, question by question
 
@@ -186,14 +179,16 @@ class SAPOTrainer(GRPOTrainer):
                 "with several processes, pass the swarm on the main process only (swarm=None elsewhere): the node "
                 "is one peer, and the main process fetches and publishes for all of them."
             )
+        uses_swarm, peer_id = broadcast_object_list(
+            [(swarm is not None, swarm.peer_id if swarm is not None else None)], from_process=0
+        )[0]
         for name in ("num_local", "num_external"):
-            if getattr(self.args, name) % processes != 0:
+            if uses_swarm and getattr(self.args, name) % processes != 0:
                 raise ValueError(
                     f"{name}={getattr(self.args, name)} must be divisible by the number of processes ({processes}), "
-                    "so that every process holds whole groups."
+                    "so that every process holds whole groups to publish and to take."
                 )
-        shared = [(swarm is not None, swarm.peer_id if swarm is not None else None)]
-        return broadcast_object_list(shared, from_process=0)[0]
+        return uses_swarm, peer_id
 
     def _check_external_support(self, train_dataset: Any) -> None:
         if self.tools or self.rollout_func is not None or self.environment_factories is not None:
@@ -206,8 +201,8 @@ class SAPOTrainer(GRPOTrainer):
         first = next(iter(train_dataset)) if train_dataset is not None else None
         if first is not None and not is_conversational(first):
             raise ValueError(
-                "num_external > 0 needs a conversational dataset (a 'prompt' column of chat messages), since swarm "
-                "groups carry their question as chat messages."
+                "num_external > 0 with a swarm needs a conversational dataset (a 'prompt' column of chat messages), "
+                "since swarm groups carry their question as chat messages; set num_external=0 to train on own groups."
             )
 
     def _register_local_copy(self, train_dataset: Any) -> None:
@@ -226,211 +221,41 @@ class SAPOTrainer(GRPOTrainer):
 
     def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
         if not self.model.training:
-            return super()._generate_and_score_completions(inputs)
+            return super()._generate_and_score_completions(inputs)  # TRL's evaluation
 
         num_groups = len(inputs) // self.num_generations
         num_slots = min(self.args.num_external // self.accelerator.num_processes, num_groups)
         self._phase_seconds.clear()
-        candidates, fetched_at = self._fetch_candidates(num_slots)
-        external = self._select(candidates, num_slots, fetched_at)
-        self._round = self._place_external_groups(inputs, external, first_slot=num_groups - num_slots)
+        # 1. external groups: fetched, verified, checked, scored once, sampled, checked for plausibility
+        score = functools.partial(self._score_completions, list(inputs[0]))
+        taken = self.intake.take(num_slots, score, self._typicality_of, self._timed)
+        # 2. into the last slots of this process's share of the batch; the slots left keep their local question
+        self._round = self._place_external_groups(inputs, taken, first_slot=num_groups - num_slots)
         try:
+            # 3. TRL: generate the local rows (`_generate`), score them (`_calculate_rewards`), advantages per group
             output = super()._generate_and_score_completions(self._round.rows)
-            if self.plausibility is not None:  # TRL splits and shuffles it with the batch, row for row
-                output[LOCAL_ROWS_KEY] = torch.tensor(
-                    [i not in self._round.external_text for i in range(len(self._round.rows))], dtype=torch.bool
-                )
-            self._log_completions(
-                "train",
-                [
-                    (str(self._round.rows[i].get("task", "")), _completion_text(completion))
-                    for i, completion in sorted(self._round.local_completions.items())
-                ],
-            )
+            # 4. publish the groups generated here
             self._publish_local_groups(self._round)
-            self._log_round(num_slots, external)
+            self._log_completions("train", [(str(self._round.rows[i].get("task", "")), _completion_text(c))
+                                            for i, c in sorted(self._round.local_completions.items())])  # fmt: skip
+            self._log_round(num_slots, taken)
         finally:
             self._round = None
         self._announce_phase("training")  # the rest of the step is TRL's loss, backward pass and optimizer step
         return output
 
-    def _fetch_candidates(self, num_slots: int) -> tuple[list[Candidate], float]:
-        """Groups of other peers, each verified and scored here (the drops counted), and when they were fetched."""
-        if num_slots == 0 or not self._uses_swarm or not self._plausibility_ready():
-            return [], time.time()
-        pool_size = self.args.external_pool_size or 4 * self.args.num_external
-        with self._timed("swarm_fetch"):
-            received, fetched_at = self._fetch(pool_size)
-        fresh = [item for item in received if not self.sampler.is_stale(item.group, fetched_at)]
-        self.swarm_totals["dropped/stale"] += len(received) - len(fresh)  # before scoring: stale groups cost nothing
-        with self._timed("external_scoring"):
-            candidates = [self._judge(item.sender, item.group, fetched_at) for item in fresh]
-        self.swarm_totals["candidates"] += len(received)
-        return [c for c in candidates if c is not None], fetched_at
-
-    def _plausibility_ready(self) -> bool:
-        """False while the plausibility check has no reference yet (before the node's first own round was trained
-        on): the swarm's groups are then left where they are, to be taken once they can be judged."""
-        if self.plausibility is None:
-            return True
-        ready = [self.plausibility.threshold() is not None]
-        if self.accelerator.num_processes > 1:  # the main process holds the reference that judges
-            ready = broadcast_object_list(ready, from_process=0)
-        if not ready[0]:
-            logger.info("this step trains on own groups only: the plausibility check needs them as its reference")
-        return ready[0]
-
-    def _select(self, candidates: list[Candidate], num_slots: int, fetched_at: float) -> list[Candidate]:
-        """The sampler's choice for the whole node, counted; returns this process's share of it."""
-        processes, rank = self.accelerator.num_processes, self.accelerator.process_index
-        if num_slots == 0 or not self._uses_swarm:
-            self.swarm_totals["fill_ins"] += num_slots * processes
-            self.last_external = []
-            return []
-        selection = self.sampler.select(candidates, num_slots * processes, self._rng, now=fetched_at)
-        chosen = self._drop_implausible(list(selection.chosen))  # slots it empties are filled in locally
-        # Node-wide counts: every process sees the whole selection, so they agree.
-        self.swarm_totals["external_groups"] += len(chosen)
-        self.swarm_totals["fill_ins"] += num_slots * processes - len(chosen)
-        self.taken_from.update(c.sender for c in chosen)
-        for candidate in chosen:
-            self.sender_outcomes.setdefault(candidate.sender, Counter())["taken"] += 1
-        self.last_external = chosen
-        self.swarm_totals.update({f"dropped/{reason}": n for reason, n in selection.dropped.items()})
-        zero_advantage = sum(c.has_zero_advantage for c in candidates)
-        self.swarm_totals["zero_advantage_candidates"] += zero_advantage
-        if candidates:
-            self._metrics["train"]["sapo/zero_advantage_fraction"].append(zero_advantage / len(candidates))
-        return chosen[rank * num_slots : (rank + 1) * num_slots]
-
-    def _fetch(self, pool_size: int) -> tuple[list[Any], float]:
-        """Candidates from the swarm and the time they were fetched: the main process's, on every process."""
-        if self.accelerator.num_processes == 1:
-            return self.swarm.fetch(pool_size), time.time()
-        fetched = [None]
-        if self.accelerator.is_main_process:
-            fetched = [(self.swarm.fetch(pool_size), time.time())]
-        return broadcast_object_list(fetched, from_process=0)[0]
-
-    def _judge(self, sender: str, group: Group, now: float) -> Candidate | None:
-        """A candidate, or None: a benched sender's group is set aside unread; every other outcome counts towards
-        its sender's standing."""
-        if self.standing is None:
-            return self._verify_and_score(sender, group)
-        if self.standing.is_benched(sender, now):
-            self._count_drop("benched_sender", sender, "its recent groups kept being dropped")
-            return None
-        candidate = self._verify_and_score(sender, group)
-        self._record_standing(sender, candidate is not None, now)
-        return candidate
-
-    def _record_standing(self, sender: str, usable: bool, now: float) -> None:
-        """Note one outcome of a sender's group in its standing (if standing is on); log when that benches it."""
-        if self.standing is None or not self.standing.record(sender, usable, now):
-            return
-        self.swarm_totals["benched_senders"] += 1
-        logger.warning(
-            "benched peer %s for %.0f s: %d of its last %d groups were dropped",
-            sender, self.standing.bench_seconds, self.standing.drop_limit, self.standing.window,
-        )  # fmt: skip
-
-    def _verify_and_score(self, sender: str, group: Group) -> Candidate | None:
-        """A candidate with this peer's ground truth and rewards, or None (counted) if it cannot be used."""
-        try:
-            columns = self.verifier.columns_for(group)
-        except GroupDropped as e:
-            self._count_drop(e.reason, sender, e.detail)
-            return None
-        if len(group.completions) < self.num_generations:
-            self._count_drop("group_size", sender, f"{len(group.completions)} < {self.num_generations} completions")
-            return None
-        completions = list(group.completions[: self.num_generations])
-        problem = self.hygiene.group_problem(completions)
-        if problem is not None:
-            self._count_drop("hygiene", sender, problem)
-            return None
-        # Only completions cross the trust boundary: the prompt trained on (and scored) is written here, around the
-        # question this node verified; the sender's prompt was only compared, never used.
-        prompt = [*self._system_messages, {"role": "user", "content": columns.pop("question")}]
-        group = Group(**{**vars(group), "completions": completions, "prompt": prompt})
-        try:
-            rewards = self._score_texts(group.prompt, completions, columns)
-        except Exception as e:  # a reward function choking on foreign text must not stop training
-            self._count_drop("reward_error", sender, f"{type(e).__name__}: {e}")
-            return None
-        return Candidate(sender=sender, group=group, rewards=rewards, columns=columns)
-
-    def _drop_implausible(self, chosen: list[Candidate]) -> list[Candidate]:
-        """The chosen groups whose every completion is plausible under this policy (`sapo.plausibility`); the others
-        are counted as dropped (`implausible`). The main process judges (it holds the reference) and every process
-        takes its verdicts."""
-        if self.plausibility is None or not chosen:
-            return chosen
-        verdicts: list[Any] = [None]
-        if self.accelerator.is_main_process:
-            verdicts = [self._plausibility_verdicts(chosen)]
-        if self.accelerator.num_processes > 1:
-            verdicts = broadcast_object_list(verdicts, from_process=0)
-        kept = []
-        for candidate, verdict in zip(chosen, verdicts[0], strict=True):
-            if verdict is None:
-                kept.append(candidate)
-            else:
-                self._count_drop(verdict[0], candidate.sender, verdict[1])
-                if verdict[0] == "implausible":  # its earlier "usable" outcome stays: one more outcome, a drop
-                    self._record_standing(candidate.sender, False, time.time())
-        return kept
-
-    def _plausibility_verdicts(self, chosen: list[Candidate]) -> list[tuple[str, str] | None]:
-        """Per group: None if plausible, else (drop reason, detail). One extra forward pass, without gradients."""
-        with self._timed("plausibility"):
-            prompt_ids, _, _ = self._tokenize_prompts([c.group.prompt for c in chosen])
-            rows = [(list(p), self._completion_ids(text)[0]) for c, p in zip(chosen, prompt_ids, strict=True)
-                    for text in c.group.completions]  # fmt: skip
-            scores = self._typicality_scores_of(rows)
-        size = self.num_generations
-        verdicts = []
-        for index in range(len(chosen)):
-            problem = self.plausibility.group_problem(scores[index * size : (index + 1) * size])
-            verdicts.append(None if problem is None else ("implausible", problem))
-        return verdicts
-
-    def _typicality_scores_of(self, rows: list[tuple[list[int], list[int]]]) -> list[float]:
-        """Typicality scores (`sapo.plausibility`) of (prompt ids, completion ids) rows under the current policy."""
-        device = self.accelerator.device
-        prompt_len, completion_len = max(len(p) for p, _ in rows), max(max(len(c) for _, c in rows), 1)
-        pad = self._tokenizer.pad_token_id
-        input_ids = torch.full((len(rows), prompt_len + completion_len), pad, dtype=torch.long)
-        attention_mask = torch.zeros_like(input_ids)
-        for i, (prompt, completion) in enumerate(rows):  # prompts padded on the left, completions on the right
-            input_ids[i, prompt_len - len(prompt) : prompt_len] = torch.tensor(prompt, dtype=torch.long)
-            input_ids[i, prompt_len : prompt_len + len(completion)] = torch.tensor(completion, dtype=torch.long)
-            attention_mask[i, prompt_len - len(prompt) : prompt_len + len(completion)] = 1
-        with torch.no_grad():
-            logps, entropies, _ = self._get_per_token_logps_and_entropies(
-                self.accelerator.unwrap_model(self.model),
-                input_ids.to(device),
-                attention_mask.to(device),
-                completion_len,
-                batch_size=self.args.per_device_train_batch_size,
-                compute_entropy=True,
-            )
-        return typicality_scores(logps, entropies, attention_mask[:, prompt_len:].to(device))
-
-    def _place_external_groups(
-        self, inputs: list[dict[str, Any]], external: list[Candidate], first_slot: int
-    ) -> _Round:
-        """Rows for TRL: chosen external groups replace the questions of the last slots, the rest stay local."""
+    def _place_external_groups(self, inputs: list[dict[str, Any]], taken: Taken, first_slot: int) -> _Round:
+        """Rows for TRL: this process's external groups replace the questions of the last slots, the rest stay."""
         rows = [dict(row) for row in inputs]
-        round_ = _Round(rows=rows)
+        round_ = _Round(rows=rows, taken=taken, first_slot=first_slot)
         keys = list(inputs[0].keys())
-        for slot, candidate in enumerate(external, start=first_slot):
+        for slot, candidate in enumerate(taken.share, start=first_slot):
             for k, text in enumerate(candidate.group.completions):
                 i = slot * self.num_generations + k
-                rows[i] = {key: candidate.columns.get(key) for key in keys}
-                rows[i]["prompt"] = candidate.group.prompt
+                rows[i] = _external_row(keys, candidate.group.prompt, candidate.columns)
                 round_.external_text[i] = text
                 round_.senders[i] = candidate.sender
+        self.last_external = taken.chosen
         return round_
 
     # ------------------------------------------------------------------------------------------------
@@ -441,8 +266,10 @@ class SAPOTrainer(GRPOTrainer):
         round_ = self._round
         if round_ is None:  # TRL's own evaluation path
             return super()._generate(prompts)
-        local = [i for i in range(len(prompts)) if i not in round_.external_text]
-        if len(local) == len(prompts):
+        external = {i: self._tokenize_external_completion(text) for i, text in sorted(round_.external_text.items())}
+        self.intake.note_external_tokens(list(external.values()))  # how the loss pass tells them from own rows
+        local = [i for i in range(len(prompts)) if i not in external]
+        if not external:
             with self._timed("generation"):
                 result = super()._generate(prompts)
             round_.local_completions = dict(enumerate(result[3]))
@@ -458,41 +285,55 @@ class SAPOTrainer(GRPOTrainer):
                 prompt_ids[i], completion_ids[i] = l_prompt_ids[j], l_completion_ids[j]
                 completions[i] = round_.local_completions[i] = l_completions[j]
 
-        external = sorted(round_.external_text)
         e_prompt_ids, _, _ = self._tokenize_prompts([prompts[i] for i in external])
-        for j, i in enumerate(external):
-            text = round_.external_text[i]
-            prompt_ids[i] = list(e_prompt_ids[j])
-            completion_ids[i] = self._tokenize_external_completion(text)
-            completions[i] = [{"role": "assistant", "content": text}]
+        for j, (i, ids) in enumerate(external.items()):
+            prompt_ids[i], completion_ids[i] = list(e_prompt_ids[j]), ids
+            completions[i] = [{"role": "assistant", "content": round_.external_text[i]}]
         return prompt_ids, completion_ids, None, completions, None, {}, None, []
 
-    def _compute_loss(self, model, inputs):
-        # The loss pass computes the log-probs of this node's own completions anyway: they are the plausibility
-        # reference, at no extra cost (see _get_per_token_logps_and_entropies).
-        self._loss_local_rows = inputs.get(LOCAL_ROWS_KEY) if self.plausibility is not None else None
-        try:
-            return super()._compute_loss(model, inputs)
-        finally:
-            self._loss_local_rows = None
+    def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
+        """TRL's reward hook: the rows generated here are scored now; external rows keep the rewards the intake gave
+        them (an external group is scored once)."""
+        round_ = self._round
+        with self._timed("scoring"):
+            if round_ is None or not round_.taken.chosen:  # TRL's evaluation, or a round of own groups only
+                rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
+            else:
+                own = [i for i in range(len(prompts)) if i not in round_.external_text]
+                scored = torch.empty(0, len(self.reward_funcs), device=self.accelerator.device)
+                if own:  # the same number of own rows on every process (each takes an equal share of the groups)
+                    ids = None if completion_ids_list is None else [completion_ids_list[i] for i in own]
+                    pick = [inputs[i] for i in own], [prompts[i] for i in own], [completions[i] for i in own]
+                    scored = super()._calculate_rewards(*pick, ids)
+                rewards_per_func = self._with_external_rewards(round_, own, scored, len(prompts))
+        if round_ is not None:
+            start = self.accelerator.process_index * len(prompts)
+            round_.rewards = weighted_rewards(rewards_per_func[start : start + len(prompts)], self.reward_weights)
+        return rewards_per_func
+
+    def _with_external_rewards(self, round_: _Round, own: list[int], scored: torch.Tensor, rows: int) -> torch.Tensor:
+        """The rewards of every row of every process, as TRL's reward step gathers them: own rows from ``scored``
+        (gathered, process by process), external rows as the intake scored them. Every process places its share of
+        the common selection from the same slot on, so each knows where every process's external rows are."""
+        processes, size = self.accelerator.num_processes, self.num_generations
+        share = len(round_.taken.chosen) // processes
+        rewards = torch.empty(processes * rows, len(self.reward_funcs), device=scored.device)
+        for p in range(processes):
+            if own:
+                rewards[[p * rows + i for i in own]] = scored[p * len(own) : (p + 1) * len(own)]
+            for slot, candidate in enumerate(round_.taken.chosen[p * share : (p + 1) * share], start=round_.first_slot):
+                first = p * rows + slot * size
+                rewards[first : first + size] = torch.tensor(candidate.rewards_per_func, device=rewards.device)
+        return rewards
 
     def _get_per_token_logps_and_entropies(self, model, input_ids, attention_mask, logits_to_keep, *args, **kwargs):
         result = super()._get_per_token_logps_and_entropies(
             model, input_ids, attention_mask, logits_to_keep, *args, **kwargs
         )
-        local = self._loss_local_rows
-        if local is not None and local.any() and result[1] is not None:  # the loss pass computes entropies too
-            completion_mask = attention_mask[:, -logits_to_keep:]
-            self.plausibility.add_own(typicality_scores(result[0][local], result[1][local], completion_mask[local]))
+        if torch.is_grad_enabled() and self.model.training and result[1] is not None:  # the loss pass
+            completion = slice(input_ids.shape[1] - logits_to_keep, None)
+            self.intake.observe_loss_pass(input_ids[:, completion], result[0], result[1], attention_mask[:, completion])
         return result
-
-    def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
-        with self._timed("scoring"):
-            rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
-        if self._round is not None:
-            start = self.accelerator.process_index * len(prompts)
-            self._round.rewards = self._weighted(rewards_per_func[start : start + len(prompts)])
-        return rewards_per_func
 
     def train(self, *args: Any, **kwargs: Any) -> Any:
         """TRL's training loop; at its end, the per-sender outcomes are written to `output_dir`/senders.json."""
@@ -527,25 +368,45 @@ class SAPOTrainer(GRPOTrainer):
     def evaluate(
         self, eval_dataset: Any = None, ignore_keys: list[str] | None = None, metric_key_prefix: str = "eval"
     ) -> dict[str, float]:
-        """Greedy pass@1 on the held-out questions, logged as `eval/pass@1`, `eval/pass@1_se`, `eval/pass@1/<task>`.
+        """TRL's evaluation of every eval set it accepts (`eval_loss`, rewards, ...), plus greedy pass@1 on the
+        held-out questions where the eval rows are reasoning-gym questions (`sapo.evaluation.is_question_set`),
+        logged as `eval/pass@1`, `eval/pass@1_se`, `eval/pass@1/<task>`, ... in the same line.
 
-        Replaces TRL's evaluation (sampled completions scored with the training rewards, plus a loss pass) with the
-        measurement of `sapo.evaluation`; the Trainer's schedule drives it as usual (`eval_strategy`, `eval_steps`,
-        `eval_on_start`), its figures go to every `report_to` logger, and it never fetches or publishes groups.
+        The held-out set this trainer derives itself (evaluation on and no `eval_dataset`, where GRPOTrainer would
+        have nothing to evaluate) is measured by greedy pass@1 alone, the node's measurement. The Trainer's schedule
+        drives both (`eval_strategy`, `eval_steps`, `eval_on_start`); evaluation never fetches or publishes groups.
         """
-        dataset = self.eval_dataset if eval_dataset is None else eval_dataset
-        if dataset is None:  # evaluation is off (eval_on_start still calls here)
-            logger.info("no held-out questions (eval_strategy='no' and no eval_dataset): evaluation skipped")
-            return {}
-        if isinstance(dataset, dict):
+        chosen = self.eval_dataset if eval_dataset is None else eval_dataset
+        if isinstance(chosen, dict):  # a dict or DatasetDict of eval sets: each one's figures under its own prefix
             metrics: dict[str, float] = {}
-            for name, part in dataset.items():
-                metrics.update(self.evaluate(part, ignore_keys, f"{metric_key_prefix}_{name}"))
+            for name, part in chosen.items():
+                given = part if eval_dataset is not None else name
+                metrics.update(self.evaluate(given, ignore_keys, f"{metric_key_prefix}_{name}"))
             return metrics
+        dataset = self.eval_dataset[chosen] if isinstance(chosen, str) else chosen
+        if dataset is None:  # evaluation is off (eval_on_start still calls here)
+            logger.info("no eval set (eval_strategy='no' and no eval_dataset): evaluation skipped")
+            return {}
         self._announce_phase("evaluating")
-        self.last_evaluation = self._evaluate_held_out(dataset)
-        self._log_completions("eval", [(q.task, q.completion) for q in self.last_evaluation.questions])
-        metrics = self.last_evaluation.metrics(prefix=f"{metric_key_prefix}/")
+        if dataset is self._derived_held_out:
+            return self._evaluate_held_out_only(dataset, metric_key_prefix)
+        self._eval_questions = dataset if is_question_set(dataset) else None
+        try:
+            return super().evaluate(eval_dataset, ignore_keys, metric_key_prefix)
+        finally:
+            self._eval_questions = None
+
+    def evaluation_loop(self, dataloader: Any, description: str, prediction_loss_only: bool | None = None,
+                        ignore_keys: list[str] | None = None, metric_key_prefix: str = "eval") -> Any:  # fmt: skip
+        """TRL's evaluation loop; on reasoning-gym questions, the held-out pass@1 figures join its metrics."""
+        output = super().evaluation_loop(dataloader, description, prediction_loss_only, ignore_keys, metric_key_prefix)
+        if self._eval_questions is not None:
+            output.metrics.update(self._held_out_metrics(self._eval_questions, metric_key_prefix))
+        return output
+
+    def _evaluate_held_out_only(self, dataset: Any, metric_key_prefix: str) -> dict[str, float]:
+        """Greedy pass@1 on ``dataset``, logged and handed to the callbacks as an evaluation."""
+        metrics = self._held_out_metrics(dataset, metric_key_prefix)
         was_training = self.model.training
         self.model.eval()  # so that TRL's log() adds no training figures to this line
         try:
@@ -554,6 +415,12 @@ class SAPOTrainer(GRPOTrainer):
             self.model.train(was_training)
         self.control = self.callback_handler.on_evaluate(self.args, self.state, self.control, metrics)
         return metrics
+
+    def _held_out_metrics(self, dataset: Any, metric_key_prefix: str) -> dict[str, float]:
+        """Greedy pass@1 figures of ``dataset`` (kept in `last_evaluation`; answers go to the completions log)."""
+        self.last_evaluation = self._evaluate_held_out(dataset)
+        self._log_completions("eval", [(q.task, q.completion) for q in self.last_evaluation.questions])
+        return self.last_evaluation.metrics(prefix=f"{metric_key_prefix}/")
 
     def _evaluate_held_out(self, dataset: Any) -> HeldOutResult:
         """Each process evaluates a contiguous share of the questions; every process gets the whole result."""
@@ -589,22 +456,36 @@ class SAPOTrainer(GRPOTrainer):
     # ------------------------------------------------------------------------------------------------
     # helpers
 
-    def _score_texts(self, prompt: list[dict[str, str]], texts: Sequence[str], columns: dict[str, Any]) -> list[float]:
-        """This peer's weighted reward of each completion text, computed by TRL's own reward path (reward models,
-        async rewards and weights behave as for local rows); NaN where no reward function applies."""
-        rows = [{**columns, "prompt": prompt} for _ in texts]
+    def _score_completions(self, keys: list[str], prompt: list[dict[str, str]], texts: list[str],
+                           columns: dict[str, Any]) -> torch.Tensor:  # fmt: skip
+        """This peer's rewards (completions x reward functions) of completion texts, as the rows a round trains on
+        (``keys``: its columns), by TRL's own reward path (reward models, async rewards behave as for local rows)."""
+        row = _external_row(keys, prompt, columns)
         completions = [[{"role": "assistant", "content": t}] for t in texts]
+        ids = [self._completion_ids(t)[0] for t in texts]
         # Every process scores the same candidates: TRL's gather returns one copy per process, take the first.
-        rewards_per_func = super()._calculate_rewards(rows, [prompt] * len(texts), completions, None)[: len(texts)]
-        return self._weighted(rewards_per_func).tolist()
+        return super()._calculate_rewards([row] * len(texts), [prompt] * len(texts), completions, ids)[: len(texts)]
 
-    def _weighted(self, rewards_per_func: torch.Tensor) -> torch.Tensor:
-        """Weighted sum over reward functions per row, as TRL totals them: NaN (not applicable) terms are left out,
-        and a row no function applies to stays NaN."""
-        weights = self.reward_weights.to(rewards_per_func.device)
-        weighted = (rewards_per_func * weights.unsqueeze(0)).nansum(dim=1)
-        weighted[torch.isnan(rewards_per_func).all(dim=1)] = torch.nan
-        return weighted.detach().cpu()
+    def _typicality_of(self, candidates: list[Candidate]) -> list[float]:
+        """Typicality scores (`sapo.plausibility`) of every completion of ``candidates`` under the current policy:
+        one forward pass without gradients, prompts padded on the left, completions on the right."""
+        prompt_ids, _, _ = self._tokenize_prompts([c.group.prompt for c in candidates])
+        rows = [(list(p), self._completion_ids(text)[0]) for c, p in zip(candidates, prompt_ids, strict=True)
+                for text in c.group.completions]  # fmt: skip
+        prompt_len, completion_len = max(len(p) for p, _ in rows), max(max(len(c) for _, c in rows), 1)
+        input_ids = torch.full((len(rows), prompt_len + completion_len), self._tokenizer.pad_token_id)
+        attention_mask = torch.zeros_like(input_ids)
+        for i, (prompt, completion) in enumerate(rows):
+            input_ids[i, prompt_len - len(prompt) : prompt_len] = torch.tensor(prompt, dtype=torch.long)
+            input_ids[i, prompt_len : prompt_len + len(completion)] = torch.tensor(completion, dtype=torch.long)
+            attention_mask[i, prompt_len - len(prompt) : prompt_len + len(completion)] = 1
+        device = self.accelerator.device
+        with torch.no_grad():
+            logps, entropies, _ = self._get_per_token_logps_and_entropies(
+                self.accelerator.unwrap_model(self.model), input_ids.to(device), attention_mask.to(device),
+                completion_len, batch_size=self.args.per_device_train_batch_size, compute_entropy=True,
+            )  # fmt: skip
+        return typicality_scores(logps, entropies, attention_mask[:, prompt_len:].to(device))
 
     def _tokenize_external_completion(self, text: str) -> list[int]:
         """Token ids of a foreign completion under this peer's tokenizer, ended with EOS when it fits (truncations
@@ -692,19 +573,16 @@ class SAPOTrainer(GRPOTrainer):
             if on_phase is not None:
                 on_phase(phase, self.state)
 
-    def _count_drop(self, reason: str, sender: str, detail: str) -> None:
-        self.swarm_totals[f"dropped/{reason}"] += 1
-        self.sender_outcomes.setdefault(sender, Counter())[f"dropped/{reason}"] += 1
-        logger.debug("dropped a group of peer %s (%s): %s", sender, reason, detail)
-
-    def _log_round(self, num_slots: int, external: list[Candidate]) -> None:
+    def _log_round(self, num_slots: int, taken: Taken) -> None:
         """Per-round figures, averaged by TRL over each logging window."""
-        metrics = self._metrics["train"]
+        metrics, external = self._metrics["train"], taken.share
         for phase, seconds in self._phase_seconds.items():
             metrics[f"sapo/time/{phase}"].append(seconds)
         metrics["sapo/external_groups"].append(float(len(external)))
         metrics["sapo/fill_ins"].append(float(num_slots - len(external)))
         metrics["sapo/distinct_senders"].append(float(len({c.sender for c in external})))
+        if taken.scored:
+            metrics["sapo/zero_advantage_fraction"].append(taken.zero_advantage / taken.scored)
         if external:  # staleness of what is trained on: seconds since the sender made it, and its policy's lag
             now, step = time.time(), self.state.global_step
             metrics["sapo/external_age_seconds"].append(sum(now - c.group.created_at for c in external) / len(external))
@@ -737,6 +615,12 @@ def _system_messages(train_dataset: Any) -> list[dict[str, str]]:
         return []
     prompt = train_dataset[0].get("prompt")
     return [dict(m) for m in prompt if m.get("role") == "system"] if isinstance(prompt, list) else []
+
+
+def _external_row(keys: list[str], prompt: list[dict[str, str]], columns: dict[str, Any]) -> dict[str, Any]:
+    """The batch row of an external completion: the columns of this node's rows (``keys``), from the reward columns
+    this node re-derived, and the prompt it wrote."""
+    return {**{key: columns.get(key) for key in keys}, "prompt": prompt}
 
 
 def _completion_text(completion: Any) -> str:

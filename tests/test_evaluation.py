@@ -216,3 +216,34 @@ def test_local_swarm_status_line_says_what_each_node_is_doing(tmp_path):
     line = status_line(tmp_path, 3)
     assert "node-0: loading model" in line and "node-2: starting (loading libraries)" in line
     assert "node-1: step 3 generating (reward 0.250, held-out 0.400, taken 0 peers 1)" in line
+
+
+def test_a_given_eval_set_gets_trl_s_evaluation_with_pass_at_1_added_on_reasoning_gym_rows(
+    tmp_path, tiny_model_a, caplog
+):
+    import logging
+
+    from datasets import Dataset
+
+    from sapo.callbacks import NodeStatus
+
+    model, tokenizer = load_policy(tiny_model_a)
+    dataset = build_reasoning_gym_dataset(DEFAULT_TASKS[:1], size=16, seed=0)
+    held_out = build_held_out_dataset(DEFAULT_TASKS[:1], size=4)
+    args = _args(tmp_path, num_local=2, num_external=0, max_steps=1, per_device_eval_batch_size=4)
+
+    def brevity(prompts, completions, **columns):  # applies to any row, plain or chat
+        return [1.0 / (1 + len(c if isinstance(c, str) else c[0]["content"])) for c in completions]
+
+    trainer = SAPOTrainer(model=model, reward_funcs=[brevity], args=args, train_dataset=dataset, eval_dataset=held_out,
+                          processing_class=tokenizer, callbacks=[NodeStatus(tmp_path)])  # fmt: skip
+    with caplog.at_level(logging.INFO, logger="sapo"):
+        metrics = trainer.evaluate()
+    assert math.isfinite(metrics["eval_loss"]) and "eval_reward" in metrics  # TRL's figures
+    assert metrics["eval/questions"] == 4 and 0.0 <= metrics["eval/pass@1"] <= 1.0  # added, in the same line
+    (line,) = [h for h in trainer.state.log_history if "eval/pass@1" in h]
+    assert "eval_loss" in line and trainer.last_evaluation is not None
+    assert any("held-out pass@1" in r.getMessage() and "on 4 questions" in r.getMessage() for r in caplog.records)
+    plain = Dataset.from_list([{"prompt": "Once upon a time"}, {"prompt": "The answer is"}])
+    metrics = trainer.evaluate(plain, metric_key_prefix="plain")
+    assert math.isfinite(metrics["plain_loss"]) and not any("pass@1" in key for key in metrics)

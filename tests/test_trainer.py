@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import time
+from collections import Counter
 
 import pytest
 import torch
@@ -60,19 +61,32 @@ def _math_dataset(n: int = 16) -> Dataset:
 
 
 class RewardProbe:
-    """A reward function that records every row TRL trains on (calls with completion_ids set)."""
+    """A reward function that counts the completions it scores (`calls`), and, once it `watch`es a trainer, records
+    every row TRL trains on (`trained`): what the trainer's generation hook hands TRL, own rows and external ones."""
 
     __name__ = "probe"
 
     def __init__(self, score):
         self.score = score
+        self.calls: Counter[str] = Counter()  # times each completion text was scored
         self.trained: list[tuple[str, str]] = []  # (question, completion) of every trained row
 
     def __call__(self, prompts, completions, completion_ids=None, **columns):
         texts = [c[0]["content"] if isinstance(c, list) else c for c in completions]
-        if completion_ids is not None:
-            self.trained.extend((p[-1]["content"], t) for p, t in zip(prompts, texts, strict=True))
+        self.calls.update(texts)
         return [self.score(t) for t in texts]
+
+    def watch(self, trainer) -> None:
+        generate = trainer._generate
+
+        def recording(prompts):
+            result = generate(prompts)
+            if trainer.model.training:
+                texts = [c[0]["content"] if isinstance(c, list) else c for c in result[3]]
+                self.trained.extend((p[-1]["content"], t) for p, t in zip(prompts, texts, strict=True))
+            return result
+
+        trainer._generate = recording
 
 
 def _external_group(question: str, completions: list[str], gid: str, provenance=None, answer=None) -> Group:
@@ -89,7 +103,7 @@ def _external_group(question: str, completions: list[str], gid: str, provenance=
 
 
 def _trainer(tmp_path, tokenizer, name, reward, swarm=None, dataset=None, seed=0, **overrides):
-    return SAPOTrainer(
+    trainer = SAPOTrainer(
         model=build_tiny_model(tokenizer, seed=seed),
         reward_funcs=[reward],
         args=_args(tmp_path, name, **overrides),
@@ -97,6 +111,9 @@ def _trainer(tmp_path, tokenizer, name, reward, swarm=None, dataset=None, seed=0
         processing_class=tokenizer,
         swarm=swarm,
     )
+    if isinstance(reward, RewardProbe):
+        reward.watch(trainer)
+    return trainer
 
 
 def _metric(trainer, name):
@@ -125,6 +142,26 @@ def test_external_step_changes_weights_and_uses_local_rewards(tmp_path, smollm_t
     # Staleness of what was trained on: published just before, by a sender one step ahead (its step 1, our step 0).
     (age,) = _metric(trainer, "sapo/external_age_seconds")
     assert 0 <= age < 600 and _metric(trainer, "sapo/external_step_lag") == [-1.0]
+
+
+def test_an_external_group_is_scored_once_with_the_rewards_it_trains_with(tmp_path, smollm_tokenizer):
+    swarm = MemorySwarm(seed=0)
+    groups = [[f"g{i} banana", f"g{i} apple", f"g{i} banana split", f"g{i} cherry"] for i in range(4)]
+    swarm.join("sender").publish(
+        [_external_group("What is 0 + 0?", texts, f"g{i}", answer="0") for i, texts in enumerate(groups)]
+    )
+    probe = RewardProbe(lambda text: 1.0 if "banana" in text else 0.0)
+    trainer = _trainer(
+        tmp_path, smollm_tokenizer, "once", probe, swarm=swarm.join("rx"), external_source_policy="trust", max_steps=1
+    )
+    trainer.train()
+    external = [text for texts in groups for text in texts]
+    # Every candidate's completions scored once (for sampling); the 2 chosen groups are not scored again to train.
+    assert {text: probe.calls[text] for text in external} == dict.fromkeys(external, 1)
+    assert len([t for _, t in probe.trained if t in external]) == 2 * G
+    assert _metric(trainer, "sapo/external_reward") == [pytest.approx(0.5)]  # the intake's rewards, trained with
+    local = [t for _, t in probe.trained if t not in external]
+    assert len(local) == 2 * G and all(probe.calls[t] >= 1 for t in local)  # own rows: scored in TRL's step
 
 
 def test_fill_in_when_the_swarm_is_empty(tmp_path, smollm_tokenizer):
@@ -532,3 +569,22 @@ def test_completions_log_keeps_every_completion_the_node_generates(tmp_path, smo
     assert len(train) == 2 * G and {line["task"] for line in train} == {"basic_arithmetic"}
     assert len(evaluation) == 4 and all(line["step"] == 1 for line in evaluation)
     assert [line["completion"] for line in evaluation] == [q.completion for q in trainer.last_evaluation.questions]
+
+
+def test_without_a_swarm_external_slots_are_generated_here_as_grpo_would(tmp_path, smollm_tokenizer, caplog):
+    """J > 0 without a swarm: said once, and every slot is filled in locally, even on a plain-text dataset."""
+    import logging
+
+    plain = Dataset.from_list([{"prompt": f"Count to {i}:"} for i in range(8)])
+    scored = []
+
+    def reward(prompts, completions, **columns):
+        scored.extend(completions)
+        return [float(len(text) % 3) for text in completions]
+
+    with caplog.at_level(logging.INFO, logger="sapo"):
+        trainer = _trainer(tmp_path, smollm_tokenizer, "alone", reward, dataset=plain, max_steps=1)
+    (line,) = [r.getMessage() for r in caplog.records if "local GRPO learner" in r.getMessage()]
+    assert "the 2 external groups of each round are generated here" in line
+    trainer.train()
+    assert _metric(trainer, "sapo/fill_ins") == [2.0] and len(scored) == 4 * G

@@ -1,0 +1,326 @@
+"""Intake: everything that happens to groups received from the swarm, up to the ones a round trains on.
+
+One round's intake (:meth:`Intake.take`), in order:
+
+1. fetch candidate groups (the main process fetches for every process); stale ones are set aside unread;
+2. sender standing: the groups of a benched sender are set aside unread;
+3. re-derive the truth: the question is regenerated or looked up (:class:`sapo.verification.QuestionVerifier`), and
+   the prompt trained on is written here around it;
+4. hygiene: the group's size and every completion's text;
+5. score every completion once with this peer's reward functions (the trainer passes TRL's reward path): these are
+   the rewards the round trains with, nothing scores an external group again;
+6. sample: the sampler chooses up to J of the scored candidates;
+7. plausibility: chosen groups whose completions this policy would not write are dropped
+   (:mod:`sapo.plausibility`); its reference is the node's own completions, handed in from the loss pass
+   (:meth:`Intake.observe_loss_pass`).
+
+It returns the chosen groups with their rewards, and counts the reason for every drop (`totals`, per sender in
+`sender_outcomes`). With several processes, every process runs the same intake on the main process's fetch and
+verdicts, so that all make the same choice; each then trains on an equal share of it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import random
+import time
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from accelerate.utils import broadcast_object_list
+
+from sapo.config import SAPOConfig
+from sapo.hygiene import CompletionFilter, CompletionHygiene
+from sapo.plausibility import PlausibilityCheck, typicality_scores
+from sapo.sampling import Candidate, ExternalSampler, make_sampler
+from sapo.standing import SenderStanding
+from sapo.verification import GroupDropped, QuestionVerifier
+from swarm.records import Group
+from swarm.transport import SwarmTransport
+
+logger = logging.getLogger(__name__)
+
+Scorer = Callable[[list[dict[str, str]], list[str], dict[str, Any]], torch.Tensor]
+"""This peer's rewards of completion texts: (prompt, texts, reward columns) -> tensor (texts, reward functions)."""
+
+TypicalityScorer = Callable[[list[Candidate]], list[float]]
+"""Typicality (`sapo.plausibility`) of every completion of the given groups, in order, under the current policy."""
+
+
+@dataclass
+class Taken:
+    """One round's intake.
+
+    Parameters:
+        chosen (`list[Candidate]`): the external groups the node trains on this round (all processes), each with
+            this peer's rewards.
+        share (`list[Candidate]`): this process's part of `chosen`.
+        candidates (`int`): groups fetched this round.
+        scored (`int`): candidates that passed every check before sampling, and were scored.
+        zero_advantage (`int`): scored candidates whose rewards were all equal.
+        dropped (`collections.Counter`): groups set aside this round, by reason.
+    """
+
+    chosen: list[Candidate] = field(default_factory=list)
+    share: list[Candidate] = field(default_factory=list)
+    candidates: int = 0
+    scored: int = 0
+    zero_advantage: int = 0
+    dropped: Counter[str] = field(default_factory=Counter)
+
+
+class Intake:
+    """Takes the external groups of each round for one node (see the module docstring for the steps).
+
+    Args:
+        args: the trainer's configuration (trust, sampling and plausibility settings).
+        swarm: the transport to fetch from (`None` on the processes other than the main one).
+        uses_swarm: whether the node has a swarm (the main process's answer, the same on every process).
+        peer_id: the node's peer id (its own groups are never taken).
+        accelerator: the trainer's `accelerate.Accelerator` (processes, main process, device).
+        reward_weights: the weight of each reward function in a completion's reward (TRL's `reward_weights`).
+        system_messages: this node's own system messages, written around every external question.
+        sampler, verifier, completion_filter: as `SAPOTrainer` takes them; default from `args`.
+    """
+
+    def __init__(
+        self,
+        args: SAPOConfig,
+        swarm: SwarmTransport | None,
+        uses_swarm: bool,
+        peer_id: str | None,
+        accelerator: Any,
+        reward_weights: torch.Tensor,
+        system_messages: Sequence[dict[str, str]] = (),
+        sampler: ExternalSampler | None = None,
+        verifier: QuestionVerifier | None = None,
+        completion_filter: CompletionFilter | None = None,
+    ):
+        self.args, self.swarm, self.uses_swarm, self.accelerator = args, swarm, uses_swarm, accelerator
+        self.reward_weights = reward_weights.detach().float().cpu()
+        self.system_messages = [dict(m) for m in system_messages]
+        self.verifier = verifier or QuestionVerifier(
+            policy=args.external_source_policy, regeneration_timeout=args.regeneration_timeout
+        )
+        self.hygiene = CompletionHygiene(
+            max_chars=args.completion_max_chars,
+            forbid_control_chars=args.completion_forbid_control_chars,
+            max_non_ascii_fraction=args.completion_max_non_ascii_fraction,
+            forbidden_patterns=tuple(args.completion_forbidden_patterns),
+            extra_filter=completion_filter,
+        )
+        self.standing = (
+            SenderStanding(args.sender_drop_limit, args.sender_window, args.sender_bench_seconds)
+            if args.sender_drop_limit is not None
+            else None
+        )
+        self.plausibility = (
+            PlausibilityCheck(args.plausibility_margin, args.plausibility_window)
+            if args.plausibility_margin is not None and uses_swarm
+            else None
+        )
+        self.sampler = sampler or make_sampler(
+            args.sampling_strategy,
+            max_groups_per_peer=args.max_groups_per_peer,
+            max_group_age=args.max_group_age,
+            self_id=peer_id,
+        )
+        self.rng = random.Random(args.seed)  # the same on every process, so they make the same selection
+        self.totals: Counter[str] = Counter()  # cumulative counts, logged as sapo/total/<name>
+        self.taken_from: Counter[str] = Counter()  # external groups trained on, by verified sender
+        self.sender_outcomes: dict[str, Counter[str]] = {}  # per sender: "taken" and "dropped/<reason>" counts
+        self._external_tokens: set[tuple[int, ...]] = set()  # the latest round's external completions, as trained
+
+    # ------------------------------------------------------------------------------------------------
+    # one round
+
+    def take(
+        self,
+        slots: int,
+        score: Scorer,
+        typicality: TypicalityScorer,
+        timed: Callable[[str], Any] = lambda phase: contextlib.nullcontext(),
+    ) -> Taken:
+        """The external groups for ``slots`` group slots of every process: fetched, judged, scored once with
+        ``score``, sampled and checked for plausibility with ``typicality``. ``timed(phase)`` wraps each phase
+        (`swarm_fetch`, `external_scoring`, `plausibility`). Every process calls it, in step."""
+        processes = self.accelerator.num_processes
+        if slots == 0 or not self.uses_swarm:
+            self.totals["fill_ins"] += slots * processes
+            return Taken()
+        taken = Taken()
+        received, fetched_at = [], time.time()
+        if self._plausibility_ready():  # else the swarm's groups wait there until they can be judged
+            pool_size = self.args.external_pool_size or 4 * self.args.num_external
+            with timed("swarm_fetch"):
+                received, fetched_at = self._fetch(pool_size)
+        fresh = [item for item in received if not self.sampler.is_stale(item.group, fetched_at)]
+        self._count(taken, "stale", len(received) - len(fresh))  # before scoring: stale groups cost nothing
+        with timed("external_scoring"):
+            judged = [self._judge(item.sender, item.group, fetched_at, score, taken) for item in fresh]
+        candidates = [c for c in judged if c is not None]
+        taken.candidates, taken.scored = len(received), len(candidates)
+        taken.zero_advantage = sum(c.has_zero_advantage for c in candidates)
+        self.totals["candidates"] += taken.candidates
+        self.totals["zero_advantage_candidates"] += taken.zero_advantage
+
+        selection = self.sampler.select(candidates, slots * processes, self.rng, now=fetched_at)
+        for reason, count in selection.dropped.items():
+            self._count(taken, reason, count)
+        chosen = self._drop_implausible(list(selection.chosen), typicality, timed, taken)
+        # An equal share for every process (each trains on the same number of own rows); a remainder is filled in.
+        per_process = len(chosen) // processes
+        taken.chosen = chosen[: per_process * processes]
+        rank = self.accelerator.process_index
+        taken.share = taken.chosen[rank * per_process : (rank + 1) * per_process]
+        self.totals["external_groups"] += len(taken.chosen)
+        self.totals["fill_ins"] += slots * processes - len(taken.chosen)
+        self.taken_from.update(c.sender for c in taken.chosen)
+        for candidate in taken.chosen:
+            self.sender_outcomes.setdefault(candidate.sender, Counter())["taken"] += 1
+        return taken
+
+    def _fetch(self, pool_size: int) -> tuple[list[Any], float]:
+        """Candidates from the swarm and the time they were fetched: the main process's, on every process."""
+        if self.accelerator.num_processes == 1:
+            return self.swarm.fetch(pool_size), time.time()
+        fetched = [None]
+        if self.accelerator.is_main_process:
+            fetched = [(self.swarm.fetch(pool_size), time.time())]
+        return broadcast_object_list(fetched, from_process=0)[0]
+
+    def _judge(self, sender: str, group: Group, now: float, score: Scorer, taken: Taken) -> Candidate | None:
+        """A candidate, or None: a benched sender's group is set aside unread; every other outcome counts towards
+        its sender's standing."""
+        if self.standing is not None and self.standing.is_benched(sender, now):
+            self._drop(taken, "benched_sender", sender, "its recent groups kept being dropped")
+            return None
+        candidate = self._verify_and_score(sender, group, score, taken)
+        self._record_standing(sender, candidate is not None, now)
+        return candidate
+
+    def _verify_and_score(self, sender: str, group: Group, score: Scorer, taken: Taken) -> Candidate | None:
+        """A candidate with this peer's ground truth and rewards, or None (counted) if it cannot be used."""
+        try:
+            columns = self.verifier.columns_for(group)
+        except GroupDropped as e:
+            self._drop(taken, e.reason, sender, e.detail)
+            return None
+        size = self.args.num_generations
+        if len(group.completions) < size:
+            self._drop(taken, "group_size", sender, f"{len(group.completions)} < {size} completions")
+            return None
+        completions = list(group.completions[:size])
+        problem = self.hygiene.group_problem(completions)
+        if problem is not None:
+            self._drop(taken, "hygiene", sender, problem)
+            return None
+        # Only completions cross the trust boundary: the prompt trained on (and scored) is written here, around the
+        # question this node verified; the sender's prompt was only compared, never used.
+        prompt = [*self.system_messages, {"role": "user", "content": columns.pop("question")}]
+        group = Group(**{**vars(group), "completions": completions, "prompt": prompt})
+        try:
+            per_function = score(prompt, completions, columns).detach().cpu()
+        except Exception as e:  # a reward function choking on foreign text must not stop training
+            self._drop(taken, "reward_error", sender, f"{type(e).__name__}: {e}")
+            return None
+        rewards = weighted_rewards(per_function, self.reward_weights).tolist()
+        return Candidate(sender, group, rewards, columns, rewards_per_func=per_function.tolist())
+
+    # ------------------------------------------------------------------------------------------------
+    # plausibility
+
+    def _plausibility_ready(self) -> bool:
+        """False while the plausibility check has no reference yet (before the node's first own round was trained
+        on): the swarm's groups are then left where they are, to be taken once they can be judged."""
+        if self.plausibility is None:
+            return True
+        ready = [self.plausibility.threshold() is not None]
+        if self.accelerator.num_processes > 1:  # the main process holds the reference that judges
+            ready = broadcast_object_list(ready, from_process=0)
+        if not ready[0]:
+            logger.info("this step trains on own groups only: the plausibility check needs them as its reference")
+        return ready[0]
+
+    def _drop_implausible(
+        self, chosen: list[Candidate], typicality: TypicalityScorer, timed: Callable[[str], Any], taken: Taken
+    ) -> list[Candidate]:
+        """The chosen groups whose every completion is plausible under this policy; the others are counted as
+        dropped (`implausible`). The main process judges (it holds the reference); every process takes its
+        verdicts."""
+        if self.plausibility is None or not chosen:
+            return chosen
+        verdicts: list[Any] = [None]
+        if self.accelerator.is_main_process:
+            with timed("plausibility"):
+                scores = typicality(chosen)
+            size = self.args.num_generations
+            verdicts = [
+                [self.plausibility.group_problem(scores[i * size : (i + 1) * size]) for i in range(len(chosen))]
+            ]
+        if self.accelerator.num_processes > 1:
+            verdicts = broadcast_object_list(verdicts, from_process=0)
+        kept = []
+        for candidate, problem in zip(chosen, verdicts[0], strict=True):
+            if problem is None:
+                kept.append(candidate)
+            else:  # its earlier "usable" outcome stays: one more outcome, a drop
+                self._drop(taken, "implausible", candidate.sender, problem)
+                self._record_standing(candidate.sender, False, time.time())
+        return kept
+
+    def note_external_tokens(self, completion_ids: Sequence[Sequence[int]]) -> None:
+        """The token ids of the external completions placed in this round's batch (as trained on): the loss pass
+        tells them from the node's own completions by these."""
+        self._external_tokens = {tuple(ids) for ids in completion_ids}
+
+    def observe_loss_pass(
+        self, completion_ids: torch.Tensor, logps: torch.Tensor, entropies: torch.Tensor, mask: torch.Tensor
+    ) -> None:
+        """Add the typicality of the node's own completions in a loss pass to the plausibility reference: it comes
+        free, since the loss computes their log-probabilities and entropies anyway. Rows (tensors of shape (rows,
+        tokens)) whose completion is an external one of the round are left out, and so are fully masked rows."""
+        if self.plausibility is None:
+            return
+        own = [
+            i
+            for i, (ids, row_mask) in enumerate(zip(completion_ids.tolist(), mask.tolist(), strict=True))
+            if any(row_mask) and tuple(t for t, m in zip(ids, row_mask, strict=True) if m) not in self._external_tokens
+        ]
+        if own:
+            self.plausibility.add_own(typicality_scores(logps[own], entropies[own], mask[own]))
+
+    # ------------------------------------------------------------------------------------------------
+    # counts
+
+    def _drop(self, taken: Taken, reason: str, sender: str, detail: str) -> None:
+        self._count(taken, reason)
+        self.sender_outcomes.setdefault(sender, Counter())[f"dropped/{reason}"] += 1
+        logger.debug("dropped a group of peer %s (%s): %s", sender, reason, detail)
+
+    def _count(self, taken: Taken, reason: str, count: int = 1) -> None:
+        taken.dropped[reason] += count
+        self.totals[f"dropped/{reason}"] += count
+
+    def _record_standing(self, sender: str, usable: bool, now: float) -> None:
+        """Note one outcome of a sender's group in its standing (if standing is on); log when that benches it."""
+        if self.standing is None or not self.standing.record(sender, usable, now):
+            return
+        self.totals["benched_senders"] += 1
+        logger.warning(
+            "benched peer %s for %.0f s: %d of its last %d groups were dropped",
+            sender, self.standing.bench_seconds, self.standing.drop_limit, self.standing.window,
+        )  # fmt: skip
+
+
+def weighted_rewards(rewards_per_func: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+    """The reward of each row (on the CPU): the weighted sum over reward functions, as TRL totals them; NaN (not
+    applicable) terms are left out, and a row no function applies to stays NaN."""
+    rewards_per_func = rewards_per_func.detach().float().cpu()
+    weighted = (rewards_per_func * weights.detach().float().cpu().unsqueeze(0)).nansum(dim=1)
+    weighted[torch.isnan(rewards_per_func).all(dim=1)] = torch.nan
+    return weighted

@@ -1,0 +1,299 @@
+"""What a GRPO script relies on, run against both GRPOTrainer and SAPOTrainer (no swarm) with the same arguments and
+the same expectations: swapping the class must keep the script working. Tiny random models, one or two steps each."""
+
+from __future__ import annotations
+
+import logging
+import math
+
+import pytest
+import torch
+from datasets import Dataset, DatasetDict
+from trl import GRPOConfig, GRPOTrainer
+
+from sapo import SAPOConfig, SAPOTrainer
+from sapo.models import build_tiny_model
+from sapo.tasks import TaskSpec, build_held_out_dataset
+
+CONFIG_OF = {GRPOTrainer: GRPOConfig, SAPOTrainer: SAPOConfig}
+TRAINERS = pytest.mark.parametrize("trainer_class", [GRPOTrainer, SAPOTrainer], ids=["grpo", "sapo"])
+CONFIGS = pytest.mark.parametrize("config_class", [GRPOConfig, SAPOConfig], ids=["grpo", "sapo"])
+TASK = TaskSpec("basic_arithmetic", {"min_terms": 2, "max_terms": 2, "min_digits": 1, "max_digits": 1})
+
+
+def text_reward(prompts, completions, **columns):
+    """Rewards that differ within a group (so advantages are not all zero), for plain and chat completions."""
+    texts = [c if isinstance(c, str) else c[0]["content"] for c in completions]
+    return [float(sum(map(ord, text)) % 7) for text in texts]
+
+
+def _chat(n: int, offset: int = 0) -> Dataset:
+    return Dataset.from_list(
+        [{"prompt": [{"role": "user", "content": f"What is {i} + {i}?"}]} for i in range(offset, offset + n)]
+    )
+
+
+def _plain(n: int) -> Dataset:
+    return Dataset.from_list([{"prompt": f"Count to {i}:"} for i in range(n)])
+
+
+def _config(config_class, tmp_path, **overrides):
+    base = dict(
+        output_dir=str(tmp_path / "out"), per_device_train_batch_size=2, num_generations=2, max_completion_length=4,
+        max_steps=1, learning_rate=1e-2, logging_steps=1, report_to="none", save_strategy="no", use_cpu=True,
+        bf16=False, gradient_checkpointing=False, seed=0, disable_tqdm=True, per_device_eval_batch_size=2,
+    )  # fmt: skip
+    base.update(overrides)
+    return config_class(**base)
+
+
+def _trainer(trainer_class, tmp_path, tokenizer, train_dataset=None, trainer_kwargs=None, **overrides):
+    return trainer_class(
+        model=build_tiny_model(tokenizer, seed=0),
+        reward_funcs=[text_reward],
+        args=_config(CONFIG_OF[trainer_class], tmp_path, **overrides),
+        train_dataset=train_dataset if train_dataset is not None else _chat(8),
+        processing_class=tokenizer,
+        **(trainer_kwargs or {}),
+    )
+
+
+def _logged(trainer, key):
+    return [h[key] for h in trainer.state.log_history if key in h]
+
+
+# ----------------------------------------------------------------------------------------------------
+# batch geometry
+
+
+GEOMETRY_GRID = [
+    # per_device_train_batch_size, num_generations, gradient_accumulation_steps, other batch arguments
+    (3, 3, 1, {}),
+    (16, 2, 1, {}),
+    (8, 8, 1, {}),
+    (4, 2, 3, {}),
+    (2, 4, 2, {}),
+    (4, 4, 1, {"generation_batch_size": 16}),
+    (2, 4, 1, {"steps_per_generation": 4}),
+    (6, 3, 2, {"steps_per_generation": 1}),
+]
+
+
+@CONFIGS
+@pytest.mark.parametrize("batch, generations, accumulation, other", GEOMETRY_GRID)
+def test_the_same_arguments_give_the_same_batch_geometry(config_class, batch, generations, accumulation, other):
+    arguments = dict(
+        output_dir="/tmp/sapo-compat-geometry", per_device_train_batch_size=batch, num_generations=generations,
+        gradient_accumulation_steps=accumulation, use_cpu=True, bf16=False, report_to="none", **other,
+    )  # fmt: skip
+    config = config_class(**arguments)
+    steps = other.get("steps_per_generation") or other.get("generation_batch_size", batch * accumulation) // batch
+    assert config.steps_per_generation == steps
+    assert config.generation_batch_size == batch * steps
+    assert config.gradient_accumulation_steps == accumulation
+    if config_class is SAPOConfig:  # the round is the generation batch, split into I local and J external groups
+        assert (config.num_local + config.num_external) * generations == config.generation_batch_size
+        only_local = SAPOConfig(**arguments, num_external=0)
+        assert only_local.num_local * generations == only_local.generation_batch_size == config.generation_batch_size
+        assert only_local.gradient_accumulation_steps == accumulation
+
+
+@CONFIGS
+def test_both_refuse_a_generation_batch_of_partial_groups(config_class):
+    with pytest.raises(ValueError, match="num_generations"):
+        config_class(output_dir="/tmp/sapo-compat-geometry", per_device_train_batch_size=3, num_generations=2,
+                     use_cpu=True, bf16=False, report_to="none")  # fmt: skip
+
+
+@TRAINERS
+@pytest.mark.parametrize("batch, generations, accumulation", [(4, 2, 1), (2, 2, 2)])
+def test_one_step_scores_one_generation_batch(trainer_class, tmp_path, smollm_tokenizer, batch, generations,
+                                              accumulation):  # fmt: skip
+    scored = []
+
+    def counting_reward(prompts, completions, **columns):
+        scored.append(len(completions))
+        return text_reward(prompts, completions)
+
+    trainer = trainer_class(
+        model=build_tiny_model(smollm_tokenizer, seed=0),
+        reward_funcs=[counting_reward],
+        args=_config(
+            CONFIG_OF[trainer_class],
+            tmp_path,
+            per_device_train_batch_size=batch,
+            num_generations=generations,
+            gradient_accumulation_steps=accumulation,
+        ),  # fmt: skip
+        train_dataset=_chat(8),
+        processing_class=smollm_tokenizer,
+    )
+    trainer.train()
+    assert scored == [batch * accumulation]
+    assert trainer.state.global_step == 1
+
+
+# ----------------------------------------------------------------------------------------------------
+# evaluation
+
+
+def _eval_set(kind: str):
+    if kind == "plain":
+        return _plain(2)
+    if kind == "chat":
+        return _chat(2, offset=100)
+    if kind == "reasoning_gym":
+        return build_held_out_dataset([TASK], size=2)
+    if kind == "dataset_dict":
+        return DatasetDict({"first": _chat(2, offset=100), "second": _chat(2, offset=200)})
+    if kind == "dict":
+        return {"first": _chat(2, offset=100), "second": build_held_out_dataset([TASK], size=2)}
+    if kind == "iterable":
+        return _chat(2, offset=100).to_iterable_dataset()
+    raise ValueError(kind)
+
+
+LOSS_KEYS = {"dataset_dict": ["eval_first_loss", "eval_second_loss"], "dict": ["eval_first_loss", "eval_second_loss"]}
+
+
+@TRAINERS
+@pytest.mark.parametrize("kind", ["plain", "chat", "reasoning_gym", "dataset_dict", "dict", "iterable"])
+def test_training_evaluates_every_kind_of_eval_set_with_its_loss(trainer_class, kind, tmp_path, smollm_tokenizer):
+    train = _plain(8) if kind == "plain" else _chat(8)
+    trainer = _trainer(trainer_class, tmp_path, smollm_tokenizer, train, eval_strategy="steps", eval_steps=1,
+                       trainer_kwargs={"eval_dataset": _eval_set(kind)})  # fmt: skip
+    trainer.train()
+    for key in LOSS_KEYS.get(kind, ["eval_loss"]):
+        (loss,) = _logged(trainer, key)  # evaluated once, after the step
+        assert math.isfinite(loss)
+    # evaluate() by hand: the same figures again, returned
+    metrics = trainer.evaluate()
+    assert all(math.isfinite(metrics[key]) for key in LOSS_KEYS.get(kind, ["eval_loss"]))
+
+
+@TRAINERS
+def test_evaluate_takes_an_eval_set_passed_to_it(trainer_class, tmp_path, smollm_tokenizer):
+    trainer = _trainer(trainer_class, tmp_path, smollm_tokenizer)
+    metrics = trainer.evaluate(_chat(2, offset=100), metric_key_prefix="held")
+    assert math.isfinite(metrics["held_loss"])
+
+
+@TRAINERS
+def test_eval_on_start_evaluates_before_the_first_step(trainer_class, tmp_path, smollm_tokenizer):
+    trainer = _trainer(trainer_class, tmp_path, smollm_tokenizer, trainer_kwargs={"eval_dataset": _chat(2, 100)},
+                       eval_strategy="steps", eval_steps=10, eval_on_start=True)  # fmt: skip
+    trainer.train()
+    evaluated_at = [h["step"] for h in trainer.state.log_history if "eval_loss" in h]
+    assert evaluated_at[0] == 0 and 1 not in evaluated_at[:-1]  # at the start (and after the last step)
+
+
+@TRAINERS
+def test_num_generations_eval_is_kept(trainer_class, tmp_path, smollm_tokenizer):
+    scored = []
+
+    def counting_reward(prompts, completions, **columns):
+        scored.append(len(completions))
+        return text_reward(prompts, completions)
+
+    trainer = trainer_class(
+        model=build_tiny_model(smollm_tokenizer, seed=0),
+        reward_funcs=[counting_reward],
+        args=_config(
+            CONFIG_OF[trainer_class],
+            tmp_path,
+            num_generations_eval=4,
+            per_device_eval_batch_size=4,
+            eval_strategy="steps",
+            eval_steps=1,
+        ),  # fmt: skip
+        train_dataset=_chat(8),
+        eval_dataset=_chat(1, offset=100),
+        processing_class=smollm_tokenizer,
+    )
+    assert trainer.args.num_generations_eval == 4
+    trainer.evaluate()
+    assert scored == [4]  # one eval question, 4 completions
+
+
+# ----------------------------------------------------------------------------------------------------
+# construction, losses, PEFT, checkpoints
+
+
+@pytest.fixture(scope="module")
+def eos_model(smollm_tokenizer, tmp_path_factory) -> str:
+    """A tiny model on disk that ends every completion at once: TRL's defaults (8 completions of up to 256 tokens)
+    then cost one token each. Every token embeds alike and the layers add nothing, so the last hidden state is the
+    same everywhere; the (untied) output layer points EOS at it."""
+    model = build_tiny_model(smollm_tokenizer, seed=0)
+    model.config.tie_word_embeddings = False
+    with torch.no_grad():
+        model.model.embed_tokens.weight.copy_(torch.ones_like(model.model.embed_tokens.weight))
+        for layer in model.model.layers:
+            layer.self_attn.o_proj.weight.zero_()
+            layer.mlp.down_proj.weight.zero_()
+        model.lm_head.weight = torch.nn.Parameter(torch.zeros_like(model.model.embed_tokens.weight))
+        model.lm_head.weight[smollm_tokenizer.eos_token_id] = 10.0
+    path = tmp_path_factory.mktemp("eos_model")
+    model.save_pretrained(path)
+    smollm_tokenizer.save_pretrained(path)
+    return str(path)
+
+
+@TRAINERS
+def test_construction_without_args_trains(trainer_class, tmp_path, eos_model, monkeypatch, caplog):
+    if trainer_class is GRPOTrainer and not torch.cuda.is_available():
+        pytest.skip("GRPOConfig() defaults to bf16 and refuses a machine without a GPU (use_cpu); SAPOConfig decides "
+                    "bf16 and use_cpu by device")  # fmt: skip
+    monkeypatch.chdir(tmp_path)  # the default output directory is relative
+    with caplog.at_level(logging.INFO, logger="sapo"):
+        trainer = trainer_class(model=eos_model, reward_funcs=text_reward, train_dataset=_chat(16))
+    assert trainer.args.output_dir.endswith(("-GRPO", "-SAPO"))
+    if trainer_class is SAPOTrainer:
+        assert [r for r in caplog.records if "local GRPO learner" in r.getMessage()]
+    trainer.args.max_steps = 1
+    trainer.train()
+    assert trainer.state.global_step == 1 and math.isfinite(_logged(trainer, "train_loss")[0])
+    assert _logged(trainer, "completions/mean_length") == [1.0]
+
+
+LOSS_TYPES = ["grpo", "dr_grpo", "dapo", "bnpo", "cispo", "sapo", "luspo", "vespo"]
+
+
+def test_the_loss_list_is_trl_s():
+    help_text = next(f for f in GRPOConfig.__dataclass_fields__.values() if f.name == "loss_type").metadata["help"]
+    assert all(f"'{name}'" in help_text for name in LOSS_TYPES)
+
+
+@TRAINERS
+@pytest.mark.parametrize("loss_type", LOSS_TYPES)
+def test_every_loss_type_trains(trainer_class, loss_type, tmp_path, smollm_tokenizer):
+    trainer = _trainer(trainer_class, tmp_path, smollm_tokenizer, loss_type=loss_type, per_device_train_batch_size=4)
+    before = [p.detach().clone() for p in trainer.model.parameters()]
+    trainer.train()
+    assert math.isfinite(_logged(trainer, "loss")[0])
+    assert any(not torch.equal(b, a) for b, a in zip(before, trainer.model.parameters(), strict=True))
+
+
+@TRAINERS
+def test_peft_trains_the_adapter_only(trainer_class, tmp_path, smollm_tokenizer):
+    from peft import LoraConfig
+
+    lora = LoraConfig(r=2, lora_alpha=4, target_modules=["q_proj", "v_proj"], task_type="CAUSAL_LM")
+    trainer = _trainer(trainer_class, tmp_path, smollm_tokenizer, trainer_kwargs={"peft_config": lora},
+                       per_device_train_batch_size=4, num_generations=4)  # fmt: skip
+    before = {n: p.detach().clone() for n, p in trainer.model.named_parameters()}
+    trainer.train()
+    changed = {n for n, p in trainer.model.named_parameters() if not torch.equal(before[n], p)}
+    assert changed and all("lora_" in n for n in changed)
+
+
+@TRAINERS
+def test_training_resumes_from_a_checkpoint(trainer_class, tmp_path, smollm_tokenizer):
+    first = _trainer(trainer_class, tmp_path, smollm_tokenizer, max_steps=2, save_strategy="steps", save_steps=1)
+    first.train()
+    checkpoint = tmp_path / "out" / "checkpoint-1"
+    assert checkpoint.is_dir() and (tmp_path / "out" / "checkpoint-2").is_dir()
+    again = _trainer(trainer_class, tmp_path, smollm_tokenizer, max_steps=2, save_strategy="no")
+    again.train(resume_from_checkpoint=str(checkpoint))
+    assert again.state.global_step == 2
+    assert [h["step"] for h in again.state.log_history if "loss" in h] == [1, 2]  # step 1 from the checkpoint
