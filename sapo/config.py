@@ -37,7 +37,14 @@ def _has_accelerator() -> bool:
 
 _SECTIONS = {
     "Swarm mix": ("num_local", "num_external"),
-    "Choosing external groups": ("sampling_strategy", "external_pool_size", "max_groups_per_peer", "max_group_age"),
+    "Choosing external groups": (
+        "sampling_strategy",
+        "success_threshold",
+        "success_window",
+        "external_pool_size",
+        "max_groups_per_peer",
+        "max_group_age",
+    ),
     "Trust": ("external_source_policy", "regeneration_timeout"),
     "Completion hygiene (every completion of a received group must pass, or the group is dropped as `hygiene`)": (
         "completion_max_chars",
@@ -111,6 +118,21 @@ class SAPOConfig(GRPOConfig):
             "skips this peer's own groups and applies `max_groups_per_peer` and `max_group_age`. Pass a "
             "`sapo.sampling.ExternalSampler` to `SAPOTrainer(sampler=...)` for anything else.",
             "choices": [*SAMPLERS, *SAMPLER_ALIASES],
+        },
+    )
+    success_threshold: float = field(
+        default=1.0,
+        metadata={
+            "help": "For `success_gated` and `weak_prompt_first`: a completion is a success when this peer's total "
+            "reward for it is at least this (with the node's `reasoning_gym` + `format` rewards, 1.0 is a right "
+            "answer). Unused by the other strategies."
+        },
+    )
+    success_window: int = field(
+        default=8,
+        metadata={
+            "help": "For `weak_prompt_first`: a task is weak for this peer when none of its last `success_window` own "
+            "groups of that task held a success. Unused by the other strategies."
         },
     )
     external_pool_size: int | None = field(

@@ -248,9 +248,9 @@ class WeakPromptFirstSampler(DropZeroAdvantageSampler):
 
 
 def task_of(candidate: Candidate) -> str:
-    """The task a candidate's question belongs to, as the trainer names its own rows' ``task``: the provenance's
-    dataset name (a reasoning-gym task, or a question file's name)."""
-    return candidate.group.provenance.dataset
+    """The task a candidate's question belongs to, as the trainer names its own groups' task: the provenance's task
+    (a reasoning-gym task, or a question file's name)."""
+    return candidate.group.provenance.task
 
 
 def _has_success(rewards: Sequence[float], threshold: float) -> bool:

@@ -36,6 +36,7 @@ from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 from trl import GRPOTrainer
 from trl.data_utils import is_conversational
 
+from rewards import completion_text
 from sapo.checkpoints import mark_complete
 from sapo.config import SAPOConfig
 from sapo.evaluation import HeldOutResult, evaluate_policy, held_out_questions, is_question_set
@@ -212,7 +213,7 @@ class SAPOTrainer(GRPOTrainer):
             return
         provenance = _row_provenance(train_dataset[0])
         if provenance.source == "dataset":
-            self.verifier.register(provenance.dataset, train_dataset)
+            self.verifier.register(provenance.task, train_dataset)
         elif provenance.source == "reasoning_gym":
             self.verifier.register_tasks(reasoning_gym_tasks_of(train_dataset))
 
@@ -236,7 +237,7 @@ class SAPOTrainer(GRPOTrainer):
             output = super()._generate_and_score_completions(self._round.rows)
             # 4. publish the groups generated here
             self._publish_local_groups(self._round)
-            self._log_completions("train", [(str(self._round.rows[i].get("task", "")), _completion_text(c))
+            self._log_completions("train", [(str(self._round.rows[i].get("task", "")), completion_text(c))
                                             for i, c in sorted(self._round.local_completions.items())])  # fmt: skip
             self._log_round(num_slots, taken)
         finally:
@@ -530,7 +531,7 @@ class SAPOTrainer(GRPOTrainer):
         for start in range(0, len(local_rows), self.num_generations):
             members = local_rows[start : start + self.num_generations]
             row = round_.rows[members[0]]
-            texts = [_completion_text(round_.local_completions[i]) for i in members]
+            texts = [completion_text(round_.local_completions[i]) for i in members]
             groups.append(
                 Group(
                     group_id=f"{step}-{self.accelerator.process_index}-{start // self.num_generations}",
@@ -590,6 +591,14 @@ class SAPOTrainer(GRPOTrainer):
         rewards = self._round.rewards
         if rewards is None:
             return
+        # The sampler learns which tasks this peer still fails on (weak_prompt_first); the others ignore it. The task
+        # is the one its published groups name, which is what the sampler reads of a received group.
+        size = self.num_generations
+        self.sampler.observe_own_groups(
+            (_row_provenance(self._round.rows[s]).task, rewards[s : s + size].tolist())
+            for s in range(0, len(rewards), size)
+            if s not in self._round.external_text
+        )
         is_external = torch.zeros(len(rewards), dtype=torch.bool)
         is_external[list(self._round.external_text)] = True
         # Local groups whose rewards differ: the ones the paper sampler would keep, to compare like with like
@@ -623,13 +632,6 @@ def _external_row(keys: list[str], prompt: list[dict[str, str]], columns: dict[s
     return {**{key: columns.get(key) for key in keys}, "prompt": prompt}
 
 
-def _completion_text(completion: Any) -> str:
-    """The text of a TRL completion: a string, or a list of chat messages whose contents are joined."""
-    if isinstance(completion, str):
-        return completion
-    return "".join(str(message.get("content") or "") for message in completion)
-
-
 def _row_provenance(row: dict[str, Any]) -> Provenance:
     """The provenance a dataset row carries in its 'provenance' column (JSON), or a 'custom' one."""
     raw = row.get("provenance")
@@ -638,4 +640,4 @@ def _row_provenance(row: dict[str, Any]) -> Provenance:
             return provenance_from_wire(json.loads(raw) if isinstance(raw, str) else raw)
         except (ValueError, TypeError) as e:
             logger.warning("row has an unreadable provenance (%s); publishing it as a custom source", e)
-    return Provenance(source="custom", dataset=str(row.get("task") or "unknown"))
+    return Provenance(source="custom", task=str(row.get("task") or "unknown"))

@@ -588,3 +588,17 @@ def test_without_a_swarm_external_slots_are_generated_here_as_grpo_would(tmp_pat
     assert "the 2 external groups of each round are generated here" in line
     trainer.train()
     assert _metric(trainer, "sapo/fill_ins") == [2.0] and len(scored) == 4 * G
+
+
+def test_weak_prompt_first_learns_this_peers_own_results_per_task(tmp_path, smollm_tokenizer):
+    """The trainer tells the sampler how its own groups did each round, so `weak_prompt_first` knows which tasks this
+    peer still fails on; the config's success fields reach the sampler."""
+    probe = RewardProbe(lambda text: 1.0)  # every own completion a success: the task is not weak after one round
+    trainer = _trainer(
+        tmp_path, smollm_tokenizer, "weak", probe, swarm=MemorySwarm().join("alone"), max_steps=1,
+        sampling_strategy="weak_prompt_first", success_window=3, success_threshold=0.5,
+    )  # fmt: skip
+    assert (trainer.sampler.success_window, trainer.sampler.success_threshold) == (3, 0.5)
+    assert trainer.sampler.is_weak("doubling")  # nothing of its own seen yet
+    trainer.train()
+    assert not trainer.sampler.is_weak("doubling") and trainer.sampler.is_weak("some_other_task")
