@@ -225,7 +225,7 @@ def test_a_given_eval_set_gets_trl_s_evaluation_with_pass_at_1_added_on_reasonin
 
     from datasets import Dataset
 
-    from sapo.callbacks import NodeStatus
+    from sapo.node.callbacks import NodeStatus
 
     model, tokenizer = load_policy(tiny_model_a)
     dataset = build_reasoning_gym_dataset(DEFAULT_TASKS[:1], size=16, seed=0)
