@@ -234,11 +234,12 @@ def archive_of(config: dict[str, Any], num_local: int, num_external: int, seed: 
 
 
 def archive_run(run_dir: Path, archive: Path, marker: dict[str, Any]) -> None:
-    """Copy every node's metrics.jsonl and the completion marker (written last) of a finished run to ``archive``."""
-    for metrics in sorted(run_dir.glob("node-*/metrics.jsonl")):
-        target = archive / metrics.parent.name / "metrics.jsonl"
+    """Copy every node's metrics.jsonl and held-out outcomes (held_out.jsonl, question by question, where the node
+    wrote them) and the completion marker (written last) of a finished run to ``archive``."""
+    for kept in sorted([*run_dir.glob("node-*/metrics.jsonl"), *run_dir.glob("node-*/held_out.jsonl")]):
+        target = archive / kept.parent.name / kept.name
         target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(metrics, target)
+        shutil.copyfile(kept, target)
     (archive / COMPLETE).write_text(json.dumps(marker, indent=1))
 
 

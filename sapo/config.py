@@ -56,7 +56,7 @@ _SECTIONS = {
     "Sender standing": ("sender_drop_limit", "sender_window", "sender_bench_seconds"),
     "Held-out evaluation": ("eval_questions",),
     "Publishing": ("publish_groups", "swarm_model_name"),
-    "Audit": ("completions_log",),
+    "Audit": ("completions_log", "held_out_log"),
     "GRPO settings of the SAPO paper (where they differ from TRL's)": ("epsilon_high",),
     "Device defaults (`None`: decided by `sapo.config.device_defaults`)": ("use_cpu", "gradient_checkpointing", "bf16"),
 }
@@ -242,6 +242,14 @@ class SAPOConfig(GRPOConfig):
             'generates: its own groups while training (`kind` "train") and its held-out answers (`kind` '
             '"eval"), with the step and task. For audits, e.g. how far a payload spreads '
             "(`testbed.payload_attack.payload_rate`). `None`: not written."
+        },
+    )
+    held_out_log: str | None = field(
+        default=None,
+        metadata={
+            "help": "JSONL file (a relative path is under `output_dir`) to which every held-out evaluation appends one "
+            "line: the step and each question's outcome (task, index, correct, score), so that two runs or two "
+            "steps can be compared question by question (`sapo.evaluation.paired_difference`). `None`: not written."
         },
     )
     swarm_model_name: str | None = field(

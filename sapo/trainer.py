@@ -421,7 +421,20 @@ class SAPOTrainer(GRPOTrainer):
         """Greedy pass@1 figures of ``dataset`` (kept in `last_evaluation`; answers go to the completions log)."""
         self.last_evaluation = self._evaluate_held_out(dataset)
         self._log_completions("eval", [(q.task, q.completion) for q in self.last_evaluation.questions])
+        self._log_held_out(self.last_evaluation, metric_key_prefix)
         return self.last_evaluation.metrics(prefix=f"{metric_key_prefix}/")
+
+    def _log_held_out(self, result: HeldOutResult, name: str) -> None:
+        """Append the evaluation's per-question outcomes to `args.held_out_log` (main process; every process holds
+        the whole result)."""
+        if self.args.held_out_log is None or not self.accelerator.is_main_process:
+            return
+        path = os.path.join(self.args.output_dir, self.args.held_out_log)
+        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+        outcomes = [{"task": q.task, "index": q.index, "correct": bool(q.correct), "score": q.score}
+                    for q in result.questions]  # fmt: skip
+        with open(path, "a") as f:
+            f.write(json.dumps({"step": self.state.global_step, "eval": name, "questions": outcomes}) + "\n")
 
     def _evaluate_held_out(self, dataset: Any) -> HeldOutResult:
         """Each process evaluates a contiguous share of the questions; every process gets the whole result."""

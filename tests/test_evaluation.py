@@ -117,12 +117,20 @@ def test_trainer_evaluates_held_out_at_start_on_schedule_and_at_the_end_without_
     spy = SwarmCalls(swarm)
     dataset = build_reasoning_gym_dataset(DEFAULT_TASKS[:2], size=32, seed=0)
     trainer = SAPOTrainer(
-        model=model, reward_funcs=[reasoning_gym_reward], args=_args(tmp_path), train_dataset=dataset,
-        processing_class=tokenizer, swarm=swarm, callbacks=[spy, EvaluateAtEnd()],
+        model=model, reward_funcs=[reasoning_gym_reward], args=_args(tmp_path, held_out_log="held_out.jsonl"),
+        train_dataset=dataset, processing_class=tokenizer, swarm=swarm, callbacks=[spy, EvaluateAtEnd()],
     )  # fmt: skip
     trainer.train()
     evaluations = [h for h in trainer.state.log_history if "eval/pass@1" in h]
     assert [h["step"] for h in evaluations] == [0, 2, 3]  # start, eval_steps, last step
+    # Question by question, as logged: the same questions at every step, pass@1 their mean.
+    lines = [json.loads(line) for line in (tmp_path / "out" / "held_out.jsonl").read_text().splitlines()]
+    assert [line["step"] for line in lines] == [0, 2, 3]
+    for line, logged in zip(lines, evaluations, strict=True):
+        assert [(q["task"], q["index"]) for q in line["questions"]] == [
+            (q["task"], q["index"]) for q in lines[0]["questions"]
+        ]
+        assert sum(q["correct"] for q in line["questions"]) / 8 == pytest.approx(logged["eval/pass@1"])
     assert all(not any(k.startswith(("loss", "reward", "sapo/")) for k in h) for h in evaluations)
     assert evaluations[0]["eval/questions"] == 8 and "eval/pass@1/base_conversion" in evaluations[0]
     assert trainer.eval_dataset["prompt"] == build_held_out_dataset(DEFAULT_TASKS[:2], size=8)["prompt"]
