@@ -37,6 +37,7 @@ from trl.data_utils import is_conversational
 from sapo.checkpoints import mark_complete
 from sapo.config import SAPOConfig
 from sapo.evaluation import HeldOutResult, evaluate_policy, held_out_questions
+from sapo.generation import fast_generation_applies, inference_context, trainer_generate
 from sapo.hygiene import CompletionFilter, CompletionHygiene
 from sapo.plausibility import PlausibilityCheck, typicality_scores
 from sapo.sampling import Candidate, ExternalSampler, make_sampler
@@ -406,9 +407,10 @@ class SAPOTrainer(GRPOTrainer):
             input_ids[i, prompt_len - len(prompt) : prompt_len] = torch.tensor(prompt, dtype=torch.long)
             input_ids[i, prompt_len : prompt_len + len(completion)] = torch.tensor(completion, dtype=torch.long)
             attention_mask[i, prompt_len - len(prompt) : prompt_len + len(completion)] = 1
-        with torch.no_grad():
+        model = self.accelerator.unwrap_model(self.model)
+        with torch.no_grad(), inference_context(model, merge_adapters=bool(self.args.generation_merge_adapters)):
             logps, entropies, _ = self._get_per_token_logps_and_entropies(
-                self.accelerator.unwrap_model(self.model),
+                model,
                 input_ids.to(device),
                 attention_mask.to(device),
                 completion_len,
@@ -466,6 +468,14 @@ class SAPOTrainer(GRPOTrainer):
             completion_ids[i] = self._tokenize_external_completion(text)
             completions[i] = [{"role": "assistant", "content": text}]
         return prompt_ids, completion_ids, None, completions, None, {}, None, []
+
+    # --- generation speed-ups (issue 27): local rows go through sapo.generation where it applies --------------------
+    def _generate_single_turn(self, prompt_ids, images, multimodal_fields, *args, **kwargs):
+        if not fast_generation_applies(self, images, multimodal_fields):
+            return super()._generate_single_turn(prompt_ids, images, multimodal_fields, *args, **kwargs)
+        return trainer_generate(self, prompt_ids), None
+
+    # ------------------------------------------------------------------------------------------------------------------
 
     def _compute_loss(self, model, inputs):
         # The loss pass computes the log-probs of this node's own completions anyway: they are the plausibility
@@ -568,6 +578,8 @@ class SAPOTrainer(GRPOTrainer):
             batch_size=self.args.per_device_eval_batch_size,
             eos_token_ids=self.eos_token_ids,
             first_index=first,
+            merge_adapters=bool(self.args.generation_merge_adapters),
+            bf16=bool(self.args.bf16),
         )
         if processes > 1:
             result = HeldOutResult(gather_object(result.questions))
