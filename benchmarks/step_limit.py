@@ -21,7 +21,7 @@ Wall seconds are reported beside the process's CPU seconds: on a shared machine 
 are the steadier measure of work. The load average at start and end is recorded.
 
 Usage:
-    python -m benchmarks.step_limit              # default model (about 15 min on 2 loaded cores)
+    python -m benchmarks.step_limit --threads 1 --reps 2 --steps 3   # default model, about 18 min on a shared 2-core machine
     python -m benchmarks.step_limit --quick      # tiny model, seconds: a smoke test
 
 Writes ``step_limit.{json,md,png}`` into ``--output-dir`` (default benchmarks/results), naming the commit and
@@ -568,9 +568,9 @@ def plot(data: dict[str, Any], path: Path) -> None:
 def main(argv: list[str] | None = None) -> int:
     """Run, write the report, print its path."""
     args = parse_args(argv)
+    record, git = run_record(), git_state()  # the code that runs: the tree as it is now, before the long run
     data = run(args)
-    data["record"] = run_record()
-    data["git"] = git_state()
+    data["record"], data["git"] = record, git
     paths = write_report(args.output_dir, "step_limit", data, report_lines(data, data["record"]))
     plot(data, args.output_dir / "step_limit.png")
     print("\n".join(report_lines(data, data["record"])))
