@@ -21,7 +21,7 @@ Wall seconds are reported beside the process's CPU seconds: on a shared machine 
 are the steadier measure of work. The load average at start and end is recorded.
 
 Usage:
-    python -m benchmarks.step_limit --threads 1 --reps 2 --steps 3   # default model, about 18 min on a shared 2-core machine
+    python -m benchmarks.step_limit --threads 1 --reps 2 --steps 3   # default model, ~18 min on 2 shared cores
     python -m benchmarks.step_limit --quick      # tiny model, seconds: a smoke test
 
 Writes ``step_limit.{json,md,png}`` into ``--output-dir`` (default benchmarks/results), naming the commit and
