@@ -275,3 +275,14 @@ def test_cpu_defaults_turn_the_speed_ups_on_and_explicit_values_win(tmp_path, mo
                      generation_prefill_once=False, generation_merge_adapters=False)  # fmt: skip
     assert on.bf16 is True
     assert off.bf16 is False and off.generation_prefill_once is False and off.generation_merge_adapters is False
+
+
+def test_the_node_turns_each_speed_up_off_by_its_flag():
+    from sapo.node_args import parse_node_args
+
+    off, _, _ = parse_node_args(["--generation_prefill_once", "false", "--generation_merge_adapters", "false",
+                                 "--bf16", "false"])  # fmt: skip
+    assert (off.generation_prefill_once, off.generation_merge_adapters, off.bf16) == (False, False, False)
+    if not torch.cuda.is_available():
+        on, _, _ = parse_node_args([])
+        assert on.generation_prefill_once and on.generation_merge_adapters and on.bf16 == cpu_has_native_bf16()
