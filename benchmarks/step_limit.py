@@ -11,7 +11,8 @@ One run on the machine at hand measures:
    baseline), then each speed-up of `sapo.generation` alone and all together, bf16 where the CPU has it, and TRL's
    `use_transformers_continuous_batching` path (`generate_batch`); repetitions interleaved, medians reported;
 4. **the default node's step split** (generation, scoring, swarm, plausibility, training pass, optimizer) for each
-   speed-up off and on, beside plain `trl.GRPOTrainer` at the same batch (2 local groups of 4, LoRA r=16). The node
+   speed-up off and on, completions at their full 48 tokens (fixed length, the same work for every configuration),
+   beside plain `trl.GRPOTrainer` at the same batch (2 local groups of 4, LoRA r=16). The node
    is a real SAPOTrainer in a MemorySwarm with a second peer that publishes one group per step, sampled from the
    same model beforehand (so the plausibility check keeps it): its steps after the first take J = 1 group from the
    swarm. The trainers take turns step by step (`benchmarks.step_cost.Baton`), so load from other processes spreads
@@ -243,11 +244,13 @@ def node_configs(bf16: bool) -> dict[str, dict[str, Any]]:
 
 
 def _common_args(args: argparse.Namespace, output_dir: str) -> dict[str, Any]:
-    """The node's defaults (sapo.node_args.NODE_DEFAULTS) that matter for a step, for every trainer."""
+    """The node's defaults (sapo.node_args.NODE_DEFAULTS) that matter for a step, for every trainer; every completion
+    runs to 48 tokens (as in the generation part), so that every configuration does the same work."""
     return dict(output_dir=output_dir, num_generations=GENERATIONS, per_device_train_batch_size=GENERATIONS,
                 max_completion_length=NEW_TOKENS, learning_rate=2e-4, lr_scheduler_type="constant",
                 max_steps=args.steps, logging_steps=1, report_to="none", save_strategy="no", use_cpu=True,
-                gradient_checkpointing=False, seed=args.seed, disable_tqdm=True)  # fmt: skip
+                gradient_checkpointing=False, seed=args.seed, disable_tqdm=True,
+                generation_kwargs={"min_new_tokens": NEW_TOKENS})  # fmt: skip
 
 
 def feeder_groups(model: Any, tokenizer: Any, dataset: Any, count: int) -> list[Any]:
@@ -371,7 +374,8 @@ def step_records(trainer: Any, wall: dict[int, float], cpu: list[float]) -> list
         split = {**phase, "swarm": swarm, "training pass": step_time - sum(phase.values()) - swarm}
         split["optimizer and rest"] = max(0.0, (step_wall or step_time) - step_time)
         records.append({"step": entry["step"], "wall": step_wall, "cpu": cpu[index] if index < len(cpu) else None,
-                        "external_groups": entry.get("sapo/external_groups", 0.0), **split})  # fmt: skip
+                        "external_groups": entry.get("sapo/external_groups", 0.0),
+                        "completion_tokens": entry.get("completions/mean_length"), **split})  # fmt: skip
     return records
 
 
