@@ -46,6 +46,7 @@ class Setting:
     max_completion_length: int
     lr_scheduler_type: str = "constant"
     rewards: tuple[str, ...] = ("reasoning_gym", "format")
+    bf16: bool | None = None  # None: as the machine decides (sapo.config.device_defaults)
 
 
 SETTINGS = {
@@ -56,6 +57,9 @@ SETTINGS = {
         Setting("full-mix", "mix", 0, 2e-5, 8, 2, 64),
         Setting("lora-arith", "basic_arithmetic", 16, 2e-4, 8, 2, 64),
         Setting("node-default", "mix", 0, 5e-6, 4, 4, 128, lr_scheduler_type="linear"),
+        # The bf16 learning check (issue 27): the node's profile with bf16 autocast forced off and on, paired seeds.
+        Setting("lora-mix-small-fp32", "mix", 16, 2e-4, 4, 2, 48, bf16=False),
+        Setting("lora-mix-small-bf16", "mix", 16, 2e-4, 4, 2, 48, bf16=True),
     )
 }
 """The candidates, in the order they run. `node-default` is today's sapo-node CPU default (2 local + 2 external
@@ -110,6 +114,7 @@ def run_one(
         report_to="none",
         use_cpu=True,
         gradient_checkpointing=False,
+        bf16=setting.bf16,
         seed=seed,
         disable_tqdm=True,
     )
@@ -317,7 +322,8 @@ def timing_lines(results_dir: Path) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.profile_search", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
-    parser.add_argument("--settings", default=",".join(SETTINGS), help="comma-separated setting names")
+    searched = ",".join(n for n, s in SETTINGS.items() if s.bf16 is None)  # the bf16 check runs when named
+    parser.add_argument("--settings", default=searched, help="comma-separated setting names")
     parser.add_argument("--seeds", default="0,1", help="comma-separated seeds (default 0,1)")
     parser.add_argument("--steps", type=int, default=30, help="training steps per run (default 30)")
     parser.add_argument("--questions", type=int, default=128, help="held-out questions (default 128)")

@@ -17,16 +17,37 @@ from swarm.field_docs import document_fields
 
 
 def device_defaults() -> dict[str, bool]:
-    """What SAPOConfig's `use_cpu`, `gradient_checkpointing` and `bf16` become when left at `None`, on this machine.
+    """What SAPOConfig's device-dependent fields (`use_cpu`, `gradient_checkpointing`, `bf16`,
+    `generation_prefill_once`, `generation_merge_adapters`) become when left at `None`, on this machine.
 
     With a CUDA GPU: the GPU, activation (gradient) checkpointing on, bf16 autocast where the GPU supports it
-    natively. Without one: the CPU, checkpointing off (it saves memory by recomputing activations, a pure loss on a
-    CPU) and bf16 off (emulated bf16 made every step 45x slower on the CPU measured here).
+    natively, and TRL's own generation path (the local speed-ups of `sapo.generation` off). Without one: the CPU,
+    checkpointing off (it saves memory by recomputing activations, a pure loss on a CPU), bf16 autocast on where the
+    CPU computes bf16 natively (`cpu_has_native_bf16`: AVX512-BF16 or AMX; there it made generation 1.6x faster) and
+    off elsewhere (emulated in software, it made every step 45x slower on a CPU without it), and generation with each
+    prompt prefilled once and LoRA adapters merged (`sapo.generation`).
     """
     import torch
 
     gpu = torch.cuda.is_available()
-    return {"use_cpu": not gpu, "gradient_checkpointing": gpu, "bf16": gpu and torch.cuda.is_bf16_supported()}
+    return {
+        "use_cpu": not gpu,
+        "gradient_checkpointing": gpu,
+        "bf16": torch.cuda.is_bf16_supported() if gpu else cpu_has_native_bf16(),
+        "generation_prefill_once": not gpu,
+        "generation_merge_adapters": not gpu,
+    }
+
+
+def cpu_has_native_bf16(cpuinfo: str = "/proc/cpuinfo") -> bool:
+    """Whether this CPU computes bf16 matrix products in hardware: an `avx512_bf16` or `amx_bf16` flag in
+    `/proc/cpuinfo` (Linux; False where the file cannot be read)."""
+    try:
+        with open(cpuinfo) as f:
+            flags = next((line.split(":", 1)[1].split() for line in f if line.startswith("flags")), [])
+    except OSError:
+        return False
+    return "avx512_bf16" in flags or "amx_bf16" in flags
 
 
 def _has_accelerator() -> bool:
@@ -58,7 +79,13 @@ _SECTIONS = {
     "Publishing": ("publish_groups", "swarm_model_name"),
     "Audit": ("completions_log", "held_out_log"),
     "GRPO settings of the SAPO paper (where they differ from TRL's)": ("epsilon_high",),
-    "Device defaults (`None`: decided by `sapo.config.device_defaults`)": ("use_cpu", "gradient_checkpointing", "bf16"),
+    "Device defaults (`None`: decided by `sapo.config.device_defaults`)": (
+        "use_cpu",
+        "gradient_checkpointing",
+        "bf16",
+        "generation_prefill_once",
+        "generation_merge_adapters",
+    ),
 }
 
 
@@ -290,9 +317,30 @@ class SAPOConfig(GRPOConfig):
     bf16: bool | None = field(
         default=None,
         metadata={
-            "help": "bf16 autocast (mixed precision). `None`: by device, on where a CUDA GPU supports bf16 natively "
-            "and `fp16` is off, otherwise off (TRL turns it on everywhere; emulated on a CPU, it made every step 45x "
-            "slower)."
+            "help": "bf16 autocast (mixed precision; float32 master weights and optimizer state) for generation, the "
+            "training pass and evaluation. `None`: by device, on where a CUDA GPU or the CPU supports bf16 natively "
+            "(AVX512-BF16 or AMX) and `fp16` is off, otherwise off (TRL turns it on everywhere; emulated on a CPU "
+            "without native bf16, it made every step 45x slower)."
+        },
+    )
+    generation_prefill_once: bool | None = field(
+        default=None,
+        metadata={
+            "help": "Run each distinct prompt through the model once and share its key/value cache among its "
+            "`num_generations` completions (`sapo.generation`; the sampling distribution is unchanged). `None`: by "
+            "device, on without a CUDA GPU, off with one (TRL's generation path is kept there).",
+            "nargs": "?",
+            "const": True,
+        },
+    )
+    generation_merge_adapters: bool | None = field(
+        default=None,
+        metadata={
+            "help": "Generate (and evaluate, and run the plausibility pass) with each LoRA adapter merged into a "
+            "copy of its base weight: one matmul per layer instead of three; the training weights are left "
+            "untouched. `None`: by device, on without a CUDA GPU, off with one.",
+            "nargs": "?",
+            "const": True,
         },
     )
 
@@ -353,6 +401,9 @@ class SAPOConfig(GRPOConfig):
             self.use_cpu = device["use_cpu"]
         if self.bf16 is None and not self.fp16:
             self.bf16 = device["bf16"]
+        for name in ("generation_prefill_once", "generation_merge_adapters"):
+            if getattr(self, name) is None:
+                setattr(self, name, device[name])
         if self.gradient_checkpointing is None and getattr(self, "activation_checkpointing", None) is None:
             # transformers 5 renamed it activation_checkpointing and mirrors the old name after __post_init__;
             # setting the new name spares a deprecation warning.

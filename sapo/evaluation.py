@@ -145,14 +145,26 @@ def generate_greedy(
     batch_size: int = 16,
     eos_token_ids: Sequence[int] | None = None,
     progress: bool = False,
+    merge_adapters: bool | None = None,
+    bf16: bool | None = None,
 ) -> list[tuple[str, int]]:
     """Greedy completions of chat ``prompts`` under ``tokenizer``'s chat template: (text, token count) each.
 
     Prompts are batched by length (less padding), left-padded, and returned in their original order. The model's
-    training mode is restored afterwards. ``progress`` shows a progress bar over the questions.
+    training mode is restored afterwards. ``progress`` shows a progress bar over the questions. ``merge_adapters``
+    (LoRA adapters merged while generating) and ``bf16`` (bf16 autocast on a CPU) are the speed-ups of
+    `sapo.generation.inference_context`; `None` decides each as `SAPOConfig` does (`sapo.config.device_defaults`).
     """
     import torch
     from transformers import GenerationConfig
+
+    from sapo.config import device_defaults
+    from sapo.generation import inference_context
+
+    if merge_adapters is None or bf16 is None:
+        defaults = device_defaults()
+        merge_adapters = defaults["generation_merge_adapters"] if merge_adapters is None else merge_adapters
+        bf16 = defaults["bf16"] if bf16 is None else bf16
 
     eos = list(eos_token_ids) if eos_token_ids else [tokenizer.eos_token_id]
     config = GenerationConfig(
@@ -180,7 +192,7 @@ def generate_greedy(
             encoded = tokenizer(
                 [texts[i] for i in batch], return_tensors="pt", padding=True, add_special_tokens=False
             ).to(device)
-            with torch.no_grad():
+            with torch.no_grad(), inference_context(model, merge_adapters=merge_adapters, bf16=bf16):
                 generated = model.generate(**encoded, generation_config=config)
             new_tokens = generated[:, encoded["input_ids"].shape[1] :]
             for i, ids in zip(batch, new_tokens, strict=True):
@@ -221,13 +233,17 @@ def evaluate_policy(
     eos_token_ids: Sequence[int] | None = None,
     first_index: int = 0,
     progress: bool = False,
+    merge_adapters: bool | None = None,
+    bf16: bool | None = None,
 ) -> HeldOutResult:
     """Greedy pass@1 of ``model`` on ``questions`` (rows with ``prompt``, ``task``, ``entry``/``answer`` columns, as
-    made by :func:`sapo.tasks.build_held_out_dataset`); ``first_index`` numbers the questions of a shard."""
+    made by :func:`sapo.tasks.build_held_out_dataset`); ``first_index`` numbers the questions of a shard;
+    ``merge_adapters`` and ``bf16`` as in :func:`generate_greedy`."""
     rows = [dict(row) for row in questions]
     generated = generate_greedy(
-        model, tokenizer, [row["prompt"] for row in rows], max_new_tokens, batch_size, eos_token_ids, progress
-    )
+        model, tokenizer, [row["prompt"] for row in rows], max_new_tokens, batch_size, eos_token_ids, progress,
+        merge_adapters=merge_adapters, bf16=bf16,
+    )  # fmt: skip
     scores = correctness_scores([text for text, _ in generated], rows)
     return HeldOutResult(
         [

@@ -40,6 +40,7 @@ from rewards import completion_text
 from sapo.checkpoints import mark_complete
 from sapo.config import SAPOConfig
 from sapo.evaluation import HeldOutResult, evaluate_policy, held_out_questions, is_question_set
+from sapo.generation import fast_generation_applies, inference_context, trainer_generate
 from sapo.hygiene import CompletionFilter
 from sapo.intake import Intake, Taken, weighted_rewards
 from sapo.plausibility import typicality_scores
@@ -292,6 +293,12 @@ class SAPOTrainer(GRPOTrainer):
             completions[i] = [{"role": "assistant", "content": round_.external_text[i]}]
         return prompt_ids, completion_ids, None, completions, None, {}, None, []
 
+    # --- generation speed-ups (issue 27): local rows go through sapo.generation where it applies --------------------
+    def _generate_single_turn(self, prompt_ids, images, multimodal_fields, *args, **kwargs):
+        if not fast_generation_applies(self, images, multimodal_fields):
+            return super()._generate_single_turn(prompt_ids, images, multimodal_fields, *args, **kwargs)
+        return trainer_generate(self, prompt_ids), None
+
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
         """TRL's reward hook: the rows generated here are scored now; external rows keep the rewards the intake gave
         them (an external group is scored once)."""
@@ -449,6 +456,8 @@ class SAPOTrainer(GRPOTrainer):
             batch_size=self.args.per_device_eval_batch_size,
             eos_token_ids=self.eos_token_ids,
             first_index=first,
+            merge_adapters=bool(self.args.generation_merge_adapters),
+            bf16=bool(self.args.bf16),
         )
         if processes > 1:
             result = HeldOutResult(gather_object(result.questions))
@@ -493,10 +502,10 @@ class SAPOTrainer(GRPOTrainer):
             input_ids[i, prompt_len - len(prompt) : prompt_len] = torch.tensor(prompt, dtype=torch.long)
             input_ids[i, prompt_len : prompt_len + len(completion)] = torch.tensor(completion, dtype=torch.long)
             attention_mask[i, prompt_len - len(prompt) : prompt_len + len(completion)] = 1
-        device = self.accelerator.device
-        with torch.no_grad():
+        device, model = self.accelerator.device, self.accelerator.unwrap_model(self.model)
+        with torch.no_grad(), inference_context(model, merge_adapters=bool(self.args.generation_merge_adapters)):
             logps, entropies, _ = self._get_per_token_logps_and_entropies(
-                self.accelerator.unwrap_model(self.model), input_ids.to(device), attention_mask.to(device),
+                model, input_ids.to(device), attention_mask.to(device),
                 completion_len, batch_size=self.args.per_device_train_batch_size, compute_entropy=True,
             )  # fmt: skip
         return typicality_scores(logps, entropies, attention_mask[:, prompt_len:].to(device))

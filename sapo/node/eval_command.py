@@ -35,6 +35,15 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     )
     parser.add_argument("--batch-size", type=int, default=16, help="questions per generation batch (default 16)")
     parser.add_argument("--base", default=None, help="base model directory of a LoRA adapter (default: its own)")
+    parser.add_argument(
+        "--merge-adapters", action=argparse.BooleanOptionalAction, default=None,
+        help="generate with LoRA adapters merged into copies of their base weights (default: as a node on this "
+        "machine, on without a CUDA GPU; sapo.generation)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--bf16", action=argparse.BooleanOptionalAction, default=None,
+        help="bf16 autocast on the CPU (default: where the CPU computes bf16 natively, AVX512-BF16 or AMX)",
+    )  # fmt: skip
     parser.add_argument("--json", type=Path, default=None, help="also write every question's result to this file")
     return parser.parse_args(argv)
 
@@ -58,8 +67,9 @@ def main(argv: list[str]) -> int:
         print(f"sapo-node eval: error: {e}", file=sys.stderr)
         return 2
     result = evaluate_policy(
-        model, tokenizer, questions, max_new_tokens=args.max_new_tokens, batch_size=args.batch_size, progress=True
-    )
+        model, tokenizer, questions, max_new_tokens=args.max_new_tokens, batch_size=args.batch_size, progress=True,
+        merge_adapters=args.merge_adapters, bf16=args.bf16,
+    )  # fmt: skip
     print(f"held-out greedy pass@1 of {args.model} ({args.questions} questions, {args.max_new_tokens} new tokens):")
     print(result.table())
     if args.json is not None:

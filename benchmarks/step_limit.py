@@ -1,0 +1,586 @@
+"""The step at the machine's speed: this machine's limits, the lower bound of each phase, and where a node stands.
+
+One run on the machine at hand measures:
+
+1. **the machine**: matmul rate (GFLOP/s) at the model's own shapes (the decode rows, the shared prefill, the
+   training micro-batch, the lm_head) and at a large shape, and memory read bandwidth (GB/s);
+2. **the lower bound** of each phase from the model's FLOPs and bytes at those rates: every linear layer costs at
+   least max(FLOPs / rate at its shape, weight bytes / bandwidth), summed over the phase's forward passes;
+3. **generation of the default step** (2 prompts x 4 completions, 48 new tokens, fixed length, temperature 1, no
+   top-k, the default model with the node's LoRA r=16): `model.generate` as TRL calls it (float32, today's
+   baseline), then each speed-up of `sapo.generation` alone and all together, bf16 where the CPU has it, and TRL's
+   `use_transformers_continuous_batching` path (`generate_batch`); repetitions interleaved, medians reported;
+4. **the default node's step split** (generation, scoring, swarm, plausibility, training pass, optimizer) for each
+   speed-up off and on, completions at their full 48 tokens (fixed length, the same work for every configuration),
+   beside plain `trl.GRPOTrainer` at the same batch (2 local groups of 4, LoRA r=16). The node
+   is a real SAPOTrainer in a MemorySwarm with a second peer that publishes one group per step, sampled from the
+   same model beforehand (so the plausibility check keeps it): its steps after the first take J = 1 group from the
+   swarm. The trainers take turns step by step (`benchmarks.step_cost.Baton`), so load from other processes spreads
+   over all of them.
+
+Wall seconds are reported beside the process's CPU seconds: on a shared machine the CPU seconds of a one-thread run
+are the steadier measure of work. The load average at start and end is recorded.
+
+Usage:
+    python -m benchmarks.step_limit --threads 1 --reps 2 --steps 3   # default model, ~18 min on 2 shared cores
+    python -m benchmarks.step_limit --quick      # tiny model, seconds: a smoke test
+
+Writes ``step_limit.{json,md,png}`` into ``--output-dir`` (default benchmarks/results), naming the commit and
+whether the tree was clean.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import dataclasses
+import json
+import os
+import statistics
+import tempfile
+import threading
+import time
+import warnings
+from pathlib import Path
+from typing import Any
+
+from benchmarks.harness import RESULTS, git_state, pyplot, run_record, write_report
+from benchmarks.step_cost import Aborted, Baton, make_turn_callback, timed_grpo_trainer_class
+
+PROMPTS, GENERATIONS, NEW_TOKENS = 2, 4, 48
+GENERATION_VARIANTS = ("today (TRL generate, fp32)", "prefill once", "merged adapters", "both", "both + bf16",
+                       "TRL continuous batching")  # fmt: skip
+SPLIT = ("generation", "scoring", "swarm", "plausibility", "training pass", "optimizer and rest")
+SWARM_PHASES = ("swarm_fetch", "external_scoring", "publish")
+
+
+# ------------------------------------------------------------------------------------------------
+# the machine
+
+
+def _best_seconds(fn, min_seconds: float = 0.3, repeats: int = 3) -> float:
+    """The fastest of ``repeats`` timings of ``fn``, each averaged over enough calls to last ``min_seconds``."""
+    fn()
+    best = float("inf")
+    for _ in range(repeats):
+        calls, start = 0, time.perf_counter()
+        while True:
+            fn()
+            calls += 1
+            elapsed = time.perf_counter() - start
+            if elapsed >= min_seconds:
+                break
+        best = min(best, elapsed / calls)
+    return best
+
+
+def matmul_rate(rows: int, k: int, n: int, dtype: Any) -> float:
+    """GFLOP/s of ``(rows x k) @ (k x n)`` in ``dtype``, as a linear layer computes it."""
+    import torch
+
+    x, w = torch.randn(rows, k).to(dtype), torch.randn(n, k).to(dtype)
+    return 2 * rows * k * n / _best_seconds(lambda: torch.nn.functional.linear(x, w)) / 1e9
+
+
+def read_bandwidth(megabytes: int = 256) -> float:
+    """GB/s of reading a float32 tensor of ``megabytes`` (a sum over it)."""
+    import torch
+
+    x = torch.ones(megabytes * 2**20 // 4)
+    return x.numel() * 4 / _best_seconds(x.sum) / 1e9
+
+
+def model_shapes(config: Any) -> dict[str, tuple[int, int, int]]:
+    """Per linear layer kind: (input features, output features, layers that have one)."""
+    h = config.hidden_size
+    head = getattr(config, "head_dim", None) or h // config.num_attention_heads
+    kv = config.num_key_value_heads * head
+    f, layers = config.intermediate_size, config.num_hidden_layers
+    return {"q,o": (h, h, 2 * layers), "k,v": (h, kv, 2 * layers), "gate,up": (h, f, 2 * layers),
+            "down": (f, h, layers), "lm_head": (h, config.vocab_size, 1)}  # fmt: skip
+
+
+def machine_limits(config: Any, rows: dict[str, int], dtypes: list[Any]) -> dict[str, Any]:
+    """Matmul rates at the model's shapes for each row count of ``rows`` (and a large shape), and read bandwidth."""
+    out: dict[str, Any] = {"bandwidth_gb_s": read_bandwidth(), "rates_gflop_s": {}}
+    for dtype in dtypes:
+        name = str(dtype).replace("torch.", "")
+        rates = {"large 1024^3": matmul_rate(1024, 1024, 1024, dtype)}
+        for phase, m in rows.items():
+            for kind, (k, n, _) in model_shapes(config).items():
+                rates[f"{phase} {kind}"] = matmul_rate(m, k, n, dtype)
+        out["rates_gflop_s"][name] = rates
+    return out
+
+
+def forward_bound(config: Any, limits: dict[str, Any], dtype: str, phase: str, tokens: int, head_tokens: int,
+                  passes: float = 1.0) -> float:  # fmt: skip
+    """Seconds at least for ``passes`` x the FLOPs of one forward pass over ``tokens`` tokens (the lm_head over
+    ``head_tokens``), each layer at the measured rate of its shape, and never faster than reading its weights once."""
+    rates, bandwidth = limits["rates_gflop_s"][dtype], limits["bandwidth_gb_s"] * 1e9
+    weight_bytes = 2 if dtype == "bfloat16" else 4
+    total = 0.0
+    for kind, (k, n, count) in model_shapes(config).items():
+        m = head_tokens if kind == "lm_head" else tokens
+        if m == 0:
+            continue
+        compute = passes * 2 * m * k * n / (rates[f"{phase} {kind}"] * 1e9)
+        total += count * max(compute, k * n * weight_bytes / bandwidth)
+    return total
+
+
+def phase_bounds(config: Any, limits: dict[str, Any], dtype: str, prompt: int, completion: int) -> dict[str, float]:
+    """Lower bounds (seconds) of the default step's phases: generation (the distinct prompts prefilled once, then
+    one decode step per new token over every row), the training pass (forward and backward, input gradients only:
+    LoRA keeps the base weights frozen) and the plausibility pass (one group, forward only)."""
+    rows = PROMPTS * GENERATIONS
+    prefill = forward_bound(config, limits, dtype, "prefill", PROMPTS * prompt, PROMPTS)
+    decode = NEW_TOKENS * forward_bound(config, limits, dtype, "decode", rows, rows)
+    sequence = prompt + completion
+    train = forward_bound(config, limits, dtype, "train", rows * sequence, rows * completion, passes=2.0)
+    plausible = forward_bound(config, limits, dtype, "train", GENERATIONS * sequence, GENERATIONS * completion)
+    return {"generation": prefill + decode, "generation_prefill": prefill, "generation_decode": decode,
+            "training pass": train, "plausibility": plausible}  # fmt: skip
+
+
+# ------------------------------------------------------------------------------------------------
+# generation
+
+
+def default_step_prompts(tokenizer: Any, dataset: Any) -> list[list[int]]:
+    """The prompt ids of the default step: its first 2 questions, each 4 times (a GRPO batch)."""
+    ids = [
+        list(tokenizer.apply_chat_template(dataset[i]["prompt"], add_generation_prompt=True, tokenize=True,
+                                           return_dict=True)["input_ids"])
+        for i in range(PROMPTS)
+    ]  # fmt: skip
+    return [p for p in ids for _ in range(GENERATIONS)]
+
+
+def generation_config(tokenizer: Any, fixed_length: bool = True) -> Any:
+    """TRL's sampling settings of the default node (temperature 1, no top-k/top-p), 48 tokens (all of them when
+    ``fixed_length``, so every variant does the same work)."""
+    from transformers import GenerationConfig
+
+    return GenerationConfig(max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS if fixed_length else 0,
+                            do_sample=True, temperature=1.0, top_k=0, top_p=1.0, pad_token_id=tokenizer.pad_token_id,
+                            eos_token_id=[tokenizer.eos_token_id], disable_compile=True)  # fmt: skip
+
+
+def _continuous_batching(model: Any, rows: list[list[int]], config: Any) -> None:
+    """TRL's `use_transformers_continuous_batching` path: `generate_batch` on the model, as TRL calls it."""
+    from transformers.generation import ContinuousBatchingConfig
+
+    model.generate_batch(rows, generation_config=config, progress_bar=False,
+                         continuous_batching_config=ContinuousBatchingConfig(max_memory_percent=0.5))  # fmt: skip
+
+
+def time_generation(
+    model: Any, tokenizer: Any, rows: list[list[int]], reps: int, bf16: bool, continuous_batching: bool = True
+) -> dict[str, Any]:
+    """Wall and CPU seconds of each generation variant (medians over ``reps`` interleaved repetitions)."""
+    import torch
+
+    from sapo.generation import generate_completions, inference_context
+
+    config = generation_config(tokenizer)
+    eos, pad = [tokenizer.eos_token_id], tokenizer.pad_token_id
+    settings = {  # (prefill once, merge adapters, bf16)
+        "today (TRL generate, fp32)": (False, False, False), "prefill once": (True, False, False),
+        "merged adapters": (False, True, False), "both": (True, True, False), "both + bf16": (True, True, True),
+    }  # fmt: skip
+    if not bf16:
+        del settings["both + bf16"]
+
+    def run(name: str) -> None:
+        if name == "TRL continuous batching":
+            return _continuous_batching(model, rows, config)
+        prefill, merge, low = settings[name]
+        with torch.no_grad(), inference_context(model, merge_adapters=merge, bf16=low):
+            generate_completions(model, rows, config, eos, pad, prefill_once=prefill)
+
+    names, notes = list(settings), {}
+    times: dict[str, dict[str, list[float]]] = {n: {"wall": [], "cpu": []} for n in names}
+
+    def timed(name: str) -> None:
+        wall, cpu = time.perf_counter(), time.process_time()
+        run(name)
+        times[name]["wall"].append(time.perf_counter() - wall)
+        times[name]["cpu"].append(time.process_time() - cpu)
+
+    for _ in range(reps):
+        for name in names:
+            timed(name)
+    if continuous_batching:  # its first call is its measurement: far slower here, it is not repeated
+        cb = "TRL continuous batching"
+        times[cb] = {"wall": [], "cpu": []}
+        try:
+            timed(cb)
+            notes[cb] = "one call (its warm-up included), not repeated"
+        except Exception as e:  # noqa: BLE001 - reported as a finding: the path does not run here
+            del times[cb]
+            notes[cb] = f"does not run on this machine: {type(e).__name__}: {str(e)[:200]}"
+    result = {n: {k: statistics.median(v) for k, v in t.items()} | {"runs": t} for n, t in times.items()}
+    return {"variants": result, "notes": notes}
+
+
+# ------------------------------------------------------------------------------------------------
+# the default node's step
+
+
+def node_configs(bf16: bool) -> dict[str, dict[str, Any]]:
+    """The step configurations: each speed-up off and on (bf16 only where the CPU computes it natively)."""
+    configs = {
+        "node, speed-ups off (today)": dict(generation_prefill_once=False, generation_merge_adapters=False, bf16=False),
+        "node, prefill once": dict(generation_prefill_once=True, generation_merge_adapters=False, bf16=False),
+        "node, merged adapters": dict(generation_prefill_once=False, generation_merge_adapters=True, bf16=False),
+        "node, both": dict(generation_prefill_once=True, generation_merge_adapters=True, bf16=False),
+    }
+    if bf16:
+        configs["node, both + bf16 (default here)"] = dict(
+            generation_prefill_once=True, generation_merge_adapters=True, bf16=True
+        )
+    return configs
+
+
+def _common_args(args: argparse.Namespace, output_dir: str) -> dict[str, Any]:
+    """The node's defaults (sapo.node_args.NODE_DEFAULTS) that matter for a step, for every trainer; every completion
+    runs to 48 tokens (as in the generation part), so that every configuration does the same work."""
+    return dict(output_dir=output_dir, num_generations=GENERATIONS, per_device_train_batch_size=GENERATIONS,
+                max_completion_length=NEW_TOKENS, learning_rate=2e-4, lr_scheduler_type="constant",
+                max_steps=args.steps, logging_steps=1, report_to="none", save_strategy="no", use_cpu=True,
+                gradient_checkpointing=False, seed=args.seed, disable_tqdm=True,
+                generation_kwargs={"min_new_tokens": NEW_TOKENS})  # fmt: skip
+
+
+def feeder_groups(model: Any, tokenizer: Any, dataset: Any, count: int) -> list[Any]:
+    """``count`` groups a second peer publishes: questions of the dataset's tail, completions sampled from the
+    model (so the node's plausibility check keeps them), the first one ending with the right answer (so the group's
+    rewards differ and the node's zero-advantage filter keeps it)."""
+    import torch
+
+    from sapo.generation import generate_completions, inference_context
+    from sapo.verification import published_prompt
+    from swarm.records import Group, provenance_from_wire
+
+    rows = [dataset[len(dataset) - 1 - j] for j in range(count)]
+    ids = [list(tokenizer.apply_chat_template(row["prompt"], add_generation_prompt=True, tokenize=True,
+                                              return_dict=True)["input_ids"]) for row in rows]  # fmt: skip
+    with torch.no_grad(), inference_context(model):
+        completions = generate_completions(model, [i for i in ids for _ in range(GENERATIONS)],
+                                           generation_config(tokenizer, fixed_length=False),
+                                           [tokenizer.eos_token_id], tokenizer.pad_token_id)  # fmt: skip
+    texts = tokenizer.batch_decode(completions, skip_special_tokens=True)
+    groups = []
+    for j, row in enumerate(rows):
+        group = texts[j * GENERATIONS : (j + 1) * GENERATIONS]
+        group[0] = f"{group[0].strip()}\n<answer>{row['answer']}</answer>"
+        groups.append(Group(group_id=f"feed-{j}", prompt=published_prompt(row["prompt"]), completions=group,
+                            provenance=provenance_from_wire(json.loads(row["provenance"])), metadata={},
+                            model="feeder", step=0, created_at=time.time()))  # fmt: skip
+    return groups
+
+
+def run_steps(args: argparse.Namespace, model: Any, tokenizer: Any, dataset: Any, bf16: bool,
+              workdir: Path) -> dict[str, Any]:  # fmt: skip
+    """Train every configuration ``args.steps`` steps, taking turns step by step; per-step records."""
+    from transformers import TrainerCallback
+    from transformers.trainer_callback import PrinterCallback, ProgressCallback
+    from trl import GRPOConfig
+
+    from rewards import format_reward, reasoning_gym_reward
+    from sapo.config import SAPOConfig
+    from sapo.models import LoraSpec, lora_config
+    from sapo.trainer import SAPOTrainer
+    from swarm import MemorySwarm
+
+    configs = node_configs(bf16)
+    names = [*configs, "plain TRL GRPOTrainer"]
+    swarm = MemorySwarm()
+    feeder = swarm.join("feeder")
+    pool = feeder_groups(model, tokenizer, dataset, args.steps * len(configs))
+
+    class Feed(TrainerCallback):  # one fresh group from the second peer before each of the node's steps
+        def on_step_begin(self, *a, **kw):
+            feeder.publish([dataclasses.replace(pool.pop(), created_at=time.time())])
+
+    baton, cpu, trainers, turns = Baton(names), {}, {}, {}
+
+    def on_step(name: str) -> None:
+        cpu.setdefault(name, []).append(time.process_time() - cpu_start[name])
+
+    cpu_start: dict[str, float] = {}
+
+    class CpuStart(TrainerCallback):
+        def __init__(self, name):
+            self.name = name
+
+        def on_step_begin(self, *a, **kw):
+            cpu_start[self.name] = time.process_time()
+
+    peft = lora_config(LoraSpec(r=16, alpha=32, dropout=0.0))
+    timed_trl = timed_grpo_trainer_class()
+    for name in names:
+        common = _common_args(args, str(workdir / name.replace(" ", "_").replace(",", "")))
+        turns[name] = make_turn_callback(name, baton, 1, on_step)
+        callbacks = [turns[name], CpuStart(name)]
+        if name in configs:
+            trainers[name] = SAPOTrainer(
+                model=copy.deepcopy(model), reward_funcs=[reasoning_gym_reward, format_reward],
+                args=SAPOConfig(**common, num_local=1, num_external=1, **configs[name]), train_dataset=dataset,
+                processing_class=tokenizer, swarm=swarm.join(f"node-{len(trainers)}"), peft_config=peft,
+                callbacks=[Feed(), *callbacks],
+            )  # fmt: skip
+        else:
+            trainers[name] = timed_trl(
+                model=copy.deepcopy(model), reward_funcs=[reasoning_gym_reward, format_reward],
+                args=GRPOConfig(**common, bf16=False, gradient_accumulation_steps=2, beta=0.0, epsilon_high=0.28),
+                train_dataset=dataset, processing_class=tokenizer, peft_config=peft, callbacks=callbacks,
+            )  # fmt: skip
+        trainers[name].remove_callback(PrinterCallback)
+        trainers[name].remove_callback(ProgressCallback)
+    errors: dict[str, BaseException] = {}
+
+    def train(name: str) -> None:
+        try:
+            trainers[name].train()
+        except Aborted:
+            pass
+        except BaseException as e:  # noqa: BLE001 - raised by the main thread
+            errors[name] = e
+            baton.abort()
+        finally:
+            baton.finish(name)
+
+    threads = [threading.Thread(target=train, args=(n,), daemon=True) for n in names]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    if errors:
+        name, error = next(iter(errors.items()))
+        raise RuntimeError(f"trainer {name!r} failed: {type(error).__name__}: {error}") from error
+    return {name: step_records(trainers[name], turns[name].wall, cpu.get(name, [])) for name in names}
+
+
+def step_records(trainer: Any, wall: dict[int, float], cpu: list[float]) -> list[dict[str, float]]:
+    """Per optimizer step: the split (seconds), wall and CPU seconds, external groups taken."""
+    records = []
+    entries = [e for e in trainer.state.log_history if "step_time" in e and "train_runtime" not in e]
+    for index, entry in enumerate(entries):
+        phase = {p: float(entry.get(f"sapo/time/{p}") or 0.0) for p in ("generation", "scoring", "plausibility")}
+        swarm = sum(float(entry.get(f"sapo/time/{p}") or 0.0) for p in SWARM_PHASES)
+        step_time, step_wall = float(entry["step_time"]), wall.get(entry["step"])
+        split = {**phase, "swarm": swarm, "training pass": step_time - sum(phase.values()) - swarm}
+        split["optimizer and rest"] = max(0.0, (step_wall or step_time) - step_time)
+        records.append({"step": entry["step"], "wall": step_wall, "cpu": cpu[index] if index < len(cpu) else None,
+                        "external_groups": entry.get("sapo/external_groups", 0.0),
+                        "completion_tokens": entry.get("completions/mean_length"), **split})  # fmt: skip
+    return records
+
+
+def summarize_steps(records: list[dict[str, float]], warmup: int = 1) -> dict[str, Any]:
+    """Medians over the steps after the first ``warmup`` ones (the node's first step has no swarm group: its own
+    groups become the plausibility reference)."""
+    measured = records[warmup:] or records
+    out = {key: statistics.median([float(r[key] or 0.0) for r in measured]) for key in (*SPLIT, "wall", "cpu")}
+    out["external_groups"] = statistics.median([float(r["external_groups"] or 0.0) for r in measured])
+    out["steps_measured"] = len(measured)
+    return out
+
+
+# ------------------------------------------------------------------------------------------------
+# the run
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """Command-line options."""
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.step_limit", description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true", help="a tiny random model and 2 steps: a smoke test")
+    parser.add_argument("--model", default=None, help="model directory (default: the embedded SmolLM2-135M)")
+    parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's, the cores)")
+    parser.add_argument("--reps", type=int, default=None, help="generation repetitions (default 3, quick 1)")
+    parser.add_argument("--steps", type=int, default=None, help="optimizer steps per configuration (default 4)")
+    parser.add_argument("--bf16", choices=("auto", "on", "off"), default="auto",
+                        help="measure bf16 variants: auto (where the CPU computes bf16 natively), on, off")  # fmt: skip
+    parser.add_argument(
+        "--skip-continuous-batching", action="store_true", help="leave out TRL's continuous-batching path (slow here)"
+    )
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--output-dir", type=Path, default=RESULTS)
+    args = parser.parse_args(argv)
+    args.reps = args.reps or (1 if args.quick else 3)
+    args.steps = args.steps or (2 if args.quick else 4)
+    return args
+
+
+def load_model(args: argparse.Namespace, workdir: Path) -> tuple[Any, Any, Any]:
+    """(the policy, a copy with the node's LoRA adapters, its tokenizer); the adapters' B matrices are drawn small and
+    non-zero, as after training."""
+    import torch
+    from peft import get_peft_model
+
+    from sapo.models import LoraSpec, load_policy, lora_config, save_tiny_model
+
+    path = args.model or (save_tiny_model(workdir / "tiny") if args.quick else None)
+    model, tokenizer = load_policy(path)
+    lora = get_peft_model(copy.deepcopy(model), lora_config(LoraSpec(r=16, alpha=32, dropout=0.0)))
+    with torch.no_grad():
+        for name, p in lora.named_parameters():
+            if "lora_B" in name:
+                p.normal_(0, 1e-3)
+    return model, lora, tokenizer
+
+
+def load_average() -> list[float]:
+    """The 1, 5 and 15 minute load averages."""
+    return list(os.getloadavg())
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    """Everything the report shows."""
+    import torch
+
+    from sapo.config import cpu_has_native_bf16
+    from sapo.tasks import DEFAULT_TASKS, build_reasoning_gym_dataset
+
+    warnings.filterwarnings("ignore")
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    torch.manual_seed(args.seed)
+    bf16 = {"auto": cpu_has_native_bf16(), "on": True, "off": False}[args.bf16]
+    started, load_start = time.monotonic(), load_average()
+    with tempfile.TemporaryDirectory(prefix="step-limit-") as tmp:
+        workdir = Path(tmp)
+        base, lora, tokenizer = load_model(args, workdir)
+        dataset = build_reasoning_gym_dataset(DEFAULT_TASKS, size=64, seed=args.seed)
+        rows = default_step_prompts(tokenizer, dataset)
+        prompt = round(statistics.mean(len(r) for r in rows))
+        config = base.config
+        print(f"step_limit: measuring the machine ({torch.get_num_threads()} threads)", flush=True)
+        shape_rows = {"decode": len(rows), "prefill": PROMPTS * prompt, "train": len(rows) * (prompt + NEW_TOKENS)}
+        dtypes = [torch.float32, *([torch.bfloat16] if bf16 else [])]
+        limits = machine_limits(config, shape_rows, dtypes)
+        print("step_limit: generation variants", flush=True)
+        generation = time_generation(lora, tokenizer, rows, args.reps, bf16, not args.skip_continuous_batching)
+        print("step_limit: training steps", flush=True)
+        steps = run_steps(args, base, tokenizer, dataset, bf16, workdir)
+    bounds = {str(d).replace("torch.", ""): phase_bounds(config, limits, str(d).replace("torch.", ""), prompt,
+                                                          NEW_TOKENS) for d in dtypes}  # fmt: skip
+    return {
+        "settings": {
+            "quick": args.quick,
+            "model": args.model or ("tiny" if args.quick else "SmolLM2-135M-Instruct"),
+            "threads": torch.get_num_threads(),
+            "reps": args.reps,
+            "steps": args.steps,
+            "seed": args.seed,
+            "bf16_measured": bf16,
+            "native_bf16": cpu_has_native_bf16(),
+            "prompt_tokens_mean": prompt,
+            "rows": len(rows),
+            "new_tokens": NEW_TOKENS,
+        },  # fmt: skip
+        "limits": limits,
+        "bounds": bounds,
+        "generation": generation,
+        "steps": steps,
+        "step_summary": {name: summarize_steps(records) for name, records in steps.items()},
+        "load_average": {"start": load_start, "end": load_average()},
+        "elapsed_seconds": time.monotonic() - started,
+    }
+
+
+def report_lines(data: dict[str, Any], record: dict[str, str]) -> list[str]:
+    """The Markdown report."""
+    s, gen, summary = data["settings"], data["generation"]["variants"], data["step_summary"]
+    fp32 = data["bounds"]["float32"]
+    today = gen["today (TRL generate, fp32)"]
+    lines = [
+        "# The step at the machine's speed (`python -m benchmarks.step_limit`)", "",
+        f"Command `{record['command']}`, commit {record['git_commit']}, {record['date']}, {record['machine']}; "
+        f"{s['threads']} torch threads; load average {data['load_average']['start'][0]:.1f} at start, "
+        f"{data['load_average']['end'][0]:.1f} at end; {data['elapsed_seconds'] / 60:.1f} min.", "",
+        f"Model {s['model']} with LoRA r=16; {PROMPTS} prompts x {GENERATIONS} completions ({s['prompt_tokens_mean']} "
+        f"prompt tokens on average), {NEW_TOKENS} new tokens. Native bf16 on this CPU: {s['native_bf16']}.", "",
+        "## The machine", "",
+        f"Memory read bandwidth: {data['limits']['bandwidth_gb_s']:.1f} GB/s.", "",
+        "| matmul (phase, layer) | " + " | ".join(f"{d} GFLOP/s" for d in data["limits"]["rates_gflop_s"]) + " |",
+        "|---|" + "---:|" * len(data["limits"]["rates_gflop_s"]),
+    ]  # fmt: skip
+    rates = data["limits"]["rates_gflop_s"]
+    for shape in next(iter(rates.values())):
+        lines.append(f"| {shape} | " + " | ".join(f"{r[shape]:.0f}" for r in rates.values()) + " |")
+    lines += ["", "## Generation of the default step (fixed length)", "",
+              "| variant | wall s | CPU s | x today (wall) | x today (CPU) | wall / fp32 bound |",
+              "|---|---:|---:|---:|---:|---:|"]  # fmt: skip
+    for name, v in gen.items():
+        bound = data["bounds"].get("bfloat16", fp32)["generation"] if "bf16" in name else fp32["generation"]
+        lines.append(f"| {name} | {v['wall']:.2f} | {v['cpu']:.2f} | {v['wall'] / today['wall']:.2f} | "
+                     f"{v['cpu'] / today['cpu']:.2f} | {v['wall'] / bound:.1f} |")  # fmt: skip
+    for name, note in data["generation"]["notes"].items():
+        lines.append(f"\n{name}: {note}")
+    lines += ["", "Lower bounds (s): " + "; ".join(
+        f"{d}: generation {b['generation']:.2f} (prefill {b['generation_prefill']:.2f}, decode "
+        f"{b['generation_decode']:.2f}), training pass {b['training pass']:.2f}, plausibility {b['plausibility']:.2f}"
+        for d, b in data["bounds"].items())]  # fmt: skip
+    lines += ["", "## The default node's step (1 local + 1 swarm group of 4; TRL: 2 local groups)", "",
+              "| configuration | step wall s | step CPU s | " + " | ".join(SPLIT) + " | swarm groups |",
+              "|---|---:|---:|" + "---:|" * len(SPLIT) + "---:|"]  # fmt: skip
+    for name, v in summary.items():
+        lines.append(f"| {name} | {v['wall']:.2f} | {v['cpu']:.2f} | " + " | ".join(f"{v[p]:.2f}" for p in SPLIT)
+                     + f" | {v['external_groups']:.0f} |")  # fmt: skip
+    lines += ["", f"Medians over the steps after the first (the node's first step has no swarm group), "
+              f"{next(iter(summary.values()))['steps_measured']} steps each, taken in turns."]  # fmt: skip
+    return lines
+
+
+def plot(data: dict[str, Any], path: Path) -> None:
+    """Generation variants (wall and CPU, with the fp32 bound) and the step split of each configuration."""
+    plt = pyplot()
+    fig, (left, right) = plt.subplots(1, 2, figsize=(14, 5))
+    gen = data["generation"]["variants"]
+    names = list(gen)
+    x = range(len(names))
+    left.bar([i - 0.2 for i in x], [gen[n]["wall"] for n in names], 0.4, label="wall")
+    left.bar([i + 0.2 for i in x], [gen[n]["cpu"] for n in names], 0.4, label="CPU")
+    left.axhline(data["bounds"]["float32"]["generation"], color="k", ls="--", label="fp32 lower bound")
+    left.set_xticks(list(x), names, rotation=25, ha="right", fontsize=8)
+    left.set_ylabel("seconds")
+    left.set_title("generation of the default step (8 x 48 tokens)")
+    left.legend()
+    summary = data["step_summary"]
+    bottom = [0.0] * len(summary)
+    for phase in SPLIT:
+        values = [summary[n][phase] for n in summary]
+        right.bar(range(len(summary)), values, bottom=bottom, label=phase)
+        bottom = [b + v for b, v in zip(bottom, values, strict=True)]
+    right.set_xticks(range(len(summary)), list(summary), rotation=25, ha="right", fontsize=8)
+    right.set_ylabel("seconds (wall, median step)")
+    right.set_title("step split")
+    right.legend(fontsize=7)
+    fig.suptitle(f"step_limit at {data['record']['git_commit'][:12]}", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run, write the report, print its path."""
+    args = parse_args(argv)
+    record, git = run_record(), git_state()  # the code that runs: the tree as it is now, before the long run
+    data = run(args)
+    data["record"], data["git"] = record, git
+    paths = write_report(args.output_dir, "step_limit", data, report_lines(data, data["record"]))
+    plot(data, args.output_dir / "step_limit.png")
+    print("\n".join(report_lines(data, data["record"])))
+    print(f"wrote {paths['md']}, {paths['json']}, {args.output_dir / 'step_limit.png'}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
