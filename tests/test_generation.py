@@ -278,7 +278,7 @@ def test_cpu_defaults_turn_the_speed_ups_on_and_explicit_values_win(tmp_path, mo
 
 
 def test_the_node_turns_each_speed_up_off_by_its_flag():
-    from sapo.node_args import parse_node_args
+    from sapo.node.options import parse_node_args
 
     off, _, _ = parse_node_args(["--generation_prefill_once", "false", "--generation_merge_adapters", "false",
                                  "--bf16", "false"])  # fmt: skip
