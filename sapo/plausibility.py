@@ -19,11 +19,58 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import torch
 
 REFERENCE_QUANTILE = 0.05
 """The quantile of the own completions' scores a received completion is measured against."""
+
+STATISTICS = {
+    "mean": "typicality averaged over the whole completion",
+    "window4": "the lowest typicality averaged over 4 consecutive tokens",
+    "window8": "the lowest typicality averaged over 8 consecutive tokens",
+    "worst_token": "the lowest typicality of one token",
+}
+"""Statistics of a completion's per-token typicality that :func:`completion_statistics` computes."""
+
+
+@dataclass(frozen=True)
+class CompletionStatistics:
+    """Per-token typicality (log-probability + entropy) of one completion, summarized (see :data:`STATISTICS`)."""
+
+    mean: float
+    window4: float
+    window8: float
+    worst_token: float
+
+
+def worst_window(excess: torch.Tensor, width: int) -> float:
+    """The lowest mean of ``width`` consecutive values of the 1-D ``excess``; its mean if it is shorter."""
+    if excess.numel() == 0:
+        return 0.0
+    if excess.numel() <= width:
+        return excess.mean().item()
+    return excess.unfold(0, width, 1).mean(dim=1).min().item()
+
+
+def completion_statistics(
+    per_token_logps: torch.Tensor, entropies: torch.Tensor, completion_mask: torch.Tensor
+) -> list[CompletionStatistics]:
+    """Per row: :class:`CompletionStatistics` of its completion tokens. Every argument is (rows, tokens)."""
+    excess = per_token_logps.detach().float() + entropies.detach().float()
+    out = []
+    for row, mask in zip(excess, completion_mask.bool(), strict=True):
+        values = row[mask]
+        out.append(
+            CompletionStatistics(
+                mean=values.mean().item() if values.numel() else 0.0,
+                window4=worst_window(values, 4),
+                window8=worst_window(values, 8),
+                worst_token=values.min().item() if values.numel() else 0.0,
+            )
+        )
+    return out
 
 
 def typicality_scores(
