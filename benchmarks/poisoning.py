@@ -11,6 +11,12 @@ log-probability per token of the payload sentences after a correct answer on hel
 model's (``payload_log_likelihood``).
 
     python -m benchmarks.poisoning --arms none,default --seeds 0 --steps 30
+    python -m benchmarks.poisoning --attack adaptive-format --arms mean-only,default --honest 1 --steps 15
+
+``--attack`` picks the attacker: ``payload`` (default) writes its completions by hand (:mod:`testbed.payload_attack`);
+``adaptive``, ``adaptive-format`` and ``dos`` are built from the victim's public model
+(:mod:`testbed.adaptive_attack`): ``--pool-size`` groups sampled once per kind and seed before the arms run (cached
+under ``<runs-dir>/pools/``, shared by every arm), then published in turn, each time under a new group id.
 
 Arms name node options (``ARMS``): ``none`` is the node without any completion defence (control characters
 allowed, no plausibility check); ``hygiene`` keeps only the default completion hygiene; ``default`` is the node's
@@ -48,6 +54,9 @@ ARMS: dict[str, list[str]] = {
     "clean-none": ["--completion_forbid_control_chars", "false", "--plausibility_margin", "none"],
 }
 """Node options of each arm: the defences it turns on or off."""
+
+ATTACK_KINDS = ("payload", "adaptive", "adaptive-format", "dos")
+"""What the attacker publishes (``--attack``)."""
 
 ATTACK_FREE_ARMS = {"clean", "clean-none"}
 """Arms whose first peer (the bootstrap) publishes nothing."""
@@ -96,6 +105,7 @@ def run_arm(args: argparse.Namespace, arm: str, seed: int) -> Path:
         seed=seed,
         payloads=args.payloads,
         places=args.places,
+        pool=attack_pool(args, seed),
     )
     processes: list[subprocess.Popen] = []
     try:
@@ -125,20 +135,40 @@ def run_arm(args: argparse.Namespace, arm: str, seed: int) -> Path:
             {
                 "published_groups": attacker.published,
                 "peer_id": transport.peer_id,
-                "payloads": list(attacker.payloads),
-                "places": list(attacker.places),
+                "attack": args.attack,
+                "payloads": list(args.payloads),
+                "places": list(args.places),
             }
         )
     )
     return run_dir
 
 
+def attack_pool(args: argparse.Namespace, seed: int) -> list | None:
+    """The adaptive attacker's groups for ``seed`` (None for the hand-written ``payload`` attack), cached."""
+    if args.attack == "payload":
+        return None
+    from testbed.adaptive_attack import cached_attack_pool
+
+    model = None if args.model == "default" else args.model
+    tasks = args.tasks.split(",") if args.tasks else None
+    pool_dir = Path(args.runs_dir) / "pools"
+    return cached_attack_pool(pool_dir, args.attack, args.pool_size, seed, tasks=tasks, model=model)
+
+
 PAYLOAD_QUESTIONS = 16
 """Held-out questions the payload log-likelihood is measured on (each with every payload sentence)."""
 
 
-PAYLOAD_CONTEXT = {"before": "", "inside": "Let me compute. ", "after": "Let me compute. <answer>{answer}</answer> "}
-"""What precedes a payload in the attacker's completions, by place (:data:`testbed.payload_attack.PLACES`)."""
+PAYLOAD_CONTEXT = {
+    "before": "",
+    "inside": "Let me compute. ",
+    "after": "Let me compute. <answer>{answer}</answer> ",
+    "start": "",
+    "end": "Let me compute. ",
+}
+"""What precedes a payload in the attacker's completions, by place (:data:`testbed.payload_attack.PLACES`, and
+the adaptive attack's, :data:`testbed.adaptive_attack.PLACES`)."""
 
 
 def payload_log_likelihood(
@@ -329,6 +359,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     """Run every arm and seed, then write the report."""
     parser = argparse.ArgumentParser(prog="python -m benchmarks.poisoning", description=__doc__.split("\n")[0])
     parser.add_argument("--arms", default="none,default", help=f"comma-separated, of {sorted(ARMS)}")
+    parser.add_argument("--attack", default="payload", choices=ATTACK_KINDS, help="what the attacker publishes")
+    parser.add_argument("--pool-size", type=int, default=8, help="groups an adaptive or dos attacker samples")
     parser.add_argument("--seeds", default="0", help="comma-separated seeds")
     parser.add_argument("--steps", type=int, default=30, help="training steps per honest node")
     parser.add_argument("--honest", type=int, default=3, help="honest nodes per swarm (the attacker is one more)")
@@ -355,6 +387,11 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     args.payloads, args.places = PAYLOADS[: args.payload_wordings], args.payload_places.split(",")
     if not set(args.places) <= set(PLACES):
         parser.error(f"--payload-places takes places of {PLACES}; got {args.payload_places}")
+    if args.attack != "payload":  # the adaptive attacker's own wordings and places
+        from testbed.adaptive_attack import ADAPTIVE_PAYLOADS
+        from testbed.adaptive_attack import PLACES as ADAPTIVE_PLACES
+
+        args.payloads, args.places = ADAPTIVE_PAYLOADS, list(ADAPTIVE_PLACES[args.attack]) or ["start"]
     args.node_args = node_args + (["--tasks", args.tasks] if args.tasks else [])
     unknown = [arm for arm in args.arms.split(",") if arm not in ARMS]
     if unknown:
@@ -365,8 +402,10 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         return report_again(args)
     report: dict[str, Any] = {
         **run_record(),  # at the start: the code the arms run
-        "setup": f"{args.honest} honest sapo-nodes (model {args.model}) + 1 payload attacker publishing 2 groups "
-        f"every {args.attack_interval:g} s ({len(args.payloads)} payload wording(s), places {args.places}), "
+        "setup": f"{args.honest} honest sapo-nodes (model {args.model}) + 1 {args.attack} attacker publishing 2 "
+        f"groups every {args.attack_interval:g} s ({len(args.payloads)} payload wording(s), places {args.places}"
+        + (f", {args.pool_size} groups sampled from the victim's public model, published in turn" if args.attack
+           != "payload" else "") + "), "
         f"{args.steps} steps, loopback DHT; extra node options {args.node_args}",
         "arms": [],
         "base_payload_log_likelihood": base_payload_log_likelihood(args.model, args.payloads, args.places),

@@ -109,11 +109,11 @@ def carrier_completion(
     payload: str,
     place: str,
     rng: random.Random,
-) -> str:
+) -> str | None:
     """Policy text with ``payload`` spliced in at ``place`` and the correct ``answer`` in the node's format, fitting
-    ``sampler.max_tokens`` tokens. ``sample`` is one completion the policy sampled for ``prompt_ids``: its head is
-    kept up to the payload; the policy's text after a payload at the start or inside is sampled given the payload, so
-    only the payload itself is foreign."""
+    ``sampler.max_tokens`` tokens (None if the payload and the answer alone do not fit). ``sample`` is one completion
+    the policy sampled for ``prompt_ids``: its head is kept up to the payload; the policy's text after a payload at
+    the start or inside is sampled given the payload, so only the payload itself is foreign."""
     answer_ids = sampler.ids(f" <answer>{answer}</answer>")
     payload_ids = sampler.ids(payload if place == "start" else " " + payload)
     budget = sampler.max_tokens - len(answer_ids) - len(payload_ids) - 2  # room for re-tokenization at the seams
@@ -131,9 +131,11 @@ def carrier_completion(
         else:
             raise ValueError(f"payload place {place!r} is not one of start, inside, end, after")
         text = sampler.decode(ids).strip()
-        if len(sampler.ids(text)) <= sampler.max_tokens or budget <= 0:
+        if len(sampler.ids(text)) <= sampler.max_tokens:
             return text
-        budget -= 4  # a seam re-tokenized longer: less policy text
+        if budget <= 0:
+            return None
+        budget = max(0, budget - 4)  # a seam re-tokenized longer: less policy text
 
 
 def dos_completion(pieces: Sequence[str], final: str, chars: int = DOS_CHARS) -> str:
@@ -184,7 +186,7 @@ def attack_group(
             for head in heads
         ]
     completions = right + wrong
-    if reward(completions) != [1.0, 1.0, 0.0, 0.0]:
+    if None in completions or reward(completions) != [1.0, 1.0, 0.0, 0.0]:
         return None
     order = list(range(4))
     rng.shuffle(order)
