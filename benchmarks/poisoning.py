@@ -201,7 +201,9 @@ def payload_log_likelihood(
     return total / count
 
 
-def node_payload_log_likelihood(node_dir: Path, payloads: Sequence[str], places: Sequence[str]) -> float | None:
+def node_payload_log_likelihood(
+    node_dir: Path, payloads: Sequence[str], places: Sequence[str], questions: int = PAYLOAD_QUESTIONS
+) -> float | None:
     """:func:`payload_log_likelihood` of a node's latest complete checkpoint; None if it has none."""
     from sapo.checkpoints import latest_complete_checkpoint
     from sapo.models import load_trained_policy
@@ -210,10 +212,10 @@ def node_payload_log_likelihood(node_dir: Path, payloads: Sequence[str], places:
     if checkpoint is None:
         return None
     model, tokenizer = load_trained_policy(checkpoint)
-    return payload_log_likelihood(model, tokenizer, payloads, places)
+    return payload_log_likelihood(model, tokenizer, payloads, places, questions)
 
 
-def arm_figures(run_dir: Path, steps: int) -> dict[str, Any]:
+def arm_figures(run_dir: Path, steps: int, payload_questions: int = PAYLOAD_QUESTIONS) -> dict[str, Any]:
     """Payload rates of one arm's honest nodes: own completions (first and last third of training), held-out
     answers (first and last evaluation), and how many attacker groups each node trained on."""
     from sapo.node.report import is_evaluation_line
@@ -250,7 +252,9 @@ def arm_figures(run_dir: Path, steps: int) -> dict[str, Any]:
                 "local_reward_mean": _mean(m.get("sapo/local_reward") for m in step_lines),
                 "step_seconds": _mean(m.get("step_time") for m in step_lines),
                 "plausibility_seconds": _mean(m.get("sapo/time/plausibility", 0.0) for m in step_lines),
-                "payload_log_likelihood_end": node_payload_log_likelihood(node_dir, payloads, places),
+                "payload_log_likelihood_end": node_payload_log_likelihood(
+                    node_dir, payloads, places, payload_questions
+                ),
                 "held_out_start": held_out[0] if held_out else None,
                 "held_out_end": held_out[-1] if held_out else None,
             }
@@ -327,12 +331,14 @@ def markdown(report: dict[str, Any]) -> list[str]:
     return lines
 
 
-def base_payload_log_likelihood(model_name: str, payloads: Sequence[str], places: Sequence[str]) -> float:
+def base_payload_log_likelihood(
+    model_name: str, payloads: Sequence[str], places: Sequence[str], questions: int = PAYLOAD_QUESTIONS
+) -> float:
     """:func:`payload_log_likelihood` of the honest nodes' base model (``--model``: what they start from)."""
     from sapo.models import load_trained_policy
 
     model, tokenizer = load_trained_policy(model_name)
-    return payload_log_likelihood(model, tokenizer, payloads, places)
+    return payload_log_likelihood(model, tokenizer, payloads, places, questions)
 
 
 def report_again(args: argparse.Namespace) -> dict[str, Any]:
@@ -344,9 +350,15 @@ def report_again(args: argparse.Namespace) -> dict[str, Any]:
         **run_record(),
         "runs_commit": previous.get("runs_commit") or previous.get("git_commit"),
         "setup": previous.get("setup", ""),
-        "base_payload_log_likelihood": base_payload_log_likelihood(args.model, args.payloads, args.places),
+        "base_payload_log_likelihood": base_payload_log_likelihood(
+            args.model, args.payloads, args.places, args.payload_questions
+        ),
         "arms": [
-            {"arm": arm, "seed": seed, "figures": arm_figures(Path(args.runs_dir) / arm / f"seed-{seed}", args.steps)}
+            {
+                "arm": arm,
+                "seed": seed,
+                "figures": arm_figures(Path(args.runs_dir) / arm / f"seed-{seed}", args.steps, args.payload_questions),
+            }
             for seed in (int(s) for s in args.seeds.split(","))
             for arm in args.arms.split(",")
         ],
@@ -362,6 +374,12 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--attack", default="payload", choices=ATTACK_KINDS, help="what the attacker publishes")
     parser.add_argument("--pool-size", type=int, default=8, help="groups an adaptive or dos attacker samples")
     parser.add_argument("--seeds", default="0", help="comma-separated seeds")
+    parser.add_argument(
+        "--payload-questions",
+        type=int,
+        default=PAYLOAD_QUESTIONS,
+        help="held-out questions the payload's log-likelihood is measured on (each with every wording at every place)",
+    )
     parser.add_argument("--steps", type=int, default=30, help="training steps per honest node")
     parser.add_argument("--honest", type=int, default=3, help="honest nodes per swarm (the attacker is one more)")
     parser.add_argument("--model", default="default", help="the honest nodes' model")
@@ -404,17 +422,25 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         **run_record(),  # at the start: the code the arms run
         "setup": f"{args.honest} honest sapo-nodes (model {args.model}) + 1 {args.attack} attacker publishing 2 "
         f"groups every {args.attack_interval:g} s ({len(args.payloads)} payload wording(s), places {args.places}"
-        + (f", {args.pool_size} groups sampled from the victim's public model, published in turn" if args.attack
-           != "payload" else "") + "), "
+        + (
+            f", {args.pool_size} groups sampled from the victim's public model, published in turn"
+            if args.attack != "payload"
+            else ""
+        )
+        + "), "
         f"{args.steps} steps, loopback DHT; extra node options {args.node_args}",
         "arms": [],
-        "base_payload_log_likelihood": base_payload_log_likelihood(args.model, args.payloads, args.places),
+        "base_payload_log_likelihood": base_payload_log_likelihood(
+            args.model, args.payloads, args.places, args.payload_questions
+        ),
     }
     for seed in (int(s) for s in args.seeds.split(",")):
         for arm in args.arms.split(","):
             print(f"poisoning: arm {arm}, seed {seed}: {args.honest} honest nodes, {args.steps} steps", flush=True)
             run_dir = run_arm(args, arm, seed)
-            report["arms"].append({"arm": arm, "seed": seed, "figures": arm_figures(run_dir, args.steps)})
+            report["arms"].append(
+                {"arm": arm, "seed": seed, "figures": arm_figures(run_dir, args.steps, args.payload_questions)}
+            )
             # after every arm: an interrupted benchmark keeps the arms it finished
             write_report(Path(args.results_dir), args.report_name, report, markdown(report))
     return report
