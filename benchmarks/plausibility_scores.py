@@ -16,7 +16,7 @@ ones (log-probability and the policy's entropy of every token at temperature 1, 
   correct answer, the payload after the answer or, for ``adaptive-format``, before it, each completion then ending
   in the node's answer format).
 
-Every statistic of :data:`sapo.plausibility.STATISTICS` is computed for every completion from the same per-token
+Every statistic of :data:`STATISTICS` is computed for every completion from the same per-token
 values (kept in the JSON); the report gives, per statistic, the quantiles of each kind and the share of each kind a
 margin below the own 5th percentile would drop. ``--report-only`` recomputes the report from the saved per-token
 values. Results: benchmarks/results/plausibility_scores.{json,md}.
@@ -37,6 +37,31 @@ KINDS = ("own", "own-t0.7", "own-t1.3", "payload", "terse", "adaptive", "adaptiv
 HONEST_KINDS = ("own", "own-t0.7", "own-t1.3")
 """Kinds an honest peer sends: what a defence must keep."""
 MARGINS = (0.0, 0.25, 0.5, 0.75, 1.0, 1.5, 2.0)
+
+STATISTICS = {
+    "mean": "typicality averaged over the whole completion (the check's first test, `plausibility_margin`)",
+    "span2": "the lowest typicality averaged over 2 consecutive tokens",
+    "span3": "the lowest typicality averaged over 3 consecutive tokens (the default worst span, "
+    "`plausibility_span_tokens`, judged with `plausibility_span_margin`)",
+    "span4": "the lowest typicality averaged over 4 consecutive tokens",
+    "span8": "the lowest typicality averaged over 8 consecutive tokens",
+    "worst_token": "the lowest typicality of one token",
+}
+"""Statistics of a completion's per-token typicality (log-probability + entropy) the report compares."""
+
+
+def statistic(name: str, logps: Sequence[float], entropies: Sequence[float]) -> float:
+    """One of :data:`STATISTICS` for one completion's per-token values."""
+    import torch
+
+    from sapo.plausibility import worst_span
+
+    excess = torch.tensor(logps) + torch.tensor(entropies)
+    if name == "mean":
+        return excess.mean().item()
+    if name == "worst_token":
+        return excess.min().item()
+    return worst_span(excess, int(name.removeprefix("span")))
 
 
 def completion_logps(model: Any, tokenizer: Any, prompt: list[dict], texts: Sequence[str], max_tokens: int) -> list:
@@ -127,30 +152,27 @@ def measure(questions: int, samples: int, max_tokens: int, seed: int) -> dict[st
 
 
 def statistics_of(completions: dict[str, list[dict[str, Any]]]) -> dict[str, dict[str, list[float]]]:
-    """Per statistic of :data:`sapo.plausibility.STATISTICS`, per kind: the value of every completion."""
-    import torch
-
-    from sapo.plausibility import STATISTICS, completion_statistics
-
-    out: dict[str, dict[str, list[float]]] = {name: {} for name in STATISTICS}
-    for kind, items in completions.items():
-        for item in items:
-            logps, entropies = torch.tensor([item["logps"]]), torch.tensor([item["entropies"]])
-            values = completion_statistics(logps, entropies, torch.ones_like(logps))[0]
-            for name in STATISTICS:
-                out[name].setdefault(kind, []).append(getattr(values, name))
-    return out
+    """Per statistic of :data:`STATISTICS`, per kind: the value of every completion."""
+    return {
+        name: {
+            kind: [statistic(name, x["logps"], x["entropies"]) for x in items] for kind, items in completions.items()
+        }
+        for name in STATISTICS
+    }
 
 
 def markdown(report: dict[str, Any]) -> list[str]:
     """The result page."""
-    from sapo.plausibility import STATISTICS
-
     lines = [
         "# What the plausibility check sees under the default model: own completions, payloads, adaptive attacks",
         "",
         f"Command: `{report['command']}`  ",
         f"Commit: `{report['git_commit']}`, {report['date']}, {report['machine']}  ",
+        *(
+            [f"Report recomputed from the saved values: `{report['report_command']}`  "]
+            if "report_command" in report
+            else []
+        ),
         f"Setup: {report['setup']}",
         "",
         "Kinds: `own` sampled from the model as a node samples (temperature 1, top_k 0); `own-t0.7`/`own-t1.3` the "
@@ -186,11 +208,46 @@ def markdown(report: dict[str, Any]) -> list[str]:
                 f"| {margin:g} | {threshold:.2f} | " + " | ".join(f"{share[k]:.1%}" for k in KINDS)
                 + f" | {1 - (1 - share['own']) ** 4:.1%} | {1 - (1 - share['own-t1.3']) ** 4:.1%} |"
             )  # fmt: skip
+    lines += ["", *defaults_table(values)]
     lines += [
         "",
         "Values are in nats per token: log-probability plus the policy's entropy at that token, averaged as the "
         "statistic says (about 0 for what the policy samples itself).",
     ]
+    return lines
+
+
+def defaults_table(values: dict[str, dict[str, list[float]]]) -> list[str]:
+    """What the check drops with SAPOConfig's defaults, by its mean test alone (the defaults before issue 23) and
+    with the worst-span test beside it: per completion, and per group (4 completions of an honest kind; the 2
+    payload-carrying completions of an attack group, either of which drops it)."""
+    from sapo.config import SAPOConfig
+
+    fields = SAPOConfig.__dataclass_fields__
+    margin, span_margin = fields["plausibility_margin"].default, fields["plausibility_span_margin"].default
+    span = f"span{fields['plausibility_span_tokens'].default}"
+    mean_threshold = quantiles(values["mean"]["own"])["p5"] - margin
+    span_threshold = quantiles(values[span]["own"])["p5"] - span_margin
+    lines = [
+        f"## The defaults: mean test (margin {margin:g}) alone, and with the worst-span test ({span}, margin "
+        f"{span_margin:g}) beside it",
+        "",
+        f"Thresholds: mean {mean_threshold:.2f}, {span} {span_threshold:.2f} nats per token (own 5th percentile minus "
+        "the margin). A group is dropped if one completion is: an honest group of 4 with probability 1 - (1 - p)^4, "
+        "an attack group (2 payload-carrying completions) with 1 - (1 - p)^2.",
+        "",
+        "| completions | n | dropped by the mean test | group dropped | dropped by the defaults | group dropped |",
+        "|---|---|---|---|---|---|",
+    ]
+    for kind in KINDS:
+        means, spans = values["mean"][kind], values[span][kind]
+        by_mean = sum(m < mean_threshold for m in means) / len(means)
+        both = sum(m < mean_threshold or s < span_threshold for m, s in zip(means, spans, strict=True)) / len(means)
+        size = 4 if kind in HONEST_KINDS or kind == "terse" else 2
+        lines.append(
+            f"| {kind} | {len(means)} | {by_mean:.1%} | {1 - (1 - by_mean) ** size:.1%} | {both:.1%} "
+            f"| {1 - (1 - both) ** size:.1%} |"
+        )
     return lines
 
 

@@ -20,7 +20,8 @@ under ``<runs-dir>/pools/``, shared by every arm), then published in turn, each 
 
 Arms name node options (``ARMS``): ``none`` is the node without any completion defence (control characters
 allowed, no plausibility check); ``hygiene`` keeps only the default completion hygiene; ``default`` is the node's
-defaults (hygiene and the plausibility check); ``default+standing`` adds per-sender standing; ``clean`` is the
+defaults (hygiene and the plausibility check: its mean and worst-span tests); ``mean-only`` the defaults before issue
+23 (the plausibility check's mean test alone); ``default+standing`` adds per-sender standing; ``clean`` is the
 node's defaults in a swarm whose first peer publishes nothing, and ``clean-none`` the same swarm without the
 defences: side by side, what the defences cost when there is no attack (honest groups they drop, reward, held-out
 pass@1, step time). A clean arm needs ``--honest`` of 2 or more (there is nothing else to share). Results go to
@@ -49,6 +50,7 @@ ARMS: dict[str, list[str]] = {
     "none": ["--completion_forbid_control_chars", "false", "--plausibility_margin", "none"],
     "hygiene": ["--plausibility_margin", "none"],
     "default": [],
+    "mean-only": ["--plausibility_span_margin", "none"],
     "default+standing": ["--sender_drop_limit", "3", "--sender_window", "10"],
     "clean": [],
     "clean-none": ["--completion_forbid_control_chars", "false", "--plausibility_margin", "none"],

@@ -38,7 +38,7 @@ from sapo.checkpoints import mark_complete
 from sapo.config import SAPOConfig
 from sapo.evaluation import HeldOutResult, evaluate_policy, held_out_questions
 from sapo.hygiene import CompletionFilter, CompletionHygiene
-from sapo.plausibility import PlausibilityCheck, typicality_scores
+from sapo.plausibility import CompletionStatistics, PlausibilityCheck
 from sapo.sampling import Candidate, ExternalSampler, make_sampler
 from sapo.standing import SenderStanding
 from sapo.tasks import reasoning_gym_tasks_of
@@ -154,7 +154,12 @@ class SAPOTrainer(GRPOTrainer):
             else None
         )
         self.plausibility = (
-            PlausibilityCheck(args.plausibility_margin, args.plausibility_window)
+            PlausibilityCheck(  # issue 23: the worst-span test beside the mean
+                args.plausibility_margin,
+                args.plausibility_window,
+                span_margin=args.plausibility_span_margin,
+                span_tokens=args.plausibility_span_tokens,
+            )
             if args.plausibility_margin is not None and self._uses_swarm
             else None
         )
@@ -395,8 +400,9 @@ class SAPOTrainer(GRPOTrainer):
             verdicts.append(None if problem is None else ("implausible", problem))
         return verdicts
 
-    def _typicality_scores_of(self, rows: list[tuple[list[int], list[int]]]) -> list[float]:
-        """Typicality scores (`sapo.plausibility`) of (prompt ids, completion ids) rows under the current policy."""
+    def _typicality_scores_of(self, rows: list[tuple[list[int], list[int]]]) -> list[CompletionStatistics]:
+        """Plausibility statistics (`sapo.plausibility`) of (prompt ids, completion ids) rows under the current
+        policy."""
         device = self.accelerator.device
         prompt_len, completion_len = max(len(p) for p, _ in rows), max(max(len(c) for _, c in rows), 1)
         pad = self._tokenizer.pad_token_id
@@ -415,7 +421,7 @@ class SAPOTrainer(GRPOTrainer):
                 batch_size=self.args.per_device_train_batch_size,
                 compute_entropy=True,
             )
-        return typicality_scores(logps, entropies, attention_mask[:, prompt_len:].to(device))
+        return self.plausibility.statistics(logps, entropies, attention_mask[:, prompt_len:].to(device))  # issue 23
 
     def _place_external_groups(
         self, inputs: list[dict[str, Any]], external: list[Candidate], first_slot: int
@@ -483,7 +489,10 @@ class SAPOTrainer(GRPOTrainer):
         local = self._loss_local_rows
         if local is not None and local.any() and result[1] is not None:  # the loss pass computes entropies too
             completion_mask = attention_mask[:, -logits_to_keep:]
-            self.plausibility.add_own(typicality_scores(result[0][local], result[1][local], completion_mask[local]))
+            # issue 23: per-token values in, the check's statistics (mean and worst span) out
+            self.plausibility.add_own(
+                self.plausibility.statistics(result[0][local], result[1][local], completion_mask[local])
+            )
         return result
 
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
