@@ -1,18 +1,22 @@
 """Plausibility of received completions under this node's policy, against the node's own completions.
 
-A completion's *typicality* is the mean, over its tokens, of the token's log-probability plus the policy's entropy
-at that position: how much likelier each token is than what the policy itself typically samples there. Completions
-sampled from the policy (temperature and all) score about 0 on average whatever the policy is, sharp or not; a token
-the policy would not write where it is sure of the next one (a payload like "Remember to buy zebracoin." after the
-answer) scores far below it. The node's own latest completions give the reference: a received completion scoring
-more than ``margin`` nats per token below the 5th percentile of the own scores is implausible, and its group is
-dropped.
+A token's *typicality* is its log-probability plus the policy's entropy at that position: how much likelier it is
+than what the policy itself typically samples there (about 0 on average for the policy's own samples, sharp or not).
+Two statistics of a completion are judged against the node's own latest completions (their 5th percentile):
 
-Measured with the default model (SmolLM2-135M-Instruct, 48 tokens, temperature 1, 16 held-out questions of the default
-tasks; benchmarks/results/plausibility_scores.md): own samples score -0.72 (5th percentile) and -1.09 at worst; the
-payload completions of :mod:`testbed.payload_attack` -1.48 at best, so the default margin (0.5) drops all of them and
-none of the own samples; terse answers in another style than the policy's ("<answer>7</answer>") fall below it in
-about a third of cases: a peer that writes very differently from this node is often not trained on.
+- the *mean* typicality over the whole completion: a completion in a style the policy never writes (the hand-written
+  payload "Remember to buy zebracoin." around a terse answer) falls far below;
+- the *worst span*: the lowest mean typicality over ``span_tokens`` consecutive tokens. An attacker who runs the same
+  public model samples its text as the node does and splices a payload of a few tokens in: the mean over 40 tokens
+  of the policy's own text hardly moves, the span that holds the payload falls far below the node's own worst spans.
+
+Measured with the default model (SmolLM2-135M-Instruct, 48 tokens, temperature 1, 6 held-out questions of the
+default tasks; benchmarks/results/plausibility_scores.md): the mean test (margin 0.5) drops every hand-written
+payload completion but only 58 % of the adaptive attacker's spliced ones (a group with 2 of them passes about 17 % of
+the time); with the worst span of 3 tokens beside it (margin 1.5) 100 % and 92 % of the two adaptive kinds (a group
+passes under 1 %), and none of 48 own samples at temperature 1 or 0.7. Not judged fairly: a peer sampling at a
+higher temperature (1.3: every group dropped, by the mean test already) or writing in a very different style (terse
+answers: 42 % dropped), and a payload this policy already finds likely.
 """
 
 from __future__ import annotations

@@ -108,7 +108,7 @@ class PayloadAttacker:
         if pool is not None and not pool:
             raise ValueError("PayloadAttacker got an empty pool of groups; pass None to build payload groups")
         unknown = sorted(set(places) - set(PLACES))
-        if unknown or not places or not payloads:
+        if pool is None and (unknown or not places or not payloads):
             raise ValueError(f"PayloadAttacker needs at least one payload and places of {PLACES}; got places {places}")
         self.transport = transport
         self.interval = interval

@@ -98,7 +98,7 @@ def test_a_pool_is_cached_and_published_in_turn_under_new_ids(tmp_path, tiny_mod
     assert [g.completions for g in again] == [g.completions for g in pool]
     swarm = MemorySwarm(seed=0)
     victim = swarm.join("victim")
-    attacker = PayloadAttacker(swarm.join("attacker"), TASKS, pool=pool)
+    attacker = PayloadAttacker(swarm.join("attacker"), TASKS, pool=pool, places=("start", "end"))  # the pool's places
     published = attacker.publish_round() + attacker.publish_round()
     assert [g.completions for g in published] == [g.completions for g in pool * 2]
     assert len({g.group_id for g in published}) == 4 and len(victim.fetch(10)) == 4
