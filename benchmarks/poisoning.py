@@ -11,10 +11,17 @@ log-probability per token of the payload sentences after a correct answer on hel
 model's (``payload_log_likelihood``).
 
     python -m benchmarks.poisoning --arms none,default --seeds 0 --steps 30
+    python -m benchmarks.poisoning --attack adaptive-format --arms mean-only,default --honest 1 --steps 15
+
+``--attack`` picks the attacker: ``payload`` (default) writes its completions by hand (:mod:`testbed.payload_attack`);
+``adaptive``, ``adaptive-format`` and ``dos`` are built from the victim's public model
+(:mod:`testbed.adaptive_attack`): ``--pool-size`` groups sampled once per kind and seed before the arms run (cached
+under ``<runs-dir>/pools/``, shared by every arm), then published in turn, each time under a new group id.
 
 Arms name node options (``ARMS``): ``none`` is the node without any completion defence (control characters
 allowed, no plausibility check); ``hygiene`` keeps only the default completion hygiene; ``default`` is the node's
-defaults (hygiene and the plausibility check); ``default+standing`` adds per-sender standing; ``clean`` is the
+defaults (hygiene and the plausibility check: its mean and worst-span tests); ``mean-only`` the defaults before issue
+23 (the plausibility check's mean test alone); ``default+standing`` adds per-sender standing; ``clean`` is the
 node's defaults in a swarm whose first peer publishes nothing, and ``clean-none`` the same swarm without the
 defences: side by side, what the defences cost when there is no attack (honest groups they drop, reward, held-out
 pass@1, step time). A clean arm needs ``--honest`` of 2 or more (there is nothing else to share). Results go to
@@ -43,11 +50,15 @@ ARMS: dict[str, list[str]] = {
     "none": ["--completion_forbid_control_chars", "false", "--plausibility_margin", "none"],
     "hygiene": ["--plausibility_margin", "none"],
     "default": [],
+    "mean-only": ["--plausibility_span_margin", "none"],
     "default+standing": ["--sender_drop_limit", "3", "--sender_window", "10"],
     "clean": [],
     "clean-none": ["--completion_forbid_control_chars", "false", "--plausibility_margin", "none"],
 }
 """Node options of each arm: the defences it turns on or off."""
+
+ATTACK_KINDS = ("payload", "adaptive", "adaptive-format", "dos")
+"""What the attacker publishes (``--attack``)."""
 
 ATTACK_FREE_ARMS = {"clean", "clean-none"}
 """Arms whose first peer (the bootstrap) publishes nothing."""
@@ -96,6 +107,7 @@ def run_arm(args: argparse.Namespace, arm: str, seed: int) -> Path:
         seed=seed,
         payloads=args.payloads,
         places=args.places,
+        pool=attack_pool(args, seed),
     )
     processes: list[subprocess.Popen] = []
     try:
@@ -125,20 +137,40 @@ def run_arm(args: argparse.Namespace, arm: str, seed: int) -> Path:
             {
                 "published_groups": attacker.published,
                 "peer_id": transport.peer_id,
-                "payloads": list(attacker.payloads),
-                "places": list(attacker.places),
+                "attack": args.attack,
+                "payloads": list(args.payloads),
+                "places": list(args.places),
             }
         )
     )
     return run_dir
 
 
+def attack_pool(args: argparse.Namespace, seed: int) -> list | None:
+    """The adaptive attacker's groups for ``seed`` (None for the hand-written ``payload`` attack), cached."""
+    if args.attack == "payload":
+        return None
+    from testbed.adaptive_attack import cached_attack_pool
+
+    model = None if args.model == "default" else args.model
+    tasks = args.tasks.split(",") if args.tasks else None
+    pool_dir = Path(args.runs_dir) / "pools"
+    return cached_attack_pool(pool_dir, args.attack, args.pool_size, seed, tasks=tasks, model=model)
+
+
 PAYLOAD_QUESTIONS = 16
 """Held-out questions the payload log-likelihood is measured on (each with every payload sentence)."""
 
 
-PAYLOAD_CONTEXT = {"before": "", "inside": "Let me compute. ", "after": "Let me compute. <answer>{answer}</answer> "}
-"""What precedes a payload in the attacker's completions, by place (:data:`testbed.payload_attack.PLACES`)."""
+PAYLOAD_CONTEXT = {
+    "before": "",
+    "inside": "Let me compute. ",
+    "after": "Let me compute. <answer>{answer}</answer> ",
+    "start": "",
+    "end": "Let me compute. ",
+}
+"""What precedes a payload in the attacker's completions, by place (:data:`testbed.payload_attack.PLACES`, and
+the adaptive attack's, :data:`testbed.adaptive_attack.PLACES`)."""
 
 
 def payload_log_likelihood(
@@ -171,7 +203,9 @@ def payload_log_likelihood(
     return total / count
 
 
-def node_payload_log_likelihood(node_dir: Path, payloads: Sequence[str], places: Sequence[str]) -> float | None:
+def node_payload_log_likelihood(
+    node_dir: Path, payloads: Sequence[str], places: Sequence[str], questions: int = PAYLOAD_QUESTIONS
+) -> float | None:
     """:func:`payload_log_likelihood` of a node's latest complete checkpoint; None if it has none."""
     from sapo.checkpoints import latest_complete_checkpoint
     from sapo.models import load_trained_policy
@@ -180,10 +214,10 @@ def node_payload_log_likelihood(node_dir: Path, payloads: Sequence[str], places:
     if checkpoint is None:
         return None
     model, tokenizer = load_trained_policy(checkpoint)
-    return payload_log_likelihood(model, tokenizer, payloads, places)
+    return payload_log_likelihood(model, tokenizer, payloads, places, questions)
 
 
-def arm_figures(run_dir: Path, steps: int) -> dict[str, Any]:
+def arm_figures(run_dir: Path, steps: int, payload_questions: int = PAYLOAD_QUESTIONS) -> dict[str, Any]:
     """Payload rates of one arm's honest nodes: own completions (first and last third of training), held-out
     answers (first and last evaluation), and how many attacker groups each node trained on."""
     from sapo.node.report import is_evaluation_line
@@ -220,7 +254,9 @@ def arm_figures(run_dir: Path, steps: int) -> dict[str, Any]:
                 "local_reward_mean": _mean(m.get("sapo/local_reward") for m in step_lines),
                 "step_seconds": _mean(m.get("step_time") for m in step_lines),
                 "plausibility_seconds": _mean(m.get("sapo/time/plausibility", 0.0) for m in step_lines),
-                "payload_log_likelihood_end": node_payload_log_likelihood(node_dir, payloads, places),
+                "payload_log_likelihood_end": node_payload_log_likelihood(
+                    node_dir, payloads, places, payload_questions
+                ),
                 "held_out_start": held_out[0] if held_out else None,
                 "held_out_end": held_out[-1] if held_out else None,
             }
@@ -297,12 +333,14 @@ def markdown(report: dict[str, Any]) -> list[str]:
     return lines
 
 
-def base_payload_log_likelihood(model_name: str, payloads: Sequence[str], places: Sequence[str]) -> float:
+def base_payload_log_likelihood(
+    model_name: str, payloads: Sequence[str], places: Sequence[str], questions: int = PAYLOAD_QUESTIONS
+) -> float:
     """:func:`payload_log_likelihood` of the honest nodes' base model (``--model``: what they start from)."""
     from sapo.models import load_trained_policy
 
     model, tokenizer = load_trained_policy(model_name)
-    return payload_log_likelihood(model, tokenizer, payloads, places)
+    return payload_log_likelihood(model, tokenizer, payloads, places, questions)
 
 
 def report_again(args: argparse.Namespace) -> dict[str, Any]:
@@ -314,9 +352,15 @@ def report_again(args: argparse.Namespace) -> dict[str, Any]:
         **run_record(),
         "runs_commit": previous.get("runs_commit") or previous.get("git_commit"),
         "setup": previous.get("setup", ""),
-        "base_payload_log_likelihood": base_payload_log_likelihood(args.model, args.payloads, args.places),
+        "base_payload_log_likelihood": base_payload_log_likelihood(
+            args.model, args.payloads, args.places, args.payload_questions
+        ),
         "arms": [
-            {"arm": arm, "seed": seed, "figures": arm_figures(Path(args.runs_dir) / arm / f"seed-{seed}", args.steps)}
+            {
+                "arm": arm,
+                "seed": seed,
+                "figures": arm_figures(Path(args.runs_dir) / arm / f"seed-{seed}", args.steps, args.payload_questions),
+            }
             for seed in (int(s) for s in args.seeds.split(","))
             for arm in args.arms.split(",")
         ],
@@ -329,7 +373,15 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     """Run every arm and seed, then write the report."""
     parser = argparse.ArgumentParser(prog="python -m benchmarks.poisoning", description=__doc__.split("\n")[0])
     parser.add_argument("--arms", default="none,default", help=f"comma-separated, of {sorted(ARMS)}")
+    parser.add_argument("--attack", default="payload", choices=ATTACK_KINDS, help="what the attacker publishes")
+    parser.add_argument("--pool-size", type=int, default=8, help="groups an adaptive or dos attacker samples")
     parser.add_argument("--seeds", default="0", help="comma-separated seeds")
+    parser.add_argument(
+        "--payload-questions",
+        type=int,
+        default=PAYLOAD_QUESTIONS,
+        help="held-out questions the payload's log-likelihood is measured on (each with every wording at every place)",
+    )
     parser.add_argument("--steps", type=int, default=30, help="training steps per honest node")
     parser.add_argument("--honest", type=int, default=3, help="honest nodes per swarm (the attacker is one more)")
     parser.add_argument("--model", default="default", help="the honest nodes' model")
@@ -355,6 +407,11 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     args.payloads, args.places = PAYLOADS[: args.payload_wordings], args.payload_places.split(",")
     if not set(args.places) <= set(PLACES):
         parser.error(f"--payload-places takes places of {PLACES}; got {args.payload_places}")
+    if args.attack != "payload":  # the adaptive attacker's own wordings and places
+        from testbed.adaptive_attack import ADAPTIVE_PAYLOADS
+        from testbed.adaptive_attack import PLACES as ADAPTIVE_PLACES
+
+        args.payloads, args.places = ADAPTIVE_PAYLOADS, list(ADAPTIVE_PLACES[args.attack]) or ["start"]
     args.node_args = node_args + (["--tasks", args.tasks] if args.tasks else [])
     unknown = [arm for arm in args.arms.split(",") if arm not in ARMS]
     if unknown:
@@ -365,17 +422,27 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         return report_again(args)
     report: dict[str, Any] = {
         **run_record(),  # at the start: the code the arms run
-        "setup": f"{args.honest} honest sapo-nodes (model {args.model}) + 1 payload attacker publishing 2 groups "
-        f"every {args.attack_interval:g} s ({len(args.payloads)} payload wording(s), places {args.places}), "
+        "setup": f"{args.honest} honest sapo-nodes (model {args.model}) + 1 {args.attack} attacker publishing 2 "
+        f"groups every {args.attack_interval:g} s ({len(args.payloads)} payload wording(s), places {args.places}"
+        + (
+            f", {args.pool_size} groups sampled from the victim's public model, published in turn"
+            if args.attack != "payload"
+            else ""
+        )
+        + "), "
         f"{args.steps} steps, loopback DHT; extra node options {args.node_args}",
         "arms": [],
-        "base_payload_log_likelihood": base_payload_log_likelihood(args.model, args.payloads, args.places),
+        "base_payload_log_likelihood": base_payload_log_likelihood(
+            args.model, args.payloads, args.places, args.payload_questions
+        ),
     }
     for seed in (int(s) for s in args.seeds.split(",")):
         for arm in args.arms.split(","):
             print(f"poisoning: arm {arm}, seed {seed}: {args.honest} honest nodes, {args.steps} steps", flush=True)
             run_dir = run_arm(args, arm, seed)
-            report["arms"].append({"arm": arm, "seed": seed, "figures": arm_figures(run_dir, args.steps)})
+            report["arms"].append(
+                {"arm": arm, "seed": seed, "figures": arm_figures(run_dir, args.steps, args.payload_questions)}
+            )
             # after every arm: an interrupted benchmark keeps the arms it finished
             write_report(Path(args.results_dir), args.report_name, report, markdown(report))
     return report

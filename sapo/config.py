@@ -73,7 +73,12 @@ _SECTIONS = {
         "completion_max_non_ascii_fraction",
         "completion_forbidden_patterns",
     ),
-    "Plausibility under this policy (`sapo.plausibility`)": ("plausibility_margin", "plausibility_window"),
+    "Plausibility under this policy (`sapo.plausibility`)": (
+        "plausibility_margin",
+        "plausibility_window",
+        "plausibility_span_margin",
+        "plausibility_span_tokens",
+    ),
     "Sender standing": ("sender_drop_limit", "sender_window", "sender_bench_seconds"),
     "Held-out evaluation": ("eval_questions",),
     "Publishing": ("publish_groups", "swarm_model_name"),
@@ -234,6 +239,19 @@ class SAPOConfig(GRPOConfig):
     )
     plausibility_window: int = field(
         default=64, metadata={"help": "Own completions whose scores form the plausibility reference."}
+    )
+    plausibility_span_margin: float | None = field(
+        default=1.5,
+        metadata={
+            "help": "With the plausibility check on, also drop a chosen external group if one of its completions has "
+            "a span of `plausibility_span_tokens` consecutive tokens whose mean typicality lies more than this many "
+            "nats per token below the 5th percentile of the own completions' worst spans: a short payload spliced "
+            "into text this policy writes itself (an attacker runs the same public model), which the mean over the "
+            "whole completion hides (benchmarks/results/plausibility_scores.md). `None`: the mean alone is judged."
+        },
+    )
+    plausibility_span_tokens: int = field(
+        default=3, metadata={"help": "Consecutive tokens of the span that `plausibility_span_margin` judges."}
     )
     sender_drop_limit: int | None = field(
         default=None,
@@ -440,6 +458,13 @@ class SAPOConfig(GRPOConfig):
             raise ValueError(
                 f"plausibility_margin must be >= 0 nats or None (no check), got {self.plausibility_margin}."
             )
+        if self.plausibility_span_margin is not None and self.plausibility_span_margin < 0:
+            raise ValueError(
+                "plausibility_span_margin must be >= 0 nats or None (no span test), "
+                f"got {self.plausibility_span_margin}."
+            )
+        if self.plausibility_span_tokens < 1:
+            raise ValueError(f"plausibility_span_tokens must be at least 1, got {self.plausibility_span_tokens}.")
         if self.plausibility_window < 4:
             raise ValueError(f"plausibility_window must be at least 4 own completions, got {self.plausibility_window}.")
 

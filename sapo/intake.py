@@ -35,7 +35,7 @@ from accelerate.utils import broadcast_object_list
 
 from sapo.config import SAPOConfig
 from sapo.hygiene import CompletionFilter, CompletionHygiene
-from sapo.plausibility import PlausibilityCheck, typicality_scores
+from sapo.plausibility import CompletionStatistics, PlausibilityCheck
 from sapo.sampling import Candidate, ExternalSampler, make_sampler
 from sapo.standing import SenderStanding
 from sapo.verification import GroupDropped, QuestionVerifier
@@ -47,8 +47,9 @@ logger = logging.getLogger(__name__)
 Scorer = Callable[[list[dict[str, str]], list[str], dict[str, Any]], torch.Tensor]
 """This peer's rewards of completion texts: (prompt, texts, reward columns) -> tensor (texts, reward functions)."""
 
-TypicalityScorer = Callable[[list[Candidate]], list[float]]
-"""Typicality (`sapo.plausibility`) of every completion of the given groups, in order, under the current policy."""
+TypicalityScorer = Callable[[list[Candidate]], list[CompletionStatistics]]
+"""The plausibility statistics (`sapo.plausibility`: mean typicality and worst span) of every completion of the given
+groups, in order, under the current policy."""
 
 
 @dataclass
@@ -119,7 +120,12 @@ class Intake:
             else None
         )
         self.plausibility = (
-            PlausibilityCheck(args.plausibility_margin, args.plausibility_window)
+            PlausibilityCheck(
+                args.plausibility_margin,
+                args.plausibility_window,
+                span_margin=args.plausibility_span_margin,
+                span_tokens=args.plausibility_span_tokens,
+            )
             if args.plausibility_margin is not None and uses_swarm
             else None
         )
@@ -282,7 +288,7 @@ class Intake:
     def observe_loss_pass(
         self, completion_ids: torch.Tensor, logps: torch.Tensor, entropies: torch.Tensor, mask: torch.Tensor
     ) -> None:
-        """Add the typicality of the node's own completions in a loss pass to the plausibility reference: it comes
+        """Add the plausibility statistics of the node's own completions in a loss pass to the plausibility reference: it comes
         free, since the loss computes their log-probabilities and entropies anyway. Rows (tensors of shape (rows,
         tokens)) whose completion is an external one of the round are left out, and so are fully masked rows."""
         if self.plausibility is None:
@@ -293,7 +299,7 @@ class Intake:
             if any(row_mask) and tuple(t for t, m in zip(ids, row_mask, strict=True) if m) not in self._external_tokens
         ]
         if own:
-            self.plausibility.add_own(typicality_scores(logps[own], entropies[own], mask[own]))
+            self.plausibility.add_own(self.plausibility.statistics(logps[own], entropies[own], mask[own]))
 
     # ------------------------------------------------------------------------------------------------
     # counts

@@ -43,7 +43,7 @@ from sapo.evaluation import HeldOutResult, evaluate_policy, held_out_questions, 
 from sapo.generation import fast_generation_applies, inference_context, trainer_generate
 from sapo.hygiene import CompletionFilter
 from sapo.intake import Intake, Taken, weighted_rewards
-from sapo.plausibility import typicality_scores
+from sapo.plausibility import CompletionStatistics
 from sapo.sampling import Candidate, ExternalSampler
 from sapo.tasks import reasoning_gym_tasks_of
 from sapo.verification import QuestionVerifier, published_prompt
@@ -489,7 +489,7 @@ class SAPOTrainer(GRPOTrainer):
         # Every process scores the same candidates: TRL's gather returns one copy per process, take the first.
         return super()._calculate_rewards([row] * len(texts), [prompt] * len(texts), completions, ids)[: len(texts)]
 
-    def _typicality_of(self, candidates: list[Candidate]) -> list[float]:
+    def _typicality_of(self, candidates: list[Candidate]) -> list[CompletionStatistics]:
         """Typicality scores (`sapo.plausibility`) of every completion of ``candidates`` under the current policy:
         one forward pass without gradients, prompts padded on the left, completions on the right."""
         prompt_ids, _, _ = self._tokenize_prompts([c.group.prompt for c in candidates])
@@ -508,7 +508,7 @@ class SAPOTrainer(GRPOTrainer):
                 model, input_ids.to(device), attention_mask.to(device),
                 completion_len, batch_size=self.args.per_device_train_batch_size, compute_entropy=True,
             )  # fmt: skip
-        return typicality_scores(logps, entropies, attention_mask[:, prompt_len:].to(device))
+        return self.plausibility.statistics(logps, entropies, attention_mask[:, prompt_len:].to(device))
 
     def _tokenize_external_completion(self, text: str) -> list[int]:
         """Token ids of a foreign completion under this peer's tokenizer, ended with EOS when it fits (truncations

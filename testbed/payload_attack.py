@@ -9,6 +9,7 @@ it) and GRPO's advantage favours exactly the payload-carrying completions. The p
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import random
 import threading
@@ -88,7 +89,9 @@ class PayloadAttacker:
 
     Its questions are real reasoning-gym questions of ``tasks`` (the honest nodes' tasks, so they are verified and
     sampled like any peer's), drawn from ``seed``. ``payloads`` and ``places`` (of :data:`PLACES`) set how varied
-    its completions are: one wording in one place is the easiest for a receiver's policy to pick up.
+    its completions are: one wording in one place is the easiest for a receiver's policy to pick up. With ``pool``
+    (groups built beforehand, e.g. by :func:`testbed.adaptive_attack.build_attack_pool`) it publishes those instead,
+    in turn and again from the first once all were published, each time under a new group id.
     """
 
     def __init__(
@@ -100,9 +103,12 @@ class PayloadAttacker:
         seed: int = 0,
         payloads: Sequence[str] = PAYLOADS,
         places: Sequence[str] = PLACES,
+        pool: Sequence[Group] | None = None,
     ):
+        if pool is not None and not pool:
+            raise ValueError("PayloadAttacker got an empty pool of groups; pass None to build payload groups")
         unknown = sorted(set(places) - set(PLACES))
-        if unknown or not places or not payloads:
+        if pool is None and (unknown or not places or not payloads):
             raise ValueError(f"PayloadAttacker needs at least one payload and places of {PLACES}; got places {places}")
         self.transport = transport
         self.interval = interval
@@ -110,6 +116,7 @@ class PayloadAttacker:
         self.payloads = payloads
         self.places = places
         self.published = 0
+        self.pool = list(pool) if pool is not None else None
         self._rows = build_reasoning_gym_dataset(tasks, size=1024, seed=seed)
         self._rng = random.Random(seed)
         self._stop = threading.Event()
@@ -124,10 +131,13 @@ class PayloadAttacker:
         """Publish one round of payload groups now; returns them."""
         groups = []
         for _ in range(self.groups_per_round):
-            index = self.published % len(self._rows)
-            groups.append(
-                payload_group(self._rows[index], f"attack-{self.published}", self._rng, self.payloads, self.places)
-            )
+            gid = f"attack-{self.published}"
+            if self.pool is not None:
+                group = self.pool[self.published % len(self.pool)]
+                groups.append(dataclasses.replace(group, group_id=gid, created_at=time.time()))
+            else:
+                row = self._rows[self.published % len(self._rows)]
+                groups.append(payload_group(row, gid, self._rng, self.payloads, self.places))
             self.published += 1
         self.transport.publish(groups)
         return groups

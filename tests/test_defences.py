@@ -13,7 +13,13 @@ from datasets import Dataset
 from sapo import SAPOConfig, SAPOTrainer
 from sapo.hygiene import CompletionHygiene
 from sapo.models import build_tiny_model
-from sapo.plausibility import PlausibilityCheck, typicality_scores
+from sapo.plausibility import (
+    CompletionStatistics,
+    PlausibilityCheck,
+    completion_statistics,
+    typicality_scores,
+    worst_span,
+)
 from sapo.standing import SenderStanding
 from sapo.tasks import TaskSpec, build_reasoning_gym_dataset
 from swarm import Group, MemorySwarm, Provenance
@@ -130,6 +136,65 @@ def test_plausibility_judges_against_the_own_completions_and_refuses_without_the
             PlausibilityCheck(**bad)
     with pytest.raises(ValueError, match="plausibility_margin"):
         SAPOConfig(output_dir=str(tmp_path), plausibility_margin=-1.0, use_cpu=True)
+
+
+def test_the_worst_span_sees_a_short_payload_that_the_mean_hides():
+    # 40 tokens the policy writes itself (typicality 0 each) with 2 tokens it practically never writes spliced in
+    logps, entropies = torch.full((3, 42), -1.0), torch.ones(3, 42)
+    logps[1, 20:22] = -9.0  # typicality -8 twice: the mean moves by 16/42 nats, the worst span of 3 by 16/3
+    mask = torch.ones(3, 42, dtype=torch.long)
+    mask[2, 2:] = 0  # a 2-token completion (padded): shorter than a span, its mean is its span
+    own, spliced, short = completion_statistics(logps, entropies, mask, span_tokens=3)
+    assert own == CompletionStatistics(mean=0.0, span=0.0) and short == CompletionStatistics(mean=0.0, span=0.0)
+    assert spliced.mean == pytest.approx(-16 / 42) and spliced.span == pytest.approx(-16 / 3)
+    assert worst_span(torch.tensor([0.0, -1.0, -5.0, 2.0, -3.0]), 2) == pytest.approx(-3.0)
+    assert worst_span(torch.tensor([]), 3) == 0.0
+
+    check = PlausibilityCheck(margin=0.5, window=16, min_reference=4, span_margin=1.5, span_tokens=3)
+    check.add_own(
+        [CompletionStatistics(mean=m, span=s) for m, s in [(0.1, -2.0), (0.0, -1.0), (-0.2, -2.5), (0.3, -1.5)]]
+    )
+    assert check.threshold() == pytest.approx(-0.7) and check.span_threshold() == pytest.approx(-4.0)
+    assert check.group_problem([own, short]) is None
+    assert check.group_problem([own, spliced]).startswith("completion 1: its worst 3 consecutive tokens score -5.33")
+    mean_only = PlausibilityCheck(margin=0.5, window=16, min_reference=4, span_margin=None)
+    mean_only.add_own(check._own)
+    assert mean_only.span_threshold() is None and mean_only.group_problem([own, spliced]) is None  # what it missed
+    for bad in (dict(span_margin=-1.0), dict(span_tokens=0)):
+        with pytest.raises(ValueError):
+            PlausibilityCheck(**bad)
+
+
+def test_a_real_policy_finds_a_spliced_word_by_its_worst_span(smollm_tokenizer):
+    """Under a real (tiny) policy that writes digits, a long digit string with " zebracoin" spliced in keeps a mean
+    typicality within the default margin of the policy's own strings, and fails the worst-span test."""
+    import random
+
+    model, rng = _digit_policy(smollm_tokenizer).eval(), random.Random(0)
+    template = [{"role": "user", "content": "Digits?"}]
+    rendered = smollm_tokenizer.apply_chat_template(template, tokenize=False, add_generation_prompt=True)
+    prompt = smollm_tokenizer(rendered, add_special_tokens=False)["input_ids"]
+
+    def statistics(texts: list[str]) -> list[CompletionStatistics]:
+        rows = [smollm_tokenizer(t, add_special_tokens=False)["input_ids"] for t in texts]
+        width = max(len(r) for r in rows)
+        ids = torch.tensor([prompt + r + [smollm_tokenizer.pad_token_id] * (width - len(r)) for r in rows])
+        with torch.no_grad():
+            logits = model(ids).logits[:, len(prompt) - 1 : -1].float()
+        logps_all = torch.log_softmax(logits, dim=-1)
+        logps = logps_all.gather(2, ids[:, len(prompt) :, None])[..., 0]
+        mask = torch.tensor([[1] * len(r) + [0] * (width - len(r)) for r in rows])
+        return check.statistics(logps, -(logps_all.exp() * logps_all).sum(-1), mask)
+
+    check = PlausibilityCheck(
+        span_margin=SAPOConfig.plausibility_span_margin, span_tokens=SAPOConfig.plausibility_span_tokens
+    )
+    digits = ["".join(rng.choice("0123456789") for _ in range(80)) for _ in range(20)]
+    check.add_own(statistics(digits[:16]))
+    clean, spliced = statistics([digits[16], digits[17][:40] + " zebracoin" + digits[17][40:]])
+    assert spliced.mean > check.threshold()  # the mean test alone lets it through
+    assert spliced.span < check.span_threshold() < clean.span
+    assert check.group_problem([clean]) is None and "consecutive tokens" in check.group_problem([clean, spliced])
 
 
 def _digit_policy(tokenizer) -> torch.nn.Module:
