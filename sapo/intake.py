@@ -288,7 +288,7 @@ class Intake:
     def observe_loss_pass(
         self, completion_ids: torch.Tensor, logps: torch.Tensor, entropies: torch.Tensor, mask: torch.Tensor
     ) -> None:
-        """Add the plausibility statistics of the node's own completions in a loss pass to the plausibility reference: it comes
+        """Add the plausibility statistics of the node's own completions in a loss pass to the reference: they come
         free, since the loss computes their log-probabilities and entropies anyway. Rows (tensors of shape (rows,
         tokens)) whose completion is an external one of the round are left out, and so are fully masked rows."""
         if self.plausibility is None:
