@@ -210,6 +210,34 @@ def make_turn_callback(name: str, baton: Baton, steps_per_turn: int, on_step: Ca
 # trainers
 
 
+def train_in_turns(trainers: dict[str, Any], baton: Baton, threads: list[threading.Thread]) -> None:
+    """Train each trainer in a thread of its own, the baton passing turns between them, until all have finished.
+
+    The threads are appended to ``threads`` (so that a caller's cleanup can join them after an abort). The first
+    trainer to fail aborts the others, and its error is raised here, naming the trainer."""
+    errors: dict[str, BaseException] = {}
+
+    def train(name: str) -> None:
+        try:
+            trainers[name].train()
+        except Aborted:
+            pass
+        except BaseException as e:  # noqa: BLE001 - raised by the main thread below
+            errors[name] = e
+            baton.abort()
+        finally:
+            baton.finish(name)
+
+    for name in trainers:
+        threads.append(threading.Thread(target=train, args=(name,), name=f"bench-{name}", daemon=True))
+        threads[-1].start()
+    for thread in threads:
+        thread.join()
+    if errors:
+        name, error = next(iter(errors.items()))
+        raise RuntimeError(f"trainer {name!r} failed: {type(error).__name__}: {error}") from error
+
+
 def timed_grpo_trainer_class():
     """``trl.GRPOTrainer`` with the same phase timers as SAPOTrainer around generation and scoring."""
     from trl import GRPOTrainer
@@ -418,18 +446,6 @@ def run_step_cost(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
             trainer.remove_callback(PrinterCallback)
             trainer.remove_callback(ProgressCallback)
         del model
-        errors: dict[str, BaseException] = {}
-
-        def train(name: str) -> None:
-            try:
-                trainers[name].train()
-            except Aborted:
-                pass
-            except BaseException as e:  # noqa: BLE001 - reported by the main thread
-                errors[name] = e
-                baton.abort()
-            finally:
-                baton.finish(name)
 
         swarm_thread = swarm.peer.thread_id  # the DHT peer's background thread, for its CPU time
         cpu_start = {
@@ -439,16 +455,9 @@ def run_step_cost(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
             "process": cpu_seconds(os.getpid()),
         }
         started = time.monotonic()
-        for name in CONFIGS:
-            threads.append(threading.Thread(target=train, args=(name,), name=f"bench-{name}", daemon=True))
-            threads[-1].start()
-        for thread in threads:
-            thread.join()
+        train_in_turns({name: trainers[name] for name in CONFIGS}, baton, threads)
         elapsed = time.monotonic() - started
         progress.close()
-        if errors:
-            name, error = next(iter(errors.items()))
-            raise RuntimeError(f"trainer {name!r} failed: {type(error).__name__}: {error}") from error
         cpu = {
             "swarm_thread": cpu_seconds(os.getpid(), swarm_thread) - cpu_start["swarm_thread"],
             "p2pd": cpu_seconds(swarm.p2pd_pid) - cpu_start["p2pd"],

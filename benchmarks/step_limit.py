@@ -38,14 +38,13 @@ import json
 import os
 import statistics
 import tempfile
-import threading
 import time
 import warnings
 from pathlib import Path
 from typing import Any
 
 from benchmarks.harness import RESULTS, git_state, pyplot, run_record, write_report
-from benchmarks.step_cost import Aborted, Baton, make_turn_callback, timed_grpo_trainer_class
+from benchmarks.step_cost import Baton, make_turn_callback, timed_grpo_trainer_class, train_in_turns
 
 PROMPTS, GENERATIONS, NEW_TOKENS = 2, 4, 48
 GENERATION_VARIANTS = ("today (TRL generate, fp32)", "prefill once", "merged adapters", "both", "both + bf16",
@@ -339,27 +338,7 @@ def run_steps(args: argparse.Namespace, model: Any, tokenizer: Any, dataset: Any
             )  # fmt: skip
         trainers[name].remove_callback(PrinterCallback)
         trainers[name].remove_callback(ProgressCallback)
-    errors: dict[str, BaseException] = {}
-
-    def train(name: str) -> None:
-        try:
-            trainers[name].train()
-        except Aborted:
-            pass
-        except BaseException as e:  # noqa: BLE001 - raised by the main thread
-            errors[name] = e
-            baton.abort()
-        finally:
-            baton.finish(name)
-
-    threads = [threading.Thread(target=train, args=(n,), daemon=True) for n in names]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    if errors:
-        name, error = next(iter(errors.items()))
-        raise RuntimeError(f"trainer {name!r} failed: {type(error).__name__}: {error}") from error
+    train_in_turns({name: trainers[name] for name in names}, baton, [])
     return {name: step_records(trainers[name], turns[name].wall, cpu.get(name, [])) for name in names}
 
 
