@@ -105,16 +105,22 @@ def test_both_refuse_a_generation_batch_of_partial_groups(config_class):
                      use_cpu=True, bf16=False, report_to="none")  # fmt: skip
 
 
-@TRAINERS
-@pytest.mark.parametrize("batch, generations, accumulation", [(4, 2, 1), (2, 2, 2)])
-def test_one_step_scores_one_generation_batch(trainer_class, tmp_path, smollm_tokenizer, batch, generations,
-                                              accumulation):  # fmt: skip
-    scored = []
+def _counting_reward(scored: list[int]):
+    """`text_reward` that appends to ``scored`` how many completions each call scores."""
 
     def counting_reward(prompts, completions, **columns):
         scored.append(len(completions))
         return text_reward(prompts, completions)
 
+    return counting_reward
+
+
+@TRAINERS
+@pytest.mark.parametrize("batch, generations, accumulation", [(4, 2, 1), (2, 2, 2)])
+def test_one_step_scores_one_generation_batch(trainer_class, tmp_path, smollm_tokenizer, batch, generations,
+                                              accumulation):  # fmt: skip
+    scored = []
+    counting_reward = _counting_reward(scored)
     trainer = trainer_class(
         model=build_tiny_model(smollm_tokenizer, seed=0),
         reward_funcs=[counting_reward],
@@ -190,11 +196,7 @@ def test_eval_on_start_evaluates_before_the_first_step(trainer_class, tmp_path, 
 @TRAINERS
 def test_num_generations_eval_is_kept(trainer_class, tmp_path, smollm_tokenizer):
     scored = []
-
-    def counting_reward(prompts, completions, **columns):
-        scored.append(len(completions))
-        return text_reward(prompts, completions)
-
+    counting_reward = _counting_reward(scored)
     trainer = trainer_class(
         model=build_tiny_model(smollm_tokenizer, seed=0),
         reward_funcs=[counting_reward],
