@@ -203,7 +203,7 @@ class SAPOConfig(GRPOConfig):
         default=None,
         metadata={
             "help": "Most characters of one received completion. `None`: no limit (completions longer than "
-            "`max_completion_length` tokens are truncated to it anyway)."
+            "`max_completion_length` tokens are cut to it, and scored as cut)."
         },
     )
     completion_forbid_control_chars: bool = field(

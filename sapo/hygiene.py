@@ -20,7 +20,7 @@ class CompletionHygiene:
 
     Parameters:
         max_chars (`int` or `None`): most characters of one completion; `None`: no limit (completions longer than
-            the local `max_completion_length` in tokens are truncated anyway).
+            the local `max_completion_length` in tokens are cut to it, and scored as cut).
         forbid_control_chars (`bool`): refuse control and format characters other than newline, tab and carriage
             return (zero-width and bidirectional marks hide text from a reader).
         max_non_ascii_fraction (`float` or `None`): most share of non-ASCII characters; `None`: no limit.

@@ -482,10 +482,15 @@ class SAPOTrainer(GRPOTrainer):
     def _score_completions(self, keys: list[str], prompt: list[dict[str, str]], texts: list[str],
                            columns: dict[str, Any]) -> torch.Tensor:  # fmt: skip
         """This peer's rewards (completions x reward functions) of completion texts, as the rows a round trains on
-        (``keys``: its columns), by TRL's own reward path (reward models, async rewards behave as for local rows)."""
+        (``keys``: its columns), by TRL's own reward path (reward models, async rewards behave as for local rows).
+        A text longer than `max_completion_length` tokens is scored as it is trained on: cut to that length."""
         row = _external_row(keys, prompt, columns)
-        completions = [[{"role": "assistant", "content": t}] for t in texts]
-        ids = [self._completion_ids(t)[0] for t in texts]
+        trained = [self._completion_ids(t) for t in texts]
+        # Score the text trained on: past `max_completion_length` tokens a completion loses its tail in the batch, so
+        # an answer there (a longer-limit sender's, or an attacker's behind a payload) must not earn its reward.
+        scored = [self._tokenizer.decode(ids) if cut else t for t, (ids, cut) in zip(texts, trained, strict=True)]
+        completions = [[{"role": "assistant", "content": t}] for t in scored]
+        ids = [ids for ids, _ in trained]
         # Every process scores the same candidates: TRL's gather returns one copy per process, take the first.
         return super()._calculate_rewards([row] * len(texts), [prompt] * len(texts), completions, ids)[: len(texts)]
 

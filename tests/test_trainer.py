@@ -542,6 +542,27 @@ def test_external_completions_are_truncated_only_beyond_the_local_limit(tmp_path
     assert short[-1] == trainer.eos_token_ids[0]  # a completion that ended before the limit ends with EOS
 
 
+def test_an_external_completion_is_scored_on_the_tokens_it_is_trained_on(tmp_path, smollm_tokenizer):
+    # The receiver trains on the first 12 tokens of a foreign completion; a reward earned by text past them (an
+    # answer behind a payload, or a longer-limit sender's tail) would teach the payload with the answer's reward.
+    swarm = MemorySwarm(seed=0)
+    late = " ".join(["word"] * 30) + " banana"
+    groups = [[f"g{i} banana", late, f"g{i} apple", late] for i in range(4)]
+    swarm.join("sender").publish(
+        [_external_group("What is 0 + 0?", texts, f"g{i}", answer="0") for i, texts in enumerate(groups)]
+    )
+    probe = RewardProbe(lambda text: 1.0 if "banana" in text else 0.0)
+    trainer = _trainer(
+        tmp_path, smollm_tokenizer, "cut", probe, swarm=swarm.join("rx"), external_source_policy="trust",
+        max_steps=1, max_completion_length=12,
+    )  # fmt: skip
+    trainer.train()
+    cut = smollm_tokenizer.decode(smollm_tokenizer(late, add_special_tokens=False)["input_ids"][:12])
+    assert probe.calls[late] == 0 and probe.calls[cut] == 4 * 2  # every candidate's two long completions, cut
+    assert _metric(trainer, "sapo/external_reward") == [pytest.approx(0.25)]  # only the early "banana" scores
+    assert trainer.swarm_totals["external_truncated"] == 2 * 2  # the 2 chosen groups' long completions
+
+
 def test_completions_log_keeps_every_completion_the_node_generates(tmp_path, smollm_tokenizer):
     tasks = [TaskSpec("basic_arithmetic", {"min_terms": 2, "max_terms": 2, "min_digits": 1, "max_digits": 1})]
     trainer = SAPOTrainer(
