@@ -345,15 +345,20 @@ def markdown(data: dict[str, Any]) -> str:
                 f"{p['own_groups_generated']:.2f} | {p['external_taken']:.2f} | {solves} |"
             )
         lines.append("")
-    if data.get("observed"):
-        lines += ["## Check against the cpu-learn runs", "", data["observed"], ""]
+    observed = data.get("observed") or {}
+    if isinstance(observed, str):  # reports written before the cpu-hard runs: the cpu-learn check alone
+        observed = {"cpu-learn": observed}
+    for profile, text in observed.items():
+        if text:
+            mix = "default mix" if profile == "cpu-learn" else "proposed hard mix"
+            lines += [f"## Check against the {profile} runs ({mix}, 2/0 and 1/1 rows above)", "", text, ""]
     return "\n".join(lines)
 
 
-def observed_cpu_learn(results: Path, first_steps: int = 5) -> str | None:
-    """The share of groups with spread in the first steps of the archived cpu-learn runs (base model nearly), to
-    set beside the prediction for the default mix."""
-    archive = results / "sapo_table_runs" / "cpu-learn"
+def observed_runs(results: Path, profile: str, first_steps: int = 5) -> str | None:
+    """The share of trained groups with spread in the first steps of the archived runs of ``profile`` (the base model,
+    nearly), to set beside the prediction for its mix (cpu-learn: the default mix; cpu-hard: the hard mix)."""
+    archive = results / "sapo_table_runs" / profile
     if not archive.exists():
         return None
     parts = []
@@ -368,7 +373,8 @@ def observed_cpu_learn(results: Path, first_steps: int = 5) -> str | None:
             low, high = wilson_interval(round(statistics.fmean(shares) * len(shares) * 2), len(shares) * 2)
             parts.append(
                 f"{setting}: {statistics.fmean(shares):.2f} of the trained groups had reward spread in steps "
-                f"1-{first_steps} ({len(shares)} peer-steps of 2 groups; about {low:.2f}-{high:.2f})"
+                f"1-{first_steps}, {2 * statistics.fmean(shares):.2f} informative groups of 2 per step "
+                f"({len(shares)} peer-steps of 2 groups; share about {low:.2f}-{high:.2f})"
             )
     return "; ".join(parts) + "." if parts else None
 
@@ -447,12 +453,13 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
 
 
 def write(data: dict[str, Any], out: Path) -> None:
-    """Add the hard-mix proposal, the predictions and the cpu-learn check to ``data``; write ``out``.{json,md}."""
+    """Add the hard-mix proposal, the predictions and the check against the archived runs to ``data``; write
+    ``out``.{json,md}."""
     default = [_key(t, c) for t, c, _ in candidate_tasks("default")]
     hard = propose_hard_mix(data["tasks"])
     data["proposed_hard_mix"] = hard
     data["predictions"] = predictions(data["tasks"], {"default mix": default, "proposed hard mix": hard})
-    data["observed"] = observed_cpu_learn(RESULTS)
+    data["observed"] = {profile: observed_runs(RESULTS, profile) for profile in ("cpu-learn", "cpu-hard")}
     Path(f"{out}.json").write_text(json.dumps(data, indent=1) + "\n")
     Path(f"{out}.md").write_text(markdown(data))
 

@@ -99,3 +99,18 @@ def test_propose_hard_mix_keeps_the_mix_inside_the_band():
     # hard (0.1), then the tie at 0.3 by mixed success: mix spread 0.2, then 0.233; adding too-much would give 0.3
     assert task_rates.propose_hard_mix(measured) == ["hard", "medium-more-solved", "medium"]
     assert task_rates.propose_hard_mix(measured, target=0.15) == ["hard"]
+
+
+def test_observed_runs_reads_the_share_of_groups_with_spread_from_a_profiles_archive(tmp_path):
+    # Two peers of a 1/1 run: in steps 1-5 half of the trained groups have spread on one, all on the other; the step
+    # 0 evaluation row and later steps are not counted.
+    for node, zero_std in (("node-0", 0.5), ("node-1", 0.0)):
+        metrics = tmp_path / "sapo_table_runs" / "cpu-hard" / "1-1" / "seed-0" / node / "metrics.jsonl"
+        metrics.parent.mkdir(parents=True)
+        rows = [{"step": 0, "eval/pass@1": 0.1}] + [{"step": s, "frac_reward_zero_std": zero_std} for s in range(1, 6)]
+        rows.append({"step": 6, "frac_reward_zero_std": 1.0})
+        metrics.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    text = task_rates.observed_runs(tmp_path, "cpu-hard")
+    assert text.startswith("1-1: 0.75 of the trained groups had reward spread in steps 1-5, 1.50 informative groups")
+    assert "(10 peer-steps of 2 groups" in text
+    assert task_rates.observed_runs(tmp_path, "cpu-learn") is None  # no archive of that profile
