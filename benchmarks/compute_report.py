@@ -26,7 +26,6 @@ that reached it, with a t-interval over them (none when fewer than 2 did).
 
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 from collections.abc import Sequence
@@ -35,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.harness import commit_label
-from benchmarks.held_out_table import RESULTS, RunCurve, paper_label, read_profile
+from benchmarks.held_out_table import RunCurve, archive_arguments, paper_label, read_profile
 from benchmarks.stats import Estimate, over_seeds, t_quantile, unpaired_difference
 
 AXES = ("steps", "own_completions", "alone_seconds")
@@ -429,11 +428,7 @@ def plot(runs: Sequence[RunCompute], path: Path, profile: str) -> None:
 
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     """Read the archives of ``--profile``; write sapo_table_<profile>_compute.{md,json,png} and print the page."""
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.compute_report", description=__doc__.split("\n")[0])
-    parser.add_argument("--profile", default="cpu-learn", help="sapo_table profile whose archived runs to read")
-    parser.add_argument("--baseline", default="2-0", help="setting compared against, as run (I-J)")
-    parser.add_argument("--results-dir", default=str(RESULTS), help="where the archives are and the outputs go")
-    args = parser.parse_args(argv)
+    args = archive_arguments("benchmarks.compute_report", __doc__).parse_args(argv)
     code = commit_label()  # before the outputs change the tree
     results = Path(args.results_dir)
     archive = results / "sapo_table_runs" / args.profile

@@ -227,13 +227,18 @@ def plot_curves(runs: Sequence[RunCurve], path: Path, profile: str) -> None:
     plt.close(figure)
 
 
-def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
-    """Read the archives of ``--profile``, write sapo_table_<profile>_held_out.{md,json,png} and print the page."""
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.held_out_table", description=__doc__.split("\n")[0])
+def archive_arguments(module: str, doc: str) -> argparse.ArgumentParser:
+    """The command line of a report over sapo_table's archived runs (profile, baseline, results directory)."""
+    parser = argparse.ArgumentParser(prog=f"python -m {module}", description=doc.split("\n")[0])
     parser.add_argument("--profile", default="cpu-learn", help="sapo_table profile whose archived runs to read")
     parser.add_argument("--baseline", default="2-0", help="setting compared against, as run (I-J)")
     parser.add_argument("--results-dir", default=str(RESULTS), help="where the archives are and the outputs go")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
+    """Read the archives of ``--profile``, write sapo_table_<profile>_held_out.{md,json,png} and print the page."""
+    args = archive_arguments("benchmarks.held_out_table", __doc__).parse_args(argv)
     results = Path(args.results_dir)
     archive = results / "sapo_table_runs" / args.profile
     code = commit_label()  # before the outputs change the tree
