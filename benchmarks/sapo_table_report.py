@@ -96,6 +96,9 @@ PER_STEP_KEYS = {  # JSON name: metrics.jsonl key
 }
 
 
+TOTAL = "sapo/total/"
+
+
 def load_run(run_dir: Path, peers: int, steps: int) -> dict[str, dict[str, list[float]]]:
     """Per node: steps and per-step figures (NaN where a step did not log one), and held-out pass@1 by evaluated
     step (`held_out_steps`, `held_out`); steps beyond ``steps`` cut."""
@@ -109,6 +112,9 @@ def load_run(run_dir: Path, peers: int, steps: int) -> dict[str, dict[str, list[
         evaluated = [r for r in evaluations if r["step"] <= steps]
         node["held_out_steps"] = [int(r["step"]) for r in evaluated]
         node["held_out"] = [_float(r.get("eval/pass@1")) for r in evaluated]
+        # the intake's running totals at the node's last step: groups offered, taken, and dropped by reason
+        last = rows[-1] if rows else {}
+        node["intake_totals"] = {k.removeprefix(TOTAL): _float(v) for k, v in last.items() if k.startswith(TOTAL)}
         out[f"node-{i}"] = node
     return out
 
@@ -156,7 +162,18 @@ def run_summary(nodes: dict[str, dict[str, list[float]]]) -> dict[str, Any]:
         # held-out greedy pass@1, mean over peers, at each peer's first and last evaluation
         "held_out_start": _mean_of_ends(nodes, first=True),
         "held_out_end": _mean_of_ends(nodes, first=False),
+        "intake_totals": _summed([node.get("intake_totals", {}) for node in nodes.values()]),
     }
+
+
+def _summed(counts: Sequence[dict[str, float]]) -> dict[str, float]:
+    """Counts added up key by key (NaN counts skipped)."""
+    total: dict[str, float] = {}
+    for count in counts:
+        for key, value in count.items():
+            if not math.isnan(value):
+                total[key] = total.get(key, 0.0) + value
+    return dict(sorted(total.items()))
 
 
 def _mean_of_ends(nodes: dict[str, dict[str, list[float]]], first: bool) -> float:
@@ -216,6 +233,7 @@ def table(runs: list[dict[str, Any]], settings: Sequence[str]) -> list[dict[str,
                 "fill_ins_per_step": _spread([r["fill_ins_per_step"] for r in done.values()])["mean"],
                 "seconds_per_step_median": _spread([r["seconds_per_step_median"] for r in done.values()])["mean"],
                 **{name: _spread([r[name] for r in done.values()])["mean"] for name in DIAGNOSTICS},
+                "intake_totals": _summed([r.get("intake_totals", {}) for r in done.values()]),
                 "paper_cumulative": PAPER_CUMULATIVE.get(label),
                 "paper_gain": PAPER_CUMULATIVE[label] / PAPER_CUMULATIVE[BASELINE] - 1
                 if label in PAPER_CUMULATIVE
@@ -272,6 +290,29 @@ def format_diagnostics(rows: list[dict[str, Any]]) -> list[str]:
             f"| {_pct_plain(r['zero_std_fraction'])} | {_fmt(r['external_reward'], '.4f')} "
             f"| {_fmt(r['local_reward_with_spread'], '.4f')} | {_fmt(r['held_out_start'], '.3f')} "
             f"| {_fmt(r['held_out_end'], '.3f')} |"
+        )
+    return lines
+
+
+def format_intake(rows: list[dict[str, Any]]) -> list[str]:
+    """Per setting that takes external groups, summed over its seeds and peers: the groups fetched, trained on, and
+    dropped by reason; the share of the sampler's choices the plausibility check dropped (in a swarm of honest
+    peers, the honest groups the trust defence costs)."""
+    lines = []
+    for r in rows:
+        totals = r.get("intake_totals") or {}
+        if not totals.get("candidates"):
+            continue
+        taken, implausible = totals.get("external_groups", 0.0), totals.get("dropped/implausible", 0.0)
+        dropped = ", ".join(
+            f"{k.removeprefix('dropped/')} {v:.0f}" for k, v in totals.items() if k.startswith("dropped/")
+        )
+        share = implausible / (taken + implausible) if taken + implausible else math.nan
+        lines.append(
+            f"- {r['setting']}: {totals['candidates']:.0f} groups fetched, {taken:.0f} trained on, "
+            f"{totals.get('fill_ins', 0.0):.0f} slots filled in locally; dropped: {dropped or 'none'}. The "
+            f"plausibility check dropped {implausible:.0f} of the {taken + implausible:.0f} groups the sampler chose "
+            f"({_pct_plain(share)}; every peer here is honest; a run whose code predates the check counts 0)."
         )
     return lines
 
@@ -356,6 +397,11 @@ def write_outputs(report: dict[str, Any], results_dir: Path) -> dict[str, Path]:
         "",
         *format_diagnostics(report["table"]),
         "",
+        *(
+            ["Intake (summed over seeds and peers):", "", *intake, ""]
+            if (intake := format_intake(report["table"]))
+            else []
+        ),
         "## Did sharing help at this scale?",
         "",
         *verdict(report["table"]),

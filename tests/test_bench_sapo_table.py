@@ -147,6 +147,27 @@ def test_aggregation_cumulative_gain_and_spread(bench, report, tmp_path):
     assert any("not complete" in n and "4/4 seed 0" in n for n in bench.notes(config, runs, None))
 
 
+def test_intake_counts_add_up_over_peers_and_seeds_from_each_nodes_last_step(bench, report, tmp_path):
+    config = _config(bench, tmp_path, "--settings", "8/0,4/4", "--seeds", "0")
+    _complete(bench, config, "8/0", 0, [[0.1, 0.2], [0.1, 0.2]])
+    run = _complete(bench, config, "4/4", 0, [[0.1, 0.2], [0.1, 0.2]])
+    for node, (taken, implausible) in (("node-0", (3, 1)), ("node-1", (5, 0))):
+        early = {"step": 1, "sapo/total/candidates": 1.0, "sapo/total/external_groups": 0.0}
+        last = {"step": 2, "sapo/total/candidates": 12.0, "sapo/total/external_groups": float(taken),
+                "sapo/total/dropped/zero_advantage": 4.0, "sapo/total/fill_ins": 1.0}  # fmt: skip
+        if implausible:
+            last["sapo/total/dropped/implausible"] = float(implausible)
+        (run / node / "metrics.jsonl").write_text(json.dumps(early) + "\n" + json.dumps(last) + "\n")
+    rows = {r["setting"]: r for r in bench.table(bench.collect(config), config["settings"])}
+    assert rows["4/4"]["intake_totals"] == {
+        "candidates": 24.0, "dropped/implausible": 1.0, "dropped/zero_advantage": 8.0, "external_groups": 8.0,
+        "fill_ins": 2.0,
+    }  # fmt: skip
+    (line,) = report.format_intake(list(rows.values()))  # 8/0 fetched nothing: no line
+    assert line.startswith("- 4/4: 24 groups fetched, 8 trained on, 2 slots filled in locally; dropped: implausible 1")
+    assert "dropped 1 of the 9 groups the sampler chose (11%" in line
+
+
 def test_verdict_says_when_sharing_did_not_help(bench):
     def row(label, gain, low, high):
         return {"setting": label, "seeds": [0, 1], "gain": gain, "gain_per_seed": {"min": low, "max": high}}
