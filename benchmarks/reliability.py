@@ -11,14 +11,17 @@ Parts (``--parts``, default all three):
 - ``crashes``: one sapo-node (tiny model, a checkpoint every step) killed with SIGKILL ``--kills`` times, at
   random moments and in the middle of checkpoint writes, and restarted each time. Counts the restarts that
   resumed from the newest complete checkpoint and the steps lost per fault.
-- ``soak``: ``sapo-node local-swarm`` with 3 tiny-model nodes for ``--soak-minutes`` (default 30). Samples
-  every node's and its p2pd's RSS, the DHT items each node stores and the step rate; reports memory growth
-  per hour and the step rate of the first and last fifth of the run.
+- ``soak``: ``sapo-node local-swarm`` with 3 nodes for ``--soak-minutes`` (default 30): tiny-model nodes, or with
+  ``--soak-model default`` nodes on every default of ``sapo-node`` (SmolLM2-135M, held-out evaluation, checkpoints
+  every 20 steps), what a community member runs. Samples every node's and its p2pd's RSS, the DHT items each node
+  stores and the step rate; reports memory growth per hour and the step rate of the first and last fifth.
 
 Usage:
     python -m benchmarks.reliability                       # all parts (about 45 minutes on 2 cores)
     python -m benchmarks.reliability --parts hostile,crashes --rounds 2 --kills 4
     python -m benchmarks.reliability --parts soak --soak-minutes 30
+    python -m benchmarks.reliability --parts soak --soak-minutes 120 --soak-model default \
+        --output-dir benchmarks/results/soak_default      # issue 24's two hours on the default model
 
 Writes ``reliability.json`` and ``reliability.md`` into ``--output-dir`` (default benchmarks/results); a part
 already there with the same settings is kept (``--force`` reruns it). Every process and DHT peer it starts
@@ -240,8 +243,11 @@ def _node_pids(run_dir: Path, peers: int) -> dict[str, tuple[int | None, int | N
     return out
 
 
-def run_soak(minutes: float, model_dir: Path, workdir: Path, interval: float = 10.0) -> dict[str, Any]:
-    """A 3-node local swarm for ``minutes``; memory, DHT storage and step rate over time."""
+def run_soak(
+    minutes: float, model_dir: Path, workdir: Path, interval: float = 10.0, model: str = "tiny"
+) -> dict[str, Any]:
+    """A 3-node local swarm for ``minutes`` (``model``: "tiny", the nodes of ``model_dir`` at TINY_NODE's settings, or
+    "default", every default of sapo-node); memory, DHT storage and step rate over time."""
     from tqdm import tqdm
 
     from sapo.node.local_swarm import last_metrics
@@ -250,8 +256,9 @@ def run_soak(minutes: float, model_dir: Path, workdir: Path, interval: float = 1
     run_dir = workdir / "soak"
     command = [
         sys.executable, "-m", "sapo.node.cli", "local-swarm", "--peers", str(peers), "--run-dir", str(run_dir),
-        "--status-interval", "60", "--model", str(model_dir), *TINY_NODE, "--max_steps", "1000000",
-        "--save_steps", "200", "--save_total_limit", "2",
+        "--status-interval", "60", "--max_steps", "1000000", "--save_total_limit", "2",
+        *(["--model", str(model_dir), *TINY_NODE, "--save_steps", "200"] if model == "tiny" else
+          ["--model", "default", "--save_steps", "20"]),
     ]  # fmt: skip
     swarm = subprocess.Popen(command, stdout=open(workdir / "soak.log", "w"), stderr=subprocess.STDOUT)
     samples = []
@@ -393,7 +400,7 @@ def windows(samples: list[dict[str, Any]], names: list[str], minutes: float = 5.
     return out
 
 
-def soak_plot(samples: list[dict[str, Any]], names: list[str], ttl: float, path: Path) -> None:
+def soak_plot(samples: list[dict[str, Any]], names: list[str], ttl: float, path: Path, model: str = "tiny") -> None:
     """Two panels over time: RSS of each node and its p2pd; DHT items vs records published within the ttl."""
     plt = pyplot()
     fig, (mem, dht) = plt.subplots(2, 1, figsize=(9, 7), sharex=True)
@@ -404,7 +411,8 @@ def soak_plot(samples: list[dict[str, Any]], names: list[str], ttl: float, path:
                  label=f"{n} p2pd")  # fmt: skip
     mem.set_ylabel("RSS (MB)")
     mem.legend(ncol=3, fontsize=8)
-    mem.set_title("Soak: 3 tiny-model nodes in one local swarm")
+    nodes = "3 tiny-model nodes" if model == "tiny" else "3 nodes on sapo-node's defaults (the default model)"
+    mem.set_title(f"Soak: {nodes} in one local swarm")
     stored = [(s["t"] / 60, s[names[0]]["dht_stored_items"]) for s in samples if isinstance(s.get(names[0]), dict)]
     dht.plot([t for t, _ in stored], [v for _, v in stored], label=f"DHT items stored ({names[0]})")
     series = publications(samples, names, ttl)
@@ -503,6 +511,10 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--burst", type=int, default=2000, help="records in the hostile node's burst")
     parser.add_argument("--kills", type=int, default=6, help="kill -9 faults injected into one node")
     parser.add_argument("--soak-minutes", type=float, default=30.0)
+    parser.add_argument(
+        "--soak-model", choices=("tiny", "default"), default="tiny",
+        help="soak nodes: tiny models, or every default of sapo-node (the default model)",
+    )  # fmt: skip
     parser.add_argument("--output-dir", default=str(RESULTS))
     parser.add_argument("--force", action="store_true", help="rerun parts already saved with the same settings")
     parser.add_argument(
@@ -525,7 +537,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     settings = {
         "hostile": {"rounds": args.rounds, "burst": args.burst},
         "crashes": {"kills": args.kills},
-        "soak": {"minutes": args.soak_minutes},
+        "soak": {"minutes": args.soak_minutes, **({"model": "default"} if args.soak_model == "default" else {})},
     }
     if args.render:
         return render(result, out_dir)
@@ -546,7 +558,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
             elif part == "crashes":
                 data = run_crashes(args.kills, model_dir, workdir)
             else:
-                data = run_soak(args.soak_minutes, model_dir, workdir)
+                data = run_soak(args.soak_minutes, model_dir, workdir, model=args.soak_model)
             data.update(record, settings=settings[part], date=utc_now())
             result["parts"][part] = data
             render(result, out_dir)  # each part saved as it ends
@@ -559,7 +571,13 @@ def render(result: dict[str, Any], out_dir: Path) -> dict[str, Any]:
     if soak and soak.get("samples"):
         names = sorted(k for k in soak["samples"][-1] if k.startswith("node-"))
         soak.update({k: v for k, v in soak_result(soak["samples"], names).items() if k != "samples"})
-        soak_plot(soak["samples"], names, SOAK_RECORD_TTL, out_dir / "reliability_soak.png")
+        soak_plot(
+            soak["samples"],
+            names,
+            SOAK_RECORD_TTL,
+            out_dir / "reliability_soak.png",
+            soak["settings"].get("model", "tiny"),
+        )
         soak["plot"] = "reliability_soak.png"
     text = markdown(result)
     write_report(out_dir, "reliability", result, [text])
