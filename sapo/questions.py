@@ -70,7 +70,8 @@ def question_messages(question: str, system_prompt: str | None) -> list[dict[str
 
 def reward_columns(answer: str, provenance: Provenance, entry: str = "") -> dict[str, str]:
     """The :data:`REWARD_COLUMNS` of a question with ``answer`` from ``provenance`` (``task`` is the provenance's
-    task): what a row holds besides its prompt, and what verification returns for a received group."""
+    task): what a row holds besides its prompt, and what verification returns for a received group it regenerated
+    or trusts."""
     return {"answer": answer, "task": provenance.task, "entry": entry, "provenance": provenance_to_json(provenance)}
 
 
