@@ -10,7 +10,6 @@ received groups and drops the others with :class:`GroupDropped`.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
 from typing import Any
 
 from swarm.records import Provenance, provenance_to_wire
@@ -22,8 +21,8 @@ __all__ = [
     "GroupDropped",
     "provenance_to_json",
     "question_messages",
-    "question_of",
     "question_row",
+    "reward_columns",
 ]
 
 DEFAULT_SYSTEM_PROMPT = (
@@ -69,21 +68,15 @@ def question_messages(question: str, system_prompt: str | None) -> list[dict[str
     return [*messages, {"role": "user", "content": question}]
 
 
-def question_of(prompt: Sequence[Mapping[str, str]]) -> str:
-    """The question of a chat prompt: its last user message, stripped of surrounding whitespace ("" if none)."""
-    users = [m["content"] for m in prompt if m.get("role") == "user"]
-    return users[-1].strip() if users else ""
+def reward_columns(answer: str, provenance: Provenance, entry: str = "") -> dict[str, str]:
+    """The :data:`REWARD_COLUMNS` of a question with ``answer`` from ``provenance`` (``task`` is the provenance's
+    task): what a row holds besides its prompt, and what verification returns for a received group it regenerated
+    or trusts."""
+    return {"answer": answer, "task": provenance.task, "entry": entry, "provenance": provenance_to_json(provenance)}
 
 
 def question_row(
     question: str, answer: str, provenance: Provenance, entry: str = "", system_prompt: str | None = None
 ) -> dict[str, Any]:
-    """One row: the chat ``prompt`` around ``question`` and the :data:`REWARD_COLUMNS` (``task`` is the
-    provenance's task)."""
-    return {
-        "prompt": question_messages(question, system_prompt),
-        "answer": answer,
-        "task": provenance.task,
-        "entry": entry,
-        "provenance": provenance_to_json(provenance),
-    }
+    """One row: the chat ``prompt`` around ``question`` and the :data:`REWARD_COLUMNS` (:func:`reward_columns`)."""
+    return {"prompt": question_messages(question, system_prompt), **reward_columns(answer, provenance, entry)}

@@ -9,8 +9,8 @@ enough to regenerate its question and answer: a receiver never trusts the sender
   draws), :func:`reasoning_gym_tasks_of` (the tasks of a dataset);
 - :func:`regenerate_entry`: one entry, in this process or, for a config this node does not run itself, in a child
   process with a time limit and a memory cap (a hostile peer can name a config that runs for minutes);
-- :class:`ReasoningGymVerifier`: a received question in, the reward columns of this node's own row out, or
-  :class:`sapo.questions.GroupDropped` with the reason (the only error it raises).
+- :class:`ReasoningGymVerifier`: a received question in, the question, answer and entry of this node's own row out,
+  or :class:`sapo.questions.GroupDropped` with the reason (the only error it raises).
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from sapo.questions import DEFAULT_SYSTEM_PROMPT, REWARD_COLUMNS, GroupDropped, question_row
+from sapo.questions import DEFAULT_SYSTEM_PROMPT, GroupDropped, question_row
 from swarm.records import Provenance, provenance_from_wire
 
 if TYPE_CHECKING:
@@ -252,14 +252,20 @@ def _own_entry(task: TaskSpec, seed: int, index: int) -> dict[str, Any]:
     return reasoning_gym_entry(generator[index])
 
 
-def _row(entry: Mapping[str, Any], provenance: Provenance, system_prompt: str | None) -> dict[str, Any]:
-    """The row of a JSON-safe entry."""
+def _answer_and_entry(entry: Mapping[str, Any]) -> tuple[str, str]:
+    """The ``answer`` and ``entry`` columns of a JSON-safe entry."""
     answer = entry["answer"]
     if answer is None:
         # Some tasks (propositional_logic) have no single oracle answer: their scorer checks the metadata,
         # and the column holds one valid answer when the generator offers one.
         answer = entry["metadata"].get("example_answer") or ""
-    return question_row(entry["question"], str(answer), provenance, json.dumps(entry, sort_keys=True), system_prompt)
+    return str(answer), json.dumps(entry, sort_keys=True)
+
+
+def _row(entry: Mapping[str, Any], provenance: Provenance, system_prompt: str | None) -> dict[str, Any]:
+    """The row of a JSON-safe entry."""
+    answer, entry_json = _answer_and_entry(entry)
+    return question_row(entry["question"], answer, provenance, entry_json, system_prompt)
 
 
 MAX_TRAINING_QUESTIONS = 2**30
@@ -496,8 +502,8 @@ def regenerate_entry(task: TaskSpec, seed: int, index: int, timeout: float | Non
 class ReasoningGymVerifier:
     """Verifies received reasoning-gym questions by regenerating them from their provenance.
 
-    A question is kept only if the regenerated one equals it (after stripping whitespace); the columns returned
-    are those of this node's own row for the regenerated entry.
+    A question is kept only if the regenerated one equals it (after stripping whitespace); the question, answer and
+    entry returned are those of this node's own row for the regenerated entry.
 
     Args:
         allowed_tasks: when given, only these tasks are regenerated: a name allows any config of that task, a
@@ -526,9 +532,10 @@ class ReasoningGymVerifier:
         """Configs this node generates itself: trusted to be cheap, regenerated in this process."""
         self._own_configs.update((task.name, task.config_key) for task in tasks)
 
-    def verify(self, provenance: Provenance, question: str) -> dict[str, str]:
-        """The reward columns (``answer``, ``task``, ``entry``, ``provenance``) of the entry ``provenance`` names,
-        and its ``question`` as this node's own rows hold it, if that question is ``question`` (stripped).
+    def verify(self, provenance: Provenance, question: str) -> tuple[str, str, str]:
+        """The entry ``provenance`` names, if its question is ``question`` (stripped): ``(question, answer, entry)``,
+        the question as this node's own rows hold it and the ``answer`` and ``entry`` columns of its row (whose
+        ``task`` and ``provenance`` columns are ``provenance``'s: see :func:`sapo.questions.reward_columns`).
 
         Raises :class:`GroupDropped` (``bad_provenance``, ``index_out_of_range``, ``unknown_task``,
         ``regeneration_limit`` or ``question_mismatch``).
@@ -553,8 +560,7 @@ class ReasoningGymVerifier:
         entry = regenerate_entry(task, seed, index, timeout=None if own else self.timeout)
         if entry["question"].strip() != question:
             raise GroupDropped("question_mismatch", f"{name}[{index}] regenerates a different question")
-        row = _row(entry, Provenance(REASONING_GYM_SOURCE, name, task.config, seed, index), system_prompt=None)
-        return {**{key: row[key] for key in REWARD_COLUMNS}, "question": entry["question"]}
+        return (entry["question"], *_answer_and_entry(entry))
 
 
 if __name__ == "__main__":

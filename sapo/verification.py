@@ -12,9 +12,9 @@ from typing import Any
 
 from datasets import Dataset
 
-from sapo.questions import GROUP_DROP_REASONS, REWARD_COLUMNS, GroupDropped, provenance_to_json, question_of
+from sapo.questions import GROUP_DROP_REASONS, REWARD_COLUMNS, GroupDropped, reward_columns
 from sapo.reasoning_gym import REASONING_GYM_SOURCE, ReasoningGymVerifier, TaskSpec
-from swarm.records import Group, Provenance, RecordRejected, provenance_from_wire
+from swarm.records import Group, Provenance
 
 __all__ = [
     "GROUP_DROP_REASONS",
@@ -23,6 +23,7 @@ __all__ = [
     "QuestionVerifier",
     "describe_source_policies",
     "published_prompt",
+    "question_of",
 ]
 
 SOURCE_POLICIES: dict[str, str] = {
@@ -52,6 +53,12 @@ def published_prompt(prompt: Any) -> Any:
         return prompt
     users = [m for m in prompt if m.get("role") == "user"]
     return [{"role": "user", "content": users[-1]["content"]}] if users else list(prompt)
+
+
+def question_of(prompt: Sequence[Mapping[str, str]]) -> str:
+    """The question of a chat prompt: its last user message, stripped of surrounding whitespace ("" if none)."""
+    users = [m["content"] for m in prompt if m.get("role") == "user"]
+    return users[-1].strip() if users else ""
 
 
 class QuestionVerifier:
@@ -111,22 +118,27 @@ class QuestionVerifier:
         Raises :class:`GroupDropped` when the group's question cannot be verified.
         """
         provenance = group.provenance
-        if not isinstance(provenance, Provenance):
-            try:
-                provenance = provenance_from_wire(provenance)
-            except RecordRejected as e:
-                raise GroupDropped("bad_provenance", str(e)) from None
+        if not isinstance(provenance, Provenance):  # a transport parses it (swarm.records.group_from_wire)
+            raise GroupDropped(
+                "bad_provenance",
+                f"the group's provenance is a {type(provenance).__name__}, not a swarm.records.Provenance "
+                "(build it from the wire form with swarm.records.provenance_from_wire)",
+            )
         question = question_of(group.prompt)
         if not question:
             raise GroupDropped("question_mismatch", "the group's prompt has no user message")
-        if provenance.source == REASONING_GYM_SOURCE:
-            return self._reasoning_gym.verify(provenance, question)
-        policy = self.policy or ("verify" if provenance.task in self._local else "drop")
-        if policy == "drop":
-            raise GroupDropped("untrusted_source", f"source {provenance.source!r} is not verified under policy 'drop'")
-        if policy == "trust":
-            return _trusted_columns(group, provenance, question)
-        return self._local_columns(provenance, question)
+        if provenance.source != REASONING_GYM_SOURCE:  # not procedural: this node's policy decides
+            policy = self.policy or ("verify" if provenance.task in self._local else "drop")
+            if policy == "drop":
+                raise GroupDropped(
+                    "untrusted_source", f"source {provenance.source!r} is not verified under policy 'drop'"
+                )
+            if policy == "verify":
+                return self._local_columns(provenance, question)
+            answer, entry = _trusted_answer(group), ""
+        else:
+            question, answer, entry = self._reasoning_gym.verify(provenance, question)
+        return {**reward_columns(answer, provenance, entry), "question": question}
 
     def _local_columns(self, provenance: Provenance, question: str) -> dict[str, str]:
         local = self._local.get(provenance.task)
@@ -145,8 +157,8 @@ class QuestionVerifier:
         return {**{key: row[key] for key in REWARD_COLUMNS}, "question": local_question}
 
 
-def _trusted_columns(group: Group, provenance: Provenance, question: str) -> dict[str, str]:
-    """The columns of a group under the ``"trust"`` policy: the sender's answer and its single user message."""
+def _trusted_answer(group: Group) -> str:
+    """The answer of a group under the ``"trust"`` policy: the sender's, for a prompt of a single user message."""
     answer = group.metadata.get("answer")
     if answer is None:
         raise GroupDropped("no_answer", "policy 'trust' but the group's metadata has no 'answer'")
@@ -155,10 +167,4 @@ def _trusted_columns(group: Group, provenance: Provenance, question: str) -> dic
         # Unverifiable text is accepted only as a plain question: a sender's system or assistant turns
         # would condition the completions this node trains on.
         raise GroupDropped("untrusted_prompt", f"policy 'trust' takes one user message, got roles {roles}")
-    return {
-        "answer": str(answer),
-        "task": provenance.task,
-        "entry": "",
-        "provenance": provenance_to_json(provenance),
-        "question": question,
-    }
+    return str(answer)

@@ -161,6 +161,16 @@ def test_verifier_drops_bad_provenance(rg_rows, changes, reason):
     assert info.value.reason == reason
 
 
+def test_verifier_drops_a_provenance_that_was_never_parsed(rg_rows):
+    # A transport hands out groups whose provenance is parsed (swarm.records.group_from_wire); one built by hand
+    # from the wire form is dropped, not parsed here, with the function that parses it named.
+    row = rg_rows[0]
+    group = dataclasses.replace(_group(row), provenance=json.loads(row["provenance"]))
+    with pytest.raises(GroupDropped, match="provenance_from_wire") as info:
+        QuestionVerifier().columns_for(group)
+    assert info.value.reason == "bad_provenance"
+
+
 def _write_jsonl(path, records):
     path.write_text("\n".join(json.dumps(r) for r in records) + "\n")
     return path
