@@ -26,6 +26,7 @@ from sapo.tasks import TaskSpec
 from swarm.daemon import close_p2p, close_stopped_loop
 from swarm.records import WIRE_VERSION, Group, Provenance, group_to_wire
 from swarm.validation import record_key
+from testbed.tiny_run import tiny_config
 
 LOCAL = "/ip4/127.0.0.1/tcp/0"
 TASKS = [TaskSpec("basic_arithmetic", {"min_terms": 2, "max_terms": 2, "min_digits": 1, "max_digits": 1})]
@@ -295,7 +296,7 @@ def hostile_round(
     the trainer, the expected counter of each kind, every trained row, the burst's figures. ``on_p2pd`` is told
     of the raw node's p2pd daemon (see :class:`HostileNode`).
     """
-    from sapo import SAPOConfig, SAPOTrainer
+    from sapo import SAPOTrainer
     from sapo.models import build_tiny_model
     from sapo.tasks import build_reasoning_gym_dataset
 
@@ -323,25 +324,17 @@ def hostile_round(
         trainer = SAPOTrainer(
             model=build_tiny_model(tokenizer, seed=0),
             reward_funcs=[reward],
-            args=SAPOConfig(
-                output_dir=str(workdir / "honest"),
+            args=tiny_config(
+                workdir / "honest",
                 num_local=1,
                 num_external=3,
-                num_generations=4,
-                per_device_train_batch_size=4,
-                max_completion_length=8,
                 max_steps=steps,
                 learning_rate=1e-2,
                 logging_steps=1,
-                report_to="none",
-                save_strategy="no",
-                use_cpu=True,
-                seed=0,
-                disable_tqdm=True,
                 sampling_strategy="uniform",
                 external_pool_size=16,
                 regeneration_timeout=3.0,  # the expensive config is given up after 3 s
-            ),  # fmt: skip
+            ),
             train_dataset=build_reasoning_gym_dataset(TASKS, size=32, seed=5),
             processing_class=tokenizer,
             swarm=honest,

@@ -23,6 +23,7 @@ from sapo.plausibility import (
 from sapo.standing import SenderStanding
 from sapo.tasks import TaskSpec, build_reasoning_gym_dataset
 from swarm import Group, MemorySwarm, Provenance
+from testbed.tiny_run import tiny_config
 
 
 def test_hygiene_names_what_is_wrong_with_a_completion():
@@ -84,19 +85,11 @@ def test_trainer_drops_unhygienic_groups_and_benches_their_sender(tmp_path, smol
     trainer = SAPOTrainer(
         model=build_tiny_model(smollm_tokenizer, seed=0),
         reward_funcs=[exact],
-        args=SAPOConfig(
-            output_dir=str(tmp_path / "out"),
+        args=tiny_config(
+            tmp_path / "out",
             num_local=1,
             num_external=1,
-            num_generations=4,
-            per_device_train_batch_size=4,
-            max_completion_length=8,
             max_steps=1,
-            report_to="none",
-            save_strategy="no",
-            use_cpu=True,
-            seed=0,
-            disable_tqdm=True,
             external_pool_size=8,
             completion_forbidden_patterns=[r"https?://"],
             sender_drop_limit=2,
@@ -236,20 +229,12 @@ def test_trainer_drops_a_payload_its_policy_would_never_write_and_benches_the_se
     trainer = SAPOTrainer(
         model=_digit_policy(smollm_tokenizer),
         reward_funcs=[lambda completions, **kw: [float(len(c[0]["content"])) for c in completions]],
-        args=SAPOConfig(
-            output_dir=str(tmp_path / "out"),
+        args=tiny_config(
+            tmp_path / "out",
             num_local=2,
             num_external=2,
-            num_generations=4,
-            per_device_train_batch_size=4,
-            max_completion_length=8,
             max_steps=2,
             learning_rate=1e-5,
-            report_to="none",
-            save_strategy="no",
-            use_cpu=True,
-            seed=0,
-            disable_tqdm=True,
             external_source_policy="trust",
             sampling_strategy="uniform",
             sender_drop_limit=1,

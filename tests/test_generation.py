@@ -15,6 +15,7 @@ from sapo.config import cpu_has_native_bf16, device_defaults
 from sapo.evaluation import generate_greedy
 from sapo.generation import generate_completions, inference_context, inference_weights, unique_prompts
 from sapo.models import LoraSpec, build_tiny_model, lora_config
+from testbed.tiny_run import tiny_config
 
 G = 4
 
@@ -180,8 +181,8 @@ def _train(tmp_path, tokenizer, name: str, fast: bool, steps: int = 2) -> SAPOTr
     trainer = SAPOTrainer(
         model=build_tiny_model(tokenizer, seed=0),
         reward_funcs=[reward],
-        args=SAPOConfig(
-            output_dir=str(tmp_path / name),
+        args=tiny_config(
+            tmp_path / name,
             num_local=2,
             num_external=0,
             num_generations=G,
@@ -190,12 +191,8 @@ def _train(tmp_path, tokenizer, name: str, fast: bool, steps: int = 2) -> SAPOTr
             max_steps=steps,
             learning_rate=1e-2,
             logging_steps=1,
-            report_to="none",
-            save_strategy="no",
-            use_cpu=True,
             bf16=False,
             seed=11,
-            disable_tqdm=True,
             generation_prefill_once=fast,
             generation_merge_adapters=fast,
         ),

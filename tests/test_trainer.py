@@ -17,13 +17,13 @@ from sapo.models import build_tiny_model
 from sapo.tasks import TaskSpec, build_reasoning_gym_dataset
 from sapo.verification import GroupDropped, QuestionVerifier
 from swarm import Group, MemorySwarm, Provenance
+from testbed.tiny_run import tiny_config
 
 G = 4  # completions per group in these tests
 
 
 def _args(tmp_path, name: str, **overrides) -> SAPOConfig:
     base = dict(
-        output_dir=str(tmp_path / name),
         num_local=2,
         num_external=2,
         num_generations=G,
@@ -32,17 +32,12 @@ def _args(tmp_path, name: str, **overrides) -> SAPOConfig:
         max_steps=2,
         learning_rate=1e-2,
         logging_steps=1,
-        report_to="none",
-        save_strategy="no",
-        use_cpu=True,
         seed=7,
-        disable_tqdm=True,
         # These tests are about other parts of the round: a random tiny model has no plausibility to speak of, and
         # the check refuses external groups until one own round was trained on (tests/test_defences.py tests it).
         plausibility_margin=None,
     )
-    base.update(overrides)
-    return SAPOConfig(**base)
+    return tiny_config(tmp_path / name, **{**base, **overrides})
 
 
 def _math_dataset(n: int = 16) -> Dataset:
