@@ -257,14 +257,10 @@ def test_reasoning_gym_ground_truth_is_rederived(tmp_path, smollm_tokenizer):
         ]
 
     exact.__name__ = "exact"
-    trainer = SAPOTrainer(
-        model=build_tiny_model(smollm_tokenizer, seed=0),
-        reward_funcs=[exact],
-        args=_args(tmp_path, "rg", max_steps=1, num_local=1, num_external=1),
-        train_dataset=dataset,
-        processing_class=smollm_tokenizer,
-        swarm=swarm.join("honest"),
-    )
+    trainer = _trainer(
+        tmp_path, smollm_tokenizer, "rg", exact, swarm=swarm.join("honest"), dataset=dataset,
+        max_steps=1, num_local=1, num_external=1,
+    )  # fmt: skip
     trainer.train()
     assert trainer.swarm_totals["dropped/question_mismatch"] == 1
     assert _metric(trainer, "sapo/external_groups") == [1.0]
@@ -364,14 +360,10 @@ def test_heterogeneous_peers_exchange_and_both_train(tmp_path, smollm_tokenizer,
 
     peers = {}
     for name, tokenizer in (("smol", smollm_tokenizer), ("other", minilm_tokenizer)):
-        peers[name] = SAPOTrainer(
-            model=build_tiny_model(tokenizer, seed=1),
-            reward_funcs=[length_reward],
-            args=_args(tmp_path, name, max_steps=2, sampling_strategy="uniform"),
-            train_dataset=dataset,
-            processing_class=tokenizer,
-            swarm=swarm.join(name),
-        )
+        peers[name] = _trainer(
+            tmp_path, tokenizer, name, length_reward, swarm=swarm.join(name), dataset=dataset, seed=1,
+            max_steps=2, sampling_strategy="uniform",
+        )  # fmt: skip
     snapshots = {name: [p.detach().clone() for p in t.model.parameters()] for name, t in peers.items()}
     peers["smol"].train()  # nothing to take yet: publishes its groups
     peers["other"].train()  # takes smol's groups, re-tokenized with its own tokenizer
@@ -498,14 +490,10 @@ def test_the_receiver_writes_the_prompt_of_external_groups(tmp_path, smollm_toke
         return [float("PWNED" in c[0]["content"] and "<answer>no" not in c[0]["content"]) for c in completions]
 
     probe.__name__ = "probe"
-    trainer = SAPOTrainer(
-        model=build_tiny_model(smollm_tokenizer, seed=0),
-        reward_funcs=[probe],
-        args=_args(tmp_path, "prompt", max_steps=1, num_local=1, num_external=1),
-        train_dataset=dataset,
-        processing_class=smollm_tokenizer,
-        swarm=swarm.join("honest"),
-    )
+    trainer = _trainer(
+        tmp_path, smollm_tokenizer, "prompt", probe, swarm=swarm.join("honest"), dataset=dataset,
+        max_steps=1, num_local=1, num_external=1,
+    )  # fmt: skip
     trainer.train()
     assert _metric(trainer, "sapo/external_groups") == [1.0]
     external = [p for p in trained_prompts if p[-1]["content"] == question]
