@@ -47,10 +47,12 @@ def _config(config_class, tmp_path, **overrides):
     return config_class(**base)
 
 
-def _trainer(trainer_class, tmp_path, tokenizer, train_dataset=None, trainer_kwargs=None, **overrides):
+def _trainer(
+    trainer_class, tmp_path, tokenizer, train_dataset=None, trainer_kwargs=None, reward=text_reward, **overrides
+):
     return trainer_class(
         model=build_tiny_model(tokenizer, seed=0),
-        reward_funcs=[text_reward],
+        reward_funcs=[reward],
         args=_config(CONFIG_OF[trainer_class], tmp_path, **overrides),
         train_dataset=train_dataset if train_dataset is not None else _chat(8),
         processing_class=tokenizer,
@@ -120,20 +122,10 @@ def _counting_reward(scored: list[int]):
 def test_one_step_scores_one_generation_batch(trainer_class, tmp_path, smollm_tokenizer, batch, generations,
                                               accumulation):  # fmt: skip
     scored = []
-    counting_reward = _counting_reward(scored)
-    trainer = trainer_class(
-        model=build_tiny_model(smollm_tokenizer, seed=0),
-        reward_funcs=[counting_reward],
-        args=_config(
-            CONFIG_OF[trainer_class],
-            tmp_path,
-            per_device_train_batch_size=batch,
-            num_generations=generations,
-            gradient_accumulation_steps=accumulation,
-        ),  # fmt: skip
-        train_dataset=_chat(8),
-        processing_class=smollm_tokenizer,
-    )
+    trainer = _trainer(
+        trainer_class, tmp_path, smollm_tokenizer, reward=_counting_reward(scored), per_device_train_batch_size=batch,
+        num_generations=generations, gradient_accumulation_steps=accumulation,
+    )  # fmt: skip
     trainer.train()
     assert scored == [batch * accumulation]
     assert trainer.state.global_step == 1
@@ -196,22 +188,11 @@ def test_eval_on_start_evaluates_before_the_first_step(trainer_class, tmp_path, 
 @TRAINERS
 def test_num_generations_eval_is_kept(trainer_class, tmp_path, smollm_tokenizer):
     scored = []
-    counting_reward = _counting_reward(scored)
-    trainer = trainer_class(
-        model=build_tiny_model(smollm_tokenizer, seed=0),
-        reward_funcs=[counting_reward],
-        args=_config(
-            CONFIG_OF[trainer_class],
-            tmp_path,
-            num_generations_eval=4,
-            per_device_eval_batch_size=4,
-            eval_strategy="steps",
-            eval_steps=1,
-        ),  # fmt: skip
-        train_dataset=_chat(8),
-        eval_dataset=_chat(1, offset=100),
-        processing_class=smollm_tokenizer,
-    )
+    trainer = _trainer(
+        trainer_class, tmp_path, smollm_tokenizer, trainer_kwargs={"eval_dataset": _chat(1, offset=100)},
+        reward=_counting_reward(scored), num_generations_eval=4, per_device_eval_batch_size=4, eval_strategy="steps",
+        eval_steps=1,
+    )  # fmt: skip
     assert trainer.args.num_generations_eval == 4
     trainer.evaluate()
     assert scored == [4]  # one eval question, 4 completions
