@@ -84,6 +84,11 @@ def run_record(command: str | None = None) -> dict[str, str]:
     }
 
 
+def model_label(quick: bool, model: str | None) -> str:
+    """The model a result names: ``tiny`` for a ``--quick`` run given no ``--model``, else the model or the default."""
+    return "tiny" if quick and not model else (model or "default (SmolLM2-135M-Instruct)")
+
+
 # ------------------------------------------------------------------------------------------------
 # /proc readings
 

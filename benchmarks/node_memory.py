@@ -28,6 +28,7 @@ from typing import Any
 from benchmarks.harness import (
     RESULTS,
     children,
+    model_label,
     pyplot,
     rss_mb,
     run_record,
@@ -40,7 +41,7 @@ from benchmarks.harness import (
 def node_memory_settings(args: argparse.Namespace) -> dict[str, Any]:
     """Everything that defines a result: a rerun with the same settings may skip."""
     return {
-        "model": "tiny" if args.quick and not args.model else (args.model or "default (SmolLM2-135M-Instruct)"),
+        "model": model_label(args.quick, args.model),
         "quick": args.quick,
         "max_steps": args.steps,
         "interval_seconds": args.sample_interval,

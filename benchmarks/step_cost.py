@@ -47,6 +47,7 @@ from benchmarks.feeder import Feeder, plausible_completion
 from benchmarks.harness import (
     RESULTS,
     cpu_seconds,
+    model_label,
     run_record,
     saved_settings_match,
 )
@@ -308,7 +309,7 @@ def timed_sapo_trainer_class():
 def bench_settings(args: argparse.Namespace) -> dict[str, Any]:
     """Everything that defines a step-cost result: a rerun with the same settings may skip the part."""
     return {
-        "model": "tiny" if args.quick and not args.model else (args.model or "default (SmolLM2-135M-Instruct)"),
+        "model": model_label(args.quick, args.model),
         "quick": args.quick,
         "steps": args.steps,
         "steps_per_turn": args.steps_per_turn,

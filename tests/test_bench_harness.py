@@ -22,6 +22,12 @@ def test_run_record_names_command_commit_date_and_machine():
     assert "CPUs" in record["machine"] and record["date"].endswith("+00:00")
 
 
+def test_a_result_names_its_model():
+    assert harness.model_label(quick=True, model=None) == "tiny"
+    assert harness.model_label(quick=True, model="/models/m") == "/models/m"
+    assert harness.model_label(quick=False, model=None) == "default (SmolLM2-135M-Instruct)"
+
+
 def test_proc_readings_of_this_process_and_of_a_gone_one():
     assert 10 < harness.rss_mb(os.getpid()) <= harness.rss_mb(os.getpid(), "VmHWM")
     assert harness.cpu_seconds(os.getpid()) > 0
