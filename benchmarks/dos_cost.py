@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from benchmarks.harness import RESULTS, run_record, write_report
+from benchmarks.harness import RESULTS, record_lines, run_record, write_report
 
 
 def receive_seconds(group: Any, tokenizer: Any, max_tokens: int, repeats: int) -> float:
@@ -75,8 +75,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     lines = [
         "# What a denial-of-service group costs a receiver before training",
         "",
-        f"Command: `{record['command']}`  ",
-        f"Commit: `{record['git_commit']}`, {record['date']}, {record['machine']}  ",
+        *record_lines(record),
         f"Groups: {len(rows)} of `{args.pool}`, each also padded to ~32,000 characters per completion.",
         "",
         "| group | verify + hygiene + reward + tokenize, ms | record bytes |",

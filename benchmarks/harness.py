@@ -84,6 +84,14 @@ def run_record(command: str | None = None) -> dict[str, str]:
     }
 
 
+def record_lines(record: dict[str, Any]) -> list[str]:
+    """A result page's lines naming its :func:`run_record`: the command, then the commit, date and machine."""
+    return [
+        f"Command: `{record['command']}`  ",
+        f"Commit: `{record['git_commit']}`, {record['date']}, {record['machine']}  ",
+    ]
+
+
 def model_label(quick: bool, model: str | None) -> str:
     """The model a result names: ``tiny`` for a ``--quick`` run given no ``--model``, else the model or the default."""
     return "tiny" if quick and not model else (model or "default (SmolLM2-135M-Instruct)")

@@ -31,7 +31,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from benchmarks.harness import RESULTS, run_record, write_report
+from benchmarks.harness import RESULTS, record_lines, run_record, write_report
 
 KINDS = ("own", "own-t0.7", "own-t1.3", "payload", "terse", "adaptive", "adaptive-format")
 HONEST_KINDS = ("own", "own-t0.7", "own-t1.3")
@@ -166,8 +166,7 @@ def markdown(report: dict[str, Any]) -> list[str]:
     lines = [
         "# What the plausibility check sees under the default model: own completions, payloads, adaptive attacks",
         "",
-        f"Command: `{report['command']}`  ",
-        f"Commit: `{report['git_commit']}`, {report['date']}, {report['machine']}  ",
+        *record_lines(report),
         *(
             [f"Report recomputed from the saved values: `{report['report_command']}`  "]
             if "report_command" in report

@@ -43,7 +43,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from benchmarks.harness import RESULTS, ROOT, run_record, stop_processes, write_report
+from benchmarks.harness import RESULTS, ROOT, record_lines, run_record, stop_processes, write_report
 from testbed.payload_attack import PAYLOADS, PLACES
 
 ARMS: dict[str, list[str]] = {
@@ -293,8 +293,7 @@ def markdown(report: dict[str, Any]) -> list[str]:
     lines = [
         "# Completion poisoning: how far a payload spreads",
         "",
-        f"Command: `{report['command']}`  ",
-        f"Commit: `{report['git_commit']}`, {report['date']}, {report['machine']}  ",
+        *record_lines(report),
         *(
             [f"The arms ran on commit `{report['runs_commit']}`; this page measured them again.  "]
             if report.get("runs_commit")

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from benchmarks.harness import RESULTS, pyplot, write_report
+from benchmarks.harness import RESULTS, pyplot, record_lines, write_report
 
 
 def _pair(d: dict[str, Any] | None, fmt: str = "{:.3f}", low: str = "median", high: str = "p95") -> str:
@@ -25,8 +25,7 @@ def write_outputs(report: dict[str, Any], out: Path = RESULTS) -> None:
     lines = [
         "# Swarm transport benchmark (hivemind DHT, loopback)",
         "",
-        f"Command: `{report['command']}`  ",
-        f"Commit: `{report['git_commit']}`, {report['date']}, {report['machine']}  ",
+        *record_lines(report),
         f"Setup: {report['setup']}",
         "",
         "## Cost per peer per step",

@@ -30,7 +30,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from benchmarks.harness import RESULTS, run_record, write_report
+from benchmarks.harness import RESULTS, record_lines, run_record, write_report
 
 
 def _public_key(rng: random.Random) -> bytes:
@@ -176,8 +176,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     lines = [
         "# Transport reading side, simulated to larger swarms (real publisher, reader and records; in-memory DHT)",
         "",
-        f"Command: `{report['command']}`  ",
-        f"Commit: `{report['git_commit']}`, {report['date']}, {report['machine']}  ",
+        *record_lines(report),
         f"Setup: every peer publishes one record of 2 groups per {args.step_seconds:g} s step (out of phase); one "
         f"reader polls every {config.poll_interval:g} s ({config.index_shards} index shards at level 0, up to level "
         f"{config.index_max_level}; {config.index_shards_per_poll} shards per index read, at the level whose shards "

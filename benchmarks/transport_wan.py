@@ -39,7 +39,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from benchmarks.harness import RESULTS, ROOT, percentile, pyplot, run_record, stop_processes, write_report
+from benchmarks.harness import RESULTS, ROOT, percentile, pyplot, record_lines, run_record, stop_processes, write_report
 from testbed.netns import Hosts
 from testbed.wan_switch import Link, SwitchProcess
 
@@ -435,8 +435,7 @@ def write_outputs(report: dict[str, Any], out: Path = RESULTS) -> None:
     lines = [
         "# Swarm transport over WAN-like links (hivemind DHT, namespace hosts, userspace switch)",
         "",
-        f"Command: `{report['command']}`  ",
-        f"Commit: `{report['git_commit']}`, {report['date']}, {report['machine']}  ",
+        *record_lines(report),
         f"Setup: {report['setup']}",
         "",
         "## Delivery and fill rate per condition",

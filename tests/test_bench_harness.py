@@ -20,6 +20,9 @@ def test_run_record_names_command_commit_date_and_machine():
     assert harness.code_label({"commit": "abcdef1234567", "dirty": True}, 7) == "abcdef1 (dirty tree)"
     assert harness.code_label({}) == "unrecorded"
     assert "CPUs" in record["machine"] and record["date"].endswith("+00:00")
+    command, commit = harness.record_lines(record)  # a result page names them
+    assert command == "Command: `python benchmarks/x.py --quick`  "
+    assert commit == f"Commit: `{record['git_commit']}`, {record['date']}, {record['machine']}  "
 
 
 def test_a_result_names_its_model():
