@@ -334,6 +334,9 @@ def hostile_round(
                 sampling_strategy="uniform",
                 external_pool_size=16,
                 regeneration_timeout=3.0,  # the expensive config is given up after 3 s
+                # every published completion fits whole (the tagged ones are ~20 tokens): a longer one would be cut
+                # and scored as cut, losing its <answer> and the truth-versus-lie rewards this round checks
+                max_completion_length=32,
             ),
             train_dataset=build_reasoning_gym_dataset(TASKS, size=32, seed=5),
             processing_class=tokenizer,
