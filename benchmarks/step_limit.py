@@ -273,7 +273,11 @@ def feeder_groups(model: Any, tokenizer: Any, dataset: Any, count: int) -> list[
     groups = []
     for j, row in enumerate(rows):
         group = texts[j * GENERATIONS : (j + 1) * GENERATIONS]
-        group[0] = f"{group[0].strip()}\n<answer>{row['answer']}</answer>"
+        # The answer within the node's NEW_TOKENS, or it is cut off and scored as cut: the sample's start, then it.
+        answer = f"\n<answer>{row['answer']}</answer>"
+        room = max(NEW_TOKENS - len(tokenizer(answer, add_special_tokens=False)["input_ids"]) - 2, 0)
+        head = tokenizer.decode(completions[j * GENERATIONS][:room], skip_special_tokens=True)
+        group[0] = f"{head.strip()}{answer}"
         groups.append(Group(group_id=f"feed-{j}", prompt=published_prompt(row["prompt"]), completions=group,
                             provenance=provenance_from_wire(json.loads(row["provenance"])), metadata={},
                             model="feeder", step=0, created_at=time.time()))  # fmt: skip
