@@ -223,3 +223,16 @@ def percentile(values: list[float], q: float) -> float | None:
 def summary(values: list[float]) -> dict[str, float | None]:
     """Median, 95th percentile and count of ``values``."""
     return {"median": statistics.median(values) if values else None, "p95": percentile(values, 0.95), "n": len(values)}
+
+
+def quarter_growth_per_hour(points: list[tuple[float, float]]) -> tuple[float | None, float | None, float | None]:
+    """(median of the 2nd quarter, median of the last quarter, growth per hour between them) of (seconds, value)
+    points. Medians, not a fitted slope: RSS is a sawtooth (allocator, GC) whose phase would tilt a fit; the first
+    quarter is left out as warm-up (model load, first checkpoint)."""
+    if len(points) < 8:
+        return None, None, None
+    n = len(points)
+    q2, q4 = points[n // 4 : n // 2], points[3 * n // 4 :]
+    m2, m4 = statistics.median(v for _, v in q2), statistics.median(v for _, v in q4)
+    hours = (statistics.median(t for t, _ in q4) - statistics.median(t for t, _ in q2)) / 3600
+    return m2, m4, (m4 - m2) / hours if hours > 0 else None

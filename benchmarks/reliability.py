@@ -46,7 +46,16 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from benchmarks.harness import RESULTS, pyplot, rss_mb, run_record, stop_processes, utc_now, write_report
+from benchmarks.harness import (
+    RESULTS,
+    pyplot,
+    quarter_growth_per_hour,
+    rss_mb,
+    run_record,
+    stop_processes,
+    utc_now,
+    write_report,
+)
 
 PARTS = ("hostile", "crashes", "soak")
 SOAK_RECORD_TTL = 600.0  # DHTTransportConfig.record_ttl of the soak's nodes (the default)
@@ -298,19 +307,6 @@ def soak_result(samples: list[dict[str, Any]], names: list[str], ttl: float = SO
     }
 
 
-def _quarter_growth_per_hour(points: list[tuple[float, float]]) -> tuple[float | None, float | None, float | None]:
-    """(median of the 2nd quarter, median of the last quarter, growth per hour between them) of (seconds, value)
-    points. Medians, not a fitted slope: RSS is a sawtooth (allocator, GC) whose phase would tilt a fit; the first
-    quarter is left out as warm-up (model load, first checkpoint)."""
-    if len(points) < 8:
-        return None, None, None
-    n = len(points)
-    q2, q4 = points[n // 4 : n // 2], points[3 * n // 4 :]
-    m2, m4 = statistics.median(v for _, v in q2), statistics.median(v for _, v in q4)
-    hours = (statistics.median(t for t, _ in q4) - statistics.median(t for t, _ in q2)) / 3600
-    return m2, m4, (m4 - m2) / hours if hours > 0 else None
-
-
 def soak_summary(samples: list[dict[str, Any]], names: list[str]) -> dict[str, Any]:
     """Per node: memory (2nd vs last quarter, growth per hour, peak), DHT items (peak, last quarter, against the
     records published), and the step rate of the first vs the last fifth."""
@@ -328,9 +324,9 @@ def soak_summary(samples: list[dict[str, Any]], names: list[str]) -> dict[str, A
         def series(key: str, rows: list[tuple[float, dict]] = rows) -> list[tuple[float, float]]:
             return [(t, r[key]) for t, r in rows if r.get(key) is not None]
 
-        node_q2, node_q4, node_growth = _quarter_growth_per_hour(series("node_mb"))
-        p2pd_q2, p2pd_q4, p2pd_growth = _quarter_growth_per_hour(series("p2pd_mb"))
-        items_q2, items_q4, _ = _quarter_growth_per_hour(series("dht_stored_items"))
+        node_q2, node_q4, node_growth = quarter_growth_per_hour(series("node_mb"))
+        p2pd_q2, p2pd_q4, p2pd_growth = quarter_growth_per_hour(series("p2pd_mb"))
+        items_q2, items_q4, _ = quarter_growth_per_hour(series("dht_stored_items"))
         published = series("published_records")
         out[name] = {
             "node_mb_median_q2": node_q2,
