@@ -371,10 +371,10 @@ def markdown(profile: str, runs: Sequence[RunCompute], data: dict[str, Any], bas
         "## Caveats",
         "",
         f"- The runs ran on {len(commits)} commit(s) ({', '.join(commits)}); a figure mixes them.",
-        "- The archives hold each node's pass@1 and error, not its per-question outcomes, so differences cannot be "
-        "paired by question: every error here is an upper bound (held_out_table's docstring), and the intervals are "
-        "wider than a paired measurement of the same runs would give.",
-        "- Time to accuracy rests on evaluations 10 steps apart and on the modelled seconds; a t-interval over 2 or "
+        "- Differences between settings here combine the two sides' errors as if independent: an upper bound, wider "
+        "than the pairing by question that held_out_table applies to runs that archived per-question outcomes "
+        "(cpu-hard on); a run's own figures are clustered by question where it archived them.",
+        "- Time to accuracy rests on evaluations 10-15 steps apart and on the modelled seconds; a t-interval over 2 or "
         "3 seeds (t = 4.30 for 2 degrees of freedom) is wide and may extend below zero.",
         "",
         f"![curves](sapo_table_{profile}_compute.png)",

@@ -8,8 +8,17 @@ so it runs in seconds and starts nothing.
 
     python -m benchmarks.held_out_table --profile cpu-learn
 
-Statistics (:mod:`benchmarks.stats`): every peer of every run answers the same held-out questions greedily, and
-the archives keep each node's pass@1 and its binomial standard error, not the per-question outcomes. So:
+Statistics (:mod:`benchmarks.stats`): every peer of every run answers the same held-out questions greedily. Where a
+run's archive holds every node's per-question outcomes (``held_out.jsonl``, archived since the cpu-hard profile),
+the figures are exact:
+
+- a run's figure at a step is the mean over peers and questions, its error clustered by question
+  (:func:`benchmarks.stats.clustered_mean`);
+- a run's change and a same-seed difference between settings are paired by question
+  (:func:`benchmarks.stats.paired_difference`): both sides answered the same questions, so the luck of the draw of
+  questions cancels.
+
+Older archives keep each node's pass@1 and its binomial standard error only. Then:
 
 - A run's figure is the mean over its peers; its error is the mean of the peers' errors
   (:func:`benchmarks.stats.mean_over_peers`), exact when the peers answer alike (step 0: all peers are the base
@@ -30,12 +39,19 @@ from __future__ import annotations
 import argparse
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from benchmarks.harness import ROOT, commit_label
-from benchmarks.stats import Estimate, mean_over_peers, over_seeds, unpaired_difference
+from benchmarks.stats import (
+    Estimate,
+    clustered_mean,
+    mean_over_peers,
+    over_seeds,
+    paired_difference,
+    unpaired_difference,
+)
 from sapo.node.report import is_evaluation_line
 
 RESULTS = ROOT / "benchmarks" / "results"
@@ -55,14 +71,45 @@ class RunCurve:
     peers: int
     commit: str
     questions: int
+    # per evaluated step, outcomes[peer][question] (1.0 correct), where every node archived them
+    outcomes: dict[int, list[list[float]]] = field(default_factory=dict)
 
     def estimate(self, position: int) -> Estimate:
         """The figure at the ``position``-th evaluation (``-1``: the last) with its error."""
         return Estimate(self.pass_at_1[position], self.standard_error[position], self.questions - 1)
 
+    def outcomes_at(self, position: int) -> list[list[float]] | None:
+        """The per-question outcomes at the ``position``-th evaluation, or None where they were not archived."""
+        return self.outcomes.get(self.steps[position])
+
     def change(self) -> Estimate:
-        """End minus start of this run (unpaired over the shared questions: conservative)."""
-        return unpaired_difference(self.estimate(-1), self.estimate(0))
+        """End minus start of this run: paired by question where the outcomes were archived, else unpaired
+        (conservative)."""
+        return difference(self.outcomes_at(-1), self.outcomes_at(0), self.estimate(-1), self.estimate(0))
+
+
+def difference(
+    after: list[list[float]] | None,
+    before: list[list[float]] | None,
+    after_estimate: Estimate,
+    before_estimate: Estimate,
+) -> Estimate:
+    """``after - before``: paired by question when both sides' outcomes are known on the same questions, else from
+    the two estimates as if independent (conservative)."""
+    if after is not None and before is not None and len(after[0]) == len(before[0]):
+        return paired_difference(after, before)
+    return unpaired_difference(after_estimate, before_estimate)
+
+
+def outcomes_by_step(held_out: Path) -> dict[int, list[float]]:
+    """One node's per-question outcomes (1.0 correct, ordered by question index) by evaluated step; a step evaluated
+    twice (a resumed run) keeps its last line."""
+    by_step: dict[int, list[float]] = {}
+    for line in held_out.read_text().splitlines():
+        row = json.loads(line)
+        questions = sorted(row["questions"], key=lambda q: q["index"])
+        by_step[int(row["step"])] = [1.0 if q["correct"] else 0.0 for q in questions]
+    return by_step
 
 
 def paper_label(setting: str) -> str:
@@ -88,14 +135,23 @@ def read_run(run_dir: Path) -> RunCurve | None:
     if not marker_path.exists():
         return None
     marker = json.loads(marker_path.read_text())
-    nodes = [evaluations_by_step(path) for path in sorted(run_dir.glob("node-*/metrics.jsonl"))]
+    node_dirs = sorted(path.parent for path in run_dir.glob("node-*/metrics.jsonl"))
+    nodes = [evaluations_by_step(node / "metrics.jsonl") for node in node_dirs]
     common = sorted(set.intersection(*(set(node) for node in nodes))) if nodes else []
-    means, errors, questions = [], [], 0
+    archived = [outcomes_by_step(node / "held_out.jsonl") for node in node_dirs if (node / "held_out.jsonl").exists()]
+    means, errors, questions, outcomes = [], [], 0, {}
     for step in common:
         questions = int(min(node[step]["eval/questions"] for node in nodes))
-        estimate = mean_over_peers(
-            [node[step]["eval/pass@1"] for node in nodes], [node[step]["eval/pass@1_se"] for node in nodes], questions
-        )
+        matrix = [node[step] for node in archived if step in node]
+        if len(matrix) == len(nodes) and all(len(row) == questions for row in matrix):
+            outcomes[step] = matrix
+            estimate = clustered_mean(matrix)
+        else:
+            estimate = mean_over_peers(
+                [node[step]["eval/pass@1"] for node in nodes],
+                [node[step]["eval/pass@1_se"] for node in nodes],
+                questions,
+            )
         means.append(estimate.value)
         errors.append(estimate.se)
     code = marker.get("code") or {}
@@ -109,6 +165,7 @@ def read_run(run_dir: Path) -> RunCurve | None:
         peers=len(nodes),
         commit=commit,
         questions=questions,
+        outcomes=outcomes,
     )
 
 
@@ -126,7 +183,9 @@ def compare(runs: Sequence[RunCurve], baseline: str) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for setting in sorted({run.setting for run in runs if run.setting != baseline}):
         per_seed = {
-            run.seed: unpaired_difference(run.estimate(-1), base[run.seed].estimate(-1))
+            run.seed: difference(
+                run.outcomes_at(-1), base[run.seed].outcomes_at(-1), run.estimate(-1), base[run.seed].estimate(-1)
+            )
             for run in runs
             if run.setting == setting and run.seed in base
         }
@@ -154,9 +213,10 @@ def markdown(
         f"Report code: `{code}`; each run's own commit is in the table.",
         "",
         "Greedy pass@1 on held-out questions (task seeds training never draws; the same questions for every peer, "
-        "step, setting and seed), mean over each run's peers; ± is one standard error, bounded as the module "
-        "docstring of benchmarks/held_out_table.py explains (the mean of the peers' errors: exact at step 0, where "
-        "all peers are the base model). Change: end minus start with its 95 % interval.",
+        "step, setting and seed), mean over each run's peers; ± is one standard error: clustered by question where the "
+        "run archived per-question outcomes, else bounded by the mean of the peers' errors (exact at step 0, where "
+        "all peers are the base model; module docstring of benchmarks/held_out_table.py). Change: end minus start "
+        "with its 95 % interval.",
         "",
         "| I/J (paper) | seed | peers | questions | start | end | change (95 % CI) | run's commit |",
         "|---|---|---|---|---|---|---|---|",
@@ -188,11 +248,14 @@ def markdown(
             f"- The spread over seeds alone (which leaves out the shared questions' error) gives "
             f"{_interval(spread)} on {spread['df']:.0f} degrees of freedom.",
         ]
+    paired = all(run.outcomes_at(0) is not None and run.outcomes_at(-1) is not None for run in runs)
     lines += [
         "",
-        "Without per-question outcomes in the archives the pairing by question cannot be used, so these intervals "
-        "are wide: a difference between settings this small needs either more held-out questions or per-question "
-        "outcomes (benchmarks.stats.paired_difference), which pair the two settings question by question.",
+        "Every run archived its per-question outcomes: figures are clustered by question and every change and "
+        "difference is paired by question (benchmarks.stats.paired_difference)."
+        if paired
+        else "Some runs' archives hold no per-question outcomes: their intervals combine the two sides' errors as if "
+        "independent (conservative, and wide); runs with outcomes are clustered and paired by question.",
         "",
         f"![held-out curves]({plot})",
         "",
@@ -250,7 +313,12 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     plot_curves(runs, results / f"{stem}.png", args.profile)
     page = markdown(args.profile, runs, comparison, args.baseline, f"{stem}.png", code)
     (results / f"{stem}.md").write_text(page)
-    data = {"runs": [vars(run) for run in runs], "comparison": comparison}
+    # the outcomes stay in the archives; the page's JSON says which steps had them
+    listed = [{k: v for k, v in vars(run).items() if k != "outcomes"} for run in runs]
+    data = {
+        "runs": [{**row, "steps_with_outcomes": sorted(run.outcomes)} for row, run in zip(listed, runs, strict=True)],
+        "comparison": comparison,
+    }
     (results / f"{stem}.json").write_text(json.dumps(data, indent=1) + "\n")
     print(page)
     return data

@@ -14,10 +14,13 @@ import pytest
 from benchmarks import held_out_table, stats
 
 
-def _archive(root: Path, setting: str, seed: int, curves: list[list[tuple[int, float, float]]], complete=True):
+def _archive(
+    root: Path, setting: str, seed: int, curves: list[list[tuple[int, float, float]]], complete=True, questions=64
+):
     run = root / "sapo_table_runs" / "p" / setting / f"seed-{seed}"
     for node, curve in enumerate(curves):
-        lines = [{"step": s, "eval/pass@1": p, "eval/pass@1_se": se, "eval/questions": 64.0} for s, p, se in curve]
+        lines = [{"step": s, "eval/pass@1": p, "eval/pass@1_se": se, "eval/questions": float(questions)}
+                 for s, p, se in curve]  # fmt: skip
         lines.insert(1, {"step": 1, "sapo/local_reward": 0.5})  # a training line is not an evaluation
         path = run / f"node-{node}" / "metrics.jsonl"
         path.parent.mkdir(parents=True)
@@ -57,3 +60,37 @@ def test_held_out_table_arithmetic(tmp_path):
     assert "4/4 (run as 1/1), seed 0: +0.200 ± 0.078 (95 % CI" in page
     assert f"a gain above {over['ci_high']:+.3f} is excluded at 95 %" in page
     assert (tmp_path / "sapo_table_p_held_out.png").exists()
+
+
+def _outcomes(root: Path, setting: str, seed: int, per_node: list[dict[int, list[int]]]) -> None:
+    """held_out.jsonl beside each node's metrics.jsonl: per step, question by question (shuffled order on disk)."""
+    for node, by_step in enumerate(per_node):
+        lines = []
+        for step, correct in by_step.items():
+            questions = [
+                {"task": "t", "index": i, "correct": bool(c), "score": float(c)} for i, c in enumerate(correct)
+            ]
+            lines.append(json.dumps({"step": step, "eval": "eval", "questions": questions[::-1]}))
+        path = root / "sapo_table_runs" / "p" / setting / f"seed-{seed}" / f"node-{node}" / "held_out.jsonl"
+        path.write_text("\n".join(lines) + "\n")
+
+
+def test_per_question_outcomes_make_the_errors_clustered_and_the_differences_paired(tmp_path):
+    # 8 questions; both settings start alike (2 right); at the end 1-1 solves the same questions as 2-0 plus one more.
+    start = [1, 1, 0, 0, 0, 0, 0, 0]
+    base_end, shared_end = [1, 1, 1, 0, 0, 0, 0, 0], [1, 1, 1, 1, 0, 0, 0, 0]
+    for setting, end in (("2-0", base_end), ("1-1", shared_end)):
+        pass_at_1 = [(0, sum(start) / 8, 0.15), (30, sum(end) / 8, 0.17)]
+        _archive(tmp_path, setting, 0, [pass_at_1, pass_at_1], questions=8)
+        _outcomes(tmp_path, setting, 0, [{0: start, 30: end}, {0: start, 30: end}])
+    data = held_out_table.main(["--profile", "p", "--results-dir", str(tmp_path)])
+    runs = {run["setting"]: run for run in data["runs"]}
+    # clustered by question: the error of the 8 per-question means, not the nodes' logged errors
+    assert runs["2-0"]["standard_error"][1] == pytest.approx(stats.clustered_mean([base_end] * 2).se)
+    assert runs["2-0"]["steps_with_outcomes"] == [0, 30]
+    (row,) = data["comparison"]["1-1"]["per_seed"]
+    # paired by question: one question apart, the same on both peers
+    paired = stats.paired_difference([shared_end] * 2, [base_end] * 2)
+    assert row["difference"] == pytest.approx(0.125) and row["se"] == pytest.approx(paired.se)
+    assert row["se"] < math.hypot(*runs["2-0"]["standard_error"][1:], *runs["1-1"]["standard_error"][1:])
+    assert "every change and difference is paired by question" in (tmp_path / "sapo_table_p_held_out.md").read_text()
