@@ -26,34 +26,8 @@ Quantities (per run = one setting and one seed):
                          the spread is the min-max of the per-seed (paired, same seed) gains
     spread over seeds  = min-max and sample standard deviation of the cumulative reward over seeds
 
-Profiles:
-    paper  The paper's settings, for a GPU machine: ``--model PATH`` to a local Qwen2.5-0.5B-Instruct
-           directory (required), 8 peers, I + J = 8 groups of G = 8 completions, the paper's nine
-           reasoning-gym tasks (``sapo.tasks.PAPER_TASKS``), reward = reasoning-gym verifier only,
-           2000 steps (the paper's number of rounds as we read its figures), max_completion_length 512
-           (our choice: the paper does not state it). NOT RUN HERE (no GPU was available). Estimate for one
-           H100: 8 node processes share the GPU; a node's round is 64 completions of up to 512 tokens with
-           Hugging Face generate (about 10-15 s alone for a 0.5B model) plus a GRPO step on 64 sequences
-           (2-3 s alone); 8 processes time-sharing one GPU make that roughly 30-60 s per round, i.e.
-           about 17-33 hours per setting and seed (2000 rounds), 3-6 days for the four settings with one
-           seed. Eight full fine-tunes with AdamW (about 8-12 GB each) may not fit in 80 GB: use an H200, or
-           fewer peers per GPU. Measure a few steps (``--steps 3``) before committing to it.
-    cpu    Sized for a 2-core CPU machine: the embedded SmolLM2-135M-Instruct, 4 peers, I + J scaled from
-           8 to 2 groups (8/0 and 4/4 run as 2/0 and 1/1; 6/2 and 2/6 need ``--groups-per-step 4``), G = 4
-           completions of at most 64 tokens, the default easy task mix (``sapo.tasks.DEFAULT_TASKS``: a 135M
-           model scores zero on most of the paper's tasks), reward = reasoning-gym verifier only, learning rate
-           1e-5 (twice the node default, so that a short run can move), per-device batch 4, 10 steps, a
-           checkpoint every 5. Measured (CPU_SIZING below): ~75 s per step with 4 peers alone on 2 cores, so a
-           run takes 15-25 minutes with startup. Ten steps are far too few for RL to move the policy: this
-           profile measures the harness and the noise floor, not the paper's effect (see the results' notes).
-    cpu-learn  The profile shown to learn alone on this machine (benchmarks/results/profile_search.md, from
-           ``python -m benchmarks.profile_search``): the embedded SmolLM2-135M-Instruct with LoRA r = 16 (alpha 32)
-           at learning rate 2e-4, constant; G = 4 completions of at most 48 tokens; 2 groups per step (8/0 and
-           4/4 run as 2/0 and 1/1); the default easy task mix; rewards reasoning-gym + format (as in the search);
-           30 steps, a checkpoint every 5; held-out pass@1 on 64 questions at steps 0, 10, 20 and 30; seeds 0, 1, 2.
-           4 peers share 2 cores, so a run takes about four times one node's ~16 s steps.
-    smoke  Harness check in seconds to a minute: ``--model`` a tiny model directory, 2 peers, 3 steps,
-           G = 2 completions of 8 tokens, I + J = 4, one easy task, uniform sampling. Used by the tests.
+Profiles (each described in ``benchmarks/sapo_table_profiles.py``): ``paper`` for a GPU, ``cpu``, ``cpu-learn``,
+``cpu-hard`` and ``cpu-hard-specialists`` for a 2-core CPU machine, ``smoke`` for tests.
 
 Resumable: a run whose directory holds ``run-complete.json`` (written when every node reached the last
 step) is skipped; an unfinished run is started again in the same directory, and its nodes resume from the
@@ -87,7 +61,6 @@ import subprocess
 import sys
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -101,6 +74,7 @@ from benchmarks.harness import (
     stop_processes,
     utc_now,
 )
+from benchmarks.sapo_table_profiles import profiles
 from benchmarks.sapo_table_report import (
     CPU_SIZING,
     PAPER_CUMULATIVE,
@@ -120,98 +94,6 @@ RUNS = ROOT / "runs" / "sapo_table"
 
 COMPLETE = "run-complete.json"
 ATTEMPTS = "attempts.jsonl"
-
-
-# Measured on this 2-core machine (see the module docstring, cpu profile): the median seconds per training
-# step of one node while 4 nodes of the cpu profile run concurrently, and the step count that follows.
-@dataclass(frozen=True)
-class Profile:
-    """What one profile runs; every field can be overridden from the command line where a flag exists."""
-
-    name: str
-    peers: int
-    groups_per_step: int  # I + J; the paper's 8 is scaled to this
-    num_generations: int
-    max_completion_length: int
-    steps: int
-    save_steps: int
-    model: str | None  # None: --model is required
-    tasks: tuple[Any, ...] | None  # TaskSpecs written to the node config; None: the node's default mix
-    rewards: tuple[str, ...] = ("reasoning_gym",)
-    sampling_strategy: str = "paper"
-    learning_rate: float | None = None  # None: the node default
-    lr_scheduler_type: str | None = None  # None: the node default
-    lora_r: int | None = None  # None: the node default; 0: full fine-tuning; a rank trains LoRA (alpha = 2 r)
-    eval_questions: int | None = None  # held-out questions per evaluation; None: the node default
-    eval_steps: int | None = None  # None: the node default
-    dataset_size: int | None = None
-    max_batch: int = 16  # per_device_train_batch_size: the largest divisor of the round's rows up to this
-    status_interval: float = 60.0
-    window: int = 10  # moving-average window of the plot
-    seeds: tuple[int, ...] = (0, 1)
-    notes: tuple[str, ...] = field(default=())
-
-
-def profiles() -> dict[str, Profile]:
-    from sapo.tasks import PAPER_TASKS, TaskSpec
-
-    # The hard mix proposed by benchmarks/results/task_rates.md: two-digit sums and differences, bits of 1-16, sums of
-    # three one-digit terms.
-    HARD_TASKS = (
-        TaskSpec(
-            "basic_arithmetic",
-            {
-                "allow_negation": False,
-                "allow_parentheses": False,
-                "max_digits": 2,
-                "max_terms": 2,
-                "min_digits": 2,
-                "min_terms": 2,
-                "operators": ["+", "-"],
-            },
-        ),
-        TaskSpec("count_bits", {"max_n": 16, "min_n": 1}),
-        TaskSpec("chain_sum", {"max_digits": 1, "max_terms": 3, "min_digits": 1, "min_terms": 3}),
-    )
-
-    return {
-        "paper": Profile(
-            name="paper", peers=8, groups_per_step=8, num_generations=8, max_completion_length=512, steps=2000,
-            save_steps=50, model=None, tasks=PAPER_TASKS, status_interval=120.0, window=50, seeds=(0,),
-            notes=("Estimated, not run here: ~30-60 s per round with 8 nodes on one H100, i.e. ~17-33 h per "
-                   "setting and seed for 2000 rounds (see the script's docstring).",),
-        ),
-        "cpu": Profile(
-            name="cpu", peers=4, groups_per_step=2, num_generations=4, max_completion_length=64,
-            steps=int(CPU_SIZING["steps_for_30_minutes"]), save_steps=5, model="default", tasks=None,
-            learning_rate=1e-5, lr_scheduler_type="linear", lora_r=0, window=3, max_batch=4,
-            notes=("Only 10 steps per run fit this machine's budget (4 SmolLM2-135M full fine-tunes share 2 cores): "
-                   "far too few for RL to move the policy; a difference between settings at this scale says "
-                   "little about the paper's 2000-round result.",),
-        ),
-        "cpu-learn": Profile(
-            name="cpu-learn", peers=4, groups_per_step=2, num_generations=4, max_completion_length=48, steps=30,
-            save_steps=5, model="default", tasks=None, rewards=("reasoning_gym", "format"), learning_rate=2e-4,
-            lr_scheduler_type="constant", lora_r=16, eval_questions=64, eval_steps=10, window=5, max_batch=8,
-            seeds=(0, 1, 2), status_interval=120.0,
-            notes=("The settings under which one node alone raised its held-out pass@1 beyond two standard errors "
-                   "in 30 steps (benchmarks/results/profile_search.md); 4 peers per swarm.",),
-        ),
-        "cpu-hard": Profile(
-            name="cpu-hard", peers=4, groups_per_step=2, num_generations=4, max_completion_length=48, steps=60,
-            save_steps=5, model="default", tasks=HARD_TASKS, rewards=("reasoning_gym", "format"),
-            learning_rate=2e-4, lr_scheduler_type="constant", lora_r=16, eval_questions=128, eval_steps=15,
-            window=5, max_batch=8, seeds=(0, 1, 2), status_interval=120.0,
-            notes=("The regime SAPO is built for (issue 22): a task mix on which one peer's groups rarely carry a "
-                   "gradient (spread 0.24) while a 4-peer swarm solves some question in almost every step "
-                   "(benchmarks/results/task_rates.md); cpu-learn's node settings otherwise.",),
-        ),
-        "smoke": Profile(
-            name="smoke", peers=2, groups_per_step=4, num_generations=2, max_completion_length=8, steps=3,
-            save_steps=2, model=None, tasks=None, rewards=("reasoning_gym", "format"), sampling_strategy="uniform",
-            dataset_size=64, status_interval=5.0, window=2, seeds=(0,),
-        ),
-    }  # fmt: skip
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -287,23 +169,36 @@ def node_options(config: dict[str, Any], num_local: int, num_external: int, seed
 
 
 def swarm_command(config: dict[str, Any], num_local: int, num_external: int, seed: int, run_dir: Path) -> list[str]:
-    """The exact ``sapo-node local-swarm`` command of one run."""
+    """The exact ``sapo-node local-swarm`` command of one run (specialists: one ``--node-config`` per task, which
+    local-swarm hands to node i in turn)."""
+    own_configs = [["--node-config", str(path)] for path in specialist_configs(run_dir, config)]
     return [
         sys.executable, "-m", "sapo.node.cli", "local-swarm",
         "--peers", str(config["peers"]), "--run-dir", str(run_dir), "--seed", str(100 * seed),
-        "--status-interval", str(config["status_interval"]),
+        "--status-interval", str(config["status_interval"]), *(arg for pair in own_configs for arg in pair),
         *node_options(config, num_local, num_external, seed, run_dir),
     ]  # fmt: skip
 
 
-def write_node_config(run_dir: Path, tasks: list[dict[str, Any]] | None) -> None:
-    """The node YAML config of a run: the task mix with each task's settings (flags cannot carry them)."""
+def specialist_configs(run_dir: Path, config: dict[str, Any]) -> list[Path]:
+    """The per-node configs of a specialists profile, one per task (none otherwise)."""
+    if not config.get("specialists") or not config["tasks"]:
+        return []
+    return [run_dir / f"node-config-{task['name']}.yaml" for task in config["tasks"]]
+
+
+def write_node_config(run_dir: Path, config: dict[str, Any]) -> None:
+    """The node YAML config of a run: the task mix with each task's settings (flags cannot carry them); for
+    specialists, also one config per task: that task alone to train on, the whole mix to be evaluated on."""
+    tasks = config["tasks"]
     if tasks is None:
         return
     import yaml
 
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "node-config.yaml").write_text(yaml.safe_dump({"tasks": tasks}, sort_keys=False))
+    for path, task in zip(specialist_configs(run_dir, config), tasks, strict=False):
+        path.write_text(yaml.safe_dump({"tasks": [task], "eval_tasks": tasks}, sort_keys=False))
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -323,7 +218,10 @@ def run_identity(config: dict[str, Any], num_local: int, num_external: int, seed
     keep = ("profile", "peers", "num_generations", "max_completion_length", "steps", "model", "tasks", "rewards")
     keep += ("sampling_strategy", "learning_rate", "dataset_size", "node_args")
     keep += ("lr_scheduler_type", "lora_r", "eval_questions", "eval_steps")
-    return {**{k: config[k] for k in keep}, "num_local": num_local, "num_external": num_external, "seed": seed}
+    identity = {**{k: config[k] for k in keep}, "num_local": num_local, "num_external": num_external, "seed": seed}
+    if config.get("specialists"):  # only where set: the markers of runs before the field stay this run's
+        identity["specialists"] = True
+    return identity
 
 
 def read_complete(run_dir: Path) -> dict[str, Any] | None:
@@ -418,7 +316,7 @@ def run_all(config: dict[str, Any], write: Any = print) -> dict[str, Any]:
                 bar.set_postfix_str(f"{name}: complete, skipped")
                 bar.update()
                 continue
-            write_node_config(run_dir, config["tasks"])
+            write_node_config(run_dir, config)
             command = swarm_command(config, num_local, num_external, seed, run_dir)
             ok = False
             for attempt in range(1 + config["retries"]):
@@ -539,6 +437,7 @@ def build_config(args: argparse.Namespace, node_args: list[str]) -> dict[str, An
         "lr_scheduler_type": profile.lr_scheduler_type,
         "lora_r": profile.lora_r,
         "eval_questions": profile.eval_questions,
+        "specialists": profile.specialists,
         "eval_steps": profile.eval_steps,
         "dataset_size": profile.dataset_size,
         "max_batch": profile.max_batch,
@@ -565,7 +464,7 @@ def sizing(config: dict[str, Any], steps: int, write: Any = print, budget: float
     if run_dir.exists():
         shutil.rmtree(run_dir)
     run_dir.mkdir(parents=True)
-    write_node_config(run_dir, config["tasks"])
+    write_node_config(run_dir, config)
     load_before = os.getloadavg()
     cpu_before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.time()

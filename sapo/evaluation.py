@@ -267,13 +267,14 @@ def is_question_set(dataset: Any) -> bool:
     return isinstance(first["prompt"], list) and bool(first["entry"])
 
 
-def held_out_questions(train_dataset: Any, size: int) -> Any:
-    """Held-out questions of the reasoning-gym tasks ``train_dataset`` draws from (see
-    :func:`sapo.tasks.build_held_out_dataset`). Raises ``ValueError`` when the dataset holds no reasoning-gym rows:
-    held-out questions of another source must then be passed as ``eval_dataset``."""
+def held_out_questions(train_dataset: Any, size: int, tasks: Sequence[Any] | None = None) -> Any:
+    """Held-out questions of ``tasks`` (reasoning-gym `TaskSpec`s), by default of those ``train_dataset`` draws from
+    (see :func:`sapo.tasks.build_held_out_dataset`). Raises ``ValueError`` when there are no such tasks: held-out
+    questions of another source must then be passed as ``eval_dataset``."""
     from sapo.tasks import build_held_out_dataset, reasoning_gym_tasks_of
 
-    tasks = reasoning_gym_tasks_of(train_dataset) if train_dataset is not None else []
+    if tasks is None:
+        tasks = reasoning_gym_tasks_of(train_dataset) if train_dataset is not None else []
     if not tasks:
         raise ValueError(
             "evaluation is on (eval_strategy != 'no') but held-out questions can only be derived from reasoning-gym "

@@ -26,6 +26,7 @@ import math
 import os
 import time
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -45,7 +46,7 @@ from sapo.hygiene import CompletionFilter
 from sapo.intake import Intake, Taken, weighted_rewards
 from sapo.plausibility import CompletionStatistics
 from sapo.sampling import Candidate, ExternalSampler
-from sapo.tasks import reasoning_gym_tasks_of
+from sapo.tasks import TaskSpec, reasoning_gym_tasks_of
 from sapo.verification import QuestionVerifier, published_prompt
 from swarm.records import Group, Provenance, RecordRejected, provenance_from_wire
 from swarm.transport import SwarmTransport
@@ -92,6 +93,9 @@ class SAPOTrainer(GRPOTrainer):
         completion_filter (`Callable[[str], str | None]` or `None`):
             A check of each received completion after `args`' completion hygiene: None lets it pass, a string
             says why not and drops its group (counted as `hygiene`).
+        held_out_tasks (`list[sapo.tasks.TaskSpec]` or `None`):
+            The reasoning-gym tasks of the held-out set derived when no `eval_dataset` is given; default: those
+            `train_dataset` draws from. A task specialist evaluated on a whole mix passes the mix.
 
     Without a swarm (or with `num_external=0`) it trains as GRPOTrainer does, on the same batches, with TRL's
     evaluation (held-out pass@1 added on reasoning-gym eval rows, see `evaluate`), and says so in one log line.
@@ -121,6 +125,7 @@ class SAPOTrainer(GRPOTrainer):
         sampler: ExternalSampler | None = None,
         verifier: QuestionVerifier | None = None,
         completion_filter: CompletionFilter | None = None,
+        held_out_tasks: Sequence[TaskSpec] | None = None,
         **kwargs: Any,
     ):
         if args is None:  # as GRPOTrainer names its default output directory
@@ -130,7 +135,7 @@ class SAPOTrainer(GRPOTrainer):
             raise TypeError(f"SAPOTrainer needs args=SAPOConfig(...), got {type(args).__name__}.")
         derived_held_out = eval_dataset is None and args.eval_strategy != "no"
         if derived_held_out:
-            eval_dataset = held_out_questions(train_dataset, args.eval_questions)
+            eval_dataset = held_out_questions(train_dataset, args.eval_questions, tasks=held_out_tasks)
         super().__init__(
             model=model,
             reward_funcs=reward_funcs,

@@ -87,7 +87,7 @@ def test_commands_carry_the_setting_seed_and_task_configs(bench, tmp_path):
     # the paper profile passes its tasks with their settings through a YAML node config
     paper = bench.build_config(*bench.parse_args(["--profile", "paper", "--model", str(tmp_path)]))
     assert paper["peers"] == 8 and paper["num_generations"] == 8 and paper["groups_per_step"] == 8
-    bench.write_node_config(tmp_path / "p", paper["tasks"])
+    bench.write_node_config(tmp_path / "p", paper)
     assert "--config" in bench.swarm_command(paper, 4, 4, 0, tmp_path / "p")
     import yaml
 
@@ -98,6 +98,26 @@ def test_commands_carry_the_setting_seed_and_task_configs(bench, tmp_path):
     assert tasks[0]["config"] == PAPER_TASKS[0].config
     with pytest.raises(SystemExit):
         bench.build_config(*bench.parse_args(["--profile", "paper"]))  # --model is required
+    assert not list((tmp_path / "p").glob("node-config-*.yaml"))  # one config for every node
+
+
+def test_specialists_get_one_task_each_and_are_evaluated_on_the_whole_mix(bench, tmp_path):
+    import yaml
+
+    config = bench.build_config(*bench.parse_args(["--profile", "cpu-hard-specialists", "--runs-dir", str(tmp_path)]))
+    run_dir = tmp_path / "r"
+    bench.write_node_config(run_dir, config)
+    command = bench.swarm_command(config, 1, 1, 0, run_dir)
+    given = [command[i + 1] for i, arg in enumerate(command) if arg == "--node-config"]
+    assert len(given) == 3 == config["peers"]  # local-swarm hands node i the i-th
+    mix = [task["name"] for task in config["tasks"]]
+    for path, name in zip(given, mix, strict=True):
+        node = yaml.safe_load(open(path).read())
+        assert [t["name"] for t in node["tasks"]] == [name] and node["eval_tasks"] == config["tasks"]
+    # the identity says so, and a profile without specialists keeps the identity its archived runs were marked with
+    assert bench.run_identity(config, 1, 1, 0)["specialists"] is True
+    hard = bench.build_config(*bench.parse_args(["--profile", "cpu-hard", "--runs-dir", str(tmp_path)]))
+    assert "specialists" not in bench.run_identity(hard, 1, 1, 0)
 
 
 def test_aggregation_cumulative_gain_and_spread(bench, report, tmp_path):

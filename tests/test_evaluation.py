@@ -137,6 +137,16 @@ def test_trainer_evaluates_held_out_at_start_on_schedule_and_at_the_end_without_
     assert "publish" in spy.calls and spy.during_evaluation == []  # trained with the swarm, evaluated without
 
 
+def test_a_task_specialist_is_evaluated_on_the_tasks_it_is_given(tmp_path, tiny_model_a):
+    model, tokenizer = load_policy(tiny_model_a)
+    specialist = build_reasoning_gym_dataset(DEFAULT_TASKS[:1], size=16, seed=0)  # trains on one task
+    trainer = SAPOTrainer(
+        model=model, reward_funcs=[reasoning_gym_reward], args=_args(tmp_path), train_dataset=specialist,
+        processing_class=tokenizer, held_out_tasks=DEFAULT_TASKS[:2],
+    )  # fmt: skip
+    assert trainer.eval_dataset["prompt"] == build_held_out_dataset(DEFAULT_TASKS[:2], size=8)["prompt"]
+
+
 def test_greedy_evaluation_is_deterministic_and_restores_training_mode(tiny_model_a):
     model, tokenizer = load_policy(tiny_model_a)
     model.train()

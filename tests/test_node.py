@@ -45,6 +45,7 @@ def test_print_config_shows_yaml_overrides_and_set(tmp_path, capsys):
         (["--initial_peers", "/ip4/127.0.0.1/tcp/notaport"], "malformed multiaddr"),
         (["--initial_peers", "127.0.0.1:31337"], "expected the form /ip4/"),
         (["--tasks", "basic_arithmetic", "no_such_task"], "no_such_task"),
+        (["--eval_tasks", "basic_arithmetic", "no_such_eval_task"], "no_such_eval_task"),
         (["--rewards", "telepathy"], "telepathy"),
         (["--plausibility_margin", "-1"], "plausibility_margin must be >= 0"),
         (["--plausibility_margin", "lots"], "invalid float value: 'lots'"),
@@ -55,6 +56,13 @@ def test_bad_input_fails_with_a_message_naming_it(tmp_path, capsys, argv, messag
     err = capsys.readouterr().err
     assert code == 2
     assert message in err and "sapo-node: error:" in err
+
+
+def test_local_swarm_names_a_missing_node_config_before_starting_anything(tmp_path, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["local-swarm", "--peers", "2", "--run-dir", str(tmp_path / "run"), "--node-config", "absent.yaml"])
+    assert exit_info.value.code == 2 and "--node-config: no such file: absent.yaml" in capsys.readouterr().err
+    assert not (tmp_path / "run").exists()
 
 
 def test_unknown_yaml_key_is_named(tmp_path, capsys):
@@ -171,9 +179,15 @@ def test_sigterm_checkpoints_leaves_and_exits_zero_with_tensorboard_logs(tmp_pat
 
 def test_local_swarm_exchanges_groups_and_report_draws_the_plot(tmp_path, tiny_model_a, capsys):
     run_dir = tmp_path / "run"
+    # Peers that differ: each --node-config goes to one node, cycling (nodes 0 and 2 get the first); the first makes
+    # its nodes evaluate on a task they do not train on, as a task specialist evaluated on a whole mix does.
+    mix, own = tmp_path / "evaluate-on-a-mix.yaml", tmp_path / "evaluate-on-own-tasks.yaml"
+    mix.write_text("eval_tasks: [basic_arithmetic, chain_sum]\neval_questions: 4\n")
+    own.write_text("eval_questions: 4\n")
     result = subprocess.run(
         [sys.executable, "-m", "sapo.node.cli", "local-swarm", "--peers", "3", "--run-dir", str(run_dir),
-         "--status-interval", "5", "--model", str(tiny_model_a), *TINY, "--max_steps", "6", "--save_steps", "3"],
+         "--status-interval", "5", "--node-config", str(mix), "--node-config", str(own),
+         "--model", str(tiny_model_a), *TINY, "--max_steps", "6", "--save_steps", "3"],
         capture_output=True, text=True, timeout=900,
     )  # fmt: skip
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
@@ -183,6 +197,10 @@ def test_local_swarm_exchanges_groups_and_report_draws_the_plot(tmp_path, tiny_m
         assert rows and rows[-1]["step"] == 6
         taken[i] = rows[-1].get("sapo/total/external_groups", 0)
         assert rows[-1].get("sapo/peers", 0) >= 1, f"node-{i} never saw another peer"
+        evaluations = [json.loads(line) for line in (run_dir / f"node-{i}" / "metrics.jsonl").read_text().splitlines()]
+        evaluations = [e for e in evaluations if "eval/questions" in e]
+        assert evaluations and all(e["eval/questions"] == 4 for e in evaluations), f"node-{i}: its config unused"
+        assert all(("eval/pass@1/chain_sum" in e) == (i != 1) for e in evaluations), f"node-{i}: wrong eval tasks"
     assert sum(taken.values()) > 0, f"no node trained on another's groups: {taken}"
 
     assert main(["report", str(run_dir)]) == 0

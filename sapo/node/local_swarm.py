@@ -32,6 +32,14 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     parser.add_argument("--seed", type=int, default=42, help="seed of node 0; node i uses seed + i")
     parser.add_argument("--status-interval", type=float, default=15.0, help="seconds between status lines")
     parser.add_argument(
+        "--node-config",
+        action="append",
+        default=[],
+        metavar="YAML",
+        help="a config file for one node: the i-th given goes to node i, cycling when there are fewer than --peers; "
+        "it replaces a --config passed to every node (peers that differ: task specialists, other models or ranks)",
+    )
+    parser.add_argument(
         "--status-port",
         type=int,
         default=31338,
@@ -41,14 +49,26 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     args, node_args = parser.parse_known_args(argv)
     if args.peers < 1:
         parser.error(f"--peers must be at least 1, got {args.peers}")
+    missing = [config for config in args.node_config if not Path(config).is_file()]
+    if missing:
+        parser.error(f"--node-config: no such file: {', '.join(missing)}")
     return args, node_args
 
 
 def node_command(
-    index: int, run_dir: Path, seed: int, node_args: list[str], initial_peers: list[str], peers: int
+    index: int,
+    run_dir: Path,
+    seed: int,
+    node_args: list[str],
+    initial_peers: list[str],
+    peers: int,
+    config: str | None = None,
 ) -> list[str]:
     """The command line of node ``index`` of ``peers``: each waits for the others before its first step
-    (unless the node options say otherwise), so that no node trains alone while the others load."""
+    (unless the node options say otherwise), so that no node trains alone while the others load. ``config``: this
+    node's own config file, in place of any ``--config`` in ``node_args``."""
+    if config is not None:
+        node_args = [*without_option(node_args, "--config"), "--config", config]
     given = {arg.split("=", 1)[0].replace("-", "_") for arg in node_args if arg.startswith("--")}
     waiting = [] if "__wait_for_peers" in given else ["--wait_for_peers", str(peers - 1)]
     page = [] if "__status_port" in given else ["--status_port", "0"]  # N pages on one machine: free ports
@@ -62,6 +82,19 @@ def node_command(
         "--initial_peers", *initial_peers,
     ]  # fmt: skip
     return command
+
+
+def without_option(argv: list[str], name: str) -> list[str]:
+    """``argv`` without the option ``name`` and its value (``--name VALUE`` or ``--name=VALUE``)."""
+    out, skip = [], False
+    for arg in argv:
+        if skip:
+            skip = False
+        elif arg == name:
+            skip = True
+        elif not arg.startswith(f"{name}="):
+            out.append(arg)
+    return out
 
 
 def start_bootstrap_peer(run_dir: Path, node_args: list[str]) -> Any:
@@ -205,7 +238,8 @@ def main(argv: list[str]) -> int:
         (out_dir / "address.txt").unlink(missing_ok=True)
         log = open(out_dir / "node.out", "ab")
         logs.append(log)
-        command = node_command(index, run_dir, args.seed, node_args, initial_peers, args.peers)
+        config = args.node_config[index % len(args.node_config)] if args.node_config else None
+        command = node_command(index, run_dir, args.seed, node_args, initial_peers, args.peers, config)
         process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env)
         processes.append(process)
         print(f"local-swarm: node-{index} started (pid {process.pid}), output in {out_dir}", flush=True)

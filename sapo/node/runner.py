@@ -48,7 +48,9 @@ def _swarm_option(name: str, *, source: str | None = None, note: str = "") -> An
 
 _SECTIONS = {
     "Policy": ("model", "lora_r", "lora_alpha", "lora_dropout"),
-    "Questions and rewards": ("tasks", "dataset_file", "question_field", "answer_field", "dataset_size", "rewards"),
+    "Questions and rewards": (
+        "tasks", "eval_tasks", "dataset_file", "question_field", "answer_field", "dataset_size", "rewards",
+    ),
     "Swarm (defaults and text of `swarm.dht.DHTTransportConfig`'s fields)": (
         "initial_peers", "host_maddrs", "announce_maddrs", "identity", "swarm_name", "client_mode", "use_auto_relay",
         "join_timeout",
@@ -82,6 +84,13 @@ class NodeArguments:
         metadata={
             "help": "reasoning-gym dataset names. Names of the default mix use its easy settings; other names use "
             "reasoning-gym's defaults. In a YAML file an item may also be `{name: ..., config: {...}, weight: 1.0}`."
+        },
+    )
+    eval_tasks: list[str] | None = field(
+        default=None,
+        metadata={
+            "help": "reasoning-gym tasks of the held-out evaluation, written as `tasks` is; `None`: the node's "
+            "`tasks`. A task specialist (one task in `tasks`) evaluated on a whole mix sets the mix here."
         },
     )
     dataset_file: str | None = field(
@@ -362,6 +371,7 @@ def _run(args: Any, node: NodeArguments) -> int:
     reward_funcs = build_rewards(node.rewards)
     if not node.dataset_file:
         task_specs(node.tasks)
+    held_out_tasks = task_specs(node.eval_tasks) if node.eval_tasks else None
     output_dir = Path(args.output_dir)
     claim_output_dir(
         output_dir, {k: _plain(getattr(node if hasattr(node, k) else args, k)) for k in _RUN_IDENTITY_FIELDS}
@@ -404,6 +414,7 @@ def _run(args: Any, node: NodeArguments) -> int:
             train_dataset=dataset,
             processing_class=tokenizer,
             swarm=swarm,
+            held_out_tasks=held_out_tasks,
             callbacks=[NodeProgress(), metrics, SwarmLog(), status, EvaluateAtEnd(), stop],
         )
         status.watch(

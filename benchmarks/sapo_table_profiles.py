@@ -1,0 +1,146 @@
+"""The profiles of ``benchmarks/sapo_table.py``: what each runs (peers, batch, model, tasks, steps, evaluation).
+
+paper  The paper's settings, for a GPU machine: ``--model PATH`` to a local Qwen2.5-0.5B-Instruct
+       directory (required), 8 peers, I + J = 8 groups of G = 8 completions, the paper's nine
+       reasoning-gym tasks (``sapo.tasks.PAPER_TASKS``), reward = reasoning-gym verifier only,
+       2000 steps (the paper's number of rounds as we read its figures), max_completion_length 512
+       (our choice: the paper does not state it). NOT RUN HERE (no GPU was available). Estimate for one
+       H100: 8 node processes share the GPU; a node's round is 64 completions of up to 512 tokens with
+       Hugging Face generate (about 10-15 s alone for a 0.5B model) plus a GRPO step on 64 sequences
+       (2-3 s alone); 8 processes time-sharing one GPU make that roughly 30-60 s per round, i.e.
+       about 17-33 hours per setting and seed (2000 rounds), 3-6 days for the four settings with one
+       seed. Eight full fine-tunes with AdamW (about 8-12 GB each) may not fit in 80 GB: use an H200, or
+       fewer peers per GPU. Measure a few steps (``--steps 3``) before committing to it.
+cpu    Sized for a 2-core CPU machine: the embedded SmolLM2-135M-Instruct, 4 peers, I + J scaled from
+       8 to 2 groups (8/0 and 4/4 run as 2/0 and 1/1; 6/2 and 2/6 need ``--groups-per-step 4``), G = 4
+       completions of at most 64 tokens, the default easy task mix (``sapo.tasks.DEFAULT_TASKS``: a 135M
+       model scores zero on most of the paper's tasks), reward = reasoning-gym verifier only, learning rate
+       1e-5 (twice the node default, so that a short run can move), per-device batch 4, 10 steps, a
+       checkpoint every 5. Measured (CPU_SIZING below): ~75 s per step with 4 peers alone on 2 cores, so a
+       run takes 15-25 minutes with startup. Ten steps are far too few for RL to move the policy: this
+       profile measures the harness and the noise floor, not the paper's effect (see the results' notes).
+cpu-learn  The profile shown to learn alone on this machine (benchmarks/results/profile_search.md, from
+       ``python -m benchmarks.profile_search``): the embedded SmolLM2-135M-Instruct with LoRA r = 16 (alpha 32)
+       at learning rate 2e-4, constant; G = 4 completions of at most 48 tokens; 2 groups per step (8/0 and
+       4/4 run as 2/0 and 1/1); the default easy task mix; rewards reasoning-gym + format (as in the search);
+       30 steps, a checkpoint every 5; held-out pass@1 on 64 questions at steps 0, 10, 20 and 30; seeds 0, 1, 2.
+       4 peers share 2 cores, so a run takes about four times one node's ~16 s steps.
+cpu-hard  The regime SAPO is built for (issue 22; benchmarks/results/task_rates.md): cpu-learn's node settings on
+       a task mix one peer rarely solves (2-digit sums and differences, bits of 1-16, sums of three 1-digit
+       terms: reward spread in 24 % of a peer's groups) while a 4-peer swarm solves some question in almost
+       every step; 60 steps, held-out pass@1 on 128 questions every 15 steps; seeds 0, 1, 2. About 50-60
+       minutes per run with 4 peers on 2 cores.
+cpu-hard-specialists  Heterogeneous peers (issue 22): cpu-hard with 3 peers, each a specialist that trains on
+       one task of the hard mix only and is evaluated on all three (``--node-config`` per node, ``eval_tasks``).
+       8/0 is the same specialists alone; 4/4 lets each take the others' groups.
+smoke  Harness check in seconds to a minute: ``--model`` a tiny model directory, 2 peers, 3 steps,
+       G = 2 completions of 8 tokens, I + J = 4, one easy task, uniform sampling. Used by the tests.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from benchmarks.sapo_table_report import CPU_SIZING
+
+
+# Measured on this 2-core machine (see the module docstring, cpu profile): the median seconds per training
+# step of one node while 4 nodes of the cpu profile run concurrently, and the step count that follows.
+@dataclass(frozen=True)
+class Profile:
+    """What one profile runs; every field can be overridden from the command line where a flag exists."""
+
+    name: str
+    peers: int
+    groups_per_step: int  # I + J; the paper's 8 is scaled to this
+    num_generations: int
+    max_completion_length: int
+    steps: int
+    save_steps: int
+    model: str | None  # None: --model is required
+    tasks: tuple[Any, ...] | None  # TaskSpecs written to the node config; None: the node's default mix
+    rewards: tuple[str, ...] = ("reasoning_gym",)
+    sampling_strategy: str = "paper"
+    learning_rate: float | None = None  # None: the node default
+    lr_scheduler_type: str | None = None  # None: the node default
+    lora_r: int | None = None  # None: the node default; 0: full fine-tuning; a rank trains LoRA (alpha = 2 r)
+    eval_questions: int | None = None  # held-out questions per evaluation; None: the node default
+    eval_steps: int | None = None  # None: the node default
+    dataset_size: int | None = None
+    specialists: bool = False  # node i trains on task i (cycling) only and is evaluated on all of `tasks`
+    max_batch: int = 16  # per_device_train_batch_size: the largest divisor of the round's rows up to this
+    status_interval: float = 60.0
+    window: int = 10  # moving-average window of the plot
+    seeds: tuple[int, ...] = (0, 1)
+    notes: tuple[str, ...] = field(default=())
+
+
+def profiles() -> dict[str, Profile]:
+    from sapo.tasks import PAPER_TASKS, TaskSpec
+
+    # The hard mix proposed by benchmarks/results/task_rates.md: two-digit sums and differences, bits of 1-16, sums of
+    # three one-digit terms.
+    HARD_TASKS = (
+        TaskSpec(
+            "basic_arithmetic",
+            {
+                "allow_negation": False,
+                "allow_parentheses": False,
+                "max_digits": 2,
+                "max_terms": 2,
+                "min_digits": 2,
+                "min_terms": 2,
+                "operators": ["+", "-"],
+            },
+        ),
+        TaskSpec("count_bits", {"max_n": 16, "min_n": 1}),
+        TaskSpec("chain_sum", {"max_digits": 1, "max_terms": 3, "min_digits": 1, "min_terms": 3}),
+    )
+
+    return {
+        "paper": Profile(
+            name="paper", peers=8, groups_per_step=8, num_generations=8, max_completion_length=512, steps=2000,
+            save_steps=50, model=None, tasks=PAPER_TASKS, status_interval=120.0, window=50, seeds=(0,),
+            notes=("Estimated, not run here: ~30-60 s per round with 8 nodes on one H100, i.e. ~17-33 h per "
+                   "setting and seed for 2000 rounds (see the script's docstring).",),
+        ),
+        "cpu": Profile(
+            name="cpu", peers=4, groups_per_step=2, num_generations=4, max_completion_length=64,
+            steps=int(CPU_SIZING["steps_for_30_minutes"]), save_steps=5, model="default", tasks=None,
+            learning_rate=1e-5, lr_scheduler_type="linear", lora_r=0, window=3, max_batch=4,
+            notes=("Only 10 steps per run fit this machine's budget (4 SmolLM2-135M full fine-tunes share 2 cores): "
+                   "far too few for RL to move the policy; a difference between settings at this scale says "
+                   "little about the paper's 2000-round result.",),
+        ),
+        "cpu-learn": Profile(
+            name="cpu-learn", peers=4, groups_per_step=2, num_generations=4, max_completion_length=48, steps=30,
+            save_steps=5, model="default", tasks=None, rewards=("reasoning_gym", "format"), learning_rate=2e-4,
+            lr_scheduler_type="constant", lora_r=16, eval_questions=64, eval_steps=10, window=5, max_batch=8,
+            seeds=(0, 1, 2), status_interval=120.0,
+            notes=("The settings under which one node alone raised its held-out pass@1 beyond two standard errors "
+                   "in 30 steps (benchmarks/results/profile_search.md); 4 peers per swarm.",),
+        ),
+        "cpu-hard": Profile(
+            name="cpu-hard", peers=4, groups_per_step=2, num_generations=4, max_completion_length=48, steps=60,
+            save_steps=5, model="default", tasks=HARD_TASKS, rewards=("reasoning_gym", "format"),
+            learning_rate=2e-4, lr_scheduler_type="constant", lora_r=16, eval_questions=128, eval_steps=15,
+            window=5, max_batch=8, seeds=(0, 1, 2), status_interval=120.0,
+            notes=("The regime SAPO is built for (issue 22): a task mix on which one peer's groups rarely carry a "
+                   "gradient (spread 0.24) while a 4-peer swarm solves some question in almost every step "
+                   "(benchmarks/results/task_rates.md); cpu-learn's node settings otherwise.",),
+        ),
+        "cpu-hard-specialists": Profile(
+            name="cpu-hard-specialists", peers=3, groups_per_step=2, num_generations=4, max_completion_length=48,
+            steps=60, save_steps=5, model="default", tasks=HARD_TASKS, rewards=("reasoning_gym", "format"),
+            learning_rate=2e-4, lr_scheduler_type="constant", lora_r=16, eval_questions=128, eval_steps=15,
+            window=5, max_batch=8, seeds=(0, 1, 2), status_interval=120.0, specialists=True,
+            notes=("Heterogeneous peers (issue 22): each of 3 peers trains on one task of the hard mix and is "
+                   "evaluated on all three; 8/0 is the same specialists alone.",),
+        ),
+        "smoke": Profile(
+            name="smoke", peers=2, groups_per_step=4, num_generations=2, max_completion_length=8, steps=3,
+            save_steps=2, model=None, tasks=None, rewards=("reasoning_gym", "format"), sampling_strategy="uniform",
+            dataset_size=64, status_interval=5.0, window=2, seeds=(0,),
+        ),
+    }  # fmt: skip
