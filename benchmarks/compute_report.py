@@ -262,13 +262,16 @@ def markdown(profile: str, runs: Sequence[RunCompute], data: dict[str, Any], bas
     """The report page."""
     label = paper_label
     has_alone = bool(runs[0].axes["alone_seconds"])
+    questions = sorted({run.curve.questions for run in runs})
+    gaps = sorted({b - a for run in runs for a, b in zip(run.curve.steps, run.curve.steps[1:], strict=False)})
     lines = [
         f"# Sharing per unit of compute: SAPO table, profile `{profile}`",
         "",
         f"Command: `python -m benchmarks.compute_report --profile {profile}`  ",
         f"Report code: `{code}`; it reads the archived runs only (their own commits below).",
         "",
-        "Held-out pass@1 (greedy, the same 64 questions for every peer, step, run) and the paper's cumulative reward "
+        f"Held-out pass@1 (greedy, the same {'/'.join(map(str, questions))} questions for every peer, step, run) and "
+        "the paper's cumulative reward "
         "of the archived runs, per step and per unit of compute. Every ± is one standard error and every interval "
         "is 95 %; how they are computed: the docstrings of benchmarks/compute_report.py and benchmarks/stats.py.",
         "",
@@ -349,8 +352,9 @@ def markdown(profile: str, runs: Sequence[RunCompute], data: dict[str, Any], bas
     lines += [
         "",
         "Levels: the start plus half of 8/0's mean gain, and 8/0's mean final level. Runs that never reach a level are "
-        "left out of its mean (the count says how many reached it); a time is interpolated between evaluations 10 "
-        "steps apart, so it is coarse.",
+        "left out of its mean (the count says how many reached it); a time is interpolated between evaluations "
+        f"{'-'.join(map(str, (gaps[0], gaps[-1]) if gaps and gaps[0] != gaps[-1] else gaps[:1]))} steps apart, so it "
+        "is coarse.",
         "",
         "## The paper's metric: cumulative reward per step",
         "",
