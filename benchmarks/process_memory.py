@@ -126,13 +126,23 @@ def plot(samples: Sequence[dict[str, Any]], path: Path, title: str) -> Path:
     return path
 
 
-def report(path: Path, name: str, out_dir: Path, note: str) -> dict[str, Any]:
-    """Write ``<name>.{json,md,png}`` from the readings in ``path``; returns the summary."""
+def only_under(samples: Sequence[dict[str, Any]], prefix: str) -> list[dict[str, Any]]:
+    """The readings with only the processes whose run or output directory lies under ``prefix`` (other nodes that
+    shared the machine, e.g. a test suite's, left out; p2pd daemons name no directory and are left out too)."""
+    return [{**r, "processes": [p for p in r["processes"] if (p.get("dir") or "").startswith(prefix)]} for r in samples]
+
+
+def report(path: Path, name: str, out_dir: Path, note: str, prefix: str | None = None) -> dict[str, Any]:
+    """Write ``<name>.{json,md,png}`` from the readings in ``path`` (only processes under ``prefix`` if given);
+    returns the summary."""
     samples = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    if prefix is not None:
+        samples = only_under(samples, prefix)
     if not samples:
         raise SystemExit(f"process_memory: {path} holds no readings; sample first")
     summary = summarize(samples)
-    record = run_record(f"python -m benchmarks.process_memory report {path} --name {name}")
+    only = f" --only-under {prefix}" if prefix is not None else ""
+    record = run_record(f"python -m benchmarks.process_memory report {path} --name {name}{only}")
     lines = [
         f"# Memory of sapo-node processes: {name}",
         "",
@@ -166,9 +176,11 @@ def main(argv: Sequence[str] | None = None) -> None:
     reporting.add_argument("--name", required=True, help="stem of the outputs (<name>.md/.json/.png)")
     reporting.add_argument("--note", default="", help="what ran while sampling, for the page")
     reporting.add_argument("--output-dir", default=str(RESULTS))
+    reporting.add_argument("--only-under", default=None, help="keep only processes whose directory starts with this")
     args = parser.parse_args(argv)
     if args.command == "report":
-        print(json.dumps(report(Path(args.readings), args.name, Path(args.output_dir), args.note), indent=1))
+        summary = report(Path(args.readings), args.name, Path(args.output_dir), args.note, args.only_under)
+        print(json.dumps(summary, indent=1))
         return
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)

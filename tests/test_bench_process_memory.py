@@ -60,3 +60,10 @@ def test_a_reading_finds_a_running_node_process_by_its_command_line():
     finally:
         child.kill()
         child.wait()
+
+
+def test_only_under_keeps_the_processes_of_one_run_directory():
+    readings = _readings(1, 0.0)
+    readings[0]["processes"].append({"pid": 9, "kind": "node", "rss_mb": 500.0, "dir": "/tmp/pytest-1/out"})
+    kept = process_memory.only_under(readings, "runs/")
+    assert {p["pid"] for r in kept for p in r["processes"]} == {7}  # the test's node and the dir-less p2pd left out
