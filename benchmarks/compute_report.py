@@ -264,6 +264,7 @@ def markdown(profile: str, runs: Sequence[RunCompute], data: dict[str, Any], bas
     has_alone = bool(runs[0].axes["alone_seconds"])
     questions = sorted({run.curve.questions for run in runs})
     gaps = sorted({b - a for run in runs for a, b in zip(run.curve.steps, run.curve.steps[1:], strict=False)})
+    spacing = f"{gaps[0]}-{gaps[-1]}" if gaps and gaps[0] != gaps[-1] else "".join(map(str, gaps[:1]))
     lines = [
         f"# Sharing per unit of compute: SAPO table, profile `{profile}`",
         "",
@@ -353,7 +354,7 @@ def markdown(profile: str, runs: Sequence[RunCompute], data: dict[str, Any], bas
         "",
         "Levels: the start plus half of 8/0's mean gain, and 8/0's mean final level. Runs that never reach a level are "
         "left out of its mean (the count says how many reached it); a time is interpolated between evaluations "
-        f"{'-'.join(map(str, (gaps[0], gaps[-1]) if gaps and gaps[0] != gaps[-1] else gaps[:1]))} steps apart, so it "
+        f"{spacing} steps apart, so it "
         "is coarse.",
         "",
         "## The paper's metric: cumulative reward per step",
@@ -378,8 +379,8 @@ def markdown(profile: str, runs: Sequence[RunCompute], data: dict[str, Any], bas
         "- Differences between settings here combine the two sides' errors as if independent: an upper bound, wider "
         "than the pairing by question that held_out_table applies to runs that archived per-question outcomes "
         "(cpu-hard on); a run's own figures are clustered by question where it archived them.",
-        "- Time to accuracy rests on evaluations 10-15 steps apart and on the modelled seconds; a t-interval over 2 or "
-        "3 seeds (t = 4.30 for 2 degrees of freedom) is wide and may extend below zero.",
+        f"- Time to accuracy rests on evaluations {spacing} steps apart and on the modelled seconds; a t-interval "
+        "over 2 or 3 seeds (t = 4.30 for 2 degrees of freedom) is wide and may extend below zero.",
         "",
         f"![curves](sapo_table_{profile}_compute.png)",
         "",
