@@ -228,10 +228,6 @@ def decisions(scores: dict[str, Any], margin: float, span_margin: float | None, 
     return out
 
 
-def _test_of(reason: str) -> str:
-    return "span" if "consecutive tokens" in reason else "mean"
-
-
 def summary(report: dict[str, Any], margin: float, span_margin: float | None) -> dict[str, Any]:
     """Honest groups from other peers dropped (by which test), the receiver's own unseen groups dropped, and attack
     groups passed, with these margins."""
@@ -248,8 +244,8 @@ def summary(report: dict[str, Any], margin: float, span_margin: float | None) ->
         "span_margin": span_margin,
         "other_groups": len(other),
         "other_dropped": len(dropped),
-        "other_dropped_by_mean": sum(_test_of(r) == "mean" for r in dropped),
-        "other_dropped_by_span": sum(_test_of(r) == "span" for r in dropped),
+        "other_dropped_by_mean": sum(r.test == "mean" for r in dropped),
+        "other_dropped_by_span": sum(r.test == "span" for r in dropped),
         "own_groups": len(own),
         "own_dropped": sum(r is not None for r in own),
         **{f"{kind}_groups": len(v) for kind, v in attack.items()},

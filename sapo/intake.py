@@ -277,6 +277,7 @@ class Intake:
                 kept.append(candidate)
             else:  # its earlier "usable" outcome stays: one more outcome, a drop
                 self._drop(taken, "implausible", candidate.sender, problem)
+                self.totals[f"implausible/{problem.test}"] += 1  # which test dropped it: what calibrating needs
                 self._record_standing(candidate.sender, False, time.time())
         return kept
 

@@ -32,6 +32,22 @@ REFERENCE_QUANTILE = 0.05
 """The quantile of the own completions' scores a received completion is measured against."""
 
 
+class Implausible(str):
+    """Why a received group may not be trained on (the message, as logged), with the test that said so: ``mean``
+    (typicality over the whole completion), ``span`` (the worst span) or ``reference`` (nothing to judge against
+    yet). Counted per test in the node's metrics (``implausible/<test>``)."""
+
+    test: str
+
+    def __new__(cls, message: str, test: str) -> Implausible:
+        problem = super().__new__(cls, message)
+        problem.test = test
+        return problem
+
+    def __getnewargs__(self) -> tuple[str, str]:  # verdicts cross processes pickled (multi-process training)
+        return str(self), self.test
+
+
 @dataclass(frozen=True)
 class CompletionStatistics:
     """What the check knows of one completion: its typicality (``mean``, nats per token) and the lowest mean
@@ -139,20 +155,25 @@ class PlausibilityCheck:
             return None
         return _reference(spans) - self.span_margin
 
-    def group_problem(self, scores: Sequence[CompletionStatistics | float]) -> str | None:
+    def group_problem(self, scores: Sequence[CompletionStatistics | float]) -> Implausible | None:
         """Why a received group with these completion statistics (or bare typicality scores, which the span test
         cannot judge) may not be trained on, or None if every one passes."""
         threshold, span_threshold = self.threshold(), self.span_threshold()
         if threshold is None:
-            return f"no reference yet ({len(self._own)} of {self.min_reference} own completions scored)"
+            return Implausible(
+                f"no reference yet ({len(self._own)} of {self.min_reference} own completions scored)", "reference"
+            )
         for index, score in enumerate(scores):
             stats = _as_statistics(score)
             if stats.mean < threshold:
-                return f"completion {index} scores {stats.mean:.2f} < {threshold:.2f} nats per token"
+                return Implausible(
+                    f"completion {index} scores {stats.mean:.2f} < {threshold:.2f} nats per token", "mean"
+                )
             if span_threshold is not None and stats.span < span_threshold:  # a bare score's NaN span passes
-                return (
+                return Implausible(
                     f"completion {index}: its worst {self.span_tokens} consecutive tokens score {stats.span:.2f} < "
-                    f"{span_threshold:.2f} nats per token"
+                    f"{span_threshold:.2f} nats per token",
+                    "span",
                 )
         return None
 

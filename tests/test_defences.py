@@ -4,6 +4,7 @@ receiver's policy, on their own and inside a trainer that takes real optimizer s
 from __future__ import annotations
 
 import json
+import pickle
 import time
 
 import pytest
@@ -149,7 +150,10 @@ def test_the_worst_span_sees_a_short_payload_that_the_mean_hides():
     )
     assert check.threshold() == pytest.approx(-0.7) and check.span_threshold() == pytest.approx(-4.0)
     assert check.group_problem([own, short]) is None
-    assert check.group_problem([own, spliced]).startswith("completion 1: its worst 3 consecutive tokens score -5.33")
+    problem = check.group_problem([own, spliced])
+    assert problem.startswith("completion 1: its worst 3 consecutive tokens score -5.33") and problem.test == "span"
+    assert pickle.loads(pickle.dumps(problem)).test == "span"  # verdicts cross processes pickled
+    assert check.group_problem([own, CompletionStatistics(mean=-3.0, span=0.0)]).test == "mean"
     mean_only = PlausibilityCheck(margin=0.5, window=16, min_reference=4, span_margin=None)
     mean_only.add_own(check._own)
     assert mean_only.span_threshold() is None and mean_only.group_problem([own, spliced]) is None  # what it missed
@@ -253,6 +257,7 @@ def test_trainer_drops_a_payload_its_policy_would_never_write_and_benches_the_se
     # external one, which is not part of it).
     assert len(trainer.plausibility._own) == 16 + 12 and trainer.plausibility.threshold() is not None
     assert totals["dropped/implausible"] == 1 and trainer.taken_from == {"honest": 1}, dict(totals)
+    assert totals["implausible/mean"] + totals["implausible/span"] == 1  # which test dropped it, for calibration
     assert totals["benched_senders"] == 1 and trainer.standing.benched(time.time()) == ["attacker"]
     assert any("sapo/time/plausibility" in h for h in trainer.state.log_history)
     senders = json.loads((tmp_path / "out" / "senders.json").read_text())  # who sent what, for an audit
