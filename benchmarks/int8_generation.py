@@ -14,14 +14,22 @@ interleaved, medians reported:
   `torch.ao.nn.quantized.dynamic.Linear` made from the merged weights (int8 weights per output channel, activations
   quantized per call);
 - ``int8, lm_head fp32``: the same with the output head left in float32;
-- the cost of making each int8 copy (merge + quantize + pack), paid once per optimizer step;
+- ``fp32 merged, int8 lm_head``: today's path with the output head alone in int8. Under LoRA the head is frozen
+  (SmolLM2 ties it to the frozen input embedding), so its copy is made once per node, not once per step;
+- the cost of making each int8 copy (merge + quantize + pack): once per optimizer step for the copies holding LoRA
+  layers (made again in every repetition), once per node for the head's;
 - numerics: on the sampled completions of the fp32 path, the per-token log-probability (temperature 1) under each
   int8 copy minus under the fp32 merged model (mean |diff|, 99th percentile, max, mean KL of the next-token
   distributions), and greedy agreement over 8 distinct held-out prompts x 48 greedy tokens (share of positions with
   the same token, and the mean length of the common prefix).
 
+On a machine whose cores are already busy (the project's 2 cores under a learning campaign), 2 torch threads can
+stall for minutes (each parallel region waits for a descheduled thread: one such run did not finish its warm-up in
+10 minutes); `--threads 1` is then the measurable setting.
+
 Usage:
-    python -m benchmarks.int8_generation               # default model, 2 torch threads, 3 repetitions (~3 min)
+    python -m benchmarks.int8_generation               # default model, 2 torch threads, 3 repetitions
+    python -m benchmarks.int8_generation --threads 1 --reps 1 --greedy-prompts 0   # the shortest real run
     python -m benchmarks.int8_generation --quick       # tiny model, seconds: a smoke test
 
 Writes ``int8_generation.{json,md}`` into ``--output-dir`` (default benchmarks/results), naming the commit and
@@ -32,6 +40,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import copy
 import os
 import statistics
 import tempfile
@@ -43,9 +52,14 @@ from typing import Any
 
 from benchmarks.harness import RESULTS, git_state, percentile, record_lines, run_record, write_report
 
-PROMPTS, GENERATIONS, NEW_TOKENS, GREEDY_PROMPTS = 2, 4, 48, 8
-TODAY, INT8, INT8_HEAD_FP32 = "fp32 merged (today)", "int8", "int8, lm_head fp32"
-VARIANTS = (TODAY, INT8, INT8_HEAD_FP32)
+PROMPTS, GENERATIONS, NEW_TOKENS, GREEDY_PROMPTS, WARMUP_TOKENS = 2, 4, 48, 8, 4
+TODAY, INT8, INT8_BODY, INT8_HEAD = "fp32 merged (today)", "int8", "int8, lm_head fp32", "fp32 merged, int8 lm_head"
+VARIANTS = (TODAY, INT8, INT8_BODY, INT8_HEAD)
+PARTS = {INT8: "all", INT8_BODY: "body", INT8_HEAD: "head"}
+"""Which linear layers each int8 variant quantizes (see :func:`int8_linears`)."""
+MADE_ONCE = (INT8_HEAD,)
+"""Variants whose int8 copy does not change with training (the output head is frozen under LoRA and tied to the frozen
+input embedding): made once per node, not once per optimizer step."""
 HEAD_NAME = "lm_head"
 
 
@@ -68,25 +82,31 @@ def int8_linear(weight: Any, bias: Any = None) -> Any:
     return DynamicLinear.from_float(float_layer)
 
 
-def int8_linears(model: Any, include_head: bool = True) -> dict[str, Any]:
-    """int8 copies of every linear layer of ``model``, by the qualified name of the module each replaces.
+def int8_linears(model: Any, parts: str = "all") -> dict[str, Any]:
+    """int8 copies of the linear layers of ``model``, by the qualified name of the module each replaces.
 
     A LoRA layer of a PEFT model is replaced as a whole by an int8 layer of its merged weight (base + B A scaled,
-    made by `sapo.generation.inference_weights`); a plain ``torch.nn.Linear`` by an int8 layer of its weight. The
-    output head (a module named ``lm_head``) is left out when ``include_head`` is false. ``model`` is left as it was:
-    its weights are read, never written. Raises ValueError for a LoRA layer that cannot be merged (DoRA and other
-    variants), naming it.
+    made by `sapo.generation.inference_weights`); a plain ``torch.nn.Linear`` by an int8 layer of its weight.
+    ``parts``: ``"all"`` every linear layer, ``"body"`` all but the output head (a module named ``lm_head``),
+    ``"head"`` the output head alone. ``model`` is left as it was: its weights are read, never written. Raises
+    ValueError for an unknown ``parts`` and for a LoRA layer that cannot be merged (DoRA and other variants), naming
+    it.
     """
     import torch
 
     from sapo.generation import inference_weights
 
+    if parts not in ("all", "body", "head"):
+        raise ValueError(f"int8_linears: parts must be 'all', 'body' or 'head', got {parts!r}")
     copies: dict[str, Any] = {}
     replaced: list[str] = []
     with torch.no_grad(), inference_weights(model):
         for name, module in model.named_modules():
             if any(name.startswith(prefix + ".") for prefix in replaced):
                 continue  # inside a LoRA layer replaced as a whole
+            is_head = name.rsplit(".", 1)[-1] == HEAD_NAME
+            if (parts == "head" and not is_head) or (parts == "body" and is_head):
+                continue
             if hasattr(module, "get_base_layer") and hasattr(module, "lora_A"):
                 if not module.merged:
                     raise ValueError(
@@ -96,7 +116,7 @@ def int8_linears(model: Any, include_head: bool = True) -> dict[str, Any]:
                 base = module.get_base_layer()
                 copies[name] = int8_linear(base.weight, base.bias)
                 replaced.append(name)
-            elif type(module) is torch.nn.Linear and (include_head or name.rsplit(".", 1)[-1] != HEAD_NAME):
+            elif type(module) is torch.nn.Linear:
                 copies[name] = int8_linear(module.weight, module.bias)
     return copies
 
@@ -213,16 +233,15 @@ def load_model(quick: bool, workdir: Path) -> tuple[Any, Any]:
     return model.eval(), tokenizer
 
 
-def generate(model: Any, tokenizer: Any, rows: list[list[int]], config: Any, int8: Mapping[str, Any] | None) -> Any:
-    """Completions of ``rows`` as the node generates them (each prompt prefilled once): with merged fp32 weights, or
-    with the int8 copies ``int8`` swapped in."""
+def generate(model: Any, tokenizer: Any, rows: list[list[int]], config: Any, int8: Mapping[str, Any]) -> Any:
+    """Completions of ``rows`` as the node generates them (each prompt prefilled once, the LoRA layers left in the
+    model merged) with the int8 copies ``int8`` swapped in (none: today's fp32 path)."""
     import torch
 
     from sapo.generation import generate_completions, inference_context
 
     eos, pad = [tokenizer.eos_token_id], tokenizer.pad_token_id
-    context = inference_context(model) if int8 is None else swapped_modules(model, int8)
-    with torch.no_grad(), context:
+    with torch.no_grad(), swapped_modules(model, int8), inference_context(model):
         return generate_completions(model, rows, config, eos, pad, prefill_once=True)
 
 
@@ -233,37 +252,45 @@ def timed(fn: Any, *args: Any, **kwargs: Any) -> tuple[Any, float, float]:
     return result, time.perf_counter() - wall, time.process_time() - cpu
 
 
-def measure(model: Any, tokenizer: Any, dataset: Any, reps: int, seed: int) -> dict[str, Any]:
-    """Timings of every variant and of making the int8 copies (interleaved), then the numerics."""
+def measure(model: Any, tokenizer: Any, dataset: Any, reps: int, seed: int, greedy_prompts: int) -> dict[str, Any]:
+    """Timings of every variant and of making its int8 copy (interleaved; the copies that change with training are
+    made again in every repetition, as after every optimizer step), then the numerics."""
     import torch
 
     from sapo.generation import inference_context
 
-    distinct = prompt_ids(tokenizer, dataset, max(PROMPTS, GREEDY_PROMPTS))
+    distinct = prompt_ids(tokenizer, dataset, max(PROMPTS, greedy_prompts))
     rows = [p for p in distinct[:PROMPTS] for _ in range(GENERATIONS)]
     sampling = generation_config(tokenizer)
-    builds = {INT8: True, INT8_HEAD_FP32: False}  # variant -> include the output head
     times: dict[str, dict[str, list[float]]] = {
-        name: {"wall": [], "cpu": []} for name in (*VARIANTS, *(f"make {v}" for v in builds))
+        name: {"wall": [], "cpu": []} for name in (*VARIANTS, *(f"make {v}" for v in PARTS))
     }
-    copies: dict[str, Any] = {}
+
+    def record(name: str, wall: float, cpu: float) -> None:
+        times[name]["wall"].append(wall)
+        times[name]["cpu"].append(cpu)
+
+    copies: dict[str, Any] = {TODAY: {}}
+    for name in MADE_ONCE:
+        copies[name], *cost = timed(int8_linears, model, PARTS[name])
+        record(f"make {name}", *cost)
+    warmup = copy.deepcopy(sampling)
+    warmup.min_new_tokens = warmup.max_new_tokens = WARMUP_TOKENS
+    for name in PARTS:  # first calls (the int8 kernels, the cache) on short generations, not recorded
+        copies.setdefault(name, int8_linears(model, PARTS[name]))
+    for name in VARIANTS:
+        generate(model, tokenizer, rows, warmup, copies[name])
     sampled: list[list[int]] = []
-    print(f"int8_generation: warm-up, then {reps} interleaved repetitions", flush=True)
-    for rep in range(reps + 1):  # repetition 0 is a warm-up, not recorded
+    for rep in range(reps):
         for name in VARIANTS:
-            if name in builds:
-                copies[name], wall, cpu = timed(int8_linears, model, include_head=builds[name])
-                if rep:
-                    times[f"make {name}"]["wall"].append(wall)
-                    times[f"make {name}"]["cpu"].append(cpu)
+            if name in PARTS and name not in MADE_ONCE:
+                copies[name], *cost = timed(int8_linears, model, PARTS[name])
+                record(f"make {name}", *cost)
             torch.manual_seed(seed + rep)
-            out, wall, cpu = timed(generate, model, tokenizer, rows, sampling, copies.get(name))
-            if name == TODAY:
-                sampled = out
-            if rep:
-                times[name]["wall"].append(wall)
-                times[name]["cpu"].append(cpu)
-        print(f"int8_generation: repetition {rep} of {reps} done", flush=True)
+            out, *cost = timed(generate, model, tokenizer, rows, sampling, copies[name])
+            record(name, *cost)
+            sampled = out if name == TODAY else sampled
+            print(f"int8_generation: repetition {rep + 1} of {reps}: {name} {cost[0]:.2f} s", flush=True)
     medians = {n: {k: statistics.median(v) for k, v in t.items()} | {"runs": t} for n, t in times.items()}
     if any(len(c) != NEW_TOKENS for c in sampled):
         raise RuntimeError("a completion stopped before its 48 tokens: min_new_tokens was not applied")
@@ -273,33 +300,42 @@ def measure(model: Any, tokenizer: Any, dataset: Any, reps: int, seed: int) -> d
     with inference_context(model):
         reference = completion_logps(model, rows, sampled, pad)
     greedy = generation_config(tokenizer, greedy=True)
-    greedy_rows = distinct[:GREEDY_PROMPTS]
-    greedy_ref = generate(model, tokenizer, greedy_rows, greedy, None)
+    greedy_rows = distinct[:greedy_prompts]
+    greedy_ref = generate(model, tokenizer, greedy_rows, greedy, {}) if greedy_rows else None
     numerics = {}
-    for name in builds:
-        with swapped_modules(model, copies[name]):
-            other = completion_logps(model, rows, sampled, pad)
-        numerics[name] = logp_drift(reference, other, sampled) | greedy_agreement(
-            greedy_ref, generate(model, tokenizer, greedy_rows, greedy, copies[name])
-        )
+    for name in PARTS:
+        with swapped_modules(model, copies[name]), inference_context(model):
+            numerics[name] = logp_drift(reference, completion_logps(model, rows, sampled, pad), sampled)
+        if greedy_rows:
+            numerics[name] |= greedy_agreement(
+                greedy_ref, generate(model, tokenizer, greedy_rows, greedy, copies[name])
+            )
     return {
         "timings": medians,
         "numerics": numerics,
         "prompt_tokens": [len(p) for p in distinct[:PROMPTS]],
-        "int8_layers": {name: len(c) for name, c in copies.items()},
+        "int8_layers": {name: len(copies[name]) for name in PARTS},
     }
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """Command-line options."""
     parser = argparse.ArgumentParser(prog="python -m benchmarks.int8_generation", description=__doc__.split("\n")[0])
-    parser.add_argument("--reps", type=int, default=None, help="timed repetitions after a warm-up (default 3; 1 quick)")
+    parser.add_argument("--reps", type=int, default=None, help="timed repetitions (default 3; 1 with --quick)")
     parser.add_argument("--threads", type=int, default=2, help="torch threads (default 2, as a node on this machine)")
+    parser.add_argument(
+        "--greedy-prompts",
+        type=int,
+        default=GREEDY_PROMPTS,
+        help=f"distinct prompts of the greedy agreement check (default {GREEDY_PROMPTS}; 0 skips it)",
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--quick", action="store_true", help="tiny random model: a smoke test in seconds")
     parser.add_argument("--output-dir", type=Path, default=RESULTS)
-    args = parser.parse_args(argv)
+    args = parser.parse_args(argv)  # fmt: skip
     args.reps = args.reps or (1 if args.quick else 3)
+    if args.reps < 1 or args.threads < 1 or args.greedy_prompts < 0:
+        parser.error("--reps and --threads must be at least 1, --greedy-prompts at least 0")
     return args
 
 
@@ -317,8 +353,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     started, load_start = time.monotonic(), list(os.getloadavg())
     with tempfile.TemporaryDirectory(prefix="int8-generation-") as tmp:
         model, tokenizer = load_model(args.quick, Path(tmp))
-        dataset = build_held_out_dataset(DEFAULT_TASKS, max(PROMPTS, GREEDY_PROMPTS))
-        measured = measure(model, tokenizer, dataset, args.reps, args.seed)
+        dataset = build_held_out_dataset(DEFAULT_TASKS, max(PROMPTS, args.greedy_prompts))
+        measured = measure(model, tokenizer, dataset, args.reps, args.seed, args.greedy_prompts)
     return {
         "settings": {
             "model": "tiny" if args.quick else "SmolLM2-135M-Instruct",
@@ -328,7 +364,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "seed": args.seed,
             "rows": PROMPTS * GENERATIONS,
             "new_tokens": NEW_TOKENS,
-            "greedy_prompts": GREEDY_PROMPTS,
+            "greedy_prompts": args.greedy_prompts,
             "tied_head": bool(getattr(model.config, "tie_word_embeddings", False)),
         },
         "torch": torch.__version__,
@@ -340,13 +376,14 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def ratios(timings: Mapping[str, Mapping[str, float]], clock: str = "wall") -> dict[str, dict[str, float]]:
-    """Per int8 variant: its generation over today's (b/a) and its generation plus making its copy over today's
-    ((b+c)/a), on medians of ``clock`` seconds."""
+    """Per int8 variant: its generation over today's (b/a), and with the cost of making its copy once per optimizer
+    step ((b+c)/a; c = 0 for a copy made once per node, :data:`MADE_ONCE`), on medians of ``clock`` seconds."""
     today = timings[TODAY][clock]
-    return {
-        v: {"b/a": timings[v][clock] / today, "(b+c)/a": (timings[v][clock] + timings[f"make {v}"][clock]) / today}
-        for v in VARIANTS[1:]
-    }
+    out = {}
+    for v in PARTS:
+        per_step = 0.0 if v in MADE_ONCE else timings[f"make {v}"][clock]
+        out[v] = {"b/a": timings[v][clock] / today, "(b+c)/a": (timings[v][clock] + per_step) / today}
+    return out
 
 
 def report_lines(data: Mapping[str, Any], record: Mapping[str, str]) -> list[str]:
@@ -362,15 +399,23 @@ def report_lines(data: Mapping[str, Any], record: Mapping[str, str]) -> list[str
         f"`{data['quantized_engine']}`, {s['threads']} torch threads; load average "
         f"{data['load_average']['start'][0]:.1f} at start, {data['load_average']['end'][0]:.1f} at end; "
         f"{data['elapsed_seconds'] / 60:.1f} min.  ",
-        "**The machine was shared** with a learning campaign (4 node processes on the same 2 cores): absolute seconds "
-        "are inflated and noisy; the ratios of variants run side by side, interleaved, are what count.",
+        "**If the load average exceeds the cores, the machine was shared** (on the project's machine: a learning "
+        "campaign's node processes on the same 2 cores): absolute seconds are then inflated and noisy; the ratios of "
+        "variants run side by side, interleaved, are what count, CPU seconds being the steadier.",
         "",
         f"Model {s['model']}, float32, with the node's LoRA adapter ({s['lora']}); {PROMPTS} held-out prompts x "
         f"{GENERATIONS} completions ({', '.join(map(str, data['prompt_tokens']))} prompt tokens), {NEW_TOKENS} new "
-        f"tokens forced, temperature 1, no top-k, each prompt prefilled once. Medians of {s['reps']} interleaved "
-        f"repetitions after a warm-up. int8: every linear layer ({layers[INT8]}: the {layers[INT8_HEAD_FP32]} LoRA "
-        f"layers, merged, and `lm_head`, {head}) replaced by "
-        "`torch.ao.nn.quantized.dynamic.Linear` (int8 weights per output channel, activations quantized per call).",
+        f"tokens forced, temperature 1, no top-k, each prompt prefilled once (`sapo.generation.generate_completions`)."
+        f" Medians of {s['reps']} interleaved repetitions after a short warm-up ({WARMUP_TOKENS} tokens per variant).",
+        "",
+        f"Variants: (a) `{TODAY}`: today's path, `inference_context` (LoRA merged, float32). (b) `{INT8}`: every "
+        f"linear layer ({layers[INT8]}: `lm_head`, {head}, and the {layers[INT8_BODY]} others, LoRA layers with "
+        "their adapters merged) replaced by `torch.ao.nn.quantized.dynamic.Linear` (int8 weights per output "
+        f"channel, activations quantized per call); `{INT8_BODY}`: the same but `lm_head`; `{INT8_HEAD}`: today's "
+        "path with `lm_head` alone in int8. (c) making the int8 copy: merge + quantize + pack. The copies of the "
+        "LoRA layers change with every optimizer step, so (c) is paid each step; `lm_head` is frozen under LoRA (tied "
+        "to the frozen input embedding), so its copy is made once per node and (b+c)/a counts no per-step cost for "
+        "it.",
         "",
         "## Time",
         "",
@@ -378,39 +423,42 @@ def report_lines(data: Mapping[str, Any], record: Mapping[str, str]) -> list[str
         "|---|---:|---:|---:|---:|---:|---:|",
         f"| a. {TODAY}: generation | {t[TODAY]['wall']:.2f} | {t[TODAY]['cpu']:.2f} | 1.00 | 1.00 | 1.00 | 1.00 |",
     ]
-    for v in VARIANTS[1:]:
+    for v in PARTS:
+        when = "once per node" if v in MADE_ONCE else "once per optimizer step"
         lines.append(
             f"| b. {v}: generation | {t[v]['wall']:.2f} | {t[v]['cpu']:.2f} | {wall[v]['b/a']:.2f} | "
             f"{wall[v]['(b+c)/a']:.2f} | {cpu[v]['b/a']:.2f} | {cpu[v]['(b+c)/a']:.2f} |"
         )
-        lines.append(f"| c. {v}: making the copy (merge + quantize), once per optimizer step | "
-                     f"{t['make ' + v]['wall']:.2f} | {t['make ' + v]['cpu']:.2f} | | | | |")  # fmt: skip
+        lines.append(f"| c. {v}: making the copy, {when} | {t['make ' + v]['wall']:.2f} | "
+                     f"{t['make ' + v]['cpu']:.2f} | | | | |")  # fmt: skip
+    greedy = s["greedy_prompts"] > 0
     lines += [
         "",
         "Every run (wall s): "
-        + "; ".join(
-            f"{name}: {', '.join(f'{x:.2f}' for x in v['runs']['wall'])}" for name, v in t.items()
-        ),  # fmt: skip
+        + "; ".join(f"{name}: {', '.join(f'{x:.2f}' for x in v['runs']['wall'])}" for name, v in t.items()),
         "",
         "## Numerics (int8 against the fp32 merged model)",
         "",
-        f"Per-token log-probability (temperature 1) of the {s['rows']} x {NEW_TOKENS} completions sampled by (a), "
-        f"int8 minus fp32; KL(fp32 || int8) of the next-token distribution averaged over those positions; greedy "
-        f"decoding of {s['greedy_prompts']} distinct held-out prompts x {NEW_TOKENS} tokens under each.",
+        f"Per-token log-probability (temperature 1) of the {s['rows']} x {NEW_TOKENS} completions sampled by (a) in "
+        f"its last repetition, int8 minus fp32; KL(fp32 || int8) of the next-token distribution averaged over those "
+        "positions; "
+        + (f"greedy decoding of {s['greedy_prompts']} distinct held-out prompts x {NEW_TOKENS} tokens under each."
+           if greedy else "greedy agreement not measured (`--greedy-prompts 0`)."),
         "",
         "| variant | mean abs diff (nats) | p99 abs diff | max abs diff | mean diff | mean KL | max abs diff of a "
         "completion's sum | greedy tokens the same | mean common greedy prefix (tokens) |",
         "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
-    ]
+    ]  # fmt: skip
     for v, x in n.items():
+        agreement = (f"{x['share_same']:.1%} | {x['mean_common_prefix']:.1f} of {NEW_TOKENS}" if greedy
+                     else "not measured | not measured")  # fmt: skip
         lines.append(
             f"| {v} | {x['mean_abs']:.4f} | {x['p99_abs']:.4f} | {x['max_abs']:.4f} | {x['mean']:+.4f} | "
-            f"{x['mean_kl']:.5f} | {x['max_abs_sequence']:.3f} | {x['share_same']:.1%} | "
-            f"{x['mean_common_prefix']:.1f} of {NEW_TOKENS} |"
+            f"{x['mean_kl']:.5f} | {x['max_abs_sequence']:.3f} | {agreement} |"
         )
     lines += [
         "",
-        "Note: torch 2.13 warns that quantized tensor creation (`torch.quantize_per_channel`, which "
+        f"Note: torch {data['torch']} warns that quantized tensor creation (`torch.quantize_per_channel`, which "
         "`torch.ao.nn.quantized.dynamic.Linear.from_float` uses) is deprecated and will be removed in a future "
         "release.",
     ]

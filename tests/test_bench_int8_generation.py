@@ -72,17 +72,34 @@ def test_int8_copy_carries_the_adapters(lora_policy):
     assert (int8 - policy).abs().mean() < 0.2 * (base - policy).abs().mean()
 
 
-def test_output_head_can_stay_float32_and_the_swap_is_undone_on_error(lora_policy):
+def test_parts_split_body_and_head_and_the_swap_is_undone_on_error(lora_policy):
     model, tokenizer = lora_policy
-    copies = bench.int8_linears(model, include_head=False)
-    assert copies and not any(name.endswith("lm_head") for name in copies)
-    head = model.get_submodule("base_model.model.lm_head")
-    name = next(iter(copies))
+    every, body, head = (bench.int8_linears(model, parts) for parts in ("all", "body", "head"))
+    assert list(head) == ["base_model.model.lm_head"] and set(body) | set(head) == set(every)
+    assert not set(body) & set(head)
+    with pytest.raises(ValueError, match="parts"):
+        bench.int8_linears(model, "lora")
+    lm_head = model.get_submodule("base_model.model.lm_head")
+    name = next(iter(body))
     original = model.get_submodule(name)
-    with pytest.raises(RuntimeError, match="boom"), bench.swapped_modules(model, copies):
-        assert model.get_submodule("base_model.model.lm_head") is head
+    with pytest.raises(RuntimeError, match="boom"), bench.swapped_modules(model, body):
+        assert model.get_submodule("base_model.model.lm_head") is lm_head
         raise RuntimeError("boom")
     assert model.get_submodule(name) is original
+
+
+def test_generation_with_the_int8_head_alone_keeps_the_adapters_merged(lora_policy):
+    """The head-only variant generates through today's path (LoRA merged) with the int8 head swapped in, and leaves the
+    policy as it was."""
+    model, tokenizer = lora_policy
+    lm_head = model.get_submodule("base_model.model.lm_head")
+    rows = [_ids(tokenizer)[0].tolist()] * 2
+    config = bench.generation_config(tokenizer, greedy=True)
+    config.min_new_tokens = config.max_new_tokens = 6
+    head = bench.generate(model, tokenizer, rows, config, bench.int8_linears(model, "head"))
+    assert len(head) == 2 and all(len(c) == 6 for c in head) and head[0] == head[1]
+    assert model.get_submodule("base_model.model.lm_head") is lm_head
+    assert not any(getattr(m, "merged", False) for m in model.modules())
 
 
 def test_a_dora_adapter_is_refused_by_name(tiny_model_a):
@@ -113,7 +130,9 @@ def test_quick_run_writes_a_report(tmp_path, smollm_tokenizer_dir):
     data = json.loads((tmp_path / "int8_generation.json").read_text())
     assert data["record"]["git_commit"] and "dirty" in data["git"] and data["quantized_engine"]
     assert set(bench.VARIANTS) <= set(data["timings"]) and all(t["wall"] > 0 for t in data["timings"].values())
-    assert set(data["numerics"]) == {bench.INT8, bench.INT8_HEAD_FP32}
-    assert data["int8_layers"][bench.INT8] == data["int8_layers"][bench.INT8_HEAD_FP32] + 1
+    assert set(data["numerics"]) == set(bench.PARTS) and all("share_same" in x for x in data["numerics"].values())
+    layers = data["int8_layers"]
+    assert layers[bench.INT8] == layers[bench.INT8_BODY] + 1 and layers[bench.INT8_HEAD] == 1
+    assert len(data["timings"][f"make {bench.INT8_HEAD}"]["runs"]["wall"]) == 1  # made once, not per repetition
     page = (tmp_path / "int8_generation.md").read_text()
     assert "(b+c)/a" in page and "shared" in page
