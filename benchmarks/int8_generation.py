@@ -16,8 +16,10 @@ interleaved, medians reported:
 - ``int8, lm_head fp32``: the same with the output head left in float32;
 - ``fp32 merged, int8 lm_head``: today's path with the output head alone in int8. Under LoRA the head is frozen
   (SmolLM2 ties it to the frozen input embedding), so its copy is made once per node, not once per step;
-- the cost of making each int8 copy (merge + quantize + pack): once per optimizer step for the copies holding LoRA
-  layers (made again in every repetition), once per node for the head's;
+- ``int8 base, LoRA unmerged``: every linear layer's frozen base weight in int8 (the head included), made once per
+  node, each LoRA adapter running unmerged beside its int8 base layer in float32 (two rank-16 matmuls per layer);
+- the cost of making each int8 copy (merge + quantize + pack): once per optimizer step for the copies of merged
+  LoRA layers (made again in every repetition), once per node for the frozen ones;
 - numerics: on the sampled completions of the fp32 path, the per-token log-probability (temperature 1) under each
   int8 copy minus under the fp32 merged model (mean |diff|, 99th percentile, max, mean KL of the next-token
   distributions), and greedy agreement over 8 distinct held-out prompts x 48 greedy tokens (share of positions with
@@ -53,13 +55,14 @@ from typing import Any
 from benchmarks.harness import RESULTS, git_state, percentile, record_lines, run_record, write_report
 
 PROMPTS, GENERATIONS, NEW_TOKENS, GREEDY_PROMPTS, WARMUP_TOKENS = 2, 4, 48, 8, 4
-TODAY, INT8, INT8_BODY, INT8_HEAD = "fp32 merged (today)", "int8", "int8, lm_head fp32", "fp32 merged, int8 lm_head"
-VARIANTS = (TODAY, INT8, INT8_BODY, INT8_HEAD)
-PARTS = {INT8: "all", INT8_BODY: "body", INT8_HEAD: "head"}
+TODAY, INT8, INT8_BODY = "fp32 merged (today)", "int8", "int8, lm_head fp32"
+INT8_HEAD, INT8_BASE = "fp32 merged, int8 lm_head", "int8 base, LoRA unmerged"
+VARIANTS = (TODAY, INT8, INT8_BODY, INT8_HEAD, INT8_BASE)
+PARTS = {INT8: "all", INT8_BODY: "body", INT8_HEAD: "head", INT8_BASE: "base"}
 """Which linear layers each int8 variant quantizes (see :func:`int8_linears`)."""
-MADE_ONCE = (INT8_HEAD,)
-"""Variants whose int8 copy does not change with training (the output head is frozen under LoRA and tied to the frozen
-input embedding): made once per node, not once per optimizer step."""
+MADE_ONCE = (INT8_HEAD, INT8_BASE)
+"""Variants whose int8 copy does not change with training (under LoRA the base weights are frozen, and the output head
+is tied to the frozen input embedding): made once per node, not once per optimizer step."""
 HEAD_NAME = "lm_head"
 
 
@@ -88,19 +91,21 @@ def int8_linears(model: Any, parts: str = "all") -> dict[str, Any]:
     A LoRA layer of a PEFT model is replaced as a whole by an int8 layer of its merged weight (base + B A scaled,
     made by `sapo.generation.inference_weights`); a plain ``torch.nn.Linear`` by an int8 layer of its weight.
     ``parts``: ``"all"`` every linear layer, ``"body"`` all but the output head (a module named ``lm_head``),
-    ``"head"`` the output head alone. ``model`` is left as it was: its weights are read, never written. Raises
-    ValueError for an unknown ``parts`` and for a LoRA layer that cannot be merged (DoRA and other variants), naming
-    it.
+    ``"head"`` the output head alone; ``"base"`` every linear layer, but a LoRA layer's *base layer* (key
+    ``<name>.base_layer``) by an int8 layer of its frozen base weight, the adapter left to run unmerged beside it (a
+    copy that training does not change; generate with the adapters unmerged). ``model`` is left as it was: its
+    weights are read, never written. Raises ValueError for an unknown ``parts`` and for a LoRA layer that is not
+    plain LoRA (DoRA and other variants), naming it.
     """
     import torch
 
     from sapo.generation import inference_weights
 
-    if parts not in ("all", "body", "head"):
-        raise ValueError(f"int8_linears: parts must be 'all', 'body' or 'head', got {parts!r}")
+    if parts not in ("all", "body", "head", "base"):
+        raise ValueError(f"int8_linears: parts must be 'all', 'body', 'head' or 'base', got {parts!r}")
     copies: dict[str, Any] = {}
     replaced: list[str] = []
-    with torch.no_grad(), inference_weights(model):
+    with torch.no_grad(), inference_weights(model, merge_adapters=parts != "base"):
         for name, module in model.named_modules():
             if any(name.startswith(prefix + ".") for prefix in replaced):
                 continue  # inside a LoRA layer replaced as a whole
@@ -108,13 +113,14 @@ def int8_linears(model: Any, parts: str = "all") -> dict[str, Any]:
             if (parts == "head" and not is_head) or (parts == "body" and is_head):
                 continue
             if hasattr(module, "get_base_layer") and hasattr(module, "lora_A"):
-                if not module.merged:
+                variant = any(a in module.lora_variant for a in module.active_adapters)
+                if variant or (parts != "base" and not module.merged):
                     raise ValueError(
-                        f"int8 copy: the LoRA layer {name!r} was not merged (a DoRA or other variant adapter, or an "
-                        "inactive one); only plain LoRA adapters can be folded into an int8 weight"
+                        f"int8 copy: the LoRA layer {name!r} is not plain LoRA (a DoRA or other variant adapter, or an "
+                        "inactive one); only plain LoRA adapters can run beside or be folded into an int8 weight"
                     )
                 base = module.get_base_layer()
-                copies[name] = int8_linear(base.weight, base.bias)
+                copies[f"{name}.base_layer" if parts == "base" else name] = int8_linear(base.weight, base.bias)
                 replaced.append(name)
             elif type(module) is torch.nn.Linear:
                 copies[name] = int8_linear(module.weight, module.bias)
@@ -233,15 +239,17 @@ def load_model(quick: bool, workdir: Path) -> tuple[Any, Any]:
     return model.eval(), tokenizer
 
 
-def generate(model: Any, tokenizer: Any, rows: list[list[int]], config: Any, int8: Mapping[str, Any]) -> Any:
+def generate(
+    model: Any, tokenizer: Any, rows: list[list[int]], config: Any, int8: Mapping[str, Any], merge: bool = True
+) -> Any:
     """Completions of ``rows`` as the node generates them (each prompt prefilled once, the LoRA layers left in the
-    model merged) with the int8 copies ``int8`` swapped in (none: today's fp32 path)."""
+    model merged unless ``merge`` is false) with the int8 copies ``int8`` swapped in (none: today's fp32 path)."""
     import torch
 
     from sapo.generation import generate_completions, inference_context
 
     eos, pad = [tokenizer.eos_token_id], tokenizer.pad_token_id
-    with torch.no_grad(), swapped_modules(model, int8), inference_context(model):
+    with torch.no_grad(), swapped_modules(model, int8), inference_context(model, merge_adapters=merge):
         return generate_completions(model, rows, config, eos, pad, prefill_once=True)
 
 
@@ -271,23 +279,26 @@ def measure(model: Any, tokenizer: Any, dataset: Any, reps: int, seed: int, gree
         times[name]["cpu"].append(cpu)
 
     copies: dict[str, Any] = {TODAY: {}}
+    merge = {name: PARTS.get(name) != "base" for name in VARIANTS}  # "base" runs its adapters unmerged
     for name in MADE_ONCE:
         copies[name], *cost = timed(int8_linears, model, PARTS[name])
         record(f"make {name}", *cost)
+        print(f"int8_generation: made {name} once: {cost[0]:.2f} s", flush=True)
     warmup = copy.deepcopy(sampling)
     warmup.min_new_tokens = warmup.max_new_tokens = WARMUP_TOKENS
     for name in PARTS:  # first calls (the int8 kernels, the cache) on short generations, not recorded
         copies.setdefault(name, int8_linears(model, PARTS[name]))
     for name in VARIANTS:
-        generate(model, tokenizer, rows, warmup, copies[name])
+        generate(model, tokenizer, rows, warmup, copies[name], merge[name])
     sampled: list[list[int]] = []
     for rep in range(reps):
         for name in VARIANTS:
             if name in PARTS and name not in MADE_ONCE:
                 copies[name], *cost = timed(int8_linears, model, PARTS[name])
                 record(f"make {name}", *cost)
+                print(f"int8_generation: repetition {rep + 1} of {reps}: make {name} {cost[0]:.2f} s", flush=True)
             torch.manual_seed(seed + rep)
-            out, *cost = timed(generate, model, tokenizer, rows, sampling, copies[name])
+            out, *cost = timed(generate, model, tokenizer, rows, sampling, copies[name], merge[name])
             record(name, *cost)
             sampled = out if name == TODAY else sampled
             print(f"int8_generation: repetition {rep + 1} of {reps}: {name} {cost[0]:.2f} s", flush=True)
@@ -304,11 +315,11 @@ def measure(model: Any, tokenizer: Any, dataset: Any, reps: int, seed: int, gree
     greedy_ref = generate(model, tokenizer, greedy_rows, greedy, {}) if greedy_rows else None
     numerics = {}
     for name in PARTS:
-        with swapped_modules(model, copies[name]), inference_context(model):
+        with swapped_modules(model, copies[name]), inference_context(model, merge_adapters=merge[name]):
             numerics[name] = logp_drift(reference, completion_logps(model, rows, sampled, pad), sampled)
         if greedy_rows:
             numerics[name] |= greedy_agreement(
-                greedy_ref, generate(model, tokenizer, greedy_rows, greedy, copies[name])
+                greedy_ref, generate(model, tokenizer, greedy_rows, greedy, copies[name], merge[name])
             )
     return {
         "timings": medians,
@@ -412,10 +423,11 @@ def report_lines(data: Mapping[str, Any], record: Mapping[str, str]) -> list[str
         f"linear layer ({layers[INT8]}: `lm_head`, {head}, and the {layers[INT8_BODY]} others, LoRA layers with "
         "their adapters merged) replaced by `torch.ao.nn.quantized.dynamic.Linear` (int8 weights per output "
         f"channel, activations quantized per call); `{INT8_BODY}`: the same but `lm_head`; `{INT8_HEAD}`: today's "
-        "path with `lm_head` alone in int8. (c) making the int8 copy: merge + quantize + pack. The copies of the "
-        "LoRA layers change with every optimizer step, so (c) is paid each step; `lm_head` is frozen under LoRA (tied "
-        "to the frozen input embedding), so its copy is made once per node and (b+c)/a counts no per-step cost for "
-        "it.",
+        f"path with `lm_head` alone in int8; `{INT8_BASE}`: every frozen base weight in int8, `lm_head` included, "
+        "each LoRA adapter running unmerged beside its int8 base layer in float32. (c) making the int8 copy: merge "
+        "+ quantize + pack. Merged LoRA layers change with every optimizer step, so their copy is made each step; "
+        "under LoRA the base weights and `lm_head` (tied to the frozen input embedding) are frozen, so their copies "
+        "are made once per node and (b+c)/a counts no per-step cost for them.",
         "",
         "## Time",
         "",

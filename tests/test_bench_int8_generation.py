@@ -59,17 +59,25 @@ def test_int8_copy_leaves_the_policy_untouched_and_computes_close_logits(lora_po
         assert torch.equal(model(ids).logits, logits)
 
 
-def test_int8_copy_carries_the_adapters(lora_policy):
-    """Without the adapters merged in, the int8 copy would be the base model's: it must be far closer to the policy."""
+@pytest.mark.parametrize("parts", ["all", "base"])
+def test_int8_copy_carries_the_adapters(lora_policy, parts):
+    """Without the adapters (merged in, or running unmerged beside the int8 base layers), the int8 copy would compute
+    the base model: it must be far closer to the policy."""
     model, tokenizer = lora_policy
     ids = _ids(tokenizer)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
     with torch.no_grad():
         policy = torch.log_softmax(model(ids).logits, -1)
         with model.disable_adapter():
             base = torch.log_softmax(model(ids).logits, -1)
-        with bench.swapped_modules(model, bench.int8_linears(model)):
+        copies = bench.int8_linears(model, parts)
+        with bench.swapped_modules(model, copies):
             int8 = torch.log_softmax(model(ids).logits, -1)
     assert (int8 - policy).abs().mean() < 0.2 * (base - policy).abs().mean()
+    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
+    if parts == "base":  # the frozen base layers and the head; the adapters stay the model's own
+        assert all(k.endswith(".base_layer") for k in copies if not k.endswith("lm_head"))
+        assert len(copies) == len(bench.int8_linears(model, "all"))
 
 
 def test_parts_split_body_and_head_and_the_swap_is_undone_on_error(lora_policy):
@@ -77,7 +85,7 @@ def test_parts_split_body_and_head_and_the_swap_is_undone_on_error(lora_policy):
     every, body, head = (bench.int8_linears(model, parts) for parts in ("all", "body", "head"))
     assert list(head) == ["base_model.model.lm_head"] and set(body) | set(head) == set(every)
     assert not set(body) & set(head)
-    with pytest.raises(ValueError, match="parts"):
+    with pytest.raises(ValueError, match="parts must be"):
         bench.int8_linears(model, "lora")
     lm_head = model.get_submodule("base_model.model.lm_head")
     name = next(iter(body))
@@ -107,8 +115,9 @@ def test_a_dora_adapter_is_refused_by_name(tiny_model_a):
 
     model, _ = load_policy(tiny_model_a)
     dora = get_peft_model(model, LoraConfig(r=4, target_modules=["q_proj"], use_dora=True, task_type="CAUSAL_LM"))
-    with pytest.raises(ValueError, match=r"q_proj.*DoRA"):
-        bench.int8_linears(dora)
+    for parts in ("all", "base"):
+        with pytest.raises(ValueError, match=r"q_proj.*DoRA"):
+            bench.int8_linears(dora, parts)
 
 
 def test_logp_drift_and_greedy_agreement():
