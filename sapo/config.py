@@ -78,6 +78,7 @@ _SECTIONS = {
         "plausibility_window",
         "plausibility_span_margin",
         "plausibility_span_tokens",
+        "external_token_floor",
     ),
     "Sender standing": ("sender_drop_limit", "sender_window", "sender_bench_seconds"),
     "Held-out evaluation": ("eval_questions",),
@@ -252,6 +253,20 @@ class SAPOConfig(GRPOConfig):
     )
     plausibility_span_tokens: int = field(
         default=3, metadata={"help": "Consecutive tokens of the span that `plausibility_span_margin` judges."}
+    )
+    external_token_floor: float | None = field(
+        default=None,
+        metadata={
+            "help": "Train on no token of an external completion whose typicality under this node's policy (its "
+            "log-probability plus the policy's entropy there, from the plausibility pass) lies below this many nats: "
+            "such a token gets no weight in the loss (TRL's token mask), so a payload that passes the check is not "
+            "learned, while the rest of its completion is. Under the base default model, -6 masks the payload word's "
+            "first token in each of the 36 payload completions of benchmarks/results/plausibility_scores.json "
+            "(hand-written and adaptive) and about 1 in 60 of the policy's own sampled tokens (its tail samples); "
+            "its effect on learning is not measured yet, hence off by default. Needs the plausibility check on. "
+            "Counted as "
+            "`external_tokens_masked`. `None`: every token of an accepted group is trained on."
+        },
     )
     sender_drop_limit: int | None = field(
         default=None,
@@ -462,6 +477,11 @@ class SAPOConfig(GRPOConfig):
             raise ValueError(
                 "plausibility_span_margin must be >= 0 nats or None (no span test), "
                 f"got {self.plausibility_span_margin}."
+            )
+        if self.external_token_floor is not None and self.plausibility_margin is None:
+            raise ValueError(
+                "external_token_floor needs the plausibility check, whose pass scores every token of a received "
+                "completion: set plausibility_margin (e.g. 0.5) or leave external_token_floor None."
             )
         if self.plausibility_span_tokens < 1:
             raise ValueError(f"plausibility_span_tokens must be at least 1, got {self.plausibility_span_tokens}.")

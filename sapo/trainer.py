@@ -173,6 +173,7 @@ class SAPOTrainer(GRPOTrainer):
         self.swarm_model_name = args.swarm_model_name or str(getattr(self.model.config, "_name_or_path", "") or "")
         self._round: _Round | None = None
         self._phase_seconds: Counter[str] = Counter()
+        self._token_typicality: dict[str, list[float]] = {}  # external text of the round -> typicality per token
         self.last_external: list[Candidate] = []  # the external groups of the latest round, as scored here
         self.last_evaluation: HeldOutResult | None = None  # the latest held-out evaluation, question by question
 
@@ -235,7 +236,9 @@ class SAPOTrainer(GRPOTrainer):
         self._phase_seconds.clear()
         # 1. external groups: fetched, verified, checked, scored once, sampled, checked for plausibility
         score = functools.partial(self._score_completions, list(inputs[0]))
+        self._token_typicality.clear()
         taken = self.intake.take(num_slots, score, self._typicality_of, self._timed)
+        self._share_token_typicality()
         # 2. into the last slots of this process's share of the batch; the slots left keep their local question
         self._round = self._place_external_groups(inputs, taken, first_slot=num_groups - num_slots)
         try:
@@ -296,7 +299,24 @@ class SAPOTrainer(GRPOTrainer):
         for j, (i, ids) in enumerate(external.items()):
             prompt_ids[i], completion_ids[i] = list(e_prompt_ids[j]), ids
             completions[i] = [{"role": "assistant", "content": round_.external_text[i]}]
-        return prompt_ids, completion_ids, None, completions, None, {}, None, []
+        token_mask = None  # TRL's per-token loss mask (its `tool_mask`): 0 for external tokens not trained on
+        if self.args.external_token_floor is not None:
+            token_mask = [
+                self._external_token_mask(round_.external_text[i], ids) if i in external else [1] * len(ids)
+                for i, ids in enumerate(completion_ids)
+            ]
+        return prompt_ids, completion_ids, token_mask, completions, None, {}, None, []
+
+    def _external_token_mask(self, text: str, ids: list[int]) -> list[int]:
+        """Per token of an external completion: 1 to train on it, 0 if its typicality under this policy (from the
+        plausibility pass) lies below `external_token_floor`, so a payload that passed the check is not learned."""
+        typicality = self._token_typicality.get(text)
+        if typicality is None or len(typicality) != len(ids):  # not scored: nothing says it is foreign
+            return [1] * len(ids)
+        mask = [int(t >= self.args.external_token_floor) for t in typicality]
+        self.swarm_totals["external_tokens"] += len(mask)
+        self.swarm_totals["external_tokens_masked"] += len(mask) - sum(mask)
+        return mask
 
     # --- generation speed-ups (issue 27): local rows go through sapo.generation where it applies --------------------
     def _generate_single_turn(self, prompt_ids, images, multimodal_fields, *args, **kwargs):
@@ -518,7 +538,18 @@ class SAPOTrainer(GRPOTrainer):
                 model, input_ids.to(device), attention_mask.to(device),
                 completion_len, batch_size=self.args.per_device_train_batch_size, compute_entropy=True,
             )  # fmt: skip
+        if self.args.external_token_floor is not None:  # kept for the loss mask of the groups that pass
+            typicality = (logps.detach().float() + entropies.detach().float()).cpu()
+            texts = [text for c in candidates for text in c.group.completions]
+            for text, row, (_, completion) in zip(texts, typicality, rows, strict=True):
+                self._token_typicality[text] = row[: len(completion)].tolist()
         return self.plausibility.statistics(logps, entropies, attention_mask[:, prompt_len:].to(device))
+
+    def _share_token_typicality(self) -> None:
+        """Give every process the token typicalities the main process scored (it alone runs the plausibility pass),
+        so that each can mask the tokens of its share of the external groups."""
+        if self.args.external_token_floor is not None and self.accelerator.num_processes > 1:
+            self._token_typicality = broadcast_object_list([self._token_typicality], from_process=0)[0]
 
     def _tokenize_external_completion(self, text: str) -> list[int]:
         """Token ids of a foreign completion under this peer's tokenizer, ended with EOS when it fits (truncations

@@ -262,3 +262,88 @@ def test_trainer_drops_a_payload_its_policy_would_never_write_and_benches_the_se
     assert any("sapo/time/plausibility" in h for h in trainer.state.log_history)
     senders = json.loads((tmp_path / "out" / "senders.json").read_text())  # who sent what, for an audit
     assert senders == {"attacker": {"dropped/implausible": 1}, "honest": {"taken": 1}}
+
+
+class _LossInputs(SAPOTrainer):
+    """Records the batches TRL's loss sees (completion tokens and the per-token mask)."""
+
+    seen: list[dict] = []
+
+    def _compute_loss(self, model, inputs):
+        self.seen.append(
+            {k: inputs[k].clone() for k in ("completion_ids", "completion_mask", "tool_mask") if k in inputs}
+        )
+        return super()._compute_loss(model, inputs)
+
+
+def test_external_tokens_the_policy_would_never_write_get_no_weight_in_the_loss(tmp_path, smollm_tokenizer):
+    """A group that passes the plausibility check (lenient margins) still teaches nothing of its payload: with
+    `external_token_floor`, every token of an external completion far below this policy's own (" zebracoin" under a
+    policy that writes digits) is masked in the loss; its digits, and every own token, are trained on."""
+    swarm = MemorySwarm()
+    sender = swarm.join("sender")
+    dataset = Dataset.from_list(
+        [{"prompt": [{"role": "user", "content": f"Count to {i}."}], "answer": str(i)} for i in range(16)]
+    )
+    texts = ["123", "123 zebracoin", "4567", "89 zebracoin"]
+    sender.publish(
+        [
+            Group(
+                group_id="g", prompt=[{"role": "user", "content": "Count to 3."}], completions=texts,
+                provenance=Provenance(source="custom", dataset="counting", index=3), metadata={"answer": "3"},
+                model="m", step=1, created_at=time.time(),
+            )
+        ]
+    )  # fmt: skip
+    _LossInputs.seen = []
+    trainer = _LossInputs(
+        model=_digit_policy(smollm_tokenizer),
+        reward_funcs=[lambda completions, **kw: [float(len(c[0]["content"])) for c in completions]],
+        args=tiny_config(
+            tmp_path / "out",
+            num_local=2,
+            num_external=2,
+            max_steps=2,
+            learning_rate=1e-5,
+            logging_steps=1,
+            external_source_policy="trust",
+            sampling_strategy="uniform",
+            plausibility_margin=100.0,
+            plausibility_span_margin=None,
+            external_token_floor=-6.0,
+        ),  # fmt: skip
+        train_dataset=dataset,
+        processing_class=smollm_tokenizer,
+        swarm=swarm.join("receiver"),
+    )
+    trainer.train()
+    assert trainer.taken_from == {"sender": 1}  # the check let the group through
+    digits = {smollm_tokenizer.convert_tokens_to_ids(str(d)) for d in range(10)} | {smollm_tokenizer.eos_token_id}
+    external = {
+        tuple(smollm_tokenizer(t, add_special_tokens=False)["input_ids"] + [smollm_tokenizer.eos_token_id])
+        for t in texts
+    }
+    payload_rows, masked = 0, 0
+    for batch in _LossInputs.seen:
+        trained = batch["completion_mask"] * batch.get("tool_mask", torch.ones_like(batch["completion_mask"]))
+        for ids, mask, kept in zip(batch["completion_ids"], batch["completion_mask"], trained, strict=True):
+            tokens = [(int(t), bool(k)) for t, m, k in zip(ids, mask, kept, strict=True) if m]
+            if tuple(t for t, _ in tokens) in external:  # exactly the tokens this policy would never write are masked
+                assert all(k == (t in digits) for t, k in tokens), tokens
+                payload_rows += any(t not in digits for t, _ in tokens)
+                masked += sum(not k for _, k in tokens)
+            else:  # own rows: every token trained on, even the rare ones the policy sampled itself
+                assert all(k for _, k in tokens)
+    assert payload_rows == 2
+    assert trainer.swarm_totals["external_tokens_masked"] == masked > 0
+    logged = [
+        h["sapo/total/external_tokens_masked"]
+        for h in trainer.state.log_history
+        if "sapo/total/external_tokens_masked" in h
+    ]
+    assert logged and logged[-1] == masked
+
+
+def test_external_token_floor_needs_the_plausibility_check(tmp_path):
+    with pytest.raises(ValueError, match="external_token_floor needs the plausibility check"):
+        tiny_config(tmp_path, plausibility_margin=None, external_token_floor=-6.0)
