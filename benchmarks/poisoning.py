@@ -21,10 +21,12 @@ under ``<runs-dir>/pools/``, shared by every arm), then published in turn, each 
 Arms name node options (``ARMS``): ``none`` is the node without any completion defence (control characters
 allowed, no plausibility check); ``hygiene`` keeps only the default completion hygiene; ``default`` is the node's
 defaults (hygiene and the plausibility check: its mean and worst-span tests); ``mean-only`` the defaults before issue
-23 (the plausibility check's mean test alone); ``default+standing`` adds per-sender standing; ``clean`` is the
-node's defaults in a swarm whose first peer publishes nothing, and ``clean-none`` the same swarm without the
-defences: side by side, what the defences cost when there is no attack (honest groups they drop, reward, held-out
-pass@1, step time). A clean arm needs ``--honest`` of 2 or more (there is nothing else to share). Results go to
+23 (the plausibility check's mean test alone); ``default+standing`` adds per-sender standing; ``default+floor`` adds
+the loss mask of external tokens far below the policy's own (``external_token_floor`` -6: what slips through the
+check is not learned); ``clean`` is the node's defaults in a swarm whose first peer publishes nothing, and
+``clean-none`` the same swarm without the defences: side by side, what the defences cost when there is no attack
+(honest groups they drop, reward, held-out pass@1, step time); ``clean+floor`` adds the token floor there. A clean
+arm needs ``--honest`` of 2 or more (there is nothing else to share). Results go to
 benchmarks/results/<--report-name>.{json,md} (default ``poisoning``); per-arm run directories under
 runs/poisoning/ (not committed).
 ``--report-only`` measures the existing run directories again (e.g. with a newer measurement), keeping the commit the
@@ -52,7 +54,9 @@ ARMS: dict[str, list[str]] = {
     "default": [],
     "mean-only": ["--plausibility_span_margin", "none"],
     "default+standing": ["--sender_drop_limit", "3", "--sender_window", "10"],
+    "default+floor": ["--external_token_floor", "-6"],
     "clean": [],
+    "clean+floor": ["--external_token_floor", "-6"],
     "clean-none": ["--completion_forbid_control_chars", "false", "--plausibility_margin", "none"],
 }
 """Node options of each arm: the defences it turns on or off."""
@@ -60,7 +64,7 @@ ARMS: dict[str, list[str]] = {
 ATTACK_KINDS = ("payload", "adaptive", "adaptive-format", "dos")
 """What the attacker publishes (``--attack``)."""
 
-ATTACK_FREE_ARMS = {"clean", "clean-none"}
+ATTACK_FREE_ARMS = {"clean", "clean-none", "clean+floor"}
 """Arms whose first peer (the bootstrap) publishes nothing."""
 
 COMPLETIONS_LOG = "completions.jsonl"
