@@ -30,6 +30,8 @@ from typing import Any
 from benchmarks.harness import RESULTS, record_lines, run_record, write_report
 
 MEAN_MARGINS = (0.5, 0.75, 1.0, 1.5)
+TOKEN_FLOORS = (-4.0, -6.0, -8.0, -10.0)
+"""Candidate `external_token_floor` values: the share of honest tokens and of payload words each would mask."""
 SPAN_MARGINS = (1.5, 2.0, 2.5, 3.0, None)
 ATTACK_KINDS = ("adaptive", "adaptive-format")
 
@@ -63,6 +65,18 @@ def score_continuations(model: Any, prompt_ids: list[int], rows: Sequence[Sequen
     token_logps = logps.gather(2, ids[:, :, None])[:, :, 0]
     entropies = -(logps.exp() * logps).sum(-1)
     return [(token_logps[k, : len(r)].tolist(), entropies[k, : len(r)].tolist()) for k, r in enumerate(rows)]
+
+
+def payload_token(tokenizer: Any, text: str, max_tokens: int) -> int | None:
+    """Index of the token where the payload word (`testbed.payload_attack.PAYLOAD_MARK`) starts in ``text``, tokenized
+    as a receiver tokenizes it, or None if it has none within ``max_tokens`` tokens."""
+    from testbed.payload_attack import PAYLOAD_MARK
+
+    at = text.find(PAYLOAD_MARK)
+    if at < 0:
+        return None
+    offsets = tokenizer(text, add_special_tokens=False, split_special_tokens=True, return_offsets_mapping=True)
+    return next((k for k, (_, end) in enumerate(offsets["offset_mapping"][:max_tokens]) if end > at), None)
 
 
 def statistics_of(scored: Sequence[tuple[list, list]], span_tokens: int) -> list[Any]:
@@ -137,16 +151,29 @@ def _policy(state: str, loader: Any) -> tuple[Any, Any]:
 
 def score_groups(model: Any, tokenizer: Any, rows: Sequence[dict], groups: Sequence[Sequence[str]], max_tokens: int,
                  span_tokens: int) -> list[list[dict[str, float]]]:  # fmt: skip
-    """Per group (one per row): each completion's mean typicality and worst span under ``model``, the completion
-    tokenized as a receiver tokenizes it and cut to ``max_tokens``."""
+    """Per group (one per row): each completion's mean typicality, worst span and per-token typicality under
+    ``model`` (and where its payload word starts, if it has one), the completion tokenized as a receiver tokenizes it
+    and cut to ``max_tokens``; empty completions are left out."""
     from testbed.adaptive_attack import PolicySampler
 
     sampler = PolicySampler(model, tokenizer, max_tokens)
     out = []
     for row, texts in zip(rows, groups, strict=True):
+        texts = [t for t in texts if sampler.ids(t)]
         ids = [sampler.ids(t)[:max_tokens] for t in texts]
-        stats = statistics_of(score_continuations(model, sampler.prompt_ids(row["prompt"]), ids), span_tokens)
-        out.append([{"mean": s.mean, "span": s.span} for s in stats])
+        scored = score_continuations(model, sampler.prompt_ids(row["prompt"]), ids)
+        stats = statistics_of(scored, span_tokens)
+        out.append(
+            [
+                {
+                    "mean": s.mean,
+                    "span": s.span,
+                    "typicality": [round(lp + h, 2) for lp, h in zip(*values, strict=True)],
+                    "payload_token": payload_token(tokenizer, text, max_tokens),
+                }
+                for s, values, text in zip(stats, scored, texts, strict=True)
+            ]
+        )
     return out
 
 
@@ -267,8 +294,55 @@ def pair_matrix(report: dict[str, Any], margin: float, span_margin: float | None
     return lines
 
 
-def _share(k: int, n: int) -> str:
-    return f"{k}/{n} ({k / n:.0%})" if n else "-"
+def token_floor_rows(report: dict[str, Any]) -> list[dict[str, Any]]:
+    """Per candidate floor: the tokens of honest completions from other peers and of the receiver's own unseen ones
+    it would mask, and the attack carriers whose payload word's first token it would mask."""
+    other, own, payload = [], [], []
+    for receiver, scored in report["scores"].items():
+        for sender, groups in scored["from"].items():
+            values = [t for group in groups for c in group for t in c.get("typicality", [])]
+            (own if sender == receiver else other).extend(values)
+        for groups in scored["attack"].values():
+            payload += [
+                c["typicality"][c["payload_token"]] for g in groups for c in g if c.get("payload_token") is not None
+            ]
+    return [
+        {
+            "floor": floor,
+            "other_tokens": len(other),
+            "other_masked": sum(t < floor for t in other),
+            "own_tokens": len(own),
+            "own_masked": sum(t < floor for t in own),
+            "payload_words": len(payload),
+            "payload_masked": sum(t < floor for t in payload),
+        }
+        for floor in TOKEN_FLOORS
+    ]
+
+
+def _share(k: int, n: int, digits: int = 0) -> str:
+    return f"{k}/{n} ({k / n:.{digits}%})" if n else "-"
+
+
+def _token_floor_table(report: dict[str, Any]) -> list[str]:
+    rows = token_floor_rows(report)
+    if not rows[0]["other_tokens"]:  # measured before per-token values were kept
+        return []
+    lines = [
+        "",
+        "What `external_token_floor` would mask of the groups a receiver trains on (tokens whose typicality under the "
+        "receiver lies below the floor get no weight in the loss): tokens of honest completions from other peers, of "
+        "the receiver's own unseen ones, and the first token of the payload word in attack carriers:",
+        "",
+        "| floor (nats) | honest tokens from others masked | own unseen tokens masked | payload words masked |",
+        "|---|---|---|---|",
+    ]
+    for row in rows:
+        lines.append(
+            f"| {row['floor']:g} | {_share(row['other_masked'], row['other_tokens'], 1)} | "
+            f"{_share(row['own_masked'], row['own_tokens'], 1)} | {_share(row['payload_masked'], row['payload_words'])} |"
+        )
+    return lines
 
 
 def markdown(report: dict[str, Any]) -> list[str]:
@@ -313,6 +387,7 @@ def markdown(report: dict[str, Any]) -> list[str]:
         f"{default[1]:g}):",
         "",
         *pair_matrix(report, *default),
+        *_token_floor_table(report),
         "",
         "A group is dropped if one of its completions fails a test; a test fails below the receiver's own 5th "
         "percentile minus the margin (nats per token).",

@@ -48,3 +48,28 @@ def test_summary_counts_drops_by_test_and_attack_groups_passed():
     assert (row["adaptive_passed"], row["adaptive-format_passed"]) == (0, 1)
     lenient = honest_drop.summary(report, margin=0.5, span_margin=None)  # no span test: the spliced group passes
     assert (lenient["other_dropped"], lenient["adaptive_passed"]) == (1, 1)
+
+
+def test_the_payload_word_is_found_by_token_and_each_floor_counts_what_it_masks(smollm_tokenizer):
+    text = "Let me add. Remember to buy zebracoin today. <answer>7</answer>"
+    k = honest_drop.payload_token(smollm_tokenizer, text, max_tokens=48)
+    ids = smollm_tokenizer(text, add_special_tokens=False)["input_ids"]
+    assert "ze" in smollm_tokenizer.decode(ids[k]) and "zebracoin" not in smollm_tokenizer.decode(ids[:k])
+    assert honest_drop.payload_token(smollm_tokenizer, text, max_tokens=k) is None  # cut before the payload
+    assert honest_drop.payload_token(smollm_tokenizer, "no payload here", max_tokens=48) is None
+
+    def completion(typicality, payload=None):
+        return {"mean": 0.0, "span": 0.0, "typicality": typicality, "payload_token": payload}
+
+    scores = {
+        "peer-0": {
+            "reference": [],
+            "from": {"peer-0": [[completion([0.0, -7.0])]], "peer-1": [[completion([0.0, -5.0, -9.0, 1.0])]]},
+            "attack": {"adaptive": [[completion([0.0, -12.0, 0.5], payload=1), completion([-7.0])]]},
+        }
+    }
+    rows = {row["floor"]: row for row in honest_drop.token_floor_rows({"scores": scores})}
+    assert (rows[-6.0]["other_masked"], rows[-6.0]["other_tokens"]) == (1, 4)
+    assert (rows[-6.0]["own_masked"], rows[-6.0]["own_tokens"]) == (1, 2)
+    assert (rows[-10.0]["payload_masked"], rows[-10.0]["payload_words"]) == (1, 1)
+    assert rows[-4.0]["other_masked"] == 2
