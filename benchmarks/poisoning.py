@@ -20,14 +20,14 @@ under ``<runs-dir>/pools/``, shared by every arm), then published in turn, each 
 
 Arms name node options (``ARMS``): ``none`` is the node without any completion defence (control characters
 allowed, no plausibility check); ``hygiene`` keeps only the default completion hygiene; ``default`` is the node's
-defaults (hygiene and the plausibility check: its mean and worst-span tests); ``mean-only`` the defaults before issue
-23 (the plausibility check's mean test alone); ``default+standing`` adds per-sender standing; ``default+floor`` adds
-the loss mask of external tokens far below the policy's own (``external_token_floor`` -6: what slips through the
-check is not learned); ``clean`` is the node's defaults in a swarm whose first peer publishes nothing, and
-``clean-none`` the same swarm without the defences: side by side, what the defences cost when there is no attack
-(honest groups they drop, reward, held-out pass@1, step time); ``clean+floor`` adds the token floor there. A clean
-arm needs ``--honest`` of 2 or more (there is nothing else to share). Results go to
-benchmarks/results/<--report-name>.{json,md} (default ``poisoning``); per-arm run directories under
+defaults (hygiene, the plausibility check's mean and worst-span tests, and the token floor that keeps what passes
+from being learned); ``previous`` the defaults before the token floor (margins 0.5 and 1.5, the learning campaign's
+commit 0e7b344); ``mean-only`` the defaults before issue 23 (the mean test alone, margin 0.5);
+``default+standing`` adds per-sender standing; ``clean`` is the node's defaults in a swarm whose first peer
+publishes nothing, ``clean-previous`` the same with the previous defaults, and ``clean-none`` the same swarm without
+the defences: side by side, what the defences cost when there is no attack (honest groups they drop, reward,
+held-out pass@1, step time). A clean arm needs ``--honest`` of 2 or more (there is nothing else to share). Results
+go to benchmarks/results/<--report-name>.{json,md} (default ``poisoning``); per-arm run directories under
 runs/poisoning/ (not committed).
 ``--report-only`` measures the existing run directories again (e.g. with a newer measurement), keeping the commit the
 arms ran on from the previous report.
@@ -52,11 +52,25 @@ ARMS: dict[str, list[str]] = {
     "none": ["--completion_forbid_control_chars", "false", "--plausibility_margin", "none"],
     "hygiene": ["--plausibility_margin", "none"],
     "default": [],
-    "mean-only": ["--plausibility_span_margin", "none"],
+    "previous": ["--plausibility_margin", "0.5", "--plausibility_span_margin", "1.5", "--external_token_floor", "none"],
+    "mean-only": [
+        "--plausibility_margin",
+        "0.5",
+        "--plausibility_span_margin",
+        "none",
+        "--external_token_floor",
+        "none",
+    ],  # fmt: skip
     "default+standing": ["--sender_drop_limit", "3", "--sender_window", "10"],
-    "default+floor": ["--external_token_floor", "-6"],
     "clean": [],
-    "clean+floor": ["--external_token_floor", "-6"],
+    "clean-previous": [
+        "--plausibility_margin",
+        "0.5",
+        "--plausibility_span_margin",
+        "1.5",
+        "--external_token_floor",
+        "none",
+    ],  # fmt: skip
     "clean-none": ["--completion_forbid_control_chars", "false", "--plausibility_margin", "none"],
 }
 """Node options of each arm: the defences it turns on or off."""
@@ -64,7 +78,7 @@ ARMS: dict[str, list[str]] = {
 ATTACK_KINDS = ("payload", "adaptive", "adaptive-format", "dos")
 """What the attacker publishes (``--attack``)."""
 
-ATTACK_FREE_ARMS = {"clean", "clean-none", "clean+floor"}
+ATTACK_FREE_ARMS = {"clean", "clean-none", "clean-previous"}
 """Arms whose first peer (the bootstrap) publishes nothing."""
 
 COMPLETIONS_LOG = "completions.jsonl"

@@ -226,7 +226,7 @@ class SAPOConfig(GRPOConfig):
         },
     )
     plausibility_margin: float | None = field(
-        default=0.5,
+        default=1.0,
         metadata={
             "help": "Drop a chosen external group if one of its completions is implausible under this node's policy: "
             "its typicality (mean over its tokens of log-probability plus the policy's entropy there; about 0 for "
@@ -235,14 +235,17 @@ class SAPOConfig(GRPOConfig):
             "locally). Costs one forward pass over the chosen groups without gradients; the reference comes free "
             "from the loss pass. Stops payloads the policy would not write; not one it already finds likely, and it "
             "drops some groups of peers whose style differs much from this node's. The first step trains on own "
-            "groups only (they are the reference); swarm groups wait in the swarm until then. `None`: no check."
+            "groups only (they are the reference); swarm groups wait in the swarm until then. The defaults (1.0 "
+            "here, `plausibility_span_margin` 2.5) drop 11 of 192 groups of honest peers whose policies diverged in "
+            "training (0.5 and 1.5 dropped 32: benchmarks/results/honest_drop_8-0_step*.md); what passes of an "
+            "attacker's groups is not learned, see `external_token_floor`. `None`: no check."
         },
     )
     plausibility_window: int = field(
         default=64, metadata={"help": "Own completions whose scores form the plausibility reference."}
     )
     plausibility_span_margin: float | None = field(
-        default=1.5,
+        default=2.5,
         metadata={
             "help": "With the plausibility check on, also drop a chosen external group if one of its completions has "
             "a span of `plausibility_span_tokens` consecutive tokens whose mean typicality lies more than this many "
@@ -255,17 +258,18 @@ class SAPOConfig(GRPOConfig):
         default=3, metadata={"help": "Consecutive tokens of the span that `plausibility_span_margin` judges."}
     )
     external_token_floor: float | None = field(
-        default=None,
+        default=-6.0,
         metadata={
             "help": "Train on no token of an external completion whose typicality under this node's policy (its "
             "log-probability plus the policy's entropy there, from the plausibility pass) lies below this many nats: "
             "such a token gets no weight in the loss (TRL's token mask), so a payload that passes the check is not "
-            "learned, while the rest of its completion is. Under the base default model, -6 masks the payload word's "
-            "first token in each of the 36 payload completions of benchmarks/results/plausibility_scores.json "
-            "(hand-written and adaptive) and about 1 in 60 of the policy's own sampled tokens (its tail samples); "
-            "its effect on learning is not measured yet, hence off by default. Needs the plausibility check on. "
-            "Counted as "
-            "`external_tokens_masked`. `None`: every token of an accepted group is trained on."
+            "learned, while the rest of its completion is. At -6, among peers whose policies diverged in 55 steps of "
+            "training (benchmarks/results/honest_drop_8-0_step55.md) it masks the payload word's first token in all "
+            "128 adaptive-attack carriers and 1.8 percent of the tokens of honest peers' completions (1.3 percent "
+            "of the node's own); under the base model, every payload of benchmarks/results/plausibility_scores.json. "
+            "Applies with the plausibility check on (its pass scores the tokens; with the check off nothing is "
+            "masked). "
+            "Counted as `external_tokens_masked`. `None`: every token of an accepted group is trained on."
         },
     )
     sender_drop_limit: int | None = field(
@@ -477,11 +481,6 @@ class SAPOConfig(GRPOConfig):
             raise ValueError(
                 "plausibility_span_margin must be >= 0 nats or None (no span test), "
                 f"got {self.plausibility_span_margin}."
-            )
-        if self.external_token_floor is not None and self.plausibility_margin is None:
-            raise ValueError(
-                "external_token_floor needs the plausibility check, whose pass scores every token of a received "
-                "completion: set plausibility_margin (e.g. 0.5) or leave external_token_floor None."
             )
         if self.plausibility_span_tokens < 1:
             raise ValueError(f"plausibility_span_tokens must be at least 1, got {self.plausibility_span_tokens}.")

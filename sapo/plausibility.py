@@ -17,6 +17,11 @@ the time); with the worst span of 3 tokens beside it (margin 1.5) 100 % and 92 %
 passes under 1 %), and none of 48 own samples at temperature 1 or 0.7. Not judged fairly: a peer sampling at a
 higher temperature (1.3: every group dropped, by the mean test already) or writing in a very different style (terse
 answers: 42 % dropped), and a payload this policy already finds likely.
+
+Among honest peers whose policies diverged in training (benchmarks/results/honest_drop_8-0_step*.md: 4 peers of a
+campaign run judging each other, steps 19 and 55), those margins dropped 32 of 192 honest groups; the defaults are now
+1.0 and 2.5 (11 of 192), and what passes of an attacker's groups is kept from being learned by the token floor
+(`SAPOConfig.external_token_floor`, applied in the loss by the trainer).
 """
 
 from __future__ import annotations

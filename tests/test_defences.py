@@ -276,10 +276,12 @@ class _LossInputs(SAPOTrainer):
         return super()._compute_loss(model, inputs)
 
 
-def test_external_tokens_the_policy_would_never_write_get_no_weight_in_the_loss(tmp_path, smollm_tokenizer):
+@pytest.mark.parametrize("check", ["lenient", "off"])
+def test_external_tokens_the_policy_would_never_write_get_no_weight_in_the_loss(tmp_path, smollm_tokenizer, check):
     """A group that passes the plausibility check (lenient margins) still teaches nothing of its payload: with
     `external_token_floor`, every token of an external completion far below this policy's own (" zebracoin" under a
-    policy that writes digits) is masked in the loss; its digits, and every own token, are trained on."""
+    policy that writes digits) is masked in the loss; its digits, and every own token, are trained on. With the check
+    off there is no pass to score the tokens, and nothing is masked."""
     swarm = MemorySwarm()
     sender = swarm.join("sender")
     dataset = Dataset.from_list(
@@ -308,7 +310,7 @@ def test_external_tokens_the_policy_would_never_write_get_no_weight_in_the_loss(
             logging_steps=1,
             external_source_policy="trust",
             sampling_strategy="uniform",
-            plausibility_margin=100.0,
+            plausibility_margin=100.0 if check == "lenient" else None,
             plausibility_span_margin=None,
             external_token_floor=-6.0,
         ),  # fmt: skip
@@ -329,21 +331,20 @@ def test_external_tokens_the_policy_would_never_write_get_no_weight_in_the_loss(
         for ids, mask, kept in zip(batch["completion_ids"], batch["completion_mask"], trained, strict=True):
             tokens = [(int(t), bool(k)) for t, m, k in zip(ids, mask, kept, strict=True) if m]
             if tuple(t for t, _ in tokens) in external:  # exactly the tokens this policy would never write are masked
-                assert all(k == (t in digits) for t, k in tokens), tokens
+                assert all(k == (t in digits or check == "off") for t, k in tokens), tokens
                 payload_rows += any(t not in digits for t, _ in tokens)
                 masked += sum(not k for _, k in tokens)
             else:  # own rows: every token trained on, even the rare ones the policy sampled itself
                 assert all(k for _, k in tokens)
     assert payload_rows == 2
-    assert trainer.swarm_totals["external_tokens_masked"] == masked > 0
+    assert trainer.swarm_totals["external_tokens_masked"] == masked
+    if check == "off":
+        assert masked == 0
+        return
+    assert masked > 0
     logged = [
         h["sapo/total/external_tokens_masked"]
         for h in trainer.state.log_history
         if "sapo/total/external_tokens_masked" in h
     ]
     assert logged and logged[-1] == masked
-
-
-def test_external_token_floor_needs_the_plausibility_check(tmp_path):
-    with pytest.raises(ValueError, match="external_token_floor needs the plausibility check"):
-        tiny_config(tmp_path, plausibility_margin=None, external_token_floor=-6.0)
