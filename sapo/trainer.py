@@ -71,6 +71,7 @@ class _Round:
     first_slot: int  # the group slot the external groups start at (the same on every process)
     external_text: dict[int, str] = field(default_factory=dict)  # row index -> completion text from the swarm
     senders: dict[int, str] = field(default_factory=dict)  # row index -> sending peer
+    completion_keys: dict[int, tuple[str, str, int]] = field(default_factory=dict)  # row -> its _completion_key
     local_completions: dict[int, Any] = field(default_factory=dict)  # row index -> completion generated here
     rewards: torch.Tensor | None = None  # weighted reward per row, set when TRL scores the batch
 
@@ -173,7 +174,7 @@ class SAPOTrainer(GRPOTrainer):
         self.swarm_model_name = args.swarm_model_name or str(getattr(self.model.config, "_name_or_path", "") or "")
         self._round: _Round | None = None
         self._phase_seconds: Counter[str] = Counter()
-        self._token_typicality: dict[str, list[float]] = {}  # external text of the round -> typicality per token
+        self._token_typicality: dict[tuple[str, str, int], list[float]] = {}  # per external completion: per token
         self.last_external: list[Candidate] = []  # the external groups of the latest round, as scored here
         self.last_evaluation: HeldOutResult | None = None  # the latest held-out evaluation, question by question
 
@@ -265,6 +266,7 @@ class SAPOTrainer(GRPOTrainer):
                 rows[i] = _external_row(keys, candidate.group.prompt, candidate.columns)
                 round_.external_text[i] = text
                 round_.senders[i] = candidate.sender
+                round_.completion_keys[i] = _completion_key(candidate, k)
         self.last_external = taken.chosen
         return round_
 
@@ -302,15 +304,15 @@ class SAPOTrainer(GRPOTrainer):
         token_mask = None  # TRL's per-token loss mask (its `tool_mask`): 0 for external tokens not trained on
         if self.args.external_token_floor is not None:
             token_mask = [
-                self._external_token_mask(round_.external_text[i], ids) if i in external else [1] * len(ids)
+                self._external_token_mask(round_.completion_keys[i], ids) if i in external else [1] * len(ids)
                 for i, ids in enumerate(completion_ids)
             ]
         return prompt_ids, completion_ids, token_mask, completions, None, {}, None, []
 
-    def _external_token_mask(self, text: str, ids: list[int]) -> list[int]:
+    def _external_token_mask(self, key: tuple[str, str, int], ids: list[int]) -> list[int]:
         """Per token of an external completion: 1 to train on it, 0 if its typicality under this policy (from the
         plausibility pass) lies below `external_token_floor`, so a payload that passed the check is not learned."""
-        typicality = self._token_typicality.get(text)
+        typicality = self._token_typicality.get(key)
         if typicality is None or len(typicality) != len(ids):  # not scored: nothing says it is foreign
             return [1] * len(ids)
         mask = [int(t >= self.args.external_token_floor) for t in typicality]
@@ -540,9 +542,9 @@ class SAPOTrainer(GRPOTrainer):
             )  # fmt: skip
         if self.args.external_token_floor is not None:  # kept for the loss mask of the groups that pass
             typicality = (logps.detach().float() + entropies.detach().float()).cpu()
-            texts = [text for c in candidates for text in c.group.completions]
-            for text, row, (_, completion) in zip(texts, typicality, rows, strict=True):
-                self._token_typicality[text] = row[: len(completion)].tolist()
+            keys = [_completion_key(c, k) for c in candidates for k in range(len(c.group.completions))]
+            for key, row, (_, completion) in zip(keys, typicality, rows, strict=True):
+                self._token_typicality[key] = row[: len(completion)].tolist()
         return self.plausibility.statistics(logps, entropies, attention_mask[:, prompt_len:].to(device))
 
     def _share_token_typicality(self) -> None:
@@ -687,6 +689,11 @@ def _system_messages(train_dataset: Any) -> list[dict[str, str]]:
         return []
     prompt = train_dataset[0].get("prompt")
     return [dict(m) for m in prompt if m.get("role") == "system"] if isinstance(prompt, list) else []
+
+
+def _completion_key(candidate: Candidate, index: int) -> tuple[str, str, int]:
+    """Which external completion this is (sender, group id, position): two groups may hold the same text."""
+    return candidate.sender, candidate.group.group_id, index
 
 
 def _external_row(keys: list[str], prompt: list[dict[str, str]], columns: dict[str, Any]) -> dict[str, Any]:
