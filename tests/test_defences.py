@@ -209,45 +209,53 @@ def _digit_policy(tokenizer) -> torch.nn.Module:
     return model
 
 
-def test_trainer_drops_a_payload_its_policy_would_never_write_and_benches_the_sender(tmp_path, smollm_tokenizer):
-    swarm = MemorySwarm()
-    attacker, honest = swarm.join("attacker"), swarm.join("honest")
-    dataset = Dataset.from_list(
-        [{"prompt": [{"role": "user", "content": f"Count to {i}."}], "answer": str(i)} for i in range(16)]
-    )
+COUNTING = Dataset.from_list(
+    [{"prompt": [{"role": "user", "content": f"Count to {i}."}], "answer": str(i)} for i in range(16)]
+)
+"""Questions a digit policy answers; the reward below favours longer answers, so every group has spread."""
 
-    def group(sender_texts, gid):
-        return Group(
-            group_id=gid,
-            prompt=[{"role": "user", "content": "Count to 3."}],
-            completions=sender_texts,
-            provenance=Provenance(source="custom", dataset="counting", index=3),
-            metadata={"answer": "3"},
-            model="m",
-            step=1,
-            created_at=time.time(),
-        )
 
-    attacker.publish([group(["123", "123 zebracoin", "4567", "zebracoin 89"], "bad")])
-    honest.publish([group(["123", "4567", "890", "12"], "good")])
-    trainer = SAPOTrainer(
-        model=_digit_policy(smollm_tokenizer),
-        reward_funcs=[lambda completions, **kw: [float(len(c[0]["content"])) for c in completions]],
+def _length_reward(completions, **kwargs):
+    return [float(len(c[0]["content"])) for c in completions]
+
+
+def _counting_group(texts: list[str], gid: str) -> Group:
+    """A received group answering "Count to 3." with ``texts``."""
+    return Group(
+        group_id=gid, prompt=[{"role": "user", "content": "Count to 3."}], completions=texts,
+        provenance=Provenance(source="custom", dataset="counting", index=3), metadata={"answer": "3"},
+        model="m", step=1, created_at=time.time(),
+    )  # fmt: skip
+
+
+def _digit_trainer(trainer_class, tmp_path, tokenizer, swarm, **fields):
+    """A trainer of the digit policy on COUNTING, taking 2 external groups per step for 2 steps."""
+    return trainer_class(
+        model=_digit_policy(tokenizer),
+        reward_funcs=[_length_reward],
         args=tiny_config(
             tmp_path / "out",
             num_local=2,
             num_external=2,
             max_steps=2,
             learning_rate=1e-5,
+            logging_steps=1,
             external_source_policy="trust",
             sampling_strategy="uniform",
-            sender_drop_limit=1,
-            logging_steps=1,
+            **fields,
         ),  # fmt: skip
-        train_dataset=dataset,
-        processing_class=smollm_tokenizer,
-        swarm=swarm.join("receiver"),
+        train_dataset=COUNTING,
+        processing_class=tokenizer,
+        swarm=swarm,
     )
+
+
+def test_trainer_drops_a_payload_its_policy_would_never_write_and_benches_the_sender(tmp_path, smollm_tokenizer):
+    swarm = MemorySwarm()
+    attacker, honest = swarm.join("attacker"), swarm.join("honest")
+    attacker.publish([_counting_group(["123", "123 zebracoin", "4567", "zebracoin 89"], "bad")])
+    honest.publish([_counting_group(["123", "4567", "890", "12"], "good")])
+    trainer = _digit_trainer(SAPOTrainer, tmp_path, smollm_tokenizer, swarm.join("receiver"), sender_drop_limit=1)
     trainer.train()
     totals = trainer.swarm_totals
     # Step 1 has no reference yet: it trains on its own groups and leaves the swarm's where they are for step 2.
@@ -284,40 +292,14 @@ def test_external_tokens_the_policy_would_never_write_get_no_weight_in_the_loss(
     off there is no pass to score the tokens, and nothing is masked."""
     swarm = MemorySwarm()
     sender = swarm.join("sender")
-    dataset = Dataset.from_list(
-        [{"prompt": [{"role": "user", "content": f"Count to {i}."}], "answer": str(i)} for i in range(16)]
-    )
     texts = ["123", "123 zebracoin", "4567", "89 zebracoin"]
-    sender.publish(
-        [
-            Group(
-                group_id="g", prompt=[{"role": "user", "content": "Count to 3."}], completions=texts,
-                provenance=Provenance(source="custom", dataset="counting", index=3), metadata={"answer": "3"},
-                model="m", step=1, created_at=time.time(),
-            )
-        ]
-    )  # fmt: skip
+    sender.publish([_counting_group(texts, "g")])
     _LossInputs.seen = []
-    trainer = _LossInputs(
-        model=_digit_policy(smollm_tokenizer),
-        reward_funcs=[lambda completions, **kw: [float(len(c[0]["content"])) for c in completions]],
-        args=tiny_config(
-            tmp_path / "out",
-            num_local=2,
-            num_external=2,
-            max_steps=2,
-            learning_rate=1e-5,
-            logging_steps=1,
-            external_source_policy="trust",
-            sampling_strategy="uniform",
-            plausibility_margin=100.0 if check == "lenient" else None,
-            plausibility_span_margin=None,
-            external_token_floor=-6.0,
-        ),  # fmt: skip
-        train_dataset=dataset,
-        processing_class=smollm_tokenizer,
-        swarm=swarm.join("receiver"),
-    )
+    trainer = _digit_trainer(
+        _LossInputs, tmp_path, smollm_tokenizer, swarm.join("receiver"),
+        plausibility_margin=100.0 if check == "lenient" else None, plausibility_span_margin=None,
+        external_token_floor=-6.0,
+    )  # fmt: skip
     trainer.train()
     assert trainer.taken_from == {"sender": 1}  # the check let the group through
     digits = {smollm_tokenizer.convert_tokens_to_ids(str(d)) for d in range(10)} | {smollm_tokenizer.eos_token_id}
