@@ -357,6 +357,11 @@ def markdown(report: dict[str, Any]) -> list[str]:
         "adaptive attacker",
         "",
         *record_lines(report),
+        *(
+            [f"Report recomputed from the saved values on `{report['report_commit']}`: `{report['report_command']}`  "]
+            if "report_command" in report
+            else []
+        ),
         f"Setup: profile `{setup['profile']}` (G={setup['group_size']}, {setup['max_tokens']} tokens, worst span of "
         f"{setup['span_tokens']} tokens); {len(setup['states'])} peers' checkpoints: "
         + ", ".join(f"`{s}`" for s in setup["states"])
@@ -409,7 +414,12 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     args = parser.parse_args(argv)
     path = Path(args.results_dir) / f"{args.name}.json"
     if args.report_only:
-        report = {**json.loads(path.read_text()), "report_command": run_record()["command"]}
+        record = run_record()
+        report = {
+            **json.loads(path.read_text()),
+            "report_command": record["command"],
+            "report_commit": record["git_commit"],
+        }
     else:
         if len(args.states) < 2:
             parser.error("--states needs at least two peers' checkpoint directories (the honest swarm)")
