@@ -340,7 +340,8 @@ def _token_floor_table(report: dict[str, Any]) -> list[str]:
     for row in rows:
         lines.append(
             f"| {row['floor']:g} | {_share(row['other_masked'], row['other_tokens'], 1)} | "
-            f"{_share(row['own_masked'], row['own_tokens'], 1)} | {_share(row['payload_masked'], row['payload_words'])} |"
+            f"{_share(row['own_masked'], row['own_tokens'], 1)} | "
+            f"{_share(row['payload_masked'], row['payload_words'])} |"
         )
     return lines
 
