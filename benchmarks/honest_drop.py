@@ -154,6 +154,9 @@ def score_groups(model: Any, tokenizer: Any, rows: Sequence[dict], groups: Seque
     """Per group (one per row): each completion's mean typicality, worst span and per-token typicality under
     ``model`` (and where its payload word starts, if it has one), the completion tokenized as a receiver tokenizes it
     and cut to ``max_tokens``; empty completions are left out."""
+    import torch
+
+    from sapo.plausibility import token_typicality
     from testbed.adaptive_attack import PolicySampler
 
     sampler = PolicySampler(model, tokenizer, max_tokens)
@@ -168,7 +171,7 @@ def score_groups(model: Any, tokenizer: Any, rows: Sequence[dict], groups: Seque
                 {
                     "mean": s.mean,
                     "span": s.span,
-                    "typicality": [round(lp + h, 2) for lp, h in zip(*values, strict=True)],
+                    "typicality": [round(t, 2) for t in token_typicality(*map(torch.tensor, values)).tolist()],
                     "payload_token": payload_token(tokenizer, text, max_tokens),
                 }
                 for s, values, text in zip(stats, scored, texts, strict=True)

@@ -62,13 +62,19 @@ class CompletionStatistics:
     span: float
 
 
+def token_typicality(per_token_logps: torch.Tensor, entropies: torch.Tensor) -> torch.Tensor:
+    """Each token's typicality: its log-probability plus the policy's entropy at its position, in nats (float32,
+    detached; same shape as the arguments)."""
+    return per_token_logps.detach().float() + entropies.detach().float()
+
+
 def typicality_scores(
     per_token_logps: torch.Tensor, entropies: torch.Tensor, completion_mask: torch.Tensor
 ) -> list[float]:
     """Per row: the mean over its completion tokens of (log-probability + the policy's entropy there), in nats; 0 for
     an empty completion. Every argument is (rows, tokens)."""
     mask = completion_mask.float()
-    excess = (per_token_logps.detach().float() + entropies.detach().float()) * mask
+    excess = token_typicality(per_token_logps, entropies) * mask
     counts = mask.sum(dim=1)
     return [(e / c).item() if c > 0 else 0.0 for e, c in zip(excess.sum(dim=1), counts, strict=True)]
 
@@ -87,7 +93,7 @@ def completion_statistics(
 ) -> list[CompletionStatistics]:
     """Per row: :class:`CompletionStatistics` of its completion tokens (the mask's ones; a completion's tokens are
     contiguous). Every tensor is (rows, tokens)."""
-    excess = per_token_logps.detach().float() + entropies.detach().float()
+    excess = token_typicality(per_token_logps, entropies)
     means = typicality_scores(per_token_logps, entropies, completion_mask)
     return [
         CompletionStatistics(mean=mean, span=worst_span(row[mask], span_tokens))

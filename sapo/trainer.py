@@ -44,7 +44,7 @@ from sapo.evaluation import HeldOutResult, evaluate_policy, held_out_questions, 
 from sapo.generation import fast_generation_applies, inference_context, trainer_generate
 from sapo.hygiene import CompletionFilter
 from sapo.intake import Intake, Taken, weighted_rewards
-from sapo.plausibility import CompletionStatistics
+from sapo.plausibility import CompletionStatistics, token_typicality
 from sapo.sampling import Candidate, ExternalSampler
 from sapo.tasks import TaskSpec, reasoning_gym_tasks_of
 from sapo.verification import QuestionVerifier, published_prompt
@@ -541,7 +541,7 @@ class SAPOTrainer(GRPOTrainer):
                 completion_len, batch_size=self.args.per_device_train_batch_size, compute_entropy=True,
             )  # fmt: skip
         if self.args.external_token_floor is not None:  # kept for the loss mask of the groups that pass
-            typicality = (logps.detach().float() + entropies.detach().float()).cpu()
+            typicality = token_typicality(logps, entropies).cpu()
             keys = [_completion_key(c, k) for c in candidates for k in range(len(c.group.completions))]
             for key, row, (_, completion) in zip(keys, typicality, rows, strict=True):
                 self._token_typicality[key] = row[: len(completion)].tolist()
