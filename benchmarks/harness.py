@@ -51,7 +51,11 @@ def machine() -> str:
 
 
 def git_state(root: Path = ROOT) -> dict[str, Any]:
-    """``{"commit": sha, "dirty": bool}`` of the tree the benchmark's code was imported from."""
+    """``{"commit": sha, "dirty": bool}`` of the tree the benchmark's code was imported from. A copy without
+    ``.git`` (a device machine's) names its commit with ``SAPO_GIT_COMMIT``, reported as such."""
+    if not (root / ".git").exists():
+        commit = os.environ.get("SAPO_GIT_COMMIT")
+        return {"commit": f"{commit} (copy without .git)" if commit else "unrecorded (no .git)", "dirty": False}
 
     def git(*args: str) -> str:
         return subprocess.run(["git", *args], capture_output=True, text=True, cwd=root).stdout.strip()
