@@ -66,18 +66,18 @@ class GpuSampler(threading.Thread):
         super().__init__(daemon=True)
         self.interval = interval
         self.samples: list[dict[str, Any]] = []
-        self._stop = threading.Event()
+        self._halt = threading.Event()
 
     def run(self) -> None:
-        while not self._stop.is_set():
+        while not self._halt.is_set():
             try:
                 self.samples.append(read_gpu())
             except (OSError, subprocess.CalledProcessError, ValueError, IndexError) as e:
                 self.samples.append({"time": time.time(), "error": str(e)})
-            self._stop.wait(self.interval)
+            self._halt.wait(self.interval)
 
     def stop(self) -> list[dict[str, Any]]:
-        self._stop.set()
+        self._halt.set()
         self.join(timeout=10)
         return self.samples
 
