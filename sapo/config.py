@@ -21,11 +21,12 @@ def device_defaults() -> dict[str, bool]:
     `generation_prefill_once`, `generation_merge_adapters`) become when left at `None`, on this machine.
 
     With a CUDA GPU: the GPU, activation (gradient) checkpointing on, bf16 autocast where the GPU supports it
-    natively, and TRL's own generation path (the local speed-ups of `sapo.generation` off). Without one: the CPU,
-    checkpointing off (it saves memory by recomputing activations, a pure loss on a CPU), bf16 autocast on where the
-    CPU computes bf16 natively (`cpu_has_native_bf16`: AVX512-BF16 or AMX; there it made generation 1.6x faster) and
-    off elsewhere (emulated in software, it made every step 45x slower on a CPU without it), and generation with each
-    prompt prefilled once and LoRA adapters merged (`sapo.generation`).
+    natively. Without one: the CPU, checkpointing off (it saves memory by recomputing activations, a pure loss on a
+    CPU), bf16 autocast on where the CPU computes bf16 natively (`cpu_has_native_bf16`: AVX512-BF16 or AMX; there it
+    made generation 1.6x faster) and off elsewhere (emulated in software, it made every step 45x slower on a CPU
+    without it). On both, generation with each prompt prefilled once and LoRA adapters merged (`sapo.generation`):
+    on an H100 at the paper's batch (8 x 8 completions of 256 tokens) it made a step 1.6x faster than TRL's own
+    generation path (`benchmarks/results/gpu_node.md`).
     """
     import torch
 
@@ -34,8 +35,8 @@ def device_defaults() -> dict[str, bool]:
         "use_cpu": not gpu,
         "gradient_checkpointing": gpu,
         "bf16": torch.cuda.is_bf16_supported() if gpu else cpu_has_native_bf16(),
-        "generation_prefill_once": not gpu,
-        "generation_merge_adapters": not gpu,
+        "generation_prefill_once": True,
+        "generation_merge_adapters": True,
     }
 
 
@@ -364,8 +365,8 @@ class SAPOConfig(GRPOConfig):
         default=None,
         metadata={
             "help": "Run each distinct prompt through the model once and share its key/value cache among its "
-            "`num_generations` completions (`sapo.generation`; the sampling distribution is unchanged). `None`: by "
-            "device, on without a CUDA GPU, off with one (TRL's generation path is kept there).",
+            "`num_generations` completions (`sapo.generation`; the sampling distribution is unchanged). `None`: on "
+            "(on a CPU and on a CUDA GPU: `benchmarks/results/gpu_node.md`); `false` keeps TRL's generation path.",
             "nargs": "?",
             "const": True,
         },
@@ -375,7 +376,7 @@ class SAPOConfig(GRPOConfig):
         metadata={
             "help": "Generate (and evaluate, and run the plausibility pass) with each LoRA adapter merged into a "
             "copy of its base weight: one matmul per layer instead of three; the training weights are left "
-            "untouched. `None`: by device, on without a CUDA GPU, off with one.",
+            "untouched. `None`: on (CPU and GPU).",
             "nargs": "?",
             "const": True,
         },
