@@ -4,13 +4,11 @@ paper  The paper's settings, for a GPU machine: ``--model PATH`` to a local Qwen
        directory (required), 8 peers, I + J = 8 groups of G = 8 completions, the paper's nine
        reasoning-gym tasks (``sapo.tasks.PAPER_TASKS``), reward = reasoning-gym verifier only,
        2000 steps (the paper's number of rounds as we read its figures), max_completion_length 512
-       (our choice: the paper does not state it). NOT RUN HERE (no GPU was available). Estimate for one
-       H100: 8 node processes share the GPU; a node's round is 64 completions of up to 512 tokens with
-       Hugging Face generate (about 10-15 s alone for a 0.5B model) plus a GRPO step on 64 sequences
-       (2-3 s alone); 8 processes time-sharing one GPU make that roughly 30-60 s per round, i.e.
-       about 17-33 hours per setting and seed (2000 rounds), 3-6 days for the four settings with one
-       seed. Eight full fine-tunes with AdamW (about 8-12 GB each) may not fit in 80 GB: use an H200, or
-       fewer peers per GPU. Measure a few steps (``--steps 3``) before committing to it.
+       (our choice: the paper does not state it). Measured on one H100 with the default model instead
+       (``--model default --max-completion-length 256``, 4/4, 8 node processes sharing the GPU, 12 steps,
+       benchmarks/results/gpu_node.md): 30 s per round (82 % generation), 44 GiB on the card, i.e. about
+       17 hours per setting and seed for 2000 rounds. A 0.5B model at 512 tokens costs more: measure a few
+       steps (``--steps 3``) before committing to it.
 cpu    Sized for a 2-core CPU machine: the embedded SmolLM2-135M-Instruct, 4 peers, I + J scaled from
        8 to 2 groups (8/0 and 4/4 run as 2/0 and 1/1; 6/2 and 2/6 need ``--groups-per-step 4``), G = 4
        completions of at most 64 tokens, the default easy task mix (``sapo.tasks.DEFAULT_TASKS``: a 135M
@@ -102,8 +100,8 @@ def profiles() -> dict[str, Profile]:
         "paper": Profile(
             name="paper", peers=8, groups_per_step=8, num_generations=8, max_completion_length=512, steps=2000,
             save_steps=50, model=None, tasks=PAPER_TASKS, status_interval=120.0, window=50, seeds=(0,),
-            notes=("Estimated, not run here: ~30-60 s per round with 8 nodes on one H100, i.e. ~17-33 h per "
-                   "setting and seed for 2000 rounds (see the script's docstring).",),
+            notes=("Measured with the default model at 256 tokens on one H100 (benchmarks/results/gpu_node.md): "
+                   "~30 s per round with 8 nodes, i.e. ~17 h per setting and seed for 2000 rounds.",),
         ),
         "cpu": Profile(
             name="cpu", peers=4, groups_per_step=2, num_generations=4, max_completion_length=64,
