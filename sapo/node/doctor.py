@@ -197,7 +197,7 @@ def check_disk(name: str, path: Path, needed: float, what: str) -> Check:
     if not os.access(where, os.W_OK):
         return Check(name, FAIL, f"{where} is not writable", f"choose a writable directory for {what}")
     free = shutil.disk_usage(where).free
-    found = f"{_gib(free)} free at {where}, {what} need about {_gib(needed)}"
+    found = f"{_gib(free)} free at {where}; {what}: about {_gib(needed)} needed"
     if free < needed:
         return Check(name, FAIL, found, f"free some space, or put {what} on another disk")
     if free < 2 * needed:
