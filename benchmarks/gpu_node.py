@@ -29,7 +29,15 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from benchmarks.harness import RESULTS, json_safe, record_lines, run_record, stop_processes, write_report
+from benchmarks.harness import (
+    RESULTS,
+    json_safe,
+    record_lines,
+    run_record,
+    split_at_double_dash,
+    stop_processes,
+    write_report,
+)
 from benchmarks.sapo_table_report import load_metrics
 
 GPU_QUERY = "memory.used,memory.total,utilization.gpu"
@@ -190,11 +198,7 @@ def report_lines(results: Sequence[dict[str, Any]], notes: str = "") -> list[str
 
 
 def parse_args(argv: Sequence[str]) -> tuple[argparse.Namespace, list[str]]:
-    argv = list(argv)
-    command: list[str] = []
-    if "--" in argv:
-        cut = argv.index("--")
-        argv, command = argv[:cut], argv[cut + 1 :]
+    argv, command = split_at_double_dash(argv)
     parser = argparse.ArgumentParser(prog="python -m benchmarks.gpu_node", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="action", required=True)
     r = sub.add_parser("run", help="run a command (after --) while sampling the GPU")

@@ -178,6 +178,15 @@ def stop_processes(
 # reports
 
 
+def split_at_double_dash(argv: Sequence[str]) -> tuple[list[str], list[str]]:
+    """``argv`` cut at its first ``--``: (the script's own arguments, what follows for another program)."""
+    argv = list(argv)
+    if "--" not in argv:
+        return argv, []
+    cut = argv.index("--")
+    return argv[:cut], argv[cut + 1 :]
+
+
 def json_safe(value: Any) -> Any:
     """``value`` with NaN and infinities as None (JSON has neither), recursively."""
     if isinstance(value, float) and (math.isnan(value) or math.isinf(value)):

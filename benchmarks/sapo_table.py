@@ -71,6 +71,7 @@ from benchmarks.harness import (
     git_state,
     json_safe,
     machine,
+    split_at_double_dash,
     stop_processes,
     utc_now,
 )
@@ -494,11 +495,7 @@ def sizing(config: dict[str, Any], steps: int, write: Any = print, budget: float
 
 
 def parse_args(argv: Sequence[str]) -> tuple[argparse.Namespace, list[str]]:
-    argv = list(argv)
-    node_args: list[str] = []
-    if "--" in argv:
-        cut = argv.index("--")
-        argv, node_args = argv[:cut], argv[cut + 1 :]
+    argv, node_args = split_at_double_dash(argv)
     parser = argparse.ArgumentParser(
         description=__doc__.splitlines()[0], epilog="Options after -- go to every node unchanged."
     )
