@@ -335,6 +335,11 @@ def markdown(profile: str, runs: Sequence[RunCompute], data: dict[str, Any], bas
         "| level | I/J (paper) | runs that reach it | steps | own completions | seconds alone (modelled) |",
         "|---|---|---|---|---|---|",
     ]
+    if not data["time_to_accuracy"]:
+        lines.append(
+            f"| - | - | - | - | - | - |\n\n{label(baseline)} ends at or below its start on average (no gain): there "
+            "is no level above the start to time."
+        )
     for level, by_setting in data["time_to_accuracy"].items():
         for setting, entry in by_setting.items():
             cells = []
@@ -466,7 +471,10 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         ],
         "matched": {axis: matched_comparison(runs, args.baseline, axis) for axis in AXES if runs[0].axes[axis]},
         "gain_per_completions": gain_per_completions(runs, args.baseline),
-        "time_to_accuracy": time_to_accuracy(runs, [round(start + (end - start) / 2, 3), round(end, 3)]),
+        # a baseline that did not gain leaves no level above the start: every run would "reach" it at step 0
+        "time_to_accuracy": time_to_accuracy(runs, [round(start + (end - start) / 2, 3), round(end, 3)])
+        if end > start
+        else {},
         "cumulative_reward": cumulative_reward(runs, args.baseline),
         "t_975": {str(df): t_quantile(0.975, df) for df in (2, 63)},
     }

@@ -84,3 +84,13 @@ def test_crossing_and_value_at():
     assert compute_report.crossing([0, 10, 20], [0.1, 0.2, 0.4], 0.3) == pytest.approx(15.0)
     assert compute_report.crossing([0, 10, 20], [0.1, 0.2, 0.4], 0.5) is None
     assert compute_report.crossing([0, 10], [0.3, 0.2], 0.25) == 0
+
+
+def test_a_baseline_that_did_not_gain_leaves_no_level_to_time(tmp_path):
+    # 8/0 ends below its start: a level between them would be "reached" by every run at step 0
+    _run(tmp_path, "2-0", 0, {0: 0.2, 2: 0.15, 4: 0.1}, step_time=10.0, generation=4.0)
+    _run(tmp_path, "1-1", 0, {0: 0.2, 2: 0.25, 4: 0.2}, step_time=10.0, generation=4.0)
+    data = compute_report.main(["--profile", "p", "--results-dir", str(tmp_path)])
+    assert data["time_to_accuracy"] == {}
+    page = (tmp_path / "sapo_table_p_compute.md").read_text()
+    assert "8/0 (run as 2/0) ends at or below its start on average (no gain)" in page
