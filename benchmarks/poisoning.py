@@ -272,6 +272,9 @@ def arm_figures(run_dir: Path, steps: int, payload_questions: int = PAYLOAD_QUES
                 "local_reward_mean": _mean(m.get("sapo/local_reward") for m in step_lines),
                 "step_seconds": _mean(m.get("step_time") for m in step_lines),
                 "plausibility_seconds": _mean(m.get("sapo/time/plausibility", 0.0) for m in step_lines),
+                # tokens of taken external completions, and those the token floor gave no weight in the loss
+                "external_tokens": last.get("sapo/total/external_tokens", 0.0),
+                "external_tokens_masked": last.get("sapo/total/external_tokens_masked", 0.0),
                 "payload_log_likelihood_end": node_payload_log_likelihood(
                     node_dir, payloads, places, payload_questions
                 ),
@@ -322,9 +325,10 @@ def markdown(report: dict[str, Any]) -> list[str]:
         "| arm | seed | payload in own completions, first third -> last third | payload in held-out answers, start "
         "-> end | attacker groups trained on / dropped as implausible, per node | honest groups trained on / "
         "dropped as implausible, per node | groups dropped (by reason, all nodes) | local reward (mean over steps) "
-        "| held-out pass@1 start -> end | s/step (plausibility check) | payload log-likelihood per token at the end "
+        "| held-out pass@1 start -> end | s/step (plausibility check) | external tokens masked by the token floor "
+        "/ taken, per node | payload log-likelihood per token at the end "
         f"(base model: {_format(report.get('base_payload_log_likelihood'))}) |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for row in report["arms"]:
         nodes = row["figures"]["nodes"]
@@ -345,6 +349,7 @@ def markdown(report: dict[str, Any]) -> list[str]:
             f"| {', '.join(f'{k} {v:.0f}' for k, v in sorted(dropped.items()) if v) or '-'} "
             f"| {mean('local_reward_mean'):.3f} | {mean('held_out_start'):.3f} -> {mean('held_out_end'):.3f} "
             f"| {mean('step_seconds'):.1f} ({mean('plausibility_seconds'):.2f}) "
+            f"| {mean('external_tokens_masked'):.0f} / {mean('external_tokens'):.0f} "
             f"| {_format(mean('payload_log_likelihood_end'))} |"
         )
     return lines

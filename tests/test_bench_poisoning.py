@@ -36,6 +36,12 @@ def test_poisoning_arm_runs_and_reports(tmp_path, tiny_model_a):
     # every group a node trained on is attributed to the attacker or an honest peer (the nodes' senders.json)
     assert all(node["attacker_taken"] + node["honest_taken"] == node["external_groups"] for node in nodes), nodes
     assert sum(node["attacker_taken"] for node in nodes) >= 1
+    # the token floor's count: nothing with every defence off; with the defaults, the tokens of taken external
+    # completions (the clean arm's honest groups)
+    assert all(node["external_tokens"] == node["external_tokens_masked"] == 0 for node in nodes)
+    clean_nodes = clean["figures"]["nodes"]
+    assert sum(node["external_groups"] for node in clean_nodes) >= 1, clean_nodes
+    assert all((node["external_tokens"] > 0) == (node["external_groups"] > 0) for node in clean_nodes), clean_nodes
     # how far each node's final policy moved towards the payload, against the base model it started from
     assert all(node["payload_log_likelihood_end"] < 0 for node in nodes)
     assert report["base_payload_log_likelihood"] < 0
