@@ -259,7 +259,7 @@ def run_soak(
     "default", every default of sapo-node); memory, DHT storage and step rate over time."""
     from tqdm import tqdm
 
-    from sapo.node.local_swarm import last_metrics
+    from sapo.node.local_swarm import latest_metrics
 
     peers = 3
     run_dir = workdir / "soak"
@@ -279,7 +279,7 @@ def run_soak(
                     raise RuntimeError(f"local-swarm exited with {swarm.returncode}; see {workdir / 'soak.log'}")
                 sample: dict[str, Any] = {"t": round(time.monotonic() - started, 1)}
                 for name, (node_pid, p2pd_pid) in _node_pids(run_dir, peers).items():
-                    row = last_metrics(run_dir / name / "metrics.jsonl")
+                    row, held_out = latest_metrics(run_dir / name / "metrics.jsonl")
                     sample[name] = {
                         "node_mb": rss_mb(node_pid) if node_pid else None,
                         "p2pd_mb": rss_mb(p2pd_pid) if p2pd_pid else None,
@@ -288,6 +288,8 @@ def run_soak(
                         "seen_refs": row.get("swarm/gauge/seen_refs"),
                         "received_groups": row.get("swarm/received_groups"),
                         "published_records": row.get("swarm/published_records"),
+                        "held_out": held_out.get("eval/pass@1"),
+                        "held_out_step": held_out.get("step"),
                     }
                 samples.append(sample)
                 time.sleep(interval)
@@ -328,6 +330,8 @@ def soak_summary(samples: list[dict[str, Any]], names: list[str]) -> dict[str, A
         p2pd_q2, p2pd_q4, p2pd_growth = quarter_growth_per_hour(series("p2pd_mb"))
         items_q2, items_q4, _ = quarter_growth_per_hour(series("dht_stored_items"))
         published = series("published_records")
+        received = series("received_groups")
+        evaluations = held_out_series(rows)
         out[name] = {
             "node_mb_median_q2": node_q2,
             "node_mb_median_q4": node_q4,
@@ -343,7 +347,21 @@ def soak_summary(samples: list[dict[str, Any]], names: list[str]) -> dict[str, A
             "published_records_total": published[-1][1] if published else None,
             "steps_per_minute_first_fifth": rate(rows[:fifth]),
             "steps_per_minute_last_fifth": rate(rows[-fifth:]),
+            "steps_last": max((r["step"] for _, r in rows if r.get("step") is not None), default=None),
+            "received_groups_total": received[-1][1] if received else None,
+            "held_out_first": list(evaluations[0]) if evaluations else None,
+            "held_out_last": list(evaluations[-1]) if evaluations else None,
+            "held_out_evaluations": len(evaluations),
         }
+    return out
+
+
+def held_out_series(rows: list[tuple[float, dict[str, Any]]]) -> list[tuple[int, float]]:
+    """(step, held-out pass@1) of each distinct evaluation a node's samples saw, in order."""
+    out: list[tuple[int, float]] = []
+    for _, r in rows:
+        if r.get("held_out") is not None and (not out or r.get("held_out_step") != out[-1][0]):
+            out.append((r.get("held_out_step"), r["held_out"]))
     return out
 
 
@@ -397,9 +415,10 @@ def windows(samples: list[dict[str, Any]], names: list[str], minutes: float = 5.
 
 
 def soak_plot(samples: list[dict[str, Any]], names: list[str], ttl: float, path: Path, model: str = "tiny") -> None:
-    """Two panels over time: RSS of each node and its p2pd; DHT items vs records published within the ttl."""
+    """Three panels over time: RSS of each node and its p2pd; DHT items vs records published within the ttl; each
+    node's held-out pass@1 at its evaluations."""
     plt = pyplot()
-    fig, (mem, dht) = plt.subplots(2, 1, figsize=(9, 7), sharex=True)
+    fig, (mem, dht, held) = plt.subplots(3, 1, figsize=(9, 9.5), sharex=True)
     for n in names:
         rows = [(s["t"] / 60, s[n]) for s in samples if isinstance(s.get(n), dict)]
         line = mem.plot([t for t, r in rows], [r["node_mb"] for _, r in rows], lw=0.8, label=f"{n} node")[0]
@@ -418,9 +437,20 @@ def soak_plot(samples: list[dict[str, Any]], names: list[str], ttl: float, path:
         [t for t, _ in within], [v for _, v in within], ls="--", label=f"records published in the last {ttl:.0f} s"
     )
     dht.plot([t for t, _ in total], [v for _, v in total], ls=":", label="records published in all")
-    dht.set_xlabel("minutes")
     dht.set_ylabel("records")
     dht.legend(fontsize=8)
+    for n in names:
+        first_seen: dict[Any, float] = {}
+        for s in samples:
+            row = s.get(n)
+            if isinstance(row, dict) and row.get("held_out") is not None:
+                first_seen.setdefault(row.get("held_out_step"), (s["t"] / 60, row["held_out"]))
+        points = list(first_seen.values())
+        held.plot([t for t, _ in points], [v for _, v in points], marker="o", ms=3, lw=0.8, label=n)
+    held.set_xlabel("minutes")
+    held.set_ylabel("held-out pass@1")
+    if any(held.get_lines()):
+        held.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -456,8 +486,9 @@ def markdown(result: dict[str, Any]) -> str:
                       "between them, and the peak. DHT items: stored by this node's DHT, against every record it "
                       "published: bounded by expiry, they follow the publication rate, not the total.", "",
                       "| node | node MB q2 -> q4 | node MB/h | node MB max | p2pd MB q2 -> q4 | p2pd MB/h "
-                      "| DHT items q2 -> q4 (max) | records published | steps/min first fifth | last fifth |",
-                      "|---" * 10 + "|"]  # fmt: skip
+                      "| DHT items q2 -> q4 (max) | records published | steps/min first fifth | last fifth "
+                      "| steps | groups received | held-out first -> last (steps) |",
+                      "|---" * 13 + "|"]  # fmt: skip
             for name, s in data["summary"].items():
                 lines.append(
                     f"| {name} | {_f(s['node_mb_median_q2'], '.0f')} -> {_f(s['node_mb_median_q4'], '.0f')} "
@@ -466,7 +497,9 @@ def markdown(result: dict[str, Any]) -> str:
                     f"| {_f(s['p2pd_mb_growth_per_hour'])} "
                     f"| {_f(s['dht_stored_items_median_q2'], '.0f')} -> {_f(s['dht_stored_items_median_q4'], '.0f')} "
                     f"({_f(s['dht_stored_items_max'], '.0f')}) | {_f(s['published_records_total'], '.0f')} "
-                    f"| {_f(s['steps_per_minute_first_fifth'])} | {_f(s['steps_per_minute_last_fifth'])} |"
+                    f"| {_f(s['steps_per_minute_first_fifth'])} | {_f(s['steps_per_minute_last_fifth'])} "
+                    f"| {_f(s.get('steps_last'), '.0f')} | {_f(s.get('received_groups_total'), '.0f')} "
+                    f"| {_held_out_cell(s)} |"
                 )
             lines += _soak_storage_and_windows(data)
         lines.append("")
@@ -494,6 +527,13 @@ def _soak_storage_and_windows(data: dict[str, Any]) -> list[str]:
     if data.get("plot"):
         lines += ["", f"![soak]({data['plot']})"]
     return lines
+
+
+def _held_out_cell(summary: dict[str, Any]) -> str:
+    first, last = summary.get("held_out_first"), summary.get("held_out_last")
+    if not first:
+        return "-"
+    return f"{first[1]:.3f} -> {last[1]:.3f} (steps {first[0]} -> {last[0]})"
 
 
 def _f(value: Any, spec: str = ".1f") -> str:

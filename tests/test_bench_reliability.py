@@ -100,3 +100,37 @@ def test_windows_give_each_nodes_median_and_peak(bench):
     rows = bench.windows(_samples(10, 0.0, 60.0, sawtooth_mb=130.0), ["node-0"], minutes=5.0)
     assert [r["minute"] for r in rows] == [0.0, 5.0]
     assert all(500 <= r["node-0"]["median_mb"] <= r["node-0"]["max_mb"] <= 630 for r in rows)
+
+
+def test_soak_reports_each_held_out_evaluation_once_and_the_groups_received(bench):
+    samples = _samples(5, 0.0, 60.0)
+    for k, sample in enumerate(samples):  # an evaluation at steps 0, 10, 20: each seen by many samples
+        step = 10 * min(k // 10, 2)
+        sample["node-0"].update(held_out=0.1 + step / 100, held_out_step=step, received_groups=float(k))
+    summary = bench.soak_summary(samples, ["node-0"])["node-0"]
+    assert summary["held_out_evaluations"] == 3
+    assert summary["held_out_first"] == [0, pytest.approx(0.1)]
+    assert summary["held_out_last"] == [20, pytest.approx(0.3)]
+    assert summary["received_groups_total"] == len(samples) - 1
+    assert "0.100 -> 0.300 (steps 0 -> 20)" in bench.markdown(
+        {
+            "parts": {
+                "soak": {
+                    "command": "c",
+                    "git_commit": "abc",
+                    "date": "d",
+                    "machine": "m",
+                    "summary": {"node-0": summary},
+                }
+            }
+        }
+    )
+
+
+def test_soak_plot_draws_held_out_panel(bench, tmp_path):
+    samples = _samples(3, 0.0, 60.0)
+    for k, sample in enumerate(samples):
+        sample["node-0"].update(held_out=0.2, held_out_step=10 * (k // 9))
+    path = tmp_path / "soak.png"
+    bench.soak_plot(samples, ["node-0"], 600.0, path, "default")
+    assert path.stat().st_size > 10_000
