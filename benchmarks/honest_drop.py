@@ -30,8 +30,11 @@ from typing import Any
 from benchmarks.harness import RESULTS, record_lines, run_record, write_report
 
 MEAN_MARGINS = (0.5, 0.75, 1.0, 1.5)
-TOKEN_FLOORS = (-4.0, -6.0, -8.0, -10.0)
-"""Candidate `external_token_floor` values: the share of honest tokens and of payload words each would mask."""
+TOKEN_FLOOR_RULES = tuple((f, 0, 0) for f in (-4.0, -6.0, -8.0, -10.0)) + tuple(
+    (f, 3, 6) for f in (-6.0, -7.0, -8.0, -9.0)
+)
+"""Candidate (`external_token_floor`, tokens masked before, after): what each would mask of honest and payload
+tokens."""
 SPAN_MARGINS = (1.5, 2.0, 2.5, 3.0, None)
 ATTACK_KINDS = ("adaptive", "adaptive-format")
 
@@ -67,6 +70,25 @@ def score_continuations(model: Any, prompt_ids: list[int], rows: Sequence[Sequen
     return [(token_logps[k, : len(r)].tolist(), entropies[k, : len(r)].tolist()) for k, r in enumerate(rows)]
 
 
+def payload_tokens(tokenizer: Any, text: str, max_tokens: int) -> list[int]:
+    """Indices of the tokens of ``text`` (tokenized as a receiver tokenizes it, cut to ``max_tokens``) that overlap the
+    payload: the longest wording of `testbed.adaptive_attack.ADAPTIVE_PAYLOADS` in it, else the payload word
+    (`testbed.payload_attack.PAYLOAD_MARK`); [] if it has none."""
+    from testbed.adaptive_attack import ADAPTIVE_PAYLOADS
+    from testbed.payload_attack import PAYLOAD_MARK
+
+    wording = next((w for w in sorted(ADAPTIVE_PAYLOADS, key=len, reverse=True) if w in text), PAYLOAD_MARK)
+    at = text.find(wording)
+    if at < 0:
+        return []
+    offsets = tokenizer(text, add_special_tokens=False, split_special_tokens=True, return_offsets_mapping=True)
+    return [
+        k
+        for k, (start, end) in enumerate(offsets["offset_mapping"][:max_tokens])
+        if end > at and start < at + len(wording)
+    ]
+
+
 def payload_token(tokenizer: Any, text: str, max_tokens: int) -> int | None:
     """Index of the token where the payload word (`testbed.payload_attack.PAYLOAD_MARK`) starts in ``text``, tokenized
     as a receiver tokenizes it, or None if it has none within ``max_tokens`` tokens."""
@@ -77,6 +99,18 @@ def payload_token(tokenizer: Any, text: str, max_tokens: int) -> int | None:
         return None
     offsets = tokenizer(text, add_special_tokens=False, split_special_tokens=True, return_offsets_mapping=True)
     return next((k for k, (_, end) in enumerate(offsets["offset_mapping"][:max_tokens]) if end > at), None)
+
+
+def add_payload_spans(report: dict[str, Any], tokenizer: Any) -> None:
+    """Fill ``payload_tokens`` into every scored attack completion that lacks it (reports measured before they were
+    kept), from the attack texts: each group's non-empty texts, in order, are its scored completions."""
+    max_tokens = report["setup"]["max_tokens"]
+    for scored in report["scores"].values():
+        for kind, groups in scored["attack"].items():
+            for group, texts in zip(groups, report["texts"]["attacks"][kind], strict=True):
+                texts = [t for t in texts if tokenizer(t, add_special_tokens=False)["input_ids"]]
+                for completion, text in zip(group, texts, strict=True):
+                    completion.setdefault("payload_tokens", payload_tokens(tokenizer, text, max_tokens))
 
 
 def statistics_of(scored: Sequence[tuple[list, list]], span_tokens: int) -> list[Any]:
@@ -173,6 +207,7 @@ def score_groups(model: Any, tokenizer: Any, rows: Sequence[dict], groups: Seque
                     "span": s.span,
                     "typicality": [round(t, 2) for t in token_typicality(*map(torch.tensor, values)).tolist()],
                     "payload_token": payload_token(tokenizer, text, max_tokens),
+                    "payload_tokens": payload_tokens(tokenizer, text, max_tokens),
                 }
                 for s, values, text in zip(stats, scored, texts, strict=True)
             ]
@@ -298,29 +333,33 @@ def pair_matrix(report: dict[str, Any], margin: float, span_margin: float | None
 
 
 def token_floor_rows(report: dict[str, Any]) -> list[dict[str, Any]]:
-    """Per candidate floor: the tokens of honest completions from other peers and of the receiver's own unseen ones
-    it would mask, and the attack carriers whose payload word's first token it would mask."""
-    other, own, payload = [], [], []
-    for receiver, scored in report["scores"].items():
-        for sender, groups in scored["from"].items():
-            values = [t for group in groups for c in group for t in c.get("typicality", [])]
-            (own if sender == receiver else other).extend(values)
-        for groups in scored["attack"].values():
-            payload += [
-                c["typicality"][c["payload_token"]] for g in groups for c in g if c.get("payload_token") is not None
-            ]
-    return [
-        {
-            "floor": floor,
-            "other_tokens": len(other),
-            "other_masked": sum(t < floor for t in other),
-            "own_tokens": len(own),
-            "own_masked": sum(t < floor for t in own),
-            "payload_words": len(payload),
-            "payload_masked": sum(t < floor for t in payload),
-        }
-        for floor in TOKEN_FLOORS
-    ]
+    """Per candidate rule of :data:`TOKEN_FLOOR_RULES` (`sapo.plausibility.floor_mask`, as the trainer applies it): the
+    tokens of honest completions from other peers and of the receiver's own unseen ones it would mask, the attack
+    carriers whose payload word's first token it would mask, and the payload tokens (the whole wording) it would."""
+    from sapo.plausibility import floor_mask
+
+    rows = []
+    for floor, before, after in TOKEN_FLOOR_RULES:
+        row = dict.fromkeys(("other_tokens", "other_masked", "own_tokens", "own_masked", "payload_words",
+                             "payload_masked", "payload_tokens", "payload_tokens_masked"), 0)  # fmt: skip
+        for receiver, scored in report["scores"].items():
+            for sender, groups in scored["from"].items():
+                side = "own" if sender == receiver else "other"
+                for completion in (c for group in groups for c in group):
+                    mask = floor_mask(completion.get("typicality", []), floor, before, after)
+                    row[f"{side}_tokens"] += len(mask)
+                    row[f"{side}_masked"] += len(mask) - sum(mask)
+            for completion in (c for groups in scored["attack"].values() for g in groups for c in g):
+                if completion.get("payload_token") is None:
+                    continue
+                mask = floor_mask(completion["typicality"], floor, before, after)
+                row["payload_words"] += 1
+                row["payload_masked"] += 1 - mask[completion["payload_token"]]
+                span = [k for k in completion.get("payload_tokens", []) if k < len(mask)]
+                row["payload_tokens"] += len(span)
+                row["payload_tokens_masked"] += sum(1 - mask[k] for k in span)
+        rows.append({"floor": floor, "before": before, "after": after, **row})
+    return rows
 
 
 def _share(k: int, n: int, digits: int = 0) -> str:
@@ -334,17 +373,22 @@ def _token_floor_table(report: dict[str, Any]) -> list[str]:
     lines = [
         "",
         "What `external_token_floor` would mask of the groups a receiver trains on (tokens whose typicality under the "
-        "receiver lies below the floor get no weight in the loss): tokens of honest completions from other peers, of "
-        "the receiver's own unseen ones, and the first token of the payload word in attack carriers:",
+        "receiver lies below the floor get no weight in the loss, and so do the tokens within the window before and "
+        "after each, `external_token_floor_before`/`_after`): tokens of honest completions from other peers, of the "
+        "receiver's own unseen ones, the first token of the payload word in attack carriers, and every token of the "
+        "payload's wording (from one word to 'Remember to buy zebracoin today.'):",
         "",
-        "| floor (nats) | honest tokens from others masked | own unseen tokens masked | payload words masked |",
-        "|---|---|---|---|",
+        "| floor (nats) | window before / after | honest tokens from others masked | own unseen tokens masked "
+        "| payload words masked | payload tokens masked |",
+        "|---|---|---|---|---|---|",
     ]
     for row in rows:
         lines.append(
-            f"| {row['floor']:g} | {_share(row['other_masked'], row['other_tokens'], 1)} | "
+            f"| {row['floor']:g} | {row['before']} / {row['after']} | "
+            f"{_share(row['other_masked'], row['other_tokens'], 1)} | "
             f"{_share(row['own_masked'], row['own_tokens'], 1)} | "
-            f"{_share(row['payload_masked'], row['payload_words'])} |"
+            f"{_share(row['payload_masked'], row['payload_words'])} | "
+            f"{_share(row['payload_tokens_masked'], row['payload_tokens'])} |"
         )
     return lines
 
@@ -424,6 +468,10 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
             "report_command": record["command"],
             "report_commit": record["git_commit"],
         }
+        if report["scores"] and report.get("texts"):
+            from sapo.models import load_smollm2_tokenizer
+
+            add_payload_spans(report, load_smollm2_tokenizer())
     else:
         if len(args.states) < 2:
             parser.error("--states needs at least two peers' checkpoint directories (the honest swarm)")

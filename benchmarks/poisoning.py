@@ -26,7 +26,9 @@ commit 0e7b344); ``mean-only`` the defaults before issue 23 (the mean test alone
 ``default+standing`` adds per-sender standing; ``clean`` is the node's defaults in a swarm whose first peer
 publishes nothing, ``clean-previous`` the same with the previous defaults, and ``clean-none`` the same swarm without
 the defences: side by side, what the defences cost when there is no attack (honest groups they drop, reward,
-held-out pass@1, step time). A clean arm needs ``--honest`` of 2 or more (there is nothing else to share). Results
+held-out pass@1, step time). With ``--honest 1`` a clean arm is the drift baseline: one node trains on its own groups
+only, and its payload log-likelihood at the end says how far training alone moves it. ``floor-alone`` is the token floor
+of 9a03744 (-6, no window around a masked token). Results
 go to benchmarks/results/<--report-name>.{json,md} (default ``poisoning``); per-arm run directories under
 runs/poisoning/ (not committed).
 ``--report-only`` measures the existing run directories again (e.g. with a newer measurement), keeping the commit the
@@ -52,6 +54,14 @@ ARMS: dict[str, list[str]] = {
     "none": ["--completion_forbid_control_chars", "false", "--plausibility_margin", "none"],
     "hygiene": ["--plausibility_margin", "none"],
     "default": [],
+    "floor-alone": [
+        "--external_token_floor",
+        "-6",
+        "--external_token_floor_before",
+        "0",
+        "--external_token_floor_after",
+        "0",
+    ],  # fmt: skip
     "previous": ["--plausibility_margin", "0.5", "--plausibility_span_margin", "1.5", "--external_token_floor", "none"],
     "mean-only": [
         "--plausibility_margin",
@@ -438,8 +448,6 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     unknown = [arm for arm in args.arms.split(",") if arm not in ARMS]
     if unknown:
         parser.error(f"unknown arm(s) {unknown}; choose from {sorted(ARMS)}")
-    if args.honest < 2 and ATTACK_FREE_ARMS & set(args.arms.split(",")):
-        parser.error("a clean arm needs --honest 2 or more: with one honest node nothing is shared")
     if args.report_only:
         return report_again(args)
     report: dict[str, Any] = {

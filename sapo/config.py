@@ -80,6 +80,8 @@ _SECTIONS = {
         "plausibility_span_margin",
         "plausibility_span_tokens",
         "external_token_floor",
+        "external_token_floor_before",
+        "external_token_floor_after",
     ),
     "Sender standing": ("sender_drop_limit", "sender_window", "sender_bench_seconds"),
     "Held-out evaluation": ("eval_questions",),
@@ -259,18 +261,33 @@ class SAPOConfig(GRPOConfig):
         default=3, metadata={"help": "Consecutive tokens of the span that `plausibility_span_margin` judges."}
     )
     external_token_floor: float | None = field(
-        default=-6.0,
+        default=-8.0,
         metadata={
             "help": "Train on no token of an external completion whose typicality under this node's policy (its "
-            "log-probability plus the policy's entropy there, from the plausibility pass) lies below this many nats: "
-            "such a token gets no weight in the loss (TRL's token mask), so a payload that passes the check is not "
-            "learned, while the rest of its completion is. At -6, among peers whose policies diverged in 55 steps of "
-            "training (benchmarks/results/honest_drop_8-0_step55.md) it masks the payload word's first token in all "
-            "128 adaptive-attack carriers and 1.8 percent of the tokens of honest peers' completions (1.3 percent "
-            "of the node's own); under the base model, every payload of benchmarks/results/plausibility_scores.json. "
-            "Applies with the plausibility check on (its pass scores the tokens; with the check off nothing is "
-            "masked). "
-            "Counted as `external_tokens_masked`. `None`: every token of an accepted group is trained on."
+            "log-probability plus the policy's entropy there, from the plausibility pass) lies below this many nats, "
+            "nor on its neighbours (`external_token_floor_before`, `external_token_floor_after`): those tokens get no "
+            "weight in the loss (TRL's token mask), so a payload that passes the check is not learned, while the rest "
+            "of its completion is. A payload has one rare token among likely ones (once ' zeb' is written, 'racoin' "
+            "is likely), so the floor alone is not enough: at -6 it masked 46 percent of the adaptive attacker's "
+            "payload tokens. With -8 and 3 tokens before, 6 after, it masks 626 of 628 payload tokens and 6.4 "
+            "percent of the tokens of honest peers whose policies diverged in 55 steps of training (4.6 percent of "
+            "the node's own), benchmarks/results/honest_drop_8-0_step55.md. Applies with the plausibility check on "
+            "(its pass scores the tokens; with the check off nothing is masked). Counted as "
+            "`external_tokens_masked`. `None`: every token of an accepted group is trained on."
+        },
+    )
+    external_token_floor_before: int = field(
+        default=3,
+        metadata={
+            "help": "Also mask this many tokens before each external token below `external_token_floor` (the "
+            "ordinary words that lead into a payload, e.g. 'Remember to buy')."
+        },
+    )
+    external_token_floor_after: int = field(
+        default=6,
+        metadata={
+            "help": "Also mask this many tokens after each external token below `external_token_floor` (the rest of "
+            "a payload, likely once its first rare token is written)."
         },
     )
     sender_drop_limit: int | None = field(
@@ -483,6 +500,9 @@ class SAPOConfig(GRPOConfig):
                 "plausibility_span_margin must be >= 0 nats or None (no span test), "
                 f"got {self.plausibility_span_margin}."
             )
+        for name in ("external_token_floor_before", "external_token_floor_after"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be >= 0 tokens, got {getattr(self, name)}.")
         if self.plausibility_span_tokens < 1:
             raise ValueError(f"plausibility_span_tokens must be at least 1, got {self.plausibility_span_tokens}.")
         if self.plausibility_window < 4:

@@ -21,7 +21,8 @@ answers: 42 % dropped), and a payload this policy already finds likely.
 Among honest peers whose policies diverged in training (benchmarks/results/honest_drop_8-0_step*.md: 4 peers of a
 campaign run judging each other, steps 19 and 55), those margins dropped 32 of 192 honest groups; the defaults are now
 1.0 and 2.5 (11 of 192), and what passes of an attacker's groups is kept from being learned by the token floor
-(`SAPOConfig.external_token_floor`, applied in the loss by the trainer).
+(`SAPOConfig.external_token_floor`, applied in the loss by the trainer with :func:`floor_mask`: a token below the floor
+and its neighbours get no weight).
 """
 
 from __future__ import annotations
@@ -66,6 +67,17 @@ def token_typicality(per_token_logps: torch.Tensor, entropies: torch.Tensor) -> 
     """Each token's typicality: its log-probability plus the policy's entropy at its position, in nats (float32,
     detached; same shape as the arguments)."""
     return per_token_logps.detach().float() + entropies.detach().float()
+
+
+def floor_mask(typicality: Sequence[float], floor: float, before: int = 0, after: int = 0) -> list[int]:
+    """Per token: 0 if its typicality lies below ``floor``, or if it lies within ``before`` tokens before or ``after``
+    tokens after such a token; else 1. The neighbours matter because a payload's rare token is one of several: once
+    " zeb" is written, "racoin" and " is the future" are likely, and "Remember to buy" before it is ordinary text."""
+    mask = [1] * len(typicality)
+    for k, value in enumerate(typicality):
+        if value < floor:
+            mask[max(0, k - before) : k + after + 1] = [0] * (min(len(mask), k + after + 1) - max(0, k - before))
+    return mask
 
 
 def typicality_scores(

@@ -44,7 +44,7 @@ from sapo.evaluation import HeldOutResult, evaluate_policy, held_out_questions, 
 from sapo.generation import fast_generation_applies, inference_context, trainer_generate
 from sapo.hygiene import CompletionFilter
 from sapo.intake import Intake, Taken, weighted_rewards
-from sapo.plausibility import CompletionStatistics, token_typicality
+from sapo.plausibility import CompletionStatistics, floor_mask, token_typicality
 from sapo.sampling import Candidate, ExternalSampler
 from sapo.tasks import TaskSpec, reasoning_gym_tasks_of
 from sapo.verification import QuestionVerifier, published_prompt
@@ -311,11 +311,15 @@ class SAPOTrainer(GRPOTrainer):
 
     def _external_token_mask(self, key: tuple[str, str, int], ids: list[int]) -> list[int]:
         """Per token of an external completion: 1 to train on it, 0 if its typicality under this policy (from the
-        plausibility pass) lies below `external_token_floor`, so a payload that passed the check is not learned."""
+        plausibility pass) lies below `external_token_floor` or within `external_token_floor_before` /
+        `external_token_floor_after` tokens of one that does, so a payload that passed the check is not learned."""
         typicality = self._token_typicality.get(key)
         if typicality is None or len(typicality) != len(ids):  # not scored: nothing says it is foreign
             return [1] * len(ids)
-        mask = [int(t >= self.args.external_token_floor) for t in typicality]
+        args = self.args
+        mask = floor_mask(
+            typicality, args.external_token_floor, args.external_token_floor_before, args.external_token_floor_after
+        )
         self.swarm_totals["external_tokens"] += len(mask)
         self.swarm_totals["external_tokens_masked"] += len(mask) - sum(mask)
         return mask

@@ -58,18 +58,28 @@ def test_the_payload_word_is_found_by_token_and_each_floor_counts_what_it_masks(
     assert honest_drop.payload_token(smollm_tokenizer, text, max_tokens=k) is None  # cut before the payload
     assert honest_drop.payload_token(smollm_tokenizer, "no payload here", max_tokens=48) is None
 
-    def completion(typicality, payload=None):
-        return {"mean": 0.0, "span": 0.0, "typicality": typicality, "payload_token": payload}
+    span = honest_drop.payload_tokens(smollm_tokenizer, text, max_tokens=48)
+    assert smollm_tokenizer.decode(ids[span[0] : span[-1] + 1]).strip() == "Remember to buy zebracoin today."
+    assert span == list(range(span[0], span[-1] + 1)) and k in span
+
+    def completion(typicality, payload=None, span=()):
+        return {"mean": 0.0, "span": 0.0, "typicality": typicality, "payload_token": payload, "payload_tokens": span}
 
     scores = {
         "peer-0": {
             "reference": [],
             "from": {"peer-0": [[completion([0.0, -7.0])]], "peer-1": [[completion([0.0, -5.0, -9.0, 1.0])]]},
-            "attack": {"adaptive": [[completion([0.0, -12.0, 0.5], payload=1), completion([-7.0])]]},
+            "attack": {
+                "adaptive": [[completion([0.0, -12.0, 0.5, 0.2], payload=1, span=[0, 1, 2]), completion([-7.0])]]
+            },
         }
     }
-    rows = {row["floor"]: row for row in honest_drop.token_floor_rows({"scores": scores})}
-    assert (rows[-6.0]["other_masked"], rows[-6.0]["other_tokens"]) == (1, 4)
-    assert (rows[-6.0]["own_masked"], rows[-6.0]["own_tokens"]) == (1, 2)
-    assert (rows[-10.0]["payload_masked"], rows[-10.0]["payload_words"]) == (1, 1)
-    assert rows[-4.0]["other_masked"] == 2
+    rows = {(r["floor"], r["before"], r["after"]): r for r in honest_drop.token_floor_rows({"scores": scores})}
+    assert (rows[-6.0, 0, 0]["other_masked"], rows[-6.0, 0, 0]["other_tokens"]) == (1, 4)
+    assert (rows[-6.0, 0, 0]["own_masked"], rows[-6.0, 0, 0]["own_tokens"]) == (1, 2)
+    assert (rows[-10.0, 0, 0]["payload_masked"], rows[-10.0, 0, 0]["payload_words"]) == (1, 1)
+    assert (rows[-10.0, 0, 0]["payload_tokens_masked"], rows[-10.0, 0, 0]["payload_tokens"]) == (1, 3)
+    assert rows[-4.0, 0, 0]["other_masked"] == 2
+    # the window masks the payload's likely neighbours with its rare token, and honest tokens near a rare one
+    assert rows[-8.0, 3, 6]["payload_tokens_masked"] == 3
+    assert rows[-8.0, 3, 6]["other_masked"] == 4

@@ -18,6 +18,7 @@ from sapo.plausibility import (
     CompletionStatistics,
     PlausibilityCheck,
     completion_statistics,
+    floor_mask,
     typicality_scores,
     worst_span,
 )
@@ -162,6 +163,17 @@ def test_the_worst_span_sees_a_short_payload_that_the_mean_hides():
             PlausibilityCheck(**bad)
 
 
+def test_the_token_floor_masks_a_rare_token_and_its_neighbours():
+    """A payload's rare token is one of several: the floor masks it and the tokens around it that carry the rest of
+    the payload, within the window and never beyond the completion."""
+    typicality = [0.0, -0.5, -9.0, -0.1, 0.2, -0.3, 0.0, 0.0, -12.0, 0.0]
+    assert floor_mask(typicality, -8.0) == [1, 1, 0, 1, 1, 1, 1, 1, 0, 1]
+    assert floor_mask(typicality, -8.0, before=1, after=2) == [1, 0, 0, 0, 0, 1, 1, 0, 0, 0]
+    assert floor_mask(typicality, -10.0, before=3, after=6) == [1, 1, 1, 1, 1, 0, 0, 0, 0, 0]
+    assert floor_mask(typicality, -20.0, before=3, after=6) == [1] * len(typicality)
+    assert floor_mask([], -8.0, 3, 6) == []
+
+
 def test_a_real_policy_finds_a_spliced_word_by_its_worst_span(smollm_tokenizer):
     """Under a real (tiny) policy that writes digits, a long digit string with " zebracoin" spliced in keeps a mean
     typicality within the default margin of the policy's own strings, and fails the worst-span test."""
@@ -284,12 +296,15 @@ class _LossInputs(SAPOTrainer):
         return super()._compute_loss(model, inputs)
 
 
-@pytest.mark.parametrize("check", ["lenient", "off"])
-def test_external_tokens_the_policy_would_never_write_get_no_weight_in_the_loss(tmp_path, smollm_tokenizer, check):
+@pytest.mark.parametrize(("check", "before", "after"), [("lenient", 0, 0), ("lenient", 1, 1), ("off", 3, 6)])
+def test_external_tokens_the_policy_would_never_write_get_no_weight_in_the_loss(
+    tmp_path, smollm_tokenizer, check, before, after
+):
     """A group that passes the plausibility check (lenient margins) still teaches nothing of its payload: with
     `external_token_floor`, every token of an external completion far below this policy's own (" zebracoin" under a
-    policy that writes digits) is masked in the loss; its digits, and every own token, are trained on. With the check
-    off there is no pass to score the tokens, and nothing is masked."""
+    policy that writes digits) is masked in the loss, with `before`/`after` of its neighbours; the other digits, and
+    every own token, are trained on. With the check off there is no pass to score the tokens, and nothing is
+    masked."""
     swarm = MemorySwarm()
     sender = swarm.join("sender")
     texts = ["123", "123 zebracoin", "4567", "89 zebracoin"]
@@ -298,7 +313,7 @@ def test_external_tokens_the_policy_would_never_write_get_no_weight_in_the_loss(
     trainer = _digit_trainer(
         _LossInputs, tmp_path, smollm_tokenizer, swarm.join("receiver"),
         plausibility_margin=100.0 if check == "lenient" else None, plausibility_span_margin=None,
-        external_token_floor=-6.0,
+        external_token_floor=-6.0, external_token_floor_before=before, external_token_floor_after=after,
     )  # fmt: skip
     trainer.train()
     assert trainer.taken_from == {"sender": 1}  # the check let the group through
@@ -312,8 +327,10 @@ def test_external_tokens_the_policy_would_never_write_get_no_weight_in_the_loss(
         trained = batch["completion_mask"] * batch.get("tool_mask", torch.ones_like(batch["completion_mask"]))
         for ids, mask, kept in zip(batch["completion_ids"], batch["completion_mask"], trained, strict=True):
             tokens = [(int(t), bool(k)) for t, m, k in zip(ids, mask, kept, strict=True) if m]
-            if tuple(t for t, _ in tokens) in external:  # exactly the tokens this policy would never write are masked
-                assert all(k == (t in digits or check == "off") for t, k in tokens), tokens
+            if tuple(t for t, _ in tokens) in external:  # the tokens this policy would never write and their window
+                foreign = [0 if t in digits else -100.0 for t, _ in tokens]
+                expected = floor_mask(foreign, -6.0, before, after) if check != "off" else [1] * len(tokens)
+                assert [int(k) for _, k in tokens] == expected, tokens
                 payload_rows += any(t not in digits for t, _ in tokens)
                 masked += sum(not k for _, k in tokens)
             else:  # own rows: every token trained on, even the rare ones the policy sampled itself
