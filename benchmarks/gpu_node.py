@@ -106,11 +106,23 @@ def node_summary(node_dir: Path) -> dict[str, Any]:
         "first_step_seconds": times[0] if times else None,
         "median_step_seconds": statistics.median(times[1:]) if len(times) > 1 else None,
         "median_generation_seconds": statistics.median(generation[1:]) if len(generation) > 1 else None,
-        "mean_local_reward": statistics.fmean(r["reward"] for r in training if "reward" in r)
-        if any("reward" in r for r in training)
-        else None,
+        "mean_reward": _mean_of(training, "reward"),  # TRL's: every row of the batch, external ones included
+        "mean_local_reward": _mean_of(training, "sapo/local_reward"),  # the node's own rows only
         "held_out": [{"step": int(r["step"]), "pass@1": r.get("eval/pass@1")} for r in evaluations],
     }
+
+
+def _mean_of(rows: Sequence[dict[str, Any]], key: str) -> float | None:
+    values = [float(r[key]) for r in rows if isinstance(r.get(key), (int, float))]
+    return statistics.fmean(values) if values else None
+
+
+def _rewards(node: dict[str, Any]) -> tuple[float | None, float | None]:
+    """(mean reward of every row, of the node's own rows) of a node summary; summaries written before 2026-11-25's
+    second session kept TRL's all-rows reward under ``mean_local_reward`` and had no own-rows figure."""
+    if "mean_reward" in node:
+        return node["mean_reward"], node["mean_local_reward"]
+    return node.get("mean_local_reward"), None
 
 
 def gpu_summary(samples: Sequence[dict[str, Any]]) -> dict[str, Any]:
@@ -183,13 +195,15 @@ def report_lines(results: Sequence[dict[str, Any]], notes: str = "") -> list[str
             f"utilisation {_fmt(g.get('mean_utilization'))} % ({g.get('readings', 0)} readings)."
         )
         lines += ["", "| node | steps | first step (s) | later steps, median (s) | generation, median (s) |"
-                  " mean reward | held-out pass@1 by step |", "|---|---|---|---|---|---|---|"]  # fmt: skip
+                  " mean reward, all rows | own rows | held-out pass@1 by step |",
+                  "|---|---|---|---|---|---|---|---|"]  # fmt: skip
         for n in r["nodes"]:
             held = ", ".join(f"{h['step']}: {_fmt(h['pass@1'], '.3f')}" for h in n["held_out"]) or "-"
             times = f"{_fmt(n['first_step_seconds'])} | {_fmt(n['median_step_seconds'], '.2f')}"
+            every_row, own_rows = _rewards(n)
             lines.append(
                 f"| {n['node']} | {n['steps']} | {times} | {_fmt(n['median_generation_seconds'], '.2f')}"
-                f" | {_fmt(n['mean_local_reward'], '.3f')} | {held} |"
+                f" | {_fmt(every_row, '.3f')} | {_fmt(own_rows, '.3f')} | {held} |"
             )
         lines.append("")
     if notes:

@@ -16,9 +16,9 @@ def write_metrics(node_dir, lines):
 def test_node_summary_separates_warm_up_from_steady_steps_and_reads_held_out(tmp_path):
     lines = [
         {"step": 0, "eval/pass@1": 0.25, "eval/questions": 8.0},
-        {"step": 1, "step_time": 40.0, "sapo/time/generation": 30.0, "reward": 0.0},
-        {"step": 2, "step_time": 3.0, "sapo/time/generation": 2.0, "reward": 0.5},
-        {"step": 3, "step_time": 5.0, "sapo/time/generation": 4.0, "reward": 1.0},
+        {"step": 1, "step_time": 40.0, "sapo/time/generation": 30.0, "reward": 0.0, "sapo/local_reward": 0.0},
+        {"step": 2, "step_time": 3.0, "sapo/time/generation": 2.0, "reward": 0.5, "sapo/local_reward": 0.25},
+        {"step": 3, "step_time": 5.0, "sapo/time/generation": 4.0, "reward": 1.0, "sapo/local_reward": 0.5},
         {"step": 3, "eval/pass@1": 0.5, "eval/questions": 8.0},
     ]
     write_metrics(tmp_path / "run" / "node-1", lines)
@@ -31,7 +31,8 @@ def test_node_summary_separates_warm_up_from_steady_steps_and_reads_held_out(tmp
     assert summary["first_step_seconds"] == 40.0  # model loading and warm-up stay out of the median
     assert summary["median_step_seconds"] == 4.0
     assert summary["median_generation_seconds"] == 3.0
-    assert summary["mean_local_reward"] == 0.5
+    assert summary["mean_reward"] == 0.5  # TRL's, every row of the batch
+    assert summary["mean_local_reward"] == 0.25  # the node's own rows
     assert summary["held_out"] == [{"step": 0, "pass@1": 0.25}, {"step": 3, "pass@1": 0.5}]
     assert gpu_node.node_summary(found[0])["median_step_seconds"] is None  # one step: no steady figure
 
@@ -74,16 +75,27 @@ def test_report_page_names_each_run_and_node(tmp_path):
                 "first_step_seconds": 40.0,
                 "median_step_seconds": 4.0,
                 "median_generation_seconds": 3.0,
-                "mean_local_reward": 0.5,
+                "mean_local_reward": 0.5,  # written before the own-rows figure: TRL's all-rows reward under this key
                 "held_out": [{"step": 3, "pass@1": 0.5}],
-            }
+            },
+            {
+                "node": "node-1",
+                "steps": 3,
+                "first_step_seconds": 40.0,
+                "median_step_seconds": 4.0,
+                "median_generation_seconds": 3.0,
+                "mean_reward": 0.5,
+                "mean_local_reward": 0.25,
+                "held_out": [],
+            },
         ],
     }
     (tmp_path / "node.json").write_text(json.dumps(run))
     assert gpu_node.main(["report", str(tmp_path / "node.json"), "--results-dir", str(tmp_path), "--name", "page"]) == 0
     page = (tmp_path / "page.md").read_text()
     assert "python -m sapo.node.cli --max-steps 3" in page
-    assert "| node-0 | 3 | 40.0 | 4.00 | 3.00 | 0.500 | 3: 0.500 |" in page
+    assert "| node-0 | 3 | 40.0 | 4.00 | 3.00 | 0.500 | - | 3: 0.500 |" in page
+    assert "| node-1 | 3 | 40.0 | 4.00 | 3.00 | 0.500 | 0.250 | - |" in page
 
 
 @pytest.mark.skipif(shutil.which("nvidia-smi") is not None, reason="the refusal is for machines without a GPU")
