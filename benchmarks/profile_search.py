@@ -208,6 +208,64 @@ def summarize(run: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def _outcomes(run: dict[str, Any], which: str) -> list[float]:
+    """Per-question 0/1 of a run's first (``"start"``) or last (``"end"``) evaluation."""
+    from sapo.evaluation import HeldOutResult
+
+    steps = sorted(int(k) for k in run["evaluations"])
+    step = steps[0] if which == "start" else steps[-1]
+    return [float(q.correct) for q in HeldOutResult.from_json(run["evaluations"][str(step)]).questions]
+
+
+def precision_pairs(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The bf16 learning check: every setting ``X-bf16`` against ``X-fp32`` on the seeds both ran.
+
+    Per seed, paired by question (the held-out questions are the same in every run): the end's pass@1 bf16 - fp32,
+    and the difference of the gains, (end - start under bf16) - (end - start under fp32), which also removes what
+    the precision changes at step 0. Over seeds, `benchmarks.stats.over_seeds`: a t-interval from the seeds' spread
+    plus the shared questions' error.
+    """
+    from benchmarks.stats import over_seeds, paired_difference
+
+    by_key = {(r["setting"]["name"], r["seed"]): r for r in runs}
+    pairs = []
+    for name in sorted({n for n, _ in by_key if n.endswith("-bf16")}):
+        base = name.removesuffix("-bf16")
+        seeds = sorted(s for n, s in by_key if n == name and (f"{base}-fp32", s) in by_key)
+        if not seeds:
+            continue
+        end, gain = [], []
+        for seed in seeds:
+            low, full = by_key[(name, seed)], by_key[(f"{base}-fp32", seed)]
+            end.append(paired_difference([_outcomes(low, "end")], [_outcomes(full, "end")]))
+            low_gain = [e - s for e, s in zip(_outcomes(low, "end"), _outcomes(low, "start"), strict=True)]
+            full_gain = [e - s for e, s in zip(_outcomes(full, "end"), _outcomes(full, "start"), strict=True)]
+            gain.append(paired_difference([low_gain], [full_gain]))
+        pairs.append({"setting": base, "seeds": seeds, "end": end, "gain": gain,
+                      "end_over_seeds": over_seeds(end), "gain_over_seeds": over_seeds(gain)})  # fmt: skip
+    return pairs
+
+
+def precision_lines(pairs: list[dict[str, Any]]) -> list[str]:
+    """The bf16 learning check as markdown lines (empty when no pair ran)."""
+    if not pairs:
+        return []
+    lines = ["", "bf16 against fp32 (the same setting and seed; paired by question; over seeds a t-interval with "
+             "the shared questions' error, `benchmarks.stats.over_seeds`):", "",
+             "| setting | seed | end pass@1 bf16 - fp32 | gain bf16 - gain fp32 |", "|---|---|---|---|"]  # fmt: skip
+    for pair in pairs:
+        for seed, end, gain in zip(pair["seeds"], pair["end"], pair["gain"], strict=True):
+            lines.append(f"| {pair['setting']} | {seed} | {end.value:+.3f} ± {end.se:.3f} | "
+                         f"{gain.value:+.3f} ± {gain.se:.3f} |")  # fmt: skip
+        end, gain = pair["end_over_seeds"], pair["gain_over_seeds"]
+        if len(pair["seeds"]) > 1:
+            (end_low, end_high), (gain_low, gain_high) = end.interval(), gain.interval()
+            lines.append(f"| {pair['setting']} | over {len(pair['seeds'])} | {end.value:+.3f} (95 % CI "
+                         f"{end_low:+.3f} to {end_high:+.3f}) | {gain.value:+.3f} (95 % CI {gain_low:+.3f} to "
+                         f"{gain_high:+.3f}) |")  # fmt: skip
+    return lines
+
+
 def report(runs: list[dict[str, Any]], results_dir: Path) -> Path:
     """RESULTS_DIR/profile_search.md and .png from the finished runs."""
     rows = [summarize(run) for run in runs]
@@ -246,6 +304,7 @@ def report(runs: list[dict[str, Any]], results_dir: Path) -> Path:
                 f"{s.groups_per_step} groups per step, {s.max_completion_length} completion tokens, rewards "
                 f"{', '.join(s.rewards)}"
             )
+    lines += precision_lines(precision_pairs(runs))
     alone = timing_lines(results_dir)
     if alone:
         lines += ["", "Step time with the machine alone (`python -m benchmarks.profile_search --timing 8 --settings "

@@ -50,3 +50,31 @@ def test_timing_runs_without_evaluation(tmp_path, tiny_model_a):
     assert profile_search.main(argv) == 0
     run = json.loads((tmp_path / "profile_search" / "timing" / "lora-mix-small.json").read_text())
     assert run["evaluations"] == {} and len(run["history"]) == 3
+
+
+def test_the_bf16_check_pairs_each_seed_by_question_and_bounds_the_mean_over_seeds():
+    def result(solved):
+        return HeldOutResult([QuestionResult("t", i, float(s), "", 1) for i, s in enumerate(solved)]).to_json()
+
+    def run(name, seed, start, end):
+        return {"setting": {"name": name}, "seed": seed,
+                "evaluations": {"0": result(start), "30": result(end)}}  # fmt: skip
+
+    start = [0] * 10 + [1] * 2 + [0] * 8
+    runs = [
+        run("lora-mix-small-fp32", 0, start, [1] * 4 + [0] * 16),
+        run("lora-mix-small-bf16", 0, start, [1] * 5 + [0] * 15),  # one more question solved
+        run("lora-mix-small-fp32", 1, start, [1] * 6 + [0] * 14),
+        run("lora-mix-small-bf16", 1, [0] * 20, [1] * 6 + [0] * 14),  # same end, gained from a lower start
+        run("lora-mix-small-bf16", 2, start, [1] * 6 + [0] * 14),  # no fp32 partner: left out
+    ]
+    (pair,) = profile_search.precision_pairs(runs)
+    assert pair["setting"] == "lora-mix-small" and pair["seeds"] == [0, 1]
+    assert [e.value for e in pair["end"]] == pytest.approx([0.05, 0.0])
+    assert [g.value for g in pair["gain"]] == pytest.approx([0.05, 0.1])
+    over = pair["end_over_seeds"]
+    assert over.value == pytest.approx(0.025)
+    low, high = over.interval()
+    assert low < 0 < high  # two seeds and 20 questions resolve nothing: the interval says so
+    lines = "\n".join(profile_search.precision_lines([pair]))
+    assert "| lora-mix-small | 0 | +0.050" in lines and "over 2" in lines
