@@ -108,6 +108,7 @@ def run_one(
         eval_strategy="steps" if questions else "no",
         eval_steps=max(1, steps // 2),
         eval_on_start=bool(questions),
+        eval_questions=max(questions, 1),
         per_device_eval_batch_size=32,
         logging_steps=1,
         save_strategy="no",
@@ -140,7 +141,9 @@ def run_one(
         reward_funcs=build_rewards(list(setting.rewards)),
         args=args,
         train_dataset=train,
-        eval_dataset=held_out,
+        # No eval_dataset: the trainer derives the same held-out set (these tasks, `eval_questions`) and measures it
+        # by greedy pass@1 alone, as a node does; an explicit eval set would add TRL's sampled evaluation loop.
+        held_out_tasks=tasks,
         processing_class=tokenizer,
         swarm=None,
         callbacks=[Record()],
