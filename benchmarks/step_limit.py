@@ -255,14 +255,16 @@ def _common_args(args: argparse.Namespace, output_dir: str) -> dict[str, Any]:
 def feeder_groups(model: Any, tokenizer: Any, dataset: Any, count: int) -> list[Any]:
     """``count`` groups a second peer publishes: questions of the dataset's tail, completions sampled from the
     model (so the node's plausibility check keeps them), the first one ending with the right answer (so the group's
-    rewards differ and the node's zero-advantage filter keeps it)."""
+    rewards differ and the node's zero-advantage filter keeps it). Groups that the node's default hygiene would drop
+    (a tiny random model samples control characters) are left out, twice as many questions are sampled for that."""
     import torch
 
     from sapo.generation import generate_completions, inference_context
+    from sapo.hygiene import CompletionHygiene
     from sapo.verification import published_prompt
     from swarm.records import Group, provenance_from_wire
 
-    rows = [dataset[len(dataset) - 1 - j] for j in range(count)]
+    rows = [dataset[len(dataset) - 1 - j] for j in range(2 * count)]
     ids = [list(tokenizer.apply_chat_template(row["prompt"], add_generation_prompt=True, tokenize=True,
                                               return_dict=True)["input_ids"]) for row in rows]  # fmt: skip
     with torch.no_grad(), inference_context(model):
@@ -270,7 +272,7 @@ def feeder_groups(model: Any, tokenizer: Any, dataset: Any, count: int) -> list[
                                            generation_config(tokenizer, fixed_length=False),
                                            [tokenizer.eos_token_id], tokenizer.pad_token_id)  # fmt: skip
     texts = tokenizer.batch_decode(completions, skip_special_tokens=True)
-    groups = []
+    groups, hygiene = [], CompletionHygiene()
     for j, row in enumerate(rows):
         group = texts[j * GENERATIONS : (j + 1) * GENERATIONS]
         # The answer within the node's NEW_TOKENS, or it is cut off and scored as cut: the sample's start, then it.
@@ -278,10 +280,14 @@ def feeder_groups(model: Any, tokenizer: Any, dataset: Any, count: int) -> list[
         room = max(NEW_TOKENS - len(tokenizer(answer, add_special_tokens=False)["input_ids"]) - 2, 0)
         head = tokenizer.decode(completions[j * GENERATIONS][:room], skip_special_tokens=True)
         group[0] = f"{head.strip()}{answer}"
+        if hygiene.group_problem(group) is not None:
+            continue
         groups.append(Group(group_id=f"feed-{j}", prompt=published_prompt(row["prompt"]), completions=group,
                             provenance=provenance_from_wire(json.loads(row["provenance"])), metadata={},
                             model="feeder", step=0, created_at=time.time()))  # fmt: skip
-    return groups
+    if len(groups) < count:
+        raise RuntimeError(f"the feeder made {len(groups)} groups that pass the node's hygiene, {count} needed")
+    return groups[:count]
 
 
 def run_steps(args: argparse.Namespace, model: Any, tokenizer: Any, dataset: Any, bf16: bool,
