@@ -123,9 +123,10 @@ def test_explicit_device_settings_are_kept(monkeypatch):
     assert _config(activation_checkpointing=True).gradient_checkpointing is True
     args, _, _ = parse_node_args(["--gradient_checkpointing", "true"])
     assert args.gradient_checkpointing is True
-    # On a GPU machine (simulated), the defaults turn around and an explicit False stays False.
-    monkeypatch.setattr(sapo.config, "device_defaults", lambda: {**device_defaults(), "use_cpu": False,
-                                                                  "gradient_checkpointing": True})  # fmt: skip
+    # On a GPU machine (simulated), the defaults turn around and an explicit False stays False. The simulated GPU
+    # has no bf16: transformers checks bf16 against the real device, and this machine has no GPU.
+    gpu = {**device_defaults(), "use_cpu": False, "gradient_checkpointing": True, "bf16": False}
+    monkeypatch.setattr(sapo.config, "device_defaults", lambda: gpu)
     assert _config().gradient_checkpointing is True and _config().use_cpu is False
     assert _config(gradient_checkpointing=False, use_cpu=True).gradient_checkpointing is False
     args, _, _ = parse_node_args([])
