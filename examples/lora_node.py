@@ -83,8 +83,11 @@ base, _ = load_policy(args.model)  # the same loader as above, so the same dtype
 reloaded = PeftModel.from_pretrained(base, adapter_dir).eval()
 prompt = tokenizer.apply_chat_template(dataset[0]["prompt"], add_generation_prompt=True, return_tensors="pt")
 ids = prompt["input_ids"] if hasattr(prompt, "keys") else prompt
+# The trained policy without the trainer's bf16 autocast wrapper (on by default where the CPU computes bf16), so
+# that both sides run in float32 and must agree to float32 precision.
+trained = trainer.accelerator.unwrap_model(trainer.model, keep_fp32_wrapper=False).eval()
 with torch.no_grad():
-    trained_logits = trainer.model.eval()(ids).logits
+    trained_logits = trained(ids).logits
     reloaded_logits = reloaded(ids).logits
 difference = (trained_logits - reloaded_logits).abs().max().item()
 print(f"reloaded adapter gives the trained policy's logits: max difference {difference:.2g}")

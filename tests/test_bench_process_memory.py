@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 
 from benchmarks import process_memory
 
@@ -53,8 +54,15 @@ def test_a_reading_finds_a_running_node_process_by_its_command_line():
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)", "sapo.node.cli", "--output_dir",
                               "out-x"])  # fmt: skip
     try:
-        reading = process_memory.sample()
-        mine = [p for p in reading["processes"] if p["pid"] == child.pid]
+        # On a loaded machine the child may still be starting (its command line and memory not yet those of the
+        # program): read until it shows, for at most 10 s.
+        deadline = time.monotonic() + 10
+        while True:
+            reading = process_memory.sample()
+            mine = [p for p in reading["processes"] if p["pid"] == child.pid]
+            if mine or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
         assert mine and mine[0]["kind"] == "node" and mine[0]["dir"] == "out-x" and mine[0]["rss_mb"] > 0
         assert all(p["pid"] != os.getpid() for p in reading["processes"])
     finally:
