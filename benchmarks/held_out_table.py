@@ -73,6 +73,9 @@ class RunCurve:
     questions: int
     # per evaluated step, outcomes[peer][question] (1.0 correct), where every node archived them
     outcomes: dict[int, list[list[float]]] = field(default_factory=dict)
+    question_tasks: list[str] = field(default_factory=list)  # the task of each question, in question order
+    # specialists profiles: the one task each peer trains on (peer i takes the i-th task); None: every peer the mix
+    peer_tasks: list[str] | None = None
 
     def estimate(self, position: int) -> Estimate:
         """The figure at the ``position``-th evaluation (``-1``: the last) with its error."""
@@ -81,6 +84,21 @@ class RunCurve:
     def outcomes_at(self, position: int) -> list[list[float]] | None:
         """The per-question outcomes at the ``position``-th evaluation, or None where they were not archived."""
         return self.outcomes.get(self.steps[position])
+
+    def by_training_task(self, position: int, own: bool) -> list[float] | None:
+        """Per question, the mean outcome over the peers that train on its task (``own``) or do not (others'):
+        a specialist's own task against the tasks only the swarm's other peers train on. None where the run has
+        no specialists or no per-question outcomes at that evaluation."""
+        outcomes = self.outcomes_at(position)
+        if outcomes is None or self.peer_tasks is None or not self.question_tasks:
+            return None
+        values = []
+        for question, task in enumerate(self.question_tasks):
+            peers = [peer for peer, trained in enumerate(self.peer_tasks) if (trained == task) == own]
+            if not peers:
+                return None
+            values.append(sum(outcomes[peer][question] for peer in peers) / len(peers))
+        return values
 
     def change(self) -> Estimate:
         """End minus start of this run: paired by question where the outcomes were archived, else unpaired
@@ -110,6 +128,13 @@ def outcomes_by_step(held_out: Path) -> dict[int, list[float]]:
         questions = sorted(row["questions"], key=lambda q: q["index"])
         by_step[int(row["step"])] = [1.0 if q["correct"] else 0.0 for q in questions]
     return by_step
+
+
+def question_tasks(held_out: Path) -> list[str]:
+    """The task of each question (ordered by question index) in a node's first held-out line."""
+    for line in held_out.read_text().splitlines():
+        return [q["task"] for q in sorted(json.loads(line)["questions"], key=lambda q: q["index"])]
+    return []
 
 
 def paper_label(setting: str) -> str:
@@ -156,6 +181,12 @@ def read_run(run_dir: Path) -> RunCurve | None:
         errors.append(estimate.se)
     code = marker.get("code") or {}
     commit = str(code.get("commit", "?"))[:10] + (" (dirty)" if code.get("dirty") else "")
+    identity = marker.get("identity") or {}
+    peer_tasks = None
+    if identity.get("specialists") and identity.get("tasks"):  # sapo_table gives node i the i-th task's config
+        names = [task["name"] for task in identity["tasks"]]
+        peer_tasks = [names[i % len(names)] for i in range(len(nodes))]
+    held_out = [node / "held_out.jsonl" for node in node_dirs if (node / "held_out.jsonl").exists()]
     return RunCurve(
         setting=run_dir.parent.name,
         seed=int(run_dir.name.split("-")[1]),
@@ -166,6 +197,8 @@ def read_run(run_dir: Path) -> RunCurve | None:
         commit=commit,
         questions=questions,
         outcomes=outcomes,
+        question_tasks=question_tasks(held_out[0]) if held_out else [],
+        peer_tasks=peer_tasks,
     )
 
 
@@ -198,12 +231,77 @@ def compare(runs: Sequence[RunCurve], baseline: str) -> dict[str, Any]:
     return out
 
 
+def compare_by_training_task(runs: Sequence[RunCurve], baseline: str) -> dict[str, Any]:
+    """For specialists: per setting and for the peers' own task and the others' tasks, each run's change (end minus
+    start, paired by question), each seed's end-minus-baseline difference (same seed, paired by question) and the
+    mean over seeds. Empty when no run has specialists with per-question outcomes."""
+    base = {run.seed: run for run in runs if run.setting == baseline}
+    out: dict[str, Any] = {}
+    for which, own in (("own task", True), ("others' tasks", False)):
+        changes = []
+        for run in runs:
+            end, start = run.by_training_task(-1, own), run.by_training_task(0, own)
+            if end is not None and start is not None:
+                estimate = paired_difference([end], [start])
+                changes.append({"setting": run.setting, "seed": run.seed, "start": sum(start) / len(start),
+                                "end": sum(end) / len(end), **estimate.to_json()})  # fmt: skip
+        if not changes:
+            continue
+        versus: dict[str, Any] = {}
+        for setting in sorted({run.setting for run in runs if run.setting != baseline}):
+            per_seed = {}
+            for run in runs:
+                if run.setting != setting or run.seed not in base:
+                    continue
+                end, base_end = run.by_training_task(-1, own), base[run.seed].by_training_task(-1, own)
+                if end is not None and base_end is not None:
+                    per_seed[run.seed] = paired_difference([end], [base_end])
+            rows = [{"seed": seed, "difference": e.value, "z": e.z(), **e.to_json()} for seed, e in per_seed.items()]
+            versus[setting] = {"per_seed": rows, "seeds": len(rows)}
+            if len(rows) > 1:
+                versus[setting]["over_seeds"] = over_seeds(list(per_seed.values())).to_json()
+        out[which] = {"changes": changes, "versus_baseline": versus}
+    return out
+
+
+def training_task_lines(split: dict[str, Any], baseline: str) -> list[str]:
+    """The specialists' section of the page (empty without specialists)."""
+    if not split:
+        return []
+    lines = ["", "## Specialists: the task a peer trains on, and the tasks only the others train on", "",
+             "Each peer trains on one task of the mix and is evaluated on all of them. *Own task*: per question, the "
+             "peers that train on its task; *others' tasks*: the peers that do not, which alone (8/0) never see a "
+             "question of it, and with sharing only through the swarm's groups. Paired by question.", "",
+             "| part | I/J (paper) | seed | start | end | change (95 % CI) |", "|---|---|---|---|---|---|"]  # fmt: skip
+    for which, result in split.items():
+        for row in result["changes"]:
+            change = f"{row['value']:+.3f} ({row['ci_low']:+.3f} to {row['ci_high']:+.3f})"
+            lines.append(f"| {which} | {paper_label(row['setting'])} | {row['seed']} | {row['start']:.3f} | "
+                         f"{row['end']:.3f} | {change} |")  # fmt: skip
+    lines.append("")
+    for which, result in split.items():
+        for setting, versus in result["versus_baseline"].items():
+            for row in versus["per_seed"]:
+                lines.append(f"- {which}, {paper_label(setting)} minus {paper_label(baseline)}, seed {row['seed']}: "
+                             f"{_interval(row)}")  # fmt: skip
+            if "over_seeds" in versus:
+                lines.append(f"- **{which}, {paper_label(setting)} minus {paper_label(baseline)}, mean over "
+                             f"{versus['seeds']} seeds: {_interval(versus['over_seeds'])}**")  # fmt: skip
+    return lines
+
+
 def _interval(result: dict[str, float]) -> str:
     return f"{result['value']:+.3f} ± {result['se']:.3f} (95 % CI {result['ci_low']:+.3f} to {result['ci_high']:+.3f})"
 
 
 def markdown(
-    profile: str, runs: Sequence[RunCurve], comparison: dict[str, Any], baseline: str, plot: str, code: str
+    profile: str,
+    runs: Sequence[RunCurve],
+    comparison: dict[str, Any],
+    baseline: str,
+    plot: str,
+    code: str,
+    split: dict[str, Any] | None = None,
 ) -> str:
     """The report page; ``code`` names the commit the report ran on (taken before any output is written)."""
     lines = [
@@ -248,6 +346,7 @@ def markdown(
             f"- The spread over seeds alone (which leaves out the shared questions' error) gives "
             f"{_interval(spread)} on {spread['df']:.0f} degrees of freedom.",
         ]
+    lines += training_task_lines(split or {}, baseline)
     paired = all(run.outcomes_at(0) is not None and run.outcomes_at(-1) is not None for run in runs)
     lines += [
         "",
@@ -309,15 +408,17 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     if not runs:
         raise SystemExit(f"held_out_table: no complete run archived under {archive}; run benchmarks/sapo_table.py")
     comparison = compare(runs, args.baseline)
+    split = compare_by_training_task(runs, args.baseline)
     stem = f"sapo_table_{args.profile}_held_out"
     plot_curves(runs, results / f"{stem}.png", args.profile)
-    page = markdown(args.profile, runs, comparison, args.baseline, f"{stem}.png", code)
+    page = markdown(args.profile, runs, comparison, args.baseline, f"{stem}.png", code, split)
     (results / f"{stem}.md").write_text(page)
     # the outcomes stay in the archives; the page's JSON says which steps had them
     listed = [{k: v for k, v in vars(run).items() if k != "outcomes"} for run in runs]
     data = {
         "runs": [{**row, "steps_with_outcomes": sorted(run.outcomes)} for row, run in zip(listed, runs, strict=True)],
         "comparison": comparison,
+        "by_training_task": split,
     }
     (results / f"{stem}.json").write_text(json.dumps(data, indent=1) + "\n")
     print(page)

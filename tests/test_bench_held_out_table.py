@@ -94,3 +94,41 @@ def test_per_question_outcomes_make_the_errors_clustered_and_the_differences_pai
     assert row["difference"] == pytest.approx(0.125) and row["se"] == pytest.approx(paired.se)
     assert row["se"] < math.hypot(*runs["2-0"]["standard_error"][1:], *runs["1-1"]["standard_error"][1:])
     assert "every change and difference is paired by question" in (tmp_path / "sapo_table_p_held_out.md").read_text()
+
+
+def test_specialists_are_split_into_the_task_each_peer_trains_on_and_the_others_tasks(tmp_path):
+    # 3 specialists (peer i trains on task i) answer 6 questions, tasks a, b, c, a, b, c. Alone (2-0) each solves
+    # only its own task's questions at the end; sharing (1-1) each also solves one question of another task.
+    tasks = ["a", "b", "c"]
+    question_tasks = ["a", "b", "c", "a", "b", "c"]
+    own_only = [[1 if question_tasks[q] == tasks[peer] else 0 for q in range(6)] for peer in range(3)]
+    shared = [row[:] for row in own_only]
+    for peer in range(3):
+        shared[peer][(peer + 1) % 3] = 1  # the first question of the next peer's task
+    start = [0] * 6
+    identity = {"specialists": True, "tasks": [{"name": t, "config": {}} for t in tasks]}
+    for setting, end in (("2-0", own_only), ("1-1", shared)):
+        curve = [(0, 0.0, 0.0), (30, sum(map(sum, end)) / 18, 0.1)]
+        _archive(tmp_path, setting, 0, [curve] * 3, questions=6)
+        run = tmp_path / "sapo_table_runs" / "p" / setting / "seed-0"
+        marker = json.loads((run / "run-complete.json").read_text())
+        (run / "run-complete.json").write_text(json.dumps({**marker, "identity": identity}))
+        for peer in range(3):
+            lines = [{"step": step, "eval": "eval", "questions": [
+                {"task": question_tasks[q], "index": q, "correct": bool(row[q]), "score": float(row[q])}
+                for q in range(6)]} for step, row in ((0, start), (30, end[peer]))]  # fmt: skip
+            (run / f"node-{peer}" / "held_out.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+    data = held_out_table.main(["--profile", "p", "--results-dir", str(tmp_path)])
+    split = data["by_training_task"]
+    own = {(r["setting"], r["seed"]): r for r in split["own task"]["changes"]}
+    others = {(r["setting"], r["seed"]): r for r in split["others' tasks"]["changes"]}
+    assert own[("2-0", 0)]["end"] == pytest.approx(1.0) and own[("1-1", 0)]["end"] == pytest.approx(1.0)
+    assert others[("2-0", 0)]["end"] == pytest.approx(0.0)
+    # per question of the others' tasks, 1 of its 2 non-training peers solves it on 3 of the 6 questions
+    assert others[("1-1", 0)]["end"] == pytest.approx(3 * 0.5 / 6)
+    (row,) = split["others' tasks"]["versus_baseline"]["1-1"]["per_seed"]
+    assert row["difference"] == pytest.approx(0.25)
+    (same,) = split["own task"]["versus_baseline"]["1-1"]["per_seed"]
+    assert same["difference"] == pytest.approx(0.0)
+    page = (tmp_path / "sapo_table_p_held_out.md").read_text()
+    assert "## Specialists" in page and "others' tasks, 4/4 (run as 1/1) minus 8/0 (run as 2/0), seed 0" in page
