@@ -52,7 +52,9 @@ def machine() -> str:
 
 def git_state(root: Path = ROOT) -> dict[str, Any]:
     """``{"commit": sha, "dirty": bool}`` of the tree the benchmark's code was imported from. A copy without
-    ``.git`` (a device machine's) names its commit with ``SAPO_GIT_COMMIT``, reported as such."""
+    ``.git`` (a device machine's) names its commit with ``SAPO_GIT_COMMIT``, reported as such. Changes under
+    ``benchmarks/results/`` do not make the tree dirty: they are outputs (a resumable benchmark rewrites its report
+    after each run), not the code the next run executes."""
     if not (root / ".git").exists():
         commit = os.environ.get("SAPO_GIT_COMMIT")
         return {"commit": f"{commit} (copy without .git)" if commit else "unrecorded (no .git)", "dirty": False}
@@ -60,7 +62,8 @@ def git_state(root: Path = ROOT) -> dict[str, Any]:
     def git(*args: str) -> str:
         return subprocess.run(["git", *args], capture_output=True, text=True, cwd=root).stdout.strip()
 
-    return {"commit": git("rev-parse", "HEAD"), "dirty": bool(git("status", "--porcelain", "--untracked-files=no"))}
+    changed = git("status", "--porcelain", "--untracked-files=no", "--", ".", ":(exclude)benchmarks/results")
+    return {"commit": git("rev-parse", "HEAD"), "dirty": bool(changed)}
 
 
 def code_label(state: dict[str, Any], length: int | None = None) -> str:

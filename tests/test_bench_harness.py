@@ -60,3 +60,19 @@ def test_reports_write_nan_as_null_and_record_their_settings(tmp_path):
     assert harness.saved_settings_match(paths["json"], {"n": 1})
     assert not harness.saved_settings_match(paths["json"], {"n": 2})
     assert not harness.saved_settings_match(tmp_path / "missing.json", {"n": 1})
+
+
+def test_a_rewritten_result_leaves_the_tree_clean_and_a_changed_source_does_not(tmp_path):
+    def git(*args):
+        subprocess.run(["git", *args], cwd=tmp_path, check=True, capture_output=True)
+
+    (tmp_path / "benchmarks" / "results").mkdir(parents=True)
+    (tmp_path / "benchmarks" / "results" / "page.md").write_text("first run\n")
+    (tmp_path / "code.py").write_text("x = 1\n")
+    git("init", "-q")
+    git("add", ".")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "one")
+    (tmp_path / "benchmarks" / "results" / "page.md").write_text("second run\n")  # a resumable run's report
+    assert harness.git_state(tmp_path)["dirty"] is False
+    (tmp_path / "code.py").write_text("x = 2\n")
+    assert harness.git_state(tmp_path)["dirty"] is True
