@@ -26,7 +26,7 @@ import math
 import os
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -689,7 +689,7 @@ class SAPOTrainer(GRPOTrainer):
 
 
 @contextlib.contextmanager
-def completion_positions_only() -> Any:
+def completion_positions_only() -> Iterator[None]:
     """Within the context, TRL's fused LM head projects and scores only the completion positions of a batch on every
     device, as it does on CUDA (its compact path).
 
@@ -697,10 +697,10 @@ def completion_positions_only() -> Any:
     change between batches (a recompilation on compiled backends), then throws the prompt's scores away: at the
     default node's batch (8 rows of 72 prompt and 48 completion tokens) it projects 952 positions through the
     49152-word LM head, forward and backward, for 384 completion tokens. Scoring only those took the loss pass from
-    6.8 to 5.6 CPU seconds in float32 and from 4.4 to 3.5 in bf16 (one thread), with bit-identical log-probabilities
-    and gradients. Only the choice between TRL's two paths is changed here (the name `trl.trainer.utils._use_triton`,
-    which the fused forward reads for that choice alone; the kernels keep their own). Tied to the pinned TRL minor
-    version.
+    6.75 to 5.40 CPU seconds in float32 and from 4.27 to 3.41 in bf16 (one thread), with bit-identical
+    log-probabilities and gradients (`benchmarks/results/loss_pass.md`). Only the choice between TRL's two paths is
+    changed here (the name `trl.trainer.utils._use_triton`, which the fused forward reads for that choice alone; the
+    kernels keep their own). Tied to the pinned TRL minor version.
     """
     import trl.trainer.utils as trl_utils
 
