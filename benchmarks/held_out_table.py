@@ -222,13 +222,19 @@ def compare(runs: Sequence[RunCurve], baseline: str) -> dict[str, Any]:
             for run in runs
             if run.setting == setting and run.seed in base
         }
-        rows = [{"seed": seed, "difference": e.value, "z": e.z(), **e.to_json()} for seed, e in per_seed.items()]
-        result: dict[str, Any] = {"per_seed": rows, "seeds": len(rows)}
-        if rows:
-            result["over_seeds"] = over_seeds(list(per_seed.values())).to_json()
-            result["over_seeds_spread_only"] = over_seeds(list(per_seed.values()), shared_questions=False).to_json()
-        out[setting] = result
+        out[setting] = seed_differences(per_seed)
     return out
+
+
+def seed_differences(per_seed: dict[int, Estimate]) -> dict[str, Any]:
+    """Same-seed differences as report rows, and (from one seed on) their mean over seeds with and without the shared
+    questions' error."""
+    rows = [{"seed": seed, "difference": e.value, "z": e.z(), **e.to_json()} for seed, e in per_seed.items()]
+    result: dict[str, Any] = {"per_seed": rows, "seeds": len(rows)}
+    if rows:
+        result["over_seeds"] = over_seeds(list(per_seed.values())).to_json()
+        result["over_seeds_spread_only"] = over_seeds(list(per_seed.values()), shared_questions=False).to_json()
+    return result
 
 
 def compare_by_training_task(runs: Sequence[RunCurve], baseline: str) -> dict[str, Any]:
@@ -256,10 +262,7 @@ def compare_by_training_task(runs: Sequence[RunCurve], baseline: str) -> dict[st
                 end, base_end = run.by_training_task(-1, own), base[run.seed].by_training_task(-1, own)
                 if end is not None and base_end is not None:
                     per_seed[run.seed] = paired_difference([end], [base_end])
-            rows = [{"seed": seed, "difference": e.value, "z": e.z(), **e.to_json()} for seed, e in per_seed.items()]
-            versus[setting] = {"per_seed": rows, "seeds": len(rows)}
-            if len(rows) > 1:
-                versus[setting]["over_seeds"] = over_seeds(list(per_seed.values())).to_json()
+            versus[setting] = seed_differences(per_seed)
         out[which] = {"changes": changes, "versus_baseline": versus}
     return out
 
@@ -284,7 +287,7 @@ def training_task_lines(split: dict[str, Any], baseline: str) -> list[str]:
             for row in versus["per_seed"]:
                 lines.append(f"- {which}, {paper_label(setting)} minus {paper_label(baseline)}, seed {row['seed']}: "
                              f"{_interval(row)}")  # fmt: skip
-            if "over_seeds" in versus:
+            if versus["seeds"] > 1:
                 lines.append(f"- **{which}, {paper_label(setting)} minus {paper_label(baseline)}, mean over "
                              f"{versus['seeds']} seeds: {_interval(versus['over_seeds'])}**")  # fmt: skip
     return lines

@@ -240,9 +240,10 @@ def precision_pairs(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
         end, gain = [], []
         for seed in seeds:
             low, full = by_key[(name, seed)], by_key[(f"{base}-fp32", seed)]
-            end.append(paired_difference([_outcomes(low, "end")], [_outcomes(full, "end")]))
-            low_gain = [e - s for e, s in zip(_outcomes(low, "end"), _outcomes(low, "start"), strict=True)]
-            full_gain = [e - s for e, s in zip(_outcomes(full, "end"), _outcomes(full, "start"), strict=True)]
+            low_end, full_end = _outcomes(low, "end"), _outcomes(full, "end")
+            end.append(paired_difference([low_end], [full_end]))
+            low_gain = [e - s for e, s in zip(low_end, _outcomes(low, "start"), strict=True)]
+            full_gain = [e - s for e, s in zip(full_end, _outcomes(full, "start"), strict=True)]
             gain.append(paired_difference([low_gain], [full_gain]))
         pairs.append({"setting": base, "seeds": seeds, "end": end, "gain": gain,
                       "end_over_seeds": over_seeds(end), "gain_over_seeds": over_seeds(gain)})  # fmt: skip
