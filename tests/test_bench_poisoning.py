@@ -13,12 +13,17 @@ from tests.swarm_fixtures import no_p2pd_left_behind  # noqa: F401
 
 pytestmark = [pytest.mark.usefixtures("no_p2pd_left_behind")]
 
+STEPS = 12
+"""Steps per node. A tiny model's step takes a fraction of a second, and with the defaults a node's first step takes
+no external group (the plausibility check needs its own groups as reference): two steps ended before the other
+node's first groups (published and polled once a second) arrived, so the clean arm took nothing."""
+
 
 @pytest.mark.slow
 def test_poisoning_arm_runs_and_reports(tmp_path, tiny_model_a):
     report = poisoning.main(
         [
-            "--arms", "none,clean", "--steps", "2", "--honest", "2", "--model", str(tiny_model_a),
+            "--arms", "none,clean", "--steps", str(STEPS), "--honest", "2", "--model", str(tiny_model_a),
             "--tasks", "basic_arithmetic", "--eval-questions", "4", "--attack-interval", "1",
             "--runs-dir", str(tmp_path / "runs"), "--results-dir", str(tmp_path / "results"),
             "--num_generations", "2", "--per_device_train_batch_size", "4", "--max_completion_length", "8",
@@ -52,7 +57,7 @@ def test_poisoning_arm_runs_and_reports(tmp_path, tiny_model_a):
     again = poisoning.main(
         [
             "--arms", "none", "--report-only", "--model", str(tiny_model_a),
-            "--runs-dir", str(tmp_path / "runs"), "--results-dir", str(tmp_path / "results"), "--steps", "2",
+            "--runs-dir", str(tmp_path / "runs"), "--results-dir", str(tmp_path / "results"), "--steps", str(STEPS),
         ]
     )  # fmt: skip
     assert again["runs_commit"] == report["git_commit"] and again["arms"][0]["figures"]["nodes"] == nodes

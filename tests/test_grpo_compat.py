@@ -224,10 +224,13 @@ def eos_model(smollm_tokenizer, tmp_path_factory) -> str:
 
 @TRAINERS
 def test_construction_without_args_trains(trainer_class, tmp_path, eos_model, monkeypatch, caplog):
-    if trainer_class is GRPOTrainer and not torch.cuda.is_available():
-        pytest.skip("GRPOConfig() defaults to bf16 and refuses a machine without a GPU (use_cpu); SAPOConfig decides "
-                    "bf16 and use_cpu by device")  # fmt: skip
     monkeypatch.chdir(tmp_path)  # the default output directory is relative
+    if trainer_class is GRPOTrainer and not torch.cuda.is_available():
+        # GRPOConfig() defaults to bf16 and refuses a machine without a GPU; SAPOConfig decides bf16 and use_cpu by
+        # device, so the same call trains on a CPU (the SAPOTrainer case)
+        with pytest.raises(ValueError, match="use_cpu"):
+            trainer_class(model=eos_model, reward_funcs=text_reward, train_dataset=_chat(16))
+        return
     with caplog.at_level(logging.INFO, logger="sapo"):
         trainer = trainer_class(model=eos_model, reward_funcs=text_reward, train_dataset=_chat(16))
     assert trainer.args.output_dir.endswith(("-GRPO", "-SAPO"))
