@@ -12,8 +12,9 @@ Three independent speed-ups of `model.generate` as TRL calls it for a node's own
   the base weight, and the base weight object is put back afterwards, untouched: training continues on exactly the
   weights it left.
 - **bf16** (:func:`inference_autocast`): where the CPU computes bf16 natively (`sapo.config.device_defaults`),
-  generation runs under bf16 autocast, with the merged weights made in bf16 directly (float32 master weights
-  are kept for training).
+  generation runs under bf16 autocast, with the merged weights made in bf16 directly and every other linear
+  layer's weight (the LM head above all) cast to bf16 once for the context (float32 master weights are kept for
+  training).
 
 The same two contexts serve held-out evaluation (`sapo.evaluation.generate_greedy`) and the plausibility pass.
 """
@@ -60,13 +61,16 @@ def inference_weights(model: torch.nn.Module, merge_adapters: bool = True, dtype
     """Within the context, ``model``'s LoRA linear layers compute with merged weights (one matmul each).
 
     Each adapted layer's base weight is replaced by a new tensor ``W + delta`` (in ``dtype`` when given, e.g. bf16
-    for bf16 autocast) and marked merged, so PEFT's forward uses the base layer alone; on exit the original weight
-    objects are put back unchanged (exactly, not by subtraction) and the merge marks removed. No gradient flows
-    through the merged weights: use it for generation and forward passes without gradients. A model without LoRA
-    layers, or ``merge_adapters=False``, is left as it is.
+    for bf16 autocast) and marked merged, so PEFT's forward uses the base layer alone. With ``dtype``, every other
+    ``nn.Linear`` weight in another dtype is replaced by a copy in ``dtype`` too: autocast would cast it at each
+    call and keeps no cast of a frozen weight, so the LM head's 28 M weights of the default model were cast once per
+    generated token (a quarter of bf16 generation's time); the products are the same, the cast done once. On exit
+    the original weight objects are put back unchanged (exactly, not by subtraction) and the merge marks removed.
+    No gradient flows through the swapped weights: use it for generation and forward passes without gradients. A
+    model without LoRA layers, or ``merge_adapters=False``, keeps its adapters unmerged.
     """
     layers = _lora_linears(model) if merge_adapters else []
-    swapped = []
+    merged_modules, cast = [], []
     try:
         with torch.no_grad():
             for module, adapters in layers:
@@ -75,13 +79,21 @@ def inference_weights(model: torch.nn.Module, merge_adapters: bool = True, dtype
                 merged = weight.detach().clone() if dtype is None else weight.detach().to(dtype, copy=True)
                 for adapter in adapters:
                     merged += module.get_delta_weight(adapter).to(merged.dtype)
-                swapped.append((module, base, weight))
+                merged_modules.append(module)
+                cast.append((base, weight))
                 base.weight = torch.nn.Parameter(merged, requires_grad=False)
                 module.merged_adapters = list(adapters)
+            if dtype is not None:
+                for linear in model.modules():
+                    weight = getattr(linear, "weight", None)
+                    if isinstance(linear, torch.nn.Linear) and weight.is_floating_point() and weight.dtype != dtype:
+                        cast.append((linear, weight))
+                        linear.weight = torch.nn.Parameter(weight.detach().to(dtype), requires_grad=False)
         yield model
     finally:
-        for module, base, weight in swapped:
-            base.weight = weight
+        for linear, weight in reversed(cast):
+            linear.weight = weight
+        for module in merged_modules:
             module.merged_adapters = []
 
 

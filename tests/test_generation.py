@@ -246,6 +246,25 @@ def test_bf16_inference_context_runs_the_model_in_bf16_and_restores_float32(smol
     assert 0 < error < 0.05 * reference.abs().mean()  # bf16 keeps about 3 significant digits
 
 
+def test_bf16_context_casts_the_lm_head_once_with_autocast_s_products(smollm_tokenizer):
+    """Autocast keeps no cast of a frozen weight, so the context casts every linear weight itself, once: the logits
+    are exactly those of plain autocast, and the tied LM head is the embedding's own parameter again after."""
+    model = _tiny_model(smollm_tokenizer)
+    model.eval()
+    head, embedding = model.get_output_embeddings(), model.get_input_embeddings()
+    assert head.weight is embedding.weight  # tied, as in SmolLM2
+    ids = torch.tensor([_prompt_rows(smollm_tokenizer)[0]])
+    with torch.no_grad():
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            autocast = model(input_ids=ids).logits
+        with inference_context(model, merge_adapters=True, bf16=True):
+            inside = model(input_ids=ids).logits
+            head_dtype, embedding_dtype = head.weight.dtype, embedding.weight.dtype
+    assert head_dtype == torch.bfloat16 and embedding_dtype == torch.float32
+    assert torch.equal(inside, autocast)
+    assert head.weight is embedding.weight and head.weight.dtype == torch.float32
+
+
 def test_native_bf16_is_read_from_the_cpu_flags(tmp_path):
     flags = "processor\t: 0\nflags\t\t: fpu sse avx2 {}\n"
     (tmp_path / "amx").write_text(flags.format("amx_tile amx_bf16"))
