@@ -28,6 +28,8 @@ from typing import Any
 
 import torch
 
+from sapo.precision import linear_weights_in
+
 __all__ = [
     "fast_generation_applies",
     "generate_completions",
@@ -62,15 +64,14 @@ def inference_weights(model: torch.nn.Module, merge_adapters: bool = True, dtype
 
     Each adapted layer's base weight is replaced by a new tensor ``W + delta`` (in ``dtype`` when given, e.g. bf16
     for bf16 autocast) and marked merged, so PEFT's forward uses the base layer alone. With ``dtype``, every other
-    ``nn.Linear`` weight in another dtype is replaced by a copy in ``dtype`` too: autocast would cast it at each
-    call and keeps no cast of a frozen weight, so the LM head's 28 M weights of the default model were cast once per
-    generated token (a quarter of bf16 generation's time); the products are the same, the cast done once. On exit
-    the original weight objects are put back unchanged (exactly, not by subtraction) and the merge marks removed.
-    No gradient flows through the swapped weights: use it for generation and forward passes without gradients. A
-    model without LoRA layers, or ``merge_adapters=False``, keeps its adapters unmerged.
+    linear weight computes with a copy in ``dtype`` too (:func:`sapo.precision.linear_weights_in`): autocast cast
+    the default model's tied LM head, 28 M weights, at every generated token (a quarter of bf16 generation's time).
+    On exit the original weight objects are put back unchanged (exactly, not by subtraction) and the merge marks
+    removed. No gradient flows through the swapped weights: use it for generation and forward passes without
+    gradients. A model without LoRA layers, or ``merge_adapters=False``, keeps its adapters unmerged.
     """
     layers = _lora_linears(model) if merge_adapters else []
-    merged_modules, cast = [], []
+    swapped = []
     try:
         with torch.no_grad():
             for module, adapters in layers:
@@ -79,21 +80,14 @@ def inference_weights(model: torch.nn.Module, merge_adapters: bool = True, dtype
                 merged = weight.detach().clone() if dtype is None else weight.detach().to(dtype, copy=True)
                 for adapter in adapters:
                     merged += module.get_delta_weight(adapter).to(merged.dtype)
-                merged_modules.append(module)
-                cast.append((base, weight))
+                swapped.append((module, base, weight))
                 base.weight = torch.nn.Parameter(merged, requires_grad=False)
                 module.merged_adapters = list(adapters)
-            if dtype is not None:
-                for linear in model.modules():
-                    weight = getattr(linear, "weight", None)
-                    if isinstance(linear, torch.nn.Linear) and weight.is_floating_point() and weight.dtype != dtype:
-                        cast.append((linear, weight))
-                        linear.weight = torch.nn.Parameter(weight.detach().to(dtype), requires_grad=False)
-        yield model
+        with linear_weights_in(model, dtype) if dtype is not None else contextlib.nullcontext():
+            yield model
     finally:
-        for linear, weight in reversed(cast):
-            linear.weight = weight
-        for module in merged_modules:
+        for module, base, weight in swapped:
+            base.weight = weight
             module.merged_adapters = []
 
 

@@ -45,6 +45,7 @@ from sapo.generation import fast_generation_applies, inference_context, trainer_
 from sapo.hygiene import CompletionFilter
 from sapo.intake import Intake, Taken, weighted_rewards
 from sapo.plausibility import CompletionStatistics, floor_mask, token_typicality
+from sapo.precision import linear_weights_in
 from sapo.sampling import Candidate, ExternalSampler
 from sapo.tasks import TaskSpec, reasoning_gym_tasks_of
 from sapo.verification import QuestionVerifier, published_prompt
@@ -365,12 +366,25 @@ class SAPOTrainer(GRPOTrainer):
                 rewards[first : first + size] = torch.tensor(candidate.rewards_per_func, device=rewards.device)
         return rewards
 
+    @property
+    def _cpu_bf16_autocast(self) -> bool:
+        """Whether the loss pass runs under accelerate's bf16 autocast on a CPU."""
+        return self.accelerator.mixed_precision == "bf16" and self.accelerator.device.type == "cpu"
+
     def _get_per_token_logps_and_entropies(self, model, input_ids, attention_mask, logits_to_keep, *args, **kwargs):
-        with completion_positions_only():
+        loss_pass = torch.is_grad_enabled() and self.model.training
+        # Under CPU bf16 autocast the frozen weights are cast once, not at each loss pass (sapo.precision); the
+        # backward reads the bf16 copies the forward saved.
+        frozen_in_bf16 = (
+            linear_weights_in(self.accelerator.unwrap_model(model), torch.bfloat16, frozen_only=True)
+            if loss_pass and self._cpu_bf16_autocast
+            else contextlib.nullcontext()
+        )
+        with completion_positions_only(), frozen_in_bf16:
             result = super()._get_per_token_logps_and_entropies(
                 model, input_ids, attention_mask, logits_to_keep, *args, **kwargs
             )
-        if torch.is_grad_enabled() and self.model.training and result[1] is not None:  # the loss pass
+        if loss_pass and result[1] is not None:
             completion = slice(input_ids.shape[1] - logits_to_keep, None)
             self.intake.observe_loss_pass(input_ids[:, completion], result[0], result[1], attention_mask[:, completion])
         return result

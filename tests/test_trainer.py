@@ -371,6 +371,34 @@ def test_the_lm_head_scores_only_completion_tokens_and_trl_is_left_as_it_was(tmp
     assert trl_utils._use_triton is choose  # the choice is changed inside SAPOTrainer's pass only
 
 
+def test_bf16_loss_pass_casts_the_frozen_base_once_and_trains_the_same(tmp_path, smollm_tokenizer, monkeypatch):
+    """Under CPU bf16 autocast a LoRA node's loss pass computes with bf16 copies of its frozen weights
+    (sapo.precision), made once: the steps are exactly those of plain autocast, which cast them at every pass."""
+    from sapo.models import LoraSpec, lora_config
+    from sapo.precision import _FROZEN_COPIES
+
+    def train(name: str) -> SAPOTrainer:
+        trainer = SAPOTrainer(
+            model=build_tiny_model(smollm_tokenizer, seed=0), reward_funcs=[lambda completions, **kw: [
+                float(len(c[0]["content"]) % 3) for c in completions]],
+            args=_args(tmp_path, name, bf16=True, use_cpu=True, num_external=0), train_dataset=_math_dataset(),
+            processing_class=smollm_tokenizer, peft_config=lora_config(LoraSpec(r=4, alpha=8, dropout=0.0)),
+        )  # fmt: skip
+        trainer.train()
+        return trainer
+
+    swapped = train("swapped")
+    base = swapped.accelerator.unwrap_model(swapped.model)
+    frozen = [m.weight for m in base.modules() if isinstance(m, torch.nn.Linear) and not m.weight.requires_grad]
+    assert frozen and all(w in _FROZEN_COPIES for w in frozen)
+    monkeypatch.setattr(SAPOTrainer, "_cpu_bf16_autocast", property(lambda self: False))
+    plain = train("plain")
+    assert _metric(swapped, "loss") == _metric(plain, "loss") and len(_metric(plain, "loss")) == 2
+    adapters = {n: p for n, p in base.named_parameters() if p.requires_grad}
+    plain_adapters = dict(plain.accelerator.unwrap_model(plain.model).named_parameters())
+    assert adapters and all(torch.equal(p, plain_adapters[n]) for n, p in adapters.items())
+
+
 def test_heterogeneous_peers_exchange_and_both_train(tmp_path, smollm_tokenizer, minilm_tokenizer):
     assert smollm_tokenizer.get_vocab() != minilm_tokenizer.get_vocab()
     swarm = MemorySwarm(seed=0)

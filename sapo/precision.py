@@ -1,0 +1,60 @@
+"""Linear weights in bf16 for CPU autocast: each cast done once instead of at every call.
+
+Autocast casts a float32 weight to bf16 at every call of a linear layer and keeps a cast only for leaves that
+require a gradient, so the frozen base weights of a LoRA model (and its tied LM head) were cast again at every
+generated token and at every forward pass of the loss. :func:`linear_weights_in` swaps each such weight for a copy
+in the autocast dtype for the length of a context; the products are the ones autocast computes (its cast is the
+same rounding), so results are unchanged. The copies of frozen weights are kept while the weight is alive and
+unchanged (its in-place version counter), so a LoRA node casts its base model once, not once per step.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+
+import torch
+from torch.utils.weak import WeakIdKeyDictionary
+
+__all__ = ["linear_weights_in"]
+
+_FROZEN_COPIES = WeakIdKeyDictionary()
+"""A frozen weight (by identity, while it lives) -> (its version when copied, its copy in the autocast dtype)."""
+
+
+def _copy_in(weight: torch.Tensor, dtype: torch.dtype) -> torch.nn.Parameter:
+    """``weight`` in ``dtype`` as a parameter without gradient; a frozen weight's copy is reused while unchanged."""
+    if weight.requires_grad:  # trained: it changes every step
+        return torch.nn.Parameter(weight.detach().to(dtype), requires_grad=False)
+    cached = _FROZEN_COPIES.get(weight)
+    if cached is not None and cached[0] == weight._version and cached[1].dtype == dtype:
+        return cached[1]
+    copy = torch.nn.Parameter(weight.detach().to(dtype), requires_grad=False)
+    _FROZEN_COPIES[weight] = (weight._version, copy)
+    return copy
+
+
+@contextlib.contextmanager
+def linear_weights_in(model: torch.nn.Module, dtype: torch.dtype, frozen_only: bool = False) -> Iterator[None]:
+    """Within the context, every ``nn.Linear`` of ``model`` whose floating-point weight is in another dtype computes
+    with a copy in ``dtype``; on exit the original weight objects are put back.
+
+    Use it only under autocast to ``dtype`` (outside, a float32 input meets a bf16 weight). No gradient reaches a
+    swapped weight: with ``frozen_only`` (a training pass) only weights that take no gradient are swapped, and
+    autocast handles the trained ones as before; without it (generation, passes without gradients) every weight is.
+    """
+    swapped: list[tuple[torch.nn.Linear, torch.nn.Parameter]] = []
+    try:
+        with torch.no_grad():
+            for linear in model.modules():
+                weight = getattr(linear, "weight", None)
+                if not isinstance(linear, torch.nn.Linear) or not weight.is_floating_point() or weight.dtype == dtype:
+                    continue
+                if frozen_only and weight.requires_grad:
+                    continue
+                swapped.append((linear, weight))
+                linear.weight = _copy_in(weight, dtype)
+        yield
+    finally:
+        for linear, weight in reversed(swapped):
+            linear.weight = weight

@@ -1,0 +1,78 @@
+"""sapo.precision: linear weights cast to bf16 once for CPU autocast, with autocast's own products."""
+
+from __future__ import annotations
+
+import contextlib
+
+import torch
+from peft import get_peft_model
+
+from sapo.models import LoraSpec, build_tiny_model, lora_config
+from sapo.precision import linear_weights_in
+
+
+def _lora_model(tokenizer):
+    """A tiny model with LoRA adapters whose B matrices are non-zero (so the adapters change the loss)."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        model = get_peft_model(build_tiny_model(tokenizer, seed=0), lora_config(LoraSpec(r=4, alpha=8, dropout=0.0)))
+        with torch.no_grad():
+            for name, p in model.named_parameters():
+                if "lora_B" in name:
+                    p.normal_(0, 0.2)
+    return model
+
+
+def _loss_and_grads(model, ids, swap: bool):
+    """A training pass under bf16 autocast, with or without the frozen weights swapped for bf16 copies."""
+    swapped = linear_weights_in(model, torch.bfloat16, frozen_only=True) if swap else contextlib.nullcontext()
+    with torch.autocast("cpu", dtype=torch.bfloat16), swapped:
+        loss = model(input_ids=ids, labels=ids).loss
+    loss.backward()  # after the context: the backward reads what the forward saved
+    grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+    model.zero_grad(set_to_none=True)
+    return loss.detach(), grads
+
+
+def test_a_training_pass_with_frozen_weights_in_bf16_equals_plain_autocast(smollm_tokenizer):
+    model = _lora_model(smollm_tokenizer)
+    ids = torch.tensor([smollm_tokenizer("What is 2 + 3? It is five.")["input_ids"]])
+    before = dict(model.named_parameters())
+    plain_loss, plain_grads = _loss_and_grads(model, ids, swap=False)
+    swapped_loss, swapped_grads = _loss_and_grads(model, ids, swap=True)
+    assert torch.equal(plain_loss, swapped_loss)
+    assert plain_grads.keys() == swapped_grads.keys() and len(plain_grads) > 0
+    assert all("lora_" in n for n in plain_grads)  # the adapters train, the base is frozen
+    assert all(torch.equal(plain_grads[n], swapped_grads[n]) for n in plain_grads)
+    after = dict(model.named_parameters())
+    assert after.keys() == before.keys() and all(after[n] is before[n] for n in before)  # the same objects back
+    assert all(p.dtype == torch.float32 for p in after.values())
+
+
+def test_frozen_weights_are_cast_once_and_again_after_a_change(smollm_tokenizer):
+    model = _lora_model(smollm_tokenizer)
+    head = model.get_output_embeddings()
+    original = head.weight
+    with linear_weights_in(model, torch.bfloat16, frozen_only=True):
+        first = head.weight
+        base = {p.dtype for n, p in model.named_parameters() if n.endswith("base_layer.weight")}
+        adapters = {p.dtype for n, p in model.named_parameters() if "lora_" in n}
+    assert first.dtype == torch.bfloat16 and torch.equal(first, original.detach().to(torch.bfloat16))
+    assert base == {torch.bfloat16}
+    assert adapters == {torch.float32}  # trained weights are left to autocast, so their gradients flow
+    with linear_weights_in(model, torch.bfloat16, frozen_only=True):
+        assert head.weight is first  # kept: a LoRA base is cast once, not at each step
+    with torch.no_grad():
+        original.add_(1.0)  # e.g. weights loaded in place
+    with linear_weights_in(model, torch.bfloat16, frozen_only=True):
+        assert head.weight is not first and torch.equal(head.weight, original.detach().to(torch.bfloat16))
+    assert head.weight is original
+
+
+def test_without_frozen_only_every_weight_is_swapped_for_a_pass_without_gradients(smollm_tokenizer):
+    model = _lora_model(smollm_tokenizer)
+    with torch.no_grad(), linear_weights_in(model, torch.bfloat16):
+        dtypes = {p.dtype for n, p in model.named_parameters() if n.endswith("weight") and "norm" not in n}
+        dtypes.discard(model.get_input_embeddings().weight.dtype)  # an embedding is a lookup, not a product
+    assert dtypes == {torch.bfloat16}
+    assert all(p.dtype == torch.float32 for p in model.parameters())
