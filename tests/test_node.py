@@ -65,6 +65,27 @@ def test_local_swarm_names_a_missing_node_config_before_starting_anything(tmp_pa
     assert not (tmp_path / "run").exists()
 
 
+def test_local_swarm_stopped_during_start_up_starts_no_node(tmp_path, tiny_model_a, monkeypatch, capsys):
+    """A SIGTERM that arrives while the swarm's bootstrap peer starts (before any node) stops the local swarm: no node
+    is started afterwards and it exits non-zero, instead of running every node to its end."""
+    from sapo.node import local_swarm
+
+    start_bootstrap_peer = local_swarm.start_bootstrap_peer
+
+    def signalled_during_start(*args, **kwargs):
+        os.kill(os.getpid(), signal.SIGTERM)  # handled by local-swarm's own handler, as from `kill PID`
+        return start_bootstrap_peer(*args, **kwargs)
+
+    monkeypatch.setattr(local_swarm, "start_bootstrap_peer", signalled_during_start)
+    previous = signal.getsignal(signal.SIGTERM)
+    run_dir = tmp_path / "run"
+    code = main(["local-swarm", "--peers", "2", "--run-dir", str(run_dir), "--model", str(tiny_model_a), *TINY])
+    out = capsys.readouterr().out
+    assert code == 1 and "SIGTERM before node-0 started: starting no more nodes" in out
+    assert "started (pid" not in out and not list(run_dir.glob("node-*"))
+    assert signal.getsignal(signal.SIGTERM) is previous  # its handlers are put back
+
+
 def test_unknown_yaml_key_is_named(tmp_path, capsys):
     config = tmp_path / "node.yaml"
     config.write_text("num_local: 2\nnum_locals: 3\n")

@@ -245,8 +245,11 @@ def main(argv: list[str]) -> int:
         print(f"local-swarm: node-{index} started (pid {process.pid}), output in {out_dir}", flush=True)
         return process
 
+    stopping: list[str] = []  # the signals received: no node is started after one
+
     def forward(signum: int, frame: Any) -> None:
-        print(f"local-swarm: {signal.Signals(signum).name}: asking every node to checkpoint and leave", flush=True)
+        stopping.append(signal.Signals(signum).name)
+        print(f"local-swarm: {stopping[-1]}: asking every node to checkpoint and leave", flush=True)
         for process in processes:
             if process.poll() is None:
                 process.send_signal(signal.SIGTERM)
@@ -260,6 +263,9 @@ def main(argv: list[str]) -> int:
         address = bootstrap.visible_addresses()
         print(f"local-swarm: swarm address {' '.join(address)}", flush=True)
         for i in range(args.peers):
+            if stopping:  # a signal during start-up: the nodes not yet started are not started
+                print(f"local-swarm: {stopping[0]} before node-{i} started: starting no more nodes", flush=True)
+                break
             start(i, address)
         last_status = 0.0
         while any(p.poll() is None for p in processes):
@@ -276,7 +282,7 @@ def main(argv: list[str]) -> int:
                     flush=True,
                 )
         print(f"local-swarm: outputs in {run_dir}; plot them with: sapo-node report {run_dir}", flush=True)
-        return 0 if all(code == 0 for code in codes) else 1
+        return 0 if all(code == 0 for code in codes) and not stopping else 1
     except (RuntimeError, NodeError) as e:
         print(f"local-swarm: error: {e}", file=sys.stderr, flush=True)
         return 2 if isinstance(e, NodeError) else 1
