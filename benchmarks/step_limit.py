@@ -368,13 +368,17 @@ def step_records(trainer: Any, wall: dict[int, float], cpu: list[float]) -> list
     return records
 
 
-def summarize_steps(records: list[dict[str, float]], warmup: int = 1) -> dict[str, Any]:
+def summarize_steps(records: list[dict[str, float]], swarm_groups: int, warmup: int = 1) -> dict[str, Any]:
     """Medians over the steps after the first ``warmup`` ones (the node's first step has no swarm group: its own
-    groups become the plausibility reference)."""
-    measured = records[warmup:] or records
+    groups become the plausibility reference) that trained on ``swarm_groups`` swarm groups: a step whose swarm group
+    was dropped generates a group more in its place and trains on the same rows, another step than the one compared.
+    With no such step, every step after the first is used (``steps_measured`` says how many were)."""
+    after = records[warmup:] or records
+    measured = [r for r in after if int(r["external_groups"] or 0) == swarm_groups] or after
     out = {key: statistics.median([float(r[key] or 0.0) for r in measured]) for key in (*SPLIT, "wall", "cpu")}
     out["external_groups"] = statistics.median([float(r["external_groups"] or 0.0) for r in measured])
     out["steps_measured"] = len(measured)
+    out["steps_after_first"] = len(after)
     return out
 
 
@@ -478,7 +482,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "bounds": bounds,
         "generation": generation,
         "steps": steps,
-        "step_summary": {name: summarize_steps(records) for name, records in steps.items()},
+        "step_summary": {
+            name: summarize_steps(records, swarm_groups=1 if name.startswith("node") else 0)
+            for name, records in steps.items()
+        },
         "load_average": {"start": load_start, "end": load_average()},
         "elapsed_seconds": time.monotonic() - started,
     }
@@ -518,13 +525,16 @@ def report_lines(data: dict[str, Any], record: dict[str, str]) -> list[str]:
         f"{b['generation_decode']:.2f}), training pass {b['training pass']:.2f}, plausibility {b['plausibility']:.2f}"
         for d, b in data["bounds"].items())]  # fmt: skip
     lines += ["", "## The default node's step (1 local + 1 swarm group of 4; TRL: 2 local groups)", "",
-              "| configuration | step wall s | step CPU s | " + " | ".join(SPLIT) + " | swarm groups |",
-              "|---|---:|---:|" + "---:|" * len(SPLIT) + "---:|"]  # fmt: skip
+              "| configuration | step wall s | step CPU s | " + " | ".join(SPLIT) + " | swarm groups | steps |",
+              "|---|---:|---:|" + "---:|" * len(SPLIT) + "---:|---:|"]  # fmt: skip
     for name, v in summary.items():
+        measured = f"{v['steps_measured']} of {v.get('steps_after_first', v['steps_measured'])}"
         lines.append(f"| {name} | {v['wall']:.2f} | {v['cpu']:.2f} | " + " | ".join(f"{v[p]:.2f}" for p in SPLIT)
-                     + f" | {v['external_groups']:.0f} |")  # fmt: skip
-    lines += ["", f"Medians over the steps after the first (the node's first step has no swarm group), "
-              f"{next(iter(summary.values()))['steps_measured']} steps each, taken in turns."]  # fmt: skip
+                     + f" | {v['external_groups']:.0f} | {measured} |")  # fmt: skip
+    lines += ["", "Medians over the steps after the first (the node's first step has no swarm group) that trained on "
+              "the configuration's swarm groups (a node's step whose swarm group was dropped generates one more "
+              "group instead: another step); *steps*: those measured of those after the first. Configurations take "
+              "their steps in turns."]  # fmt: skip
     return lines
 
 

@@ -29,3 +29,16 @@ def test_quick_run_writes_a_report_with_every_part(tmp_path, smollm_tokenizer_di
     # After its first step (own groups only: the plausibility reference), the node trains on a swarm group (J > 0).
     assert all(summary[n]["external_groups"] == 1 for n in summary if n.startswith("node"))
     assert "| plain TRL GRPOTrainer |" in (tmp_path / "step_limit.md").read_text()
+
+
+def test_step_summary_compares_steps_that_trained_on_the_swarm_group():
+    def step(external: int, wall: float) -> dict[str, float]:
+        return {"external_groups": external, "wall": wall, "cpu": wall, **dict.fromkeys(step_limit.SPLIT, 1.0)}
+
+    # the first step (no swarm group yet) is left out, and so is the step whose swarm group was dropped
+    records = [step(0, 9.0), step(1, 10.0), step(0, 14.0), step(1, 12.0)]
+    summary = step_limit.summarize_steps(records, swarm_groups=1)
+    assert summary["wall"] == 11.0 and summary["steps_measured"] == 2 and summary["steps_after_first"] == 3
+    assert step_limit.summarize_steps(records, swarm_groups=0)["wall"] == 14.0  # plain TRL: no swarm group
+    none_taken = step_limit.summarize_steps([step(0, 9.0), step(0, 14.0)], swarm_groups=1)
+    assert none_taken["wall"] == 14.0 and none_taken["steps_measured"] == 1  # none qualified: all after the first
