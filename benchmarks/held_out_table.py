@@ -365,8 +365,13 @@ def markdown(
     return "\n".join(lines)
 
 
+SEED_STYLES = [("o", "-"), ("s", "--"), ("^", ":"), ("D", "-.")]
+"""(marker, line style) of a seed's curves, so that the seeds of one setting can be told apart."""
+
+
 def plot_curves(runs: Sequence[RunCurve], path: Path, profile: str) -> None:
-    """Held-out pass@1 against step: one line per run, a colour per setting, a band of one standard error."""
+    """Held-out pass@1 against step: one line per run, a colour per setting, a line style and marker per seed, a band
+    of one standard error."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -380,7 +385,8 @@ def plot_curves(runs: Sequence[RunCurve], path: Path, profile: str) -> None:
         high = [m + e for m, e in zip(run.pass_at_1, run.standard_error, strict=True)]
         colour = colours[run.setting]
         label = f"{paper_label(run.setting)} seed {run.seed}"
-        axis.plot(run.steps, run.pass_at_1, marker="o", color=colour, label=label)
+        style = SEED_STYLES[run.seed % len(SEED_STYLES)]
+        axis.plot(run.steps, run.pass_at_1, marker=style[0], linestyle=style[1], color=colour, label=label)
         axis.fill_between(run.steps, low, high, color=colour, alpha=0.12)
     axis.set_xlabel("step")
     axis.set_ylabel("held-out pass@1 (mean over peers)")
