@@ -28,7 +28,7 @@ from typing import Any
 
 import torch
 
-from sapo.precision import linear_weights_in
+from sapo.precision import linear_weights_in, weight_in
 
 __all__ = [
     "fast_generation_applies",
@@ -77,7 +77,8 @@ def inference_weights(model: torch.nn.Module, merge_adapters: bool = True, dtype
             for module, adapters in layers:
                 base = module.get_base_layer()
                 weight = base.weight
-                merged = weight.detach().clone() if dtype is None else weight.detach().to(dtype, copy=True)
+                # in dtype: from the frozen base's copy, cast once for the run (sapo.precision), not per generation
+                merged = (weight.detach() if dtype is None else weight_in(weight, dtype)).clone()
                 for adapter in adapters:
                     merged += module.get_delta_weight(adapter).to(merged.dtype)
                 swapped.append((module, base, weight))

@@ -16,13 +16,13 @@ from collections.abc import Iterator
 import torch
 from torch.utils.weak import WeakIdKeyDictionary
 
-__all__ = ["linear_weights_in"]
+__all__ = ["linear_weights_in", "weight_in"]
 
 _FROZEN_COPIES = WeakIdKeyDictionary()
 """A frozen weight (by identity, while it lives) -> (its version when copied, its copy in the autocast dtype)."""
 
 
-def _copy_in(weight: torch.Tensor, dtype: torch.dtype) -> torch.nn.Parameter:
+def weight_in(weight: torch.Tensor, dtype: torch.dtype) -> torch.nn.Parameter:
     """``weight`` in ``dtype`` as a parameter without gradient; a frozen weight's copy is reused while unchanged."""
     if weight.requires_grad:  # trained: it changes every step
         return torch.nn.Parameter(weight.detach().to(dtype), requires_grad=False)
@@ -53,7 +53,7 @@ def linear_weights_in(model: torch.nn.Module, dtype: torch.dtype, frozen_only: b
                 if frozen_only and weight.requires_grad:
                     continue
                 swapped.append((linear, weight))
-                linear.weight = _copy_in(weight, dtype)
+                linear.weight = weight_in(weight, dtype)
         yield
     finally:
         for linear, weight in reversed(swapped):
