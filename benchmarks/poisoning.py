@@ -18,22 +18,20 @@ model's (``payload_log_likelihood``).
 (:mod:`testbed.adaptive_attack`): ``--pool-size`` groups sampled once per kind and seed before the arms run (cached
 under ``<runs-dir>/pools/``, shared by every arm), then published in turn, each time under a new group id.
 
-Arms name node options (``ARMS``): ``none`` is the node without any completion defence (control characters
-allowed, no plausibility check); ``hygiene`` keeps only the default completion hygiene; ``default`` is the node's
-defaults (hygiene, the plausibility check's mean and worst-span tests, and the token floor that keeps what passes
-from being learned); ``previous`` the defaults before the token floor (margins 0.5 and 1.5, the learning campaign's
-commit 0e7b344); ``mean-only`` the defaults before issue 23 (the mean test alone, margin 0.5);
-``default+standing`` adds per-sender standing; ``clean`` is the node's defaults in a swarm whose first peer
-publishes nothing, ``clean-previous`` the same with the previous defaults, and ``clean-none`` the same swarm without
-the defences: side by side, what the defences cost when there is no attack (honest groups they drop, reward,
-held-out pass@1, step time). With ``--honest 1`` a clean arm is the drift baseline: one node trains on its own groups
-only, and its payload log-likelihood at the end says how far training alone moves it. ``floor-alone`` is the token floor
-of 9a03744 (-6, no window around a masked token). Results
-go to benchmarks/results/<--report-name>.{json,md} (default ``poisoning``); per-arm run directories under
-runs/poisoning/ (not committed).
-``--report-only`` measures the existing run directories again (e.g. with a newer measurement), keeping the commit the
-arms ran on from the previous report.
-"""
+Arms name node options (``ARMS``): ``none`` is the node without any completion defence (control characters allowed, no
+plausibility check); ``hygiene`` keeps only the default completion hygiene; ``default`` is the node's defaults (hygiene,
+the plausibility check's mean and worst-span tests, the token floor that keeps what passes from being learned, and
+per-sender standing that benches a peer whose groups keep being dropped); ``previous`` the defaults before the token
+floor (margins 0.5 and 1.5, the learning campaign's commit 0e7b344); ``mean-only`` the defaults before issue 23 (the
+mean test alone, margin 0.5); ``no-standing`` the defaults without per-sender standing (the defaults of e5070d7);
+``clean`` is the node's defaults in a swarm whose first peer publishes nothing, ``clean-previous`` the same with the
+previous defaults, and ``clean-none`` the same swarm without the defences: side by side, what the defences cost when
+there is no attack (honest groups they drop, reward, held-out pass@1, step time). With ``--honest 1`` a clean arm is the
+drift baseline: one node trains on its own groups only, and its payload log-likelihood at the end says how far training
+alone moves it. ``floor-alone`` is the token floor of 9a03744 (-6, no window around a masked token). Results go to
+benchmarks/results/<--report-name>.{json,md} (default ``poisoning``); per-arm run directories under runs/poisoning/ (not
+committed). ``--report-only`` measures the existing run directories again (e.g. with a newer measurement), keeping the
+commit the arms ran on from the previous report."""
 
 from __future__ import annotations
 
@@ -71,7 +69,7 @@ ARMS: dict[str, list[str]] = {
         "--external_token_floor",
         "none",
     ],  # fmt: skip
-    "default+standing": ["--sender_drop_limit", "3", "--sender_window", "10"],
+    "no-standing": ["--sender_drop_limit", "none"],  # the defaults before sender standing was turned on
     "clean": [],
     "clean-previous": [
         "--plausibility_margin",

@@ -294,18 +294,23 @@ class SAPOConfig(GRPOConfig):
         },
     )
     sender_drop_limit: int | None = field(
-        default=None,
+        default=5,
         metadata={
             "help": "Bench a sender once this many of its last `sender_window` groups were dropped (question "
-            "mismatch, malformed, hygiene, ...; zero-advantage groups are not drops): its groups are set aside "
-            "unread for `sender_bench_seconds` (counted as `benched_sender`). `None`: no benching."
+            "mismatch, malformed, hygiene, implausible, ...; zero-advantage groups are not drops): its groups are set "
+            "aside unread for `sender_bench_seconds`, twice as long each further time (counted as `benched_sender`). "
+            "An adaptive attacker has most of its groups dropped as implausible (55 of 64 in "
+            "benchmarks/results/poisoning_adaptive_60.md) and an honest peer of the same model few (15 of 337 in a "
+            "clean swarm), so 5 of 10 benches the first within a few groups and practically never the second. "
+            "`None`: no benching."
         },
     )
     sender_window: int = field(
         default=10, metadata={"help": "Latest groups per sender that `sender_drop_limit` counts."}
     )
     sender_bench_seconds: float = field(
-        default=600.0, metadata={"help": "Seconds a benched sender's groups are ignored."}
+        default=600.0,
+        metadata={"help": "Seconds a sender's groups are ignored if first benched (doubled each time, at most 1 day)."},
     )
     eval_questions: int = field(
         default=32,

@@ -275,10 +275,10 @@ class Intake:
         for candidate, problem in zip(chosen, verdicts[0], strict=True):
             if problem is None:
                 kept.append(candidate)
-            else:  # its earlier "usable" outcome stays: one more outcome, a drop
+            else:
                 self._drop(taken, "implausible", candidate.sender, problem)
                 self.totals[f"implausible/{problem.test}"] += 1  # which test dropped it: what calibrating needs
-                self._record_standing(candidate.sender, False, time.time())
+                self._record_standing(candidate.sender, False, time.time(), overturn=True)
         return kept
 
     def note_external_tokens(self, completion_ids: Sequence[Sequence[int]]) -> None:
@@ -314,14 +314,21 @@ class Intake:
         taken.dropped[reason] += count
         self.totals[f"dropped/{reason}"] += count
 
-    def _record_standing(self, sender: str, usable: bool, now: float) -> None:
-        """Note one outcome of a sender's group in its standing (if standing is on); log when that benches it."""
-        if self.standing is None or not self.standing.record(sender, usable, now):
+    def _record_standing(self, sender: str, usable: bool, now: float, overturn: bool = False) -> None:
+        """Note one outcome of a sender's group in its standing (if standing is on), or with ``overturn`` turn the
+        usable outcome of a group verified earlier into a drop; log when that benches the sender."""
+        if self.standing is None:
+            return
+        if overturn:
+            seconds = self.standing.overturn(sender, now)
+        else:
+            seconds = self.standing.record(sender, usable, now)
+        if seconds is None:
             return
         self.totals["benched_senders"] += 1
         logger.warning(
             "benched peer %s for %.0f s: %d of its last %d groups were dropped",
-            sender, self.standing.bench_seconds, self.standing.drop_limit, self.standing.window,
+            sender, seconds, self.standing.drop_limit, self.standing.window,
         )  # fmt: skip
 
 

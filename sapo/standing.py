@@ -5,10 +5,13 @@ from __future__ import annotations
 from collections import defaultdict, deque
 from dataclasses import dataclass
 
+MAX_BENCH_SECONDS = 24 * 3600.0
+"""The longest a sender is benched, however often it was benched before."""
+
 
 @dataclass
 class _Record:
-    outcomes: deque[bool]  # True: the group was usable; False: dropped (mismatch, malformed, hygiene, ...)
+    outcomes: deque[bool]  # True: the group was usable; False: dropped (mismatch, malformed, hygiene, implausible, ...)
     benched_until: float = 0.0
     times_benched: int = 0
 
@@ -16,14 +19,15 @@ class _Record:
 class SenderStanding:
     """Remembers, per sender, whether its last ``window`` received groups were usable or dropped.
 
-    A sender with at least ``drop_limit`` drops among them is benched for ``bench_seconds``: its groups are set
-    aside unread (counted as ``benched_sender``) until then, and its record starts over. Zero-advantage groups are
-    not drops (honest peers send them); only groups this node refused are.
+    A sender with at least ``drop_limit`` drops among them is benched: its groups are set aside unread (counted as
+    ``benched_sender``) for ``bench_seconds``, twice as long each further time it is benched (at most a day), and its
+    record starts over. Zero-advantage groups are not drops (honest peers send them); only groups this node refused
+    are.
 
     Args:
         drop_limit: drops within the window that bench a sender.
         window: how many of a sender's latest groups are remembered.
-        bench_seconds: how long a benched sender is ignored.
+        bench_seconds: how long a sender is benched the first time.
     """
 
     def __init__(self, drop_limit: int = 5, window: int = 10, bench_seconds: float = 600.0):
@@ -41,16 +45,31 @@ class SenderStanding:
         record = self._records.get(sender)
         return record is not None and now < record.benched_until
 
-    def record(self, sender: str, usable: bool, now: float) -> bool:
-        """Note one received group of ``sender``; returns True if this outcome benched it."""
+    def record(self, sender: str, usable: bool, now: float) -> float | None:
+        """Note one received group of ``sender``; returns the seconds it is now benched for if this outcome benched
+        it, else None."""
         record = self._records[sender]
         record.outcomes.append(usable)
+        return self._bench_if_due(record, now)
+
+    def overturn(self, sender: str, now: float) -> float | None:
+        """A group of ``sender`` noted as usable was dropped after all (the plausibility check judges only the groups
+        chosen for training, after they were verified): its outcome becomes a drop instead of adding one. Returns the
+        seconds it is now benched for if that benched it, else None."""
+        record = self._records[sender]
+        if True in record.outcomes:
+            record.outcomes.remove(True)  # the window counts outcomes, not their order
+        record.outcomes.append(False)
+        return self._bench_if_due(record, now)
+
+    def _bench_if_due(self, record: _Record, now: float) -> float | None:
         if record.outcomes.count(False) < self.drop_limit:
-            return False
-        record.benched_until = now + self.bench_seconds
+            return None
+        seconds = min(self.bench_seconds * 2**record.times_benched, MAX_BENCH_SECONDS)
+        record.benched_until = now + seconds
         record.times_benched += 1
         record.outcomes.clear()
-        return True
+        return seconds
 
     def benched(self, now: float) -> list[str]:
         """Senders benched at ``now``."""

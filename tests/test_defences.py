@@ -47,16 +47,34 @@ def test_a_sender_whose_groups_keep_being_dropped_is_benched_for_a_while():
     standing = SenderStanding(drop_limit=3, window=5, bench_seconds=60)
     now = 1000.0
     for usable in (False, True, False):
-        assert standing.record("liar", usable, now) is False
-    assert standing.record("liar", False, now) is True  # the third drop among its last five
+        assert standing.record("liar", usable, now) is None
+    assert standing.record("liar", False, now) == 60  # the third drop among its last five
     assert standing.is_benched("liar", now + 59) and not standing.is_benched("liar", now + 61)
     assert standing.benched(now) == ["liar"]
+    later = now + 61  # benched again: twice as long
+    assert [standing.record("liar", False, later) for _ in range(3)] == [None, None, 120]
+    assert standing.is_benched("liar", later + 119) and not standing.is_benched("liar", later + 121)
     for _ in range(10):  # an honest sender with one bad group in ten is never benched
         standing.record("honest", True, now)
     standing.record("honest", False, now)
     assert not standing.is_benched("honest", now)
     with pytest.raises(ValueError, match="drop_limit"):
         SenderStanding(drop_limit=6, window=5)
+
+
+def test_a_group_found_implausible_after_verification_counts_once_as_a_drop():
+    # A sender's groups are verified when fetched (usable) and judged plausible or not only once chosen: the verdict
+    # overturns the earlier outcome instead of adding one, so a sender whose every chosen group is implausible has a
+    # record of drops, not of half drops.
+    standing = SenderStanding(drop_limit=3, window=4, bench_seconds=60)
+    now = 1000.0
+    for _ in range(4):
+        standing.record("mimic", True, now)
+    assert [standing.overturn("mimic", now) for _ in range(3)] == [None, None, 60]
+    assert standing.is_benched("mimic", now + 1)
+    standing.record("honest", True, now)
+    assert standing.overturn("honest", now) is None  # one group, now a drop: one drop of one, below the limit
+    assert not standing.is_benched("honest", now)
 
 
 def test_trainer_drops_unhygienic_groups_and_benches_their_sender(tmp_path, smollm_tokenizer):
