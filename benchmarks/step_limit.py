@@ -48,7 +48,7 @@ from benchmarks.step_cost import Baton, make_turn_callback, timed_grpo_trainer_c
 
 PROMPTS, GENERATIONS, NEW_TOKENS = 2, 4, 48
 GENERATION_VARIANTS = ("today (TRL generate, fp32)", "prefill once", "merged adapters", "both", "both + bf16",
-                       "TRL continuous batching")  # fmt: skip
+                       "both + bf16 + inverse-transform sampling", "TRL continuous batching")  # fmt: skip
 SPLIT = ("generation", "scoring", "swarm", "plausibility", "training pass", "optimizer and rest")
 SWARM_PHASES = ("swarm_fetch", "external_scoring", "publish")
 
@@ -184,19 +184,20 @@ def time_generation(
 
     config = generation_config(tokenizer)
     eos, pad = [tokenizer.eos_token_id], tokenizer.pad_token_id
-    settings = {  # (prefill once, merge adapters, bf16)
-        "today (TRL generate, fp32)": (False, False, False), "prefill once": (True, False, False),
-        "merged adapters": (False, True, False), "both": (True, True, False), "both + bf16": (True, True, True),
+    settings = {  # (prefill once, merge adapters, bf16, inverse-transform sampling)
+        "today (TRL generate, fp32)": (False, False, False, False), "prefill once": (True, False, False, False),
+        "merged adapters": (False, True, False, False), "both": (True, True, False, False),
+        "both + bf16": (True, True, True, False), "both + bf16 + inverse-transform sampling": (True, True, True, True),
     }  # fmt: skip
     if not bf16:
-        del settings["both + bf16"]
+        del settings["both + bf16"], settings["both + bf16 + inverse-transform sampling"]
 
     def run(name: str) -> None:
         if name == "TRL continuous batching":
             return _continuous_batching(model, rows, config)
-        prefill, merge, low = settings[name]
+        prefill, merge, low, inverse = settings[name]
         with torch.no_grad(), inference_context(model, merge_adapters=merge, bf16=low):
-            generate_completions(model, rows, config, eos, pad, prefill_once=prefill)
+            generate_completions(model, rows, config, eos, pad, prefill_once=prefill, inverse_transform=inverse)
 
     names, notes = list(settings), {}
     times: dict[str, dict[str, list[float]]] = {n: {"wall": [], "cpu": []} for n in names}

@@ -16,6 +16,11 @@ Three independent speed-ups of `model.generate` as TRL calls it for a node's own
   layer's weight (the LM head above all) cast to bf16 once for the context (float32 master weights are kept for
   training).
 
+On a CPU, each sampled token is drawn by inverse transform (:func:`sample_rows`: one uniform number per row against
+the cumulative probabilities) instead of `torch.multinomial`, which draws an exponential number for every word of
+the vocabulary: 7.3 ms against 0.3 ms per token at 8 rows of 49,152 words, one thread. The distribution is the same;
+the draws for a given seed are not.
+
 The same two contexts serve held-out evaluation (`sapo.evaluation.generate_greedy`) and the plausibility pass.
 """
 
@@ -36,6 +41,7 @@ __all__ = [
     "inference_autocast",
     "inference_context",
     "inference_weights",
+    "sample_rows",
     "trainer_generate",
     "unique_prompts",
 ]
@@ -138,6 +144,34 @@ def _cache_argument(model: Any) -> str:
     return "cache" if "cache" in inspect.signature(type(base).forward).parameters else "past_key_values"
 
 
+def sample_rows(probs: torch.Tensor) -> torch.Tensor:
+    """One index per row of ``probs`` (rows of non-negative weights, shape (rows, words)), drawn with probability
+    proportional to its weight: where the row's cumulative weights (float64, so that 49,152 small terms add up
+    exactly enough) first reach a uniform draw in (0, total]. A word of weight 0 is never drawn."""
+    cumulative = probs.double().cumsum(-1)
+    total = cumulative[:, -1:]
+    draws = (1.0 - torch.rand(total.shape, dtype=torch.float64, device=probs.device)) * total  # in (0, total]
+    return torch.searchsorted(cumulative, draws).squeeze(-1).clamp_(max=probs.shape[-1] - 1)
+
+
+@contextlib.contextmanager
+def inverse_transform_sampling() -> Iterator[None]:
+    """Within the context, `torch.multinomial` of one draw per row from CPU rows (the call `generate` makes to
+    sample a token) goes through :func:`sample_rows`; every other call is `torch.multinomial`'s own."""
+    multinomial = torch.multinomial
+
+    def one_draw_per_row(input: torch.Tensor, num_samples: int, *args: Any, **kwargs: Any) -> torch.Tensor:
+        if num_samples == 1 and input.dim() == 2 and input.device.type == "cpu" and not args and not kwargs:
+            return sample_rows(input).unsqueeze(-1)
+        return multinomial(input, num_samples, *args, **kwargs)
+
+    torch.multinomial = one_draw_per_row
+    try:
+        yield
+    finally:
+        torch.multinomial = multinomial
+
+
 def _prefilled_cache(model: Any, ids: torch.Tensor, mask: torch.Tensor, rows: list[int]) -> Any:
     """The key/value cache of every token of the distinct prompts ``ids`` but the last, copied to each row."""
     from transformers import DynamicCache
@@ -158,14 +192,29 @@ def generate_completions(
     eos_token_ids: Sequence[int],
     pad_token_id: int,
     prefill_once: bool = True,
+    inverse_transform: bool = True,
 ) -> list[list[int]]:
     """Completion token ids of each prompt row as `model.generate(..., generation_config)` samples them, cut after the
     first EOS token (TRL's convention); ``model`` must be in eval or no-dropout state and ``torch.no_grad`` active.
 
     With ``prefill_once``, rows that share a prompt (a GRPO group) share one prefill: the distinct prompts (all tokens
-    but the last) are run once, their cache is copied to every row, and `generate` continues from there.
+    but the last) are run once, their cache is copied to every row, and `generate` continues from there. With
+    ``inverse_transform`` (on a CPU), tokens are drawn by :func:`sample_rows` instead of `torch.multinomial`.
     """
     device = next(model.parameters()).device
+    fast_sampling = inverse_transform and device.type == "cpu"
+    sampling = inverse_transform_sampling() if fast_sampling else contextlib.nullcontext()
+    with sampling:
+        output, prompt_width = _generate(model, prompt_ids, generation_config, pad_token_id, prefill_once, device)
+    completions = output[:, prompt_width:].tolist()
+    eos = set(eos_token_ids)
+    return [c[: next((k + 1 for k, t in enumerate(c) if t in eos), len(c))] for c in completions]
+
+
+def _generate(model: Any, prompt_ids: Sequence[Sequence[int]], generation_config: Any, pad_token_id: int,
+              prefill_once: bool, device: torch.device) -> tuple[torch.Tensor, int]:  # fmt: skip
+    """`model.generate`'s output for the prompt rows (prefilled once per distinct prompt if asked) and the width of
+    its prompt part."""
     if prefill_once:
         distinct, rows = unique_prompts(prompt_ids)
         distinct_ids, distinct_mask = _left_pad(distinct, pad_token_id)
@@ -182,9 +231,7 @@ def generate_completions(
         ids, mask = _left_pad(prompt_ids, pad_token_id)
         ids, mask = ids.to(device), mask.to(device)
         output = model.generate(input_ids=ids, attention_mask=mask, generation_config=generation_config)
-    completions = output[:, ids.shape[1] :].tolist()
-    eos = set(eos_token_ids)
-    return [c[: next((k + 1 for k, t in enumerate(c) if t in eos), len(c))] for c in completions]
+    return output, ids.shape[1]
 
 
 def fast_generation_applies(trainer: Any, images: Any, multimodal_fields: Any) -> bool:

@@ -6,17 +6,25 @@ generated token and at every forward pass of the loss. :func:`linear_weights_in`
 in the autocast dtype for the length of a context; the products are the ones autocast computes (its cast is the
 same rounding), so results are unchanged. The copies of frozen weights are kept while the weight is alive and
 unchanged (its in-place version counter), so a LoRA node casts its base model once, not once per step.
+
+:func:`float32_attention` runs the attention of a training pass in float32 under the same autocast: on a CPU, the
+bf16 backward of PyTorch's fused attention took three times as long as the float32 one (0.75 against 0.26 s of the
+default node's loss pass, `benchmarks/results/loss_pass.md`), and float32 attention is the more exact of the two.
 """
 
 from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
+from typing import Any
 
 import torch
 from torch.utils.weak import WeakIdKeyDictionary
 
-__all__ = ["linear_weights_in", "weight_in"]
+__all__ = ["FLOAT32_SDPA", "float32_attention", "linear_weights_in", "weight_in"]
+
+FLOAT32_SDPA = "sdpa_float32"
+"""The name under which transformers' attention registry holds :func:`_sdpa_in_float32`."""
 
 _FROZEN_COPIES = WeakIdKeyDictionary()
 """A frozen weight (by identity, while it lives) -> (its version when copied, its copy in the autocast dtype)."""
@@ -58,3 +66,46 @@ def linear_weights_in(model: torch.nn.Module, dtype: torch.dtype, frozen_only: b
     finally:
         for linear, weight in reversed(swapped):
             linear.weight = weight
+
+
+def _sdpa_in_float32(
+    module: torch.nn.Module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    **kwargs: Any,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """transformers' SDPA attention on float32 copies of its inputs, outside autocast; the output in the inputs'
+    dtype, as the layer after it expects."""
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    with torch.autocast(query.device.type, enabled=False):
+        output, weights = sdpa_attention_forward(
+            module, query.float(), key.float(), value.float(), attention_mask, **kwargs
+        )
+    return output.to(query.dtype), weights
+
+
+def _register_float32_sdpa() -> None:
+    from transformers import AttentionInterface
+    from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+
+    AttentionInterface.register(FLOAT32_SDPA, _sdpa_in_float32)
+    AttentionMaskInterface.register(FLOAT32_SDPA, sdpa_mask)  # the causal masks SDPA takes
+
+
+@contextlib.contextmanager
+def float32_attention(model: torch.nn.Module) -> Iterator[None]:
+    """Within the context, a model that attends with transformers' ``"sdpa"`` attends in float32 (the rest of the
+    pass keeps its autocast); any other attention implementation is left as it is. Its config is restored on exit."""
+    config = getattr(model, "config", None)
+    if config is None or getattr(config, "_attn_implementation", None) != "sdpa":
+        yield
+        return
+    _register_float32_sdpa()
+    config._attn_implementation = FLOAT32_SDPA
+    try:
+        yield
+    finally:
+        config._attn_implementation = "sdpa"

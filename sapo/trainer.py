@@ -45,7 +45,7 @@ from sapo.generation import fast_generation_applies, inference_context, trainer_
 from sapo.hygiene import CompletionFilter
 from sapo.intake import Intake, Taken, weighted_rewards
 from sapo.plausibility import CompletionStatistics, floor_mask, token_typicality
-from sapo.precision import linear_weights_in
+from sapo.precision import float32_attention, linear_weights_in
 from sapo.sampling import Candidate, ExternalSampler
 from sapo.tasks import TaskSpec, reasoning_gym_tasks_of
 from sapo.verification import QuestionVerifier, published_prompt
@@ -373,14 +373,18 @@ class SAPOTrainer(GRPOTrainer):
 
     def _get_per_token_logps_and_entropies(self, model, input_ids, attention_mask, logits_to_keep, *args, **kwargs):
         loss_pass = torch.is_grad_enabled() and self.model.training
-        # Under CPU bf16 autocast the frozen weights are cast once, not at each loss pass (sapo.precision); the
-        # backward reads the bf16 copies the forward saved.
+        # Under CPU bf16 autocast the frozen weights are cast once, not at each loss pass, and attention runs in
+        # float32, whose backward is the faster one there (sapo.precision); the backward reads the bf16 copies the
+        # forward saved.
+        cpu_bf16_loss_pass = loss_pass and self._cpu_bf16_autocast
+        unwrapped = self.accelerator.unwrap_model(model)
         frozen_in_bf16 = (
-            linear_weights_in(self.accelerator.unwrap_model(model), torch.bfloat16, frozen_only=True)
-            if loss_pass and self._cpu_bf16_autocast
+            linear_weights_in(unwrapped, torch.bfloat16, frozen_only=True)
+            if cpu_bf16_loss_pass
             else contextlib.nullcontext()
         )
-        with completion_positions_only(), frozen_in_bf16:
+        attention = float32_attention(unwrapped) if cpu_bf16_loss_pass else contextlib.nullcontext()
+        with completion_positions_only(), frozen_in_bf16, attention:
             result = super()._get_per_token_logps_and_entropies(
                 model, input_ids, attention_mask, logits_to_keep, *args, **kwargs
             )

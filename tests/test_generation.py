@@ -138,6 +138,25 @@ def test_sampled_tokens_log_probabilities_match_a_full_forward_pass(smollm_token
     assert len({tuple(c) for c in completions}) > len(rows) // 2  # samples, not one repeated completion
 
 
+def test_inverse_transform_sampling_draws_each_word_as_often_as_its_probability():
+    from sapo.generation import inverse_transform_sampling, sample_rows
+
+    probs = torch.tensor([[0.5, 0.0, 0.3, 0.2], [0.0, 0.0, 1.0, 0.0], [2.0, 6.0, 0.0, 0.0]])  # the last unnormalized
+    torch.manual_seed(0)
+    draws = torch.stack([sample_rows(probs) for _ in range(20_000)])
+    assert draws.dtype == torch.long and draws.shape == (20_000, 3)
+    frequencies = torch.stack([torch.bincount(draws[:, r], minlength=4) for r in range(3)]).double() / 20_000
+    expected = probs.double() / probs.double().sum(-1, keepdim=True)
+    assert torch.allclose(frequencies, expected, atol=0.015), frequencies  # 4.5 standard errors at most
+    assert (frequencies[expected == 0] == 0).all()  # a word of probability 0 is never drawn
+    multinomial = torch.multinomial
+    with inverse_transform_sampling():
+        assert torch.multinomial is not multinomial
+        assert torch.multinomial(probs, 1).shape == (3, 1)
+        assert torch.multinomial(probs[:1], 2).shape == (1, 2)  # more draws per row: torch's own
+    assert torch.multinomial is multinomial
+
+
 def test_merged_weights_are_used_inside_and_restored_exactly_after(smollm_tokenizer):
     model = _lora_model(smollm_tokenizer)
     model.eval()
@@ -206,9 +225,14 @@ def _train(tmp_path, tokenizer, name: str, fast: bool, steps: int = 2) -> SAPOTr
 
 def test_training_with_the_speed_ups_takes_the_same_steps(tmp_path, smollm_tokenizer):
     """Same seed, speed-ups on and off: the same completions are sampled (the distribution and the random stream are
-    the same), so the losses and the trained adapters agree; the frozen base weights are untouched."""
+    the same), so the losses and the trained adapters agree; the frozen base weights are untouched. TRL's own path
+    (speed-ups off) samples by inverse transform here too, as the node's path does on a CPU: the sampler is the one
+    thing that draws differently (its distribution is tested on its own above)."""
+    from sapo.generation import inverse_transform_sampling
+
     fast = _train(tmp_path, smollm_tokenizer, "fast", fast=True)
-    slow = _train(tmp_path, smollm_tokenizer, "slow", fast=False)
+    with inverse_transform_sampling():
+        slow = _train(tmp_path, smollm_tokenizer, "slow", fast=False)
     initial = build_tiny_model(smollm_tokenizer, seed=0).state_dict()
     for (name, a), b in zip(fast.model.named_parameters(), slow.model.parameters(), strict=True):
         torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-4, msg=name)

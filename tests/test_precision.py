@@ -1,4 +1,5 @@
-"""sapo.precision: linear weights cast to bf16 once for CPU autocast, with autocast's own products."""
+"""sapo.precision: linear weights cast to bf16 once for CPU autocast, with autocast's own products; attention in
+float32 under that autocast."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import torch
 from peft import get_peft_model
 
 from sapo.models import LoraSpec, build_tiny_model, lora_config
-from sapo.precision import linear_weights_in
+from sapo.precision import FLOAT32_SDPA, float32_attention, linear_weights_in
 
 
 def _lora_model(tokenizer):
@@ -76,3 +77,41 @@ def test_without_frozen_only_every_weight_is_swapped_for_a_pass_without_gradient
         dtypes.discard(model.get_input_embeddings().weight.dtype)  # an embedding is a lookup, not a product
     assert dtypes == {torch.bfloat16}
     assert all(p.dtype == torch.float32 for p in model.parameters())
+
+
+def _attention_input_dtypes(monkeypatch) -> list[torch.dtype]:
+    """Records the query dtype of every call of transformers' SDPA attention."""
+    import transformers.integrations.sdpa_attention as sdpa
+
+    seen, forward = [], sdpa.sdpa_attention_forward
+
+    def spy(module, query, *args, **kwargs):
+        seen.append(query.dtype)
+        return forward(module, query, *args, **kwargs)
+
+    monkeypatch.setattr(sdpa, "sdpa_attention_forward", spy)
+    return seen
+
+
+def test_float32_attention_under_bf16_autocast_trains_and_restores_the_config(smollm_tokenizer, monkeypatch):
+    model = _lora_model(smollm_tokenizer)
+    ids = torch.tensor([smollm_tokenizer("What is 2 + 3? It is five.")["input_ids"]])
+    with torch.no_grad():
+        exact = model(input_ids=ids, labels=ids).loss  # float32 throughout
+    seen = _attention_input_dtypes(monkeypatch)
+    with torch.autocast("cpu", dtype=torch.bfloat16), float32_attention(model):
+        assert model.config._attn_implementation == FLOAT32_SDPA
+        loss = model(input_ids=ids, labels=ids).loss
+    assert model.config._attn_implementation == "sdpa"  # generation and evaluation keep the model's own
+    assert seen == [torch.float32] * model.config.num_hidden_layers
+    loss.backward()
+    grads = [p.grad for n, p in model.named_parameters() if "lora_" in n]
+    assert grads and all(g is not None and torch.isfinite(g).all() for g in grads)
+    assert abs(loss.item() - exact.item()) < 0.05  # bf16 elsewhere: close to float32, not equal
+
+
+def test_float32_attention_leaves_other_attention_implementations_alone(smollm_tokenizer):
+    model = _lora_model(smollm_tokenizer)
+    model.config._attn_implementation = "eager"
+    with float32_attention(model):
+        assert model.config._attn_implementation == "eager"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import time
@@ -373,7 +374,8 @@ def test_the_lm_head_scores_only_completion_tokens_and_trl_is_left_as_it_was(tmp
 
 def test_bf16_loss_pass_casts_the_frozen_base_once_and_trains_the_same(tmp_path, smollm_tokenizer, monkeypatch):
     """Under CPU bf16 autocast a LoRA node's loss pass computes with bf16 copies of its frozen weights
-    (sapo.precision), made once: the steps are exactly those of plain autocast, which cast them at every pass."""
+    (sapo.precision), made once, and attends in float32: the steps are exactly those of plain autocast, which casts
+    the weights at every pass."""
     from sapo.models import LoraSpec, lora_config
     from sapo.precision import _FROZEN_COPIES
 
@@ -387,11 +389,23 @@ def test_bf16_loss_pass_casts_the_frozen_base_once_and_trains_the_same(tmp_path,
         trainer.train()
         return trainer
 
+    import transformers.integrations.sdpa_attention as sdpa
+
+    attention_dtypes, forward = [], sdpa.sdpa_attention_forward
+
+    def spy(module, query, *args, **kwargs):  # reached only through sapo.precision's float32 attention
+        attention_dtypes.append(query.dtype)
+        return forward(module, query, *args, **kwargs)
+
+    monkeypatch.setattr(sdpa, "sdpa_attention_forward", spy)
     swapped = train("swapped")
     base = swapped.accelerator.unwrap_model(swapped.model)
     frozen = [m.weight for m in base.modules() if isinstance(m, torch.nn.Linear) and not m.weight.requires_grad]
     assert frozen and all(w in _FROZEN_COPIES for w in frozen)
-    monkeypatch.setattr(SAPOTrainer, "_cpu_bf16_autocast", property(lambda self: False))
+    assert attention_dtypes and set(attention_dtypes) == {torch.float32}  # the loss passes attended in float32
+    assert base.config._attn_implementation == "sdpa"
+    # the same steps as plain autocast (each frozen weight cast at every pass) with the same float32 attention
+    monkeypatch.setattr("sapo.trainer.linear_weights_in", lambda *args, **kwargs: contextlib.nullcontext())
     plain = train("plain")
     assert _metric(swapped, "loss") == _metric(plain, "loss") and len(_metric(plain, "loss")) == 2
     adapters = {n: p for n, p in base.named_parameters() if p.requires_grad}
