@@ -305,6 +305,8 @@ def test_malformed_external_groups_are_dropped_not_raised(tmp_path, smollm_token
 
 
 def test_no_external_groups_matches_trl_grpo(tmp_path, smollm_tokenizer):
+    from sapo.generation import inverse_transform_sampling
+
     dataset = _math_dataset()
 
     def reward(prompts, completions, **kw):
@@ -334,7 +336,8 @@ def test_no_external_groups_matches_trl_grpo(tmp_path, smollm_tokenizer):
         train_dataset=dataset,
         processing_class=smollm_tokenizer,
     )
-    trl_trainer.train()
+    with inverse_transform_sampling():  # the sampler of the node's CPU generation path: the same draws for a seed
+        trl_trainer.train()
     sapo_trainer = SAPOTrainer(
         model=build_tiny_model(smollm_tokenizer, seed=0),
         reward_funcs=[reward],
