@@ -179,6 +179,8 @@ class Intake:
         for reason, count in selection.dropped.items():
             self._count(taken, reason, count)
         chosen = self._drop_implausible(list(selection.chosen), typicality, timed, taken)
+        for candidate in chosen:
+            self._record_standing(candidate.sender, True, fetched_at)
         # An equal share for every process (each trains on the same number of own rows); a remainder is filled in.
         per_process = len(chosen) // processes
         taken.chosen = chosen[: per_process * processes]
@@ -201,13 +203,15 @@ class Intake:
         return broadcast_object_list(fetched, from_process=0)[0]
 
     def _judge(self, sender: str, group: Group, now: float, score: Scorer, taken: Taken) -> Candidate | None:
-        """A candidate, or None: a benched sender's group is set aside unread; every other outcome counts towards
-        its sender's standing."""
+        """A candidate, or None: a benched sender's group is set aside unread; one refused here counts as a drop in
+        its sender's standing (a candidate counts once the sampler chose it and the plausibility check judged it:
+        a group left in the pool says nothing of its sender, and is fetched again)."""
         if self.standing is not None and self.standing.is_benched(sender, now):
             self._drop(taken, "benched_sender", sender, "its recent groups kept being dropped")
             return None
         candidate = self._verify_and_score(sender, group, score, taken)
-        self._record_standing(sender, candidate is not None, now)
+        if candidate is None:
+            self._record_standing(sender, False, now)
         return candidate
 
     def _verify_and_score(self, sender: str, group: Group, score: Scorer, taken: Taken) -> Candidate | None:
@@ -278,7 +282,7 @@ class Intake:
             else:
                 self._drop(taken, "implausible", candidate.sender, problem)
                 self.totals[f"implausible/{problem.test}"] += 1  # which test dropped it: what calibrating needs
-                self._record_standing(candidate.sender, False, time.time(), overturn=True)
+                self._record_standing(candidate.sender, False, time.time())
         return kept
 
     def note_external_tokens(self, completion_ids: Sequence[Sequence[int]]) -> None:
@@ -314,15 +318,9 @@ class Intake:
         taken.dropped[reason] += count
         self.totals[f"dropped/{reason}"] += count
 
-    def _record_standing(self, sender: str, usable: bool, now: float, overturn: bool = False) -> None:
-        """Note one outcome of a sender's group in its standing (if standing is on), or with ``overturn`` turn the
-        usable outcome of a group verified earlier into a drop; log when that benches the sender."""
-        if self.standing is None:
-            return
-        if overturn:
-            seconds = self.standing.overturn(sender, now)
-        else:
-            seconds = self.standing.record(sender, usable, now)
+    def _record_standing(self, sender: str, usable: bool, now: float) -> None:
+        """Note one outcome of a sender's group in its standing (if standing is on); log when that benches it."""
+        seconds = None if self.standing is None else self.standing.record(sender, usable, now)
         if seconds is None:
             return
         self.totals["benched_senders"] += 1

@@ -52,16 +52,6 @@ class SenderStanding:
         record.outcomes.append(usable)
         return self._bench_if_due(record, now)
 
-    def overturn(self, sender: str, now: float) -> float | None:
-        """A group of ``sender`` noted as usable was dropped after all (the plausibility check judges only the groups
-        chosen for training, after they were verified): its outcome becomes a drop instead of adding one. Returns the
-        seconds it is now benched for if that benched it, else None."""
-        record = self._records[sender]
-        if True in record.outcomes:
-            record.outcomes.remove(True)  # the window counts outcomes, not their order
-        record.outcomes.append(False)
-        return self._bench_if_due(record, now)
-
     def _bench_if_due(self, record: _Record, now: float) -> float | None:
         if record.outcomes.count(False) < self.drop_limit:
             return None

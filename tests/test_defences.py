@@ -62,21 +62,6 @@ def test_a_sender_whose_groups_keep_being_dropped_is_benched_for_a_while():
         SenderStanding(drop_limit=6, window=5)
 
 
-def test_a_group_found_implausible_after_verification_counts_once_as_a_drop():
-    # A sender's groups are verified when fetched (usable) and judged plausible or not only once chosen: the verdict
-    # overturns the earlier outcome instead of adding one, so a sender whose every chosen group is implausible has a
-    # record of drops, not of half drops.
-    standing = SenderStanding(drop_limit=3, window=4, bench_seconds=60)
-    now = 1000.0
-    for _ in range(4):
-        standing.record("mimic", True, now)
-    assert [standing.overturn("mimic", now) for _ in range(3)] == [None, None, 60]
-    assert standing.is_benched("mimic", now + 1)
-    standing.record("honest", True, now)
-    assert standing.overturn("honest", now) is None  # one group, now a drop: one drop of one, below the limit
-    assert not standing.is_benched("honest", now)
-
-
 def test_trainer_drops_unhygienic_groups_and_benches_their_sender(tmp_path, smollm_tokenizer):
     tasks = [TaskSpec("basic_arithmetic", {"min_terms": 2, "max_terms": 2, "min_digits": 1, "max_digits": 1})]
     dataset = build_reasoning_gym_dataset(tasks, size=16, seed=3)
@@ -259,20 +244,23 @@ def _counting_group(texts: list[str], gid: str) -> Group:
 
 
 def _digit_trainer(trainer_class, tmp_path, tokenizer, swarm, **fields):
-    """A trainer of the digit policy on COUNTING, taking 2 external groups per step for 2 steps."""
+    """A trainer of the digit policy on COUNTING, taking 2 external groups per step for 2 steps (``fields`` set
+    these and any other config field)."""
     return trainer_class(
         model=_digit_policy(tokenizer),
         reward_funcs=[_length_reward],
         args=tiny_config(
             tmp_path / "out",
-            num_local=2,
-            num_external=2,
-            max_steps=2,
-            learning_rate=1e-5,
-            logging_steps=1,
-            external_source_policy="trust",
-            sampling_strategy="uniform",
-            **fields,
+            **{
+                "num_local": 2,
+                "num_external": 2,
+                "max_steps": 2,
+                "learning_rate": 1e-5,
+                "logging_steps": 1,
+                "external_source_policy": "trust",
+                "sampling_strategy": "uniform",
+                **fields,
+            },
         ),  # fmt: skip
         train_dataset=COUNTING,
         processing_class=tokenizer,
@@ -300,6 +288,23 @@ def test_trainer_drops_a_payload_its_policy_would_never_write_and_benches_the_se
     assert any("sapo/time/plausibility" in h for h in trainer.state.log_history)
     senders = json.loads((tmp_path / "out" / "senders.json").read_text())  # who sent what, for an audit
     assert senders == {"attacker": {"dropped/implausible": 1}, "honest": {"taken": 1}}
+
+
+def test_a_sender_is_judged_by_its_chosen_groups_not_diluted_by_those_waiting_in_the_pool(tmp_path, smollm_tokenizer):
+    # An adaptive attacker keeps many groups on offer; four are fetched per step, one is chosen and found
+    # implausible. Its standing counts the three chosen ones (three drops: benched), not the groups left over, which
+    # would have counted as usable four times for each drop and kept it below three drops among its last ten.
+    swarm = MemorySwarm()
+    attacker = swarm.join("attacker")
+    attacker.publish([_counting_group(["123", f"123 zebracoin {k}", "4567", "zebracoin 89"], f"bad-{k}")
+                      for k in range(12)])  # fmt: skip
+    trainer = _digit_trainer(SAPOTrainer, tmp_path, smollm_tokenizer, swarm.join("receiver"), num_external=1,
+                             max_steps=4, external_pool_size=4, sender_drop_limit=3, sender_window=10)  # fmt: skip
+    trainer.train()
+    totals = trainer.swarm_totals
+    assert totals["dropped/implausible"] == 3 and totals["candidates"] == 12, dict(totals)
+    assert totals["benched_senders"] == 1 and trainer.standing.benched(time.time()) == ["attacker"]
+    assert trainer.taken_from == {}
 
 
 class _LossInputs(SAPOTrainer):
