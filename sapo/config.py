@@ -18,7 +18,8 @@ from swarm.field_docs import document_fields
 
 def device_defaults() -> dict[str, bool]:
     """What SAPOConfig's device-dependent fields (`use_cpu`, `gradient_checkpointing`, `bf16`,
-    `generation_prefill_once`, `generation_merge_adapters`) become when left at `None`, on this machine.
+    `generation_prefill_once`, `generation_merge_adapters`, `scoring_prefill_once`) become when left at `None`, on
+    this machine.
 
     With a CUDA GPU: the GPU, activation (gradient) checkpointing on, bf16 autocast where the GPU supports it
     natively. Without one: the CPU, checkpointing off (it saves memory by recomputing activations, a pure loss on a
@@ -29,7 +30,8 @@ def device_defaults() -> dict[str, bool]:
     elsewhere (emulated in software, it made every step 45x slower on a CPU without it). On both, generation with
     each prompt prefilled once and LoRA adapters merged (`sapo.generation`): on an H100 at the paper's batch (8 x 8
     completions of 256 tokens) it made a step 1.6x faster than TRL's own generation path
-    (`benchmarks/results/gpu_node.md`).
+    (`benchmarks/results/gpu_node.md`). On a CPU, the loss and plausibility passes also run each prompt once
+    (`sapo.shared_prompts`; not measured on a GPU, where TRL's pass is kept).
     """
     import torch
 
@@ -40,6 +42,7 @@ def device_defaults() -> dict[str, bool]:
         "bf16": torch.cuda.is_bf16_supported() if gpu else cpu_has_native_bf16(),
         "generation_prefill_once": True,
         "generation_merge_adapters": True,
+        "scoring_prefill_once": not gpu,
     }
 
 
@@ -97,6 +100,7 @@ _SECTIONS = {
         "bf16",
         "generation_prefill_once",
         "generation_merge_adapters",
+        "scoring_prefill_once",
     ),
 }
 
@@ -407,6 +411,18 @@ class SAPOConfig(GRPOConfig):
         },
     )
 
+    scoring_prefill_once: bool | None = field(
+        default=None,
+        metadata={
+            "help": "In the loss pass and the plausibility pass, run each distinct prompt once and share its "
+            "key/value cache (and its gradient) among the rows that hold it, instead of once per row "
+            "(`sapo.shared_prompts`; the same log-probabilities and gradients up to rounding). Applies to a single "
+            "process without gradient checkpointing. `None`: on with a CPU, off with a GPU (TRL's pass).",
+            "nargs": "?",
+            "const": True,
+        },
+    )
+
     def __post_init__(self) -> None:
         self._validate_sapo_fields()
         # An alias ("paper") becomes the name it stands for; an unknown name raises a ValueError naming the field.
@@ -464,7 +480,7 @@ class SAPOConfig(GRPOConfig):
             self.use_cpu = device["use_cpu"]
         if self.bf16 is None and not self.fp16:
             self.bf16 = device["bf16"]
-        for name in ("generation_prefill_once", "generation_merge_adapters"):
+        for name in ("generation_prefill_once", "generation_merge_adapters", "scoring_prefill_once"):
             if getattr(self, name) is None:
                 setattr(self, name, device[name])
         if self.gradient_checkpointing is None and getattr(self, "activation_checkpointing", None) is None:

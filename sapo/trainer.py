@@ -47,6 +47,7 @@ from sapo.intake import Intake, Taken, weighted_rewards
 from sapo.plausibility import CompletionStatistics, floor_mask, token_typicality
 from sapo.precision import float32_attention, linear_weights_in
 from sapo.sampling import Candidate, ExternalSampler
+from sapo.shared_prompts import shared_prompt_logps
 from sapo.tasks import TaskSpec, reasoning_gym_tasks_of
 from sapo.verification import QuestionVerifier, published_prompt
 from swarm.records import Group, Provenance, RecordRejected, provenance_from_wire
@@ -385,13 +386,39 @@ class SAPOTrainer(GRPOTrainer):
         )
         attention = float32_attention(unwrapped) if cpu_bf16_loss_pass else contextlib.nullcontext()
         with completion_positions_only(), frozen_in_bf16, attention:
-            result = super()._get_per_token_logps_and_entropies(
-                model, input_ids, attention_mask, logits_to_keep, *args, **kwargs
-            )
+            result = self._scored_with_shared_prompts(model, input_ids, attention_mask, logits_to_keep, args, kwargs)
+            if result is None:
+                result = super()._get_per_token_logps_and_entropies(
+                    model, input_ids, attention_mask, logits_to_keep, *args, **kwargs
+                )
         if loss_pass and result[1] is not None:
             completion = slice(input_ids.shape[1] - logits_to_keep, None)
             self.intake.observe_loss_pass(input_ids[:, completion], result[0], result[1], attention_mask[:, completion])
         return result
+
+    def _scored_with_shared_prompts(
+        self, model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor, logits_to_keep: int,
+        args: tuple, kwargs: dict[str, Any],
+    ) -> tuple[torch.Tensor, torch.Tensor | None, None] | None:  # fmt: skip
+        """TRL's (log-probabilities, entropies, aux loss) with each distinct prompt run once
+        (`sapo.shared_prompts`), or None where that does not apply: `scoring_prefill_once` off, several processes
+        (a wrapped model runs one forward per backward), gradient checkpointing, images or an MoE aux loss, or no
+        prompt shared by two rows."""
+        # images and the like, or compute_aux_loss=True: TRL's pass
+        extra = [k for k, v in kwargs.items() if k not in ("batch_size", "compute_entropy") and v not in (None, False)]
+        if (
+            not self.args.scoring_prefill_once
+            or self.accelerator.num_processes > 1
+            or self.args.gradient_checkpointing
+            or args
+            or extra
+        ):
+            return None
+        with self.accelerator.autocast():
+            scored = shared_prompt_logps(
+                model, input_ids, attention_mask, logits_to_keep, bool(kwargs.get("compute_entropy"))
+            )
+        return None if scored is None else (*scored, None)
 
     def train(self, *args: Any, **kwargs: Any) -> Any:
         """TRL's training loop; at its end, the per-sender outcomes are written to `output_dir`/senders.json."""

@@ -341,7 +341,11 @@ def test_no_external_groups_matches_trl_grpo(tmp_path, smollm_tokenizer):
     sapo_trainer = SAPOTrainer(
         model=build_tiny_model(smollm_tokenizer, seed=0),
         reward_funcs=[reward],
-        args=SAPOConfig(output_dir=str(tmp_path / "sapo"), num_local=2, num_external=0, **common),
+        # TRL's loss pass over whole rows, for bit-equal steps (the pass with each prompt once equals it up to
+        # rounding: tests/test_shared_prompts.py and test_scoring_each_prompt_once_takes_the_same_steps)
+        args=SAPOConfig(
+            output_dir=str(tmp_path / "sapo"), num_local=2, num_external=0, scoring_prefill_once=False, **common
+        ),
         train_dataset=dataset,
         processing_class=smollm_tokenizer,
         swarm=MemorySwarm().join("solo"),
@@ -414,6 +418,50 @@ def test_bf16_loss_pass_casts_the_frozen_base_once_and_trains_the_same(tmp_path,
     adapters = {n: p for n, p in base.named_parameters() if p.requires_grad}
     plain_adapters = dict(plain.accelerator.unwrap_model(plain.model).named_parameters())
     assert adapters and all(torch.equal(p, plain_adapters[n]) for n, p in adapters.items())
+
+
+def test_scoring_each_prompt_once_takes_the_same_steps(tmp_path, smollm_tokenizer, monkeypatch):
+    """`scoring_prefill_once` (on by default on a CPU) runs each distinct prompt of the loss pass once: the step
+    (its loss and, under plain SGD, the adapters it trains) is that of TRL's pass over whole rows, up to rounding.
+    One step: a second one samples from weights that differ by rounding, so its completions may differ."""
+    import sapo.trainer as trainer_module
+    from sapo.models import LoraSpec, lora_config
+
+    calls, shared = [], trainer_module.shared_prompt_logps
+
+    def spy(*args, **kwargs):
+        calls.append(args[1].shape[0])
+        return shared(*args, **kwargs)
+
+    monkeypatch.setattr(trainer_module, "shared_prompt_logps", spy)
+
+    def train(name: str, once: bool) -> SAPOTrainer:
+        trainer = SAPOTrainer(
+            model=build_tiny_model(smollm_tokenizer, seed=0), reward_funcs=[lambda completions, **kw: [
+                float(len(c[0]["content"]) % 3) for c in completions]],
+            args=_args(tmp_path, name, num_external=0, scoring_prefill_once=once, optim="sgd", learning_rate=1.0,
+                       bf16=False, max_steps=1),
+            train_dataset=_math_dataset(),
+            processing_class=smollm_tokenizer, peft_config=lora_config(LoraSpec(r=4, alpha=8, dropout=0.0)),
+        )  # fmt: skip
+        trainer.train()
+        return trainer
+
+    assert SAPOConfig(output_dir=str(tmp_path / "defaults")).scoring_prefill_once is True  # the CPU default
+    once = train("once", True)
+    assert calls and all(rows == G for rows in calls)  # every loss pass, each of G rows sharing its prompt
+    calls.clear()
+    plain = train("plain", False)
+    assert not calls
+    torch.testing.assert_close(torch.tensor(_metric(once, "loss")), torch.tensor(_metric(plain, "loss")),
+                               atol=1e-5, rtol=1e-4)  # fmt: skip
+    adapters = dict(plain.accelerator.unwrap_model(plain.model).named_parameters())
+    trained = [(n, p) for n, p in once.accelerator.unwrap_model(once.model).named_parameters() if p.requires_grad]
+    assert trained and any(p.abs().sum() > 0 for n, p in trained if "lora_B" in n)
+    # Plain SGD from zero-initialised B matrices: each B is minus its gradient, so equal gradients give equal B.
+    steps = [(p.detach().flatten(), adapters[n].detach().flatten()) for n, p in trained if "lora_B" in n]
+    difference = torch.cat([a - b for a, b in steps]).norm() / torch.cat([b for _, b in steps]).norm()
+    assert difference < 1e-3, difference
 
 
 def test_heterogeneous_peers_exchange_and_both_train(tmp_path, smollm_tokenizer, minilm_tokenizer):
