@@ -229,17 +229,24 @@ def time_generation(
 
 
 def node_configs(bf16: bool) -> dict[str, dict[str, Any]]:
-    """The step configurations: each speed-up off and on (bf16 only where the CPU computes it natively)."""
+    """The step configurations: each speed-up off and on (bf16 only where the CPU computes it natively); the last is
+    the node's default here."""
+
+    def config(prefill: bool, merge: bool, low: bool, scoring: bool = False) -> dict[str, Any]:
+        return dict(generation_prefill_once=prefill, generation_merge_adapters=merge, bf16=low,
+                    scoring_prefill_once=scoring)  # fmt: skip
+
     configs = {
-        "node, speed-ups off (today)": dict(generation_prefill_once=False, generation_merge_adapters=False, bf16=False),
-        "node, prefill once": dict(generation_prefill_once=True, generation_merge_adapters=False, bf16=False),
-        "node, merged adapters": dict(generation_prefill_once=False, generation_merge_adapters=True, bf16=False),
-        "node, both": dict(generation_prefill_once=True, generation_merge_adapters=True, bf16=False),
+        "node, speed-ups off (today)": config(False, False, False),
+        "node, prefill once": config(True, False, False),
+        "node, merged adapters": config(False, True, False),
+        "node, both": config(True, True, False),
     }
     if bf16:
-        configs["node, both + bf16 (default here)"] = dict(
-            generation_prefill_once=True, generation_merge_adapters=True, bf16=True
-        )
+        configs["node, both + bf16"] = config(True, True, True)
+        configs["node, both + bf16 + prompts scored once (default here)"] = config(True, True, True, scoring=True)
+    else:
+        configs["node, both + prompts scored once (default here)"] = config(True, True, False, scoring=True)
     return configs
 
 
@@ -526,11 +533,18 @@ def report_lines(data: dict[str, Any], record: dict[str, str]) -> list[str]:
         f"{b['generation_decode']:.2f}), training pass {b['training pass']:.2f}, plausibility {b['plausibility']:.2f}"
         for d, b in data["bounds"].items())]  # fmt: skip
     lines += ["", "## The default node's step (1 local + 1 swarm group of 4; TRL: 2 local groups)", "",
-              "| configuration | step wall s | step CPU s | " + " | ".join(SPLIT) + " | swarm groups | steps |",
-              "|---|---:|---:|" + "---:|" * len(SPLIT) + "---:|---:|"]  # fmt: skip
+              "| configuration | step wall s | step CPU s | x today (wall) | x plain TRL (wall) | "
+              + " | ".join(SPLIT) + " | swarm groups | steps |",
+              "|---|---:|---:|---:|---:|" + "---:|" * len(SPLIT) + "---:|---:|"]  # fmt: skip
+    today_step, trl_step = summary.get("node, speed-ups off (today)"), summary.get("plain TRL GRPOTrainer")
+
+    def ratio(v: dict[str, Any], to: dict[str, Any] | None) -> str:
+        return f"{v['wall'] / to['wall']:.2f}" if to else "-"
+
     for name, v in summary.items():
         measured = f"{v['steps_measured']} of {v.get('steps_after_first', v['steps_measured'])}"
-        lines.append(f"| {name} | {v['wall']:.2f} | {v['cpu']:.2f} | " + " | ".join(f"{v[p]:.2f}" for p in SPLIT)
+        lines.append(f"| {name} | {v['wall']:.2f} | {v['cpu']:.2f} | {ratio(v, today_step)} | {ratio(v, trl_step)} | "
+                     + " | ".join(f"{v[p]:.2f}" for p in SPLIT)
                      + f" | {v['external_groups']:.0f} | {measured} |")  # fmt: skip
     lines += ["", "Medians over the steps after the first (the node's first step has no swarm group) that trained on "
               "the configuration's swarm groups (a node's step whose swarm group was dropped generates one more "
