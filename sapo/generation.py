@@ -279,4 +279,5 @@ def trainer_generate(trainer: Any, prompt_ids: Sequence[Sequence[int]]) -> list[
             trainer.eos_token_ids,
             trainer._tokenizer.pad_token_id,
             prefill_once=bool(args.generation_prefill_once),
+            inverse_transform=bool(args.generation_inverse_transform_sampling),
         )

@@ -157,6 +157,29 @@ def test_inverse_transform_sampling_draws_each_word_as_often_as_its_probability(
     assert torch.multinomial is multinomial
 
 
+def test_the_sampler_switch_chooses_between_inverse_transform_and_torch_multinomial(smollm_tokenizer, monkeypatch):
+    model = _lora_model(smollm_tokenizer)
+    model.eval()
+    rows = _prompt_rows(smollm_tokenizer)
+    config = _config(smollm_tokenizer, sample=True, tokens=3)
+    drawn_by = []
+    multinomial = torch.multinomial
+
+    def torch_sampler(*args, **kwargs):
+        drawn_by.append("torch")
+        return multinomial(*args, **kwargs)
+
+    monkeypatch.setattr(torch, "multinomial", torch_sampler)
+    eos, pad = [smollm_tokenizer.eos_token_id], smollm_tokenizer.pad_token_id
+    with torch.no_grad():
+        generate_completions(model, rows, config, eos, pad, inverse_transform=False)
+        assert drawn_by  # generate's own torch.multinomial
+        drawn_by.clear()
+        generate_completions(model, rows, config, eos, pad, inverse_transform=True)
+        assert not drawn_by  # replaced for the call, restored after
+    assert torch.multinomial is torch_sampler
+
+
 def test_merged_weights_are_used_inside_and_restored_exactly_after(smollm_tokenizer):
     model = _lora_model(smollm_tokenizer)
     model.eval()
