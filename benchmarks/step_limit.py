@@ -229,8 +229,8 @@ def time_generation(
 
 
 def node_configs(bf16: bool) -> dict[str, dict[str, Any]]:
-    """The step configurations: each speed-up off and on (bf16 only where the CPU computes it natively); the last is
-    the node's default here."""
+    """The step configurations: each speed-up off and on (bf16 only where the CPU computes it natively); the node's
+    default here is "node, both + bf16" with native bf16, else "node, both"."""
 
     def config(prefill: bool, merge: bool, low: bool, scoring: bool = False) -> dict[str, Any]:
         return dict(generation_prefill_once=prefill, generation_merge_adapters=merge, bf16=low,
@@ -243,10 +243,10 @@ def node_configs(bf16: bool) -> dict[str, dict[str, Any]]:
         "node, both": config(True, True, False),
     }
     if bf16:
-        configs["node, both + bf16"] = config(True, True, True)
-        configs["node, both + bf16 + prompts scored once (default here)"] = config(True, True, True, scoring=True)
+        configs["node, both + bf16 + loss pass prompts once"] = config(True, True, True, scoring=True)
+        configs["node, both + bf16 (default here)"] = config(True, True, True)
     else:
-        configs["node, both + prompts scored once (default here)"] = config(True, True, False, scoring=True)
+        configs["node, both + loss pass prompts once"] = config(True, True, False, scoring=True)
     return configs
 
 

@@ -18,8 +18,7 @@ from swarm.field_docs import document_fields
 
 def device_defaults() -> dict[str, bool]:
     """What SAPOConfig's device-dependent fields (`use_cpu`, `gradient_checkpointing`, `bf16`,
-    `generation_prefill_once`, `generation_merge_adapters`, `scoring_prefill_once`) become when left at `None`, on
-    this machine.
+    `generation_prefill_once`, `generation_merge_adapters`) become when left at `None`, on this machine.
 
     With a CUDA GPU: the GPU, activation (gradient) checkpointing on, bf16 autocast where the GPU supports it
     natively. Without one: the CPU, checkpointing off (it saves memory by recomputing activations, a pure loss on a
@@ -30,8 +29,7 @@ def device_defaults() -> dict[str, bool]:
     elsewhere (emulated in software, it made every step 45x slower on a CPU without it). On both, generation with
     each prompt prefilled once and LoRA adapters merged (`sapo.generation`): on an H100 at the paper's batch (8 x 8
     completions of 256 tokens) it made a step 1.6x faster than TRL's own generation path
-    (`benchmarks/results/gpu_node.md`). On a CPU, the loss and plausibility passes also run each prompt once
-    (`sapo.shared_prompts`; not measured on a GPU, where TRL's pass is kept).
+    (`benchmarks/results/gpu_node.md`).
     """
     import torch
 
@@ -42,7 +40,6 @@ def device_defaults() -> dict[str, bool]:
         "bf16": torch.cuda.is_bf16_supported() if gpu else cpu_has_native_bf16(),
         "generation_prefill_once": True,
         "generation_merge_adapters": True,
-        "scoring_prefill_once": not gpu,
     }
 
 
@@ -100,9 +97,8 @@ _SECTIONS = {
         "bf16",
         "generation_prefill_once",
         "generation_merge_adapters",
-        "scoring_prefill_once",
     ),
-    "Token sampling": ("generation_inverse_transform_sampling",),
+    "Speed": ("generation_inverse_transform_sampling", "scoring_prefill_once"),
 }
 
 
@@ -422,13 +418,15 @@ class SAPOConfig(GRPOConfig):
             "`generation_prefill_once`, `generation_merge_adapters`, bf16 on).",
         },
     )
-    scoring_prefill_once: bool | None = field(
-        default=None,
+    scoring_prefill_once: bool = field(
+        default=False,
         metadata={
-            "help": "In the loss pass and the plausibility pass, run each distinct prompt once and share its "
-            "key/value cache (and its gradient) among the rows that hold it, instead of once per row "
-            "(`sapo.shared_prompts`; the same log-probabilities and gradients up to rounding). Applies to a single "
-            "process without gradient checkpointing. `None`: on with a CPU, off with a GPU (TRL's pass).",
+            "help": "In the loss pass, run each distinct prompt once and share its key/value cache (and its "
+            "gradient) among the rows of the micro-batch that hold it, instead of once per row "
+            "(`sapo.shared_prompts`; the same log-probabilities and gradients up to rounding). Single process, no "
+            "gradient checkpointing. Off by default: at the node's micro-batch of 4 rows (two prompts after TRL's "
+            "shuffle) it made the step no faster (`benchmarks/results/step_limit_1thread/`); it pays where a "
+            "micro-batch holds many rows of one prompt (`per_device_train_batch_size` of several groups).",
             "nargs": "?",
             "const": True,
         },
@@ -491,7 +489,7 @@ class SAPOConfig(GRPOConfig):
             self.use_cpu = device["use_cpu"]
         if self.bf16 is None and not self.fp16:
             self.bf16 = device["bf16"]
-        for name in ("generation_prefill_once", "generation_merge_adapters", "scoring_prefill_once"):
+        for name in ("generation_prefill_once", "generation_merge_adapters"):
             if getattr(self, name) is None:
                 setattr(self, name, device[name])
         if self.gradient_checkpointing is None and getattr(self, "activation_checkpointing", None) is None:

@@ -1,4 +1,4 @@
-"""A scoring pass over rows that share prompts: each distinct prompt run once, its key/value cache shared by its rows.
+"""A loss pass over rows that share prompts: each distinct prompt run once, its key/value cache shared by its rows.
 
 A GRPO batch holds every prompt `num_generations` times, and TRL's loss pass runs the whole prompt again in each row:
 at the default node's batch (8 rows of 72 prompt and 48 completion tokens, 2 prompts) 576 of its 960 tokens are
@@ -6,7 +6,10 @@ prompt tokens computed four times over. :func:`shared_prompt_logps` runs each di
 last) once, copies its key/value cache to the rows that share it (an `index_select`, so gradients from every row flow
 back into the one prompt pass), and runs only the last prompt token and the completion of each row on top, through
 TRL's fused LM head. The positions, masks and scored tokens are those of TRL's pass over the whole rows, so the
-log-probabilities and gradients are the same up to the order of floating-point sums (tested).
+log-probabilities and gradients are the same up to the order of floating-point sums (tested). It pays where a
+micro-batch holds many rows of one prompt; at the node's default micro-batch of 4 rows, which TRL's shuffle fills
+with two prompts, it made the step no faster (`benchmarks/results/step_limit_1thread/`), so it is off by default
+(`SAPOConfig.scoring_prefill_once`).
 """
 
 from __future__ import annotations

@@ -401,13 +401,15 @@ class SAPOTrainer(GRPOTrainer):
         args: tuple, kwargs: dict[str, Any],
     ) -> tuple[torch.Tensor, torch.Tensor | None, None] | None:  # fmt: skip
         """TRL's (log-probabilities, entropies, aux loss) with each distinct prompt run once
-        (`sapo.shared_prompts`), or None where that does not apply: `scoring_prefill_once` off, several processes
-        (a wrapped model runs one forward per backward), gradient checkpointing, images or an MoE aux loss, or no
-        prompt shared by two rows."""
+        (`sapo.shared_prompts`), or None where that does not apply: `scoring_prefill_once` off, a pass without
+        gradients (the plausibility pass: one group, where the two calls cost more than the shared prompt saves),
+        several processes (a wrapped model runs one forward per backward), gradient checkpointing, images or an MoE
+        aux loss, or no prompt shared by two rows."""
         # images and the like, or compute_aux_loss=True: TRL's pass
         extra = [k for k, v in kwargs.items() if k not in ("batch_size", "compute_entropy") and v not in (None, False)]
         if (
             not self.args.scoring_prefill_once
+            or not torch.is_grad_enabled()
             or self.accelerator.num_processes > 1
             or self.args.gradient_checkpointing
             or args

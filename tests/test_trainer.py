@@ -421,7 +421,7 @@ def test_bf16_loss_pass_casts_the_frozen_base_once_and_trains_the_same(tmp_path,
 
 
 def test_scoring_each_prompt_once_takes_the_same_steps(tmp_path, smollm_tokenizer, monkeypatch):
-    """`scoring_prefill_once` (on by default on a CPU) runs each distinct prompt of the loss pass once: the step
+    """`scoring_prefill_once` runs each distinct prompt of the loss pass once: the step
     (its loss and, under plain SGD, the adapters it trains) is that of TRL's pass over whole rows, up to rounding.
     One step: a second one samples from weights that differ by rounding, so its completions may differ."""
     import sapo.trainer as trainer_module
@@ -447,7 +447,7 @@ def test_scoring_each_prompt_once_takes_the_same_steps(tmp_path, smollm_tokenize
         trainer.train()
         return trainer
 
-    assert SAPOConfig(output_dir=str(tmp_path / "defaults")).scoring_prefill_once is True  # the CPU default
+    assert SAPOConfig(output_dir=str(tmp_path / "defaults")).scoring_prefill_once is False  # off unless asked
     once = train("once", True)
     assert calls and all(rows == G for rows in calls)  # every loss pass, each of G rows sharing its prompt
     calls.clear()
