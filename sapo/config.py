@@ -23,13 +23,12 @@ def device_defaults() -> dict[str, bool]:
     With a CUDA GPU: the GPU, activation (gradient) checkpointing on, bf16 autocast where the GPU supports it
     natively. Without one: the CPU, checkpointing off (it saves memory by recomputing activations, a pure loss on a
     CPU), bf16 autocast on where the CPU computes bf16 natively (`cpu_has_native_bf16`: AVX512-BF16 or AMX; on a
-    2-core AMX machine it made the default step's generation 1.65x faster with one thread, as each node of a local
-    swarm runs, `benchmarks/results/step_limit_1thread/`; with two, before its casts were made once, no faster:
-    `step_limit.md`) and off
-    elsewhere (emulated in software, it made every step 45x slower on a CPU without it). On both, generation with
-    each prompt prefilled once and LoRA adapters merged (`sapo.generation`): on an H100 at the paper's batch (8 x 8
-    completions of 256 tokens) it made a step 1.6x faster than TRL's own generation path
-    (`benchmarks/results/gpu_node.md`).
+    2-core AMX machine it made the default step's generation 1.37x faster with one thread, as each node of a local
+    swarm runs, `benchmarks/results/step_limit_1thread/` on bbb04c4 (1.65x on 88b3889); with two, before its casts
+    were made once, no faster: `step_limit.md`) and off elsewhere (emulated in software, it made every step 45x
+    slower on a CPU without it). On both, generation with each prompt prefilled once and LoRA adapters merged
+    (`sapo.generation`): on an H100 at the paper's batch (8 x 8 completions of 256 tokens) it made a step 1.6x
+    faster than TRL's own generation path (`benchmarks/results/gpu_node.md`).
     """
     import torch
 
