@@ -53,19 +53,27 @@ def batch(vocab: int, seed: int = 0) -> tuple[Any, Any, Any]:
     return ids, mask, labels
 
 
-def loss_pass(model: Any, inputs: tuple[Any, Any, Any], bf16: bool, compact: bool) -> dict[str, Any]:
-    """One forward and backward; CPU seconds of each, the completion log-probabilities and the adapters' gradients."""
+def loss_pass(
+    model: Any, inputs: tuple[Any, Any, Any], bf16: bool, compact: bool, as_node: bool = False
+) -> dict[str, Any]:
+    """One forward and backward; CPU seconds of each, the completion log-probabilities and the adapters' gradients.
+    ``as_node``: under bf16, as `SAPOTrainer` runs it (frozen weights cast to bf16 once, attention in float32)."""
     import contextlib
 
     import torch
 
+    from sapo.precision import float32_attention, linear_weights_in
     from sapo.trainer import completion_positions_only
 
     ids, mask, labels = inputs
     scoring = completion_positions_only() if compact else contextlib.nullcontext()
     precision = torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16)
+    node_way = contextlib.ExitStack()
+    if as_node:
+        node_way.enter_context(linear_weights_in(model, torch.bfloat16, frozen_only=True))
+        node_way.enter_context(float32_attention(model))
     start = time.process_time()
-    with scoring, precision:
+    with scoring, precision, node_way:
         out = model(input_ids=ids, attention_mask=mask, labels=labels, fused_lm_head=True)
     log_probs = out.log_probs[:, -COMPLETION:]
     middle = time.process_time()
@@ -96,8 +104,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     model = build(args.quick, args.model)
     inputs = batch(model.config.vocab_size)
     bf16 = {"auto": cpu_has_native_bf16(), "on": True, "off": False}[args.bf16]
-    configs = [(low, compact) for low in ([False, True] if bf16 else [False]) for compact in (False, True)]
+    configs = [(low, compact, False) for low in ([False, True] if bf16 else [False]) for compact in (False, True)]
+    configs += [(True, True, True)] if bf16 else []
     name = {c: f"{'bf16' if c[0] else 'fp32'}, {'completion positions' if c[1] else 'every position (TRL on CPU)'}"
+            + (", as the node runs it (bf16 weights once, float32 attention)" if c[2] else "")
             for c in configs}  # fmt: skip
     samples: dict[str, list[dict[str, float]]] = {name[c]: [] for c in configs}
     same = {}
