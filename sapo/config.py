@@ -23,8 +23,8 @@ def device_defaults() -> dict[str, bool]:
     With a CUDA GPU: the GPU, activation (gradient) checkpointing on, bf16 autocast where the GPU supports it
     natively. Without one: the CPU, checkpointing off (it saves memory by recomputing activations, a pure loss on a
     CPU), bf16 autocast on where the CPU computes bf16 natively (`cpu_has_native_bf16`: AVX512-BF16 or AMX; on a
-    2-core AMX machine it made the default step's generation 1.37x faster with one thread, as each node of a local
-    swarm runs, `benchmarks/results/step_limit_1thread/` on bbb04c4 (1.65x on 88b3889); with two, before its casts
+    2-core AMX machine it made the default step's generation 1.49x faster with one thread, as each node of a local
+    swarm runs, `benchmarks/results/step_limit_1thread/` on 9b705d4 (1.65x on 88b3889); with two, before its casts
     were made once, no faster: `step_limit.md`) and off elsewhere (emulated in software, it made every step 45x
     slower on a CPU without it). On both, generation with each prompt prefilled once and LoRA adapters merged
     (`sapo.generation`): on an H100 at the paper's batch (8 x 8 completions of 256 tokens) it made a step 1.6x
