@@ -62,16 +62,13 @@ def loss_pass(
 
     import torch
 
-    from sapo.precision import float32_attention, linear_weights_in
+    from sapo.precision import bf16_training_pass
     from sapo.trainer import completion_positions_only
 
     ids, mask, labels = inputs
     scoring = completion_positions_only() if compact else contextlib.nullcontext()
     precision = torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16)
-    node_way = contextlib.ExitStack()
-    if as_node:
-        node_way.enter_context(linear_weights_in(model, torch.bfloat16, frozen_only=True))
-        node_way.enter_context(float32_attention(model))
+    node_way = bf16_training_pass(model) if as_node else contextlib.nullcontext()
     start = time.process_time()
     with scoring, precision, node_way:
         out = model(input_ids=ids, attention_mask=mask, labels=labels, fused_lm_head=True)

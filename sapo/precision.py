@@ -15,13 +15,14 @@ default node's loss pass, `benchmarks/results/loss_pass.md`), and float32 attent
 from __future__ import annotations
 
 import contextlib
+import functools
 from collections.abc import Iterator
 from typing import Any
 
 import torch
 from torch.utils.weak import WeakIdKeyDictionary
 
-__all__ = ["FLOAT32_SDPA", "float32_attention", "linear_weights_in", "weight_in"]
+__all__ = ["FLOAT32_SDPA", "bf16_training_pass", "float32_attention", "linear_weights_in", "weight_in"]
 
 FLOAT32_SDPA = "sdpa_float32"
 """The name under which transformers' attention registry holds :func:`_sdpa_in_float32`."""
@@ -87,6 +88,7 @@ def _sdpa_in_float32(
     return output.to(query.dtype), weights
 
 
+@functools.cache  # once per process: the registries are global
 def _register_float32_sdpa() -> None:
     from transformers import AttentionInterface
     from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
@@ -109,3 +111,11 @@ def float32_attention(model: torch.nn.Module) -> Iterator[None]:
         yield
     finally:
         config._attn_implementation = "sdpa"
+
+
+@contextlib.contextmanager
+def bf16_training_pass(model: torch.nn.Module) -> Iterator[None]:
+    """A training pass under CPU bf16 autocast as `SAPOTrainer` runs it: the frozen linear weights in their bf16
+    copies (:func:`linear_weights_in`) and attention in float32 (:func:`float32_attention`)."""
+    with linear_weights_in(model, torch.bfloat16, frozen_only=True), float32_attention(model):
+        yield

@@ -18,22 +18,17 @@ from typing import Any
 
 import torch
 
+from sapo.generation import unique_prompts
+
 __all__ = ["prompt_groups", "shared_prompt_logps"]
 
 
 def prompt_groups(prompt_ids: torch.Tensor, prompt_mask: torch.Tensor) -> tuple[list[int], list[int]]:
     """For rows of (left-padded) prompts: the first row of each distinct prompt (tokens and padding alike), and for
     every row the index of its prompt among those."""
-    firsts: list[int] = []
-    index: dict[tuple, int] = {}
-    rows: list[int] = []
-    for i, (ids, mask) in enumerate(zip(prompt_ids.tolist(), prompt_mask.tolist(), strict=True)):
-        key = (tuple(ids), tuple(mask))
-        if key not in index:
-            index[key] = len(firsts)
-            firsts.append(i)
-        rows.append(index[key])
-    return firsts, rows
+    keyed = prompt_ids.masked_fill(prompt_mask == 0, -1).tolist()  # padding told apart from every token id
+    distinct, rows = unique_prompts(keyed)
+    return [rows.index(k) for k in range(len(distinct))], rows
 
 
 def shared_prompt_logps(

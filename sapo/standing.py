@@ -50,9 +50,6 @@ class SenderStanding:
         it, else None."""
         record = self._records[sender]
         record.outcomes.append(usable)
-        return self._bench_if_due(record, now)
-
-    def _bench_if_due(self, record: _Record, now: float) -> float | None:
         if record.outcomes.count(False) < self.drop_limit:
             return None
         seconds = min(self.bench_seconds * 2**record.times_benched, MAX_BENCH_SECONDS)

@@ -45,7 +45,7 @@ from sapo.generation import fast_generation_applies, inference_context, trainer_
 from sapo.hygiene import CompletionFilter
 from sapo.intake import Intake, Taken, weighted_rewards
 from sapo.plausibility import CompletionStatistics, floor_mask, token_typicality
-from sapo.precision import float32_attention, linear_weights_in
+from sapo.precision import bf16_training_pass
 from sapo.sampling import Candidate, ExternalSampler
 from sapo.shared_prompts import shared_prompt_logps
 from sapo.tasks import TaskSpec, reasoning_gym_tasks_of
@@ -377,15 +377,12 @@ class SAPOTrainer(GRPOTrainer):
         # Under CPU bf16 autocast the frozen weights are cast once, not at each loss pass, and attention runs in
         # float32, whose backward is the faster one there (sapo.precision); the backward reads the bf16 copies the
         # forward saved.
-        cpu_bf16_loss_pass = loss_pass and self._cpu_bf16_autocast
-        unwrapped = self.accelerator.unwrap_model(model)
-        frozen_in_bf16 = (
-            linear_weights_in(unwrapped, torch.bfloat16, frozen_only=True)
-            if cpu_bf16_loss_pass
+        precision = (
+            bf16_training_pass(self.accelerator.unwrap_model(model))
+            if loss_pass and self._cpu_bf16_autocast
             else contextlib.nullcontext()
         )
-        attention = float32_attention(unwrapped) if cpu_bf16_loss_pass else contextlib.nullcontext()
-        with completion_positions_only(), frozen_in_bf16, attention:
+        with completion_positions_only(), precision:
             result = self._scored_with_shared_prompts(model, input_ids, attention_mask, logits_to_keep, args, kwargs)
             if result is None:
                 result = super()._get_per_token_logps_and_entropies(
@@ -405,8 +402,9 @@ class SAPOTrainer(GRPOTrainer):
         gradients (the plausibility pass: one group, where the two calls cost more than the shared prompt saves),
         several processes (a wrapped model runs one forward per backward), gradient checkpointing, images or an MoE
         aux loss, or no prompt shared by two rows."""
-        # images and the like, or compute_aux_loss=True: TRL's pass
-        extra = [k for k, v in kwargs.items() if k not in ("batch_size", "compute_entropy") and v not in (None, False)]
+        # images and the like, or compute_aux_loss=True: TRL's pass (identity tests: a tensor has no truth value)
+        given = {k: v for k, v in kwargs.items() if k not in ("batch_size", "compute_entropy")}
+        extra = [k for k, v in given.items() if v is not None and v is not False]
         if (
             not self.args.scoring_prefill_once
             or not torch.is_grad_enabled()

@@ -412,7 +412,7 @@ def test_bf16_loss_pass_casts_the_frozen_base_once_and_trains_the_same(tmp_path,
     assert attention_dtypes and set(attention_dtypes) == {torch.float32}  # the loss passes attended in float32
     assert base.config._attn_implementation == "sdpa"
     # the same steps as plain autocast (each frozen weight cast at every pass) with the same float32 attention
-    monkeypatch.setattr("sapo.trainer.linear_weights_in", lambda *args, **kwargs: contextlib.nullcontext())
+    monkeypatch.setattr("sapo.precision.linear_weights_in", lambda *args, **kwargs: contextlib.nullcontext())
     plain = train("plain")
     assert _metric(swapped, "loss") == _metric(plain, "loss") and len(_metric(plain, "loss")) == 2
     adapters = {n: p for n, p in base.named_parameters() if p.requires_grad}
