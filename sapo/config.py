@@ -18,7 +18,8 @@ from swarm.field_docs import document_fields
 
 def device_defaults() -> dict[str, bool]:
     """What SAPOConfig's device-dependent fields (`use_cpu`, `gradient_checkpointing`, `bf16`,
-    `generation_prefill_once`, `generation_merge_adapters`) become when left at `None`, on this machine.
+    `generation_prefill_once`, `generation_merge_adapters`, `scoring_prefill_once`) become when left at `None`, on
+    this machine.
 
     With a CUDA GPU: the GPU, activation (gradient) checkpointing on, bf16 autocast where the GPU supports it
     natively. Without one: the CPU, checkpointing off (it saves memory by recomputing activations, a pure loss on a
@@ -28,7 +29,8 @@ def device_defaults() -> dict[str, bool]:
     were made once, no faster: `step_limit.md`) and off elsewhere (emulated in software, it made every step 45x
     slower on a CPU without it). On both, generation with each prompt prefilled once and LoRA adapters merged
     (`sapo.generation`): on an H100 at the paper's batch (8 x 8 completions of 256 tokens) it made a step 1.6x
-    faster than TRL's own generation path (`benchmarks/results/gpu_node.md`).
+    faster than TRL's own generation path (`benchmarks/results/gpu_node.md`). On a CPU only, the loss pass with each
+    prompt run once (`sapo.shared_prompts`); a GPU keeps TRL's pass.
     """
     import torch
 
@@ -39,7 +41,23 @@ def device_defaults() -> dict[str, bool]:
         "bf16": torch.cuda.is_bf16_supported() if gpu else cpu_has_native_bf16(),
         "generation_prefill_once": True,
         "generation_merge_adapters": True,
+        "scoring_prefill_once": not gpu,
     }
+
+
+MAX_ROUND_MICRO_BATCH = 16
+"""The most rows `per_device_train_batch_size=None` puts in one micro-batch (:func:`round_micro_batch`)."""
+
+
+def round_micro_batch(rows: int, processes: int, num_generations: int) -> int:
+    """The micro-batch of `per_device_train_batch_size=None`: a process's whole share of a round of ``rows``
+    completions, so that each group's rows share a micro-batch (its prompt then runs once in the loss pass:
+    `scoring_prefill_once`); a larger share is split into the most rows up to `MAX_ROUND_MICRO_BATCH` that divide it,
+    whole groups where possible, to bound the pass's memory."""
+    share = max(rows // processes, 1)
+    divisors = [d for d in range(1, min(share, MAX_ROUND_MICRO_BATCH) + 1) if share % d == 0]
+    whole_groups = [d for d in divisors if d % num_generations == 0]
+    return max(whole_groups or divisors)
 
 
 def cpu_has_native_bf16(cpuinfo: str = "/proc/cpuinfo") -> bool:
@@ -96,8 +114,9 @@ _SECTIONS = {
         "bf16",
         "generation_prefill_once",
         "generation_merge_adapters",
+        "scoring_prefill_once",
     ),
-    "Speed": ("generation_inverse_transform_sampling", "scoring_prefill_once"),
+    "Speed": ("generation_inverse_transform_sampling",),
 }
 
 
@@ -115,7 +134,10 @@ class SAPOConfig(GRPOConfig):
     - When both `num_local` and `num_external` are given (and neither `generation_batch_size` nor
       `steps_per_generation`), they size the round: `generation_batch_size = (I + J) * num_generations`, and
       `gradient_accumulation_steps = generation_batch_size / (per_device_train_batch_size * processes)`, so that a
-      round is exactly one optimizer step (what `sapo-node` does).
+      round is exactly one optimizer step (what `sapo-node` does). `per_device_train_batch_size=None` (sapo-node's
+      default) makes a process's share of the round one micro-batch (split into whole groups of at most
+      `MAX_ROUND_MICRO_BATCH` = 16 rows when larger: `round_micro_batch`), so that the loss pass runs each group's
+      prompt once.
     - Otherwise the generation batch and gradient accumulation are derived exactly as `GRPOConfig` derives them
       (from `per_device_train_batch_size`, `gradient_accumulation_steps`, `steps_per_generation` or
       `generation_batch_size`), and its `generation_batch_size / num_generations` groups are split: J is
@@ -417,15 +439,16 @@ class SAPOConfig(GRPOConfig):
             "`generation_prefill_once`, `generation_merge_adapters`, bf16 on).",
         },
     )
-    scoring_prefill_once: bool = field(
-        default=False,
+    scoring_prefill_once: bool | None = field(
+        default=None,
         metadata={
             "help": "In the loss pass, run each distinct prompt once and share its key/value cache (and its "
             "gradient) among the rows of the micro-batch that hold it, instead of once per row "
             "(`sapo.shared_prompts`; the same log-probabilities and gradients up to rounding). Single process, no "
-            "gradient checkpointing. Off by default: at the node's micro-batch of 4 rows (two prompts after TRL's "
-            "shuffle) it made the step no faster (`benchmarks/results/step_limit_1thread/`); it pays where a "
-            "micro-batch holds many rows of one prompt (`per_device_train_batch_size` of several groups).",
+            "gradient checkpointing. It pays where a micro-batch holds the rows of whole groups (sapo-node's "
+            "micro-batch is the round: `per_device_train_batch_size`); at 4-row micro-batches holding two prompts "
+            "after TRL's shuffle it made the step no faster (`benchmarks/results/step_limit_1thread/`). `None`: on "
+            "with a CPU, off with a GPU (TRL's pass).",
             "nargs": "?",
             "const": True,
         },
@@ -445,6 +468,8 @@ class SAPOConfig(GRPOConfig):
         sized_by_groups = self.num_local is not None and self.num_external is not None
         if sized_by_groups and self.generation_batch_size is None and self.steps_per_generation is None:
             rows = (self.num_local + self.num_external) * self.num_generations
+            if self.per_device_train_batch_size is None:
+                self.per_device_train_batch_size = round_micro_batch(rows, processes, self.num_generations)
             per_step = self.per_device_train_batch_size * processes
             if rows % per_step != 0:
                 raise ValueError(
@@ -454,6 +479,12 @@ class SAPOConfig(GRPOConfig):
                 )
             self.generation_batch_size = rows
             self.gradient_accumulation_steps = rows // per_step
+        if self.per_device_train_batch_size is None:
+            raise ValueError(
+                "per_device_train_batch_size=None (one micro-batch per round) needs the round sized by groups: give "
+                "num_local and num_external, and neither generation_batch_size nor steps_per_generation; or give "
+                "per_device_train_batch_size a number."
+            )
         super().__post_init__()  # TRL derives the generation batch (when the groups did not) and checks it
         self._split_round(processes)
 
@@ -488,7 +519,7 @@ class SAPOConfig(GRPOConfig):
             self.use_cpu = device["use_cpu"]
         if self.bf16 is None and not self.fp16:
             self.bf16 = device["bf16"]
-        for name in ("generation_prefill_once", "generation_merge_adapters"):
+        for name in ("generation_prefill_once", "generation_merge_adapters", "scoring_prefill_once"):
             if getattr(self, name) is None:
                 setattr(self, name, device[name])
         if self.gradient_checkpointing is None and getattr(self, "activation_checkpointing", None) is None:

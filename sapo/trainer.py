@@ -585,7 +585,11 @@ class SAPOTrainer(GRPOTrainer):
             input_ids[i, prompt_len : prompt_len + len(completion)] = torch.tensor(completion, dtype=torch.long)
             attention_mask[i, prompt_len - len(prompt) : prompt_len + len(completion)] = 1
         device, model = self.accelerator.device, self.accelerator.unwrap_model(self.model)
-        with torch.no_grad(), inference_context(model, merge_adapters=bool(self.args.generation_merge_adapters)):
+        # the speed-ups of generation, bf16 on a CPU included: the loss pass whose statistics these are compared
+        # with runs under the same autocast
+        speed_ups = inference_context(model, merge_adapters=bool(self.args.generation_merge_adapters),
+                                      bf16=bool(self.args.bf16))  # fmt: skip
+        with torch.no_grad(), speed_ups:
             logps, entropies, _ = self._get_per_token_logps_and_entropies(
                 model, input_ids.to(device), attention_mask.to(device),
                 completion_len, batch_size=self.args.per_device_train_batch_size, compute_entropy=True,

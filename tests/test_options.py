@@ -10,9 +10,10 @@ import typing
 
 import pytest
 import torch
+from trl import GRPOConfig
 
 import sapo.config
-from sapo.config import SAPOConfig, cpu_has_native_bf16, device_defaults
+from sapo.config import SAPOConfig, cpu_has_native_bf16, device_defaults, round_micro_batch
 from sapo.node.options import build_parser, config_yaml, parse_node_args
 from sapo.node.runner import NodeArguments
 from sapo.sampling import SAMPLER_ALIASES, SAMPLERS, DropZeroAdvantageSampler, make_sampler
@@ -113,8 +114,32 @@ def test_on_a_cpu_machine_a_script_and_the_node_get_the_same_cpu_defaults():
     native_bf16 = cpu_has_native_bf16()  # bf16 autocast only where the CPU computes it in hardware
     config = _config()
     assert config.gradient_checkpointing is False and config.use_cpu is True and config.bf16 is native_bf16
+    assert config.scoring_prefill_once is True  # the loss pass runs each prompt once on a CPU
     args, _, _ = parse_node_args([])
     assert (args.gradient_checkpointing, args.use_cpu, args.bf16) == (False, True, native_bf16)
+    assert args.scoring_prefill_once is True
+
+
+def test_the_node_trains_a_round_in_one_micro_batch_of_whole_groups():
+    """sapo-node's default micro-batch is a process's share of the round (the loss pass then runs each group's
+    prompt once); a larger round is split into whole groups of at most 16 rows; an explicit size is kept."""
+    args, _, _ = parse_node_args([])
+    assert (args.per_device_train_batch_size, args.gradient_accumulation_steps) == (8, 1)  # 2 groups of 4
+    args, _, _ = parse_node_args(["--num_local", "4", "--num_external", "4", "--num_generations", "8"])
+    assert (args.per_device_train_batch_size, args.gradient_accumulation_steps) == (16, 4)
+    args, _, _ = parse_node_args(["--num_local", "3", "--num_external", "3", "--num_generations", "6",
+                                  "--per_device_eval_batch_size", "12"])  # fmt: skip
+    assert (args.per_device_train_batch_size, args.gradient_accumulation_steps) == (12, 3)  # 36 rows, 2 groups each
+    args, _, _ = parse_node_args(["--per_device_train_batch_size", "4"])
+    assert (args.per_device_train_batch_size, args.gradient_accumulation_steps) == (4, 2)
+    assert round_micro_batch(rows=14, processes=1, num_generations=7) == 14
+    assert round_micro_batch(rows=8, processes=2, num_generations=4) == 4
+    assert round_micro_batch(rows=34, processes=1, num_generations=17) == 2  # no whole group fits: a divisor
+    # A script's SAPOConfig keeps TRL's default; None without a round sized by groups is refused, saying why.
+    trl_default = GRPOConfig.__dataclass_fields__["per_device_train_batch_size"].default
+    assert _config().per_device_train_batch_size == trl_default
+    with pytest.raises(ValueError, match="per_device_train_batch_size=None .* num_local and num_external"):
+        SAPOConfig(output_dir="/tmp/x", per_device_train_batch_size=None, num_generations=4)
 
 
 def test_explicit_device_settings_are_kept(monkeypatch):
@@ -125,9 +150,11 @@ def test_explicit_device_settings_are_kept(monkeypatch):
     assert args.gradient_checkpointing is True
     # On a GPU machine (simulated), the defaults turn around and an explicit False stays False. The simulated GPU
     # has no bf16: transformers checks bf16 against the real device, and this machine has no GPU.
-    gpu = {**device_defaults(), "use_cpu": False, "gradient_checkpointing": True, "bf16": False}
+    gpu = {**device_defaults(), "use_cpu": False, "gradient_checkpointing": True, "bf16": False,
+           "scoring_prefill_once": False}  # fmt: skip
     monkeypatch.setattr(sapo.config, "device_defaults", lambda: gpu)
     assert _config().gradient_checkpointing is True and _config().use_cpu is False
+    assert _config().scoring_prefill_once is False and _config(scoring_prefill_once=True).scoring_prefill_once
     assert _config(gradient_checkpointing=False, use_cpu=True).gradient_checkpointing is False
     args, _, _ = parse_node_args([])
     assert args.gradient_checkpointing is True and args.use_cpu is False

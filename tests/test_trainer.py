@@ -420,6 +420,46 @@ def test_bf16_loss_pass_casts_the_frozen_base_once_and_trains_the_same(tmp_path,
     assert adapters and all(torch.equal(p, plain_adapters[n]) for n, p in adapters.items())
 
 
+def test_the_plausibility_pass_runs_in_bf16_with_merged_adapters_where_bf16_is_on(tmp_path, smollm_tokenizer,
+                                                                                   monkeypatch):  # fmt: skip
+    """Under CPU bf16 the plausibility pass gets generation's speed-ups: LoRA adapters merged, into weights made in
+    bf16 once per pass (not cast at every layer call by the autocast that accelerate wraps the model in)."""
+    from sapo.models import LoraSpec, lora_config
+
+    swarm = MemorySwarm(seed=0)
+    sender = swarm.join("sender")
+    sender.publish(
+        [_external_group("What is 0 + 0?", ["0", "11", "zero", "222"], f"g{i}", answer="0") for i in range(2)]
+    )
+    seen, typicality_of = [], SAPOTrainer._typicality_of
+
+    def spy(self, candidates):  # each adapted layer's weight and output dtype, and whether its adapters were merged
+        layers = [m for m in self.model.modules() if hasattr(m, "merged_adapters") and hasattr(m, "base_layer")]
+        hooks = [
+            m.base_layer.register_forward_hook(
+                lambda mod, args, out, owner=m: seen.append((mod.weight.dtype, out.dtype, bool(owner.merged_adapters)))
+            )
+            for m in layers
+        ]
+        try:
+            return typicality_of(self, candidates)
+        finally:
+            for hook in hooks:
+                hook.remove()
+
+    monkeypatch.setattr(SAPOTrainer, "_typicality_of", spy)
+    trainer = SAPOTrainer(
+        model=build_tiny_model(smollm_tokenizer, seed=0), reward_funcs=[lambda completions, **kw: [
+            float(len(c[0]["content"]) % 3) for c in completions]],
+        args=_args(tmp_path, "bf16", bf16=True, use_cpu=True, num_local=1, num_external=1, max_steps=2,
+                   plausibility_margin=1.0, external_source_policy="trust"),
+        train_dataset=_math_dataset(), processing_class=smollm_tokenizer, swarm=swarm.join("receiver"),
+        peft_config=lora_config(LoraSpec(r=4, alpha=8, dropout=0.0)),
+    )  # fmt: skip
+    trainer.train()
+    assert seen and set(seen) == {(torch.bfloat16, torch.bfloat16, True)}
+
+
 def test_scoring_each_prompt_once_takes_the_same_steps(tmp_path, smollm_tokenizer, monkeypatch):
     """`scoring_prefill_once` runs each distinct prompt of the loss pass once: the step
     (its loss and, under plain SGD, the adapters it trains) is that of TRL's pass over whole rows, up to rounding.
@@ -447,7 +487,8 @@ def test_scoring_each_prompt_once_takes_the_same_steps(tmp_path, smollm_tokenize
         trainer.train()
         return trainer
 
-    assert SAPOConfig(output_dir=str(tmp_path / "defaults")).scoring_prefill_once is False  # off unless asked
+    cpu_default = SAPOConfig(output_dir=str(tmp_path / "defaults")).scoring_prefill_once
+    assert cpu_default is (not torch.cuda.is_available())  # on with a CPU, TRL's pass with a GPU
     once = train("once", True)
     assert calls and all(rows == G for rows in calls)  # every loss pass, each of G rows sharing its prompt
     calls.clear()

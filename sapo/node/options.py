@@ -32,7 +32,9 @@ NODE_DEFAULTS: dict[str, Any] = {
     "num_local": 1,
     "num_external": 1,
     "num_generations": 4,
-    "per_device_train_batch_size": 4,  # divides every round of 4-completion groups (the search ran one batch of 8)
+    # The round in one micro-batch (up to 16 rows, `sapo.config.round_micro_batch`), as the search ran it: the loss
+    # pass then runs each group's prompt once (`scoring_prefill_once`); `benchmarks/results/step_limit_1thread/`.
+    "per_device_train_batch_size": None,
     "max_completion_length": 48,
     "lora_r": 16,
     "lora_alpha": 32,
