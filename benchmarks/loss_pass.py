@@ -57,11 +57,14 @@ def loss_pass(
     model: Any, inputs: tuple[Any, Any, Any], bf16: bool, compact: bool, as_node: bool = False
 ) -> dict[str, Any]:
     """One forward and backward; CPU seconds of each, the completion log-probabilities and the adapters' gradients.
-    ``as_node``: under bf16, as `SAPOTrainer` runs it (frozen weights cast to bf16 once, attention in float32)."""
+    ``as_node``: under bf16, as `SAPOTrainer` runs it (frozen weights cast to bf16 once, attention in float32, LoRA
+    adapters added inside one matmul, the LM head's tiles folded in fewer passes)."""
     import contextlib
 
     import torch
 
+    from sapo.lm_head import lean_cpu_lm_head
+    from sapo.lora_layers import fused_lora_forward
     from sapo.precision import bf16_training_pass
     from sapo.trainer import completion_positions_only
 
@@ -69,8 +72,10 @@ def loss_pass(
     scoring = completion_positions_only() if compact else contextlib.nullcontext()
     precision = torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16)
     node_way = bf16_training_pass(model) if as_node else contextlib.nullcontext()
+    lora = fused_lora_forward(model) if as_node else contextlib.nullcontext()
+    head = lean_cpu_lm_head() if as_node else contextlib.nullcontext()
     start = time.process_time()
-    with scoring, precision, node_way:
+    with scoring, precision, node_way, lora, head:
         out = model(input_ids=ids, attention_mask=mask, labels=labels, fused_lm_head=True)
     log_probs = out.log_probs[:, -COMPLETION:]
     middle = time.process_time()
@@ -104,7 +109,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     configs = [(low, compact, False) for low in ([False, True] if bf16 else [False]) for compact in (False, True)]
     configs += [(True, True, True)] if bf16 else []
     name = {c: f"{'bf16' if c[0] else 'fp32'}, {'completion positions' if c[1] else 'every position (TRL on CPU)'}"
-            + (", as the node runs it (bf16 weights once, float32 attention)" if c[2] else "")
+            + (", as the node runs it (bf16 weights once, float32 attention, fused LoRA, lean LM head)" if c[2] else "")
             for c in configs}  # fmt: skip
     samples: dict[str, list[dict[str, float]]] = {name[c]: [] for c in configs}
     same = {}

@@ -33,6 +33,7 @@ from typing import Any
 
 import torch
 
+from sapo.lora_layers import plain_lora_linears
 from sapo.precision import linear_weights_in, weight_in
 
 __all__ = [
@@ -47,23 +48,6 @@ __all__ = [
 ]
 
 
-def _lora_linears(model: torch.nn.Module) -> list[Any]:
-    """The plain LoRA linear layers of a PEFT model whose adapters are active and not merged (DoRA and other variants
-    are left to PEFT's own forward pass)."""
-    try:
-        from peft.tuners.lora import Linear as LoraLinear
-    except ImportError:  # PEFT not installed: no adapters
-        return []
-    layers = []
-    for module in model.modules():
-        if not isinstance(module, LoraLinear) or module.disable_adapters or module.merged:
-            continue
-        adapters = [a for a in module.active_adapters if a in module.lora_A]
-        if adapters and not any(a in module.lora_variant or module.lora_bias[a] for a in adapters):
-            layers.append((module, adapters))
-    return layers
-
-
 @contextlib.contextmanager
 def inference_weights(model: torch.nn.Module, merge_adapters: bool = True, dtype: torch.dtype | None = None):
     """Within the context, ``model``'s LoRA linear layers compute with merged weights (one matmul each).
@@ -76,7 +60,7 @@ def inference_weights(model: torch.nn.Module, merge_adapters: bool = True, dtype
     removed. No gradient flows through the swapped weights: use it for generation and forward passes without
     gradients. A model without LoRA layers, or ``merge_adapters=False``, keeps its adapters unmerged.
     """
-    layers = _lora_linears(model) if merge_adapters else []
+    layers = plain_lora_linears(model) if merge_adapters else []
     swapped = []
     try:
         with torch.no_grad():

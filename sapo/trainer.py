@@ -44,6 +44,8 @@ from sapo.evaluation import HeldOutResult, evaluate_policy, held_out_questions, 
 from sapo.generation import fast_generation_applies, inference_context, trainer_generate
 from sapo.hygiene import CompletionFilter
 from sapo.intake import Intake, Taken, weighted_rewards
+from sapo.lm_head import lean_cpu_lm_head
+from sapo.lora_layers import fused_lora_forward
 from sapo.plausibility import CompletionStatistics, floor_mask, token_typicality
 from sapo.precision import bf16_training_pass
 from sapo.sampling import Candidate, ExternalSampler
@@ -374,15 +376,16 @@ class SAPOTrainer(GRPOTrainer):
 
     def _get_per_token_logps_and_entropies(self, model, input_ids, attention_mask, logits_to_keep, *args, **kwargs):
         loss_pass = torch.is_grad_enabled() and self.model.training
+        unwrapped = self.accelerator.unwrap_model(model)
         # Under CPU bf16 autocast the frozen weights are cast once, not at each loss pass, and attention runs in
         # float32, whose backward is the faster one there (sapo.precision); the backward reads the bf16 copies the
         # forward saved.
-        precision = (
-            bf16_training_pass(self.accelerator.unwrap_model(model))
-            if loss_pass and self._cpu_bf16_autocast
-            else contextlib.nullcontext()
-        )
-        with completion_positions_only(), precision:
+        precision = bf16_training_pass(unwrapped) if loss_pass and self._cpu_bf16_autocast else contextlib.nullcontext()
+        # On a CPU each LoRA layer adds its adapter inside one matmul (sapo.lora_layers) and TRL's fused LM head
+        # folds its tiles in fewer passes (sapo.lm_head, on CPU tensors only); a GPU keeps PEFT's and TRL's own.
+        cpu_pass = loss_pass and self.accelerator.device.type == "cpu"
+        lora = fused_lora_forward(unwrapped) if cpu_pass else contextlib.nullcontext()
+        with completion_positions_only(), lean_cpu_lm_head(), precision, lora:
             result = self._scored_with_shared_prompts(model, input_ids, attention_mask, logits_to_keep, args, kwargs)
             if result is None:
                 result = super()._get_per_token_logps_and_entropies(

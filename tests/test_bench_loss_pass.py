@@ -16,5 +16,6 @@ def test_quick_run_measures_every_configuration_and_the_two_scorings_agree(tmp_p
         assert diff["log_probs_max_difference"] == 0 and diff["grads_max_difference"] == 0
     page = (tmp_path / "loss_pass.md").read_text()
     assert "| fp32, completion positions |" in page and "Heaviest operators, bf16, every position" in page
-    assert "| bf16, completion positions, as the node runs it (bf16 weights once, float32 attention) |" in page
+    node_way = "bf16 weights once, float32 attention, fused LoRA, lean LM head"
+    assert f"| bf16, completion positions, as the node runs it ({node_way}) |" in page
     assert data["record"]["git_commit"]
