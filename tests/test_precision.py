@@ -1,15 +1,16 @@
-"""sapo.precision: linear weights cast to bf16 once for CPU autocast, with autocast's own products; attention in
-float32 under that autocast."""
+"""sapo.precision: linear weights cast to bf16 once for CPU autocast, with autocast's own products, and packed for
+oneDNN bit for bit; attention in float32 under that autocast."""
 
 from __future__ import annotations
 
 import contextlib
 
+import pytest
 import torch
 from peft import get_peft_model
 
 from sapo.models import LoraSpec, build_tiny_model, lora_config
-from sapo.precision import FLOAT32_SDPA, float32_attention, linear_weights_in
+from sapo.precision import FLOAT32_SDPA, _can_pack, float32_attention, linear_weights_in, packed_bf16_linears
 
 
 def _lora_model(tokenizer):
@@ -115,3 +116,46 @@ def test_float32_attention_leaves_other_attention_implementations_alone(smollm_t
     model.config._attn_implementation = "eager"
     with float32_attention(model):
         assert model.config._attn_implementation == "eager"
+
+
+@pytest.mark.skipif(not _can_pack(), reason="this PyTorch has no oneDNN (packing is then skipped, tested below)")
+def test_packed_bf16_linears_give_autocast_s_logits_bit_for_bit_and_restore_the_layers(smollm_tokenizer):
+    model = _lora_model(smollm_tokenizer)
+    ids = torch.tensor([smollm_tokenizer("What is 2 + 3? It is five.")["input_ids"]] * 3)
+    linears = [m for m in model.modules() if isinstance(m, torch.nn.Linear)]
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16), linear_weights_in(model, torch.bfloat16):
+        plain = model(input_ids=ids).logits
+        with packed_bf16_linears(model):
+            assert all("forward" in vars(m) for m in linears)  # every bf16 layer computes with its packed weight
+            packed = model(input_ids=ids).logits
+            single = model(input_ids=ids[:1, :5]).logits  # other row counts than the packing's hint
+    assert torch.equal(plain, packed)
+    assert torch.equal(single, plain[:1, :5])
+    assert all("forward" not in vars(m) for m in linears)
+
+
+def test_packing_skips_float32_layers_and_replaced_forwards_and_packs_a_frozen_weight_once(smollm_tokenizer):
+    from sapo import precision
+
+    model = _lora_model(smollm_tokenizer)
+    head = model.get_output_embeddings()
+    hooked = model.get_base_model().model.layers[0].self_attn.q_proj.base_layer
+    hooked.forward = hooked.forward  # e.g. accelerate's hook: an instance forward is left alone
+    with torch.no_grad(), packed_bf16_linears(model):
+        assert not any("forward" in vars(m) for m in model.modules() if m is not hooked)  # float32: not packed
+    with torch.no_grad(), linear_weights_in(model, torch.bfloat16), packed_bf16_linears(model):
+        bf16_head = head.weight
+        first = precision._PACKED.get(bf16_head)
+        assert ("forward" in vars(head)) is _can_pack() and vars(hooked)["forward"] == hooked.forward
+    with torch.no_grad(), linear_weights_in(model, torch.bfloat16), packed_bf16_linears(model):
+        assert head.weight is bf16_head and precision._PACKED.get(bf16_head) is first  # packed once
+    del hooked.forward
+
+
+def test_without_onednn_packing_leaves_every_layer_as_it_is(smollm_tokenizer, monkeypatch):
+    from sapo import precision
+
+    monkeypatch.setattr(precision, "_can_pack", lambda: False)
+    model = _lora_model(smollm_tokenizer)
+    with torch.no_grad(), linear_weights_in(model, torch.bfloat16), packed_bf16_linears(model):
+        assert not any("forward" in vars(m) for m in model.modules())
