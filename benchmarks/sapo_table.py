@@ -90,6 +90,7 @@ from benchmarks.sapo_table_report import (
     verdict,
     write_outputs,
 )
+from sapo.config import round_micro_batch
 
 RUNS = ROOT / "runs" / "sapo_table"
 
@@ -99,11 +100,6 @@ ATTEMPTS = "attempts.jsonl"
 
 # ----------------------------------------------------------------------------------------------------
 # settings and commands
-
-
-def batch_size(rows: int, cap: int) -> int:
-    """The largest divisor of ``rows`` that is at most ``cap``."""
-    return max(d for d in range(1, min(rows, cap) + 1) if rows % d == 0)
 
 
 def run_dir_of(runs_dir: Path, profile: str, num_local: int, num_external: int, seed: int) -> Path:
@@ -139,11 +135,12 @@ def completed(config: dict[str, Any], num_local: int, num_external: int, seed: i
 def node_options(config: dict[str, Any], num_local: int, num_external: int, seed: int, run_dir: Path) -> list[str]:
     """The options every node of one run gets (after ``local-swarm``'s own)."""
     rows = (num_local + num_external) * config["num_generations"]
+    micro_batch = round_micro_batch(rows, 1, config["num_generations"], largest=config["max_batch"])
     options = [
         "--model", config["model"],
         "--num_local", str(num_local), "--num_external", str(num_external),
         "--num_generations", str(config["num_generations"]),
-        "--per_device_train_batch_size", str(batch_size(rows, config["max_batch"])),
+        "--per_device_train_batch_size", str(micro_batch),
         "--max_completion_length", str(config["max_completion_length"]),
         "--max_steps", str(config["steps"]),
         "--save_steps", str(config["save_steps"]), "--save_total_limit", "2",

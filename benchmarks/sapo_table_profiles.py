@@ -67,7 +67,7 @@ class Profile:
     eval_steps: int | None = None  # None: the node default
     dataset_size: int | None = None
     specialists: bool = False  # node i trains on task i (cycling) only and is evaluated on all of `tasks`
-    max_batch: int = 16  # per_device_train_batch_size: the largest divisor of the round's rows up to this
+    max_batch: int = 16  # per_device_train_batch_size: the round's rows up to this, whole groups (round_micro_batch)
     status_interval: float = 60.0
     window: int = 10  # moving-average window of the plot
     seeds: tuple[int, ...] = (0, 1)

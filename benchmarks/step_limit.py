@@ -21,9 +21,18 @@ One run on the machine at hand measures:
 Wall seconds are reported beside the process's CPU seconds: on a shared machine the CPU seconds of a one-thread run
 are the steadier measure of work. The load average at start and end is recorded.
 
+With ``--device cuda`` the same parts run on the GPU as a node runs there (``sapo.config.device_defaults``: bf16
+autocast, gradient checkpointing on): the matmul rates and the copy bandwidth (bytes read and written per second) are
+the GPU's, every timing waits for the GPU (``torch.cuda.synchronize``), and only wall seconds are reported (the CPU
+mostly waits for the GPU there). ``--random-weights`` gives the model random weights of its shapes (its config and
+tokenizer suffice, e.g. a directory written by ``--export-shapes``): every completion runs to its 48 tokens, so the
+timings do not depend on the weights, and that is all such a run measures.
+
 Usage:
     python -m benchmarks.step_limit --threads 1 --reps 2 --steps 3   # default model, ~18 min on 2 shared cores
     python -m benchmarks.step_limit --quick      # tiny model, seconds: a smoke test
+    python -m benchmarks.step_limit --export-shapes DIR    # the default model's config and tokenizer, no weights
+    python -m benchmarks.step_limit --device cuda --model DIR --random-weights --skip-continuous-batching
 
 Writes ``step_limit.{json,md,png}`` into ``--output-dir`` (default benchmarks/results), naming the commit and
 whether the tree was clean.
@@ -48,7 +57,9 @@ from benchmarks.step_cost import Baton, make_turn_callback, timed_grpo_trainer_c
 
 PROMPTS, GENERATIONS, NEW_TOKENS = 2, 4, 48
 GENERATION_VARIANTS = ("today (TRL generate, fp32)", "prefill once", "merged adapters", "both", "both + bf16",
-                       "both + bf16 + inverse-transform sampling", "TRL continuous batching")  # fmt: skip
+                       "both + bf16 + inverse-transform sampling", "TRL continuous batching",
+                       "TRL generate + bf16 autocast")  # fmt: skip
+RANDOM_WEIGHTS_NOTE = "random weights of the default model's shapes: timings only"
 SPLIT = ("generation", "scoring", "swarm", "plausibility", "training pass", "optimizer and rest")
 SWARM_PHASES = ("swarm_fetch", "external_scoring", "publish")
 
@@ -57,15 +68,24 @@ SWARM_PHASES = ("swarm_fetch", "external_scoring", "publish")
 # the machine
 
 
-def _best_seconds(fn, min_seconds: float = 0.3, repeats: int = 3) -> float:
-    """The fastest of ``repeats`` timings of ``fn``, each averaged over enough calls to last ``min_seconds``."""
+def _best_seconds(fn, min_seconds: float = 0.3, repeats: int = 3, sync: Any = None) -> float:
+    """The fastest of ``repeats`` timings of ``fn``, each averaged over enough calls to last ``min_seconds``.
+
+    With ``sync`` (``torch.cuda.synchronize``: ``fn`` only queues work), the calls run in batches, each batch
+    waited for before the clock is read, doubling up to 1024 calls: a wait after every call would time the wait."""
     fn()
+    if sync is not None:
+        sync()
     best = float("inf")
     for _ in range(repeats):
-        calls, start = 0, time.perf_counter()
+        calls, batch, start = 0, 1, time.perf_counter()
         while True:
-            fn()
-            calls += 1
+            for _ in range(batch):
+                fn()
+            calls += batch
+            if sync is not None:
+                sync()
+                batch = min(2 * batch, 1024)
             elapsed = time.perf_counter() - start
             if elapsed >= min_seconds:
                 break
@@ -73,12 +93,23 @@ def _best_seconds(fn, min_seconds: float = 0.3, repeats: int = 3) -> float:
     return best
 
 
-def matmul_rate(rows: int, k: int, n: int, dtype: Any) -> float:
-    """GFLOP/s of ``(rows x k) @ (k x n)`` in ``dtype``, as a linear layer computes it."""
+def _sync(device: str) -> Any:
+    """What waits for ``device``'s queued work: ``torch.cuda.synchronize`` on a GPU, None on the CPU."""
     import torch
 
-    x, w = torch.randn(rows, k).to(dtype), torch.randn(n, k).to(dtype)
-    return 2 * rows * k * n / _best_seconds(lambda: torch.nn.functional.linear(x, w)) / 1e9
+    return torch.cuda.synchronize if device == "cuda" else None
+
+
+def matmul_rate(rows: int, k: int, n: int, dtype: Any, device: str = "cpu") -> float:
+    """GFLOP/s of ``(rows x k) @ (k x n)`` in ``dtype`` on ``device``, as a linear layer computes it."""
+    import torch
+
+    if device == "cpu":
+        x, w = torch.randn(rows, k).to(dtype), torch.randn(n, k).to(dtype)
+        return 2 * rows * k * n / _best_seconds(lambda: torch.nn.functional.linear(x, w)) / 1e9
+    x, w = torch.randn(rows, k, device=device).to(dtype), torch.randn(n, k, device=device).to(dtype)
+    seconds = _best_seconds(lambda: torch.nn.functional.linear(x, w), min_seconds=0.1, sync=_sync(device))
+    return 2 * rows * k * n / seconds / 1e9
 
 
 def read_bandwidth(megabytes: int = 256) -> float:
@@ -87,6 +118,15 @@ def read_bandwidth(megabytes: int = 256) -> float:
 
     x = torch.ones(megabytes * 2**20 // 4)
     return x.numel() * 4 / _best_seconds(x.sum) / 1e9
+
+
+def copy_bandwidth(megabytes: int = 512, device: str = "cuda") -> float:
+    """GB/s of a device-to-device copy of a float32 tensor of ``megabytes``: bytes read plus bytes written."""
+    import torch
+
+    x = torch.ones(megabytes * 2**20 // 4, device=device)
+    y = torch.empty_like(x)
+    return 2 * x.numel() * 4 / _best_seconds(lambda: y.copy_(x), min_seconds=0.1, sync=_sync(device)) / 1e9
 
 
 def model_shapes(config: Any) -> dict[str, tuple[int, int, int]]:
@@ -99,15 +139,17 @@ def model_shapes(config: Any) -> dict[str, tuple[int, int, int]]:
             "down": (f, h, layers), "lm_head": (h, config.vocab_size, 1)}  # fmt: skip
 
 
-def machine_limits(config: Any, rows: dict[str, int], dtypes: list[Any]) -> dict[str, Any]:
-    """Matmul rates at the model's shapes for each row count of ``rows`` (and a large shape), and read bandwidth."""
-    out: dict[str, Any] = {"bandwidth_gb_s": read_bandwidth(), "rates_gflop_s": {}}
+def machine_limits(config: Any, rows: dict[str, int], dtypes: list[Any], device: str = "cpu") -> dict[str, Any]:
+    """Matmul rates at the model's shapes for each row count of ``rows`` (and a large shape), and memory bandwidth:
+    on the CPU of reading, on a GPU of a device-to-device copy (bytes read and written)."""
+    bandwidth = read_bandwidth() if device == "cpu" else copy_bandwidth(device=device)
+    out: dict[str, Any] = {"bandwidth_gb_s": bandwidth, "rates_gflop_s": {}}
     for dtype in dtypes:
         name = str(dtype).replace("torch.", "")
-        rates = {"large 1024^3": matmul_rate(1024, 1024, 1024, dtype)}
+        rates = {"large 1024^3": matmul_rate(1024, 1024, 1024, dtype, device)}
         for phase, m in rows.items():
             for kind, (k, n, _) in model_shapes(config).items():
-                rates[f"{phase} {kind}"] = matmul_rate(m, k, n, dtype)
+                rates[f"{phase} {kind}"] = matmul_rate(m, k, n, dtype, device)
         out["rates_gflop_s"][name] = rates
     return out
 
@@ -174,10 +216,24 @@ def _continuous_batching(model: Any, rows: list[list[int]], config: Any) -> None
                          continuous_batching_config=ContinuousBatchingConfig(max_memory_percent=0.5))  # fmt: skip
 
 
+def _gpu_autocast(device: str, bf16: bool) -> Any:
+    """bf16 autocast on a GPU, as accelerate wraps a trainer's forward there (``sapo.generation`` autocasts on a CPU
+    only); a context that does nothing on the CPU or without ``bf16``."""
+    import contextlib
+
+    import torch
+
+    return torch.autocast(device, dtype=torch.bfloat16) if bf16 and device != "cpu" else contextlib.nullcontext()
+
+
 def time_generation(
-    model: Any, tokenizer: Any, rows: list[list[int]], reps: int, bf16: bool, continuous_batching: bool = True
-) -> dict[str, Any]:
-    """Wall and CPU seconds of each generation variant (medians over ``reps`` interleaved repetitions)."""
+    model: Any, tokenizer: Any, rows: list[list[int]], reps: int, bf16: bool, continuous_batching: bool = True,
+    device: str = "cpu",
+) -> dict[str, Any]:  # fmt: skip
+    """Wall and CPU seconds of each generation variant (medians over ``reps`` interleaved repetitions). On a GPU the
+    bf16 variants run under bf16 autocast (as the trainers do there), TRL's generate under it is measured too (plain
+    TRL's default there), inverse-transform sampling (a CPU speed-up) is left out, and every timing waits for the
+    GPU."""
     import torch
 
     from sapo.generation import generate_completions, inference_context
@@ -189,22 +245,32 @@ def time_generation(
         "merged adapters": (False, True, False, False), "both": (True, True, False, False),
         "both + bf16": (True, True, True, False), "both + bf16 + inverse-transform sampling": (True, True, True, True),
     }  # fmt: skip
+    notes: dict[str, str] = {}
     if not bf16:
         del settings["both + bf16"], settings["both + bf16 + inverse-transform sampling"]
+    elif device != "cpu":
+        del settings["both + bf16 + inverse-transform sampling"]
+        settings["TRL generate + bf16 autocast"] = (False, False, True, False)
+        notes["both + bf16 + inverse-transform sampling"] = "not measured: inverse-transform sampling applies on a CPU"
+    sync = _sync(device)
 
     def run(name: str) -> None:
         if name == "TRL continuous batching":
             return _continuous_batching(model, rows, config)
         prefill, merge, low, inverse = settings[name]
-        with torch.no_grad(), inference_context(model, merge_adapters=merge, bf16=low):
+        with torch.no_grad(), inference_context(model, merge_adapters=merge, bf16=low), _gpu_autocast(device, low):
             generate_completions(model, rows, config, eos, pad, prefill_once=prefill, inverse_transform=inverse)
 
-    names, notes = list(settings), {}
+    names = list(settings)
     times: dict[str, dict[str, list[float]]] = {n: {"wall": [], "cpu": []} for n in names}
 
     def timed(name: str) -> None:
+        if sync is not None:
+            sync()
         wall, cpu = time.perf_counter(), time.process_time()
         run(name)
+        if sync is not None:
+            sync()
         times[name]["wall"].append(time.perf_counter() - wall)
         times[name]["cpu"].append(time.process_time() - cpu)
 
@@ -228,15 +294,20 @@ def time_generation(
 # the default node's step
 
 
-def node_configs(bf16: bool) -> dict[str, dict[str, Any]]:
+def node_configs(bf16: bool, device: str = "cpu") -> dict[str, dict[str, Any]]:
     """The step configurations: today's node (every speed-up off, 4-row micro-batches), each generation speed-up
-    on, bf16 (only where the CPU computes it natively), and the node's defaults: the round in one micro-batch whose
-    prompts the loss pass runs once."""
+    on, bf16 (only where the CPU computes it natively), and the node's defaults: the round in one micro-batch, whose
+    prompts the loss pass runs once on a CPU. On a GPU every configuration keeps the node's gradient checkpointing
+    there (on), but the loss pass with prompts once (which needs it off, not a GPU default) and one configuration,
+    the default without it."""
 
     def config(prefill: bool, merge: bool, low: bool, micro_batch: int | None = GENERATIONS,
                scoring: bool = False) -> dict[str, Any]:  # fmt: skip
-        return dict(generation_prefill_once=prefill, generation_merge_adapters=merge, bf16=low,
-                    per_device_train_batch_size=micro_batch, scoring_prefill_once=scoring)  # fmt: skip
+        out = dict(generation_prefill_once=prefill, generation_merge_adapters=merge, bf16=low,
+                   per_device_train_batch_size=micro_batch, scoring_prefill_once=scoring)  # fmt: skip
+        if device != "cpu":  # None: the node's device default (sapo.config.device_defaults)
+            out["gradient_checkpointing"] = False if scoring else None
+        return out
 
     configs = {
         "node, speed-ups off (today)": config(False, False, False),
@@ -244,21 +315,43 @@ def node_configs(bf16: bool) -> dict[str, dict[str, Any]]:
         "node, merged adapters": config(False, True, False),
         "node, both": config(True, True, False),
     }
+    both = "both + bf16" if bf16 else "both"
     if bf16:
         configs["node, both + bf16"] = config(True, True, True)
-    rounds = "both + bf16 + one micro-batch, prompts once" if bf16 else "both + one micro-batch, prompts once"
-    configs[f"node, {rounds} (default here)"] = config(True, True, bf16, micro_batch=None, scoring=True)
+    if device == "cpu":
+        configs[f"node, {both} + one micro-batch, prompts once (default here)"] = config(
+            True, True, bf16, micro_batch=None, scoring=True
+        )
+    else:
+        configs[f"node, {both} + one micro-batch, prompts once"] = config(True, True, bf16, None, scoring=True)
+        configs[f"node, {both} + one micro-batch, no gradient checkpointing"] = config(True, True, bf16, None) | {
+            "gradient_checkpointing": False
+        }
+        configs[f"node, {both} + one micro-batch (default here)"] = config(True, True, bf16, micro_batch=None)
     return configs
 
 
 def _common_args(args: argparse.Namespace, output_dir: str) -> dict[str, Any]:
     """The node's defaults (sapo.node_args.NODE_DEFAULTS) that matter for a step, for every trainer; every completion
-    runs to 48 tokens (as in the generation part), so that every configuration does the same work."""
-    return dict(output_dir=output_dir, num_generations=GENERATIONS,
-                max_completion_length=NEW_TOKENS, learning_rate=2e-4, lr_scheduler_type="constant",
-                max_steps=args.steps, logging_steps=1, report_to="none", save_strategy="no", use_cpu=True,
-                gradient_checkpointing=False, seed=args.seed, disable_tqdm=True,
-                generation_kwargs={"min_new_tokens": NEW_TOKENS})  # fmt: skip
+    runs to 48 tokens (as in the generation part), so that every configuration does the same work. On a GPU the
+    trainers run there, and gradient checkpointing is left to each configuration."""
+    device = getattr(args, "device", "cpu")
+    common = dict(output_dir=output_dir, num_generations=GENERATIONS,
+                  max_completion_length=NEW_TOKENS, learning_rate=2e-4, lr_scheduler_type="constant",
+                  max_steps=args.steps, logging_steps=1, report_to="none", save_strategy="no", use_cpu=device == "cpu",
+                  gradient_checkpointing=False, seed=args.seed, disable_tqdm=True,
+                  generation_kwargs={"min_new_tokens": NEW_TOKENS})  # fmt: skip
+    if device != "cpu":
+        del common["gradient_checkpointing"]
+    return common
+
+
+def trl_args(bf16: bool, device: str = "cpu") -> dict[str, Any]:
+    """Plain TRL's settings beside the common ones, at the node's batch (2 groups of 4, micro-batches of 4): on the
+    CPU fp32 without checkpointing; on a GPU TRL's own defaults there (bf16 where measured, gradient checkpointing
+    on)."""
+    base = dict(per_device_train_batch_size=GENERATIONS, gradient_accumulation_steps=2, beta=0.0, epsilon_high=0.28)
+    return base | (dict(bf16=False) if device == "cpu" else dict(bf16=bf16, gradient_checkpointing=True))
 
 
 def feeder_groups(model: Any, tokenizer: Any, dataset: Any, count: int) -> list[Any]:
@@ -302,6 +395,7 @@ def feeder_groups(model: Any, tokenizer: Any, dataset: Any, count: int) -> list[
 def run_steps(args: argparse.Namespace, model: Any, tokenizer: Any, dataset: Any, bf16: bool,
               workdir: Path) -> dict[str, Any]:  # fmt: skip
     """Train every configuration ``args.steps`` steps, taking turns step by step; per-step records."""
+    import torch
     from transformers import TrainerCallback
     from transformers.trainer_callback import PrinterCallback, ProgressCallback
     from trl import GRPOConfig
@@ -312,7 +406,8 @@ def run_steps(args: argparse.Namespace, model: Any, tokenizer: Any, dataset: Any
     from sapo.trainer import SAPOTrainer
     from swarm import MemorySwarm
 
-    configs = node_configs(bf16)
+    device = getattr(args, "device", "cpu")
+    configs = node_configs(bf16, device)
     names = [*configs, "plain TRL GRPOTrainer"]
     swarm = MemorySwarm()
     feeder = swarm.join("feeder")
@@ -336,12 +431,16 @@ def run_steps(args: argparse.Namespace, model: Any, tokenizer: Any, dataset: Any
         def on_step_begin(self, *a, **kw):
             cpu_start[self.name] = time.process_time()
 
+    class WaitForGpu(TrainerCallback):  # a step's wall time ends when the GPU has done its work
+        def on_step_end(self, *a, **kw):
+            torch.cuda.synchronize()
+
     peft = lora_config(LoraSpec(r=16, alpha=32, dropout=0.0))
     timed_trl = timed_grpo_trainer_class()
     for name in names:
         common = _common_args(args, str(workdir / name.replace(" ", "_").replace(",", "")))
         turns[name] = make_turn_callback(name, baton, 1, on_step)
-        callbacks = [turns[name], CpuStart(name)]
+        callbacks = [*([WaitForGpu()] if device != "cpu" else []), turns[name], CpuStart(name)]
         if name in configs:
             trainers[name] = SAPOTrainer(
                 model=copy.deepcopy(model), reward_funcs=[reasoning_gym_reward, format_reward],
@@ -352,14 +451,30 @@ def run_steps(args: argparse.Namespace, model: Any, tokenizer: Any, dataset: Any
         else:
             trainers[name] = timed_trl(
                 model=copy.deepcopy(model), reward_funcs=[reasoning_gym_reward, format_reward],
-                args=GRPOConfig(**common, bf16=False, per_device_train_batch_size=GENERATIONS,
-                                gradient_accumulation_steps=2, beta=0.0, epsilon_high=0.28),
-                train_dataset=dataset, processing_class=tokenizer, peft_config=peft, callbacks=callbacks,
+                args=GRPOConfig(**common, **trl_args(bf16, device)), train_dataset=dataset,
+                processing_class=tokenizer, peft_config=peft, callbacks=callbacks,
             )  # fmt: skip
         trainers[name].remove_callback(PrinterCallback)
         trainers[name].remove_callback(ProgressCallback)
+        if device != "cpu":
+            _wait_after_backward(trainers[name])
     train_in_turns({name: trainers[name] for name in names}, baton, [])
     return {name: step_records(trainers[name], turns[name].wall, cpu.get(name, [])) for name in names}
+
+
+def _wait_after_backward(trainer: Any) -> None:
+    """Make ``trainer``'s backward pass wait for the GPU, so that TRL's ``step_time`` (hence the training pass of the
+    split) holds the backward's GPU work, not only its launch."""
+    import torch
+
+    backward = trainer.accelerator.backward
+
+    def waited(*args: Any, **kwargs: Any) -> Any:
+        out = backward(*args, **kwargs)
+        torch.cuda.synchronize()
+        return out
+
+    trainer.accelerator.backward = waited
 
 
 def step_records(trainer: Any, wall: dict[int, float], cpu: list[float]) -> list[dict[str, float]]:
@@ -401,7 +516,30 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.step_limit", description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="a tiny random model and 2 steps: a smoke test")
     parser.add_argument("--model", default=None, help="model directory (default: the embedded SmolLM2-135M)")
-    parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's, the cores)")
+    parser.add_argument(
+        "--device",
+        choices=("cpu", "cuda"),
+        default="cpu",
+        help="where the models and trainers run (cuda: the first GPU, as a node runs there)",
+    )
+    parser.add_argument(
+        "--random-weights",
+        action="store_true",
+        help="random weights of the model's shapes (only its config and tokenizer are read): timings only",
+    )
+    parser.add_argument(
+        "--export-shapes",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="write the default model's config and tokenizer (no weights) into DIR and exit",
+    )
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help="torch threads (default: torch's, the cores; not set with --device cuda)",
+    )
     parser.add_argument("--reps", type=int, default=None, help="generation repetitions (default 3, quick 1)")
     parser.add_argument("--steps", type=int, default=None, help="optimizer steps per configuration (default 4)")
     parser.add_argument("--bf16", choices=("auto", "on", "off"), default="auto",
@@ -417,16 +555,60 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
+def export_shapes(out: Path) -> Path:
+    """Write the default model's config, generation config and tokenizer (no weights) into ``out``: what
+    ``--model out --random-weights`` needs, a few MB that travel where the model does not."""
+    from transformers import AutoConfig, AutoTokenizer, GenerationConfig
+
+    from sapo.models import default_model_path, prepare_tokenizer
+
+    source = default_model_path()
+    out.mkdir(parents=True, exist_ok=True)
+    AutoConfig.from_pretrained(source).save_pretrained(out)
+    if (source / "generation_config.json").is_file():
+        GenerationConfig.from_pretrained(source).save_pretrained(out)
+    prepare_tokenizer(AutoTokenizer.from_pretrained(source)).save_pretrained(out)
+    return out
+
+
+def random_policy(path: str | Path, seed: int = 0) -> tuple[Any, Any]:
+    """(a causal LM of ``path``'s config with random weights, float32, drawn from ``seed``; ``path``'s tokenizer
+    prepared as ``sapo.models.load_policy`` prepares it). Reads no weights: a config and tokenizer suffice."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, GenerationConfig
+
+    from sapo.models import prepare_tokenizer
+
+    path = Path(path)
+    config = AutoConfig.from_pretrained(path)
+    tokenizer = prepare_tokenizer(AutoTokenizer.from_pretrained(path))
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    if (path / "generation_config.json").is_file():
+        model.generation_config = GenerationConfig.from_pretrained(path)
+    if len(tokenizer) > model.get_input_embeddings().num_embeddings:  # prepare_tokenizer added a pad token
+        model.resize_token_embeddings(len(tokenizer))
+    if model.config.pad_token_id is None:
+        model.config.pad_token_id = tokenizer.pad_token_id
+    return model, tokenizer
+
+
 def load_model(args: argparse.Namespace, workdir: Path) -> tuple[Any, Any, Any]:
-    """(the policy, a copy with the node's LoRA adapters, its tokenizer); the adapters' B matrices are drawn small and
-    non-zero, as after training."""
+    """(the policy, a copy with the node's LoRA adapters, its tokenizer), on ``args.device``; the adapters' B matrices
+    are drawn small and non-zero, as after training. With ``args.random_weights`` the policy has the model's shapes and
+    random weights (float32, as the node loads the default model on either device)."""
     import torch
     from peft import get_peft_model
 
-    from sapo.models import LoraSpec, load_policy, lora_config, save_tiny_model
+    from sapo.models import LoraSpec, default_model_path, load_policy, lora_config, save_tiny_model
 
     path = args.model or (save_tiny_model(workdir / "tiny") if args.quick else None)
-    model, tokenizer = load_policy(path)
+    if getattr(args, "random_weights", False):
+        model, tokenizer = random_policy(path or default_model_path(), args.seed)
+    else:
+        model, tokenizer = load_policy(path)
+    model = model.to(getattr(args, "device", "cpu"))
     lora = get_peft_model(copy.deepcopy(model), lora_config(LoraSpec(r=16, alpha=32, dropout=0.0)))
     with torch.no_grad():
         for name, p in lora.named_parameters():
@@ -452,38 +634,50 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
     hf_logging.set_verbosity_error()
     hf_logging.disable_progress_bar()
-    if args.threads:
+    device = getattr(args, "device", "cpu")
+    if device == "cuda" and not torch.cuda.is_available():
+        raise SystemExit("step_limit: --device cuda, but torch sees no CUDA GPU")
+    if args.threads and device == "cpu":
         torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
-    bf16 = {"auto": cpu_has_native_bf16(), "on": True, "off": False}[args.bf16]
+    native_bf16 = cpu_has_native_bf16() if device == "cpu" else torch.cuda.is_bf16_supported()
+    bf16 = {"auto": native_bf16, "on": True, "off": False}[args.bf16]
     started, load_start = time.monotonic(), load_average()
     with tempfile.TemporaryDirectory(prefix="step-limit-") as tmp:
         workdir = Path(tmp)
         base, lora, tokenizer = load_model(args, workdir)
-        dataset = build_reasoning_gym_dataset(DEFAULT_TASKS, size=64, seed=args.seed)
+        # the feeder samples twice as many questions from the tail as the node configurations take steps
+        size = max(64, 2 * args.steps * len(node_configs(bf16, device)) + PROMPTS)
+        dataset = build_reasoning_gym_dataset(DEFAULT_TASKS, size=size, seed=args.seed)
         rows = default_step_prompts(tokenizer, dataset)
         prompt = round(statistics.mean(len(r) for r in rows))
         config = base.config
-        print(f"step_limit: measuring the machine ({torch.get_num_threads()} threads)", flush=True)
+        where = f"{torch.get_num_threads()} threads" if device == "cpu" else torch.cuda.get_device_name(0)
+        print(f"step_limit: measuring the machine ({where})", flush=True)
         shape_rows = {"decode": len(rows), "prefill": PROMPTS * prompt, "train": len(rows) * (prompt + NEW_TOKENS)}
         dtypes = [torch.float32, *([torch.bfloat16] if bf16 else [])]
-        limits = machine_limits(config, shape_rows, dtypes)
+        limits = machine_limits(config, shape_rows, dtypes, device)
         print("step_limit: generation variants", flush=True)
-        generation = time_generation(lora, tokenizer, rows, args.reps, bf16, not args.skip_continuous_batching)
+        generation = time_generation(lora, tokenizer, rows, args.reps, bf16, not args.skip_continuous_batching,
+                                     device)  # fmt: skip
         print("step_limit: training steps", flush=True)
         steps = run_steps(args, base, tokenizer, dataset, bf16, workdir)
     bounds = {str(d).replace("torch.", ""): phase_bounds(config, limits, str(d).replace("torch.", ""), prompt,
                                                           NEW_TOKENS) for d in dtypes}  # fmt: skip
+    model = args.model or ("tiny" if args.quick else "SmolLM2-135M-Instruct")
     return {
         "settings": {
             "quick": args.quick,
-            "model": args.model or ("tiny" if args.quick else "SmolLM2-135M-Instruct"),
+            "model": model + (f" ({RANDOM_WEIGHTS_NOTE})" if getattr(args, "random_weights", False) else ""),
+            "random_weights": bool(getattr(args, "random_weights", False)),
+            "device": device,
+            "gpu": torch.cuda.get_device_name(0) if device == "cuda" else None,
             "threads": torch.get_num_threads(),
             "reps": args.reps,
             "steps": args.steps,
             "seed": args.seed,
             "bf16_measured": bf16,
-            "native_bf16": cpu_has_native_bf16(),
+            "native_bf16": native_bf16,
             "prompt_tokens_mean": prompt,
             "rows": len(rows),
             "new_tokens": NEW_TOKENS,
@@ -502,42 +696,67 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def report_lines(data: dict[str, Any], record: dict[str, str]) -> list[str]:
-    """The Markdown report."""
+    """The Markdown report. On a GPU wall seconds only (the CPU seconds of a process that waits for the GPU measure
+    nothing), and the node's GPU defaults named."""
     s, gen, summary = data["settings"], data["generation"]["variants"], data["step_summary"]
+    gpu = s.get("device", "cpu") != "cpu"
     fp32 = data["bounds"]["float32"]
     today = gen["today (TRL generate, fp32)"]
+    where = f"{s['threads']} torch threads" if not gpu else f"device cuda ({s.get('gpu')})"
+    native = f"Native bf16 on this CPU: {s['native_bf16']}." if not gpu else f"bf16 on this GPU: {s['native_bf16']}."
     lines = [
         "# The step at the machine's speed (`python -m benchmarks.step_limit`)", "",
         f"Command `{record['command']}`, commit {record['git_commit']}, {record['date']}, {record['machine']}; "
-        f"{s['threads']} torch threads; load average {data['load_average']['start'][0]:.1f} at start, "
+        f"{where}; load average {data['load_average']['start'][0]:.1f} at start, "
         f"{data['load_average']['end'][0]:.1f} at end; {data['elapsed_seconds'] / 60:.1f} min.", "",
         f"Model {s['model']} with LoRA r=16; {PROMPTS} prompts x {GENERATIONS} completions ({s['prompt_tokens_mean']} "
-        f"prompt tokens on average), {NEW_TOKENS} new tokens. Native bf16 on this CPU: {s['native_bf16']}.", "",
+        f"prompt tokens on average), {NEW_TOKENS} new tokens. {native}", "",
+    ]  # fmt: skip
+    if s.get("random_weights"):
+        lines += [f"**{RANDOM_WEIGHTS_NOTE[0].upper()}{RANDOM_WEIGHTS_NOTE[1:]}.** Every completion runs to its "
+                  f"{NEW_TOKENS} tokens, so the work does not depend on the weights; rewards, accuracy and the text "
+                  "sampled mean nothing.", ""]  # fmt: skip
+    if gpu:
+        lines += ["On the GPU: wall seconds only (the CPU mostly waits for the GPU; its seconds measure nothing), "
+                  "every timing waits for the GPU (`torch.cuda.synchronize`). The node's configurations run as the "
+                  "node does on a GPU (`sapo.config.device_defaults`: gradient checkpointing on, bf16 autocast where "
+                  "named); plain TRL runs with TRL's own defaults there (bf16 where measured, gradient checkpointing "
+                  "on).", ""]  # fmt: skip
+    bandwidth = "Memory read bandwidth" if not gpu else "GPU memory bandwidth (device-to-device copy, read + written)"
+    lines += [
         "## The machine", "",
-        f"Memory read bandwidth: {data['limits']['bandwidth_gb_s']:.1f} GB/s.", "",
+        f"{bandwidth}: {data['limits']['bandwidth_gb_s']:.1f} GB/s.", "",
         "| matmul (phase, layer) | " + " | ".join(f"{d} GFLOP/s" for d in data["limits"]["rates_gflop_s"]) + " |",
         "|---|" + "---:|" * len(data["limits"]["rates_gflop_s"]),
     ]  # fmt: skip
     rates = data["limits"]["rates_gflop_s"]
     for shape in next(iter(rates.values())):
         lines.append(f"| {shape} | " + " | ".join(f"{r[shape]:.0f}" for r in rates.values()) + " |")
-    lines += ["", "## Generation of the default step (fixed length)", "",
-              "| variant | wall s | CPU s | x today (wall) | x today (CPU) | wall / fp32 bound |",
-              "|---|---:|---:|---:|---:|---:|"]  # fmt: skip
+    lines += ["", "## Generation of the default step (fixed length)", ""]
+    if gpu:
+        lines += ["| variant | wall s | x today (wall) | wall / bound |", "|---|---:|---:|---:|"]
+    else:
+        lines += ["| variant | wall s | CPU s | x today (wall) | x today (CPU) | wall / fp32 bound |",
+                  "|---|---:|---:|---:|---:|---:|"]  # fmt: skip
     for name, v in gen.items():
         bound = data["bounds"].get("bfloat16", fp32)["generation"] if "bf16" in name else fp32["generation"]
+        if gpu:
+            lines.append(f"| {name} | {v['wall']:.3f} | {v['wall'] / today['wall']:.2f} | {v['wall'] / bound:.1f} |")
+            continue
         lines.append(f"| {name} | {v['wall']:.2f} | {v['cpu']:.2f} | {v['wall'] / today['wall']:.2f} | "
                      f"{v['cpu'] / today['cpu']:.2f} | {v['wall'] / bound:.1f} |")  # fmt: skip
     for name, note in data["generation"]["notes"].items():
         lines.append(f"\n{name}: {note}")
+    digits, step_digits = (4, 3) if gpu else (2, 2)
     lines += ["", "Lower bounds (s): " + "; ".join(
-        f"{d}: generation {b['generation']:.2f} (prefill {b['generation_prefill']:.2f}, decode "
-        f"{b['generation_decode']:.2f}), training pass {b['training pass']:.2f}, plausibility {b['plausibility']:.2f}"
+        f"{d}: generation {b['generation']:.{digits}f} (prefill {b['generation_prefill']:.{digits}f}, decode "
+        f"{b['generation_decode']:.{digits}f}), training pass {b['training pass']:.{digits}f}, plausibility "
+        f"{b['plausibility']:.{digits}f}"
         for d, b in data["bounds"].items())]  # fmt: skip
     lines += ["", "## The default node's step (1 local + 1 swarm group of 4; TRL: 2 local groups)", "",
-              "| configuration | step wall s | step CPU s | x today (wall) | x plain TRL (wall) | "
-              + " | ".join(SPLIT) + " | swarm groups | steps |",
-              "|---|---:|---:|---:|---:|" + "---:|" * len(SPLIT) + "---:|---:|"]  # fmt: skip
+              "| configuration | step wall s | " + ("" if gpu else "step CPU s | ")
+              + "x today (wall) | x plain TRL (wall) | " + " | ".join(SPLIT) + " | swarm groups | steps |",
+              "|---|---:|" + ("" if gpu else "---:|") + "---:|---:|" + "---:|" * len(SPLIT) + "---:|---:|"]  # fmt: skip
     today_step, trl_step = summary.get("node, speed-ups off (today)"), summary.get("plain TRL GRPOTrainer")
 
     def ratio(v: dict[str, Any], to: dict[str, Any] | None) -> str:
@@ -545,8 +764,9 @@ def report_lines(data: dict[str, Any], record: dict[str, str]) -> list[str]:
 
     for name, v in summary.items():
         measured = f"{v['steps_measured']} of {v.get('steps_after_first', v['steps_measured'])}"
-        lines.append(f"| {name} | {v['wall']:.2f} | {v['cpu']:.2f} | {ratio(v, today_step)} | {ratio(v, trl_step)} | "
-                     + " | ".join(f"{v[p]:.2f}" for p in SPLIT)
+        cpu = "" if gpu else f"{v['cpu']:.2f} | "
+        lines.append(f"| {name} | {v['wall']:.{step_digits}f} | {cpu}{ratio(v, today_step)} | {ratio(v, trl_step)} | "
+                     + " | ".join(f"{v[p]:.{step_digits}f}" for p in SPLIT)
                      + f" | {v['external_groups']:.0f} | {measured} |")  # fmt: skip
     lines += ["", "Medians over the steps after the first (the node's first step has no swarm group) that trained on "
               "the configuration's swarm groups (a node's step whose swarm group was dropped generates one more "
@@ -563,7 +783,8 @@ def plot(data: dict[str, Any], path: Path) -> None:
     names = list(gen)
     x = range(len(names))
     left.bar([i - 0.2 for i in x], [gen[n]["wall"] for n in names], 0.4, label="wall")
-    left.bar([i + 0.2 for i in x], [gen[n]["cpu"] for n in names], 0.4, label="CPU")
+    if data["settings"].get("device", "cpu") == "cpu":  # on a GPU the CPU seconds measure nothing
+        left.bar([i + 0.2 for i in x], [gen[n]["cpu"] for n in names], 0.4, label="CPU")
     left.axhline(data["bounds"]["float32"]["generation"], color="k", ls="--", label="fp32 lower bound")
     left.set_xticks(list(x), names, rotation=25, ha="right", fontsize=8)
     left.set_ylabel("seconds")
@@ -588,6 +809,9 @@ def plot(data: dict[str, Any], path: Path) -> None:
 def main(argv: list[str] | None = None) -> int:
     """Run, write the report, print its path."""
     args = parse_args(argv)
+    if args.export_shapes is not None:
+        print(f"wrote {export_shapes(args.export_shapes)}")
+        return 0
     record, git = run_record(), git_state()  # the code that runs: the tree as it is now, before the long run
     data = run(args)
     data["record"], data["git"] = record, git

@@ -49,13 +49,13 @@ MAX_ROUND_MICRO_BATCH = 16
 """The most rows `per_device_train_batch_size=None` puts in one micro-batch (:func:`round_micro_batch`)."""
 
 
-def round_micro_batch(rows: int, processes: int, num_generations: int) -> int:
+def round_micro_batch(rows: int, processes: int, num_generations: int, largest: int = MAX_ROUND_MICRO_BATCH) -> int:
     """The micro-batch of `per_device_train_batch_size=None`: a process's whole share of a round of ``rows``
     completions, so that each group's rows share a micro-batch (its prompt then runs once in the loss pass:
-    `scoring_prefill_once`); a larger share is split into the most rows up to `MAX_ROUND_MICRO_BATCH` that divide it,
-    whole groups where possible, to bound the pass's memory."""
+    `scoring_prefill_once`); a larger share is split into the most rows up to ``largest`` that divide it, whole
+    groups where possible, to bound the pass's memory."""
     share = max(rows // processes, 1)
-    divisors = [d for d in range(1, min(share, MAX_ROUND_MICRO_BATCH) + 1) if share % d == 0]
+    divisors = [d for d in range(1, min(share, largest) + 1) if share % d == 0]
     whole_groups = [d for d in divisors if d % num_generations == 0]
     return max(whole_groups or divisors)
 

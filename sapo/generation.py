@@ -49,14 +49,18 @@ __all__ = [
 
 
 @contextlib.contextmanager
-def inference_weights(model: torch.nn.Module, merge_adapters: bool = True, dtype: torch.dtype | None = None):
+def inference_weights(
+    model: torch.nn.Module, merge_adapters: bool = True, dtype: torch.dtype | None = None, pack_weights: bool = True
+):
     """Within the context, ``model``'s LoRA linear layers compute with merged weights (one matmul each).
 
     Each adapted layer's base weight is replaced by a new tensor ``W + delta`` (in ``dtype`` when given, e.g. bf16
     for bf16 autocast) and marked merged, so PEFT's forward uses the base layer alone. With ``dtype``, every other
     linear weight computes with a copy in ``dtype`` too (:func:`sapo.precision.linear_weights_in`): autocast cast
     the default model's tied LM head, 28 M weights, at every generated token (a quarter of bf16 generation's time);
-    and in bf16 each weight is packed once into oneDNN's layout (:func:`sapo.precision.packed_bf16_linears`).
+    and in bf16, with ``pack_weights``, each weight is packed once into oneDNN's layout
+    (:func:`sapo.precision.packed_bf16_linears`), which pays back over a generation's many forward passes; a single
+    forward pass (the plausibility pass) would pay the packing and gain nothing.
     On exit the original weight objects are put back unchanged (exactly, not by subtraction) and the merge marks
     removed. No gradient flows through the swapped weights: use it for generation and forward passes without
     gradients. A model without LoRA layers, or ``merge_adapters=False``, keeps its adapters unmerged.
@@ -77,7 +81,7 @@ def inference_weights(model: torch.nn.Module, merge_adapters: bool = True, dtype
                 module.merged_adapters = list(adapters)
         with (
             linear_weights_in(model, dtype) if dtype is not None else contextlib.nullcontext(),
-            packed_bf16_linears(model) if dtype == torch.bfloat16 else contextlib.nullcontext(),
+            packed_bf16_linears(model) if dtype == torch.bfloat16 and pack_weights else contextlib.nullcontext(),
         ):
             yield model
     finally:
@@ -96,13 +100,15 @@ def inference_autocast(model: torch.nn.Module, bf16: bool) -> contextlib.Abstrac
 
 
 @contextlib.contextmanager
-def inference_context(model: torch.nn.Module, merge_adapters: bool = True, bf16: bool = False) -> Iterator[None]:
-    """The speed-ups of a forward pass without gradients (generation, evaluation, the plausibility pass) in one
-    context: LoRA adapters merged (:func:`inference_weights`, in bf16 when bf16 autocast is on) and bf16 autocast on
-    a CPU (:func:`inference_autocast`)."""
+def inference_context(
+    model: torch.nn.Module, merge_adapters: bool = True, bf16: bool = False, pack_weights: bool = True
+) -> Iterator[None]:
+    """The speed-ups of forward passes without gradients (generation, evaluation, the plausibility pass) in one
+    context: LoRA adapters merged (:func:`inference_weights`, in bf16 when bf16 autocast is on, packed for oneDNN
+    with ``pack_weights``) and bf16 autocast on a CPU (:func:`inference_autocast`)."""
     autocast = inference_autocast(model, bf16)
     dtype = torch.bfloat16 if isinstance(autocast, torch.autocast) else None
-    with inference_weights(model, merge_adapters=merge_adapters, dtype=dtype), autocast:
+    with inference_weights(model, merge_adapters=merge_adapters, dtype=dtype, pack_weights=pack_weights), autocast:
         yield
 
 

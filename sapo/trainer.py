@@ -588,10 +588,10 @@ class SAPOTrainer(GRPOTrainer):
             input_ids[i, prompt_len : prompt_len + len(completion)] = torch.tensor(completion, dtype=torch.long)
             attention_mask[i, prompt_len - len(prompt) : prompt_len + len(completion)] = 1
         device, model = self.accelerator.device, self.accelerator.unwrap_model(self.model)
-        # the speed-ups of generation, bf16 on a CPU included: the loss pass whose statistics these are compared
-        # with runs under the same autocast
+        # the speed-ups of generation, bf16 on a CPU included (the loss pass whose statistics these are compared
+        # with runs under the same autocast); one forward pass: its weights are not worth packing
         speed_ups = inference_context(model, merge_adapters=bool(self.args.generation_merge_adapters),
-                                      bf16=bool(self.args.bf16))  # fmt: skip
+                                      bf16=bool(self.args.bf16), pack_weights=False)  # fmt: skip
         with torch.no_grad(), speed_ups:
             logps, entropies, _ = self._get_per_token_logps_and_entropies(
                 model, input_ids.to(device), attention_mask.to(device),

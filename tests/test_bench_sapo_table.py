@@ -74,7 +74,17 @@ def test_settings_scale_to_whole_groups(bench, report):
     for bad in ("4/3", "0/8", "four"):
         with pytest.raises(ValueError):
             report.parse_setting(bad)
-    assert bench.batch_size(16, 16) == 16 and bench.batch_size(24, 16) == 12 and bench.batch_size(64, 16) == 16
+
+
+def test_each_profile_trains_its_round_in_micro_batches_of_whole_groups(bench, tmp_path):
+    """The node option sapo_table passes: the round's rows up to the profile's max_batch (sapo.config's rule)."""
+    micro = {}
+    for name in ("paper", "cpu", "cpu-learn", "smoke"):
+        config = bench.build_config(*bench.parse_args(["--profile", name, "--model", str(tmp_path)]))
+        options = bench.node_options(config, config["groups_per_step"] // 2, config["groups_per_step"] // 2, 0,
+                                     tmp_path / name)  # fmt: skip
+        micro[name] = int(options[options.index("--per_device_train_batch_size") + 1])
+    assert micro == {"paper": 16, "cpu": 4, "cpu-learn": 8, "smoke": 8}
 
 
 def test_commands_carry_the_setting_seed_and_task_configs(bench, tmp_path):
