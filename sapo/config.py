@@ -116,7 +116,7 @@ _SECTIONS = {
         "generation_merge_adapters",
         "scoring_prefill_once",
     ),
-    "Speed": ("generation_inverse_transform_sampling",),
+    "Speed": ("generation_inverse_transform_sampling", "cpu_fused_loss_pass"),
 }
 
 
@@ -437,6 +437,16 @@ class SAPOConfig(GRPOConfig):
             "a random number per vocabulary word: 0.3 against 7.3 ms per token at the default batch. The same "
             "distribution; a seed gives other draws. Applies where the node's own generation path runs (any of "
             "`generation_prefill_once`, `generation_merge_adapters`, bf16 on).",
+        },
+    )
+    cpu_fused_loss_pass: bool = field(
+        default=True,
+        metadata={
+            "help": "On a CPU, the loss pass adds each LoRA adapter inside its layer's matmul "
+            "(`sapo.lora_layers`: no multiplication and addition over every activation) and TRL's fused LM head "
+            "folds its vocabulary tiles in fewer passes (`sapo.lm_head`, also in the plausibility pass): the same "
+            "values up to rounding; 0.3 and 0.5 CPU s of the default node's loss pass (one thread, measured side by "
+            "side, see each module's docstring). `false`: PEFT's and TRL's own.",
         },
     )
     scoring_prefill_once: bool | None = field(

@@ -382,10 +382,11 @@ class SAPOTrainer(GRPOTrainer):
         # forward saved.
         precision = bf16_training_pass(unwrapped) if loss_pass and self._cpu_bf16_autocast else contextlib.nullcontext()
         # On a CPU each LoRA layer adds its adapter inside one matmul (sapo.lora_layers) and TRL's fused LM head
-        # folds its tiles in fewer passes (sapo.lm_head, on CPU tensors only); a GPU keeps PEFT's and TRL's own.
-        cpu_pass = loss_pass and self.accelerator.device.type == "cpu"
-        lora = fused_lora_forward(unwrapped) if cpu_pass else contextlib.nullcontext()
-        with completion_positions_only(), lean_cpu_lm_head(), precision, lora:
+        # folds its tiles in fewer passes (sapo.lm_head); a GPU keeps PEFT's and TRL's own.
+        fused = self.args.cpu_fused_loss_pass and self.accelerator.device.type == "cpu"
+        lora = fused_lora_forward(unwrapped) if fused and loss_pass else contextlib.nullcontext()
+        head = lean_cpu_lm_head() if fused else contextlib.nullcontext()
+        with completion_positions_only(), head, precision, lora:
             result = self._scored_with_shared_prompts(model, input_ids, attention_mask, logits_to_keep, args, kwargs)
             if result is None:
                 result = super()._get_per_token_logps_and_entropies(

@@ -463,6 +463,29 @@ def test_the_plausibility_pass_runs_in_bf16_with_merged_adapters_where_bf16_is_o
     assert seen and set(seen) == {(torch.bfloat16, torch.bfloat16, True, False)}  # one pass: weights not packed
 
 
+@pytest.mark.parametrize("fused", [True, False])
+def test_the_cpu_fused_loss_pass_switch(tmp_path, smollm_tokenizer, monkeypatch, fused):
+    """On a CPU the loss pass runs the fused LoRA forward and the lean LM head unless `cpu_fused_loss_pass` is off;
+    then PEFT's and TRL's own run."""
+    import sapo.trainer as trainer_module
+    from sapo.models import LoraSpec, lora_config
+
+    entered = []
+    for name in ("fused_lora_forward", "lean_cpu_lm_head"):
+        real = getattr(trainer_module, name)
+        monkeypatch.setattr(trainer_module, name, lambda *a, real=real, name=name: entered.append(name) or real(*a))
+    trainer = SAPOTrainer(
+        model=build_tiny_model(smollm_tokenizer, seed=0), reward_funcs=[lambda completions, **kw: [
+            float(len(c[0]["content"]) % 3) for c in completions]],
+        args=_args(tmp_path, str(fused), num_external=0, max_steps=1, cpu_fused_loss_pass=fused),
+        train_dataset=_math_dataset(), processing_class=smollm_tokenizer,
+        peft_config=lora_config(LoraSpec(r=4, alpha=8, dropout=0.0)),
+    )  # fmt: skip
+    trainer.train()
+    assert _metric(trainer, "loss")
+    assert (set(entered) == {"fused_lora_forward", "lean_cpu_lm_head"}) is fused and (not entered) is (not fused)
+
+
 def test_scoring_each_prompt_once_takes_the_same_steps(tmp_path, smollm_tokenizer, monkeypatch):
     """`scoring_prefill_once` runs each distinct prompt of the loss pass once: the step
     (its loss and, under plain SGD, the adapters it trains) is that of TRL's pass over whole rows, up to rounding.
