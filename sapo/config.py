@@ -24,13 +24,14 @@ def device_defaults() -> dict[str, bool]:
     With a CUDA GPU: the GPU, activation (gradient) checkpointing on, bf16 autocast where the GPU supports it
     natively. Without one: the CPU, checkpointing off (it saves memory by recomputing activations, a pure loss on a
     CPU), bf16 autocast on where the CPU computes bf16 natively (`cpu_has_native_bf16`: AVX512-BF16 or AMX; on a
-    2-core AMX machine it made the default step's generation 1.49x faster with one thread, as each node of a local
-    swarm runs, `benchmarks/results/step_limit_1thread/` on 9b705d4 (1.65x on 88b3889); with two, before its casts
-    were made once, no faster: `step_limit.md`) and off elsewhere (emulated in software, it made every step 45x
-    slower on a CPU without it). On both, generation with each prompt prefilled once and LoRA adapters merged
-    (`sapo.generation`): on an H100 at the paper's batch (8 x 8 completions of 256 tokens) it made a step 1.6x
-    faster than TRL's own generation path (`benchmarks/results/gpu_node.md`). On a CPU only, the loss pass with each
-    prompt run once (`sapo.shared_prompts`); a GPU keeps TRL's pass.
+    2-core AMX machine, with one thread as each node of a local swarm runs, the default step's generation took 3.75
+    against 7.33 s in float32 with the same speed-ups, and the step 7.95 against 11.59 s:
+    `benchmarks/results/step_limit_1thread/` on 29cfd71; with two threads, before its casts were made once, no
+    faster: `step_limit.md`) and off elsewhere (emulated in software, it made every step 45x slower on a CPU without
+    it). On both, generation with each prompt prefilled once and LoRA adapters merged (`sapo.generation`): on an H100
+    at the paper's batch (8 x 8 completions of 256 tokens) it made a step 1.6x faster than TRL's own generation path
+    (`benchmarks/results/gpu_node.md`). On a CPU only, the loss pass with each prompt run once
+    (`sapo.shared_prompts`); a GPU keeps TRL's pass.
     """
     import torch
 
@@ -457,8 +458,8 @@ class SAPOConfig(GRPOConfig):
             "(`sapo.shared_prompts`; the same log-probabilities and gradients up to rounding). Single process, no "
             "gradient checkpointing. It pays where a micro-batch holds the rows of whole groups (sapo-node's "
             "micro-batch is the round: `per_device_train_batch_size`); at 4-row micro-batches holding two prompts "
-            "after TRL's shuffle it made the step no faster (`benchmarks/results/step_limit_1thread/`). `None`: on "
-            "with a CPU, off with a GPU (TRL's pass).",
+            "after TRL's shuffle it made the step no faster (step_limit on 9b705d4, in git history). `None`: on with "
+            "a CPU, off with a GPU (TRL's pass).",
             "nargs": "?",
             "const": True,
         },
