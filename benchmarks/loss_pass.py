@@ -54,11 +54,13 @@ def batch(vocab: int, seed: int = 0) -> tuple[Any, Any, Any]:
 
 
 def loss_pass(
-    model: Any, inputs: tuple[Any, Any, Any], bf16: bool, compact: bool, as_node: bool = False
-) -> dict[str, Any]:
+    model: Any, inputs: tuple[Any, Any, Any], bf16: bool, compact: bool, as_node: bool = False,
+    fused_lora: bool = True, lean_head: bool = True,
+) -> dict[str, Any]:  # fmt: skip
     """One forward and backward; CPU seconds of each, the completion log-probabilities and the adapters' gradients.
     ``as_node``: under bf16, as `SAPOTrainer` runs it (frozen weights cast to bf16 once, attention in float32, LoRA
-    adapters added inside one matmul, the LM head's tiles folded in fewer passes)."""
+    adapters added inside one matmul unless not ``fused_lora``, the LM head's tiles folded in fewer passes unless not
+    ``lean_head``)."""
     import contextlib
 
     import torch
@@ -72,8 +74,8 @@ def loss_pass(
     scoring = completion_positions_only() if compact else contextlib.nullcontext()
     precision = torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16)
     node_way = bf16_training_pass(model) if as_node else contextlib.nullcontext()
-    lora = fused_lora_forward(model) if as_node else contextlib.nullcontext()
-    head = lean_cpu_lm_head() if as_node else contextlib.nullcontext()
+    lora = fused_lora_forward(model) if as_node and fused_lora else contextlib.nullcontext()
+    head = lean_cpu_lm_head() if as_node and lean_head else contextlib.nullcontext()
     start = time.process_time()
     with scoring, precision, node_way, lora, head:
         out = model(input_ids=ids, attention_mask=mask, labels=labels, fused_lm_head=True)
@@ -106,10 +108,15 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     model = build(args.quick, args.model)
     inputs = batch(model.config.vocab_size)
     bf16 = {"auto": cpu_has_native_bf16(), "on": True, "off": False}[args.bf16]
-    configs = [(low, compact, False) for low in ([False, True] if bf16 else [False]) for compact in (False, True)]
-    configs += [(True, True, True)] if bf16 else []
+    # (bf16, completion positions only, as the node, fused LoRA, lean LM head)
+    configs = [(low, compact, False, False, False) for low in ([False, True] if bf16 else [False])
+               for compact in (False, True)]  # fmt: skip
+    if bf16:  # the node's way, and without each of its two CPU kernels (`cpu_fused_loss_pass`)
+        configs += [(True, True, True, False, True), (True, True, True, True, False), (True, True, True, True, True)]
     name = {c: f"{'bf16' if c[0] else 'fp32'}, {'completion positions' if c[1] else 'every position (TRL on CPU)'}"
             + (", as the node runs it (bf16 weights once, float32 attention, fused LoRA, lean LM head)" if c[2] else "")
+            + (" but PEFT's LoRA forward" if c[2] and not c[3] else "")
+            + (" but TRL's LM head" if c[2] and not c[4] else "")
             for c in configs}  # fmt: skip
     samples: dict[str, list[dict[str, float]]] = {name[c]: [] for c in configs}
     same = {}
@@ -127,7 +134,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         key: {part: statistics.median(s[part] for s in runs) for part in ("forward", "backward")}
         for key, runs in samples.items()
     }
-    profiles = {name[c]: profile_table(model, inputs, *c) for c in configs} if args.profile else {}
+    profiles = {name[c]: profile_table(model, inputs, *c[:2]) for c in configs if not c[2]} if args.profile else {}
     return {"configs": list(samples), "samples": samples, "medians": medians, "same_results": same,
             "profiles": profiles, "native_bf16": cpu_has_native_bf16(), "quick": args.quick}  # fmt: skip
 

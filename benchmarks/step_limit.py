@@ -56,8 +56,9 @@ from benchmarks.harness import RESULTS, git_state, pyplot, run_record, write_rep
 from benchmarks.step_cost import Baton, make_turn_callback, timed_grpo_trainer_class, train_in_turns
 
 PROMPTS, GENERATIONS, NEW_TOKENS = 2, 4, 48
+UNPACKED = "both + bf16 + inverse-transform sampling, weights not packed"
 GENERATION_VARIANTS = ("today (TRL generate, fp32)", "prefill once", "merged adapters", "both", "both + bf16",
-                       "both + bf16 + inverse-transform sampling", "TRL continuous batching",
+                       UNPACKED, "both + bf16 + inverse-transform sampling", "TRL continuous batching",
                        "TRL generate + bf16 autocast")  # fmt: skip
 RANDOM_WEIGHTS_NOTE = "random weights of the default model's shapes: timings only"
 SPLIT = ("generation", "scoring", "swarm", "plausibility", "training pass", "optimizer and rest")
@@ -240,25 +241,28 @@ def time_generation(
 
     config = generation_config(tokenizer)
     eos, pad = [tokenizer.eos_token_id], tokenizer.pad_token_id
-    settings = {  # (prefill once, merge adapters, bf16, inverse-transform sampling)
-        "today (TRL generate, fp32)": (False, False, False, False), "prefill once": (True, False, False, False),
-        "merged adapters": (False, True, False, False), "both": (True, True, False, False),
-        "both + bf16": (True, True, True, False), "both + bf16 + inverse-transform sampling": (True, True, True, True),
+    settings = {  # (prefill once, merge adapters, bf16, inverse-transform sampling, bf16 weights packed for oneDNN)
+        "today (TRL generate, fp32)": (False, False, False, False, True),
+        "prefill once": (True, False, False, False, True), "merged adapters": (False, True, False, False, True),
+        "both": (True, True, False, False, True), "both + bf16": (True, True, True, False, True),
+        UNPACKED: (True, True, True, True, False),
+        "both + bf16 + inverse-transform sampling": (True, True, True, True, True),
     }  # fmt: skip
     notes: dict[str, str] = {}
     if not bf16:
-        del settings["both + bf16"], settings["both + bf16 + inverse-transform sampling"]
+        del settings["both + bf16"], settings[UNPACKED], settings["both + bf16 + inverse-transform sampling"]
     elif device != "cpu":
-        del settings["both + bf16 + inverse-transform sampling"]
-        settings["TRL generate + bf16 autocast"] = (False, False, True, False)
+        del settings[UNPACKED], settings["both + bf16 + inverse-transform sampling"]
+        settings["TRL generate + bf16 autocast"] = (False, False, True, False, True)
         notes["both + bf16 + inverse-transform sampling"] = "not measured: inverse-transform sampling applies on a CPU"
     sync = _sync(device)
 
     def run(name: str) -> None:
         if name == "TRL continuous batching":
             return _continuous_batching(model, rows, config)
-        prefill, merge, low, inverse = settings[name]
-        with torch.no_grad(), inference_context(model, merge_adapters=merge, bf16=low), _gpu_autocast(device, low):
+        prefill, merge, low, inverse, pack = settings[name]
+        speed_ups = inference_context(model, merge_adapters=merge, bf16=low, pack_weights=pack)
+        with torch.no_grad(), speed_ups, _gpu_autocast(device, low):
             generate_completions(model, rows, config, eos, pad, prefill_once=prefill, inverse_transform=inverse)
 
     names = list(settings)

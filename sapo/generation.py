@@ -14,7 +14,7 @@ Three independent speed-ups of `model.generate` as TRL calls it for a node's own
 - **bf16** (:func:`inference_autocast`): where the CPU computes bf16 natively (`sapo.config.device_defaults`),
   generation runs under bf16 autocast, with the merged weights made in bf16 directly and every other linear
   layer's weight (the LM head above all) cast to bf16 once for the context (float32 master weights are kept for
-  training).
+  training), each packed once for oneDNN (`sapo.precision.packed_bf16_linears`: the same products).
 
 On a CPU, each sampled token is drawn by inverse transform (:func:`sample_rows`: one uniform number per row against
 the cumulative probabilities) instead of `torch.multinomial`, which draws an exponential number for every word of
