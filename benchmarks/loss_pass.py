@@ -29,14 +29,15 @@ ROWS, PROMPT, COMPLETION = 8, 72, 48
 
 
 def build(quick: bool, model_dir: str | None) -> Any:
-    """The policy with the node's LoRA adapters and TRL's fused LM head, in training mode."""
+    """The policy with the node's LoRA adapters and TRL's fused LM head, in training mode; the head computes
+    log-probabilities and entropies, as GRPOTrainer asks of it."""
     from trl.trainer.utils import add_fused_lm_head
 
     from sapo.models import LoraSpec, load_policy, save_tiny_model
 
     path = model_dir or (str(save_tiny_model(Path(tempfile.mkdtemp()) / "tiny")) if quick else None)
     model, _ = load_policy(path, lora=LoraSpec(r=16, alpha=32, dropout=0.0))
-    add_fused_lm_head(model.get_base_model())
+    add_fused_lm_head(model.get_base_model(), outputs=("log_probs", "entropy"))
     return model.train()
 
 
@@ -145,7 +146,8 @@ def report_lines(data: dict[str, Any], record: dict[str, str]) -> list[str]:
     base_total = base["forward"] + base["backward"]
     lines = ["# The training pass alone (`python -m benchmarks.loss_pass`)", "", *record_lines(record), "",
              f"{ROWS} rows of {PROMPT} prompt and {COMPLETION} completion tokens (half the rows left-padded by 10), "
-             f"{'a tiny model' if data['quick'] else 'SmolLM2-135M-Instruct'} with LoRA r=16, TRL's fused LM head; "
+             f"{'a tiny model' if data['quick'] else 'SmolLM2-135M-Instruct'} with LoRA r=16, TRL's fused LM head "
+             "(log-probabilities and entropies, as GRPO asks; the gradient of the log-probabilities); "
              f"one thread, CPU seconds, medians of {len(data['samples'][data['configs'][0]])} interleaved "
              f"repetitions. Native bf16 on this CPU: {data['native_bf16']}.", "",
              "| configuration | forward CPU s | backward CPU s | total | x the first row |",
