@@ -24,9 +24,9 @@ def device_defaults() -> dict[str, bool]:
     With a CUDA GPU: the GPU, activation (gradient) checkpointing on, bf16 autocast where the GPU supports it
     natively. Without one: the CPU, checkpointing off (it saves memory by recomputing activations, a pure loss on a
     CPU), bf16 autocast on where the CPU computes bf16 natively (`cpu_has_native_bf16`: AVX512-BF16 or AMX; on a
-    2-core AMX machine, with one thread as each node of a local swarm runs, the default step's generation took 3.75
-    against 7.33 s in float32 with the same speed-ups, and the step 7.95 against 11.59 s:
-    `benchmarks/results/step_limit_1thread/` on 29cfd71; with two threads, before its casts were made once, no
+    2-core AMX machine, with one thread as each node of a local swarm runs, the default step's generation took 3.84
+    against 7.20 s in float32 with the same speed-ups, and the step 8.34 against 11.01 s:
+    `benchmarks/results/step_limit_1thread/` on 30b1fc5; with two threads, before its casts were made once, no
     faster: `step_limit.md`) and off elsewhere (emulated in software, it made every step 45x slower on a CPU without
     it). On both, generation with each prompt prefilled once and LoRA adapters merged (`sapo.generation`): on an H100
     at the paper's batch (8 x 8 completions of 256 tokens) it made a step 1.6x faster than TRL's own generation path
@@ -446,8 +446,8 @@ class SAPOConfig(GRPOConfig):
             "help": "On a CPU, the loss pass adds each LoRA adapter inside its layer's matmul "
             "(`sapo.lora_layers`: no multiplication and addition over every activation) and TRL's fused LM head "
             "folds its vocabulary tiles in fewer passes (`sapo.lm_head`, also in the plausibility pass): the same "
-            "values up to rounding; 0.3 and 0.5 CPU s of the default node's loss pass (one thread, measured side by "
-            "side, see each module's docstring). `false`: PEFT's and TRL's own.",
+            "values up to rounding; 0.27 and 0.18 of the 2.24 CPU s of the default node's loss pass (one thread, "
+            "`benchmarks/results/loss_pass.md`). `false`: PEFT's and TRL's own.",
         },
     )
     scoring_prefill_once: bool | None = field(

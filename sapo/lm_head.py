@@ -3,9 +3,9 @@
 TRL scores a loss pass through `ChunkedLogProbFunction`: the LM head's product is computed one vocabulary tile at a
 time and folded into running log-sum-exp statistics, so the full logits never exist. On CUDA a Triton kernel folds
 each tile in one pass; on a CPU, TRL's torch fallback makes about a dozen passes over every tile forward and twenty
-backward (scaling by 1.0 twice, a boolean target mask the size of the tile, a zero-filled gradient, ...). At the
-default node's batch (384 completion tokens, 49,152 words) that was 0.25 s forward and 0.72 s backward of its loss
-pass; :class:`CpuChunkedLogProb` computes the same values in 0.11 and 0.33 s (one thread, bf16): each tile's
+backward (scaling by 1.0 twice, a boolean target mask the size of the tile, a zero-filled gradient, ...).
+:class:`CpuChunkedLogProb` took the default node's loss pass (384 completion tokens, 49,152 words) from 2.42 to
+2.24 CPU s (one thread, bf16 as the node runs it, `benchmarks/results/loss_pass.md`): each tile's
 maximum is subtracted in place, its exponentials are summed and then, in place, weighted by the logits for the
 entropy; the backward forms the gradient ``-p (g_lp + g_ent (log p + H))`` in two passes and adds ``g_lp`` at the
 target words only. What TRL keeps is kept: the tile products in the autocast dtype, statistics and the gradient's

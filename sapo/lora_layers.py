@@ -5,8 +5,9 @@ multiplication and an addition over the whole output (rows x out_features), and 
 multiplication again. :func:`fused_lora_forward` computes the same sum as ``addmm(base(x), lora_A(x), (B *
 scaling)^T)``: the scaling moves onto the small B matrix (out_features x r) and the addition into the matmul's
 accumulator. On a CPU, where such elementwise passes over activations cost as much as small matmuls, it took the
-default node's loss pass from 3.46 to 3.17 CPU s (one thread, bf16 as the node runs it); the values are PEFT's up
-to rounding (exactly, in float32 with a power-of-two scaling).
+default node's loss pass from 2.51 to 2.24 CPU s (one thread, bf16 as the node runs it,
+`benchmarks/results/loss_pass.md`); the values are PEFT's up to rounding (exactly, in float32 with a power-of-two
+scaling).
 """
 
 from __future__ import annotations

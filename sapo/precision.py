@@ -112,10 +112,11 @@ def _packed_forward(packed: torch.Tensor, bias: torch.Tensor | None) -> Any:
 def packed_bf16_linears(model: torch.nn.Module, rows: int = 8) -> Iterator[None]:
     """Within the context, each ``nn.Linear`` of ``model`` on a CPU whose weight is bf16 computes with a copy of it
     packed once into oneDNN's blocked layout, its input cast to bf16 as autocast casts it: the same products, bit
-    for bit. Unpacked, oneDNN reorders the weight at every call; at generation's 8 rows that made the default model's
-    linear layers take 46 instead of 30 ms per token (one thread). For passes without gradients, after the weights
-    were put in bf16 (:func:`linear_weights_in`, merged adapters); the layers' own forwards are back on exit. Where
-    PyTorch has no oneDNN, or a layer's forward is already replaced (an accelerate hook), the layer is left as it is.
+    for bit. Unpacked, oneDNN reorders the weight at every call: the default step's generation took 4.03 s unpacked
+    against 3.54 s packed (one thread, `benchmarks/results/step_limit_1thread/`). For passes without gradients, after
+    the weights were put in bf16 (:func:`linear_weights_in`, merged adapters); the layers' own forwards are back on
+    exit. Where PyTorch has no oneDNN, or a layer's forward is already replaced (an accelerate hook), the layer is left
+    as it is.
     """
     swapped = []
     try:

@@ -8,7 +8,7 @@ back into the one prompt pass), and runs only the last prompt token and the comp
 TRL's fused LM head. The positions, masks and scored tokens are those of TRL's pass over the whole rows, so the
 log-probabilities and gradients are the same up to the order of floating-point sums (tested). It pays where a
 micro-batch holds the rows of whole groups, as the node's default micro-batch (the round) does: with both, the
-default step's training pass took 2.68 s, against 4.20 s at 4-row micro-batches without it (one thread,
+default step's training pass took 2.99 s, against 4.46 s at 4-row micro-batches without it (one thread,
 `benchmarks/results/step_limit_1thread/`); at 4-row micro-batches, which TRL's shuffle fills with two prompts, it
 saved nothing (step_limit on 9b705d4). On by default on a CPU (`SAPOConfig.scoring_prefill_once`).
 """
