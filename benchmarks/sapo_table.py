@@ -90,7 +90,6 @@ from benchmarks.sapo_table_report import (
     verdict,
     write_outputs,
 )
-from sapo.config import round_micro_batch
 
 RUNS = ROOT / "runs" / "sapo_table"
 
@@ -134,6 +133,8 @@ def completed(config: dict[str, Any], num_local: int, num_external: int, seed: i
 
 def node_options(config: dict[str, Any], num_local: int, num_external: int, seed: int, run_dir: Path) -> list[str]:
     """The options every node of one run gets (after ``local-swarm``'s own)."""
+    from sapo.config import round_micro_batch  # here: sapo.config imports trl, which the driver need not load
+
     rows = (num_local + num_external) * config["num_generations"]
     micro_batch = round_micro_batch(rows, 1, config["num_generations"], largest=config["max_batch"])
     options = [

@@ -13,11 +13,14 @@ scaling).
 from __future__ import annotations
 
 import contextlib
+import functools
 import types
 from collections.abc import Iterator
 from typing import Any
 
 import torch
+
+from sapo.precision import forwards_replaced
 
 __all__ = ["fused_lora_forward", "plain_lora_linears"]
 
@@ -47,9 +50,10 @@ def _fusable(module: Any, adapters: list[str]) -> bool:
     return isinstance(dropout, torch.nn.Identity) or (isinstance(dropout, torch.nn.Dropout) and dropout.p == 0)
 
 
-def _fused(module: Any, peft_forward: Any, adapter: str) -> Any:
+def _fused(module: Any, adapter: str) -> Any:
     """``module``'s forward computing ``base(x) + x A^T (scaling B)^T`` with one addmm; PEFT's own forward for a call
     it does not cover (an `adapter_names` batch, or weights of another dtype than the input outside autocast)."""
+    peft_forward = module.forward
 
     def forward(self: Any, x: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
         lora_a, lora_b = self.lora_A[adapter].weight, self.lora_B[adapter].weight
@@ -70,14 +74,8 @@ def _fused(module: Any, peft_forward: Any, adapter: str) -> Any:
 def fused_lora_forward(model: torch.nn.Module) -> Iterator[None]:
     """Within the context, each plain LoRA linear layer of ``model`` with one adapter and no dropout computes its
     output with the adapter's product added inside one matmul (module docstring); gradients reach the adapters as
-    through PEFT's forward. The layers' own forwards are back on exit."""
-    swapped = []
-    try:
-        for module, adapters in plain_lora_linears(model):
-            if _fusable(module, adapters):
-                module.forward = _fused(module, module.forward, adapters[0])
-                swapped.append(module)
+    through PEFT's forward. The layers' own forwards are back on exit (`sapo.precision.forwards_replaced`)."""
+    fusable = [(module, adapters[0]) for module, adapters in plain_lora_linears(model) if _fusable(module, adapters)]
+    # a layer whose forward a hook replaced is left to it
+    with forwards_replaced((module, functools.partial(_fused, module, adapter)) for module, adapter in fusable):
         yield
-    finally:
-        for module in swapped:
-            del module.forward  # the instance attribute: the class's forward again

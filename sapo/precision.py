@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import torch
@@ -27,6 +27,7 @@ __all__ = [
     "bf16_training_pass",
     "float32_attention",
     "linear_weights_in",
+    "forwards_replaced",
     "packed_bf16_linears",
     "weight_in",
 ]
@@ -79,6 +80,23 @@ def linear_weights_in(model: torch.nn.Module, dtype: torch.dtype, frozen_only: b
             linear.weight = weight
 
 
+@contextlib.contextmanager
+def forwards_replaced(replacements: Iterable[tuple[torch.nn.Module, Callable[[], Any]]]) -> Iterator[None]:
+    """Within the context, each module of ``replacements`` computes with the forward its factory makes (set as the
+    instance's ``forward``); on exit the class's forward is back. A module whose forward is already replaced on the
+    instance (an accelerate hook) is left as it is, and its factory is not called."""
+    swapped = []
+    try:
+        for module, make_forward in replacements:
+            if "forward" not in vars(module):
+                module.forward = make_forward()
+                swapped.append(module)
+        yield
+    finally:
+        for module in swapped:
+            del module.forward  # the instance attribute: the class's forward again
+
+
 def _can_pack() -> bool:
     """Whether this PyTorch computes linear layers with oneDNN-packed bf16 weights (x86 builds with mkldnn)."""
     ops = torch.ops.mkldnn
@@ -118,25 +136,17 @@ def packed_bf16_linears(model: torch.nn.Module, rows: int = 8) -> Iterator[None]
     exit. Where PyTorch has no oneDNN, or a layer's forward is already replaced (an accelerate hook), the layer is left
     as it is.
     """
-    swapped = []
-    try:
-        if _can_pack():
-            for linear in model.modules():
-                weight = getattr(linear, "weight", None)
-                if (
-                    not isinstance(linear, torch.nn.Linear)
-                    or weight.dtype != torch.bfloat16
-                    or weight.device.type != "cpu"
-                    or "forward" in vars(linear)
-                ):
-                    continue
-                bias = None if linear.bias is None else linear.bias.detach().to(torch.bfloat16)
-                linear.forward = _packed_forward(_packed(weight, rows), bias)
-                swapped.append(linear)
+    bf16_linears = [
+        m for m in model.modules()
+        if isinstance(m, torch.nn.Linear) and m.weight.dtype == torch.bfloat16 and m.weight.device.type == "cpu"
+    ] if _can_pack() else []  # fmt: skip
+
+    def packed_forward(linear: torch.nn.Linear) -> Any:
+        bias = None if linear.bias is None else linear.bias.detach().to(torch.bfloat16)
+        return _packed_forward(_packed(linear.weight, rows), bias)
+
+    with forwards_replaced((linear, functools.partial(packed_forward, linear)) for linear in bf16_linears):
         yield
-    finally:
-        for linear in swapped:
-            del linear.forward  # the instance attribute: nn.Linear's forward again
 
 
 def _sdpa_in_float32(

@@ -71,6 +71,16 @@ def test_the_fused_forward_replaces_peft_s_inside_the_context_and_restores_it(sm
         hook.remove()
 
 
+def test_a_layer_whose_forward_a_hook_replaced_keeps_it(smollm_tokenizer):
+    model = _lora_model(smollm_tokenizer)
+    hooked = plain_lora_linears(model)[0][0]
+    hooked.forward = hook = hooked.forward  # e.g. accelerate's hook on the instance
+    with fused_lora_forward(model):
+        assert vars(hooked)["forward"] is hook
+        assert sum("forward" in vars(layer) for layer, _ in plain_lora_linears(model)) > 1
+    assert vars(hooked)["forward"] is hook  # not deleted on exit
+
+
 @pytest.mark.parametrize("variant", [dict(dropout=0.1), dict(use_dora=True)])
 def test_layers_with_dropout_or_dora_keep_peft_s_forward(smollm_tokenizer, variant):
     model = _lora_model(smollm_tokenizer, **variant)
