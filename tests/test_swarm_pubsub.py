@@ -1,0 +1,115 @@
+"""GossipSub through p2pd's control protocol, on real daemons on loopback: the smoke test of swarm.pubsub."""
+
+# ruff: noqa: F811  (pytest fixtures imported from tests.swarm_fixtures are redefined as arguments)
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+
+import pytest
+
+pytest.importorskip("hivemind")
+
+from hivemind.utils.multiaddr import Multiaddr  # noqa: E402
+
+from swarm.daemon import close_p2p  # noqa: E402
+from swarm.pubsub import PubsubP2P, publish, subscribe, topic_peers  # noqa: E402
+from tests.swarm_fixtures import no_p2pd_left_behind, record_p2pd  # noqa: E402, F401
+
+pytestmark = pytest.mark.usefixtures("no_p2pd_left_behind")
+
+
+async def _daemons(count: int) -> list[PubsubP2P]:
+    first = await PubsubP2P.create(host_maddrs=["/ip4/127.0.0.1/tcp/0"])
+    daemons = [first]
+    record_p2pd(first._child.pid, [first._daemon_listen_maddr["unix"], first._client_listen_maddr["unix"]])
+    address = [str(a) for a in await first.get_visible_maddrs()]
+    for _ in range(count - 1):
+        p2p = await PubsubP2P.create(initial_peers=address, host_maddrs=["/ip4/127.0.0.1/tcp/0"])
+        record_p2pd(p2p._child.pid, [p2p._daemon_listen_maddr["unix"], p2p._client_listen_maddr["unix"]])
+        daemons.append(p2p)
+    # a chain: the last daemon reaches the first only through the others' mesh
+    for left, right in zip(daemons[1:], daemons[2:], strict=False):
+        addrs = [a.decapsulate(Multiaddr(f"/p2p/{right.peer_id}")) for a in await right.get_visible_maddrs()]
+        await left._client.connect(right.peer_id, addrs)
+    return daemons
+
+
+async def _until(condition, timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not await condition():
+        assert time.monotonic() < deadline, "condition not met in time"
+        await asyncio.sleep(0.1)
+
+
+def test_a_message_published_on_a_topic_reaches_every_subscriber_once_with_its_publisher_id():
+    async def scenario() -> None:
+        daemons = await _daemons(3)
+        subscriptions, received = [], {i: [] for i in range(3)}
+        readers = []
+        try:
+            for i, p2p in enumerate(daemons):
+                subscription = await subscribe(p2p, "sapo/test")
+                subscriptions.append(subscription)
+
+                async def read(i: int = i, subscription=subscription) -> None:
+                    async for message in subscription.messages():
+                        received[i].append(message)
+
+                readers.append(asyncio.create_task(read()))
+
+            async def meshed() -> bool:
+                return all([len(await topic_peers(p2p, "sapo/test")) >= 1 for p2p in daemons])
+
+            await _until(meshed)
+            await publish(daemons[2], "sapo/test", b"announcement")
+            await _until(lambda: _all_have(received, 1))
+            await asyncio.sleep(1.0)  # time for any duplicate to arrive
+            for i in range(3):
+                assert [m.data for m in received[i]] == [b"announcement"]
+                assert received[i][0].sender == daemons[2].peer_id.to_base58()
+                assert received[i][0].topic == "sapo/test"
+            # another topic's messages do not arrive, and an unsubscribed peer gets nothing more
+            await publish(daemons[0], "sapo/other", b"elsewhere")
+            await subscriptions[1].close()
+            await asyncio.sleep(0.5)
+            await publish(daemons[0], "sapo/test", b"second")
+            await _until(lambda: _has(received[2], b"second"))
+            await asyncio.sleep(1.0)
+            assert [m.data for m in received[1]] == [b"announcement"]
+            assert [m.data for m in received[2]] == [b"announcement", b"second"]
+        finally:
+            for task in readers:
+                task.cancel()
+            for subscription in subscriptions:
+                with contextlib.suppress(Exception):
+                    await subscription.close()
+            for p2p in daemons:
+                await close_p2p(p2p)
+
+    asyncio.run(scenario())
+
+
+async def _all_have(received: dict, count: int) -> bool:
+    return all(len(messages) >= count for messages in received.values())
+
+
+async def _has(messages: list, data: bytes) -> bool:
+    return any(m.data == data for m in messages)
+
+
+def test_a_daemon_without_pubsub_refuses_a_subscription_with_an_error():
+    from hivemind.p2p import P2P
+
+    async def scenario() -> None:
+        p2p = await P2P.create(host_maddrs=["/ip4/127.0.0.1/tcp/0"])
+        record_p2pd(p2p._child.pid, [p2p._daemon_listen_maddr["unix"], p2p._client_listen_maddr["unix"]])
+        try:
+            with pytest.raises(Exception, match="(?i)pubsub"):
+                await subscribe(p2p, "sapo/test")
+        finally:
+            await close_p2p(p2p)
+
+    asyncio.run(scenario())
