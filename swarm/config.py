@@ -21,18 +21,23 @@ _SECTIONS = {
         "dht_cache_nearest", "dht_cache_locally", "dht_num_replicas", "dht_record_lookup_workers", "dht_lookup_beam",
         "dht_bucket_size",
     ),
+    "Closed swarm": (
+        "membership_path", "membership_operator",
+    ),
     "Records": (
         "model_name", "serve_records", "limits", "record_ttl", "index_shards", "index_max_level", "index_records",
         "max_pending_publishes", "store_timeout", "announce", "announce_interval",
     ),
+    "Announcements": (
+        "gossip", "topic_peers", "subscribe_topics", "departed_after_missed",
+    ),
     "Fetching": (
-        "prefetch_groups", "max_cached_groups", "poll_interval", "index_refresh_interval", "index_min_interval",
-        "index_shards_per_poll", "index_shard_entries", "index_staleness", "rejoin_interval", "rejoin_max_interval",
-        "fetch_timeout",
-        "clock_skew_tolerance",
+        "prefetch_groups", "max_cached_groups", "refill_lead", "poll_interval", "index_refresh_interval",
+        "index_min_interval", "index_shards_per_poll", "index_shard_entries", "index_staleness", "rejoin_interval",
+        "rejoin_max_interval", "fetch_timeout", "clock_skew_tolerance",
     ),
     "Process hygiene": (
-        "state_dir", "health_interval",
+        "state_dir", "health_interval", "check_reachability",
     ),
 }  # fmt: skip
 
@@ -96,7 +101,8 @@ class DHTTransportConfig:
     client_mode: bool = field(
         default=False,
         metadata={
-            "help": "Do not serve DHT requests (for peers others cannot dial); the peer still publishes and fetches."
+            "help": "Do not serve DHT requests (for peers others cannot dial); the peer still publishes and fetches. "
+            "A peer that finds itself unreachable switches to it by itself (check_reachability)."
         },
     )
     use_relay: bool = field(
@@ -164,6 +170,21 @@ class DHTTransportConfig:
             "10 halves that, and the neighbours named were the largest cost left at N = 32)."
         },
     )
+    membership_path: str | None = field(
+        default=None,
+        metadata={
+            "help": "A membership file signed by the swarm's operator (`python -m swarm.membership sign`): the swarm "
+            "is closed to its members, whose announcements, index entries and records alone are accepted (others' "
+            "are counted as rejected/not_member), and a peer not listed refuses to start. None: an open swarm."
+        },
+    )
+    membership_operator: str | None = field(
+        default=None,
+        metadata={
+            "help": "The id of the operator key that must have signed membership_path (`python -m swarm.membership "
+            "id --key OPERATOR.pem` prints it); required with membership_path."
+        },
+    )
     model_name: str = field(default="", metadata={"help": "Model name this peer advertises in the index."})
     serve_records: bool = field(
         default=True,
@@ -221,16 +242,51 @@ class DHTTransportConfig:
     announce: bool = field(
         default=True,
         metadata={
-            "help": "Store this peer's index entry on joining and every announce_interval seconds without "
-            "publications, so that others list it before its first records. A peer that only relays (a bootstrap "
-            "peer) sets False and stays unlisted."
+            "help": "Announce this peer and store its index entry on joining and every announce_interval seconds, so "
+            "that others list it before its first records. A peer that only relays (a bootstrap peer) or watches "
+            "sets False and stays unlisted."
         },
     )
     announce_interval: float = field(
         default=60.0,
         metadata={
-            "help": "A peer that published nothing for this many seconds stores its index entry again, so that "
-            "others keep listing it while it loads or generates."
+            "help": "Seconds between two stores of this peer's index entry (listing its newest records, for late "
+            "joiners and peers()); with gossip, a peer that published nothing for this long also announces that it is "
+            "still here. Without gossip the entry is stored at every publication too."
+        },
+    )
+    gossip: bool = field(
+        default=True,
+        metadata={
+            "help": "Announce each new record at once by GossipSub (p2pd's pubsub, swarm.gossip) on this peer's "
+            "announcement topics, and take the announcements of the peers of its topic, so that readers learn of "
+            "fresh records within a round trip instead of at their next index read. False: records are found "
+            "through the index alone (read every index_min_interval while no record is known to fetch)."
+        },
+    )
+    topic_peers: int = field(
+        default=8,
+        metadata={
+            "help": "Peers per announcement topic: a swarm of N peers has 2**level topics with level the lowest that "
+            "puts at most this many in each (swarm.levels). A peer hears the announcements of its topic's peers, "
+            "each about min(topic_peers, 10) times over GossipSub's mesh, so its cost per step grows with this; "
+            "every peer of a swarm should use the same value."
+        },
+    )
+    subscribe_topics: int = field(
+        default=1,
+        metadata={
+            "help": "Announcement topics of its level this peer subscribes to: its home topic and the next ones "
+            "(more senders to choose from, at the cost of each topic's announcements); 0: every topic of the level "
+            "(a peer that watches the whole swarm)."
+        },
+    )
+    departed_after_missed: int = field(
+        default=2,
+        metadata={
+            "help": "A peer that missed this many of its announcements (silent for that many times its usual gap "
+            "between them, at most announce_interval) is taken as departed: its records are no longer chosen and it "
+            "is not listed, without waiting for its entry to expire. It is back when it is heard from again."
         },
     )
     prefetch_groups: int = field(
@@ -242,6 +298,14 @@ class DHTTransportConfig:
     )
     max_cached_groups: int = field(
         default=256, metadata={"help": "Cap of the fetch cache; the oldest groups are dropped beyond it."}
+    )
+    refill_lead: float = field(
+        default=1.0,
+        metadata={
+            "help": "Once the reader knows the pace of fetch() calls, it fetches the freshest records for the next "
+            "call this many seconds before it is due (or twice the hedge time of a fetch, if longer), so that the "
+            "groups taken are as young as the fetch allows."
+        },
     )
     poll_interval: float = field(default=1.0, metadata={"help": "Seconds between two background polls."})
     index_refresh_interval: float = field(
@@ -306,6 +370,14 @@ class DHTTransportConfig:
         },
     )
     health_interval: float = field(default=1.0, metadata={"help": "Seconds between two checks that p2pd is alive."})
+    check_reachability: bool = field(
+        default=True,
+        metadata={
+            "help": "After joining, ask a few peers to dial this peer's addresses (swarm.reachability); if they "
+            "cannot, switch to client mode (records stored in the DHT, no DHT service to others) and log why, "
+            "instead of costing every peer that dials it a timeout. Skipped in client mode."
+        },
+    )
 
     def __post_init__(self) -> None:
         if isinstance(self.initial_peers, str):
@@ -319,11 +391,18 @@ class DHTTransportConfig:
             )
         for name in ("index_shards", "index_shard_entries", "prefetch_groups", "max_cached_groups",
                      "max_pending_publishes", "dht_num_replicas", "dht_record_lookup_workers",
-                     "dht_lookup_beam", "dht_bucket_size"):  # fmt: skip
+                     "dht_lookup_beam", "dht_bucket_size", "topic_peers", "departed_after_missed"):  # fmt: skip
             if getattr(self, name) < 1:
                 raise ValueError(f"{name}={getattr(self, name)}: it must be a positive number")
         if not 0 <= self.index_max_level <= 16:
             raise ValueError(f"index_max_level={self.index_max_level}: it must be in [0, 16]")
+        if self.subscribe_topics < 0:
+            raise ValueError(f"subscribe_topics={self.subscribe_topics}: it must be 0 (every topic) or more")
+        if self.membership_path is not None and not self.membership_operator:
+            raise ValueError(
+                f"membership_path={self.membership_path!r} needs membership_operator: the id of the key that signed "
+                "it (`python -m swarm.membership id --key OPERATOR.pem` prints it)"
+            )
 
     def signing_key_file(self) -> str | None:
         """Where the record signing key lives: signing_key_path, else next to identity_path, else nowhere (fresh)."""

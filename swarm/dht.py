@@ -38,9 +38,12 @@ from typing import Any
 
 from swarm.clock import SYSTEM_CLOCK, Clock
 from swarm.config import MULTIADDR_FORM, DHTTransportConfig, validate_addresses, validate_multiaddr
+from swarm.gossip import GOSSIP_ROUND_SECONDS, Gossip, topic_mates
 from swarm.identity import load_or_create_signing_key
+from swarm.membership import Membership, MembershipValidator, load_membership
 from swarm.peer import BackgroundJob, DHTPeer, SwarmJoinError
 from swarm.publisher import SwarmPublisher
+from swarm.reachability import DIAL_BACK_HANDLER, DialBack, tcp_ports
 from swarm.reader import SwarmReader
 from swarm.records import Group, ReceivedGroup
 from swarm.served import PeerServedLookup, ServedRecords
@@ -85,41 +88,99 @@ class DHTTransport(SwarmTransport):
         signing_key = load_or_create_signing_key(config.signing_key_file())
         public_key = self.public_key = signing_key.get_public_key().to_bytes()
         self._peer_id = fingerprint(public_key)
+        membership = self.membership = self._membership(config)
+        self._check_member()
         self._counters = SwarmCounters()
         self._timings = TimingLog(clock)
+        rejections = RejectionLog(self._counters)
         validator = make_record_validator(
             signing_key,
             config.swarm_name,
             config.index_shards,
             config.limits,
-            RejectionLog(self._counters),
+            rejections,
+            extra=[] if membership is None else [MembershipValidator(membership.admits, rejections)],
             # Peers with a longer record_ttl than ours are refused: storage here stays bounded by our expiry.
             max_ttl=config.record_ttl + config.clock_skew_tolerance + 60.0,
             index_max_level=config.index_max_level,
         )
         self.peer = DHTPeer(config, validator, self._peer_id, self._counters, clock)
         # A peer others cannot dial (client mode) stores its records in the DHT instead of serving them.
-        served = None
+        self.served = None
         if config.serve_records and not config.client_mode:
-            served = ServedRecords(
+            self.served = ServedRecords(
                 validator, config.index_records + config.max_pending_publishes, self._counters, clock
             )
         lookup = PeerServedLookup(
             lambda: self.peer.p2p.call_protobuf_handler, validator, config.limits.max_record_bytes + 4096
         )
-        self.reader = SwarmReader(config, public_key, self._counters, self._timings, clock, served=lookup)
-        # The publisher writes its index entry to the levels that readers of the swarm size this reader sees read.
+        self.reader = SwarmReader(
+            config, public_key, self._counters, self._timings, clock, served=lookup,
+            admits=None if membership is None else membership.admits, prior=self.peer.size_prior,
+        )  # fmt: skip
+        self.gossip = None
+        if config.gossip:
+            self.gossip = Gossip(
+                config, lambda: self.peer.p2p, self._peer_id, self.reader.topic_level, self.reader.take_announcement,
+                lambda level: topic_mates(self._peer_id, self.reader.book.hosts(), level), self._counters,
+            )  # fmt: skip
+        # The publisher writes its index entry to the levels that readers of the swarm size this reader sees read,
+        # once the reader has read the index (a peer that has not looked does not know where to write).
         self.publisher = SwarmPublisher(
             config, public_key, self._counters, self._timings, clock, write_levels=self.reader.write_levels,
-            served=served,
+            served=self.served, announce=self.gossip.announce if self.gossip is not None and config.announce else None,
+            signing_key=signing_key, may_write_index=lambda: self.reader.index.reads > 0,
         )  # fmt: skip
-        self.peer.start(
-            [
-                BackgroundJob("publish", self.publisher.flush, config.poll_interval),
-                BackgroundJob("poll", self.reader.poll, config.poll_interval),
-            ],
-            served=served,
-        )
+        jobs = [
+            BackgroundJob("publish", self.publisher.flush, config.poll_interval),
+            BackgroundJob("poll", self.reader.poll, config.poll_interval),
+        ]
+        handlers, before_shutdown = [], []
+        if self.gossip is not None:
+            jobs.append(BackgroundJob("gossip", self.gossip.keep, GOSSIP_ROUND_SECONDS))
+            before_shutdown.append(self.gossip.close)
+        self.dial_back = DialBack(
+            lambda: self.peer.p2p, self._listening_ports, self.peer.neighbour_peer_ids, config.wait_timeout,
+            self._counters, self._became_unreachable,
+        )  # fmt: skip
+        if not config.client_mode:
+            handlers.append((DIAL_BACK_HANDLER, self.dial_back.handle))
+            if config.check_reachability:
+                jobs.append(BackgroundJob("reachability", self.dial_back.check, GOSSIP_ROUND_SECONDS))
+        self.peer.start(jobs, served=self.served, handlers=handlers, before_shutdown=before_shutdown)
+
+    @staticmethod
+    def _membership(config: DHTTransportConfig) -> Membership | None:
+        """The closed swarm's membership (``None``: an open swarm); raises ``ValueError`` if it does not verify."""
+        if config.membership_path is None:
+            return None
+        return load_membership(config.membership_path, config.membership_operator, config.swarm_name)
+
+    def _check_member(self) -> None:
+        membership = self.membership
+        if membership is not None and not membership.admits(self._peer_id):
+            raise ValueError(
+                f"peer {self._peer_id} is not a member of closed swarm {self.config.swarm_name!r} "
+                f"({self.config.membership_path}): ask its operator to add {self._peer_id} and sign the file again"
+            )
+
+    def _listening_ports(self) -> list[int]:
+        """The TCP ports other peers are told to dial (the announced addresses, else those listened on)."""
+        from hivemind.utils.multiaddr import Multiaddr
+
+        return tcp_ports([Multiaddr(addr) for addr in self.visible_addresses()])
+
+    async def _became_unreachable(self, answers: int) -> None:
+        """A reachability check found that no peer can dial this one: switch to client mode and say so."""
+        if self.served is not None:
+            self.served.host = None  # records go to the DHT from now on; announcements name no host
+        await self.peer.become_client()
+        logger.warning(
+            "peer %s is not reachable: %d peer(s) could not connect to %s. Switched to client mode: it keeps "
+            "publishing (records stored in the DHT) and fetching, but offers no DHT service. To serve, make the "
+            "port reachable (port forwarding, a firewall rule) and set announce_maddrs to the public address.",
+            self._peer_id, answers, self.visible_addresses(),
+        )  # fmt: skip
 
     @property
     def peer_id(self) -> str:

@@ -1,11 +1,12 @@
-"""In-process stand-ins for the swarm: MemorySwarm (a whole swarm of transports) and DictDHT (a DHT node's store
-and lookup over a dictionary), for tests and simulation."""
+"""In-process stand-ins for the swarm: MemorySwarm (a whole swarm of transports), DictDHT (a DHT node's store and
+lookup over a dictionary) and MemoryPubsub (announcement topics), for tests and simulation."""
 
 from __future__ import annotations
 
 import random
 import threading
 import time
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -182,3 +183,36 @@ class DictDHT:
                 self.bytes_read += sum(len(item.value) for item in entries.values() if isinstance(item.value, bytes))
             found[key] = None if entries is None else ValueWithExpiration(entries, 0.0)
         return found
+
+
+class MemoryPubsub:
+    """Pubsub topics in one process, for tests and simulations: a message published on a topic reaches every
+    subscriber of it at once, the publisher included, as GossipSub delivers it (without its duplicates). Counts the
+    messages and bytes delivered per subscriber (``delivered``)."""
+
+    def __init__(self) -> None:
+        self.subscribers: dict[str, dict[str, Any]] = {}  # topic -> {host: callback(data, publisher host)}
+        self.delivered: Counter[str] = Counter()  # host -> messages delivered
+        self.delivered_bytes: Counter[str] = Counter()
+
+    def subscribe(self, topic: str, host: str, callback: Any) -> None:
+        """Deliver the messages of ``topic`` to ``callback(data, publisher host)`` of subscriber ``host``."""
+        self.subscribers.setdefault(topic, {})[host] = callback
+
+    def unsubscribe(self, topic: str, host: str) -> None:
+        """Stop delivering ``topic`` to ``host``."""
+        self.subscribers.get(topic, {}).pop(host, None)
+
+    def announcer(self, host: str, topics: Any) -> Any:
+        """An ``announce(data)`` coroutine function for a publisher whose libp2p id is ``host``, publishing on the
+        topics ``topics()`` returns (what :meth:`swarm.gossip.Gossip.announce` does over p2pd)."""
+
+        async def announce(data: bytes) -> bool:
+            for topic in topics():
+                for subscriber, callback in list(self.subscribers.get(topic, {}).items()):
+                    self.delivered[subscriber] += 1
+                    self.delivered_bytes[subscriber] += len(data)
+                    callback(data, host)
+            return True
+
+        return announce

@@ -23,7 +23,7 @@ import signal
 import threading
 import time
 import weakref
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -46,6 +46,7 @@ from swarm.daemon import (
     remove_files,
     remove_stale_sockets_since,
 )
+from swarm.pubsub import PubsubP2P
 from swarm.served import RECORD_HANDLER, ServedRecords
 from swarm.transport import SwarmCounters
 
@@ -115,24 +116,34 @@ class DHTPeer:
         self._alone_since: float | None = None
         self._rejoin_wait = config.rejoin_interval  # backoff between failed rejoin attempts, doubled up to the cap
         self._next_rejoin = 0.0
+        self._before_shutdown: list[Callable[[], Awaitable[None]]] = []
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._run_loop, name=f"swarm-dht-{label}", daemon=True)
 
     # ------------------------------------------------------------------------------ start and stop
 
-    def start(self, jobs: Sequence[BackgroundJob], served: ServedRecords | None = None) -> None:
+    def start(
+        self,
+        jobs: Sequence[BackgroundJob],
+        served: ServedRecords | None = None,
+        handlers: Iterable[tuple[str, Callable[..., Awaitable[Any]]]] = (),
+        before_shutdown: Iterable[Callable[[], Awaitable[None]]] = (),
+    ) -> None:
         """Start p2pd and the DHT node, join (or start) the swarm, then run ``jobs``; blocks until joined.
 
         With ``served``, this peer answers other peers' requests for the records it holds (:mod:`swarm.served`),
-        and ``served.host`` is set to its libp2p id before the jobs run.
+        and ``served.host`` is set to its libp2p id before the jobs run. ``handlers`` are further ``(protocol name,
+        handler)`` pairs this peer answers (requests and answers are ``BytesValue``); ``before_shutdown`` run on the
+        event loop first when the peer closes.
 
         Raises:
             SwarmJoinError: no initial peer answered within ``config.join_timeout``, or p2pd could not start.
         """
+        self._before_shutdown = list(before_shutdown)
         self._thread.start()
         # Real wall time, not the injected clock: it is compared with the modification times of socket files.
         started = time.time()
-        future = asyncio.run_coroutine_threadsafe(self._start(jobs, served), self._loop)
+        future = asyncio.run_coroutine_threadsafe(self._start(jobs, served, list(handlers)), self._loop)
         try:
             future.result(timeout=self.config.join_timeout + 10)
         except BaseException as e:
@@ -214,6 +225,26 @@ class DHTPeer:
         node = self.node
         return len(node.protocol.storage) if node is not None else 0
 
+    def neighbour_peer_ids(self) -> list[Any]:
+        """libp2p ids of the DHT neighbours in this peer's routing table now."""
+        node = self.node
+        return list(node.protocol.routing_table.peer_id_to_uid) if node is not None else []
+
+    def size_prior(self) -> float | None:
+        """A rough estimate of the swarm's size from the DHT's own view: the XOR distances from this node to its
+        nearest neighbours (the i-th nearest of N uniformly random ids is about i / N of the id space away, fitted
+        by least squares over up to ``dht_bucket_size`` of them); ``None`` with fewer than two neighbours."""
+        node = self.node
+        if node is None:
+            return None
+        own = node.node_id
+        distances = sorted(own.xor_distance(uid) for uid in list(node.protocol.routing_table.uid_to_peer_id))
+        distances = [d / float(1 << 160) for d in distances[: self.config.dht_bucket_size] if d > 0]
+        if len(distances) < 2:
+            return None
+        ranks = range(1, len(distances) + 1)
+        return sum(i * i for i in ranks) / sum(i * d for i, d in zip(ranks, distances, strict=False))
+
     def wake(self, job: str) -> None:
         """Run background job ``job`` now instead of at its next interval (from any thread; ignored once closed)."""
 
@@ -237,7 +268,12 @@ class DHTPeer:
         self._counters.add("loop_errors")
         logger.debug("peer %s: background error: %s %r", self._label, context.get("message"), context.get("exception"))
 
-    async def _start(self, jobs: Sequence[BackgroundJob], served: ServedRecords | None) -> None:
+    async def _start(
+        self,
+        jobs: Sequence[BackgroundJob],
+        served: ServedRecords | None,
+        handlers: list[tuple[str, Callable[..., Awaitable[Any]]]],
+    ) -> None:
         config = self.config
         if config.state_dir is not None:
             os.makedirs(config.state_dir, exist_ok=True)
@@ -248,21 +284,7 @@ class DHTPeer:
         self._write_state()
         try:
             self.node = await asyncio.wait_for(
-                DHTNode.create(
-                    p2p=self._p2p,
-                    initial_peers=list(config.initial_peers) or None,
-                    record_validator=self._validator,
-                    client_mode=config.client_mode,
-                    wait_timeout=config.wait_timeout,
-                    bootstrap_timeout=min(config.join_timeout, 2 * config.wait_timeout),
-                    cache_refresh_before_expiry=0,  # we poll explicitly; no background refresh traffic
-                    cache_nearest=config.dht_cache_nearest,
-                    cache_locally=config.dht_cache_locally,
-                    num_replicas=config.dht_num_replicas,
-                    bucket_size=config.dht_bucket_size,
-                    ensure_bootstrap_success=True,
-                ),
-                config.join_timeout,
+                self._create_node(list(config.initial_peers) or None, config.client_mode), config.join_timeout
             )
         except BaseException as e:
             await close_p2p(self._p2p)
@@ -273,6 +295,8 @@ class DHTPeer:
         if served is not None:
             await self._p2p.add_protobuf_handler(RECORD_HANDLER, served.handle, BytesValue)
             served.host = self._p2p.peer_id.to_base58()
+        for name, handler in handlers:
+            await self._p2p.add_protobuf_handler(name, handler, BytesValue)
         for addr in [*config.initial_peers, *config.rejoin_peers]:
             maddr = Multiaddr(addr)
             self._known_peers[PeerID.from_base58(maddr["p2p"])] = [maddr.decapsulate(Multiaddr(f"/p2p/{maddr['p2p']}"))]
@@ -289,6 +313,38 @@ class DHTPeer:
             self._tasks.append(asyncio.create_task(self._repeat(job, first_after)))
         self._tasks.append(asyncio.create_task(self._watchdog()))
 
+    def _create_node(self, initial_peers: list[str] | None, client_mode: bool) -> Awaitable[DHTNode]:
+        config = self.config
+        return DHTNode.create(
+            p2p=self._p2p,
+            initial_peers=initial_peers,
+            record_validator=self._validator,
+            client_mode=client_mode,
+            wait_timeout=config.wait_timeout,
+            bootstrap_timeout=min(config.join_timeout, 2 * config.wait_timeout),
+            cache_refresh_before_expiry=0,  # we poll explicitly; no background refresh traffic
+            cache_nearest=config.dht_cache_nearest,
+            cache_locally=config.dht_cache_locally,
+            num_replicas=config.dht_num_replicas,
+            bucket_size=config.dht_bucket_size,
+            ensure_bootstrap_success=initial_peers is not None,
+        )
+
+    async def become_client(self) -> None:
+        """Go on in client mode (for a peer others cannot dial): a new DHT node in client mode on the same p2pd takes
+        over, knowing the neighbours the old one knew, and the old one stops answering DHT requests. Others then no
+        longer add this peer to their routing tables (an unreachable entry there costs each of them timeouts).
+        Runs on the event loop."""
+        old = self.node
+        if old is None or old.protocol.client_mode:
+            return
+        node = await self._create_node(None, client_mode=True)
+        neighbours = list(old.protocol.routing_table.peer_id_to_uid)
+        await asyncio.gather(*(node.protocol.call_ping(peer_id) for peer_id in neighbours), return_exceptions=True)
+        self.node = node
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(old.shutdown(), 5)  # removes its DHT handlers; the p2pd is this peer's, it stays
+
     async def _create_p2p(self) -> P2P:
         """Start p2pd, retrying a refused bootstrap until join_timeout: a busy first peer may answer late."""
         config = self.config
@@ -304,9 +360,10 @@ class DHTPeer:
         )
         deadline = self._clock.monotonic() + config.join_timeout
         started, delay = time.time(), 1.0  # wall time of the socket files, as in start()
+        daemon = PubsubP2P if config.gossip else P2P  # announcements need the daemon's pubsub
         while True:
             try:
-                p2p = await asyncio.wait_for(P2P.create(**p2p_kwargs), max(1.0, deadline - self._clock.monotonic()))
+                p2p = await asyncio.wait_for(daemon.create(**p2p_kwargs), max(1.0, deadline - self._clock.monotonic()))
                 remove_stale_sockets_since(started)  # sockets of failed attempts nobody listens on
                 return p2p
             except asyncio.TimeoutError:
@@ -434,6 +491,9 @@ class DHTPeer:
                 )
 
     async def _shutdown(self) -> None:
+        for hook in self._before_shutdown:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(hook(), 5)
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)

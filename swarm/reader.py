@@ -1,33 +1,26 @@
-"""The reading side of a DHT peer: read the index, choose unseen fresh records, fetch and validate them, cache groups.
+"""The reading side of a DHT peer: take announcements and index entries, fetch the freshest records just before the
+next step needs them, and hand their groups out newest first.
 
-:class:`SwarmReader` knows the swarm only through an object with hivemind's ``get_many(keys,
-sufficient_expiration_time=None)`` (a :class:`~hivemind.dht.node.DHTNode`, or a dictionary-backed stand-in in unit
-tests) and reads time from an injected :class:`~swarm.clock.Clock`, so expiry, clock skew and the choice of records
-are tested without a p2pd daemon.
+:class:`SwarmReader` knows the swarm only through an object with hivemind's ``get_many`` (a
+:class:`~hivemind.dht.node.DHTNode`, or a dictionary-backed stand-in in unit tests), a lookup of served records, and
+the announcements its peer's subscription hands it (:meth:`SwarmReader.take_announcement`); it reads time from an
+injected :class:`~swarm.clock.Clock`, so expiry, clock skew, departures and the timing of refills are tested without
+a p2pd daemon. It composes what other peers are known to hold (:mod:`swarm.senders`), the index reads
+(:mod:`swarm.index_reader`) and the fetches (:mod:`swarm.fetcher`).
 
-What a reader costs per step does not grow with the swarm's size N:
+Freshest first, refilled just in time:
 
-- records: only as many are fetched as keep about ``prefetch_groups`` groups cached (O(J));
-- index: a read returns about ``index_shards_per_poll * index_shard_entries`` entries at any N (more shards of
-  level 0 are read while the swarm is too small to fill them: :func:`shards_per_read`). The index has
-  levels (:func:`swarm.validation.index_keys`): level ``l`` lists the peers over ``index_shards * 2**l`` shards.
-  The reader estimates N from its last few reads (the mean of each read's entries over the share of its level's
-  shards it read) and reads, in rotation, the level whose shards hold about ``index_shard_entries`` entries; its
-  peer's publisher writes to the levels :meth:`SwarmReader.write_levels`: from one below the level it reads to
-  two above the last one whose shards still hold an entry, so a reader whose estimate is from half to twice
-  as high (four times with ``index_shard_entries`` 2) still finds it. Not writing the low levels is what keeps a
-  store's cost flat: hivemind's store first looks the key up, and every replica on the way answers with the
-  whole shard, which at level 0 lists N / ``index_shards`` peers. A reader's first read probes two shards of the
-  middle level, which costs a few entries at N = 8 and at N = 10^4 alike; a read that finds no entry (a first
-  probe, or a reader whose estimate fell below the writers' levels) is followed by probes of level 0 and of
-  every third level (:func:`probe_levels`) until one finds entries, which then start the estimate afresh. A
-  publisher without an estimate writes every level.
-- when: the index is read when the cache needs groups (at most every ``index_min_interval``), or every
-  ``index_refresh_interval`` to keep :meth:`SwarmReader.peers` current; a read while the cache is full fetches
-  nothing, so it buys no freshness. The peers listed by the latest read are chosen first (their newest refs are
-  the freshest), and the rotation over shards spreads the choice over all senders.
+- :meth:`SwarmReader.take` hands out the newest cached groups first;
+- the cache is refilled once per step of its caller: from the caller's last few :meth:`~SwarmReader.take` calls the
+  reader learns their interval and size, and fetches that many groups' worth of the freshest records known (every
+  publisher's newest first, across publishers: :meth:`swarm.senders.SenderBook.choose`) a lead time before the next
+  call is due (``refill_lead``, or twice the hedge time of a fetch if longer). Before it knows the caller's pace,
+  it keeps ``prefetch_groups`` cached. Groups fetched but not taken stay behind the fresher ones, as a reserve.
 
-At large N, :meth:`SwarmReader.peers` is therefore the sample of peers the reader's reads listed within the record
+What a reader costs per step does not grow with the swarm's size N: records fetched are those taken (O(J)); an
+announcement topic carries about ``topic_peers`` publishers (:mod:`swarm.levels`); the index is read every
+``index_refresh_interval`` (more often only while no record is known to fetch), a few entries per read.
+:meth:`SwarmReader.peers` lists the peers heard from (the topic's and those index reads listed) within the record
 ttl, not the whole swarm.
 """
 
@@ -35,73 +28,51 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import hashlib
 import logging
-import math
 import random
+import statistics
 import threading
-from dataclasses import dataclass
-from typing import Any, Protocol
+from collections.abc import Callable
+from typing import Any
 
+from swarm.announcements import decode_announcement
 from swarm.clock import SYSTEM_CLOCK, Clock
 from swarm.config import DHTTransportConfig
-from swarm.records import ReceivedGroup, RecordRef, RecordRejected, decode_index_entry, decode_record
-from swarm.served import ServedLookup, SignedRecord
+from swarm.fetcher import DHTLookup, RecordFetcher
+from swarm.index_reader import IndexReader
+from swarm.levels import home_topic_shard, topic_level_for
+from swarm.records import ReceivedGroup, RecordRef, RecordRejected, decode_record
+from swarm.senders import SenderBook
+from swarm.served import ServedLookup
 from swarm.transport import PeerInfo, SwarmCounters, TimingLog
-from swarm.validation import RejectionLog, fingerprint, index_keys, owner_marker, owner_public_key, record_key
+from swarm.validation import RejectionLog, fingerprint, owner_public_key
 
 logger = logging.getLogger(__name__)
 
-_RECORDS_PER_GET = 3  # hivemind packs sqrt(n) keys per lookup RPC: n <= 3 keeps one record per 4 MiB message
 _RETURNED_IDS_KEPT = 100_000  # ids of groups handed out, so a record fetched twice is not trained on twice
-_REJECTED_ENTRIES_KEPT = 10_000  # digests of refused index entries: one count per entry, not one per read
-_MISSING_TRIES = 3  # polls a listed record may be missing (its store still travelling) before it is given up
-_UNREACHABLE_SECONDS = 30.0  # a publisher whose served record could not be fetched is not asked again this long
-_ESTIMATE_READS = 8  # index reads pooled into the estimate of the swarm's size
-_WRITE_LEVELS_ABOVE = 2  # levels written above the last whose shards hold an entry: readers estimating 2x more
-_WRITE_LEVELS_BELOW = 1  # levels written below the read level: readers estimating half as many peers
-_EMPTY_READS_BEFORE_PROBING = 2  # with an estimate: two reads of ~4 entries both empty is chance 1 in ~3000, not one
-
-
-class DHTLookup(Protocol):
-    """The one DHT operation a reader needs: hivemind's :meth:`DHTNode.get_many`."""
-
-    async def get_many(
-        self,
-        keys: list[str],
-        sufficient_expiration_time: float | None = None,
-        num_workers: int | None = None,
-        beam_size: int | None = None,
-    ) -> dict[str, Any]:
-        """``{key: ValueWithExpiration or None}``; a dictionary value holds ``{subkey: ValueWithExpiration}``;
-        ``num_workers`` find RPCs in flight at once, ``beam_size`` nodes kept asking (None: the node's defaults)."""
-        ...
-
-
-@dataclass
-class _PeerState:
-    public_key: bytes
-    model: str
-    last_seen: float
-    refs: list[RecordRef]
-    listed_by: int  # number of the latest index read that listed this peer
-    host: str | None = None  # the libp2p id serving its records (swarm.served); None: they are in the DHT
+_TAKES_KEPT = 6  # take() calls whose interval and size make the caller's pace
+_SPARES = 2  # records of other publishers held ready to hedge a slow fetch with
+_SKEW_WARNINGS_KEPT = 10_000  # senders warned about their clock (each once)
 
 
 class SwarmReader:
-    """Keeps a cache of other peers' fresh, validated groups filled; :meth:`take` hands them out once each.
+    """Keeps fresh, validated groups of other peers ready; :meth:`take` hands them out once each, newest first.
 
-    Thread-safe: :meth:`poll` runs on the transport's event loop, :meth:`take` and :meth:`peers` in any thread.
+    Thread-safe: :meth:`poll` and :meth:`take_announcement` run on the transport's event loop, :meth:`take` and
+    :meth:`peers` in any thread.
 
     Args:
         config: the transport's settings (intervals, ttl, cache sizes, limits).
-        own_public_key: this peer's key; its own index entry is skipped.
+        own_public_key: this peer's key; its own entries and announcements are skipped.
         counters: where fetches and rejections are counted.
         timings: where lookup durations are recorded.
-        clock: wall time dates records; monotonic time spaces index reads.
-        rng: chooses among peers and shuffles what is handed out.
-        served: fetches the records of peers that serve their own (their index entry names a host) and checks
-            them; ``None``: every record is looked up in the DHT.
+        clock: wall time dates records; monotonic time spaces index reads and times refills.
+        rng: where the rotation over index shards starts.
+        served: fetches the records of peers that serve their own and checks them; ``None``: every record is looked
+            up in the DHT.
+        admits: whether a peer id may take part (a closed swarm's membership); ``None``: everyone.
+        prior: a rough estimate of the swarm's size from elsewhere (the DHT's routing table), used before the index
+            yields one.
     """
 
     def __init__(
@@ -113,36 +84,36 @@ class SwarmReader:
         clock: Clock = SYSTEM_CLOCK,
         rng: random.Random | None = None,
         served: ServedLookup | None = None,
+        admits: Callable[[str], bool] | None = None,
+        prior: Callable[[], float | None] = lambda: None,
     ):
         self.config = config
-        self._served = served
         self._own_public_key = own_public_key
         self._label = fingerprint(own_public_key)  # this peer, in log lines
         self._counters = counters
         self._reject = RejectionLog(counters)
         self._timings = timings
         self._clock = clock
-        self._rng = rng or random.Random()
+        self._admits = admits or (lambda sender: True)
         self._lock = threading.Lock()
-        self._peers: dict[str, _PeerState] = {}
-        self._seen_refs: dict[tuple[str, int], float] = {}  # (sender, seq) -> created_at, pruned after the ttl
-        self._missing_tries: collections.Counter[tuple[str, int]] = collections.Counter()
-        # host -> (monotonic time it may be asked again, wall time of the failure): see _resting_hosts
-        self._unreachable: dict[str, tuple[float, float]] = {}
+        rng = rng or random.Random()
+        self.book = SenderBook(config, counters, clock, rng)
+        self.index = IndexReader(
+            config, counters, timings, clock, rng, on_entry=self._take_index_entry, prior=prior, topic=self.topic
+        )
+        self.fetcher = RecordFetcher(config, self.book, served, counters, timings, clock, on_record=self._take_value)
         self._cache: list[ReceivedGroup] = []
         self._returned: collections.OrderedDict[tuple[str, str, float], None] = collections.OrderedDict()
-        self._skew_warned: set[str] = set()
-        self._rejected_entries: collections.OrderedDict[bytes, None] = collections.OrderedDict()
+        self._takes: collections.deque[tuple[float, int]] = collections.deque(maxlen=_TAKES_KEPT)  # (monotonic, n)
+        self._fetched_since_take = 0  # groups cached since the last take: what the next take gets fresh
+        self._skew_warned: collections.OrderedDict[str, None] = collections.OrderedDict()  # warned once each
         self._last_index_read = -float("inf")
-        self._index_reads = 0
-        self._rotation = self._rng.randrange(1 << 30)  # peers start their rotation at different shards
-        self._recent_estimates: collections.deque[float] = collections.deque(maxlen=_ESTIMATE_READS)
-        self._empty_reads = 0  # index reads in a row that found no entry: the next ones probe (probe_levels)
+        self._last_announcement = -float("inf")  # monotonic time of the latest valid announcement
 
     # ------------------------------------------------------------------------------ any thread
 
     def take(self, max_groups: int) -> list[ReceivedGroup]:
-        """Up to ``max_groups`` cached groups, in random order, never handed out before; never waits.
+        """Up to ``max_groups`` cached groups, newest first, never handed out before; never waits.
 
         Groups older than the record ttl are dropped (counted as ``rejected/expired``).
         """
@@ -156,12 +127,14 @@ class SwarmReader:
                     self._counters.reject("expired")
                 else:
                     fresh.append(item)
-            self._rng.shuffle(fresh)
+            fresh.sort(key=lambda item: -item.group.created_at)
             taken, self._cache = fresh[:max_groups], fresh[max_groups:]
             for item in taken:
                 self._returned[_group_id(item)] = None
             while len(self._returned) > _RETURNED_IDS_KEPT:
                 self._returned.popitem(last=False)
+            self._takes.append((self._clock.monotonic(), max_groups))
+            self._fetched_since_take = 0
         self._counters.add("fetched_groups", len(taken))
         return taken
 
@@ -171,136 +144,161 @@ class SwarmReader:
             return len(self._cache)
 
     def peers(self) -> list[PeerInfo]:
-        """Other peers whose index entries were seen within the record ttl."""
-        horizon = self._clock.time() - self.config.record_ttl
-        with self._lock:
-            return [
-                PeerInfo(peer=peer, model=state.model, last_seen=state.last_seen)
-                for peer, state in self._peers.items()
-                if state.last_seen >= horizon
-            ]
-
-    def gauges(self) -> dict[str, float]:
-        """Sizes of what the reader holds (cached groups, remembered refs, senders and handed-out ids), its estimate
-        of the swarm's size (-1 before the first index read) and the index level it reads."""
-        estimate, level = self.estimated_peers(), self.read_level()
-        with self._lock:
-            return {
-                "cached_groups": float(len(self._cache)),
-                "seen_refs": float(len(self._seen_refs)),
-                "known_senders": float(len(self._peers)),
-                "returned_ids": float(len(self._returned)),
-                "estimated_peers": -1.0 if estimate is None else estimate,
-                "index_level": float(level),
-            }
+        """Other peers heard from (announcements, index entries) within the record ttl, departed ones left out."""
+        return self.book.peers()
 
     def estimated_peers(self) -> float | None:
-        """The number of peers listed in the index, estimated from the last few index reads (the mean over them of
-        the entries a read found over the share of its level's shards it read); ``None`` before the first read."""
-        with self._lock:
-            if not self._recent_estimates:
-                return None
-            return sum(self._recent_estimates) / len(self._recent_estimates)
+        """The number of peers listed in the index, estimated from the last few index reads; ``None`` before a read
+        found entries."""
+        return self.index.estimated_peers()
 
     def read_level(self) -> int:
-        """The index level the next read reads: the one whose shards hold about ``index_shard_entries`` entries by
-        :meth:`estimated_peers`; the middle level before the first read (a cheap probe at any N); after reads that
-        found nothing, the next of :func:`probe_levels`; level 0 when ``index_shards_per_poll`` is 0 (the whole
-        index every time)."""
-        probe = self._probe_level()
-        return probe if probe is not None else read_level_for(self.estimated_peers(), self.config)
-
-    def _probe_level(self) -> int | None:
-        """The level the next read probes after reads that found nothing (:func:`probe_levels` in turn); ``None``
-        while reads find entries."""
-        probing_after = 1 if self.estimated_peers() is None else _EMPTY_READS_BEFORE_PROBING
-        if self._empty_reads >= probing_after and self.config.index_shards_per_poll:
-            probes = probe_levels(self.config)
-            return probes[self._empty_reads % len(probes)]
-        return None
+        """The index level the next index read reads."""
+        return self.index.read_level()
 
     def write_levels(self) -> range:
-        """The index levels this peer's publisher writes its entry to (:func:`write_levels_for` of
-        :meth:`estimated_peers`): a few levels around the one readers of this swarm size read, every level before
-        the first read."""
-        return write_levels_for(self.estimated_peers(), self.config)
+        """The index levels this peer's publisher writes its entry to."""
+        return self.index.write_levels()
+
+    def topic_level(self) -> int:
+        """The announcement topic level of this peer (:func:`swarm.levels.topic_level_for` of its size estimate)."""
+        return topic_level_for(self.index.size_estimate(), self.config)
+
+    def topic(self) -> tuple[int, int] | None:
+        """This peer's home announcement topic as ``(shard, level)``; ``None`` without announcements."""
+        if not self.config.gossip:
+            return None
+        level = self.topic_level()
+        return home_topic_shard(self._label, level), level
+
+    def gauges(self) -> dict[str, float]:
+        """Sizes of what the reader holds, its estimate of the swarm's size (-1 before one), the index level it reads,
+        its topic level, the caller's pace it learnt (-1 before it did) and the wait before a fetch is hedged."""
+        estimate = self.estimated_peers()
+        pace = self.pace()
+        with self._lock:
+            gauges = {"cached_groups": float(len(self._cache)), "returned_ids": float(len(self._returned))}
+        return {
+            **gauges,
+            **self.book.gauges(),
+            "estimated_peers": -1.0 if estimate is None else estimate,
+            "index_level": float(self.read_level()),
+            "topic_level": float(self.topic_level()),
+            "step_seconds": -1.0 if pace is None else pace[0],
+            "hedge_after_seconds": self.fetcher.hedge_after(),
+        }
+
+    # ------------------------------------------------------------------------------ when to refill
+
+    def pace(self) -> tuple[float, int] | None:
+        """The caller's pace: the median seconds between its recent :meth:`take` calls and the groups its last one
+        asked for; ``None`` before two calls."""
+        with self._lock:
+            takes = list(self._takes)
+        if len(takes) < 2:
+            return None
+        gaps = [later - earlier for (earlier, _), (later, _) in zip(takes, takes[1:], strict=False)]
+        return statistics.median(gaps), takes[-1][1]
+
+    def refill_lead(self) -> float:
+        """Seconds before the caller's next :meth:`take` is due at which the cache is refilled."""
+        return max(self.config.refill_lead, 2 * self.fetcher.hedge_after())
+
+    def until_refill(self) -> float:
+        """Seconds until the next refill is due (0: now; always 0 before the caller's pace is known)."""
+        pace = self.pace()
+        if pace is None:
+            return 0.0
+        with self._lock:
+            last_take = self._takes[-1][0]
+        due = last_take + pace[0] - self.refill_lead()
+        return max(0.0, due - self._clock.monotonic())
+
+    def wanted(self) -> int:
+        """Groups the next refill fetches: what the caller's last take asked for, less what arrived since; before
+        its pace is known, ``prefetch_groups`` less the cache."""
+        pace = self.pace()
+        with self._lock:
+            if pace is None:
+                return self.config.prefetch_groups - len(self._cache)
+            return pace[1] - self._fetched_since_take
 
     # ------------------------------------------------------------------------------ the event loop
 
     async def poll(self, dht: DHTLookup) -> None:
-        """One background round: read the index when due, then fetch as many records as the cache lacks."""
-        with self._lock:
-            need = self.config.prefetch_groups - len(self._cache)
+        """One background round: mark departed peers, read the index when due, refill the cache when due."""
+        self.book.mark_departures()
+        wanted = self.wanted()
         since = self._clock.monotonic() - self._last_index_read
-        if since >= self.config.index_refresh_interval or (need > 0 and since >= self.config.index_min_interval):
+        # With announcements, fresh records arrive without the index: it is read for more only while none arrives
+        # (a peer that has just joined, or whose topic is silent).
+        silent = self._clock.monotonic() - self._last_announcement > self.config.announce_interval
+        starving = wanted > 0 and (not self.config.gossip or silent)
+        if since >= self.config.index_refresh_interval or (starving and since >= self.config.index_min_interval):
             self._last_index_read = self._clock.monotonic()
             self.forget_expired()
-            await self.read_index(dht)
-        if need > 0:
-            await self.fetch_records(dht, self.choose_refs(need))
-
-    def forget_expired(self) -> None:
-        """Drop bookkeeping about records and peers older than the record ttl, so a long-running peer's memory
-        stays bounded: expired refs are never chosen again, and a peer silent that long is not listed."""
-        horizon = self._clock.time() - self.config.record_ttl - self.config.clock_skew_tolerance
-        with self._lock:
-            for ref in [ref for ref, created_at in self._seen_refs.items() if created_at < horizon]:
-                del self._seen_refs[ref]
-            for sender in [sender for sender, state in self._peers.items() if state.last_seen < horizon]:
-                del self._peers[sender]
+            await self.index.read(dht)
+        wait = self.until_refill()
+        if wanted <= 0 or wait > self.config.poll_interval:
+            return
+        await asyncio.sleep(wait)  # due within this poll: at the moment it is due, not up to a poll late
+        wanted = self.wanted()
+        if wanted > 0:
+            chosen, spares = self.book.choose(wanted, _SPARES)
+            await self.fetcher.fetch(dht, chosen, spares)
 
     async def read_index(self, dht: DHTLookup) -> None:
-        """Read this poll's index shards (in rotation, at :meth:`read_level`) and update what other peers list."""
+        """Read the next index shards now (see :mod:`swarm.index_reader`)."""
+        self._last_index_read = self._clock.monotonic()
+        await self.index.read(dht)
+
+    def choose_refs(self, need: int) -> list[tuple[str, RecordRef]]:
+        """The records the next fetch for ``need`` groups would fetch, as ``(sender, ref)``, freshest first."""
+        return [(choice.sender, choice.ref) for choice in self.book.choose(need)[0]]
+
+    async def fetch_records(self, dht: DHTLookup, need: int) -> None:
+        """Fetch the freshest records known for ``need`` groups now, whatever the caller's pace."""
+        chosen, spares = self.book.choose(need, _SPARES)
+        await self.fetcher.fetch(dht, chosen, spares)
+
+    def forget_expired(self) -> None:
+        """Drop bookkeeping about records and peers older than the record ttl (memory stays bounded)."""
+        self.book.forget_expired()
+
+    # ------------------------------------------------------------------------------ what arrives
+
+    def take_announcement(self, data: bytes, from_host: str) -> bool:
+        """Take one announcement that libp2p peer ``from_host`` published; True if it was valid and of another
+        peer. Every refusal is counted under ``rejected/<reason>``."""
         config = self.config
-        started = self._clock.monotonic()
-        estimate = self.estimated_peers()
-        usual_level = read_level_for(estimate, config)
-        probe = self._probe_level()
-        level = usual_level if probe is None else probe
-        # A read without an estimate or away from the estimate's level is a probe: what it finds restarts the
-        # estimate (a probe that lands on the usual level reads, and counts, as usual).
-        probing = estimate is None or level != usual_level
-        shards = index_keys(config.swarm_name, config.index_shards, level)
-        if level == 0 and self._empty_reads:  # after an empty read, all of level 0: only small swarms write there
-            count = shards_per_read(0.0, level, config)
-        elif probing:  # a few shards, as a first read does
-            count = shards_per_read(None, level, config)
-        else:
-            count = shards_per_read(estimate, level, config)
-        shard_keys = [shards[(self._rotation + i) % len(shards)] for i in range(count)]
-        self._rotation += count
-        # A shard's expiration is that of its newest entry (written with now + ttl): asking for a copy updated
-        # within index_staleness skips stale copies (our own cache included) without traversing every replica.
-        sufficient = self._clock.time() + config.record_ttl - config.index_staleness
-        results = await asyncio.wait_for(
-            dht.get_many(shard_keys, sufficient_expiration_time=sufficient, beam_size=config.dht_lookup_beam),
-            config.fetch_timeout,
-        )
-        self._timings.record("index", self._clock.monotonic() - started)
+        try:
+            announcement = decode_announcement(data, config.swarm_name, config.limits)
+        except RecordRejected as e:
+            self._reject(e.reason, f"announcement from {from_host}: {e.detail}")
+            return False
+        sender = announcement.sender
+        if announcement.public_key == self._own_public_key:
+            return False
+        if announcement.host is not None and announcement.host != from_host:
+            self._reject(
+                "wrong_host", f"announcement of {sender} naming host {announcement.host} came from {from_host}"
+            )
+            return False
+        if not self._admits(sender):
+            self._reject("not_member", f"announcement of {sender}, not a member of this closed swarm")
+            return False
         now = self._clock.time()
-        self._index_reads += 1
-        entries = size = 0
-        for found in results.values():
-            if found is None or not isinstance(found.value, dict):
-                continue
-            for subkey, item in found.value.items():
-                size += len(item.value) if isinstance(item.value, bytes) else 0
-                entries += self._take_index_entry(subkey, item.value, now)
-        self._counters.add("index_reads")
-        self._counters.add("index_entries_read", entries)
-        self._counters.add("index_bytes_read", size)
-        with self._lock:
-            # Each read votes alike: pooling entries over shares would let one early read of a whole low level
-            # (a large share) outweigh every later read of a few shards while the swarm grows.
-            if entries == 0 and config.index_shards_per_poll:  # below the writers' levels, or an empty swarm
-                self._empty_reads += 1
-                if self._empty_reads > len(probe_levels(config)):  # every probe came back empty: nobody is left
-                    self._recent_estimates.clear()
-                return
-            if probing:  # found after a probe: what was estimated before is not this swarm's size
-                self._recent_estimates.clear()
-            self._empty_reads = 0
-            self._recent_estimates.append(entries * len(shards) / count)
+        if announcement.updated_at > now + config.clock_skew_tolerance:
+            self._clock_skew(sender, announcement.updated_at - now)
+            return False
+        if now - announcement.updated_at > config.record_ttl:
+            self._reject("expired", f"announcement of {sender} is {now - announcement.updated_at:.0f} s old")
+            return False
+        if self.book.take_announcement(announcement):
+            logger.info("peer %s heard from peer %s (model %r)", self._label, sender, announcement.model)
+        self._last_announcement = self._clock.monotonic()
+        self._counters.add("announcements_received")
+        return True
 
     def _take_index_entry(self, subkey: Any, value: Any, now: float) -> bool:
         """Take one index entry; True if it is a valid entry of a peer (this one's included), which counts towards
@@ -311,195 +309,20 @@ class SwarmReader:
         if public_key == self._own_public_key:
             return True
         sender = fingerprint(public_key)
-        # The index is re-read every few seconds: an entry refused once is not judged (and counted) again.
-        digest = hashlib.sha256(repr((subkey, value)).encode()).digest()
-        if digest in self._rejected_entries:
+        if not self._admits(sender):
+            self.index.remember_rejected(self.index.digest_of(subkey, value))
+            self._reject("not_member", f"index entry of {sender}, not a member of this closed swarm")
             return False
-        try:
-            entry = decode_index_entry(value, self.config.limits)
-        except RecordRejected as e:
-            self._remember_rejected(digest)
-            self._reject(e.reason, f"index entry of {sender}: {e.detail}")
+        entry = self.index.decode(subkey, value, self._reject, sender)
+        if entry is None:
             return False
         if entry.updated_at > now + self.config.clock_skew_tolerance:
-            self._remember_rejected(digest)
+            self.index.remember_rejected(self.index.digest_of(subkey, value))
             self._clock_skew(sender, entry.updated_at - now)
             return False
-        with self._lock:
-            rest = self._unreachable.get(entry.host) if entry.host is not None else None
-            if rest is not None and entry.updated_at > rest[1]:  # written after our request failed: it is back
-                del self._unreachable[entry.host]
-            state = self._peers.get(sender)
-            if state is None:
-                logger.info("peer %s found peer %s (model %r)", self._label, sender, entry.model)
-            if state is None or entry.updated_at >= state.last_seen:
-                self._peers[sender] = _PeerState(
-                    public_key, entry.model, entry.updated_at, entry.records, self._index_reads, entry.host
-                )
-            else:  # an older copy (another level's, or a stale replica): the peer is listed all the same
-                state.listed_by = self._index_reads
+        if self.book.take_index_entry(sender, public_key, entry):
+            logger.info("peer %s found peer %s (model %r)", self._label, sender, entry.model)
         return True
-
-    def choose_refs(self, need: int) -> list[tuple[str, RecordRef]]:
-        """Unseen fresh refs of other peers, newest first per peer, round-robin over peers until they promise
-        ``need`` groups; the peers listed by the latest index read come first (their refs are the freshest known),
-        in random order among peers listed by the same read. Peers whose publisher did not answer a request
-        lately are left out for a while (``_UNREACHABLE_SECONDS``)."""
-        now = self._clock.time()
-        oldest = now - self.config.record_ttl
-        resting = self._resting_hosts()
-        with self._lock:
-            per_peer = {
-                sender: sorted(
-                    (
-                        ref
-                        for ref in state.refs
-                        if (sender, ref.seq) not in self._seen_refs
-                        and oldest <= ref.created_at <= now + self.config.clock_skew_tolerance
-                    ),
-                    key=lambda ref: -ref.created_at,
-                )
-                for sender, state in self._peers.items()
-                if state.host is None or state.host not in resting
-            }
-            listed_by = {sender: state.listed_by for sender, state in self._peers.items()}
-        order = [sender for sender, refs in per_peer.items() if refs]
-        self._rng.shuffle(order)
-        order.sort(key=lambda sender: -listed_by[sender])  # stable: random order among peers of the same read
-        chosen: list[tuple[str, RecordRef]] = []
-        expected = 0
-        while order and expected < need:
-            for sender in list(order):
-                ref = per_peer[sender].pop(0)
-                chosen.append((sender, ref))
-                expected += max(1, ref.num_groups)
-                if not per_peer[sender]:
-                    order.remove(sender)
-                if expected >= need:
-                    break
-        return chosen
-
-    async def fetch_records(self, dht: DHTLookup, chosen: list[tuple[str, RecordRef]]) -> None:
-        """Fetch the ``chosen`` records (from the peers that serve them, else a few keys per DHT lookup) and cache
-        their valid groups."""
-        if not chosen:
-            return
-        started = self._clock.monotonic()
-        with self._lock:
-            hosts = {sender: state.host for sender, state in self._peers.items()}
-        served: list[tuple[str, str, RecordRef]] = []  # (host, sender, ref)
-        in_dht: list[tuple[str, RecordRef]] = []
-        for sender, ref in chosen:
-            host = hosts.get(sender) if self._served is not None else None
-            if host:
-                served.append((host, sender, ref))
-            else:
-                in_dht.append((sender, ref))
-        await asyncio.gather(self._fetch_from_dht(dht, in_dht), *(self._fetch_served(*item) for item in served))
-        self._timings.record("fetch", self._clock.monotonic() - started)
-
-    async def _fetch_from_dht(self, dht: DHTLookup, chosen: list[tuple[str, RecordRef]]) -> None:
-        if not chosen:
-            return
-        config = self.config
-        keys = {record_key(config.swarm_name, sender, ref.seq): (sender, ref) for sender, ref in chosen}
-        chunks = [list(keys)[i : i + _RECORDS_PER_GET] for i in range(0, len(keys), _RECORDS_PER_GET)]
-        outcomes = await asyncio.gather(
-            *(
-                asyncio.wait_for(
-                    dht.get_many(chunk, num_workers=config.dht_record_lookup_workers, beam_size=config.dht_lookup_beam),
-                    config.fetch_timeout,
-                )
-                for chunk in chunks
-            ),
-            return_exceptions=True,
-        )
-        results: dict[str, Any] = {}
-        for chunk, outcome in zip(chunks, outcomes, strict=True):
-            if isinstance(outcome, BaseException):
-                self._counters.add("fetch_failures")
-                logger.debug("peer %s: record lookup failed: %r", self._label, outcome)
-                outcome = dict.fromkeys(chunk)
-            results.update(outcome)
-        for key, found in results.items():
-            sender, ref = keys[key]
-            self._take_found(sender, ref, found)
-
-    async def _fetch_served(self, host: str, sender: str, ref: RecordRef) -> None:
-        assert self._served is not None
-        key = record_key(self.config.swarm_name, sender, ref.seq)
-        try:
-            # One request and one answer: hivemind's time for one RPC answer, not a lookup's fetch_timeout, so
-            # that a publisher gone silent holds up this poll's other work for seconds, not tens of seconds.
-            record: SignedRecord | None = await asyncio.wait_for(
-                self._served.get_served(host, key), self.config.wait_timeout
-            )
-        except RecordRejected as e:
-            self._mark_fetched(sender, ref)  # a malformed answer is not asked for again
-            self._reject(e.reason, f"record of {sender} served by {host}: {e.detail}")
-            return
-        except Exception as e:  # the publisher left or is unreachable: its refs rest, then are retried
-            self._counters.add("fetch_failures")
-            with self._lock:
-                self._unreachable[host] = (self._clock.monotonic() + _UNREACHABLE_SECONDS, self._clock.time())
-            logger.debug("peer %s: fetching a record from %s failed: %r", self._label, host, e)
-            record = None
-        if record is None:
-            self._record_missing(sender, ref)
-            return
-        with self._lock:
-            state = self._peers.get(sender)
-        if state is None:
-            return
-        self._mark_fetched(sender, ref)
-        value = self._served.open(key, owner_marker(state.public_key), record)
-        if value is not None:  # else the validator refused it and counted why
-            self._take_value(sender, value)
-
-    def _resting_hosts(self) -> set[str]:
-        """Hosts whose last request failed within ``_UNREACHABLE_SECONDS``: their refs are not chosen meanwhile,
-        so a departed or cut-off publisher costs one timeout per rest, not one per poll. A rest ends early when the
-        index shows an entry the host wrote after the failure (:meth:`_take_index_entry`): it is back."""
-        now = self._clock.monotonic()
-        with self._lock:
-            for host in [host for host, (until, _) in self._unreachable.items() if until <= now]:
-                del self._unreachable[host]
-            return set(self._unreachable)
-
-    def _record_missing(self, sender: str, ref: RecordRef) -> None:
-        """Not there yet (a store still travelling) or lost: retry a few polls, then give up on it."""
-        self._missing_tries[(sender, ref.seq)] += 1
-        if self._missing_tries[(sender, ref.seq)] >= _MISSING_TRIES:
-            del self._missing_tries[(sender, ref.seq)]
-            self._seen_refs[(sender, ref.seq)] = ref.created_at
-            self._counters.add("records_missing")
-
-    def _mark_fetched(self, sender: str, ref: RecordRef) -> None:
-        """``ref`` arrived: it is not fetched again, and its missing tries are over."""
-        self._seen_refs[(sender, ref.seq)] = ref.created_at
-        self._missing_tries.pop((sender, ref.seq), None)
-
-    def _take_found(self, sender: str, ref: RecordRef, found: Any) -> None:
-        """Take what a DHT lookup of one record returned."""
-        with self._lock:
-            state = self._peers.get(sender)
-        if state is None:
-            return
-        if found is None or not isinstance(found.value, dict):
-            self._record_missing(sender, ref)
-            return
-        self._mark_fetched(sender, ref)
-        expected_subkey = owner_marker(state.public_key)
-        value = None
-        for subkey, item in found.value.items():
-            if subkey == expected_subkey:
-                value = item.value
-            else:  # someone else wrote under this peer's records key: signed, but not by the owner
-                self._reject("bad_signature", f"foreign subkey under the records key of {sender}")
-        if value is None:
-            self._counters.add("records_missing")
-            return
-        self._take_value(sender, value)
 
     def _take_value(self, sender: str, value: Any) -> None:
         """Decode one record of ``sender`` (its signature already checked) and cache its fresh groups."""
@@ -530,20 +353,18 @@ class SwarmReader:
             for item in accepted:
                 if _group_id(item) not in self._returned:
                     self._cache.append(item)
+                    self._fetched_since_take += 1
             if len(self._cache) > config.max_cached_groups:
                 self._cache.sort(key=lambda item: item.group.created_at)
                 del self._cache[: len(self._cache) - config.max_cached_groups]
         self._counters.add("received_groups", len(accepted))
 
-    def _remember_rejected(self, digest: bytes) -> None:
-        self._rejected_entries[digest] = None
-        while len(self._rejected_entries) > _REJECTED_ENTRIES_KEPT:
-            self._rejected_entries.popitem(last=False)
-
     def _clock_skew(self, sender: str, ahead: float) -> None:
         self._reject("clock_skew", f"peer {sender} is {ahead:.1f} s in the future")
         if sender not in self._skew_warned:
-            self._skew_warned.add(sender)
+            self._skew_warned[sender] = None
+            while len(self._skew_warned) > _SKEW_WARNINGS_KEPT:  # identities are free: the memory of them is bounded
+                self._skew_warned.popitem(last=False)
             logger.warning(
                 "peer %s: records of peer %s are dated %.1f s in the future: the clocks of the two machines "
                 "differ (hivemind peers whose clocks differ by more than 3 s fail to interact); sync them (NTP)",
@@ -551,56 +372,6 @@ class SwarmReader:
                 sender,
                 ahead,
             )
-
-
-def read_level_for(estimate: float | None, config: DHTTransportConfig) -> int:
-    """The index level a reader reads when it estimates ``estimate`` peers (``None``: no estimate yet): see
-    :meth:`SwarmReader.read_level`."""
-    if not config.index_shards_per_poll:
-        return 0
-    if estimate is None:
-        return config.index_max_level // 2
-    per_shard_at_level_0 = estimate / (config.index_shards * config.index_shard_entries)
-    level = round(math.log2(per_shard_at_level_0)) if per_shard_at_level_0 > 0 else 0
-    return min(max(level, 0), config.index_max_level)
-
-
-def shards_per_read(estimate: float | None, level: int, config: DHTTransportConfig) -> int:
-    """How many shards of ``level`` an index read reads: ``index_shards_per_poll``, or as many more as hold
-    ``index_shards_per_poll * index_shard_entries`` entries by ``estimate`` where the level's shards hold fewer
-    than that (level 0 of a swarm smaller than ``index_shards * index_shard_entries``: a read of two near-empty
-    shards would list too few peers to choose fresh records from); every shard with ``index_shards_per_poll`` 0."""
-    shards = config.index_shards << level
-    if not config.index_shards_per_poll:
-        return shards
-    if estimate is None:  # the first read: a probe of index_shards_per_poll shards
-        return min(config.index_shards_per_poll, shards)
-    per_shard = estimate / shards
-    spread = round(config.index_shard_entries / per_shard) if per_shard > 0 else shards
-    return min(config.index_shards_per_poll * max(1, spread), shards)
-
-
-def write_levels_for(estimate: float | None, config: DHTTransportConfig) -> range:
-    """The index levels a publisher writes to when its peer estimates ``estimate`` peers (``None``: no estimate
-    yet, every level): from one below the level a reader of that estimate reads (readers estimating half as many
-    find it) to two above the last level whose shards hold an entry (readers estimating twice as many). At most
-    about 5 levels, whose shards hold at most ~2 x ``index_shard_entries`` entries: a store's cost is flat in N."""
-    if estimate is None:
-        return range(config.index_max_level + 1)
-    per_shard_at_level_0 = estimate / config.index_shards
-    filled = math.floor(math.log2(per_shard_at_level_0)) if per_shard_at_level_0 >= 1 else 0
-    top = min(filled + _WRITE_LEVELS_ABOVE, config.index_max_level)
-    bottom = max(0, min(read_level_for(estimate, config) - _WRITE_LEVELS_BELOW, top))
-    return range(bottom, top + 1)
-
-
-def probe_levels(config: DHTTransportConfig) -> list[int]:
-    """The levels a reader probes in turn while its reads find nothing: the middle one (its first read), level 0,
-    then every third level and the top. A writer's levels span at least three (:func:`write_levels_for`), so
-    one of these lies among them whatever the swarm's size."""
-    top = config.index_max_level
-    order = [top // 2, 0, *range(2, top + 1, 3), top]
-    return list(dict.fromkeys(level for level in order if level <= top))
 
 
 def _group_id(item: ReceivedGroup) -> tuple[str, str, float]:

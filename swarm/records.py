@@ -35,6 +35,9 @@ REJECT_REASONS = (
     "expired",  # older than the reader's maximum age, or expired in the DHT
     "ttl_too_long",  # stored to expire later than the swarm's record ttl allows (would outlive expiry)
     "clock_skew",  # created in the future beyond the tolerated clock difference
+    "digest_mismatch",  # a fetched record is not the one its sender announced
+    "not_member",  # from a peer outside a closed swarm's membership
+    "wrong_host",  # an announcement published by another libp2p peer than the host it names
 )
 
 Scalar = str | int | float | bool | None

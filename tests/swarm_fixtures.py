@@ -87,6 +87,7 @@ FAST = dict(
     health_interval=0.2,
     index_refresh_interval=1.0,
     index_min_interval=0.2,
+    announce_interval=2.0,
 )
 """DHTTransport settings that make tests fast on loopback."""
 

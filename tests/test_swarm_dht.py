@@ -128,7 +128,7 @@ def test_a_joining_peer_can_wait_until_it_holds_the_swarms_groups(dht_peers):
 
 
 def test_storage_and_bookkeeping_are_bounded_by_expiry(dht_peers):
-    short = dict(record_ttl=4.0, rejoin_interval=0.5, announce_interval=3600)
+    short = dict(record_ttl=8.0, rejoin_interval=0.5, announce_interval=3600)
     a = dht_peers(model_name="A", **short)
     b = dht_peers(initial_peers=a.visible_addresses(), **short)
     a.publish([make_group("a1")])

@@ -14,9 +14,10 @@ from hivemind.utils.crypto import RSAPrivateKey
 
 from swarm.clock import ManualClock
 from swarm.config import DHTTransportConfig
+from swarm.levels import probe_levels, read_level_for, shards_per_read, write_levels_for
 from swarm.memory import DictDHT
 from swarm.publisher import SwarmPublisher
-from swarm.reader import SwarmReader, probe_levels, read_level_for, shards_per_read, write_levels_for
+from swarm.reader import SwarmReader
 from swarm.served import MemoryServedLookup, ServedRecords, SignedRecord
 from swarm.transport import SwarmCounters, TimingLog
 from swarm.validation import (
@@ -33,10 +34,11 @@ from tests.swarm_fixtures import make_group
 
 class Peer:
     """One peer's publisher and reader on a shared DictDHT and its own clock; with ``hosts`` (every serving peer's
-    records by host, an in-memory stand-in for libp2p), it serves its records and fetches served ones."""
+    records by host, an in-memory stand-in for libp2p), it serves its records and fetches served ones. Without
+    announcements (``gossip`` False unless given): readers find records through the index, as these tests check."""
 
     def __init__(self, dht: DictDHT, clock: ManualClock, hosts: dict[str, ServedRecords] | None = None, **config: Any):
-        self.config = DHTTransportConfig(**config)
+        self.config = DHTTransportConfig(**{"gossip": False, **config})
         private_key = RSAPrivateKey()
         self.public_key = private_key.get_public_key().to_bytes()
         self.peer_id = fingerprint(self.public_key)
@@ -143,8 +145,14 @@ def test_a_poll_reads_a_few_index_shards_in_rotation_and_fetches_only_what_the_c
         shards_read += [key for keys in dht.reads for key in keys if "/index/" in key]
         reader.reader.take(100)  # empty the cache so that every poll fetches
     assert sorted(shards_read) == sorted(f"{reader.config.swarm_name}/index/{i}" for i in range(8))
+    for n, writer in enumerate(writers):  # a new record each, listed by the index
+        writer.publish(f"w{n}c", f"w{n}d", created_at=clock.time())
+    for _ in range(4):  # every shard once: the reader knows them all
+        asyncio.run(reader.reader.read_index(dht))
     dht.reads.clear()
-    reader.poll()  # the cache wants 2 groups: one record of 2 groups is fetched, not all sixteen
+    reader.reader.take(2)
+    reader.reader.take(2)  # the caller now takes 2 groups per step
+    reader.poll()  # the next take wants 2 groups: one record of 2 groups is fetched, not all sixteen
     record_keys = [key for keys in dht.reads for key in keys if "/records/" in key]
     assert len(record_keys) == 1
 

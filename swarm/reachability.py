@@ -1,0 +1,171 @@
+"""Whether other peers can dial this one: a dial-back request peers answer for each other, and the check that makes an
+unreachable peer switch to client mode.
+
+A peer behind NAT (or a firewall, or announcing a wrong address) reaches others over the connections it opens, but
+nobody can open one to it. Left in server mode it enters other peers' routing tables and serves records nobody can
+fetch, so every peer that dials it waits a timeout. After joining, a peer asks a few of its DHT neighbours to dial it
+back (:data:`DIAL_BACK_HANDLER`): each opens a plain TCP connection to the IP address the request came from (as it
+sees it: never an address the asker names, so that nobody can be made to dial a third party) at the ports the peer
+says it listens on. If at least two answer and none could connect, the peer is unreachable: it switches to client
+mode (no DHT service, records stored in the DHT instead of served) and says so in its log.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
+
+import msgpack
+from google.protobuf.wrappers_pb2 import BytesValue
+
+from swarm.transport import SwarmCounters
+
+logger = logging.getLogger(__name__)
+
+DIAL_BACK_HANDLER = "sapo_swarm.dial_back"
+"""The libp2p protocol name a peer answers dial-back requests under."""
+
+_MAX_PORTS = 4  # ports one request may name
+_ANSWER_EVERY = 60.0  # seconds between two dial-backs this peer makes for the same asker
+_ASKED = 3  # neighbours asked per check
+_CHECK_AGAIN = 1800.0  # seconds between two checks once one gave a verdict
+
+
+def encode_ports(ports: Sequence[int]) -> bytes:
+    """A dial-back request: the TCP ports the asker listens on."""
+    return msgpack.packb([int(port) for port in ports[:_MAX_PORTS]])
+
+
+def decode_ports(data: bytes) -> list[int]:
+    """The ports of a dial-back request; raises ``ValueError`` on anything else."""
+    ports = msgpack.unpackb(data[:256], raw=False)
+    if not isinstance(ports, list) or not 0 < len(ports) <= _MAX_PORTS:
+        raise ValueError("a dial-back request is a list of 1 to 4 ports")
+    if not all(isinstance(port, int) and not isinstance(port, bool) and 0 < port < 65536 for port in ports):
+        raise ValueError("a dial-back port is an integer in [1, 65535]")
+    return ports
+
+
+def tcp_ports(maddrs: Sequence[Any]) -> list[int]:
+    """The TCP ports of some multiaddrs (``/ip4/.../tcp/PORT/...``)."""
+    ports = []
+    for maddr in maddrs:
+        with contextlib.suppress(Exception):
+            port = int(maddr["tcp"])
+            if port not in ports:
+                ports.append(port)
+    return ports
+
+
+def observed_ip(addrs: Sequence[Any]) -> str | None:
+    """The IP address of the first address of a connected peer as this peer's daemon sees it."""
+    for addr in addrs:
+        for protocol in ("ip4", "ip6"):
+            with contextlib.suppress(Exception):
+                return str(addr[protocol])
+    return None
+
+
+async def can_connect(ip: str, ports: Sequence[int], timeout: float) -> bool:
+    """True if a TCP connection to ``ip`` opens at one of ``ports`` within ``timeout`` seconds."""
+    for port in ports:
+        try:
+            _, writer = await asyncio.wait_for(asyncio.open_connection(ip, port), timeout)
+        except (OSError, asyncio.TimeoutError):
+            continue
+        writer.close()
+        with contextlib.suppress(Exception):
+            await writer.wait_closed()
+        return True
+    return False
+
+
+class DialBack:
+    """Answers other peers' dial-back requests (the RPC handler) and checks this peer's own reachability.
+
+    Args:
+        p2p: returns the running peer's hivemind :class:`~hivemind.p2p.P2P`.
+        ports: returns the TCP ports this peer tells others to dial.
+        neighbours: returns libp2p ids of DHT neighbours to ask.
+        timeout: seconds a dial or a request may take.
+        counters: where requests answered, checks and verdicts are counted.
+        on_unreachable: awaited once when a check finds this peer unreachable (it switches to client mode), with the
+            number of peers that could not connect.
+    """
+
+    def __init__(
+        self,
+        p2p: Callable[[], Any],
+        ports: Callable[[], list[int]],
+        neighbours: Callable[[], list[Any]],
+        timeout: float,
+        counters: SwarmCounters,
+        on_unreachable: Callable[[int], Awaitable[None]],
+    ):
+        self._p2p = p2p
+        self._ports = ports
+        self._neighbours = neighbours
+        self._timeout = timeout
+        self._counters = counters
+        self._on_unreachable = on_unreachable
+        self._answered: dict[str, float] = {}  # asker -> monotonic time of our last dial for it
+        self.verdict: bool | None = None  # None until a check decided; True: reachable
+        self._next_check = 0.0
+
+    async def handle(self, request: BytesValue, context: Any) -> BytesValue:
+        """The RPC handler: dial the asker's observed IP at the ports it names; answer whether it connected."""
+        asker = context.remote_id.to_base58()
+        now = time.monotonic()
+        if now - self._answered.get(asker, -_ANSWER_EVERY) < _ANSWER_EVERY:
+            return BytesValue()  # asked again too soon: no answer, no dial
+        self._answered = {peer: at for peer, at in self._answered.items() if now - at < _ANSWER_EVERY}
+        self._answered[asker] = now
+        try:
+            ports = decode_ports(request.value)
+        except Exception:
+            return BytesValue()
+        infos = [info for info in await self._p2p().list_peers() if info.peer_id == context.remote_id]
+        ip = observed_ip(infos[0].addrs) if infos else None
+        if ip is None:
+            return BytesValue()
+        self._counters.add("dial_backs_answered")
+        reachable = await can_connect(ip, ports, self._timeout)
+        return BytesValue(value=msgpack.packb(bool(reachable)))
+
+    async def check(self, node: Any = None) -> None:
+        """Ask a few neighbours to dial this peer back (when a check is due); switch to client mode if none could."""
+        if self.verdict is False or time.monotonic() < self._next_check:
+            return
+        ports = self._ports()
+        neighbours = self._neighbours()[:_ASKED]
+        if not ports or len(neighbours) < 2:
+            return  # alone, or too few to judge: asked again at the next round
+        answers = await asyncio.gather(*(self._ask(peer, ports) for peer in neighbours))
+        verdicts = [answer for answer in answers if answer is not None]
+        self._counters.add("reachability_checks")
+        if len(verdicts) < 2:
+            return
+        self._next_check = time.monotonic() + _CHECK_AGAIN
+        if any(verdicts):
+            self.verdict = True
+            return
+        self.verdict = False
+        self._counters.add("unreachable")
+        await self._on_unreachable(len(verdicts))
+
+    async def _ask(self, peer: Any, ports: list[int]) -> bool | None:
+        try:
+            answer = await asyncio.wait_for(
+                self._p2p().call_protobuf_handler(
+                    peer, DIAL_BACK_HANDLER, BytesValue(value=encode_ports(ports)), BytesValue
+                ),
+                3 * self._timeout,
+            )
+            return bool(msgpack.unpackb(answer.value)) if answer.value else None
+        except Exception as e:
+            logger.debug("dial-back request to %s failed: %r", peer, e)
+            return None

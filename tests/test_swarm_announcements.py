@@ -1,0 +1,242 @@
+"""Announcements, freshest-first intake, refills just in time, departures and hedged fetches: the real publisher and
+reader on an injected clock, a dictionary DHT and in-memory topics (swarm.memory), without p2pd."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from typing import Any
+
+import pytest
+from hivemind.utils.crypto import RSAPrivateKey
+
+from swarm.announcements import (
+    AnnouncedRecord,
+    decode_announcement,
+    encode_announcement,
+    record_digest,
+)
+from swarm.clock import ManualClock
+from swarm.config import DHTTransportConfig
+from swarm.levels import publish_topics, subscribe_topics
+from swarm.memory import DictDHT, MemoryPubsub
+from swarm.publisher import SwarmPublisher
+from swarm.reader import SwarmReader
+from swarm.records import RecordRejected
+from swarm.served import MemoryServedLookup, ServedRecords
+from swarm.transport import SwarmCounters, TimingLog
+from swarm.validation import RejectionLog, fingerprint, make_record_validator
+from tests.swarm_fixtures import make_group
+
+KEY = RSAPrivateKey()
+
+
+class Net:
+    """What peers share: the DHT, the served records by host, the topics and the clock."""
+
+    def __init__(self) -> None:
+        self.dht, self.hosts, self.pubsub, self.clock = DictDHT(), {}, MemoryPubsub(), ManualClock()
+
+
+class Peer:
+    """One peer's publisher and reader wired as DHTTransport wires them, announcing on in-memory topics."""
+
+    def __init__(self, net: Net, key: RSAPrivateKey | None = None, admits: Any = None, **config: Any):
+        self.net = net
+        self.config = DHTTransportConfig(**{"index_refresh_interval": 3600.0, **config})
+        self.key = key or RSAPrivateKey()
+        self.public_key = self.key.get_public_key().to_bytes()
+        self.peer_id = fingerprint(self.public_key)
+        self.counters = SwarmCounters()
+        validator = make_record_validator(
+            self.key, self.config.swarm_name, self.config.index_shards, self.config.limits,
+            RejectionLog(self.counters), index_max_level=self.config.index_max_level,
+        )  # fmt: skip
+        self.served = ServedRecords(validator, 16, self.counters, net.clock)
+        self.served.host = f"host-of-{self.peer_id}"
+        net.hosts[self.served.host] = self.served
+        self.lookup = MemoryServedLookup(validator, net.hosts)
+        self.reader = SwarmReader(
+            self.config, self.public_key, self.counters, TimingLog(net.clock), net.clock, random.Random(0),
+            served=self.lookup, admits=admits,
+        )  # fmt: skip
+        for topic in subscribe_topics(self.peer_id, self.reader.topic_level(), self.config):
+            net.pubsub.subscribe(topic, self.served.host, self.reader.take_announcement)
+        topics = lambda: publish_topics(self.peer_id, self.reader.topic_level(), self.config)  # noqa: E731
+        self.publisher = SwarmPublisher(
+            self.config, self.public_key, self.counters, TimingLog(net.clock), net.clock,
+            write_levels=self.reader.write_levels, served=self.served,
+            announce=net.pubsub.announcer(self.served.host, topics), signing_key=self.key,
+            may_write_index=lambda: self.reader.index.reads > 0,
+        )  # fmt: skip
+
+    def publish(self, *group_ids: str) -> None:
+        self.publisher.queue([make_group(g, created_at=self.net.clock.time()) for g in group_ids])
+        asyncio.run(self.publisher.flush(self.net.dht))
+
+    def poll(self) -> None:
+        asyncio.run(self.reader.poll(self.net.dht))
+
+    def taken_ids(self, count: int) -> list[str]:
+        return [item.group.group_id for item in self.reader.take(count)]
+
+
+def _records(net: Net) -> list[str]:
+    return [key for keys in net.dht.reads for key in keys]
+
+
+# ------------------------------------------------------------------------------------------------ the wire
+
+
+def test_an_announcement_round_trips_and_any_change_breaks_its_signature():
+    record = AnnouncedRecord(7, 1.8e9, 4, 48000, record_digest(b"record"), ("basic_arithmetic",))
+    data = encode_announcement(KEY, "sapo", "tiny", 1.8e9, "host-1", [record])
+    announcement = decode_announcement(data, "sapo")
+    assert announcement.sender == fingerprint(KEY.get_public_key().to_bytes())
+    assert announcement.records == (record,) and announcement.host == "host-1" and announcement.model == "tiny"
+    assert len(data) < 800  # small: it is pushed to every peer of a topic
+    with pytest.raises(RecordRejected) as e:
+        decode_announcement(data, "another-swarm")  # signed for one swarm only
+    assert e.value.reason == "bad_signature"
+    tampered = data.replace(b"tiny", b"tinY")
+    with pytest.raises(RecordRejected) as e:
+        decode_announcement(tampered, "sapo")
+    assert e.value.reason == "bad_signature"
+    for junk, reason in [(b"\xc1", "not_msgpack"), (b"\x93\x01\x02\x03", "schema"), (b"x" * 4096, "too_large")]:
+        with pytest.raises(RecordRejected) as e:
+            decode_announcement(junk, "sapo")
+        assert e.value.reason == reason
+    with pytest.raises(RecordRejected):  # a publisher cannot announce what a receiver would refuse
+        encode_announcement(KEY, "sapo", "tiny", 1.8e9, None, [AnnouncedRecord(1, 1.8e9, 0, 10, b"short")])
+
+
+# ------------------------------------------------------------------------------------------------ intake
+
+
+def test_an_announced_record_is_fetched_from_its_publisher_without_reading_the_index():
+    net = Net()
+    a, b = Peer(net), Peer(net)
+    b.poll()  # b's first poll reads the index once (nothing there yet)
+    net.dht.reads.clear()
+    a.publish("a1", "a2")  # served and announced at once; its index entry waits for a's first index read
+    assert not any("/index/" in key for key in net.dht.items)
+    assert b.reader.peers()[0].peer == a.peer_id
+    b.poll()
+    assert sorted(b.taken_ids(10)) == ["a1", "a2"]
+    assert not any("/index/" in key for key in _records(net))  # not one index read
+    assert a.counters.snapshot()["published_records"] == 1 and b.counters.snapshot()["announcements_received"] >= 1
+
+
+def test_invalid_announcements_are_refused_and_counted():
+    net = Net()
+    member, outsider = RSAPrivateKey(), RSAPrivateKey()
+    members = {fingerprint(member.get_public_key().to_bytes())}
+    b = Peer(net, admits=members.__contains__)
+    a = Peer(net, key=member)
+    record = AnnouncedRecord(1, net.clock.time(), 1, 100, record_digest(b"x"))
+    now = net.clock.time()
+    relayed = encode_announcement(member, "sapo", "m", now, a.served.host, [record])
+    assert not b.reader.take_announcement(relayed, "someone-else")  # re-published by another libp2p peer
+    foreign = encode_announcement(outsider, "sapo", "m", now, "host-x", [record])
+    assert not b.reader.take_announcement(foreign, "host-x")  # not a member of this closed swarm
+    future = encode_announcement(member, "sapo", "m", now + 60, a.served.host, [record])
+    assert not b.reader.take_announcement(future, a.served.host)
+    stale = encode_announcement(member, "sapo", "m", now - 3600, a.served.host, [record])
+    assert not b.reader.take_announcement(stale, a.served.host)
+    counters = b.counters.snapshot()
+    assert [counters.get(f"rejected/{r}") for r in ("wrong_host", "not_member", "clock_skew", "expired")] == [1] * 4
+    assert b.reader.peers() == []
+
+
+def test_a_record_that_is_not_the_one_announced_is_refused():
+    from swarm.records import GroupRecord, encode_record
+    from swarm.validation import owner_marker
+
+    net = Net()
+    a, b = Peer(net), Peer(net)
+    a.publish("a1")
+    [key] = list(a.served._records)
+    # a now serves, under the same key and properly signed, another record than the one it announced
+    other = encode_record(GroupRecord([make_group("other", created_at=net.clock.time())], net.clock.time()))
+    a.served.serve(key, owner_marker(a.public_key), other, net.clock.time() + 600)
+    b.poll()
+    assert b.counters.snapshot()["rejected/digest_mismatch"] == 1
+    assert b.reader.take(10) == []
+
+
+def test_take_hands_out_the_newest_groups_first_across_publishers():
+    net = Net()
+    publishers = [Peer(net) for _ in range(3)]
+    reader = Peer(net)
+    for round_ in range(2):
+        for n, publisher in enumerate(publishers):
+            publisher.publish(f"p{n}-r{round_}")
+            net.clock.advance(1)
+    chosen = reader.reader.choose_refs(2)  # one record of each of the two freshest publishers, not two of one
+    assert [sender for sender, _ in chosen] == [publishers[2].peer_id, publishers[1].peer_id]
+    reader.poll()
+    assert reader.taken_ids(3) == ["p2-r1", "p1-r1", "p0-r1"]  # newest first
+    assert reader.taken_ids(10) == ["p2-r0", "p1-r0", "p0-r0"]
+
+
+def test_the_cache_is_refilled_just_before_the_callers_next_step_with_the_freshest_record():
+    net = Net()
+    a, b, reader = Peer(net), Peer(net), Peer(net, refill_lead=1.0)
+    for step in range(3):  # the caller takes 4 groups every 10 s
+        a.publish(f"warm-{step}")
+        reader.poll()
+        reader.reader.take(4)
+        net.clock.advance(10)
+    assert reader.reader.pace() == (10.0, 4)
+    reader.reader.take(4)
+    net.dht.reads.clear()
+    net.clock.advance(2)
+    a.publish("early-1", "early-2", "early-3", "early-4")
+    net.clock.advance(1)
+    reader.poll()  # 7 s before the next step: nothing fetched yet
+    assert reader.reader.cached_groups() == 0 and not net.dht.reads
+    net.clock.advance(5)
+    b.publish("late-1", "late-2", "late-3", "late-4")
+    net.clock.advance(1.5)
+    reader.poll()  # 0.5 s before the step: the refill (due 1 s before it) fetches the freshest record known
+    taken = reader.taken_ids(4)
+    assert taken and all(group.startswith("late") for group in taken)  # the freshest, not the first announced
+    assert reader.counters.snapshot()["fetched_records"] == 4  # one per step: 3 warm-up, then the late one
+
+
+def test_a_publisher_that_missed_two_announcements_is_dropped_and_back_when_heard_again():
+    net = Net()
+    a, b = Peer(net), Peer(net)
+    for step in range(4):  # a announces every 10 s
+        a.publish(f"a{step}")
+        net.clock.advance(10)
+    b.reader.book.mark_departures()
+    assert [p.peer for p in b.reader.peers()] == [a.peer_id]
+    net.clock.advance(5)  # 15 s silent: one announcement missed, within tolerance
+    b.reader.book.mark_departures()
+    assert b.reader.peers()
+    net.clock.advance(10)  # 25 s silent: two missed (2 x 10 s + 3 s)
+    b.reader.book.mark_departures()
+    assert b.reader.peers() == [] and b.reader.choose_refs(10) == []  # its unread records are not asked for
+    assert b.counters.snapshot()["departed_senders"] == 1
+    a.publish("back")
+    assert [p.peer for p in b.reader.peers()] == [a.peer_id] and b.counters.snapshot()["returned_senders"] == 1
+
+
+def test_a_slow_publisher_is_hedged_with_a_record_of_another_after_a_round_trip_margin():
+    net = Net()
+    slow, fast, reader = Peer(net), Peer(net), Peer(net, wait_timeout=5.0)
+    fast.publish("fast-1")
+    net.clock.advance(1)
+    slow.publish("slow-1")  # the fresher one: chosen first
+    handle = slow.served.handle
+
+    async def answer_late(request: Any, context: Any = None) -> Any:
+        await asyncio.sleep(1.5)
+        return await handle(request, context)
+
+    slow.served.handle = answer_late
+    reader.reader.fetcher.round_trip.add(0.01)  # round trips so far: ~10 ms
+    asyncio.run(reader.reader.fetch_records(net.dht, 1))
+    assert reader.counters.snapshot()["hedged_fetches"] == 1
+    assert sorted(reader.taken_ids(10)) == ["fast-1", "slow-1"]  # the slow one arrived too, and is kept

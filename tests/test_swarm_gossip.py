@@ -1,0 +1,66 @@
+"""Pushed announcements on real DHT peers (p2pd with GossipSub) on loopback: records reach readers without index
+reads, newest first, and a peer that left is dropped after two missed announcements."""
+
+# ruff: noqa: F811  (pytest fixtures imported from tests.swarm_fixtures are redefined as arguments)
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+pytest.importorskip("hivemind")
+
+from tests.swarm_fixtures import dht_peers, make_group, no_p2pd_left_behind, wait_until  # noqa: E402, F401
+
+pytestmark = pytest.mark.usefixtures("no_p2pd_left_behind")
+
+QUIET_INDEX = dict(index_refresh_interval=600.0)  # after its first read, a peer reads the index only if starving
+
+
+def _hear_each_other(peers: list) -> None:
+    for peer in peers:
+        others = {p.peer_id for p in peers if p is not peer}
+        wait_until(lambda peer=peer, others=others: others <= {p.peer for p in peer.peers()}, 30)
+
+
+def test_a_record_reaches_every_peer_by_announcement_without_index_reads(dht_peers):
+    a = dht_peers(model_name="A", **QUIET_INDEX)
+    b = dht_peers(initial_peers=a.visible_addresses(), **QUIET_INDEX)
+    c = dht_peers(initial_peers=b.visible_addresses(), **QUIET_INDEX)
+    _hear_each_other([a, b, c])
+    reads_before = {p.peer_id: p.readout().counters.get("index_reads", 0) for p in (b, c)}
+    a.publish([make_group("fresh-1"), make_group("fresh-2")])
+    for reader in (b, c):
+        got: list = []
+        wait_until(lambda reader=reader, got=got: got.extend(reader.fetch(10)) or len(got) >= 2, 20)
+        assert sorted(item.group.group_id for item in got) == ["fresh-1", "fresh-2"]
+        counters = reader.readout().counters
+        assert counters["index_reads"] == reads_before[reader.peer_id]  # the announcement was enough
+        assert counters["announcements_received"] >= 1
+        assert all(seconds < 10 for _, seconds in reader.readout().timings["delivery"])
+    assert a.readout().counters["announcements_sent"] >= 1
+
+
+def test_fetch_hands_out_the_newest_groups_first(dht_peers):
+    a = dht_peers(**QUIET_INDEX)
+    b = dht_peers(initial_peers=a.visible_addresses(), prefetch_groups=8, **QUIET_INDEX)
+    _hear_each_other([a, b])
+    for n in range(3):
+        a.publish([make_group(f"g{n}", created_at=time.time())])
+        time.sleep(0.3)
+    wait_until(lambda: b.ready_groups() >= 3, 20)
+    assert [item.group.group_id for item in b.fetch(3)] == ["g2", "g1", "g0"]
+
+
+def test_a_peer_that_left_is_dropped_after_two_missed_announcements_not_at_its_entrys_expiry(dht_peers):
+    a = dht_peers(model_name="A", **QUIET_INDEX)
+    b = dht_peers(initial_peers=a.visible_addresses(), **QUIET_INDEX)
+    # b has heard a's announcements (every 2 s when idle), not only read its index entry
+    wait_until(lambda: b.readout().counters.get("announcements_received", 0) >= 3, 30)
+    a.publish([make_group("last")])
+    a.close()  # its index entry lives for the record ttl (600 s)
+    left = time.monotonic()
+    wait_until(lambda: a.peer_id not in {p.peer for p in b.peers()}, 30)
+    assert time.monotonic() - left < 20  # two missed announcements (2 x 2 s) and the 3 s clock tolerance
+    assert b.readout().counters["departed_senders"] == 1
