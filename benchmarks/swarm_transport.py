@@ -243,6 +243,7 @@ def observer_worker(args: argparse.Namespace) -> None:
                 initial_peers=args.initial_peer.split(","),
                 client_mode=True,
                 announce=False,
+                subscribe_topics=0,  # every announcement topic: an observer watches every publisher
                 model_name="observer",
                 join_timeout=120.0,
                 **transport_overrides(args.set),
@@ -415,6 +416,22 @@ def run_swarm(n: int, args: argparse.Namespace) -> dict[str, Any]:
         "python_rss_mb_per_peer": sum(r["python_rss_mb"] for r in results) / n,
         "p2pd_rss_mb_per_peer": statistics.mean(p2pd_rss) if p2pd_rss else None,
         "counters": counters,
+        # what the protocol did per peer and step: announcements, index reads and stores, hedges, departures
+        "per_peer_step": {
+            name: counters.get(name, 0) / max(steps, 1)
+            for name in (
+                "announcements_sent",
+                "announcements_received",
+                "index_reads",
+                "index_stores",
+                "index_bytes_read",
+                "fetched_records",
+                "hedged_fetches",
+                "fetch_failures",
+                "departed_senders",
+                "announcement_bytes",
+            )
+        },  # fmt: skip
         # --rpc-bytes: protobuf bytes of the DHT requests the peers served and their answers, per peer and step
         "rpc_bytes_per_peer_step": {k: v / max(steps, 1) for k, v in sorted(rpc_bytes.items())},
         "all_healthy": all(r["healthy"] for r in results),

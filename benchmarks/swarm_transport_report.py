@@ -15,6 +15,13 @@ def _pair(d: dict[str, Any] | None, fmt: str = "{:.3f}", low: str = "median", hi
     return f"{fmt.format(d[low])} / {fmt.format(d[high])}"
 
 
+def _ratio(d: dict[str, Any] | None, step: float, low: str = "median", high: str = "p95") -> str:
+    """A median / p95 pair as fractions of the step."""
+    if not d or d.get(low) is None or not step:
+        return "-"
+    return f"{d[low] / step:.2f} / {d[high] / step:.2f}"
+
+
 def _num(value: float | None, fmt: str = "{:.2f}") -> str:
     return "-" if value is None else fmt.format(value)
 
@@ -66,6 +73,28 @@ def write_outputs(report: dict[str, Any], out: Path = RESULTS) -> None:
             f"| {_pair(r['group_age_at_fetch_seconds'], '{:.1f}')} | {_pair(r['publish_call_ms'])} "
             f"| {_pair(r['fetch_call_ms'])} | {_pair(r['store_seconds'])} | {_pair(r['record_lookup_seconds'])} "
             f"| {_pair(r['index_read_seconds'])} | {failures} |"
+        )
+    lines += [
+        "",
+        "## Delivery and age at use against the step",
+        "",
+        "| N | step s | reader delivery s median / p95 | / step | observed delivery s median / p95 | / step "
+        "| age at use s median / p95 | / step | announcements received / sent per peer-step "
+        "| index reads / stores per peer-step | hedged fetches per peer-step |",
+        "|---" * 11 + "|",
+    ]
+    for r in rows:
+        step, per = r["interval"], r.get("per_peer_step") or {}
+        reader, age = r.get("delivery_seconds") or {}, r.get("group_age_at_fetch_seconds") or {}
+        observed = r.get("observed_delivery") or {}
+        lines.append(
+            f"| {r['peers']} | {step:.1f} | {_pair(reader, '{:.1f}')} | {_ratio(reader, step)} "
+            f"| {_pair(observed, '{:.1f}', 'latency_median_s', 'latency_p95_s')} "
+            f"| {_ratio(observed, step, 'latency_median_s', 'latency_p95_s')} "
+            f"| {_pair(age, '{:.1f}')} | {_ratio(age, step)} "
+            f"| {per.get('announcements_received', 0):.1f} / {per.get('announcements_sent', 0):.1f} "
+            f"| {per.get('index_reads', 0):.2f} / {per.get('index_stores', 0):.2f} "
+            f"| {per.get('hedged_fetches', 0):.2f} |"
         )
     kinds = sorted({k for r in rows for k in r.get("rpc_bytes_per_peer_step", {}) if not k.endswith("/calls")})
     if kinds:  # --rpc-bytes: where the bytes go, as the DHT servers among the peers saw them
@@ -143,24 +172,20 @@ NOTES = [
     "  fetched from their publishers ('served', counted at the fetching peer: key and answer); observers'",
     "  requests are left out. 'ping' includes the routing-table updates hivemind makes locally on every request",
     "  (no network). Framing (TLS, yamux, the unix socket) comes on top, so the total is below the TCP figure.",
-    "- Observed delivery: 1-2 observer peers in their own process (client mode, not listed in the index: they",
-    "  neither store records nor change the swarm) call fetch() every 0.25 s; a group's latency is the first",
-    "  fetch that returned it minus its creation time at the publisher (one machine's clock; an upper bound by",
-    "  0.25 s). Only groups created at least the delivery window before the end count, so late groups are not",
-    "  censored; delivered share = share of those groups an observer saw, mean over observers. An observer",
-    "  drains its cache at every poll, so it reads the index as often as the reader allows (index_min_interval).",
-    "  Reader delivery: the reader's own 'delivery' timing at the consuming peers (record creation to their cache).",
-    "  Group age at fetch adds the wait of a consuming peer until its next step.",
-    "- What bounds delivery latency (swarm/reader.py): not index_refresh_interval (60 s), which applies only while a",
-    "  reader's cache is full; a reader short of groups (an observer always, a consuming peer after each fetch)",
-    "  reads the index at most every index_min_interval = 2 s, but only index_shards_per_poll = 2 shards (about 4",
-    "  entries) of the level whose shards hold ~2 entries, in rotation (more shards of level 0 below N = 16). A",
-    "  given publisher's shard therefore comes round every (shards of the level / shards per read) x 2 s: 2 s at",
-    "  N = 2, 4 s at N = 8, 16 s at N = 32 (level 1), 32 s at N = 64 (level 2), i.e. ~N/2 s: one reader's latency",
-    "  to one given group grows linearly with N, while a consumer still gets fresh groups (it takes the newest refs",
-    "  of the peers its latest read listed). On top: the store (about 5 index levels written, 2 replicas each),",
-    "  and index_staleness = 5 s: a cached shard copy whose newest entry is under 5 s old ends the lookup, so a",
-    "  newer entry in the same shard can wait up to 5 s more.",
+    "- Observed delivery: 1-2 observer peers in their own process (client mode, not listed: they neither store",
+    "  records nor change the swarm; subscribed to every announcement topic of their level) call fetch() every",
+    "  0.25 s; a group's latency is the first fetch that returned it minus its creation time at the publisher (one",
+    "  machine's clock; an upper bound by 0.25 s). Only groups created at least the delivery window before the end",
+    "  count, so late groups are not censored; delivered share = share of those groups an observer saw, mean over",
+    "  observers. Reader delivery: the reader's own 'delivery' timing at the consuming peers (record creation to",
+    "  their cache). Age at use: at each consuming peer's fetch(J), now minus the creation of each group returned.",
+    "- What bounds delivery (swarm/gossip.py, swarm/reader.py): a publisher announces each record on GossipSub as",
+    "  soon as it serves it; every peer of its announcement topic (about topic_peers = 8 publishers each: 1 topic",
+    "  up to N = 8, 8 at N = 64) hears it within a few round trips. A consuming peer learns the pace of its fetch()",
+    "  calls and fetches the freshest records announced a lead time (refill_lead = 1 s, or twice the hedge time)",
+    "  before its next call, so its delivery is the age of the freshest record at that moment plus a fetch, and its",
+    "  age at use adds the lead. The index is read every index_refresh_interval (60 s), more often only while no",
+    "  announcement arrives. Observers take everything their topics announce as it comes.",
     "- publish()/fetch(): time the caller spends (never on the network). store / record lookup / index read:",
     "  the background thread's operations (store: the index entries, plus the records with serve_records=False;",
     "  record lookup: all records one poll fetches, from their publishers or by DHT lookups). fill rate: groups",

@@ -49,8 +49,12 @@ def test_two_peers_and_an_observer_report_costs_and_delivery(tmp_path):
     assert 0.5 * fetched < rpc["served/record values"] < 1.5 * fetched, (rpc, fetched)
     assert rpc["store/record values"] == 0 and rpc["rpc_served/calls"] > 0
     assert "RPC bytes, KB per peer per step" in (tmp_path / "swarm_transport.md").read_text()
+    # records reach the readers by announcements: the peers announce and hear each other's
+    per_step = run["per_peer_step"]
+    assert per_step["announcements_sent"] > 0 and per_step["announcements_received"] > 0
+    assert "Delivery and age at use against the step" in (tmp_path / "swarm_transport.md").read_text()
     # a report written again from the run's JSON keeps its figures and takes this version's notes
     again = swarm_transport.main(["--rewrite-report", str(tmp_path / "swarm_transport.json"), "--results-dir",
                                   str(tmp_path / "again")])  # fmt: skip
     assert again["runs"] == report["runs"] and again["notes"][-1] == swarm_transport.NOTES[-1]
-    assert (tmp_path / "again" / "swarm_transport.md").read_text().count("| 2 |") == 3  # one row per table
+    assert (tmp_path / "again" / "swarm_transport.md").read_text().count("| 2 |") == 4  # one row per table
