@@ -181,9 +181,9 @@ def worker(args: argparse.Namespace) -> None:
                 t = time.perf_counter()
                 got = p.fetch(args.j)
                 measures["fetch_call"].append(time.perf_counter() - t)
-                if step[p.peer_id] > 2:  # the first steps run before anything was published
+                if step[p.peer_id] > 2:  # the first steps run before anything was published, or the pace was learnt
                     measures["fetched"].append(len(got))
-                measures["age"].extend(time.time() - item.group.created_at for item in got)
+                    measures["age"].extend(time.time() - item.group.created_at for item in got)
             time.sleep(0.005)
         # CPU and I/O first, at the end of the measured time: what follows (read-outs, JSON) is not the swarm's
         python_cpu = cpu_seconds(me) - cpu_start["python"]
