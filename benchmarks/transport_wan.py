@@ -70,6 +70,7 @@ def worker(args: argparse.Namespace) -> None:
         prefetch_groups=256 if observer else 2 * args.j,
         model_name="bench",
         announce=not observer,  # observers publish nothing: readers need not list them
+        subscribe_topics=0 if observer else 1,  # an observer hears every announcement topic
     )
     peer = None
     try:
@@ -85,7 +86,7 @@ def worker(args: argparse.Namespace) -> None:
         watcher = DeliveryObserver(peer, log).start() if observer else None
         rng = random.Random(args.host)
         due = start + rng.uniform(0, args.interval)
-        step, steps, published, snapshots = 0, [], [], []
+        step, steps, published, snapshots, ages = 0, [], [], [], []
         next_snapshot = start
         while time.time() < end:
             now = time.time()
@@ -101,7 +102,9 @@ def worker(args: argparse.Namespace) -> None:
                 ]
                 peer.publish(groups)
                 published += [[g.group_id, g.created_at] for g in groups]
-                steps.append([time.time(), len(peer.fetch(args.j))])
+                got = peer.fetch(args.j)
+                steps.append([time.time(), len(got)])
+                ages += [[time.time(), time.time() - item.group.created_at] for item in got]
             time.sleep(0.01)
         if watcher is not None:
             watcher.stop()
@@ -113,6 +116,7 @@ def worker(args: argparse.Namespace) -> None:
             "steps": steps,
             "published": published,
             "latencies": log.latencies,
+            "ages": ages,
             "snapshots": snapshots,
             "healthy": peer.healthy(),
         }
@@ -319,6 +323,7 @@ def window_stats(
         latencies += seen
         shares.append(len(seen) / len(created) if created else None)
     fetched = [got for r in publishers for t, got in r["steps"] if start <= t < end]
+    ages = [age for r in publishers for t, age in r.get("ages", []) if start <= t < end]
     failures: Counter[str] = Counter()
     for r in run["results"]:
         if hosts is None or r["host"] in hosts or r["role"] == "observer":
@@ -330,6 +335,8 @@ def window_stats(
         "latency_p95_s": percentile(latencies, 0.95),
         "delivered_share": sum(known) / len(known) if known else None,
         "fill_rate": sum(fetched) / (len(fetched) * j) if fetched else None,
+        "age_median_s": percentile(ages, 0.5),
+        "age_p95_s": percentile(ages, 0.95),
         "steps": len(fetched),
         "failures": sum(failures[k] for k in FAILURES),
         "counters": dict(failures),
@@ -438,15 +445,17 @@ def write_outputs(report: dict[str, Any], out: Path = RESULTS) -> None:
         *record_lines(report),
         f"Setup: {report['setup']}",
         "",
-        "## Delivery and fill rate per condition",
+        "## Delivery, age at use and fill rate per condition",
         "",
-        "| condition | groups published | delivery s median / p95 | delivered share | fill rate (J) | failures |",
-        "|---|---|---|---|---|---|",
+        f"| condition | groups published | delivery s median / p95 | delivered share | fill rate (J) "
+        f"| age at use s median / p95 (step {report['settings']['interval']:g} s) | failures |",
+        "|---|---|---|---|---|---|---|",
     ]
     for name, c in a["conditions"].items():
         lines.append(
             f"| {name} | {c['groups_published']} | {fmt(c['latency_median_s'])} / {fmt(c['latency_p95_s'])} "
-            f"| {fmt(c['delivered_share'])} | {fmt(c['fill_rate'])} | {c['failures']} |"
+            f"| {fmt(c['delivered_share'])} | {fmt(c['fill_rate'])} "
+            f"| {fmt(c.get('age_median_s'), '{:.1f}')} / {fmt(c.get('age_p95_s'), '{:.1f}')} | {c['failures']} |"
         )
     dur, before, own, back = (
         d["others_during_cut"],

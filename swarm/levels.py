@@ -116,3 +116,14 @@ def topic_index_shards(topic_shard: int, topic_level: int, index_level: int, con
     if index_count % topic_count == 0:
         return list(range(topic_shard, index_count, topic_count))
     return [topic_shard % index_count]
+
+
+def size_from_distances(distances: list[int], nearest: int, bits: int = 160) -> float | None:
+    """The number of peers in a DHT, estimated from the XOR distances from one node to the others it knows: the i-th
+    nearest of N uniformly random ids is about i / N of the id space away, fitted by least squares over the
+    ``nearest`` nearest known (a node knows its nearest neighbours best); ``None`` with fewer than two."""
+    scaled = [d / float(1 << bits) for d in sorted(distances)[:nearest] if d > 0]
+    if len(scaled) < 2:
+        return None
+    ranks = range(1, len(scaled) + 1)
+    return sum(i * i for i in ranks) / sum(i * d for i, d in zip(ranks, scaled, strict=False))

@@ -46,6 +46,7 @@ from swarm.daemon import (
     remove_files,
     remove_stale_sockets_since,
 )
+from swarm.levels import size_from_distances
 from swarm.pubsub import PubsubP2P
 from swarm.served import RECORD_HANDLER, ServedRecords
 from swarm.transport import SwarmCounters
@@ -231,19 +232,14 @@ class DHTPeer:
         return list(node.protocol.routing_table.peer_id_to_uid) if node is not None else []
 
     def size_prior(self) -> float | None:
-        """A rough estimate of the swarm's size from the DHT's own view: the XOR distances from this node to its
-        nearest neighbours (the i-th nearest of N uniformly random ids is about i / N of the id space away, fitted
-        by least squares over up to ``dht_bucket_size`` of them); ``None`` with fewer than two neighbours."""
+        """A rough estimate of the swarm's size from the DHT's own view: :func:`swarm.levels.size_from_distances` of
+        the XOR distances from this node to its neighbours; ``None`` with fewer than two neighbours."""
         node = self.node
         if node is None:
             return None
         own = node.node_id
-        distances = sorted(own.xor_distance(uid) for uid in list(node.protocol.routing_table.uid_to_peer_id))
-        distances = [d / float(1 << 160) for d in distances[: self.config.dht_bucket_size] if d > 0]
-        if len(distances) < 2:
-            return None
-        ranks = range(1, len(distances) + 1)
-        return sum(i * i for i in ranks) / sum(i * d for i, d in zip(ranks, distances, strict=False))
+        distances = [own.xor_distance(uid) for uid in list(node.protocol.routing_table.uid_to_peer_id)]
+        return size_from_distances(distances, self.config.dht_bucket_size)
 
     def wake(self, job: str) -> None:
         """Run background job ``job`` now instead of at its next interval (from any thread; ignored once closed)."""
