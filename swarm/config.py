@@ -269,7 +269,7 @@ class DHTTransportConfig:
         metadata={
             "help": "Peers per announcement topic: a swarm of N peers has 2**level topics with level the lowest that "
             "puts at most this many in each (swarm.levels). A peer hears the announcements of its topic's peers, "
-            "each about min(topic_peers, 10) times over GossipSub's mesh, so its cost per step grows with this; "
+            "each several times over GossipSub's mesh (its duplicates), so its cost per step grows with this; "
             "every peer of a swarm should use the same value."
         },
     )

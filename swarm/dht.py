@@ -1,4 +1,5 @@
-"""One peer's swarm transport over the hivemind DHT: a peer, a publisher and a reader behind SwarmTransport.
+"""One peer's swarm transport over the hivemind DHT: a peer, a publisher, a reader and its announcement topics behind
+SwarmTransport.
 
 :class:`DHTTransport` runs one hivemind :class:`~hivemind.dht.node.DHTNode` (and its ``p2pd`` daemon) on an
 asyncio event loop in a background thread of this process (:mod:`swarm.peer`). Every public method is synchronous,
@@ -15,7 +16,16 @@ Layout in the DHT (all values are msgpack bytes of :mod:`swarm.records`, owner-s
   one subkey per peer (its owner marker) holding its :class:`~swarm.records.IndexEntry` (model name, last few
   record references, the libp2p id that serves them); ``shard`` comes from a hash of the sender, so no key
   carries everyone's payload, and level ``l`` has ``index_shards * 2**l`` shards, so a reader finds a level with a
-  few entries per shard at any swarm size (:func:`swarm.validation.index_keys`, :mod:`swarm.reader`).
+  few entries per shard at any swarm size (:mod:`swarm.levels`, :mod:`swarm.index_reader`). The index serves
+  bootstrap, late joiners, :meth:`DHTTransport.peers` and the estimate of N; it is rewritten every
+  ``announce_interval``.
+
+Fresh records travel by push (``gossip``, the default): a publisher announces each record at once on its
+announcement topics over GossipSub (:mod:`swarm.gossip`, :mod:`swarm.announcements`, ``f"{swarm_name}/announce/
+L{level}/{shard}"``, split as the swarm grows so that a topic carries about ``topic_peers`` publishers), and a
+reader fetches the freshest records announced just before its next :meth:`DHTTransport.fetch` is due
+(:mod:`swarm.reader`). A closed swarm (``membership_path``) accepts its members alone (:mod:`swarm.membership`); a
+peer nobody can dial switches to client mode (:mod:`swarm.reachability`).
 
 Traps of hivemind 1.1.12 this package works around:
 

@@ -101,7 +101,8 @@ class MemoryTransport(SwarmTransport):
                 self._counters.reject(e.reason)
                 continue
             fresh.append((seq, ReceivedGroup(sender=sender, group=group)))
-        self._swarm._rng.shuffle(fresh)
+        self._swarm._rng.shuffle(fresh)  # ties of date in random order
+        fresh.sort(key=lambda item: -item[1].group.created_at)  # newest first, as every transport hands them out
         taken, kept = fresh[:max_groups], fresh[max_groups:]
         # Groups not taken now stay available for the next fetch, like the DHT transport's cache.
         self._cursor_seen.difference_update(seq for seq, _ in kept)

@@ -2,10 +2,10 @@
 from each, which went silent or do not answer, and which records to fetch next, freshest first across publishers.
 
 A peer is heard from when an announcement of it arrives (:mod:`swarm.announcements`) or an index read lists an
-entry it wrote. It is *departed* once it missed ``departed_after_missed`` announcements: silent for that many times
-its announcement period (:func:`announcement_period`: a publisher says "still here" whenever it was silent that long;
-for a peer known only from the index, whose entry is rewritten every ``announce_interval``, that plus
-``index_refresh_interval``), plus the clock tolerance. A departed peer's records are not chosen and it is not listed;
+entry it wrote. A peer heard from by announcements is *departed* once it missed ``departed_after_missed`` of them:
+silent for that many times its announcement period (:func:`announcement_period`: a publisher says "still here"
+whenever it was silent that long) plus the clock tolerance; a peer known from the index alone is forgotten when its
+entry expires. A departed peer's records are not chosen and it is not listed;
 it is back as soon as it is heard from again. A publisher whose served record could not be fetched *rests*: its
 records are not chosen for a while (``_UNREACHABLE_SECONDS``), or until it is heard from after the failure.
 """
@@ -175,14 +175,9 @@ class SenderBook:
     # ------------------------------------------------------------------------------ departures
 
     def usual_gap(self, state: SenderState) -> float:
-        """The gap at which ``state``'s peer is expected to be heard from: its :func:`announcement_period` from the
-        arrivals of its announcements; for a peer not heard from by announcements, the longest an index entry
-        rewritten every ``announce_interval`` can be old when an index read every ``index_refresh_interval`` finds
-        it."""
-        config = self.config
-        if not state.announced_at:
-            return config.announce_interval + config.index_refresh_interval
-        return announcement_period(list(state.announced_at), config.announce_interval)
+        """The gap at which ``state``'s peer is expected to announce: its :func:`announcement_period` from the
+        arrivals of its announcements (``announce_interval`` before any)."""
+        return announcement_period(list(state.announced_at), self.config.announce_interval)
 
     def _silent(self, state: SenderState, now: float) -> bool:
         allowed = self.config.departed_after_missed * self.usual_gap(state) + self.config.clock_skew_tolerance
@@ -190,12 +185,13 @@ class SenderBook:
 
     def mark_departures(self) -> list[str]:
         """Mark the peers that missed ``departed_after_missed`` announcements as departed; returns those marked
-        now (each is counted once as ``departed_senders``)."""
+        now (each is counted once as ``departed_senders``). Only peers heard from by announcements can miss one: a
+        peer known from the index alone is forgotten when its entry expires."""
         now = self._clock.time()
         marked = []
         with self._lock:
             for sender, state in self._senders.items():
-                if not state.departed and self._silent(state, now):
+                if state.announced_at and not state.departed and self._silent(state, now):
                     state.departed = True
                     marked.append(sender)
         for sender in marked:

@@ -121,10 +121,13 @@ class SwarmTransport(ABC):
 
     @abstractmethod
     def fetch(self, max_groups: int) -> list[ReceivedGroup]:
-        """Return up to ``max_groups`` groups of other peers that were not returned before; never blocks.
+        """Return up to ``max_groups`` groups of other peers that were not returned before, newest first; never
+        blocks.
 
         Groups are within the transport's record lifetime; how old a group a node still trains on is the node's
-        choice (``SAPOConfig.max_group_age``, applied by its sampler).
+        choice (``SAPOConfig.max_group_age``, applied by its sampler). A transport that fetches in the background
+        (:class:`swarm.dht.DHTTransport`) learns the pace and size of these calls and fetches the freshest groups
+        just before the next call is due: call it once per step with the number of groups the step wants.
         """
 
     @abstractmethod
