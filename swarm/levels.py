@@ -99,13 +99,18 @@ def publish_topics(peer: str, level: int, config: DHTTransportConfig) -> list[st
     return [topic_name(config.swarm_name, lvl, home_topic_shard(peer, lvl)) for lvl in levels]
 
 
-def subscribe_topics(peer: str, level: int, config: DHTTransportConfig) -> list[str]:
-    """The topics peer ``peer`` subscribes to at topic level ``level``: its home topic and the next
-    ``subscribe_topics - 1`` shards of the level (every shard of it with ``subscribe_topics`` 0)."""
+def subscribed_shards(peer: str, level: int, config: DHTTransportConfig) -> list[int]:
+    """The shards of topic level ``level`` peer ``peer`` subscribes to: its home topic's and the next
+    ``subscribe_topics - 1`` (every shard of the level with ``subscribe_topics`` 0)."""
     shards = 1 << level
     count = shards if config.subscribe_topics == 0 else min(config.subscribe_topics, shards)
     home = home_topic_shard(peer, level)
-    return [topic_name(config.swarm_name, level, (home + i) % shards) for i in range(count)]
+    return [(home + i) % shards for i in range(count)]
+
+
+def subscribe_topics(peer: str, level: int, config: DHTTransportConfig) -> list[str]:
+    """The topics peer ``peer`` subscribes to at topic level ``level`` (:func:`subscribed_shards`)."""
+    return [topic_name(config.swarm_name, level, shard) for shard in subscribed_shards(peer, level, config)]
 
 
 def topic_index_shards(topic_shard: int, topic_level: int, index_level: int, config: DHTTransportConfig) -> list[int]:

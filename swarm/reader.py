@@ -40,7 +40,7 @@ from swarm.clock import SYSTEM_CLOCK, Clock
 from swarm.config import DHTTransportConfig
 from swarm.fetcher import DHTLookup, RecordFetcher
 from swarm.index_reader import IndexReader
-from swarm.levels import home_topic_shard, topic_level_for
+from swarm.levels import home_topic_shard, subscribed_shards, topic_level_for
 from swarm.records import ReceivedGroup, RecordRef, RecordRejected, decode_record
 from swarm.senders import SenderBook
 from swarm.served import ServedLookup
@@ -109,6 +109,8 @@ class SwarmReader:
         self._skew_warned: collections.OrderedDict[str, None] = collections.OrderedDict()  # warned once each
         self._last_index_read = -float("inf")
         self._last_announcement = -float("inf")  # monotonic time of the latest valid announcement
+        self._listening: tuple[int, frozenset[int]] | None = None  # topic level and shards listened to...
+        self._listening_since = 0.0  # ...since this wall time
 
     # ------------------------------------------------------------------------------ any thread
 
@@ -227,7 +229,7 @@ class SwarmReader:
 
     async def poll(self, dht: DHTLookup) -> None:
         """One background round: mark departed peers, read the index when due, refill the cache when due."""
-        self.book.mark_departures()
+        self._mark_departures()
         wanted = self.wanted()
         since = self._clock.monotonic() - self._last_index_read
         # With announcements, fresh records arrive without the index: it is read for more only while none arrives
@@ -246,6 +248,19 @@ class SwarmReader:
         if wanted > 0:
             chosen, spares = self.book.choose(wanted, _SPARES)
             await self.fetcher.fetch(dht, chosen, spares)
+
+    def _mark_departures(self) -> None:
+        """Mark as departed the peers of the topics this peer listens to that missed their announcements (peers of
+        topics it just started to listen to have their announcement periods from then on)."""
+        if not self.config.gossip:
+            self.book.mark_departures()
+            return
+        level = self.topic_level()
+        listening = (level, frozenset(subscribed_shards(self._label, level, self.config)))
+        if listening != self._listening:
+            self._listening, self._listening_since = listening, self._clock.time()
+        shards = listening[1]
+        self.book.mark_departures(lambda sender: home_topic_shard(sender, level) in shards, self._listening_since)
 
     async def read_index(self, dht: DHTLookup) -> None:
         """Read the next index shards now (see :mod:`swarm.index_reader`)."""

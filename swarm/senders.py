@@ -16,6 +16,7 @@ import collections
 import logging
 import random
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from swarm.announcements import Announcement
@@ -179,19 +180,22 @@ class SenderBook:
         arrivals of its announcements (``announce_interval`` before any)."""
         return announcement_period(list(state.announced_at), self.config.announce_interval)
 
-    def _silent(self, state: SenderState, now: float) -> bool:
+    def _silent(self, state: SenderState, now: float, since: float = -float("inf")) -> bool:
         allowed = self.config.departed_after_missed * self.usual_gap(state) + self.config.clock_skew_tolerance
-        return now - state.heard_at > allowed
+        return now - max(state.heard_at, since) > allowed
 
-    def mark_departures(self) -> list[str]:
+    def mark_departures(self, audible: Callable[[str], bool] = lambda sender: True, since: float = 0.0) -> list[str]:
         """Mark the peers that missed ``departed_after_missed`` announcements as departed; returns those marked
-        now (each is counted once as ``departed_senders``). Only peers heard from by announcements can miss one: a
-        peer known from the index alone is forgotten when its entry expires."""
+        now (each is counted once as ``departed_senders``). Only peers whose announcements this peer should hear
+        (``audible``: on the topics it listens to now, which it has done since wall time ``since``) can miss one;
+        a peer known from the index alone is forgotten when its entry expires."""
         now = self._clock.time()
         marked = []
         with self._lock:
             for sender, state in self._senders.items():
-                if state.announced_at and not state.departed and self._silent(state, now):
+                if not state.announced_at or state.departed or not audible(sender):
+                    continue
+                if self._silent(state, now, since):
                     state.departed = True
                     marked.append(sender)
         for sender in marked:

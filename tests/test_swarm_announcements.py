@@ -240,3 +240,16 @@ def test_a_slow_publisher_is_hedged_with_a_record_of_another_after_a_round_trip_
     asyncio.run(reader.reader.fetch_records(net.dht, 1))
     assert reader.counters.snapshot()["hedged_fetches"] == 1
     assert sorted(reader.taken_ids(10)) == ["fast-1", "slow-1"]  # the slow one arrived too, and is kept
+
+
+def test_only_peers_of_the_topics_listened_to_since_long_enough_can_miss_announcements():
+    net = Net()
+    a, b = Peer(net), Peer(net)
+    for step in range(3):
+        a.publish(f"a{step}")
+        net.clock.advance(10)
+    net.clock.advance(30)  # a silent for 40 s: two missed announcements
+    book = b.reader.book
+    assert book.mark_departures(audible=lambda sender: False) == []  # a's topic is no longer listened to
+    assert book.mark_departures(since=net.clock.time() - 5) == []  # listened to for 5 s only
+    assert book.mark_departures() == [a.peer_id]
