@@ -50,6 +50,7 @@ from swarm.clock import SYSTEM_CLOCK, Clock
 from swarm.config import MULTIADDR_FORM, DHTTransportConfig, validate_addresses, validate_multiaddr
 from swarm.gossip import GOSSIP_ROUND_SECONDS, Gossip, topic_mates
 from swarm.identity import load_or_create_signing_key
+from swarm.levels import subscribed_shards
 from swarm.membership import Membership, MembershipValidator, load_membership
 from swarm.peer import BackgroundJob, DHTPeer, SwarmJoinError
 from swarm.publisher import SwarmPublisher
@@ -132,7 +133,9 @@ class DHTTransport(SwarmTransport):
         if config.gossip:
             self.gossip = Gossip(
                 config, lambda: self.peer.p2p, self._peer_id, self.reader.topic_level, self.reader.take_announcement,
-                lambda level: topic_mates(self._peer_id, self.reader.book.hosts(), level), self._counters,
+                lambda level: topic_mates(
+                    self.reader.book.hosts(), level, subscribed_shards(self._peer_id, level, config)
+                ), self._counters,
             )  # fmt: skip
         # The publisher writes its index entry to the levels that readers of the swarm size this reader sees read,
         # once the reader has read the index (a peer that has not looked does not know where to write).

@@ -6,7 +6,7 @@ Which topics (:mod:`swarm.levels`): a peer subscribes to its home topic at the t
 changes (the estimate crossed a boundary), the new topics are joined before the old ones are left.
 
 GossipSub meshes only peers that are connected, and p2pd has no discovery of topic peers: this peer dials the
-libp2p hosts of the peers its reader knows to share its home topic (from announcements and the index reads, which
+libp2p hosts of the peers its reader knows to share a topic it listens to (from announcements and the index reads, which
 go over the topic's index shards), a few per round, so that the topic's mesh forms at any swarm size.
 """
 
@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import random
 from collections.abc import Callable
 from typing import Any
 
@@ -39,7 +40,7 @@ class Gossip:
         peer: this peer's id (its home topics are hashes of it).
         topic_level: returns the topic level this peer's estimate of N gives (the reader's).
         on_announcement: called with ``(data, publisher's libp2p id)`` for every message of a subscribed topic.
-        topic_hosts: returns the libp2p hosts of the peers known to share this peer's home topic at a level.
+        topic_hosts: returns the libp2p hosts of the peers known to share a topic this peer listens to at a level.
         counters: where announcements sent, failures and dials are counted.
     """
 
@@ -139,7 +140,10 @@ class Gossip:
                 await self._leave(topic)
 
 
-def topic_mates(peer: str, senders: dict[str, str], level: int) -> list[str]:
-    """The hosts (values of ``senders``, by peer id) of the peers whose home topic at ``level`` is ``peer``'s."""
-    home = home_topic_shard(peer, level)
-    return [host for sender, host in senders.items() if home_topic_shard(sender, level) == home]
+def topic_mates(senders: dict[str, str], level: int, shards: list[int]) -> list[str]:
+    """The hosts (values of ``senders``, by peer id) of the peers whose home topic at ``level`` is one of
+    ``shards`` (the topics a peer listens to), in random order."""
+    wanted = set(shards)
+    hosts = [host for sender, host in senders.items() if home_topic_shard(sender, level) in wanted]
+    random.shuffle(hosts)  # rounds dial a few each: not always the same ones first
+    return hosts

@@ -18,8 +18,6 @@ import math
 from swarm.config import DHTTransportConfig
 from swarm.validation import index_shard_of
 
-_WRITE_LEVELS_ABOVE = 2  # levels written above the last whose shards hold an entry: readers estimating 2x more
-_WRITE_LEVELS_BELOW = 1  # levels written below the read level: readers estimating half as many peers
 TOPIC_MAX_LEVEL = 16
 """The highest topic level: 65536 topics."""
 
@@ -53,16 +51,13 @@ def shards_per_read(estimate: float | None, level: int, config: DHTTransportConf
 
 def write_levels_for(estimate: float | None, config: DHTTransportConfig) -> range:
     """The index levels a publisher writes to when its peer estimates ``estimate`` peers (``None``: no estimate
-    yet, every level): from one below the level a reader of that estimate reads (readers estimating half as many
-    find it) to two above the last level whose shards hold an entry (readers estimating twice as many). At most
-    about 5 levels, whose shards hold at most ~2 x ``index_shard_entries`` entries: a store's cost is flat in N."""
+    yet, every level): from one below to one above the level a reader of that estimate reads, so that readers
+    estimating from half to twice as many find it, and a reader probing every third level (:func:`probe_levels`)
+    does too. Three levels, whose shards hold about ``index_shard_entries`` entries: a store's cost is flat in N."""
     if estimate is None:
         return range(config.index_max_level + 1)
-    per_shard_at_level_0 = estimate / config.index_shards
-    filled = math.floor(math.log2(per_shard_at_level_0)) if per_shard_at_level_0 >= 1 else 0
-    top = min(filled + _WRITE_LEVELS_ABOVE, config.index_max_level)
-    bottom = max(0, min(read_level_for(estimate, config) - _WRITE_LEVELS_BELOW, top))
-    return range(bottom, top + 1)
+    level = read_level_for(estimate, config)
+    return range(max(0, level - 1), min(level + 1, config.index_max_level) + 1)
 
 
 def probe_levels(config: DHTTransportConfig) -> list[int]:

@@ -234,7 +234,9 @@ class SwarmReader:
         since = self._clock.monotonic() - self._last_index_read
         # With announcements, fresh records arrive without the index: it is read for more only while none arrives
         # (a peer that has just joined, or whose topic is silent).
-        silent = self._clock.monotonic() - self._last_announcement > self.config.announce_interval
+        config = self.config
+        quiet = config.departed_after_missed * config.announce_interval + config.clock_skew_tolerance
+        silent = self._clock.monotonic() - self._last_announcement > quiet
         starving = wanted > 0 and (not self.config.gossip or silent)
         if since >= self.config.index_refresh_interval or (starving and since >= self.config.index_min_interval):
             self._last_index_read = self._clock.monotonic()
