@@ -300,6 +300,24 @@ def simulate(peers: int, costs: dict[str, Any], args: Any, rng: random.Random) -
     }
 
 
+def model_check(transport: dict[str, Any], costs: dict[str, Any], args: Any, rng: random.Random) -> dict[str, Any]:
+    """The model at the loopback run's own N and step, beside what that run measured (network bytes per peer-step
+    over the payload): how far the model's accounting is from the real one where both exist."""
+    from swarm.config import DHTTransportConfig
+
+    run = next(r for r in transport["runs"] if r["peers"] == args.reference)
+    config = DHTTransportConfig()
+    at_reference = argparse.Namespace(**{**vars(args), "step": run["interval"], "lifetime": None})
+    lookups = lookup_counts(args.reference, args.lookups, config, rng)
+    model = steady_bytes(args.reference, costs, config, lookups, at_reference)
+    return {
+        "peers": args.reference,
+        "step": run["interval"],
+        "model": model["ratio"],
+        "measured": run["network_to_payload"],
+    }
+
+
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     """Simulate each size and write transport_scale.{json,md}."""
     parser = argparse.ArgumentParser(prog="python -m benchmarks.transport_scale", description=__doc__.split("\n")[0])
@@ -319,15 +337,20 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--results-dir", default=str(RESULTS), help="where the outputs go")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
-    costs = measured_costs(
-        json.loads(Path(args.transport).read_text()), json.loads(Path(args.gossip).read_text()), args.reference
-    )
+    transport = json.loads(Path(args.transport).read_text())
+    costs = measured_costs(transport, json.loads(Path(args.gossip).read_text()), args.reference)
     rng = random.Random(args.seed)
     runs = []
     for peers in args.sizes:
         print(f"transport_scale: N={peers} ...", flush=True)
         runs.append(simulate(peers, costs, args, rng))
-    report = {**run_record(), "settings": vars(args), "costs": costs, "runs": runs}
+    report = {
+        **run_record(),
+        "settings": vars(args),
+        "costs": costs,
+        "check": model_check(transport, costs, args, rng),
+        "runs": runs,
+    }
     write_report(Path(args.results_dir), "transport_scale", report, report_lines(report))
     return report
 
@@ -360,7 +383,11 @@ def report_lines(report: dict[str, Any]) -> list[str]:
             f"| {churn['total'] / 1e3:.1f}, {churn['ratio']:.2f}x "
             f"| {r['find_requests_per_lookup']['read']:.1f} / {r['find_requests_per_lookup']['store']:.1f} |"
         )
+    check = report["check"]
     lines += [
+        "",
+        f"Check against the loopback run itself (N = {check['peers']}, its {check['step']:g} s step): the model gives "
+        f"{check['model']:.2f}x the payload, the run measured {check['measured']:.2f}x.",
         "",
         "## Delivery and age at use (one reader's topic, Monte Carlo)",
         "",

@@ -79,7 +79,7 @@ def test_the_report_is_written_from_measured_runs(tmp_path):
     transport = {
         "runs": [
             {
-                "peers": 64, "interval": 48.0, "tcp_bytes_per_peer_step": 400000,
+                "peers": 64, "interval": 48.0, "tcp_bytes_per_peer_step": 400000, "network_to_payload": 2.0,
                 "published_bytes_per_peer_step": 48000, "record_lookup_seconds": {"median": 0.02},
                 "counters": {"index_bytes_read": 3300, "index_entries_read": 10},
                 "per_peer_step": {"announcements_received": 7.0},
@@ -105,3 +105,4 @@ def test_the_report_is_written_from_measured_runs(tmp_path):
     assert [r["peers"] for r in report["runs"]] == [64, 500]
     page = (tmp_path / "transport_scale.md").read_text()
     assert page.count("| 500 |") == 3 and "Assumptions" in page
+    assert report["check"]["measured"] == 2.0 and report["check"]["model"] > 0  # the model beside the run it uses
