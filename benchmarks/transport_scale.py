@@ -133,7 +133,10 @@ def measured_costs(transport: dict[str, Any], gossip: dict[str, Any], reference:
     gossip_here = per.get("announcements_received", 0) * gossip_by_size[topic]
     network = run["tcp_bytes_per_peer_step"] / 2
     return {
-        "find_request_bytes": (rpc.get("find/request", 0) + rpc.get("find/nearest peers", 0)) / finds,
+        # a find request and its answer: the neighbours it names and the index values it carries (shards of a few
+        # entries at any N: the levels are chosen for that)
+        "find_request_bytes": sum(rpc.get(k, 0) for k in ("find/request", "find/nearest peers", "find/index values"))
+        / finds,
         "store_request_bytes": (rpc.get("store/index values", 0) + rpc.get("store/rest", 0)) / stores,
         "entry_bytes": counters.get("index_bytes_read", 0) / max(counters.get("index_entries_read", 0), 1),
         "served_request_bytes": rpc.get("served/request", 0) / served,
@@ -163,19 +166,16 @@ def gossip_bytes(costs: dict[str, Any], topic: float) -> float:
 
 def steady_bytes(peers: int, costs: dict[str, Any], config: Any, lookups: dict[str, float], args: Any) -> dict:
     """Network bytes per peer and step by kind, in a swarm of ``peers`` whose estimates of N are right."""
-    from swarm.levels import read_level_for, topic_level_for, write_levels_for
+    from swarm.levels import topic_level_for, write_levels_for
 
     step, framing = args.step, costs["framing"]
     topic = peers / 2 ** topic_level_for(peers, config)
     records = math.ceil(args.j / args.groups_per_record)
-    shard_entries = peers / (config.index_shards << read_level_for(peers, config))
-    shard_bytes = min(shard_entries, peers) * costs["entry_bytes"]
     levels = len(write_levels_for(peers, config))
     store = levels * (
-        lookups["store"] * costs["find_request_bytes"]
-        + config.dht_num_replicas * (costs["store_request_bytes"] + shard_bytes)
+        lookups["store"] * costs["find_request_bytes"] + config.dht_num_replicas * costs["store_request_bytes"]
     )
-    read = config.index_shards_per_poll * (lookups["read"] * costs["find_request_bytes"] + 1.5 * shard_bytes)
+    read = config.index_shards_per_poll * lookups["read"] * costs["find_request_bytes"]
     stale = 1 + config.record_ttl / args.lifetime if args.lifetime else 1.0  # departed peers' entries until expiry
     kinds = {
         "announcements": topic * gossip_bytes(costs, topic),
@@ -265,9 +265,11 @@ def start_at_once(
         cost = 0.0
         for levels in levels_of[name]:
             for level in levels:
-                shard = per_level[level] / (config.index_shards << level) * costs["entry_bytes"]
+                # the replicas on a store's way answer with the whole shard: beyond the usual few entries (in the
+                # measured find cost), each entry more costs its bytes per replica
+                extra = max(0.0, per_level[level] / (config.index_shards << level) - config.index_shard_entries)
                 cost += lookups["store"] * costs["find_request_bytes"] + config.dht_num_replicas * (
-                    costs["store_request_bytes"] + shard
+                    costs["store_request_bytes"] + extra * costs["entry_bytes"]
                 )
         cost = cost / len(levels_of[name]) * costs["framing"]
         out[name] = {
@@ -435,7 +437,8 @@ def report_lines(report: dict[str, Any]) -> list[str]:
         "Assumptions: every peer's estimate of N is right in the steady state (the DHT prior alone is within the "
         "percentiles shown; the index estimate is better), so a topic holds N / 2**level peers and the index entry "
         "goes to the levels for N; routing tables are full (every bucket holds its share of random ids); a lookup's "
-        "find answers are priced alike at every N (ten neighbours each) and a read ends at the first replica it asks; "
+        "find answers are priced alike at every N (as measured: ten neighbours and the values of shards of a few "
+        "entries) and a read ends at the first replica it asks; "
         "GossipSub's duplicates per subscriber are those measured at that topic size (the topics stay at most "
         "topic_peers large at any N, so no extrapolation is needed); the index entries of departed peers stay until "
         "their ttl, making index reads longer by record_ttl / lifetime; a newcomer's join costs a lookup, a read and a "
