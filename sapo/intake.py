@@ -7,16 +7,18 @@ One round's intake (:meth:`Intake.take`), in order:
 3. re-derive the truth: the question is regenerated or looked up (:class:`sapo.verification.QuestionVerifier`), and
    the prompt trained on is written here around it;
 4. hygiene: the group's size and every completion's text;
-5. score every completion once with this peer's reward functions (the trainer passes TRL's reward path): these are
-   the rewards the round trains with, nothing scores an external group again;
+5. tokenize every completion once and score it with this peer's reward functions (through the
+   :class:`sapo.probe.PolicyProbe`, TRL's own reward path): these are the tokens and rewards the round trains with;
 6. sample: the sampler chooses up to J of the scored candidates;
-7. plausibility: chosen groups whose completions this policy would not write are dropped
-   (:mod:`sapo.plausibility`); its reference is the node's own completions, handed in from the loss pass
-   (:meth:`Intake.observe_loss_pass`).
+7. plausibility: chosen groups whose completions this policy would not write are dropped (:mod:`sapo.plausibility`)
+   and their slots go to the next usable candidates; its reference is the node's own completions, handed in from the
+   loss pass (:meth:`Intake.observe_loss_pass`). Tokens far below this policy's own get no weight in the loss
+   (`SAPOConfig.external_token_floor`).
 
-It returns the chosen groups with their rewards, and counts the reason for every drop (`totals`, per sender in
-`sender_outcomes`). With several processes, every process runs the same intake on the main process's fetch and
-verdicts, so that all make the same choice; each then trains on an equal share of it.
+It returns the chosen groups with their tokens, rewards and token weights, counts the reason for every drop (`totals`,
+per sender in `sender_outcomes`) and writes every group judged to the group log (:mod:`sapo.group_log`). With several
+processes, every process runs the same intake on the main process's fetch and verdicts, so that all make the same
+choice; each then trains on an equal share of it.
 """
 
 from __future__ import annotations
@@ -36,7 +38,8 @@ from accelerate.utils import broadcast_object_list, gather_object
 from sapo.config import SAPOConfig
 from sapo.group_log import OWN, TAKEN, GroupLog, GroupRecord, reward_summary
 from sapo.hygiene import CompletionFilter, CompletionHygiene
-from sapo.plausibility import CompletionStatistics, PlausibilityCheck
+from sapo.plausibility import PlausibilityCheck, floor_mask
+from sapo.probe import PolicyProbe
 from sapo.sampling import Candidate, ExternalSampler, OwnSuccess, Selection, make_sampler
 from sapo.standing import SenderStanding
 from sapo.verification import GroupDropped, QuestionVerifier
@@ -44,13 +47,6 @@ from swarm.records import Group
 from swarm.transport import SwarmTransport
 
 logger = logging.getLogger(__name__)
-
-Scorer = Callable[[list[dict[str, str]], list[str], dict[str, Any]], torch.Tensor]
-"""This peer's rewards of completion texts: (prompt, texts, reward columns) -> tensor (texts, reward functions)."""
-
-TypicalityScorer = Callable[[list[Candidate]], list[CompletionStatistics]]
-"""The plausibility statistics (`sapo.plausibility`: mean typicality and worst span) of every completion of the given
-groups, in order, under the current policy."""
 
 
 @dataclass
@@ -149,7 +145,6 @@ class Intake:
         self.own_success = OwnSuccess(args.success_threshold, args.success_window)  # for counting rescues
         self.group_log = group_log
         self._step = 0
-        self._external_tokens: set[tuple[int, ...]] = set()  # the latest round's external completions, as trained
 
     # ------------------------------------------------------------------------------------------------
     # one round
@@ -157,15 +152,14 @@ class Intake:
     def take(
         self,
         slots: int,
-        score: Scorer,
-        typicality: TypicalityScorer,
+        probe: PolicyProbe,
         timed: Callable[[str], Any] = lambda phase: contextlib.nullcontext(),
         step: int = 0,
     ) -> Taken:
-        """The external groups for ``slots`` group slots of every process: fetched, judged, scored once with
-        ``score``, sampled and checked for plausibility with ``typicality``. ``timed(phase)`` wraps each phase
-        (`swarm_fetch`, `external_scoring`, `plausibility`); ``step`` is the node's step, for the group log. Every
-        process calls it, in step."""
+        """The external groups for ``slots`` group slots of every process: fetched, judged, tokenized and scored once
+        through ``probe``, sampled and checked for plausibility under the policy ``probe`` reads. ``timed(phase)``
+        wraps each phase (`swarm_fetch`, `external_scoring`, `plausibility`); ``step`` is the node's step, for the
+        group log. Every process calls it, in step."""
         processes = self.accelerator.num_processes
         self._step = step
         if slots == 0 or not self.uses_swarm:
@@ -185,7 +179,7 @@ class Intake:
             else:
                 fresh.append(item)
         with timed("external_scoring"):
-            judged = [self._judge(item.sender, item.group, fetched_at, score, taken) for item in fresh]
+            judged = [self._judge(item.sender, item.group, fetched_at, probe, taken) for item in fresh]
         candidates = [c for c in judged if c is not None]
         taken.candidates, taken.scored = len(received), len(candidates)
         taken.zero_advantage = sum(c.has_zero_advantage for c in candidates)
@@ -196,7 +190,7 @@ class Intake:
         for candidate, reason in selection.set_aside:
             self._count(taken, reason)
             taken.records.append(self._candidate_record(candidate, reason))
-        chosen = self._keep_plausible(selection, typicality, timed, taken)
+        chosen = self._keep_plausible(selection, probe, timed, taken)
         for candidate in chosen:
             self._record_standing(candidate.sender, True, fetched_at)
         # An equal share for every process (each trains on the same number of own rows); a remainder is filled in.
@@ -205,6 +199,7 @@ class Intake:
         rank = self.accelerator.process_index
         taken.share = taken.chosen[rank * per_process : (rank + 1) * per_process]
         self.totals["external_groups"] += len(taken.chosen)
+        self.totals["external_truncated"] += sum(t.truncated for c in taken.chosen for t in c.tokenized)
         self.totals["fill_ins"] += slots * processes - len(taken.chosen)
         self.taken_from.update(c.sender for c in taken.chosen)
         for candidate in taken.chosen:
@@ -224,19 +219,19 @@ class Intake:
             fetched = [(self.swarm.fetch(pool_size), time.time())]
         return broadcast_object_list(fetched, from_process=0)[0]
 
-    def _judge(self, sender: str, group: Group, now: float, score: Scorer, taken: Taken) -> Candidate | None:
+    def _judge(self, sender: str, group: Group, now: float, probe: PolicyProbe, taken: Taken) -> Candidate | None:
         """A candidate, or None: a benched sender's group is set aside unread; one refused here counts as a drop in
         its sender's standing (a candidate counts once the sampler chose it and the plausibility check judged it:
         a group left in the pool says nothing of its sender, and is fetched again)."""
         if self.standing is not None and self.standing.is_benched(sender, now):
             self._drop(taken, "benched_sender", sender, group, "its recent groups kept being dropped")
             return None
-        candidate = self._verify_and_score(sender, group, score, taken)
+        candidate = self._verify_and_score(sender, group, probe, taken)
         if candidate is None:
             self._record_standing(sender, False, now)
         return candidate
 
-    def _verify_and_score(self, sender: str, group: Group, score: Scorer, taken: Taken) -> Candidate | None:
+    def _verify_and_score(self, sender: str, group: Group, probe: PolicyProbe, taken: Taken) -> Candidate | None:
         """A candidate with this peer's ground truth and rewards, or None (counted) if it cannot be used."""
         try:
             columns = self.verifier.columns_for(group)
@@ -256,13 +251,14 @@ class Intake:
         # question this node verified; the sender's prompt was only compared, never used.
         prompt = [*self.system_messages, {"role": "user", "content": columns.pop("question")}]
         group = Group(**{**vars(group), "completions": completions, "prompt": prompt})
+        tokenized = [probe.tokenize(text) for text in completions]
         try:
-            per_function = score(prompt, completions, columns).detach().cpu()
+            per_function = probe.score(prompt, tokenized, columns).detach().cpu()
         except Exception as e:  # a reward function choking on foreign text must not stop training
             self._drop(taken, "reward_error", sender, group, f"{type(e).__name__}: {e}")
             return None
         rewards = weighted_rewards(per_function, self.reward_weights).tolist()
-        return Candidate(sender, group, rewards, columns, rewards_per_func=per_function.tolist())
+        return Candidate(sender, group, rewards, columns, per_function.tolist(), tokenized)
 
     # ------------------------------------------------------------------------------------------------
     # plausibility
@@ -280,7 +276,7 @@ class Intake:
         return ready[0]
 
     def _keep_plausible(
-        self, selection: Selection, typicality: TypicalityScorer, timed: Callable[[str], Any], taken: Taken
+        self, selection: Selection, probe: PolicyProbe, timed: Callable[[str], Any], taken: Taken
     ) -> list[Candidate]:
         """The chosen groups whose every completion is plausible under this policy. A group found implausible is
         counted as dropped (`implausible`) and its slot goes to the next usable candidate the sampler ranked
@@ -292,10 +288,10 @@ class Intake:
         pending = list(selection.chosen)
         while pending:
             dropped = 0
-            for candidate, problem in zip(
-                pending, self._plausibility_verdicts(pending, typicality, timed), strict=True
-            ):
+            verdicts = self._plausibility_verdicts(pending, probe, timed)
+            for candidate, (problem, weights) in zip(pending, verdicts, strict=True):
                 if problem is None:
+                    candidate.token_weights = weights
                     kept.append(candidate)
                     continue
                 dropped += 1
@@ -318,41 +314,49 @@ class Intake:
         return None
 
     def _plausibility_verdicts(
-        self, groups: list[Candidate], typicality: TypicalityScorer, timed: Callable[[str], Any]
-    ) -> list[Any]:
-        """Per group, the plausibility check's problem, or None for a plausible group: the main process's verdicts
-        (it holds the reference), on every process."""
+        self, groups: list[Candidate], probe: PolicyProbe, timed: Callable[[str], Any]
+    ) -> list[tuple[Any, list[list[int]] | None]]:
+        """Per group, the plausibility check's problem (None for a plausible group) and its token weights (None:
+        every token): the main process's verdicts (it holds the reference), on every process."""
         verdicts: list[Any] = [None]
         if self.accelerator.is_main_process:
             with timed("plausibility"):
-                scores = typicality(groups)
-            size = self.args.num_generations
-            verdicts = [
-                [self.plausibility.group_problem(scores[i * size : (i + 1) * size]) for i in range(len(groups))]
-            ]
+                scores = probe.typicality(groups)
+            size, found = self.args.num_generations, []
+            for i in range(len(groups)):
+                group_scores = scores[i * size : (i + 1) * size]
+                problem = self.plausibility.group_problem([s.statistics for s in group_scores])
+                found.append((problem, self._token_weights(group_scores) if problem is None else None))
+            verdicts = [found]
         if self.accelerator.num_processes > 1:
             verdicts = broadcast_object_list(verdicts, from_process=0)
         return verdicts[0]
 
-    def note_external_tokens(self, completion_ids: Sequence[Sequence[int]]) -> None:
-        """The token ids of the external completions placed in this round's batch (as trained on): the loss pass
-        tells them from the node's own completions by these."""
-        self._external_tokens = {tuple(ids) for ids in completion_ids}
+    def _token_weights(self, scores: list[Any]) -> list[list[int]] | None:
+        """Per completion, 1 for each token trained on, 0 for each token whose typicality lies below
+        `external_token_floor` or within `external_token_floor_before` / `external_token_floor_after` tokens of one
+        that does (so a payload that passed the check is not learned); None with the floor off."""
+        args = self.args
+        if args.external_token_floor is None:
+            return None
+        weights = [floor_mask(s.tokens, args.external_token_floor, args.external_token_floor_before,
+                              args.external_token_floor_after) for s in scores]  # fmt: skip
+        self.totals["external_tokens"] += sum(len(w) for w in weights)
+        self.totals["external_tokens_masked"] += sum(len(w) - sum(w) for w in weights)
+        return weights
 
     def observe_loss_pass(
-        self, completion_ids: torch.Tensor, logps: torch.Tensor, entropies: torch.Tensor, mask: torch.Tensor
+        self, logps: torch.Tensor, entropies: torch.Tensor, mask: torch.Tensor, is_external: torch.Tensor | None
     ) -> None:
         """Add the plausibility statistics of the node's own completions in a loss pass to the reference: they come
         free, since the loss computes their log-probabilities and entropies anyway. Rows (tensors of shape (rows,
-        tokens)) whose completion is an external one of the round are left out, and so are fully masked rows."""
+        tokens)) that ``is_external`` marks, and fully masked rows, are left out."""
         if self.plausibility is None:
             return
-        own = [
-            i
-            for i, (ids, row_mask) in enumerate(zip(completion_ids.tolist(), mask.tolist(), strict=True))
-            if any(row_mask) and tuple(t for t, m in zip(ids, row_mask, strict=True) if m) not in self._external_tokens
-        ]
-        if own:
+        own = mask.any(dim=1).cpu()
+        if is_external is not None:
+            own &= ~is_external.bool().cpu()
+        if own.any():
             self.plausibility.add_own(self.plausibility.statistics(logps[own], entropies[own], mask[own]))
 
     # ------------------------------------------------------------------------------------------------
