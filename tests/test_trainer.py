@@ -16,8 +16,9 @@ from trl import GRPOConfig, GRPOTrainer
 from sapo import SAPOConfig, SAPOTrainer
 from sapo.models import build_tiny_model
 from sapo.probe import PolicyProbe
+from sapo.questions import GroupDropped
+from sapo.sources import SourceRegistry
 from sapo.tasks import TaskSpec, build_reasoning_gym_dataset
-from sapo.verification import GroupDropped, QuestionVerifier
 from swarm import Group, MemorySwarm, Provenance
 from testbed.tiny_run import tiny_config
 
@@ -686,7 +687,7 @@ def test_the_receiver_writes_the_prompt_of_external_groups(tmp_path, smollm_toke
     assert not any("PWNED" in m["content"] for p in trained_prompts for m in p)
 
     # An unverifiable source under the trust policy: a lone user message passes, anything more is dropped.
-    verifier = QuestionVerifier(policy="trust")
+    verifier = SourceRegistry(policy="trust")
     plain = _external_group("What is 2 + 2?", ["4"] * G, "plain", answer="4")
     assert verifier.columns_for(plain)["question"] == "What is 2 + 2?"
     with pytest.raises(GroupDropped) as info:
