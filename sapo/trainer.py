@@ -136,7 +136,7 @@ class SAPOTrainer(HeldOutEvaluation, GRPOTrainer):
             train_dataset = keyed_by_content(train_dataset)
         derived_held_out = eval_dataset is None and args.eval_strategy != "no"
         if derived_held_out:
-            eval_dataset = held_out_questions(train_dataset, args.eval_questions, tasks=held_out_tasks)
+            eval_dataset = held_out_questions(train_dataset, args.eval_questions, held_out_tasks, sources or ())
         super().__init__(
             model=model,
             reward_funcs=reward_funcs,
