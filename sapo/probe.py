@@ -13,7 +13,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import torch
+from trl import GRPOTrainer
 
+from sapo.generation import inference_context
 from sapo.plausibility import CompletionStatistics, completion_statistics, token_typicality
 from sapo.sampling import Candidate, TokenizedCompletion
 
@@ -68,8 +70,9 @@ class PolicyProbe:
         messages = [[{"role": "assistant", "content": c.text}] for c in completions]
         ids = [list(c.ids) for c in completions]
         n = len(completions)
-        # Every process scores the same candidates: TRL's gather returns one copy per process, take the first.
-        return self.trainer._trl_rewards([row] * n, [prompt] * n, messages, ids)[:n]
+        # TRL's own reward path, not the trainer's hook (which splices a round in). Every process scores the same
+        # candidates: TRL's gather returns one copy per process, take the first.
+        return GRPOTrainer._calculate_rewards(self.trainer, [row] * n, [prompt] * n, messages, ids)[:n]
 
     def typicality(self, groups: Sequence[Candidate]) -> list[Typicality]:
         """The typicality of every completion of ``groups`` under the current policy, in order: one forward pass
@@ -84,7 +87,7 @@ class PolicyProbe:
             input_ids[i, prompt_len - len(prompt) : prompt_len] = torch.tensor(prompt, dtype=torch.long)
             input_ids[i, prompt_len : prompt_len + len(completion)] = torch.tensor(completion, dtype=torch.long)
             attention_mask[i, prompt_len - len(prompt) : prompt_len + len(completion)] = 1
-        logps, entropies = trainer._policy_logps(input_ids, attention_mask, completion_len)
+        logps, entropies = self._logps(input_ids, attention_mask, completion_len)
         completion_mask = attention_mask[:, prompt_len:].to(logps.device)
         statistics = completion_statistics(logps, entropies, completion_mask, self.span_tokens)
         per_token = token_typicality(logps, entropies).cpu()
@@ -92,3 +95,19 @@ class PolicyProbe:
             Typicality(stats, tuple(per_token[i, : len(completion)].tolist()))
             for i, (stats, (_, completion)) in enumerate(zip(statistics, rows, strict=True))
         ]
+
+    def _logps(
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, completion_len: int
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Per-token log-probabilities and entropies of the completion positions under the current policy, without
+        gradients, with generation's speed-ups (one forward pass: its weights are not worth packing)."""
+        trainer = self.trainer
+        device, model = trainer.accelerator.device, trainer.accelerator.unwrap_model(trainer.model)
+        speed_ups = inference_context(model, merge_adapters=bool(trainer.args.generation_merge_adapters),
+                                      bf16=bool(trainer.args.bf16), pack_weights=False)  # fmt: skip
+        with torch.no_grad(), speed_ups:
+            logps, entropies, _ = trainer._get_per_token_logps_and_entropies(
+                model, input_ids.to(device), attention_mask.to(device),
+                completion_len, batch_size=trainer.args.per_device_train_batch_size, compute_entropy=True,
+            )  # fmt: skip
+        return logps, entropies

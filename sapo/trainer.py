@@ -37,7 +37,7 @@ from rewards import completion_text
 from sapo.checkpoints import mark_complete
 from sapo.config import SAPOConfig
 from sapo.evaluation import held_out_questions
-from sapo.generation import fast_generation_applies, inference_context, trainer_generate
+from sapo.generation import fast_generation_applies, trainer_generate
 from sapo.group_log import GroupLog
 from sapo.held_out import HeldOutEvaluation
 from sapo.hygiene import CompletionFilter
@@ -325,29 +325,6 @@ class SAPOTrainer(HeldOutEvaluation, GRPOTrainer):
             return super()._compute_loss(model, inputs)
         finally:
             self._loss_rows_external = None
-
-    # ------------------------------------------------------------------------------------------------
-    # what the intake's probe asks of TRL
-
-    def _trl_rewards(self, inputs: list, prompts: list, completions: list, completion_ids: list) -> torch.Tensor:
-        """TRL's own reward path (rows x reward functions, gathered over processes): an external completion is scored
-        exactly as an own row would be."""
-        return super()._calculate_rewards(inputs, prompts, completions, completion_ids)
-
-    def _policy_logps(
-        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, completion_len: int
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Per-token log-probabilities and entropies of the completion positions under the current policy, without
-        gradients, with generation's speed-ups (one forward pass: its weights are not worth packing)."""
-        device, model = self.accelerator.device, self.accelerator.unwrap_model(self.model)
-        speed_ups = inference_context(model, merge_adapters=bool(self.args.generation_merge_adapters),
-                                      bf16=bool(self.args.bf16), pack_weights=False)  # fmt: skip
-        with torch.no_grad(), speed_ups:
-            logps, entropies, _ = self._get_per_token_logps_and_entropies(
-                model, input_ids.to(device), attention_mask.to(device),
-                completion_len, batch_size=self.args.per_device_train_batch_size, compute_entropy=True,
-            )  # fmt: skip
-        return logps, entropies
 
     # ------------------------------------------------------------------------------------------------
     # speed-ups

@@ -434,10 +434,10 @@ def test_the_plausibility_pass_runs_in_bf16_with_merged_adapters_where_bf16_is_o
     sender.publish(
         [_external_group("What is 0 + 0?", ["0", "11", "zero", "222"], f"g{i}", answer="0") for i in range(2)]
     )
-    seen, policy_logps = [], SAPOTrainer._policy_logps
+    seen, policy_logps = [], PolicyProbe._logps
 
     def spy(self, *args):  # each adapted layer's weight and output dtype, and whether its adapters were merged
-        layers = [m for m in self.model.modules() if hasattr(m, "merged_adapters") and hasattr(m, "base_layer")]
+        layers = [m for m in self.trainer.model.modules() if hasattr(m, "merged_adapters") and hasattr(m, "base_layer")]
         hooks = [
             m.base_layer.register_forward_hook(
                 lambda mod, args, out, owner=m: seen.append(
@@ -452,7 +452,7 @@ def test_the_plausibility_pass_runs_in_bf16_with_merged_adapters_where_bf16_is_o
             for hook in hooks:
                 hook.remove()
 
-    monkeypatch.setattr(SAPOTrainer, "_policy_logps", spy)
+    monkeypatch.setattr(PolicyProbe, "_logps", spy)
     trainer = SAPOTrainer(
         model=build_tiny_model(smollm_tokenizer, seed=0), reward_funcs=[lambda completions, **kw: [
             float(len(c[0]["content"]) % 3) for c in completions]],
