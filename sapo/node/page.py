@@ -39,10 +39,16 @@ def _number(value: float) -> str:
 
 
 def svg_chart(
-    name: str, lines: list[tuple[str, list[list[float]]]], y_label: str, width: int = 520, height: int = 230
+    name: str,
+    lines: list[tuple[str, list[list[float]]]],
+    y_label: str,
+    width: int = 520,
+    height: int = 230,
+    integers: bool = False,
 ) -> str:
     """A line chart as inline SVG: one polyline (and its points, with their step and value as data attributes and
-    a tooltip) per ``(label, [[step, value, (standard error)], ...])``; standard errors are drawn as bars."""
+    a tooltip) per ``(label, [[step, value, (standard error)], ...])``; standard errors are drawn as bars.
+    ``integers``: counts, labelled without decimals."""
     left, right, top, bottom = 46, 10, 10, 34
     points = [p for _, line in lines for p in line]
     if not points:
@@ -74,7 +80,8 @@ def svg_chart(
         value = y0 + (y1 - y0) * tick / 4
         y = sy(value)
         parts.append(f'<line x1="{left}" x2="{width - right}" y1="{y:.1f}" y2="{y:.1f}" stroke="#eee"/>')
-        parts.append(f'<text x="{left - 4}" y="{y + 4:.1f}" text-anchor="end" font-size="11">{value:.2f}</text>')
+        label = f"{value:.0f}" if integers and value == round(value) else f"{value:.2f}"
+        parts.append(f'<text x="{left - 4}" y="{y + 4:.1f}" text-anchor="end" font-size="11">{label}</text>')
     for step in sorted({x0, x1, round((x0 + x1) / 2)}):  # x labels
         parts.append(
             f'<text x="{sx(step):.1f}" y="{height - bottom + 15}" text-anchor="middle" font-size="11">{step}</text>'
@@ -148,6 +155,9 @@ def node_page(snap: dict[str, Any]) -> str:
     pace = f", {snap['step_seconds']:.1f} s per step" if snap.get("step_seconds") else ""
     body = [
         f'<h1>{_e(snap["node"])}: <span id="phase">{_e(snap["phase"])}</span></h1>',
+        f'<p class="muted">sapo-swarm <span id="version">{_e(snap.get("version") or "-")}</span>; model '
+        f'<span id="model">{_e(snap.get("model") or "-")}</span>; peer id <code id="peer-id">'
+        f"{_e(swarm.get('peer_id') or '-')}</code></p>",
         f'<p>step <b id="step">{_e(step)}</b>{_e(pace)}; health <b id="health" class="{_e(health["status"])}">'
         f'{_e(health["status"])}</b>; swarm <b id="swarm-state">{_e(swarm.get("state"))}</b>; '
         f'latest reward <b id="reward">{_e(_number(reward) if reward is not None else "-")}</b>; held-out pass@1 '
@@ -157,13 +167,31 @@ def node_page(snap: dict[str, Any]) -> str:
         body.append("<ul>" + "".join(f'<li class="{_e(health["status"])}">{_e(p)}</li>' for p in health["problems"]))
         body.append("</ul>")
     body.append('<div class="charts">')
-    body.append(_figure("training reward per step", svg_chart("reward", [("reward", snap["reward"])], "reward")))
+    body.append(
+        _figure(
+            "reward per step: own completions against the swarm groups taken (scored by this node's rewards)",
+            svg_chart("reward", [("reward", snap["reward"]), ("swarm groups", snap.get("swarm_reward", []))], "reward"),
+        )
+    )
+    body.append(
+        _figure(
+            "swarm slots per step: groups of other peers taken, and filled in with own groups",
+            svg_chart(
+                "slots",
+                [("taken", snap.get("taken", [])), ("filled in", snap.get("fill_ins", []))],
+                "groups",
+                integers=True,
+            ),
+        )  # fmt: skip
+    )
     body.append(
         _figure(
             "held-out pass@1 (greedy; bars: ± 1 s.e.)",
             svg_chart("held_out", [("held-out pass@1", snap["held_out"])], "pass@1"),
         )
     )
+    per_task = [(task, points) for task, points in (snap.get("held_out_tasks") or {}).items()]
+    body.append(_figure("held-out pass@1 per task", svg_chart("held_out_tasks", per_task, "pass@1")))
     body.append("</div>")
 
     body.append("<h2>Swarm</h2>")
@@ -174,13 +202,15 @@ def node_page(snap: dict[str, Any]) -> str:
             "</code></p>"
         )
     body.append(
-        f"<p>peer id <code>{_e(swarm.get('peer_id', '-'))}</code>; DHT neighbours {_e(swarm.get('neighbours', 0))}; "
+        f"<p>peer id <code>{_e(swarm.get('peer_id') or '-')}</code> (the id in the join address); key fingerprint "
+        f'<code id="key-fingerprint">{_e(swarm.get("key_fingerprint") or "-")}</code> (the name other peers\' '
+        f"logs and sender tables give this node); DHT neighbours {_e(swarm.get('neighbours', 0))}; "
         f"transport {'up' if swarm.get('healthy', True) else 'down'}</p>"
     )
     peers = [
         [f"<code>{_e(p['peer'])}</code>", _e(p["model"]), _e(_ago(p["last_seen"], now))] for p in swarm.get("peers", [])
     ]
-    body.append(_table(["peer", "model", "last seen"], peers, "no other peer listed"))
+    body.append(_table(["peer (key fingerprint)", "model", "last seen"], peers, "no other peer listed"))
 
     body.append("<h2>Groups of other peers, per sender</h2>")
     senders = []
@@ -188,7 +218,13 @@ def node_page(snap: dict[str, Any]) -> str:
         drops = {k.split("/", 1)[1]: v for k, v in counts.items() if k.startswith("dropped/")}
         detail = ", ".join(f"{_e(reason)} {count}" for reason, count in sorted(drops.items())) or "-"
         senders.append([f"<code>{_e(sender)}</code>", str(counts.get("taken", 0)), str(sum(drops.values())), detail])
-    body.append(_table(["sender", "taken", "dropped", "dropped by reason"], senders, "no group of another peer yet"))
+    body.append(
+        _table(
+            ["sender (key fingerprint)", "taken", "dropped", "dropped by reason"],
+            senders,
+            "no group of another peer yet",
+        )
+    )
     counters = swarm.get("counters") or {}
     shown = {k: v for k, v in counters.items() if v and k.split("/")[0] in _COUNTERS_SHOWN}
     if shown:
