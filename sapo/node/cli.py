@@ -26,6 +26,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from sapo.node.doctor import main as doctor_main
 
         return doctor_main(argv[1:])
+    if argv and argv[0] == "health":
+        from sapo.node.health import main as health_main
+
+        return health_main(argv[1:])
     if argv and argv[0] == "report":
         from sapo.node.report import main as report_main
 
