@@ -210,8 +210,10 @@ def test_sigterm_checkpoints_leaves_and_exits_zero_with_tensorboard_logs(tmp_pat
     text = log.read_text()
     assert "SIGTERM received" in text and "stopped by SIGTERM" in text and "leaving the swarm" in text
     assert "\r" not in text and "it/s]" not in text and "step/s]" not in text  # no progress bar redraws
-    step_lines = re.findall(r"^\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2} INFO sapo.node.steps: step (\d+)/1000; reward [\d.]+.*; "
-                            r"peers \d+; taken \d+, filled in \d+; [\d.]+ s$", text, flags=re.M)  # fmt: skip
+    step_line = (
+        r"^\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2} INFO sapo.node.steps: step (\d+)/1000; reward [\d.]+.*; peers \d+; "
+    )
+    step_lines = re.findall(step_line + r"taken \d+, filled in \d+; [\d.]+ s$", text, flags=re.M)
     assert [int(s) for s in step_lines] == [m["step"] for m in _metrics(out)]
     assert step_lines and (out / "node.log").read_text().count("sapo.node.steps: step ") == len(step_lines)
     checkpoint = latest_complete_checkpoint(out)

@@ -154,33 +154,42 @@ class StatusBoard:
             self._page_url = url
 
     def record_step(self, step: int, logs: dict[str, Any]) -> None:
-        """A training line of the trainer's log, and the moment the step ended: the reward of this node's own
-        completions (`sapo/local_reward`) and of the swarm groups it took, scored by its rewards
-        (`sapo/external_reward`), swarm groups taken (`sapo/external_groups`) and filled in with its own
-        (`sapo/fill_ins`), the step's seconds (`step_time`, else the time since the previous step ended) and its
-        phases' seconds (`sapo/time/<phase>`)."""
+        """A training line of the trainer's log, and the moment the step ended: its figures (:meth:`record_history`),
+        the step's seconds (`step_time`, else the time since the previous step ended) and its phases' seconds
+        (`sapo/time/<phase>`) for the duration histograms."""
         now = self._clock()
-        figures = {
-            self._reward: logs.get("sapo/local_reward", logs.get("reward")),
-            self._swarm_reward: logs.get("sapo/external_reward"),
-            self._taken: logs.get("sapo/external_groups"),
-            self._fill_ins: logs.get("sapo/fill_ins"),
-        }
         with self._lock:
             seconds = logs.get("step_time")
             if not _is_number(seconds) and self._step_ends and step > self._step:
                 seconds = (now - self._step_ends[-1]) / (step - self._step)
             self._step = max(self._step, step)
             self._step_ends.append(now)
-            for series, value in figures.items():
-                if _is_number(value):
-                    series.add(step, float(value))
+            self._add_figures(step, logs)
             if _is_number(seconds):
                 self._step_seconds.observe(float(seconds))
             for key, value in logs.items():
                 if key.startswith(_PHASE_PREFIX) and _is_number(value):
                     phase = key[len(_PHASE_PREFIX) :]
                     self._phase_seconds.setdefault(phase, Histogram(PHASE_SECONDS_BUCKETS)).observe(float(value))
+
+    def record_history(self, step: int, logs: dict[str, Any]) -> None:
+        """A training line logged before this process started (a resumed run's metrics.jsonl): only its figures, for
+        the plots: the reward of this node's own completions (`sapo/local_reward`) and of the swarm groups it took,
+        scored by its rewards (`sapo/external_reward`), swarm groups taken (`sapo/external_groups`) and filled in
+        with its own (`sapo/fill_ins`)."""
+        with self._lock:
+            self._add_figures(step, logs)
+
+    def _add_figures(self, step: int, logs: dict[str, Any]) -> None:
+        figures = {
+            self._reward: logs.get("sapo/local_reward", logs.get("reward")),
+            self._swarm_reward: logs.get("sapo/external_reward"),
+            self._taken: logs.get("sapo/external_groups"),
+            self._fill_ins: logs.get("sapo/fill_ins"),
+        }
+        for series, value in figures.items():
+            if _is_number(value):
+                series.add(step, float(value))
 
     def record_held_out(
         self, step: int, pass_at_1: float, standard_error: float | None, per_task: dict[str, float] | None = None

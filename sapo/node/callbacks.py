@@ -149,9 +149,20 @@ class NodeStatus(TrainerCallback):
         self.board.record_step(state.global_step, logs)
         self.read_swarm(state.global_step)
 
+    def replay(self, records: list[dict[str, Any]]) -> None:
+        """Put the lines of metrics.jsonl logged before this process started (a resumed run) on the page's plots."""
+        for record in records:
+            step = record.get("step")
+            if not isinstance(step, int):
+                continue
+            if is_evaluation_line(record):
+                self.board.record_held_out(step, record["eval/pass@1"], record.get("eval/pass@1_se"), _per_task(record))
+            elif "train_runtime" not in record:
+                self.board.record_history(step, record)
+
     def on_evaluate(self, args, state, control, metrics=None, **kwargs):
         if state.is_world_process_zero and metrics and is_evaluation_line(metrics):
-            per_task = {k.rsplit("/", 1)[1]: v for k, v in metrics.items() if k.startswith("eval/pass@1/")}
+            per_task = _per_task(metrics)
             self.board.record_held_out(
                 state.global_step, metrics["eval/pass@1"], metrics.get("eval/pass@1_se"), per_task
             )
@@ -168,6 +179,11 @@ class NodeStatus(TrainerCallback):
     def on_train_end(self, args, state, control, **kwargs):
         if state.is_world_process_zero:
             self.set("finished training", state.global_step)
+
+
+def _per_task(metrics: dict[str, Any]) -> dict[str, float]:
+    """Held-out pass@1 per task of an evaluation line (`eval/pass@1/<task>`)."""
+    return {k.rsplit("/", 1)[1]: v for k, v in metrics.items() if k.startswith("eval/pass@1/")}
 
 
 class EvaluateAtEnd(TrainerCallback):
@@ -189,9 +205,12 @@ class MetricsJsonl(TrainerCallback):
     def __init__(self, path: str | Path, resume_step: int | None = None):
         self.path = Path(path)
         start = resume_step or 0
+        kept = []
         if self.path.exists():
             kept = [line for line in self.path.read_text().splitlines() if _kept_on_resume(line, start)]
             self.path.write_text("".join(f"{line}\n" for line in kept))
+        self.history: list[dict[str, Any]] = [json.loads(line) for line in kept]
+        """The lines kept from earlier runs of this output directory, as records."""
 
     def on_log(self, args, state, control, logs=None, **kwargs):
         if not state.is_world_process_zero or not logs or "train_runtime" in logs:

@@ -7,6 +7,7 @@ refreshes itself every few seconds (a meta tag), so it needs no JavaScript and n
 from __future__ import annotations
 
 import html
+import math
 import time
 from typing import Any
 
@@ -19,7 +20,8 @@ h1{font-size:1.3em;margin:0 0 .3em} h2{font-size:1.05em;margin:1.2em 0 .4em;bord
 table{border-collapse:collapse;font-size:.9em} td,th{padding:.2em .6em;border-bottom:1px solid #eee;text-align:left}
 th{background:#f6f6f6} code{background:#f3f3f3;padding:.1em .3em;word-break:break-all}
 .ok{color:#1a7f37} .degraded{color:#9a6700} .unhealthy{color:#cf222e} .muted{color:#777;font-size:.85em}
-.charts{display:flex;flex-wrap:wrap;gap:1em} figure{margin:0} figcaption{font-size:.9em;font-weight:600}
+.charts{display:flex;flex-wrap:wrap;gap:1em} figure{margin:0;max-width:500px}
+figcaption{font-size:.9em;font-weight:600}
 """
 
 
@@ -42,7 +44,7 @@ def svg_chart(
     name: str,
     lines: list[tuple[str, list[list[float]]]],
     y_label: str,
-    width: int = 520,
+    width: int = 500,
     height: int = 230,
     integers: bool = False,
 ) -> str:
@@ -50,6 +52,8 @@ def svg_chart(
     a tooltip) per ``(label, [[step, value, (standard error)], ...])``; standard errors are drawn as bars.
     ``integers``: counts, labelled without decimals."""
     left, right, top, bottom = 46, 10, 10, 34
+    legend = _legend_rows([label for label, _ in lines], left, width - right) if len(lines) > 1 else []
+    top += 14 * len(legend)
     points = [p for _, line in lines for p in line]
     if not points:
         return (
@@ -63,6 +67,10 @@ def svg_chart(
     y1 = max(1.0, max(p[1] + _error(p) for p in points))
     x1 = x1 if x1 > x0 else x0 + 1
     y1 = y1 if y1 > y0 else y0 + 1
+    ticks = 4
+    if integers:  # whole numbers on the axis: at most 4 intervals of a whole step
+        ticks = min(4, math.ceil(y1 - y0))
+        y1 = y0 + ticks * math.ceil((y1 - y0) / ticks)
 
     def sx(step: float) -> float:
         return left + (step - x0) / (x1 - x0) * (width - left - right)
@@ -76,8 +84,8 @@ def svg_chart(
         f'<rect x="{left}" y="{top}" width="{width - left - right}" height="{height - top - bottom}" fill="#fcfcfc" '
         'stroke="#ccc"/>',
     ]
-    for tick in range(5):  # y grid and labels
-        value = y0 + (y1 - y0) * tick / 4
+    for tick in range(ticks + 1):  # y grid and labels
+        value = y0 + (y1 - y0) * tick / ticks
         y = sy(value)
         parts.append(f'<line x1="{left}" x2="{width - right}" y1="{y:.1f}" y2="{y:.1f}" stroke="#eee"/>')
         label = f"{value:.0f}" if integers and value == round(value) else f"{value:.2f}"
@@ -105,13 +113,27 @@ def svg_chart(
                 f'<circle data-series="{_e(label)}" data-step="{p[0]}" data-value="{_number(p[1])}" '
                 f'cx="{sx(p[0]):.1f}" cy="{sy(p[1]):.1f}" r="2.5" fill="{color}"><title>{_e(tip)}</title></circle>'
             )
-    if len(lines) > 1:  # legend
-        for i, (label, _) in enumerate(lines):
-            y = top + 14 + 14 * i
-            parts.append(f'<rect x="{left + 8}" y="{y - 8}" width="10" height="3" fill="{COLORS[i % len(COLORS)]}"/>')
-            parts.append(f'<text x="{left + 22}" y="{y - 3}" font-size="11">{_e(label)}</text>')
+    for row, items in enumerate(legend):  # above the plot, so that it hides no point
+        for i, label, x in items:
+            y = 12 + 14 * row
+            parts.append(f'<rect x="{x}" y="{y - 4}" width="10" height="3" fill="{COLORS[i % len(COLORS)]}"/>')
+            parts.append(f'<text x="{x + 14}" y="{y}" font-size="11">{_e(label)}</text>')
     parts.append("</svg>")
     return "".join(parts)
+
+
+def _legend_rows(labels: list[str], left: float, right: float) -> list[list[tuple[int, str, float]]]:
+    """The legend's items laid out in rows between ``left`` and ``right``: (line index, label, x) per item."""
+    rows: list[list[tuple[int, str, float]]] = [[]]
+    x = left
+    for i, label in enumerate(labels):
+        item = 14 + 6.5 * len(label) + 14  # swatch, text at ~6.5 px a character, gap
+        if rows[-1] and x + item > right:
+            rows.append([])
+            x = left
+        rows[-1].append((i, label, x))
+        x += item
+    return rows
 
 
 def _error(point: list[float]) -> float:
@@ -169,13 +191,13 @@ def node_page(snap: dict[str, Any]) -> str:
     body.append('<div class="charts">')
     body.append(
         _figure(
-            "reward per step: own completions against the swarm groups taken (scored by this node's rewards)",
+            "reward per step: own completions against swarm groups taken (by this node's rewards)",
             svg_chart("reward", [("reward", snap["reward"]), ("swarm groups", snap.get("swarm_reward", []))], "reward"),
         )
     )
     body.append(
         _figure(
-            "swarm slots per step: groups of other peers taken, and filled in with own groups",
+            "swarm slots per step: groups of other peers taken, slots filled in with own groups",
             svg_chart(
                 "slots",
                 [("taken", snap.get("taken", [])), ("filled in", snap.get("fill_ins", []))],

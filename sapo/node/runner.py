@@ -405,6 +405,7 @@ def _run(args: Any, node: NodeArguments) -> int:
             await_peers(swarm, node.wait_for_peers, node.wait_for_peers_timeout)
         status.set("starting training")
         metrics = MetricsJsonl(output_dir / "metrics.jsonl", resume_step=_step(resume))
+        status.replay(metrics.history)
         trainer = SAPOTrainer(
             model=model,
             reward_funcs=reward_funcs,
