@@ -14,9 +14,8 @@ import shlex
 import subprocess
 from pathlib import Path, PurePosixPath
 
+import dockerfile_parse
 import pytest
-
-dockerfile_parse = pytest.importorskip("dockerfile_parse")
 
 try:
     import tomllib

@@ -17,15 +17,14 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
-prometheus_client = pytest.importorskip("prometheus_client")
-from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
-
-from sapo.node.about import sapo_version  # noqa: E402
-from sapo.node.board import BoardLogHandler, StatusBoard  # noqa: E402
-from sapo.node.web import StatusServer, node_app  # noqa: E402
-from swarm.memory import MemorySwarm  # noqa: E402
-from tests.node_fixtures import _evaluations, _metrics, _node_command, _p2pd_pid, _wait, started  # noqa: E402, F401
+from sapo.node.about import sapo_version
+from sapo.node.board import BoardLogHandler, StatusBoard
+from sapo.node.web import StatusServer, node_app
+from swarm.memory import MemorySwarm
+from tests.node_fixtures import _evaluations, _metrics, _node_command, _p2pd_pid, _wait, started  # noqa: F401
+from tests.swarm_fixtures import make_group
 
 HOSTILE = '<script>alert("x")</script>'
 # What SAPOTrainer logs per step besides the own reward: the swarm groups' reward (none taken at step 1), groups
@@ -52,6 +51,8 @@ def get(url: str) -> tuple[int, str, str]:
 def board_and_server():
     swarm = MemorySwarm()
     me, other = swarm.join("me", "tiny"), swarm.join("peer-b", HOSTILE)
+    other.publish([make_group("g1"), make_group("g2")])
+    assert len(me.fetch(2)) == 2  # the transport's own counters (fetched_groups) are on the page and in /metrics
     board = StatusBoard("test-node", max_steps=10, version="9.8.7", model="tiny-llama")
     board.set_phase("training", 3)
     for step, reward in [(1, 0.25), (2, 0.5), (3, 0.75)]:
@@ -146,6 +147,56 @@ def test_page_shows_the_figures_escapes_peer_text_and_healthz_follows_health(boa
         log.removeHandler(handler)
     assert "p2pd died with code 9" in get(server.url)[2]
     assert json.loads(get(server.url + "status.json")[2])["last_error"]["message"] == "p2pd died with code 9"
+
+
+# PromQL words that are not series names; labels every scraped series gets from Prometheus; the bucket label.
+_PROMQL_WORDS = {"by", "without", "on", "ignoring", "group_left", "group_right", "bool", "and", "or", "unless",
+                 "offset", "inf", "nan"}  # fmt: skip
+_TARGET_LABELS = {"instance", "job"}
+
+
+def _queries(dashboard: dict) -> list[str]:
+    """Every PromQL expression of a Grafana dashboard: its panels' targets and its query variables."""
+    exprs = [target["expr"] for panel in dashboard["panels"] for target in panel.get("targets", [])]
+    for variable in dashboard["templating"]["list"]:
+        if variable["type"] == "query":
+            query = variable["query"]["query"] if isinstance(variable["query"], dict) else variable["query"]
+            exprs.append(re.sub(r"^label_values\((\w+), *(\w+)\)$", r"\1{\2=~\".+\"}", query))
+    return exprs
+
+
+def _series_and_labels(expr: str) -> tuple[set[str], set[str]]:
+    """The series names an expression reads, and the label names it matches or groups by."""
+    labels = set(re.findall(r"\b(\w+)\s*(?:=~|!~|!=|=)\s*\"", expr))
+    for grouping in re.findall(r"\b(?:by|without|on|ignoring)\s*\(([^)]*)\)", expr):
+        labels |= {label.strip() for label in grouping.split(",") if label.strip()}
+    bare = re.sub(r"\{[^}]*\}|\[[^\]]*\]|\"[^\"]*\"|\b(?:by|without|on|ignoring)\s*\([^)]*\)", " ", expr)
+    words = {m.group(0) for m in re.finditer(r"[A-Za-z_:][\w:]*", bare) if not bare[m.end() :].lstrip().startswith("(")}
+    return {w for w in words if w.lower() not in _PROMQL_WORDS}, labels
+
+
+def test_the_grafana_dashboard_queries_only_series_and_labels_the_node_exports(board_and_server):
+    """Every query of docs/grafana_dashboard.json names series (and labels) that a node's /metrics serves, and the
+    dashboard shows what an operator asks: build info, rewards, pass@1 per task, groups per step, durations."""
+    _, server = board_and_server
+    exported: dict[str, set[str]] = {}
+    for family in text_string_to_metric_families(get(server.url + "metrics")[2]):
+        for sample in family.samples:
+            exported.setdefault(sample.name, set()).update(sample.labels)
+    dashboard = json.loads((Path(__file__).resolve().parents[1] / "docs" / "grafana_dashboard.json").read_text())
+    read = set()
+    for expr in _queries(dashboard):
+        series, labels = _series_and_labels(expr)
+        assert series, f"no series in {expr!r}"
+        unknown = series - set(exported)
+        assert not unknown, f"{expr!r} reads {unknown}, which /metrics does not export"
+        allowed = set().union(*(exported[name] for name in series)) | _TARGET_LABELS
+        assert labels <= allowed, f"{expr!r} uses labels {labels - allowed} that {series} do not carry"
+        read |= series
+    assert {"sapo_build_info", "sapo_training_reward", "sapo_swarm_groups_reward", "sapo_held_out_task_pass_at_1",
+            "sapo_step_swarm_groups", "sapo_step_fill_ins", "sapo_step_duration_seconds_bucket",
+            "sapo_phase_duration_seconds_sum", "sapo_health", "sapo_last_step_timestamp_seconds"} <= read  # fmt: skip
+    assert all(panel["datasource"]["uid"] == "${datasource}" for panel in dashboard["panels"])
 
 
 def test_a_taken_port_falls_back_to_a_free_one_unless_told_not_to():
