@@ -8,7 +8,6 @@ other sources follow an explicit policy (:data:`SOURCE_POLICIES`).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
 
 from datasets import Dataset
 
@@ -22,7 +21,6 @@ __all__ = [
     "GroupDropped",
     "QuestionVerifier",
     "describe_source_policies",
-    "published_prompt",
     "question_of",
 ]
 
@@ -40,19 +38,6 @@ SOURCE_POLICIES: dict[str, str] = {
 def describe_source_policies() -> str:
     """Each policy name with what it does, as `SAPOConfig.external_source_policy` documents it."""
     return "; ".join(f'`"{name}"` {what}' for name, what in SOURCE_POLICIES.items())
-
-
-def published_prompt(prompt: Any) -> Any:
-    """The prompt a peer publishes with a group: its question alone, as one user message.
-
-    Receivers write their own prompt around the question they verify, so a system prompt or earlier turns would be
-    dead weight on the wire, and a receiver under the ``"trust"`` policy accepts a lone user message only. A plain
-    string prompt (not conversational) is published as it is.
-    """
-    if isinstance(prompt, str):
-        return prompt
-    users = [m for m in prompt if m.get("role") == "user"]
-    return [{"role": "user", "content": users[-1]["content"]}] if users else list(prompt)
 
 
 def question_of(prompt: Sequence[Mapping[str, str]]) -> str:

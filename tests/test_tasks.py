@@ -10,6 +10,7 @@ from collections import Counter
 import pytest
 
 from rewards import reasoning_gym_reward
+from sapo.publication import published_prompt
 from sapo.tasks import (
     DEFAULT_SYSTEM_PROMPT,
     DEFAULT_TASKS,
@@ -20,7 +21,7 @@ from sapo.tasks import (
     questions_from_dataset,
     validate_task_names,
 )
-from sapo.verification import GroupDropped, QuestionVerifier, published_prompt
+from sapo.verification import GroupDropped, QuestionVerifier
 from swarm.records import Group, Provenance, provenance_from_wire, validate_group
 
 EASY_ARITHMETIC = TaskSpec("basic_arithmetic", {"max_terms": 2, "max_digits": 1, "operators": ("+", "-")})

@@ -15,6 +15,7 @@ from trl import GRPOConfig, GRPOTrainer
 
 from sapo import SAPOConfig, SAPOTrainer
 from sapo.models import build_tiny_model
+from sapo.probe import PolicyProbe
 from sapo.tasks import TaskSpec, build_reasoning_gym_dataset
 from sapo.verification import GroupDropped, QuestionVerifier
 from swarm import Group, MemorySwarm, Provenance
@@ -432,9 +433,9 @@ def test_the_plausibility_pass_runs_in_bf16_with_merged_adapters_where_bf16_is_o
     sender.publish(
         [_external_group("What is 0 + 0?", ["0", "11", "zero", "222"], f"g{i}", answer="0") for i in range(2)]
     )
-    seen, typicality_of = [], SAPOTrainer._typicality_of
+    seen, policy_logps = [], SAPOTrainer._policy_logps
 
-    def spy(self, candidates):  # each adapted layer's weight and output dtype, and whether its adapters were merged
+    def spy(self, *args):  # each adapted layer's weight and output dtype, and whether its adapters were merged
         layers = [m for m in self.model.modules() if hasattr(m, "merged_adapters") and hasattr(m, "base_layer")]
         hooks = [
             m.base_layer.register_forward_hook(
@@ -445,12 +446,12 @@ def test_the_plausibility_pass_runs_in_bf16_with_merged_adapters_where_bf16_is_o
             for m in layers
         ]
         try:
-            return typicality_of(self, candidates)
+            return policy_logps(self, *args)
         finally:
             for hook in hooks:
                 hook.remove()
 
-    monkeypatch.setattr(SAPOTrainer, "_typicality_of", spy)
+    monkeypatch.setattr(SAPOTrainer, "_policy_logps", spy)
     trainer = SAPOTrainer(
         model=build_tiny_model(smollm_tokenizer, seed=0), reward_funcs=[lambda completions, **kw: [
             float(len(c[0]["content"]) % 3) for c in completions]],
@@ -699,12 +700,13 @@ def test_external_completions_are_truncated_only_beyond_the_local_limit(tmp_path
     at_limit = smollm_tokenizer.decode(smollm_tokenizer(longer, add_special_tokens=False)["input_ids"][:12])
     assert len(smollm_tokenizer(at_limit, add_special_tokens=False)["input_ids"]) == 12
     # A sender's completion that ran out of tokens exactly at the limit keeps all of them and is not "truncated".
-    assert len(trainer._tokenize_external_completion(at_limit)) == 12
-    assert trainer.swarm_totals["external_truncated"] == 0
-    assert len(trainer._tokenize_external_completion(longer)) == 12
-    assert trainer.swarm_totals["external_truncated"] == 1
-    short = trainer._tokenize_external_completion("four")
-    assert short[-1] == trainer.eos_token_ids[0]  # a completion that ended before the limit ends with EOS
+    probe = PolicyProbe(trainer, ["prompt", "answer"])
+    exact = probe.tokenize(at_limit)
+    assert len(exact.ids) == 12 and not exact.truncated and exact.text == at_limit
+    cut = probe.tokenize(longer)
+    assert len(cut.ids) == 12 and cut.truncated and cut.text == smollm_tokenizer.decode(list(cut.ids))
+    short = probe.tokenize("four")
+    assert short.ids[-1] == trainer.eos_token_ids[0] and not short.truncated  # ended before the limit: EOS
 
 
 def test_an_external_completion_is_scored_on_the_tokens_it_is_trained_on(tmp_path, smollm_tokenizer):
@@ -784,7 +786,7 @@ def test_weak_prompt_first_learns_this_peers_own_results_per_task(tmp_path, smol
         tmp_path, smollm_tokenizer, "weak", probe, swarm=MemorySwarm().join("alone"), max_steps=1,
         sampling_strategy="weak_prompt_first", success_window=3, success_threshold=0.5,
     )  # fmt: skip
-    assert (trainer.sampler.success_window, trainer.sampler.success_threshold) == (3, 0.5)
-    assert trainer.sampler.is_weak("doubling")  # nothing of its own seen yet
+    assert (trainer.intake.sampler.success_window, trainer.intake.sampler.success_threshold) == (3, 0.5)
+    assert trainer.intake.sampler.is_weak("doubling")  # nothing of its own seen yet
     trainer.train()
-    assert not trainer.sampler.is_weak("doubling") and trainer.sampler.is_weak("some_other_task")
+    assert not trainer.intake.sampler.is_weak("doubling") and trainer.intake.sampler.is_weak("some_other_task")
