@@ -12,7 +12,7 @@ import pytest
 
 from sapo.node.logs import LOG_FILE, STEP_LOGGER, setup_logging, step_line
 
-DATED = re.compile(r"^\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2} (INFO|WARNING|ERROR) [\w.]+: ")
+DATED = re.compile(r"^\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2} (INFO|WARN|WARNING|ERROR) [\w.]+: ")  # hivemind names WARNING "WARN"
 
 
 @pytest.fixture
