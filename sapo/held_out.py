@@ -14,9 +14,10 @@ import math
 import os
 from typing import Any
 
+import torch
 from accelerate.utils import gather_object
 
-from sapo.evaluation import HeldOutResult, evaluate_policy, is_question_set
+from sapo.evaluation import HeldOutResult, evaluate_policy, is_question_set, reward_scorer
 
 logger = logging.getLogger(__name__)
 
@@ -114,10 +115,19 @@ class HeldOutEvaluation:
             first_index=first,
             merge_adapters=bool(self.args.generation_merge_adapters),
             bf16=bool(self.args.bf16),
+            scorer=self._held_out_scorer(),
         )
         if processes > 1:
             result = HeldOutResult(gather_object(result.questions))
         return result
+
+    def _held_out_scorer(self) -> Any:
+        """The user's reward functions against `success_threshold` for questions of non-procedural sources (a
+        reward model cannot score them here: the correctness reward does)."""
+        if not all(callable(f) and not isinstance(f, torch.nn.Module) for f in self.reward_funcs):
+            return None
+        weights = [float(w) for w in self.reward_weights.tolist()]
+        return reward_scorer(self.reward_funcs, weights, self.args.success_threshold)
 
     def _log_completions(self, kind: str, completions: list[tuple[str, str]]) -> None:
         """Append ``(task, text)`` completions to `args.completions_log` (every process's, written by the main)."""

@@ -4,7 +4,7 @@ One round's intake (:meth:`Intake.take`), in order:
 
 1. fetch candidate groups (the main process fetches for every process); stale ones are set aside unread;
 2. sender standing: the groups of a benched sender are set aside unread;
-3. re-derive the truth: the question is regenerated or looked up (:class:`sapo.verification.QuestionVerifier`), and
+3. re-derive the truth: the group's source re-derives the question and the reward columns (:mod:`sapo.sources`), and
    the prompt trained on is written here around it;
 4. hygiene: the group's size and every completion's text;
 5. tokenize every completion once and score it with this peer's reward functions (through the
@@ -40,13 +40,23 @@ from sapo.group_log import OWN, TAKEN, GroupLog, GroupRecord, reward_summary
 from sapo.hygiene import CompletionFilter, CompletionHygiene
 from sapo.plausibility import PlausibilityCheck, floor_mask
 from sapo.probe import PolicyProbe
+from sapo.questions import GroupDropped
 from sapo.sampling import Candidate, ExternalSampler, OwnSuccess, Selection, make_sampler
+from sapo.sources import SourceRegistry
 from sapo.standing import SenderStanding
-from sapo.verification import GroupDropped, QuestionVerifier
 from swarm.records import Group
 from swarm.transport import SwarmTransport
 
 logger = logging.getLogger(__name__)
+
+
+SUMMARY_ROUNDS = 25
+"""Rounds between the intake's summary lines (groups taken, set aside by reason)."""
+
+BAD_GROUP = frozenset({"hygiene", "question_mismatch", "bad_provenance", "untrusted_prompt"})
+"""Drop reasons that judge a group bad (malformed, or false about its item): they count against its sender's standing,
+as a group the plausibility check drops does. A group this peer cannot verify or use (an unknown source, an item not
+held here, a version skew, a smaller group, a reward that fails on it) says nothing against its sender."""
 
 
 @dataclass
@@ -84,7 +94,9 @@ class Intake:
         accelerator: the trainer's `accelerate.Accelerator` (processes, main process, device).
         reward_weights: the weight of each reward function in a completion's reward (TRL's `reward_weights`).
         system_messages: this node's own system messages, written around every external question.
-        sampler, verifier, completion_filter: as `SAPOTrainer` takes them; default from `args`.
+        sampler, completion_filter: as `SAPOTrainer` takes them; default from `args`.
+        sources: the task sources this peer holds (`sapo.sources.SourceRegistry`); default: none, under
+            `args.external_source_policy`.
         group_log: where every group judged is written (`sapo.group_log`), on the main process; None: nowhere.
     """
 
@@ -98,16 +110,14 @@ class Intake:
         reward_weights: torch.Tensor,
         system_messages: Sequence[dict[str, str]] = (),
         sampler: ExternalSampler | None = None,
-        verifier: QuestionVerifier | None = None,
+        sources: SourceRegistry | None = None,
         completion_filter: CompletionFilter | None = None,
         group_log: GroupLog | None = None,
     ):
         self.args, self.swarm, self.uses_swarm, self.accelerator = args, swarm, uses_swarm, accelerator
         self.reward_weights = reward_weights.detach().float().cpu()
         self.system_messages = [dict(m) for m in system_messages]
-        self.verifier = verifier or QuestionVerifier(
-            policy=args.external_source_policy, regeneration_timeout=args.regeneration_timeout
-        )
+        self.sources = sources or SourceRegistry(policy=args.external_source_policy)
         self.hygiene = CompletionHygiene(
             max_chars=args.completion_max_chars,
             forbid_control_chars=args.completion_forbid_control_chars,
@@ -145,6 +155,7 @@ class Intake:
         self.own_success = OwnSuccess(args.success_threshold, args.success_window)  # for counting rescues
         self.group_log = group_log
         self._step = 0
+        self._rounds = 0  # rounds with a swarm, for the periodic summary
 
     # ------------------------------------------------------------------------------------------------
     # one round
@@ -208,7 +219,19 @@ class Intake:
         taken.records += [self._candidate_record(c, TAKEN) for c in taken.chosen]
         taken.records += [self._candidate_record(c, "not_chosen") for c in unused]
         self._write_log(taken.records)
+        self._rounds += 1
+        if self._rounds % SUMMARY_ROUNDS == 0:
+            self._log_summary()
         return taken
+
+    def _log_summary(self) -> None:
+        """One INFO line: what the intake took and set aside so far, by reason."""
+        drops = {k.split("/", 1)[1]: v for k, v in self.totals.items() if k.startswith("dropped/") and v}
+        logger.info(
+            "swarm intake after %d rounds: %d groups taken of %d fetched, %d slots filled in; set aside: %s",
+            self._rounds, self.totals["external_groups"], self.totals["candidates"], self.totals["fill_ins"],
+            ", ".join(f"{k} {v}" for k, v in sorted(drops.items(), key=lambda kv: -kv[1])) or "none",
+        )  # fmt: skip
 
     def _fetch(self, pool_size: int) -> tuple[list[Any], float]:
         """Candidates from the swarm and the time they were fetched: the main process's, on every process."""
@@ -220,33 +243,36 @@ class Intake:
         return broadcast_object_list(fetched, from_process=0)[0]
 
     def _judge(self, sender: str, group: Group, now: float, probe: PolicyProbe, taken: Taken) -> Candidate | None:
-        """A candidate, or None: a benched sender's group is set aside unread; one refused here counts as a drop in
-        its sender's standing (a candidate counts once the sampler chose it and the plausibility check judged it:
-        a group left in the pool says nothing of its sender, and is fetched again)."""
+        """A candidate, or None: a benched sender's group is set aside unread; one judged bad here (:data:`BAD_GROUP`)
+        counts as a drop in its sender's standing, one this peer merely cannot verify or use does not (a candidate
+        counts once the sampler chose it and the plausibility check judged it: a group left in the pool says nothing
+        of its sender, and is fetched again)."""
         if self.standing is not None and self.standing.is_benched(sender, now):
             self._drop(taken, "benched_sender", sender, group, "its recent groups kept being dropped")
             return None
-        candidate = self._verify_and_score(sender, group, probe, taken)
-        if candidate is None:
+        candidate, reason = self._verify_and_score(sender, group, probe, taken)
+        if reason in BAD_GROUP:
             self._record_standing(sender, False, now)
         return candidate
 
-    def _verify_and_score(self, sender: str, group: Group, probe: PolicyProbe, taken: Taken) -> Candidate | None:
-        """A candidate with this peer's ground truth and rewards, or None (counted) if it cannot be used."""
+    def _verify_and_score(
+        self, sender: str, group: Group, probe: PolicyProbe, taken: Taken
+    ) -> tuple[Candidate | None, str | None]:
+        """A candidate with this peer's ground truth and rewards, or None and the reason it was dropped (counted)."""
         try:
-            columns = self.verifier.columns_for(group)
+            columns = self.sources.columns_for(group)
         except GroupDropped as e:
             self._drop(taken, e.reason, sender, group, e.detail)
-            return None
+            return None, e.reason
         size = self.args.num_generations
         if len(group.completions) < size:
             self._drop(taken, "group_size", sender, group, f"{len(group.completions)} < {size} completions")
-            return None
+            return None, "group_size"
         completions = list(group.completions[:size])
         problem = self.hygiene.group_problem(completions)
         if problem is not None:
             self._drop(taken, "hygiene", sender, group, problem)
-            return None
+            return None, "hygiene"
         # Only completions cross the trust boundary: the prompt trained on (and scored) is written here, around the
         # question this node verified; the sender's prompt was only compared, never used.
         prompt = [*self.system_messages, {"role": "user", "content": columns.pop("question")}]
@@ -256,9 +282,9 @@ class Intake:
             per_function = probe.score(prompt, tokenized, columns).detach().cpu()
         except Exception as e:  # a reward function choking on foreign text must not stop training
             self._drop(taken, "reward_error", sender, group, f"{type(e).__name__}: {e}")
-            return None
+            return None, "reward_error"
         rewards = weighted_rewards(per_function, self.reward_weights).tolist()
-        return Candidate(sender, group, rewards, columns, per_function.tolist(), tokenized)
+        return Candidate(sender, group, rewards, columns, per_function.tolist(), tokenized), None
 
     # ------------------------------------------------------------------------------------------------
     # plausibility
@@ -365,12 +391,15 @@ class Intake:
     def _drop(
         self, taken: Taken, reason: str, sender: str, group: Group, detail: str, rewards: list[float] | None = None
     ) -> None:
-        self._count(taken, reason)
+        self._count(taken, reason, detail=f"peer {sender}: {detail}")
         self.sender_outcomes.setdefault(sender, Counter())[f"dropped/{reason}"] += 1
         taken.records.append(self._record(sender, group, reason, rewards))
         logger.debug("dropped a group of peer %s (%s): %s", sender, reason, detail)
 
-    def _count(self, taken: Taken, reason: str, count: int = 1) -> None:
+    def _count(self, taken: Taken, reason: str, count: int = 1, detail: str = "") -> None:
+        """Count ``count`` groups set aside for ``reason``; the first time a reason appears it is logged (INFO)."""
+        if not self.totals[f"dropped/{reason}"]:
+            logger.info("first received group set aside as %s%s", reason, f" ({detail})" if detail else "")
         taken.dropped[reason] += count
         self.totals[f"dropped/{reason}"] += count
 

@@ -50,8 +50,9 @@ from sapo.publication import group_id, own_groups, publish, row_provenance
 from sapo.round import EXTERNAL_COLUMN, Round, RoundOutcome, build_round, splice_generation, splice_rewards
 from sapo.sampling import ExternalSampler
 from sapo.shared_prompts import shared_prompt_logps
-from sapo.tasks import TaskSpec, reasoning_gym_tasks_of
-from sapo.verification import QuestionVerifier
+from sapo.sources import SourceRegistry, TaskSource
+from sapo.sources.own import keyed_by_content, registry_for
+from sapo.tasks import TaskSpec
 from swarm.transport import SwarmTransport
 
 logger = logging.getLogger(__name__)
@@ -77,9 +78,11 @@ class SAPOTrainer(HeldOutEvaluation, GRPOTrainer):
             filled in locally and nothing is published.
         sampler (`sapo.sampling.ExternalSampler` or `None`):
             Chooses external groups among candidates; default built from `args.sampling_strategy`.
-        verifier (`sapo.verification.QuestionVerifier` or `None`):
-            Re-derives the ground truth of external groups; default built from `args.external_source_policy`
-            and `args.regeneration_timeout`.
+        sources (`list[sapo.sources.TaskSource]` or `None`):
+            The task sources this peer holds: each re-derives the truth of received groups of its items (see
+            `sapo.sources`). Default: those the training rows come from (reasoning-gym tasks, dataset items keyed by
+            content; with a swarm, rows without a provenance are keyed by their content as dataset `"dataset"`).
+            Groups of a source not held here follow `args.external_source_policy`.
         completion_filter (`Callable[[str], str | None]` or `None`):
             A check of each received completion after `args`' completion hygiene: None lets it pass, a string
             says why not and drops its group (counted as `hygiene`).
@@ -96,7 +99,7 @@ class SAPOTrainer(HeldOutEvaluation, GRPOTrainer):
     every process. With a swarm, `num_local` and `num_external` must then be multiples of N.
 
     Attributes:
-        intake (`sapo.intake.Intake`): everything that happens to received groups (its `verifier`, `sampler`,
+        intake (`sapo.intake.Intake`): everything that happens to received groups (its `sources`, `sampler`,
             `standing`, `plausibility`).
         swarm_totals (`collections.Counter`): cumulative counts (external groups, fill-ins, drops by reason, ...),
             logged as `sapo/total/<name>`.
@@ -117,7 +120,7 @@ class SAPOTrainer(HeldOutEvaluation, GRPOTrainer):
         *,
         swarm: SwarmTransport | None = None,
         sampler: ExternalSampler | None = None,
-        verifier: QuestionVerifier | None = None,
+        sources: Sequence[TaskSource] | None = None,
         completion_filter: CompletionFilter | None = None,
         held_out_tasks: Sequence[TaskSpec] | None = None,
         **kwargs: Any,
@@ -127,9 +130,13 @@ class SAPOTrainer(HeldOutEvaluation, GRPOTrainer):
             args = SAPOConfig(f"{name.rstrip('/').split('/')[-1]}-SAPO")
         if not isinstance(args, SAPOConfig):
             raise TypeError(f"SAPOTrainer needs args=SAPOConfig(...), got {type(args).__name__}.")
+        # What is shared must name its item, so that peers can verify it. With several processes only the main one
+        # holds the swarm, but every process's groups are published: each keys its rows.
+        if swarm is not None or os.environ.get("WORLD_SIZE", "1") != "1":
+            train_dataset = keyed_by_content(train_dataset)
         derived_held_out = eval_dataset is None and args.eval_strategy != "no"
         if derived_held_out:
-            eval_dataset = held_out_questions(train_dataset, args.eval_questions, tasks=held_out_tasks)
+            eval_dataset = held_out_questions(train_dataset, args.eval_questions, held_out_tasks, sources or ())
         super().__init__(
             model=model,
             reward_funcs=reward_funcs,
@@ -159,9 +166,9 @@ class SAPOTrainer(HeldOutEvaluation, GRPOTrainer):
         self.intake = Intake(
             args, swarm, self._uses_swarm, peer_id, self.accelerator, self.reward_weights,
             system_messages=_system_messages(train_dataset),  # this node's own, around every external question
-            sampler=sampler, verifier=verifier, completion_filter=completion_filter, group_log=group_log,
+            sampler=sampler, completion_filter=completion_filter, group_log=group_log,
+            sources=self._sources(train_dataset, sources),
         )  # fmt: skip
-        self._register_local_copy(train_dataset)
         self.swarm_model_name = args.swarm_model_name or str(getattr(self.model.config, "_name_or_path", "") or "")
         self.last_external: list[Any] = []
         self._round: Round | None = None  # the round TRL is running, for its hooks (set by `_running` alone)
@@ -205,6 +212,13 @@ class SAPOTrainer(HeldOutEvaluation, GRPOTrainer):
                 )
         return uses_swarm, peer_id
 
+    def _sources(self, train_dataset: Any, sources: Sequence[TaskSource] | None) -> SourceRegistry:
+        """The task sources this peer holds: given, or found from its own rows (only a peer in a swarm needs them)."""
+        policy = self.args.external_source_policy
+        if not self._uses_swarm:
+            return SourceRegistry(sources or (), policy)
+        return registry_for(train_dataset, sources, policy, self.args.regeneration_timeout)
+
     def _check_external_support(self, train_dataset: Any) -> None:
         if self.tools or self.rollout_func is not None or self.environment_factories is not None:
             raise ValueError(
@@ -218,17 +232,6 @@ class SAPOTrainer(HeldOutEvaluation, GRPOTrainer):
                 "num_external > 0 with a swarm needs a conversational dataset (a 'prompt' column of chat messages), "
                 "since swarm groups carry their question as chat messages; set num_external=0 to train on own groups."
             )
-
-    def _register_local_copy(self, train_dataset: Any) -> None:
-        """Tell the verifier what this peer's own questions are: a non-procedural dataset to check received
-        questions against, or the reasoning-gym configs it may regenerate in this process (cheap, our own)."""
-        if not isinstance(train_dataset, Dataset) or len(train_dataset) == 0:
-            return
-        provenance = row_provenance(train_dataset[0])
-        if provenance.source == "dataset":
-            self.intake.verifier.register(provenance.task, train_dataset)
-        elif provenance.source == "reasoning_gym":
-            self.intake.verifier.register_tasks(reasoning_gym_tasks_of(train_dataset))
 
     # ------------------------------------------------------------------------------------------------
     # the SAPO round

@@ -18,7 +18,7 @@ from sapo.node.help import FIRST_SCREEN, names_on_first_screen, option_sections
 from sapo.node.options import _yaml_value, build_parser, config_yaml, full_help, parse_node_args, parse_node_options
 from sapo.node.runner import NodeArguments
 from sapo.sampling import SAMPLER_ALIASES, SAMPLERS, DropZeroAdvantageSampler, make_sampler
-from sapo.verification import SOURCE_POLICIES
+from sapo.sources import SOURCE_POLICIES
 from swarm.dht import DHTTransportConfig
 from swarm.field_docs import field_help, parameter_docs
 

@@ -16,8 +16,9 @@ from trl import GRPOConfig, GRPOTrainer
 from sapo import SAPOConfig, SAPOTrainer
 from sapo.models import build_tiny_model
 from sapo.probe import PolicyProbe
+from sapo.questions import GroupDropped
+from sapo.sources import SourceRegistry
 from sapo.tasks import TaskSpec, build_reasoning_gym_dataset
-from sapo.verification import GroupDropped, QuestionVerifier
 from swarm import Group, MemorySwarm, Provenance
 from testbed.tiny_run import tiny_config
 
@@ -686,7 +687,7 @@ def test_the_receiver_writes_the_prompt_of_external_groups(tmp_path, smollm_toke
     assert not any("PWNED" in m["content"] for p in trained_prompts for m in p)
 
     # An unverifiable source under the trust policy: a lone user message passes, anything more is dropped.
-    verifier = QuestionVerifier(policy="trust")
+    verifier = SourceRegistry(policy="trust")
     plain = _external_group("What is 2 + 2?", ["4"] * G, "plain", answer="4")
     assert verifier.columns_for(plain)["question"] == "What is 2 + 2?"
     with pytest.raises(GroupDropped) as info:
@@ -790,3 +791,48 @@ def test_weak_prompt_first_learns_this_peers_own_results_per_task(tmp_path, smol
     assert trainer.intake.sampler.is_weak("doubling")  # nothing of its own seen yet
     trainer.train()
     assert not trainer.intake.sampler.is_weak("doubling") and trainer.intake.sampler.is_weak("some_other_task")
+
+
+class _SamplingLogprobs(SAPOTrainer):
+    """A trainer whose own rows come with sampling log-probabilities, as vLLM's do (vLLM itself is not installed:
+    generation is TRL's transformers path, and every sampled token gets log-probability -1), and which keeps each
+    round's batch as TRL built it."""
+
+    batches: list[dict] = []
+
+    def _generate_single_turn(self, prompt_ids, images, multimodal_fields, *args, **kwargs):
+        self.use_vllm = False
+        try:
+            completion_ids, _ = super()._generate_single_turn(prompt_ids, images, multimodal_fields, *args, **kwargs)
+        finally:
+            self.use_vllm = True
+        return completion_ids, [[-1.0] * len(ids) for ids in completion_ids]
+
+    def _generate_and_score_completions(self, inputs):
+        output = super()._generate_and_score_completions(inputs)
+        self.batches.append(output)
+        return output
+
+
+def test_vllm_importance_sampling_correction_stays_on_and_leaves_swarm_rows_uncorrected(tmp_path, smollm_tokenizer):
+    """TRL's importance-sampling correction (on by default with vLLM) runs through TRL's own code with a swarm: own
+    rows are corrected by their sampling log-probabilities, swarm rows (which have none) get NaN, read by TRL as no
+    correction (ratio 1)."""
+    from sapo.round import EXTERNAL_COLUMN
+
+    swarm = MemorySwarm(seed=0)
+    swarm.join("sender").publish(
+        [_external_group("What is 0 + 0?", ["0 x", "1", "0", "2 x"], f"g{i}", answer="0") for i in range(2)]
+    )
+    trainer = _trainer(tmp_path, smollm_tokenizer, "is", RewardProbe(lambda t: 1.0 if "x" in t else 0.0),
+                       swarm=swarm.join("rx"), external_source_policy="trust", max_steps=1)  # fmt: skip
+    assert trainer.vllm_importance_sampling_correction  # TRL's default, kept with a swarm
+    trainer.__class__ = _SamplingLogprobs
+    trainer.use_vllm = True
+    trainer.train()
+    batch = trainer.batches[-1]
+    external = batch[EXTERNAL_COLUMN]
+    ratio = batch["importance_sampling_ratio"].reshape(len(external), -1)
+    assert external.sum() == 2 * G and torch.all(ratio[external] == 1.0)
+    assert torch.isnan(batch["sampling_per_token_logps"][external]).any()
+    assert torch.all(ratio[~external] != 1.0)  # own rows: corrected by their (made-up) sampling log-probabilities
