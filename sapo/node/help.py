@@ -18,11 +18,9 @@ FIRST_SCREEN: dict[str, str | None] = {
     "announce_maddrs": "The public addresses other peers dial (behind NAT, or a published Docker port).",
     "output_dir": "Identity key, checkpoints, metrics.jsonl and node.log; a restarted node resumes from it.",
     "max_steps": "Training steps to run.",
-    "dataset": None,
-    "reward": None,
+    "dataset": "Your own questions instead of `tasks`: a .jsonl, .json, .parquet or .csv file, or a saved dataset.",
     "tasks": "reasoning-gym tasks to train on (names of the default mix use its easy settings).",
-    "dataset_file": None,
-    "rewards": None,
+    "rewards": "Reward functions: `reasoning_gym`, `math`, `format`, or your own as `module:function`.",
     "status_port": "Port of the status page, /metrics and /healthz (on 127.0.0.1 unless --status_host says else).",
 }
 """The options of the first screen, in order, with a one-line text for the operator (None: the first sentence of the
