@@ -160,15 +160,15 @@ class StatusBoard:
         now = self._clock()
         with self._lock:
             seconds = logs.get("step_time")
-            if not _is_number(seconds) and self._step_ends and step > self._step:
+            if not is_number(seconds) and self._step_ends and step > self._step:
                 seconds = (now - self._step_ends[-1]) / (step - self._step)
             self._step = max(self._step, step)
             self._step_ends.append(now)
             self._add_figures(step, logs)
-            if _is_number(seconds):
+            if is_number(seconds):
                 self._step_seconds.observe(float(seconds))
             for key, value in logs.items():
-                if key.startswith(_PHASE_PREFIX) and _is_number(value):
+                if key.startswith(_PHASE_PREFIX) and is_number(value):
                     phase = key[len(_PHASE_PREFIX) :]
                     self._phase_seconds.setdefault(phase, Histogram(PHASE_SECONDS_BUCKETS)).observe(float(value))
 
@@ -188,7 +188,7 @@ class StatusBoard:
             self._fill_ins: logs.get("sapo/fill_ins"),
         }
         for series, value in figures.items():
-            if _is_number(value):
+            if is_number(value):
                 series.add(step, float(value))
 
     def record_held_out(
@@ -198,7 +198,7 @@ class StatusBoard:
         with self._lock:
             self._held_out.add(step, float(pass_at_1), standard_error)
             for task, value in (per_task or {}).items():
-                if _is_number(value):
+                if is_number(value):
                     self._held_out_tasks.setdefault(task, Series()).add(step, float(value))
 
     def record_swarm(self, swarm: Any, require_swarm: bool = False, rejoin_through: list[str] | None = None) -> str:
@@ -288,7 +288,8 @@ def _points(series: Series) -> list[list[float]]:
     return [[step, value] for step, value, _ in series.points]
 
 
-def _is_number(value: Any) -> bool:
+def is_number(value: Any) -> bool:
+    """True for a finite int or float (not a bool): a figure worth plotting."""
     return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 

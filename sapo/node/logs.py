@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import logging
 import logging.handlers
-import math
 import sys
 from pathlib import Path
 from typing import Any
+
+from sapo.node.board import is_number
 
 LOG_FILE = "node.log"
 LOG_FILE_BYTES = 10 * 1024 * 1024
@@ -70,25 +71,21 @@ def step_line(step: int, max_steps: int | None, logs: dict[str, Any], seconds: f
     own = logs.get("sapo/local_reward", logs.get("reward"))
     parts = [f"step {step}" + (f"/{max_steps}" if max_steps else "")]
     reward = f"reward {_figure(own)}"
-    if _is_number(logs.get("sapo/external_reward")):
+    if is_number(logs.get("sapo/external_reward")):
         reward += f" (swarm groups {_figure(logs['sapo/external_reward'])})"
     parts.append(reward)
     parts.append(f"peers {_count(logs.get('sapo/peers'))}")
     taken = f"taken {_count(logs.get('sapo/external_groups'))}"
-    if _is_number(logs.get("sapo/fill_ins")):
+    if is_number(logs.get("sapo/fill_ins")):
         taken += f", filled in {_count(logs['sapo/fill_ins'])}"
     parts.append(taken)
-    parts.append(f"{seconds:.1f} s" if _is_number(seconds) else "- s")
+    parts.append(f"{seconds:.1f} s" if is_number(seconds) else "- s")
     return "; ".join(parts)
 
 
-def _is_number(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
-
-
 def _figure(value: Any) -> str:
-    return f"{value:.3f}" if _is_number(value) else "-"
+    return f"{value:.3f}" if is_number(value) else "-"
 
 
 def _count(value: Any) -> str:
-    return f"{value:g}" if _is_number(value) else "-"
+    return f"{value:g}" if is_number(value) else "-"
