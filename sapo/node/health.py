@@ -1,5 +1,7 @@
-"""`sapo-node health`: ask a running node's `/healthz` and exit 0 when it is healthy, 1 when not or when it does not
-answer (the image's HEALTHCHECK, a systemd timer)."""
+"""`sapo-node health`: ask a running node's `/healthz`; exit 0 when it is healthy, 1 when not or when it is silent.
+
+The image's HEALTHCHECK runs it, and so can a systemd timer.
+"""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""`sapo-node --help` and `--help-all`: the options an operator sets first on one screen, every option under its
-section heading."""
+"""`sapo-node --help` (the options an operator sets first) and `--help-all` (every option under its heading)."""
 
 from __future__ import annotations
 
