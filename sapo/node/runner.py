@@ -337,7 +337,11 @@ def start_swarm(node: NodeArguments, output_dir: Path, model_name: str) -> Any:
         raise NodeError(str(e)) from None
     addresses = swarm.visible_addresses()
     (output_dir / "address.txt").write_text("\n".join(addresses) + "\n")
-    print(f"\nsapo-node {swarm.peer_id} is in swarm {node.swarm_name!r}. Others join it with:", file=sys.stderr)
+    peer_id = addresses[0].rsplit("/p2p/", 1)[-1] if addresses else "-"
+    print(
+        f"\nsapo-node {peer_id} (key fingerprint {swarm.peer_id}) is in swarm {node.swarm_name!r}. Others join it "
+        "with:", file=sys.stderr,
+    )  # fmt: skip
     print(f"  sapo-node --initial-peers {' '.join(addresses)}\n", file=sys.stderr, flush=True)
     return swarm
 
@@ -383,20 +387,8 @@ def claim_output_dir(output_dir: Path, identity: dict[str, Any]) -> None:
     write_atomically(marker, json.dumps(identity, indent=1, sort_keys=True))
 
 
-def setup_logging(output_dir: Path, level: str = "info") -> None:
-    """Node logs to stderr and to `node.log` in the output directory."""
-    fmt = logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s", "%H:%M:%S")
-    root = logging.getLogger()
-    root.setLevel(logging.WARNING)
-    for name in ("sapo", "swarm"):
-        logging.getLogger(name).setLevel(getattr(logging, level.upper(), logging.INFO))
-    handlers = [logging.StreamHandler(sys.stderr), logging.FileHandler(output_dir / "node.log")]
-    for handler in handlers:
-        handler.setFormatter(fmt)
-        root.addHandler(handler)
-    for noisy in ("hivemind", "transformers", "datasets", "accelerate"):
-        logging.getLogger(noisy).setLevel(logging.ERROR)
-    # The node shows one progress bar (its steps); the libraries' load/save bars would interleave with it.
+def quiet_library_progress_bars() -> None:
+    """The node shows one progress bar (its steps); the libraries' load/save bars would interleave with it."""
     import datasets
     import transformers
 
@@ -421,8 +413,10 @@ def _run(args: Any, node: NodeArguments) -> int:
     from transformers.trainer_callback import PrinterCallback, ProgressCallback
 
     from sapo.checkpoints import latest_complete_checkpoint, set_aside_incomplete
+    from sapo.node.about import model_label, sapo_version
     from sapo.node.board import BoardLogHandler, StatusBoard
     from sapo.node.callbacks import EvaluateAtEnd, GracefulStop, MetricsJsonl, NodeProgress, NodeStatus, SwarmLog
+    from sapo.node.logs import setup_logging
     from sapo.trainer import SAPOTrainer
 
     # Cheap checks first: a typo must not cost a model load.
@@ -436,9 +430,13 @@ def _run(args: Any, node: NodeArguments) -> int:
         output_dir, {k: _plain(getattr(node if hasattr(node, k) else args, k)) for k in _RUN_IDENTITY_FIELDS}
     )
     setup_logging(output_dir, args.log_level if args.log_level not in ("passive", None) else "info")
+    quiet_library_progress_bars()
 
     stop = GracefulStop().install()
-    board = StatusBoard(node_name=f"sapo-node {output_dir.name}", max_steps=args.max_steps)
+    board = StatusBoard(
+        node_name=f"sapo-node {output_dir.name}", max_steps=args.max_steps, version=sapo_version(),
+        model=model_label(node.model),
+    )  # fmt: skip
     status = NodeStatus(output_dir, board)
     page = start_status_page(node, board, status)
     problems = BoardLogHandler(board)
@@ -456,10 +454,11 @@ def _run(args: Any, node: NodeArguments) -> int:
         swarm = start_swarm(node, output_dir, model_name=args.swarm_model_name or node.model)
         status.watch(swarm, rejoin_through=list(node.initial_peers), require_swarm=node.require_swarm)
         if node.wait_for_peers > 0:
-            status.set(f"waiting for {node.wait_for_peers} peer(s)")
+            status.set(f"waiting for {node.wait_for_peers} peer(s)", patience=node.wait_for_peers_timeout + 60.0)
             await_peers(swarm, node.wait_for_peers, node.wait_for_peers_timeout)
         status.set("starting training")
         metrics = MetricsJsonl(output_dir / "metrics.jsonl", resume_step=_step(resume))
+        status.replay(metrics.history)
         trainer = SAPOTrainer(
             model=model,
             reward_funcs=reward_funcs,
