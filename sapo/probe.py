@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 from trl import GRPOTrainer
@@ -18,9 +18,6 @@ from trl import GRPOTrainer
 from sapo.generation import inference_context
 from sapo.plausibility import CompletionStatistics, completion_statistics, token_typicality
 from sapo.sampling import Candidate, TokenizedCompletion
-
-if TYPE_CHECKING:
-    from sapo.trainer import SAPOTrainer
 
 
 @dataclass(frozen=True)
@@ -36,12 +33,12 @@ class PolicyProbe:
     """This peer's policy and rewards, as the intake uses them on received completions.
 
     Args:
-        trainer: the trainer whose tokenizer, reward functions and model are probed.
+        trainer: the `sapo.trainer.SAPOTrainer` whose tokenizer, reward functions and model are probed.
         row_keys: the columns of the trainer's own rows (an external row gets the same keys for the reward path).
         span_tokens: the width of the worst span the plausibility check judges (`SAPOConfig.plausibility_span_tokens`).
     """
 
-    def __init__(self, trainer: SAPOTrainer, row_keys: Sequence[str], span_tokens: int = 3):
+    def __init__(self, trainer: Any, row_keys: Sequence[str], span_tokens: int = 3):
         self.trainer = trainer
         self.row_keys = list(row_keys)
         self.span_tokens = span_tokens

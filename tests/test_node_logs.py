@@ -12,7 +12,8 @@ import pytest
 
 from sapo.node.logs import LOG_FILE, STEP_LOGGER, setup_logging, step_line
 
-DATED = re.compile(r"^\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2} (INFO|WARN|WARNING|ERROR) [\w.]+: ")  # hivemind names WARNING "WARN"
+# hivemind names WARNING "WARN"
+DATED = re.compile(r"^\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2} (INFO|WARN|WARNING|ERROR) [\w.]+: ")
 
 
 @pytest.fixture
