@@ -220,8 +220,13 @@ def bootstrap_method(resamples: int, rng: np.random.Generator) -> Method:
         k, n = tables.shape[-2:]
         seed_counts = rng.multinomial(k, np.full(k, 1 / k), size=resamples).astype(float)  # [b, k]
         question_counts = rng.multinomial(n, np.full(n, 1 / n), size=resamples).astype(float)  # [b, n]
-        weighted = np.matmul(seed_counts, tables)  # [r, b, n]
-        means = np.einsum("rbn,bn->rb", weighted, question_counts) / (k * n)
+        step = max(1, CHUNK_VALUES // (resamples * n))  # tables per product: [tables, resamples, questions]
+        means = np.concatenate(
+            [
+                np.einsum("rbn,bn->rb", np.matmul(seed_counts, tables[i : i + step]), question_counts) / (k * n)
+                for i in range(0, len(tables), step)
+            ]
+        )
         low, high = np.quantile(means, [(1 - LEVEL) / 2, (1 + LEVEL) / 2], axis=-1)
         centre = tables.mean((-2, -1))
         # as a symmetric half-width would hide a skewed interval, encode it: covered iff low <= truth <= high
