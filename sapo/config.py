@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from trl import GRPOConfig
 
 from sapo.sampling import SAMPLER_ALIASES, SAMPLERS, describe_samplers, sampler_name
-from sapo.verification import SOURCE_POLICIES, describe_source_policies
+from sapo.sources.base import SOURCE_POLICIES, describe_source_policies
 from swarm.field_docs import document_fields
 
 # ----------------------------------------------------------------------------------------------------
@@ -216,8 +216,8 @@ class SAPOConfig(GRPOConfig):
     external_source_policy: str = field(
         default="verify",
         metadata={
-            "help": "What to do with external groups whose question is not procedural (not reasoning-gym): "
-            f"{describe_source_policies()}. Reasoning-gym questions are always regenerated and checked.",
+            "help": "What to do with an external group of a source this peer does not hold (`sapo.sources`; the "
+            f"sources it holds always re-derive the truth): {describe_source_policies()}.",
             "choices": list(SOURCE_POLICIES),
         },
     )
