@@ -18,10 +18,8 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("hivemind")
-
-from testbed.hostile_peer import honest_group  # noqa: E402
-from tests.swarm_fixtures import dht_peers, no_p2pd_left_behind, wait_until  # noqa: E402, F401
+from testbed.hostile_peer import honest_group
+from tests.swarm_fixtures import dht_peers, no_p2pd_left_behind, wait_until  # noqa: F401
 
 pytestmark = pytest.mark.usefixtures("no_p2pd_left_behind")
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import time
 
 import pytest
 import torch
@@ -113,6 +112,5 @@ def test_default_model_converts_loads_generates_and_is_reused(tmp_path, monkeypa
         [{"role": "user", "content": "hi"}], tokenize=False, add_generation_prompt=True
     )
     assert _generate(model, tokenizer).strip()
-    start = time.monotonic()
     assert models.default_model_path() == path
-    assert time.monotonic() - start < 1.0 and os.stat(weights).st_mtime_ns == mtime  # cached, not reconverted
+    assert os.stat(weights).st_mtime_ns == mtime  # cached, not reconverted

@@ -10,7 +10,6 @@ import re
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -132,15 +131,14 @@ def test_output_dir_of_another_config_is_refused(tmp_path, capsys, tiny_model_a)
     assert "belongs to a run with a different config" in err and "someone-else" in err
 
 
-def test_unreachable_initial_peer_with_require_swarm_fails_in_bounded_time(tmp_path, capsys, tiny_model_a):
+def test_unreachable_initial_peer_with_require_swarm_fails_after_its_join_timeout(tmp_path, capsys, tiny_model_a):
     nobody = "/ip4/127.0.0.1/tcp/9/p2p/QmbHkbbrWMJXsY9Zm3stKpbmEgx5m5ZxSojoPSXZoGNypn"
-    started_at = time.monotonic()
     code = main(["--model", str(tiny_model_a), "--output_dir", str(tmp_path / "out"), *TINY,
                  "--initial_peers", nobody, "--join_timeout", "5", "--require_swarm",
                  "--status_port", "none"])  # fmt: skip
     assert code == 3
-    assert "sapo-node: error:" in capsys.readouterr().err
-    assert time.monotonic() - started_at < 120
+    err = capsys.readouterr().err
+    assert "sapo-node: error:" in err and nobody in err and "5 s" in err  # gave up on --join_timeout, naming the peer
 
 
 # ----------------------------------------------------------------------------------------------------

@@ -11,12 +11,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 from sapo.group_log import read_group_log
 from tests.node_fixtures import TINY, _evaluations, _metrics
-
-pytest.importorskip("hivemind")
 
 REWARD_MODULE = '''
 def units_reward(prompts, completions, answer, units, **kwargs):
