@@ -54,7 +54,10 @@ def _read_gguf_string(f: Any) -> str:
     (length,) = struct.unpack("<Q", f.read(8))
     if length > 1 << 16:  # keys and architecture names are short; more means a damaged or foreign file
         raise ValueError(f"a {length}-byte name in the header")
-    return f.read(length).decode("utf-8")
+    data = f.read(length)
+    if len(data) < length:
+        raise ValueError("the file ends inside its header")
+    return data.decode("utf-8")
 
 
 def _skip_gguf_value(f: Any, kind: int) -> None:

@@ -208,7 +208,7 @@ def gguf_model_path(gguf: str | Path, cache: str | Path | None = None) -> Path:
     ``gguf``, for any architecture transformers reads from GGUF (Llama, Qwen2/3, Gemma 2/3, Phi-3, ...).
 
     The copy is ``<cache>/models/<file name>-<first 16 hex digits of the file's SHA-256>``: two different files never
-    share a copy, and the same file under another name or folder reuses it. The first call converts (about a
+    share a copy, and the same file in another folder reuses it. The first call converts (about a
     minute for 270M parameters on 2 CPU cores); later calls hash the file (about a second per GB) and return the
     copy. The embedded default's file gives :func:`default_model_path`'s copy. A file that is not GGUF, or holds an
     architecture transformers cannot load as a causal LM, raises ``ValueError`` naming what to pass instead.
@@ -408,41 +408,54 @@ def load_trained_policy(path: str | Path, base: str | Path | None = None) -> tup
     return PeftModel.from_pretrained(model, path), tokenizer
 
 
-def build_tiny_model(tokenizer: Any, hidden_size: int = 64, num_layers: int = 2, seed: int = 0) -> Any:
-    """A tiny randomly initialised ``LlamaForCausalLM`` sized to ``tokenizer``'s vocabulary, for tests."""
+def build_tiny_model(
+    tokenizer: Any, hidden_size: int = 64, num_layers: int = 2, seed: int = 0, family: str = "llama"
+) -> Any:
+    """A tiny randomly initialised causal LM sized to ``tokenizer``'s vocabulary, for tests: ``family`` ``"llama"``
+    (``LlamaForCausalLM``, the default) or ``"gemma3"`` (``Gemma3ForCausalLM``: sliding-window and global layers,
+    one key-value head, scaled embeddings)."""
     import torch
-    from transformers import LlamaConfig, LlamaForCausalLM
+    from transformers import Gemma3ForCausalLM, Gemma3TextConfig, LlamaConfig, LlamaForCausalLM
 
     heads = max(1, hidden_size // 16)
-    config = LlamaConfig(
+    shared = dict(
         vocab_size=len(tokenizer),
         hidden_size=hidden_size,
         intermediate_size=hidden_size * 2,
         num_hidden_layers=num_layers,
         num_attention_heads=heads,
-        num_key_value_heads=heads,
         max_position_embeddings=2048,
         tie_word_embeddings=True,
         pad_token_id=tokenizer.pad_token_id,
         bos_token_id=tokenizer.bos_token_id,
         eos_token_id=tokenizer.eos_token_id,
     )
+    if family == "llama":
+        model_class, config = LlamaForCausalLM, LlamaConfig(num_key_value_heads=heads, **shared)
+    elif family == "gemma3":
+        layer_types = ["sliding_attention"] * (num_layers - 1) + ["full_attention"]
+        config = Gemma3TextConfig(num_key_value_heads=1, head_dim=16, query_pre_attn_scalar=16, sliding_window=16,
+                                  layer_types=layer_types, **shared)  # fmt: skip
+        model_class = Gemma3ForCausalLM
+    else:
+        raise ValueError(f"build_tiny_model: family must be 'llama' or 'gemma3', got {family!r}")
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        model = LlamaForCausalLM(config)
+        model = model_class(config)
     model.generation_config.pad_token_id = tokenizer.pad_token_id
     model.generation_config.eos_token_id = tokenizer.eos_token_id
     return model
 
 
-def save_tiny_model(path: str | Path, tokenizer: Any = None, seed: int = 0) -> Path:
-    """Write a tiny random model with SmolLM2's tokenizer (or ``tokenizer``) to ``path``, loadable by
-    ``load_policy(path)`` and ``sapo-node --model path``: for tests, smoke runs and fault benchmarks."""
+def save_tiny_model(path: str | Path, tokenizer: Any = None, seed: int = 0, family: str = "llama") -> Path:
+    """Write a tiny random model (:func:`build_tiny_model`'s ``family``) with SmolLM2's tokenizer (or ``tokenizer``)
+    to ``path``, loadable by ``load_policy(path)`` and ``sapo-node --model path``: for tests, smoke runs and fault
+    benchmarks."""
     if tokenizer is None:
         from transformers import AutoTokenizer
 
         tokenizer = prepare_tokenizer(AutoTokenizer.from_pretrained(default_model_path()))
     path = Path(path)
-    build_tiny_model(tokenizer, seed=seed).save_pretrained(path)
+    build_tiny_model(tokenizer, seed=seed, family=family).save_pretrained(path)
     tokenizer.save_pretrained(path)
     return path
