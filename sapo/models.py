@@ -208,9 +208,8 @@ def gguf_model_path(gguf: str | Path, cache: str | Path | None = None) -> Path:
     ``gguf``, for any architecture transformers reads from GGUF (Llama, Qwen2/3, Gemma 2/3, Phi-3, ...).
 
     The copy is ``<cache>/models/<file name>-<first 16 hex digits of the file's SHA-256>``: two different files never
-    share a copy, and the same file in another folder reuses it. The first call converts (about a
-    minute for 270M parameters on 2 CPU cores); later calls hash the file (about a second per GB) and return the
-    copy. The embedded default's file gives :func:`default_model_path`'s copy. A file that is not GGUF, or holds an
+    share a copy, and the same file in another folder reuses it. The first call converts the file; later calls hash
+    it (about a second per GB) and return the copy. The embedded default's file gives :func:`default_model_path`'s copy. A file that is not GGUF, or holds an
     architecture transformers cannot load as a causal LM, raises ``ValueError`` naming what to pass instead.
     """
     gguf = Path(gguf).expanduser().resolve()
@@ -292,6 +291,7 @@ def _convert_gguf(gguf: Path, out: Path, name: str, source: dict[str, Any]) -> N
         stops = [tokenizer.eos_token_id] + [i for i in ([own] if isinstance(own, int) else own or []) if i is not None]
         stops = list(dict.fromkeys(stops))
         model.generation_config.eos_token_id = stops[0] if len(stops) == 1 else stops
+        model.config.eos_token_id = model.generation_config.eos_token_id  # as the trainer would align them
     model.save_pretrained(out, safe_serialization=True)
     tokenizer.save_pretrained(out)
     (out / _MARKER).write_text(json.dumps({"version": _CONVERSION_VERSION, **source}, indent=1))
