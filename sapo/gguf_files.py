@@ -86,10 +86,11 @@ def check_gguf_architecture(path: Path, architecture: str) -> None:
     names = {architecture, architecture.replace("-", "_"), architecture.replace("moe", "_moe")}
     readable = set(GGUF_SUPPORTED_ARCHITECTURES) - {"general", "tokenizer"}
     if not names & readable:
+        causal = ", ".join(sorted(readable & set(MODEL_FOR_CAUSAL_LM_MAPPING_NAMES)))
         raise ValueError(
             f"{path} holds a {architecture!r} model, which transformers {transformers.__version__} cannot read from "
-            f"GGUF (its causal LMs: {', '.join(sorted(readable & set(MODEL_FOR_CAUSAL_LM_MAPPING_NAMES)))}); pass a GGUF file of one of those, or the original model as a "
-            "Hugging Face model directory"
+            f"GGUF (its causal LMs: {causal}); pass a GGUF file of one of those, or the original model as a Hugging "
+            "Face model directory"
         )
     if not names & set(MODEL_FOR_CAUSAL_LM_MAPPING_NAMES):
         raise ValueError(

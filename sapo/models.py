@@ -209,8 +209,9 @@ def gguf_model_path(gguf: str | Path, cache: str | Path | None = None) -> Path:
 
     The copy is ``<cache>/models/<file name>-<first 16 hex digits of the file's SHA-256>``: two different files never
     share a copy, and the same file in another folder reuses it. The first call converts the file; later calls hash
-    it (about a second per GB) and return the copy. The embedded default's file gives :func:`default_model_path`'s copy. A file that is not GGUF, or holds an
-    architecture transformers cannot load as a causal LM, raises ``ValueError`` naming what to pass instead.
+    it (about a second per GB) and return the copy. The embedded default's file gives :func:`default_model_path`'s
+    copy. A file that is not GGUF, or holds an architecture transformers cannot load as a causal LM, raises
+    ``ValueError`` naming what to pass instead.
     """
     gguf = Path(gguf).expanduser().resolve()
     architecture = gguf_architecture(gguf)
