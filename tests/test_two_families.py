@@ -3,7 +3,9 @@
 
 from __future__ import annotations
 
+import ast
 import json
+import re
 import shutil
 import tempfile
 from pathlib import Path
@@ -12,7 +14,7 @@ import pytest
 import torch
 
 from sapo import SAPOTrainer
-from sapo.models import GEMMA_TEMPLATE, build_tiny_model, prepare_tokenizer
+from sapo.models import GEMMA_TEMPLATE, build_tiny_model, prepare_tokenizer, save_tiny_model
 from sapo.tasks import TaskSpec, build_reasoning_gym_dataset
 from swarm import MemorySwarm
 from testbed.tiny_run import tiny_config
@@ -116,6 +118,28 @@ def test_smollm2_and_gemma3_peers_take_each_others_groups(tmp_path, smollm_token
     for name, trainer in peers.items():
         changed = any(not torch.equal(b, a) for b, a in zip(before[name], trainer.model.parameters(), strict=True))
         assert changed, f"peer {name} did not train"
+
+
+@pytest.mark.slow
+def test_the_example_runs_smollm2_and_gemma3_on_real_dht_peers(tmp_path, tiny_model_a, gemma_tokenizer, monkeypatch):
+    """examples/heterogeneous_swarm.py, two processes with their own DHT peers on 127.0.0.1: each takes the other's
+    groups (a tiny Llama with SmolLM2's tokenizer, a tiny Gemma 3 with Gemma's)."""
+    from tests import test_examples
+
+    gemma_dir = save_tiny_model(tmp_path / "tiny-gemma3", gemma_tokenizer, seed=2, family="gemma3")
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    # 30 steps, as the example's own test: groups are polled once a second and a tiny step takes a fraction of one.
+    output = test_examples.run_example(
+        test_examples.python("heterogeneous_swarm.py", "--smoke", "--models", str(tiny_model_a), str(gemma_dir),
+                             "--steps", "30"),
+        cwd=tmp_path,
+    )  # fmt: skip
+    rows = {line.split()[0]: line for line in output.splitlines() if re.match(r"peer-\d ", line)}
+    assert set(rows) == {"peer-0", "peer-1"}, output[-3000:]
+    assert "tiny-gemma3" in rows["peer-1"]
+    for me, other in (("peer-0", "peer-1"), ("peer-1", "peer-0")):
+        taken = ast.literal_eval(rows[me][rows[me].index("{") :])
+        assert taken.get(other, 0) >= 1, rows[me]
 
 
 @pytest.mark.slow
