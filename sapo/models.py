@@ -428,11 +428,13 @@ def model_path(model: str | Path | None = None) -> Path:
 
 
 def _check_model_dir(path: Path) -> Any:
-    """The config of the causal LM at ``path`` (a model directory, or a GGUF file: read from the file, not
-    converted); raises naming what to pass instead."""
+    """The config of the causal LM at ``path`` (a model directory, or a GGUF file or a package that ships one: read
+    from the file, not converted); raises naming what to pass instead."""
     from transformers import AutoConfig
     from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
 
+    if not path.exists():
+        path = package_gguf(str(path), cache_dir()) or path
     if not path.exists():
         raise FileNotFoundError(f"model {path} does not exist; pass {_MODEL_ARGUMENT} (no model hub is used)")
     if path.is_file():
