@@ -27,12 +27,12 @@ def receive_seconds(group: Any, tokenizer: Any, max_tokens: int, repeats: int) -
     """Median seconds to verify, check, score and tokenize ``group`` as a receiver does."""
     from rewards.functions import reasoning_gym_reward
     from sapo.hygiene import CompletionHygiene
-    from sapo.verification import QuestionVerifier
+    from sapo.sources import ReasoningGymSource, SourceRegistry
 
     times = []
     for _ in range(repeats):
         start = time.perf_counter()
-        columns = QuestionVerifier().columns_for(group)
+        columns = SourceRegistry([ReasoningGymSource()]).columns_for(group)
         CompletionHygiene().group_problem(group.completions)
         n = len(group.completions)
         reasoning_gym_reward(prompts=[group.prompt] * n, completions=group.completions, entry=[columns["entry"]] * n)

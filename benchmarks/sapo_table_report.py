@@ -322,22 +322,35 @@ def _pct_plain(value: float | None) -> str:
 
 
 def noise_check(runs: list[dict[str, Any]], settings: Sequence[str]) -> list[str]:
-    """Per seed, the difference of mean reward per peer-step against 8/0, in units of its standard error."""
+    """Per seed, the difference of mean reward per peer-step against 8/0, in units of its standard error; over the
+    seeds, the mean difference with the plain t-interval over seeds (each seed trains on its own questions, so the
+    seeds' spread holds all the noise)."""
+    from benchmarks.stats import t_over_seeds
+
     complete = {(r["setting"], r["seed"]): r for r in runs if r["complete"]}
     out = []
     for label in settings:
         if label == BASELINE:
             continue
+        differences = []
         for seed in sorted({s for (lab, s) in complete if lab == label}):
             run, base = complete[(label, seed)], complete.get((BASELINE, seed))
             if base is None:
                 continue
             diff = run["mean_reward"] - base["mean_reward"]
+            differences.append(diff)
             se = math.sqrt(run["mean_reward_se"] ** 2 + base["mean_reward_se"] ** 2)
             out.append(
                 f"- {label} seed {seed}: mean reward per peer-step {run['mean_reward']:.4f} vs "
                 f"{base['mean_reward']:.4f} (8/0): difference {diff:+.4f} = {diff / se:+.1f} standard errors "
                 f"(SE {se:.4f}, from the per-step spread over peers and steps)."
+            )
+        if len(differences) > 1:
+            over = t_over_seeds(differences)
+            low, high = over.interval()
+            out.append(
+                f"- {label}, over {len(differences)} seeds: {over.value:+.4f} (95 % CI {low:+.4f} to {high:+.4f}, "
+                "t-interval over the seeds)."
             )
     return out or ["- No seed has both a complete 8/0 run and a complete shared run."]
 

@@ -273,8 +273,7 @@ def timed_grpo_trainer_class():
 
 
 def timed_sapo_trainer_class():
-    """SAPOTrainer plus two benchmark-side timers in its phase table: the sampler's choice (``select``)
-    and the re-tokenization of external completions (``retokenize``); both stay inside "training"."""
+    """SAPOTrainer plus a benchmark-side timer in its phase table: the sampler's choice (``select``)."""
     from sapo.trainer import SAPOTrainer
 
     class TimedSampler:
@@ -294,14 +293,7 @@ def timed_sapo_trainer_class():
     class TimedSAPOTrainer(SAPOTrainer):
         def __init__(self, *args, **kwargs):
             super().__init__(*args, **kwargs)
-            self.sampler = TimedSampler(self.sampler, self._phase_seconds)
-
-        def _tokenize_external_completion(self, text):
-            start = time.perf_counter()
-            try:
-                return super()._tokenize_external_completion(text)
-            finally:
-                self._phase_seconds["retokenize"] += time.perf_counter() - start
+            self.intake.sampler = TimedSampler(self.intake.sampler, self._phase_seconds)
 
     return TimedSAPOTrainer
 

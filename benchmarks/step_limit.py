@@ -367,7 +367,7 @@ def feeder_groups(model: Any, tokenizer: Any, dataset: Any, count: int) -> list[
 
     from sapo.generation import generate_completions, inference_context
     from sapo.hygiene import CompletionHygiene
-    from sapo.verification import published_prompt
+    from sapo.publication import published_prompt
     from swarm.records import Group, provenance_from_wire
 
     rows = [dataset[len(dataset) - 1 - j] for j in range(2 * count)]

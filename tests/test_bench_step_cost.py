@@ -105,14 +105,14 @@ def test_trainers_take_turns_and_a_failure_stops_the_others(bench):
 
 
 def test_feeder_groups_pass_the_receivers_verification():
+    from sapo.sources import ReasoningGymSource, SourceRegistry
     from sapo.tasks import DEFAULT_TASKS, build_reasoning_gym_dataset
-    from sapo.verification import QuestionVerifier
     from swarm.records import GroupRecord, RecordLimits, encode_record
 
     rows = build_reasoning_gym_dataset(DEFAULT_TASKS, size=8, seed=5).to_list()
     feeder = importlib.import_module("benchmarks.feeder")
     groups = feeder.make_feeder_groups(rows, 0, 8, 4, 400, random.Random(0))
-    verifier = QuestionVerifier(policy="verify")
+    verifier = SourceRegistry([ReasoningGymSource()])
     for group, row in zip(groups, rows, strict=True):
         assert verifier.columns_for(group)["answer"] == row["answer"]
         assert len(group.completions) == 4
