@@ -15,7 +15,7 @@ import torch
 
 from sapo import SAPOTrainer
 from sapo.models import GEMMA_TEMPLATE, build_tiny_model, prepare_tokenizer, save_tiny_model
-from sapo.tasks import TaskSpec, build_reasoning_gym_dataset
+from sapo.sources import DatasetSource
 from swarm import MemorySwarm
 from testbed.tiny_run import tiny_config
 from tests.conftest import _cached_dir
@@ -90,8 +90,9 @@ def test_a_gemma_tokenizer_without_a_template_gets_gemmas_turns(gemma_tokenizer_
 
 
 def test_smollm2_and_gemma3_peers_take_each_others_groups(tmp_path, smollm_tokenizer, gemma_tokenizer, one_thread):
-    tasks = [TaskSpec("basic_arithmetic", {"min_terms": 2, "max_terms": 2, "min_digits": 1, "max_digits": 1})]
-    dataset = build_reasoning_gym_dataset(tasks, size=16, seed=0)
+    """On a user's dataset, held by each peer in its own order: the groups verify by content across the families."""
+    records = [{"question": f"How many metres are {k} km?", "answer": str(1000 * k)} for k in range(16)]
+    copies = {"smollm2": DatasetSource(records, "km"), "gemma3": DatasetSource(records[::-1], "km")}
 
     def length_reward(prompts, completions, **columns):  # a spread in every group, whatever a random model writes
         return [float(len(c[0]["content"]) % 4) for c in completions]
@@ -105,8 +106,9 @@ def test_smollm2_and_gemma3_peers_take_each_others_groups(tmp_path, smollm_token
         )  # fmt: skip
         model = build_tiny_model(tokenizer, seed=1, family=family)
         peers[name] = SAPOTrainer(
-            model, [length_reward], args, dataset, processing_class=tokenizer, swarm=swarm.join(name)
-        )
+            model, [length_reward], args, copies[name].rows(), processing_class=tokenizer, swarm=swarm.join(name),
+            sources=[copies[name]],
+        )  # fmt: skip
     assert type(peers["gemma3"].model).__name__ == "Gemma3ForCausalLM"
     before = {name: [p.detach().clone() for p in t.model.parameters()] for name, t in peers.items()}
     peers["smollm2"].train()  # nothing to take yet: publishes its groups
