@@ -65,6 +65,16 @@ NODE_CODE = ("sapo", "swarm", "rewards")
 NODE_FILES = ("metrics.jsonl", "held_out.jsonl", "senders.json", "node-run.json", "node.log", "groups.jsonl*")
 RUN_FILES = ("run-complete.json", "attempts.jsonl", "node-config*.yaml")
 COMPLETE = "run-complete.json"
+ARCHIVE_IGNORE = (
+    "checkpoint-*/",
+    "final/",
+    "bootstrap/",
+    "identity.key*",
+    "p2pd-state.json",
+    "node.out",
+    "status.json",
+)
+"""What a run resumed in an archive folder writes that git must not take: models, keys, scratch files."""
 
 
 @dataclass(frozen=True)
@@ -387,7 +397,10 @@ def archive_run(run_dir: Path, dest: Path) -> Path:
 
 
 def archive_all(runs_dirs: Sequence[Path], experiment: Experiment, archive: Path) -> list[Path]:
-    """Archive every complete run of the experiment found under ``runs_dirs`` into ``archive/<experiment>``."""
+    """Archive every complete run of the experiment found under ``runs_dirs`` into ``archive/<experiment>``, whose
+    ``.gitignore`` keeps out the checkpoints and keys of a run that sapo_table resumes there."""
+    (archive / experiment.name).mkdir(parents=True, exist_ok=True)
+    (archive / experiment.name / ".gitignore").write_text("".join(f"{pattern}\n" for pattern in ARCHIVE_IGNORE))
     done = []
     for seed in experiment.seeds:
         for setting in (experiment.baseline, experiment.shared):

@@ -6,6 +6,7 @@ counts as complete."""
 from __future__ import annotations
 
 import json
+import subprocess
 from collections import Counter
 from pathlib import Path
 
@@ -163,6 +164,13 @@ def test_the_archive_keeps_the_small_files_and_sapo_table_counts_its_runs_comple
     assert sorted(p.name for p in (run / "node-0").iterdir()) == [
         "groups.jsonl", "held_out.jsonl", "metrics.jsonl", "node-run.json", "node.log", "senders.json"]  # fmt: skip
     assert not (archive / "specialists" / "cpu-hard-specialists" / "1-1" / "seed-6").exists()  # unfinished
+    # a run resumed in the archive (sapo_table --runs-dir there) leaves its checkpoints and keys out of git
+    subprocess.run(["git", "init", "-q", str(archive)], check=True)
+    resumed = archive / "specialists" / "cpu-hard-specialists" / "1-1" / "seed-6" / "node-0"
+    written = [resumed / "checkpoint-5" / "model.safetensors", resumed / "identity.key", resumed / "metrics.jsonl"]
+    ignored = subprocess.run(["git", "-C", str(archive), "check-ignore", *map(str, written)], capture_output=True,
+                             text=True).stdout.split()  # fmt: skip
+    assert ignored == [str(written[0]), str(written[1])]
 
     # a later session: the run directories are gone, the committed archive remains
     import shutil
