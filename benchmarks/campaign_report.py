@@ -207,7 +207,7 @@ def read_campaign_run(run_dir: Path, experiment: Experiment) -> CampaignRun | No
         if step not in curve.outcomes:
             problems.append(f"no per-question outcomes at step {step}")
         elif experiment.primary.values(curve, curve.steps.index(step)) is None:
-            problems.append(f"no {experiment.primary.name} outcomes at step {step}")
+            problems.append(f"no outcomes of the {experiment.primary.name} at step {step}")
     problems += role_problems(run_dir, curve, experiment)
     local, generations = int(identity.get("num_local", 0)), int(identity.get("num_generations", 0))
     completions, seconds, reward = {}, {}, {}
@@ -534,7 +534,10 @@ def plot(experiment: Experiment, runs: Sequence[CampaignRun], pairs: Sequence[in
     by_reward.set(xlabel="step", ylabel="reward of own groups (5-step moving average)")
     for axis in (by_step, by_compute, by_reward):
         axis.grid(alpha=0.3)
-    by_step.legend(fontsize=8)
+    if by_step.get_legend_handles_labels()[0]:
+        by_step.legend(fontsize=8)
+    else:
+        by_step.text(0.5, 0.5, "no seed pair yet", ha="center", va="center", transform=by_step.transAxes)
     figure.suptitle(f"Experiment {experiment.name}: {len(pairs)} of {len(experiment.seeds)} seed pairs")
     figure.tight_layout()
     figure.savefig(path, dpi=100)
