@@ -5,7 +5,7 @@ training set, a reward that reads the generator's extra column, and a peer that 
 regenerates each shared item from its (seed, index) and scores it with its own answer; the held-out items come from a
 seed training never draws.
 
-Run (every peer of the swarm runs the same generator, name and version):
+Run: every peer of the swarm runs the same generator (its name and version).
     python examples/own_generator.py
     python examples/own_generator.py --initial-peers /ip4/.../p2p/Qm...
     python examples/own_generator.py --smoke --model ./tiny-model

@@ -158,14 +158,8 @@ PAPER_TASKS: tuple[TaskSpec, ...] = (
 """The nine reasoning-gym tasks of the SAPO paper, at the easiest settings their configs allow; for models
 larger than the default (most score zero with a 135M model, see :data:`DEFAULT_TASKS`)."""
 
-# Measured with SmolLM2-135M-Instruct (the embedded default), DEFAULT_SYSTEM_PROMPT, sampling at
-# temperature 1.0, 128-160 new tokens, 4-6 questions x 4 completions per task, scored by
-# rewards.reasoning_gym_reward ("full" = completions scoring 1.0):
-#   basic_arithmetic        6/24 full, mean 0.25      base_conversion      2/24 full, mean 0.10
-#   fraction_simplification 1/16 full, mean 0.10      calendar_arithmetic  1/16 full, mean 0.07
-#   propositional_logic     0/16 full, mean 0.006     decimal_arithmetic   0/16, mean 0
-#   bf, binary_matrix, arc_1d: 0/16, mean 0
-# The default keeps the tasks with correct answers: GRPO learns only from groups whose rewards differ.
+# The default keeps the tasks on which the embedded model writes some correct answers (GRPO learns only from groups
+# whose rewards differ); the rates per task are in benchmarks/README.md.
 DEFAULT_TASKS: tuple[TaskSpec, ...] = (
     TaskSpec("basic_arithmetic", _EASY_BASIC_ARITHMETIC),
     TaskSpec("base_conversion", _EASY_BASE_CONVERSION),

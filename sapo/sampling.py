@@ -180,9 +180,6 @@ class DropZeroAdvantageSampler(UniformSampler):
         return "zero_advantage" if candidate.has_zero_advantage else None
 
 
-PaperSampler = DropZeroAdvantageSampler
-"""The former name of :class:`DropZeroAdvantageSampler`, kept so that existing imports work."""
-
 SAMPLERS: dict[str, type[ExternalSampler]] = {
     "drop_zero_advantage": DropZeroAdvantageSampler,
     "uniform": UniformSampler,
@@ -190,7 +187,7 @@ SAMPLERS: dict[str, type[ExternalSampler]] = {
 """Every sampling strategy by name: the one list that `SAPOConfig.sampling_strategy` accepts and documents."""
 
 SAMPLER_ALIASES: dict[str, str] = {"paper": "drop_zero_advantage"}
-"""Other accepted names: `"paper"` was the name of `"drop_zero_advantage"` before names said what they do."""
+"""Other accepted names: `"paper"` is the SAPO paper's rule, `"drop_zero_advantage"`."""
 
 
 def sampler_name(name: str) -> str:

@@ -194,7 +194,7 @@ def test_lora_node_trains_saves_and_reloads_the_adapter(tmp_path, tiny_model_a):
 def test_every_example_is_short_and_says_what_it_shows_how_to_run_it_and_what_it_prints():
     scripts = sorted(EXAMPLES.glob("*.py"))
     assert {s.name for s in scripts} >= {
-        "train_reasoning_gym.py", "custom_reward.py", "heterogeneous_swarm.py", "lora_node.py",
+        "train_reasoning_gym.py", "custom_reward.py", "own_generator.py", "heterogeneous_swarm.py", "lora_node.py",
     }  # fmt: skip
     for script in scripts:
         doc = ast.get_docstring(ast.parse(script.read_text()))

@@ -148,7 +148,7 @@ def _count_parameters(config: Any) -> int:
 def memory_needed(size: ModelSize, node: Any, args: Any) -> float:
     """Bytes a node is estimated to need: the runtime, float32 weights, gradients and Adam moments of what it trains
     (all weights, or about 1 % with LoRA), and the logits of one training batch (three copies: values, log-softmax,
-    gradients). benchmarks/results/node_memory.md holds a measured run of the default model."""
+    gradients)."""
     trained = size.parameters if node.lora_r == 0 else size.parameters // 100
     tokens = args.per_device_train_batch_size * (PROMPT_TOKENS + args.max_completion_length)
     return RUNTIME_BYTES + 4 * size.parameters + 12 * trained + 3 * 4 * tokens * size.vocab

@@ -10,15 +10,13 @@ from typing import Any
 # Settings of a node that differ from SAPOConfig's library defaults: sized for a CPU machine, checkpointing on.
 NODE_DEFAULTS: dict[str, Any] = {
     "output_dir": "sapo-output",
-    # The CPU profile shown to learn (benchmarks/results/profile_search.md, `lora-mix-small`: one node alone raised
-    # its held-out pass@1 by more than two paired standard errors in 30 steps of ~16 s): LoRA r=16 at 2e-4,
-    # constant; 2 groups of 4 completions of at most 48 tokens per step, half of them from the swarm (the paper's
-    # best 50/50 mix).
+    # The CPU profile the profile search chose (benchmarks/README.md): LoRA r=16 at 2e-4, constant; 2 groups of 4
+    # completions of at most 48 tokens per step, half of them from the swarm (the paper's best 50/50 mix).
     "num_local": 1,
     "num_external": 1,
     "num_generations": 4,
-    # The round in one micro-batch (up to 16 rows, `sapo.config.round_micro_batch`), as the search ran it: the loss
-    # pass then runs each group's prompt once (`scoring_prefill_once`); `benchmarks/results/step_limit_1thread/`.
+    # The round in one micro-batch (up to 16 rows, `sapo.config.round_micro_batch`): the loss pass then runs each
+    # group's prompt once (`scoring_prefill_once`).
     "per_device_train_batch_size": None,
     "max_completion_length": 48,
     "lora_r": 16,

@@ -71,7 +71,8 @@ class NodeArguments:
     model: str = field(
         default="default",
         metadata={
-            "help": '`"default"` for the embedded SmolLM2-135M-Instruct, or a local Hugging Face causal-LM directory.'
+            "help": '`"default"` for the embedded SmolLM2-135M-Instruct, a local Hugging Face causal-LM directory, a '
+            "GGUF file, or an installed package that ships one (converted once into a cached copy)."
         },
     )
     lora_r: int = field(
