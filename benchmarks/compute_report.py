@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import json
 import statistics
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -46,6 +47,7 @@ from benchmarks.held_out_table import (
     question_differences,
     read_profile,
 )
+from benchmarks.sharing_counts import run_counts, sharing_lines
 from benchmarks.stats import Estimate, t_over_seeds, t_quantile
 
 AXES = ("steps", "own_completions", "alone_seconds")
@@ -67,6 +69,7 @@ class RunCompute:
     generation_seconds: float  # median over peers and steps
     update_seconds: float  # median of step_time - generation: the same work in every setting
     machine: dict[str, Any]
+    sharing: Counter = field(default_factory=Counter)  # what sharing carried (benchmarks.sharing_counts)
     slowdown: float = 1.0
     axes: dict[str, list[float]] = field(default_factory=dict)
 
@@ -80,7 +83,8 @@ class RunCompute:
         return [self.axes[axis][step] for step in self.curve.steps]
 
 
-def _training_lines(metrics: Path) -> dict[int, dict[str, Any]]:
+def training_lines(metrics: Path) -> dict[int, dict[str, Any]]:
+    """A node's training lines (those with a step time) by step; a step logged twice (a resumed run) keeps its last."""
     by_step: dict[int, dict[str, Any]] = {}
     for line in metrics.read_text().splitlines():
         row = json.loads(line)
@@ -97,18 +101,28 @@ def _cumulative(values: Sequence[float]) -> list[float]:
     return out
 
 
+def own_completions(node: dict[int, dict[str, Any]], steps: range, local: int, generations: int) -> list[float]:
+    """A node's own completions generated, cumulative per step (0 at step 0): ``(I + fill-ins) x G`` a step."""
+    return _cumulative([(local + node[s].get("sapo/fill_ins", 0.0)) * generations for s in steps])
+
+
+def training_seconds(node: dict[int, dict[str, Any]], steps: range) -> list[float]:
+    """A node's training seconds (step times, evaluation excluded), cumulative per step (0 at step 0)."""
+    return _cumulative([node[s]["step_time"] for s in steps])
+
+
 def read_compute(run_dir: Path, curve: RunCurve, notes: dict[str, Any]) -> RunCompute:
     """The compute figures of one archived run (its held-out ``curve`` already read)."""
     marker = json.loads((run_dir / "run-complete.json").read_text())
     identity = marker["identity"]
     local, generations = int(identity["num_local"]), int(identity["num_generations"])
-    nodes = [_training_lines(path) for path in sorted(run_dir.glob("node-*/metrics.jsonl"))]
+    nodes = [training_lines(path) for path in sorted(run_dir.glob("node-*/metrics.jsonl"))]
     last = min(max(node) for node in nodes)
     steps = range(1, last + 1)
     completions, seconds, rewards, generation, update = [], [], [], [], []
     for node in nodes:
-        completions.append(_cumulative([(local + node[s].get("sapo/fill_ins", 0.0)) * generations for s in steps]))
-        seconds.append(_cumulative([node[s]["step_time"] for s in steps]))
+        completions.append(own_completions(node, steps, local, generations))
+        seconds.append(training_seconds(node, steps))
         generation += [node[s]["sapo/time/generation"] for s in steps]
         update += [node[s]["step_time"] - node[s]["sapo/time/generation"] for s in steps]
     for s in steps:
@@ -121,6 +135,7 @@ def read_compute(run_dir: Path, curve: RunCurve, notes: dict[str, Any]) -> RunCo
         generation_seconds=statistics.median(generation),
         update_seconds=statistics.median(update),
         machine=notes.get(f"{curve.setting}/seed-{curve.seed}", {"alone": None, "note": "not recorded"}),
+        sharing=run_counts(run_dir),
     )
 
 
@@ -278,6 +293,15 @@ def cumulative_reward(runs: Sequence[RunCompute], baseline: str) -> dict[str, An
     return out
 
 
+def setting_sharing(runs: Sequence[RunCompute], setting: str) -> Counter:
+    """What sharing carried in a setting's runs, summed over seeds and peers."""
+    total: Counter = Counter()
+    for run in runs:
+        if run.curve.setting == setting:
+            total.update(run.sharing)
+    return total
+
+
 def _ci(result: dict[str, float] | None, digits: int = 3, signed: bool = True) -> str:
     if result is None:
         return "-"
@@ -414,6 +438,8 @@ def markdown(profile: str, runs: Sequence[RunCompute], data: dict[str, Any], bas
             f"| {label(setting)} | {_ci(entry['mean'], 2, False)} | {entry['gain_vs_baseline']:+.0%} | "
             f"{_ci(entry.get('minus_baseline'), 2)} |"
         )
+    lines += ["", "## What sharing carried (the nodes' group logs, summed over seeds and peers)", ""]
+    lines += sharing_lines([(label(s), setting_sharing(runs, s)) for s in sorted({r.curve.setting for r in runs})])
     commits = sorted({run.curve.commit for run in runs})
     lines += [
         "",
@@ -506,6 +532,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
                 "update_seconds_median": run.update_seconds,
                 "slowdown": run.slowdown,
                 "local_reward_per_step": run.local_reward,
+                "sharing": dict(run.sharing),
             }
             for run in runs
         ],
