@@ -45,7 +45,7 @@ def score_continuations(model: Any, prompt_ids: list[int], rows: Sequence[Sequen
     import torch
     from transformers import DynamicCache
 
-    from sapo.generation import _cache_argument
+    from sapo.speed.generation import cache_argument
 
     rows = [list(r) for r in rows if r]
     if not rows:
@@ -58,10 +58,10 @@ def score_continuations(model: Any, prompt_ids: list[int], rows: Sequence[Sequen
         mask[k, : len(r)] = 1
     cache = DynamicCache(config=model.config)
     with torch.no_grad():
-        first = model(input_ids=torch.tensor([prompt_ids]), use_cache=True, **{_cache_argument(model): cache}).logits
+        first = model(input_ids=torch.tensor([prompt_ids]), use_cache=True, **{cache_argument(model): cache}).logits
         cache.reorder_cache(torch.zeros(len(rows), dtype=torch.long))
         attention = torch.cat([torch.ones(len(rows), len(prompt_ids), dtype=torch.long), mask], dim=1)
-        logits = model(input_ids=ids, attention_mask=attention, **{_cache_argument(model): cache}).logits
+        logits = model(input_ids=ids, attention_mask=attention, **{cache_argument(model): cache}).logits
     # the distribution of token t comes from position t - 1; token 0's from the prompt's last position
     logits = torch.cat([first[:, -1:].float().expand(len(rows), 1, -1), logits[:, :-1].float()], dim=1)
     logps = torch.log_softmax(logits, dim=-1)

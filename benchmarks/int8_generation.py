@@ -7,7 +7,7 @@ every linear layer but the output head; B matrices drawn small and non-zero, as 
 step's generation (2 held-out prompts x 4 completions, 48 new tokens forced, temperature 1, no top-k), repetitions
 interleaved, medians reported:
 
-- ``fp32 merged (today)``: `sapo.generation.generate_completions` under `inference_context` (LoRA merged, each
+- ``fp32 merged (today)``: `sapo.speed.generation.generate_completions` under `inference_context` (LoRA merged, each
   prompt prefilled once), what the node runs now;
 - ``int8``: the same call with every linear layer of the model, the output head included (SmolLM2 ties it to the
   input embedding: the int8 copy is a separate packed copy, the embedding stays float32), replaced by a
@@ -89,7 +89,7 @@ def int8_linears(model: Any, parts: str = "all") -> dict[str, Any]:
     """int8 copies of the linear layers of ``model``, by the qualified name of the module each replaces.
 
     A LoRA layer of a PEFT model is replaced as a whole by an int8 layer of its merged weight (base + B A scaled,
-    made by `sapo.generation.inference_weights`); a plain ``torch.nn.Linear`` by an int8 layer of its weight.
+    made by `sapo.speed.inference.inference_weights`); a plain ``torch.nn.Linear`` by an int8 layer of its weight.
     ``parts``: ``"all"`` every linear layer, ``"body"`` all but the output head (a module named ``lm_head``),
     ``"head"`` the output head alone; ``"base"`` every linear layer, but a LoRA layer's *base layer* (key
     ``<name>.base_layer``) by an int8 layer of its frozen base weight, the adapter left to run unmerged beside it (a
@@ -99,7 +99,7 @@ def int8_linears(model: Any, parts: str = "all") -> dict[str, Any]:
     """
     import torch
 
-    from sapo.generation import inference_weights
+    from sapo.speed.inference import inference_weights
 
     if parts not in ("all", "body", "head", "base"):
         raise ValueError(f"int8_linears: parts must be 'all', 'body', 'head' or 'base', got {parts!r}")
@@ -246,7 +246,8 @@ def generate(
     model merged unless ``merge`` is false) with the int8 copies ``int8`` swapped in (none: today's fp32 path)."""
     import torch
 
-    from sapo.generation import generate_completions, inference_context
+    from sapo.speed.generation import generate_completions
+    from sapo.speed.inference import inference_context
 
     eos, pad = [tokenizer.eos_token_id], tokenizer.pad_token_id
     with torch.no_grad(), swapped_modules(model, int8), inference_context(model, merge_adapters=merge):
@@ -265,7 +266,7 @@ def measure(model: Any, tokenizer: Any, dataset: Any, reps: int, seed: int, gree
     made again in every repetition, as after every optimizer step), then the numerics."""
     import torch
 
-    from sapo.generation import inference_context
+    from sapo.speed.inference import inference_context
 
     distinct = prompt_ids(tokenizer, dataset, max(PROMPTS, greedy_prompts))
     rows = [p for p in distinct[:PROMPTS] for _ in range(GENERATIONS)]
@@ -416,7 +417,8 @@ def report_lines(data: Mapping[str, Any], record: Mapping[str, str]) -> list[str
         "",
         f"Model {s['model']}, float32, with the node's LoRA adapter ({s['lora']}); {PROMPTS} held-out prompts x "
         f"{GENERATIONS} completions ({', '.join(map(str, data['prompt_tokens']))} prompt tokens), {NEW_TOKENS} new "
-        f"tokens forced, temperature 1, no top-k, each prompt prefilled once (`sapo.generation.generate_completions`)."
+        f"tokens forced, temperature 1, no top-k, each prompt prefilled once "
+        "(`sapo.speed.generation.generate_completions`)."
         f" Medians of {s['reps']} interleaved repetitions after a short warm-up ({WARMUP_TOKENS} tokens per variant).",
         "",
         f"Variants: (a) `{TODAY}`: today's path, `inference_context` (LoRA merged, float32). (b) `{INT8}`: every "

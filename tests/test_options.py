@@ -13,10 +13,11 @@ import torch
 from trl import GRPOConfig
 
 import sapo.config
-from sapo.config import SAPOConfig, cpu_has_native_bf16, device_defaults, round_micro_batch
+from sapo.config import SAPOConfig
 from sapo.node.options import build_parser, config_yaml, parse_node_args
 from sapo.node.runner import NodeArguments
 from sapo.sampling import SAMPLER_ALIASES, SAMPLERS, DropZeroAdvantageSampler, make_sampler
+from sapo.speed.devices import cpu_has_native_bf16, device_defaults, round_micro_batch
 from sapo.verification import SOURCE_POLICIES
 from swarm.dht import DHTTransportConfig
 from swarm.field_docs import field_help, parameter_docs
