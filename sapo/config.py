@@ -49,7 +49,7 @@ _SECTIONS = {
     "Sender standing": ("sender_drop_limit", "sender_window", "sender_bench_seconds"),
     "Held-out evaluation": ("eval_questions",),
     "Publishing": ("publish_groups", "swarm_model_name"),
-    "Audit": ("completions_log", "held_out_log"),
+    "Audit": ("completions_log", "groups_log", "groups_log_max_bytes", "held_out_log"),
     "GRPO settings of the SAPO paper (where they differ from TRL's)": ("epsilon_high",),
     "Device defaults (`None`: decided by `sapo.speed.devices.device_defaults`)": (
         "use_cpu",
@@ -298,6 +298,19 @@ class SAPOConfig(GRPOConfig):
             '"eval"), with the step and task. For audits, e.g. how far a payload spreads '
             "(`testbed.payload_attack.payload_rate`). `None`: not written."
         },
+    )
+    groups_log: str | None = field(
+        default=None,
+        metadata={
+            "help": "JSONL file (a relative path is under `output_dir`) to which the node appends one line per group: "
+            "each own group and each received group it judged, with the step, task, sender, sender's model, this "
+            "peer's reward of each completion, success, spread, what happened (`own`, `taken`, or the reason it was "
+            "set aside), its age and whether it was a rescue (`sapo.group_log`). `None`: not written."
+        },
+    )
+    groups_log_max_bytes: int = field(
+        default=20_000_000,
+        metadata={"help": "Size in bytes past which `groups_log` is rotated (5 older files are kept)."},
     )
     held_out_log: str | None = field(
         default=None,

@@ -31,12 +31,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-from accelerate.utils import broadcast_object_list
+from accelerate.utils import broadcast_object_list, gather_object
 
 from sapo.config import SAPOConfig
+from sapo.group_log import OWN, TAKEN, GroupLog, GroupRecord, reward_summary
 from sapo.hygiene import CompletionFilter, CompletionHygiene
 from sapo.plausibility import CompletionStatistics, PlausibilityCheck
-from sapo.sampling import Candidate, ExternalSampler, make_sampler
+from sapo.sampling import Candidate, ExternalSampler, OwnSuccess, Selection, make_sampler
 from sapo.standing import SenderStanding
 from sapo.verification import GroupDropped, QuestionVerifier
 from swarm.records import Group
@@ -64,6 +65,7 @@ class Taken:
         scored (`int`): candidates that passed every check before sampling, and were scored.
         zero_advantage (`int`): scored candidates whose rewards were all equal.
         dropped (`collections.Counter`): groups set aside this round, by reason.
+        records (`list[sapo.group_log.GroupRecord]`): every received group judged this round and what happened to it.
     """
 
     chosen: list[Candidate] = field(default_factory=list)
@@ -72,6 +74,7 @@ class Taken:
     scored: int = 0
     zero_advantage: int = 0
     dropped: Counter[str] = field(default_factory=Counter)
+    records: list[GroupRecord] = field(default_factory=list)
 
 
 class Intake:
@@ -86,6 +89,7 @@ class Intake:
         reward_weights: the weight of each reward function in a completion's reward (TRL's `reward_weights`).
         system_messages: this node's own system messages, written around every external question.
         sampler, verifier, completion_filter: as `SAPOTrainer` takes them; default from `args`.
+        group_log: where every group judged is written (`sapo.group_log`), on the main process; None: nowhere.
     """
 
     def __init__(
@@ -100,6 +104,7 @@ class Intake:
         sampler: ExternalSampler | None = None,
         verifier: QuestionVerifier | None = None,
         completion_filter: CompletionFilter | None = None,
+        group_log: GroupLog | None = None,
     ):
         self.args, self.swarm, self.uses_swarm, self.accelerator = args, swarm, uses_swarm, accelerator
         self.reward_weights = reward_weights.detach().float().cpu()
@@ -137,9 +142,13 @@ class Intake:
             **_strategy_options(args),
         )
         self.rng = random.Random(args.seed)  # the same on every process, so they make the same selection
+        self.peer_id = peer_id
         self.totals: Counter[str] = Counter()  # cumulative counts, logged as sapo/total/<name>
         self.taken_from: Counter[str] = Counter()  # external groups trained on, by verified sender
         self.sender_outcomes: dict[str, Counter[str]] = {}  # per sender: "taken" and "dropped/<reason>" counts
+        self.own_success = OwnSuccess(args.success_threshold, args.success_window)  # for counting rescues
+        self.group_log = group_log
+        self._step = 0
         self._external_tokens: set[tuple[int, ...]] = set()  # the latest round's external completions, as trained
 
     # ------------------------------------------------------------------------------------------------
@@ -151,11 +160,14 @@ class Intake:
         score: Scorer,
         typicality: TypicalityScorer,
         timed: Callable[[str], Any] = lambda phase: contextlib.nullcontext(),
+        step: int = 0,
     ) -> Taken:
         """The external groups for ``slots`` group slots of every process: fetched, judged, scored once with
         ``score``, sampled and checked for plausibility with ``typicality``. ``timed(phase)`` wraps each phase
-        (`swarm_fetch`, `external_scoring`, `plausibility`). Every process calls it, in step."""
+        (`swarm_fetch`, `external_scoring`, `plausibility`); ``step`` is the node's step, for the group log. Every
+        process calls it, in step."""
         processes = self.accelerator.num_processes
+        self._step = step
         if slots == 0 or not self.uses_swarm:
             self.totals["fill_ins"] += slots * processes
             return Taken()
@@ -165,8 +177,13 @@ class Intake:
             pool_size = self.args.external_pool_size or 4 * self.args.num_external
             with timed("swarm_fetch"):
                 received, fetched_at = self._fetch(pool_size)
-        fresh = [item for item in received if not self.sampler.is_stale(item.group, fetched_at)]
-        self._count(taken, "stale", len(received) - len(fresh))  # before scoring: stale groups cost nothing
+        fresh = []
+        for item in received:  # stale groups are set aside before scoring: they cost nothing
+            if self.sampler.is_stale(item.group, fetched_at):
+                self._count(taken, "stale")
+                taken.records.append(self._record(item.sender, item.group, "stale"))
+            else:
+                fresh.append(item)
         with timed("external_scoring"):
             judged = [self._judge(item.sender, item.group, fetched_at, score, taken) for item in fresh]
         candidates = [c for c in judged if c is not None]
@@ -176,9 +193,10 @@ class Intake:
         self.totals["zero_advantage_candidates"] += taken.zero_advantage
 
         selection = self.sampler.select(candidates, slots * processes, self.rng, now=fetched_at)
-        for reason, count in selection.dropped.items():
-            self._count(taken, reason, count)
-        chosen = self._drop_implausible(list(selection.chosen), typicality, timed, taken)
+        for candidate, reason in selection.set_aside:
+            self._count(taken, reason)
+            taken.records.append(self._candidate_record(candidate, reason))
+        chosen = self._keep_plausible(selection, typicality, timed, taken)
         for candidate in chosen:
             self._record_standing(candidate.sender, True, fetched_at)
         # An equal share for every process (each trains on the same number of own rows); a remainder is filled in.
@@ -191,6 +209,10 @@ class Intake:
         self.taken_from.update(c.sender for c in taken.chosen)
         for candidate in taken.chosen:
             self.sender_outcomes.setdefault(candidate.sender, Counter())["taken"] += 1
+        unused = [*chosen[len(taken.chosen) :], *selection.reserve]
+        taken.records += [self._candidate_record(c, TAKEN) for c in taken.chosen]
+        taken.records += [self._candidate_record(c, "not_chosen") for c in unused]
+        self._write_log(taken.records)
         return taken
 
     def _fetch(self, pool_size: int) -> tuple[list[Any], float]:
@@ -207,7 +229,7 @@ class Intake:
         its sender's standing (a candidate counts once the sampler chose it and the plausibility check judged it:
         a group left in the pool says nothing of its sender, and is fetched again)."""
         if self.standing is not None and self.standing.is_benched(sender, now):
-            self._drop(taken, "benched_sender", sender, "its recent groups kept being dropped")
+            self._drop(taken, "benched_sender", sender, group, "its recent groups kept being dropped")
             return None
         candidate = self._verify_and_score(sender, group, score, taken)
         if candidate is None:
@@ -219,16 +241,16 @@ class Intake:
         try:
             columns = self.verifier.columns_for(group)
         except GroupDropped as e:
-            self._drop(taken, e.reason, sender, e.detail)
+            self._drop(taken, e.reason, sender, group, e.detail)
             return None
         size = self.args.num_generations
         if len(group.completions) < size:
-            self._drop(taken, "group_size", sender, f"{len(group.completions)} < {size} completions")
+            self._drop(taken, "group_size", sender, group, f"{len(group.completions)} < {size} completions")
             return None
         completions = list(group.completions[:size])
         problem = self.hygiene.group_problem(completions)
         if problem is not None:
-            self._drop(taken, "hygiene", sender, problem)
+            self._drop(taken, "hygiene", sender, group, problem)
             return None
         # Only completions cross the trust boundary: the prompt trained on (and scored) is written here, around the
         # question this node verified; the sender's prompt was only compared, never used.
@@ -237,7 +259,7 @@ class Intake:
         try:
             per_function = score(prompt, completions, columns).detach().cpu()
         except Exception as e:  # a reward function choking on foreign text must not stop training
-            self._drop(taken, "reward_error", sender, f"{type(e).__name__}: {e}")
+            self._drop(taken, "reward_error", sender, group, f"{type(e).__name__}: {e}")
             return None
         rewards = weighted_rewards(per_function, self.reward_weights).tolist()
         return Candidate(sender, group, rewards, columns, rewards_per_func=per_function.tolist())
@@ -257,33 +279,60 @@ class Intake:
             logger.info("this step trains on own groups only: the plausibility check needs them as its reference")
         return ready[0]
 
-    def _drop_implausible(
-        self, chosen: list[Candidate], typicality: TypicalityScorer, timed: Callable[[str], Any], taken: Taken
+    def _keep_plausible(
+        self, selection: Selection, typicality: TypicalityScorer, timed: Callable[[str], Any], taken: Taken
     ) -> list[Candidate]:
-        """The chosen groups whose every completion is plausible under this policy; the others are counted as
-        dropped (`implausible`). The main process judges (it holds the reference); every process takes its
-        verdicts."""
-        if self.plausibility is None or not chosen:
-            return chosen
+        """The chosen groups whose every completion is plausible under this policy. A group found implausible is
+        counted as dropped (`implausible`) and its slot goes to the next usable candidate the sampler ranked
+        (`Selection.reserve`), judged the same way, before the slot falls back to an own group. The main process
+        judges (it holds the reference); every process takes its verdicts."""
+        if self.plausibility is None:
+            return list(selection.chosen)
+        kept: list[Candidate] = []
+        pending = list(selection.chosen)
+        while pending:
+            dropped = 0
+            for candidate, problem in zip(
+                pending, self._plausibility_verdicts(pending, typicality, timed), strict=True
+            ):
+                if problem is None:
+                    kept.append(candidate)
+                    continue
+                dropped += 1
+                selection.chosen.remove(candidate)
+                self._drop(taken, "implausible", candidate.sender, candidate.group, problem, candidate.rewards)
+                self.totals[f"implausible/{problem.test}"] += 1  # which test dropped it: what calibrating needs
+                self._record_standing(candidate.sender, False, time.time())
+            pending = [c for c in (self._refill(selection, taken) for _ in range(dropped)) if c is not None]
+            self.totals["refilled_slots"] += len(pending)
+        return kept
+
+    def _refill(self, selection: Selection, taken: Taken) -> Candidate | None:
+        """The next usable candidate of the sampler's reserve for a slot whose group was dropped, or None: a sender
+        benched meanwhile (by this round's verdicts) has its reserve groups set aside unread."""
+        while (candidate := selection.next_from_reserve(self.sampler.max_groups_per_peer)) is not None:
+            if self.standing is None or not self.standing.is_benched(candidate.sender, time.time()):
+                return candidate
+            selection.chosen.remove(candidate)
+            self._drop(taken, "benched_sender", candidate.sender, candidate.group, "benched during this round")
+        return None
+
+    def _plausibility_verdicts(
+        self, groups: list[Candidate], typicality: TypicalityScorer, timed: Callable[[str], Any]
+    ) -> list[Any]:
+        """Per group, the plausibility check's problem, or None for a plausible group: the main process's verdicts
+        (it holds the reference), on every process."""
         verdicts: list[Any] = [None]
         if self.accelerator.is_main_process:
             with timed("plausibility"):
-                scores = typicality(chosen)
+                scores = typicality(groups)
             size = self.args.num_generations
             verdicts = [
-                [self.plausibility.group_problem(scores[i * size : (i + 1) * size]) for i in range(len(chosen))]
+                [self.plausibility.group_problem(scores[i * size : (i + 1) * size]) for i in range(len(groups))]
             ]
         if self.accelerator.num_processes > 1:
             verdicts = broadcast_object_list(verdicts, from_process=0)
-        kept = []
-        for candidate, problem in zip(chosen, verdicts[0], strict=True):
-            if problem is None:
-                kept.append(candidate)
-            else:
-                self._drop(taken, "implausible", candidate.sender, problem)
-                self.totals[f"implausible/{problem.test}"] += 1  # which test dropped it: what calibrating needs
-                self._record_standing(candidate.sender, False, time.time())
-        return kept
+        return verdicts[0]
 
     def note_external_tokens(self, completion_ids: Sequence[Sequence[int]]) -> None:
         """The token ids of the external completions placed in this round's batch (as trained on): the loss pass
@@ -309,9 +358,12 @@ class Intake:
     # ------------------------------------------------------------------------------------------------
     # counts
 
-    def _drop(self, taken: Taken, reason: str, sender: str, detail: str) -> None:
+    def _drop(
+        self, taken: Taken, reason: str, sender: str, group: Group, detail: str, rewards: list[float] | None = None
+    ) -> None:
         self._count(taken, reason)
         self.sender_outcomes.setdefault(sender, Counter())[f"dropped/{reason}"] += 1
+        taken.records.append(self._record(sender, group, reason, rewards))
         logger.debug("dropped a group of peer %s (%s): %s", sender, reason, detail)
 
     def _count(self, taken: Taken, reason: str, count: int = 1) -> None:
@@ -328,6 +380,45 @@ class Intake:
             "benched peer %s for %.0f s: %d of its last %d groups were dropped",
             sender, seconds, self.standing.drop_limit, self.standing.window,
         )  # fmt: skip
+
+    # ------------------------------------------------------------------------------------------------
+    # the group log
+
+    def observe_own_groups(self, groups: Sequence[tuple[str, str, list[float]]], model: str = "") -> None:
+        """Told once per round of this process's own groups, ``(group id, task, rewards)`` each, made by ``model``:
+        the sampler and the rescue count learn which tasks this peer still fails on, and the groups are logged."""
+        self.sampler.observe_own_groups((task, rewards) for _, task, rewards in groups)
+        self.own_success.observe((task, rewards) for _, task, rewards in groups)
+        if self.group_log is None and self.accelerator.num_processes == 1:
+            return
+        sender = self.peer_id or "self"
+        records = []
+        for group_id, task, rewards in groups:
+            success, spread = reward_summary(rewards, self.args.success_threshold)
+            records.append(GroupRecord(self._step, OWN, group_id, task, sender, model, list(rewards), success, spread,
+                                       OWN, 0.0, 0))  # fmt: skip
+        if self.accelerator.num_processes > 1:
+            records = gather_object(records)
+        self._write_log(records)
+
+    def _record(self, sender: str, group: Group, outcome: str, rewards: list[float] | None = None) -> GroupRecord:
+        """The group log's line for a received group and what happened to it."""
+        success, spread = reward_summary(rewards, self.args.success_threshold)
+        task = getattr(group.provenance, "task", "") or ""
+        rescue = outcome == TAKEN and bool(success) and self.own_success.is_weak(task)
+        return GroupRecord(
+            step=self._step, origin="swarm", group_id=str(group.group_id), task=task, sender=sender,
+            model=str(group.model or ""), rewards=None if rewards is None else list(rewards), success=success,
+            spread=spread, outcome=outcome, age_seconds=max(0.0, time.time() - group.created_at),
+            step_lag=self._step - group.step, rescue=rescue,
+        )  # fmt: skip
+
+    def _candidate_record(self, candidate: Candidate, outcome: str) -> GroupRecord:
+        return self._record(candidate.sender, candidate.group, outcome, candidate.rewards)
+
+    def _write_log(self, records: list[GroupRecord]) -> None:
+        if self.group_log is not None and self.accelerator.is_main_process and records:
+            self.group_log.write(records)
 
 
 def weighted_rewards(rewards_per_func: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:

@@ -41,6 +41,7 @@ from rewards import completion_text
 from sapo.checkpoints import mark_complete
 from sapo.config import SAPOConfig
 from sapo.evaluation import HeldOutResult, evaluate_policy, held_out_questions, is_question_set
+from sapo.group_log import GroupLog
 from sapo.hygiene import CompletionFilter
 from sapo.intake import Intake, Taken, weighted_rewards
 from sapo.plausibility import CompletionStatistics, floor_mask, token_typicality
@@ -161,10 +162,13 @@ class SAPOTrainer(GRPOTrainer):
             )  # fmt: skip
         elif not self._uses_swarm:
             logger.info("no swarm given: SAPOTrainer trains as a local GRPO learner (pass swarm=... to join peers)")
+        group_log = None
+        if args.groups_log is not None and self.accelerator.is_main_process:
+            group_log = GroupLog(os.path.join(args.output_dir, args.groups_log), max_bytes=args.groups_log_max_bytes)
         self.intake = Intake(
             args, swarm, self._uses_swarm, peer_id, self.accelerator, self.reward_weights,
             system_messages=_system_messages(train_dataset),  # this node's own, around every external question
-            sampler=sampler, verifier=verifier, completion_filter=completion_filter,
+            sampler=sampler, verifier=verifier, completion_filter=completion_filter, group_log=group_log,
         )  # fmt: skip
         # The intake's parts, under the names this trainer has always had them.
         self.verifier, self.sampler, self.standing = self.intake.verifier, self.intake.sampler, self.intake.standing
@@ -238,7 +242,7 @@ class SAPOTrainer(GRPOTrainer):
         # 1. external groups: fetched, verified, checked, scored once, sampled, checked for plausibility
         score = functools.partial(self._score_completions, list(inputs[0]))
         self._token_typicality.clear()
-        taken = self.intake.take(num_slots, score, self._typicality_of, self._timed)
+        taken = self.intake.take(num_slots, score, self._typicality_of, self._timed, step=self.state.global_step)
         self._share_token_typicality()
         # 2. into the last slots of this process's share of the batch; the slots left keep their local question
         self._round = self._place_external_groups(inputs, taken, first_slot=num_groups - num_slots)
@@ -666,12 +670,13 @@ class SAPOTrainer(GRPOTrainer):
             return
         # The sampler learns which tasks this peer still fails on (weak_prompt_first); the others ignore it. The task
         # is the one its published groups name, which is what the sampler reads of a received group.
-        size = self.num_generations
-        self.sampler.observe_own_groups(
-            (_row_provenance(self._round.rows[s]).task, rewards[s : s + size].tolist())
-            for s in range(0, len(rewards), size)
-            if s not in self._round.external_text
-        )
+        size, step, rank = self.num_generations, self.state.global_step, self.accelerator.process_index
+        own_starts = [s for s in range(0, len(rewards), size) if s not in self._round.external_text]
+        self.intake.observe_own_groups(
+            [(f"{step}-{rank}-{k}", _row_provenance(self._round.rows[s]).task, rewards[s : s + size].tolist())
+             for k, s in enumerate(own_starts)],
+            model=self.swarm_model_name,
+        )  # fmt: skip
         is_external = torch.zeros(len(rewards), dtype=torch.bool)
         is_external[list(self._round.external_text)] = True
         # Local groups whose rewards differ: the ones the paper sampler would keep, to compare like with like

@@ -53,6 +53,7 @@ NODE_DEFAULTS: dict[str, Any] = {
     "eval_on_start": True,
     "eval_questions": 32,
     "per_device_eval_batch_size": 16,
+    "groups_log": "groups.jsonl",  # every group judged and what happened to it (sapo.group_log)
     "held_out_log": "held_out.jsonl",  # per-question outcomes, for paired comparisons between runs
     "report_to": "none",
     "disable_tqdm": True,
