@@ -377,9 +377,10 @@ class SAPOTrainer(GRPOTrainer):
                 result = super()._get_per_token_logps_and_entropies(
                     model, input_ids, attention_mask, logits_to_keep, *args, **kwargs
                 )
-        if loss_pass and result[1] is not None:
+        intake = getattr(self, "intake", None)  # None: a trainer built without its __init__ (TRL's own tests do)
+        if loss_pass and result[1] is not None and intake is not None:
             completion = slice(input_ids.shape[1] - logits_to_keep, None)
-            self.intake.observe_loss_pass(input_ids[:, completion], result[0], result[1], attention_mask[:, completion])
+            intake.observe_loss_pass(input_ids[:, completion], result[0], result[1], attention_mask[:, completion])
         return result
 
     def train(self, *args: Any, **kwargs: Any) -> Any:
