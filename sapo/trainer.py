@@ -279,7 +279,7 @@ class SAPOTrainer(GRPOTrainer):
 
     def _generate(self, prompts: list):
         """TRL's generation hook: generate the local rows (kept for publishing); re-tokenize the external rows."""
-        round_ = self._round
+        round_ = getattr(self, "_round", None)  # None also in a trainer built without its __init__ (TRL's tests)
         if round_ is None:  # TRL's own evaluation path
             return super()._generate(prompts)
         external = {i: self._tokenize_external_completion(text) for i, text in sorted(round_.external_text.items())}
@@ -336,7 +336,7 @@ class SAPOTrainer(GRPOTrainer):
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
         """TRL's reward hook: the rows generated here are scored now; external rows keep the rewards the intake gave
         them (an external group is scored once)."""
-        round_ = self._round
+        round_ = getattr(self, "_round", None)
         with self._timed("scoring"):
             if round_ is None or not round_.taken.chosen:  # TRL's evaluation, or a round of own groups only
                 rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
