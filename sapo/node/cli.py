@@ -31,6 +31,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         return report_main(argv[1:])
 
+    from sapo.speed.threads import share_the_machine
+
+    share_the_machine()  # before anything loads torch: OpenMP reads its thread count and wait policy once
     from sapo.node.options import config_yaml, parse_node_args
     from sapo.node.runner import NodeError, run_node
 
