@@ -66,11 +66,13 @@ def test_settings_already_in_the_environment_are_kept():
 
 def test_after_torch_the_thread_count_still_follows():
     code = (
-        "import json, torch; torch.set_num_threads(7); from sapo.speed.threads import share_the_machine; "
-        "chosen = share_the_machine(threads=1); print(json.dumps([chosen, torch.get_num_threads()]))"
+        "import json, os, torch; torch.set_num_threads(7); from sapo.speed.threads import share_the_machine; "
+        "chosen = share_the_machine(threads=1); "
+        "print(json.dumps([chosen, torch.get_num_threads(), [k for k in os.environ if k.startswith('OMP_')]]))"
     )
-    chosen, threads = _fresh(code)
-    assert chosen["OMP_NUM_THREADS"] == "1" and threads == 1
+    chosen, threads, environment = _fresh(code)
+    assert chosen == {"OMP_NUM_THREADS": "1"} and threads == 1
+    assert environment == []  # OpenMP read its settings already: the environment (children's too) is left alone
 
 
 def test_the_node_sets_them_before_it_loads_torch():

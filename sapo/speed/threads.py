@@ -11,8 +11,8 @@ needs, and the node waits for its own threads to be scheduled. :func:`share_the_
 
 OpenMP reads both once, when PyTorch loads it (at ``import torch``): `sapo-node` calls :func:`share_the_machine`
 first thing. A script using the library does the same before it imports torch (or sets the two variables in its
-environment); called after torch is loaded, it can still set the number of threads, and says that the wait policy
-stays what it was. A value already in the environment is kept.
+environment); called after torch is loaded, it sets the number of threads through torch, leaves the environment
+alone and says that the wait policy stays what it was. A value already in the environment is kept.
 """
 
 from __future__ import annotations
@@ -62,14 +62,16 @@ def usable_cores(cgroup_root: str | Path = "/sys/fs/cgroup") -> int:
 def share_the_machine(threads: int | None = None, passive: bool = True) -> dict[str, str]:
     """Set ``OMP_NUM_THREADS`` (``threads``, default :func:`usable_cores`) and, with ``passive``,
     ``OMP_WAIT_POLICY=PASSIVE`` in this process's environment, each unless already set (module docstring); returns
-    what it set. Where torch is already loaded, its thread count is set too and a log line says the wait policy could
-    not change any more."""
+    what it set. Where torch is already loaded, OpenMP has read its settings: the environment is left as it is, the
+    thread count is set through torch instead, and a log line says the wait policy could not change any more."""
     wanted = {"OMP_NUM_THREADS": str(threads or usable_cores()), **(PASSIVE_WAITING if passive else {})}
     chosen = {name: value for name, value in wanted.items() if name not in os.environ}
-    os.environ.update(chosen)
     torch = sys.modules.get("torch")
-    if torch is not None and "OMP_NUM_THREADS" in chosen:
+    if torch is None:
+        os.environ.update(chosen)
+        return chosen
+    if "OMP_NUM_THREADS" in chosen:
         torch.set_num_threads(int(chosen["OMP_NUM_THREADS"]))
-    if torch is not None and "OMP_WAIT_POLICY" in chosen:
-        logger.info("torch was imported before share_the_machine(): OpenMP keeps the wait policy it started with")
-    return chosen
+    if "OMP_WAIT_POLICY" in chosen:
+        logger.info("torch was loaded before share_the_machine(): OpenMP keeps the wait policy it started with")
+    return {name: value for name, value in chosen.items() if name == "OMP_NUM_THREADS"}
