@@ -113,12 +113,11 @@ class SpeedUps:
         names = self.generation_speed_ups(trainer, images, multimodal_fields)
         model = trainer.accelerator.unwrap_model(trainer.model_wrapped) if names else None
         merge, bf16 = "generation_merge_adapters" in names, "bf16 weights" in names
+        prefill, sample = "generation_prefill_once" in names, "generation_inverse_transform_sampling" in names
         with (
             inference_context(model, merge_adapters=merge, bf16=bf16) if merge or bf16 else contextlib.nullcontext(),
-            each_prompt_prefilled_once(model) if "generation_prefill_once" in names else contextlib.nullcontext(),
-            inverse_transform_sampling()
-            if "generation_inverse_transform_sampling" in names
-            else contextlib.nullcontext(),
+            each_prompt_prefilled_once(model) if prefill else contextlib.nullcontext(),
+            inverse_transform_sampling() if sample else contextlib.nullcontext(),
         ):
             yield
 
@@ -158,25 +157,24 @@ class SpeedUps:
         train (else TRL's scoring of old log-probabilities, or evaluation)."""
         cpu = trainer.accelerator.device.type == "cpu"
         unwrapped = trainer.accelerator.unwrap_model(model)
-        checkpointing = _gradient_checkpointing(trainer, unwrapped)
-        cpu_bf16 = cpu and trainer.accelerator.mixed_precision == "bf16"
-        wanted = {"bf16 weights and float32 attention": self.on and cpu_bf16,
-                  "cpu_fused_loss_pass (fused LoRA forward)": self.fused_loss_pass and cpu}  # fmt: skip
-        if training and checkpointing:
-            for name in [name for name, on in wanted.items() if on]:
+        bf16_pass = self.on and cpu and trainer.accelerator.mixed_precision == "bf16"
+        fused_lora = self.fused_loss_pass and cpu
+        checkpointing = training and _gradient_checkpointing(trainer, unwrapped)
+        for name, on in (
+            ("bf16 weights and float32 attention", bf16_pass),
+            ("the fused LoRA forward (cpu_fused_loss_pass)", fused_lora),
+        ):
+            if on and checkpointing:
                 self.step_aside(name, "gradient checkpointing recomputes each layer after the pass; TRL's layers run")
-        layers_changed = training and not checkpointing
-        with contextlib.ExitStack() as stack:
-            if self.on:
-                stack.enter_context(completion_positions_only())
-            if self.fused_loss_pass and cpu:
-                stack.enter_context(lean_cpu_lm_head())
-            if layers_changed and wanted["bf16 weights and float32 attention"]:
-                # the frozen weights cast once, attention in float32, whose CPU backward is the faster one; the
-                # backward reads the bf16 copies the forward saved
-                stack.enter_context(bf16_training_pass(unwrapped))
-            if layers_changed and wanted["cpu_fused_loss_pass (fused LoRA forward)"]:
-                stack.enter_context(fused_lora_forward(unwrapped))
+        layers = training and not checkpointing
+        with (
+            completion_positions_only() if self.on else contextlib.nullcontext(),
+            lean_cpu_lm_head() if fused_lora else contextlib.nullcontext(),
+            # the frozen weights cast once, attention in float32 (its CPU backward is the faster one); the backward
+            # reads the bf16 copies the forward saved
+            bf16_training_pass(unwrapped) if layers and bf16_pass else contextlib.nullcontext(),
+            fused_lora_forward(unwrapped) if layers and fused_lora else contextlib.nullcontext(),
+        ):
             yield
 
     def shared_prompt_scores(
