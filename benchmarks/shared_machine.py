@@ -17,6 +17,7 @@ Usage:
     python -m benchmarks.shared_machine                       # 4 steps, 3 runs per setting, beside a busy process
     python -m benchmarks.shared_machine --alone --runs 2
     python -m benchmarks.shared_machine --quick               # a tiny random model, 2 steps, 1 run: a smoke test
+    python -m benchmarks.shared_machine --quick --steps 4 --runs 2 --alone    # the tiny model, measured
 
 Writes ``shared_machine.{json,md}`` into ``--output-dir`` (default benchmarks/results).
 """
@@ -155,11 +156,11 @@ def report_lines(data: dict[str, Any]) -> list[str]:
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """Command-line options."""
     parser = argparse.ArgumentParser(prog="python -m benchmarks.shared_machine", description=__doc__.split("\n")[0])
-    parser.add_argument("--steps", type=int, default=4, help="training steps per node run (default 4)")
-    parser.add_argument("--runs", type=int, default=3, help="runs per setting (default 3)")
+    parser.add_argument("--steps", type=int, default=None, help="training steps per node run (default 4; quick: 2)")
+    parser.add_argument("--runs", type=int, default=None, help="runs per setting (default 3; quick: 1)")
     parser.add_argument("--alone", action="store_true", help="also run each setting without the busy process")
     parser.add_argument("--model", default=None, help="model directory (default: the embedded SmolLM2-135M)")
-    parser.add_argument("--quick", action="store_true", help="a tiny random model, 2 steps, 1 run: a smoke test")
+    parser.add_argument("--quick", action="store_true", help="a tiny random model (default: 2 steps, 1 run)")
     parser.add_argument("--timeout", type=float, default=1800, help="seconds one node run may take (default 1800)")
     parser.add_argument("--shared-with", default="", help="what else ran on the machine meanwhile (for the page)")
     parser.add_argument("--output-dir", type=Path, default=RESULTS, help="where the json and md go")
@@ -178,7 +179,8 @@ def main(argv: list[str] | None = None) -> int:
         from sapo.models import save_tiny_model
 
         args.model = str(save_tiny_model(workdir / "tiny", seed=0))
-        args.steps, args.runs = 2 if args.steps == 4 else args.steps, 1 if args.runs == 3 else args.runs
+    args.steps = args.steps or (2 if args.quick else 4)
+    args.runs = args.runs or (1 if args.quick else 3)
     plan = [(setting, busy) for _ in range(args.runs) for busy in ([True, False] if args.alone else [True])
             for setting in SETTINGS]  # fmt: skip
     runs = []
