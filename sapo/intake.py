@@ -4,19 +4,21 @@ One round's intake (:meth:`Intake.take`), in order:
 
 1. fetch candidate groups (the main process fetches for every process); stale ones are set aside unread;
 2. sender standing: the groups of a benched sender are set aside unread;
-3. re-derive the truth: the question is regenerated or looked up (:class:`sapo.verification.QuestionVerifier`), and
+3. re-derive the truth: the group's source re-derives the question and the reward columns (:mod:`sapo.sources`), and
    the prompt trained on is written here around it;
 4. hygiene: the group's size and every completion's text;
-5. score every completion once with this peer's reward functions (the trainer passes TRL's reward path): these are
-   the rewards the round trains with, nothing scores an external group again;
+5. tokenize every completion once and score it with this peer's reward functions (through the
+   :class:`sapo.probe.PolicyProbe`, TRL's own reward path): these are the tokens and rewards the round trains with;
 6. sample: the sampler chooses up to J of the scored candidates;
-7. plausibility: chosen groups whose completions this policy would not write are dropped
-   (:mod:`sapo.plausibility`); its reference is the node's own completions, handed in from the loss pass
-   (:meth:`Intake.observe_loss_pass`).
+7. plausibility: chosen groups whose completions this policy would not write are dropped (:mod:`sapo.plausibility`)
+   and their slots go to the next usable candidates; its reference is the node's own completions, handed in from the
+   loss pass (:meth:`Intake.observe_loss_pass`). Tokens far below this policy's own get no weight in the loss
+   (`SAPOConfig.external_token_floor`).
 
-It returns the chosen groups with their rewards, and counts the reason for every drop (`totals`, per sender in
-`sender_outcomes`). With several processes, every process runs the same intake on the main process's fetch and
-verdicts, so that all make the same choice; each then trains on an equal share of it.
+It returns the chosen groups with their tokens, rewards and token weights, counts the reason for every drop (`totals`,
+per sender in `sender_outcomes`) and writes every group judged to the group log (:mod:`sapo.group_log`). With several
+processes, every process runs the same intake on the main process's fetch and verdicts, so that all make the same
+choice; each then trains on an equal share of it.
 """
 
 from __future__ import annotations
@@ -36,21 +38,25 @@ from accelerate.utils import broadcast_object_list, gather_object
 from sapo.config import SAPOConfig
 from sapo.group_log import OWN, TAKEN, GroupLog, GroupRecord, reward_summary
 from sapo.hygiene import CompletionFilter, CompletionHygiene
-from sapo.plausibility import CompletionStatistics, PlausibilityCheck
+from sapo.plausibility import PlausibilityCheck, floor_mask
+from sapo.probe import PolicyProbe
+from sapo.questions import GroupDropped
 from sapo.sampling import Candidate, ExternalSampler, OwnSuccess, Selection, make_sampler
+from sapo.sources import SourceRegistry
 from sapo.standing import SenderStanding
-from sapo.verification import GroupDropped, QuestionVerifier
 from swarm.records import Group
 from swarm.transport import SwarmTransport
 
 logger = logging.getLogger(__name__)
 
-Scorer = Callable[[list[dict[str, str]], list[str], dict[str, Any]], torch.Tensor]
-"""This peer's rewards of completion texts: (prompt, texts, reward columns) -> tensor (texts, reward functions)."""
 
-TypicalityScorer = Callable[[list[Candidate]], list[CompletionStatistics]]
-"""The plausibility statistics (`sapo.plausibility`: mean typicality and worst span) of every completion of the given
-groups, in order, under the current policy."""
+SUMMARY_ROUNDS = 25
+"""Rounds between the intake's summary lines (groups taken, set aside by reason)."""
+
+BAD_GROUP = frozenset({"hygiene", "question_mismatch", "bad_provenance", "untrusted_prompt"})
+"""Drop reasons that judge a group bad (malformed, or false about its item): they count against its sender's standing,
+as a group the plausibility check drops does. A group this peer cannot verify or use (an unknown source, an item not
+held here, a version skew, a smaller group, a reward that fails on it) says nothing against its sender."""
 
 
 @dataclass
@@ -88,7 +94,9 @@ class Intake:
         accelerator: the trainer's `accelerate.Accelerator` (processes, main process, device).
         reward_weights: the weight of each reward function in a completion's reward (TRL's `reward_weights`).
         system_messages: this node's own system messages, written around every external question.
-        sampler, verifier, completion_filter: as `SAPOTrainer` takes them; default from `args`.
+        sampler, completion_filter: as `SAPOTrainer` takes them; default from `args`.
+        sources: the task sources this peer holds (`sapo.sources.SourceRegistry`); default: none, under
+            `args.external_source_policy`.
         group_log: where every group judged is written (`sapo.group_log`), on the main process; None: nowhere.
     """
 
@@ -102,16 +110,14 @@ class Intake:
         reward_weights: torch.Tensor,
         system_messages: Sequence[dict[str, str]] = (),
         sampler: ExternalSampler | None = None,
-        verifier: QuestionVerifier | None = None,
+        sources: SourceRegistry | None = None,
         completion_filter: CompletionFilter | None = None,
         group_log: GroupLog | None = None,
     ):
         self.args, self.swarm, self.uses_swarm, self.accelerator = args, swarm, uses_swarm, accelerator
         self.reward_weights = reward_weights.detach().float().cpu()
         self.system_messages = [dict(m) for m in system_messages]
-        self.verifier = verifier or QuestionVerifier(
-            policy=args.external_source_policy, regeneration_timeout=args.regeneration_timeout
-        )
+        self.sources = sources or SourceRegistry(policy=args.external_source_policy)
         self.hygiene = CompletionHygiene(
             max_chars=args.completion_max_chars,
             forbid_control_chars=args.completion_forbid_control_chars,
@@ -149,7 +155,7 @@ class Intake:
         self.own_success = OwnSuccess(args.success_threshold, args.success_window)  # for counting rescues
         self.group_log = group_log
         self._step = 0
-        self._external_tokens: set[tuple[int, ...]] = set()  # the latest round's external completions, as trained
+        self._rounds = 0  # rounds with a swarm, for the periodic summary
 
     # ------------------------------------------------------------------------------------------------
     # one round
@@ -157,15 +163,14 @@ class Intake:
     def take(
         self,
         slots: int,
-        score: Scorer,
-        typicality: TypicalityScorer,
+        probe: PolicyProbe,
         timed: Callable[[str], Any] = lambda phase: contextlib.nullcontext(),
         step: int = 0,
     ) -> Taken:
-        """The external groups for ``slots`` group slots of every process: fetched, judged, scored once with
-        ``score``, sampled and checked for plausibility with ``typicality``. ``timed(phase)`` wraps each phase
-        (`swarm_fetch`, `external_scoring`, `plausibility`); ``step`` is the node's step, for the group log. Every
-        process calls it, in step."""
+        """The external groups for ``slots`` group slots of every process: fetched, judged, tokenized and scored once
+        through ``probe``, sampled and checked for plausibility under the policy ``probe`` reads. ``timed(phase)``
+        wraps each phase (`swarm_fetch`, `external_scoring`, `plausibility`); ``step`` is the node's step, for the
+        group log. Every process calls it, in step."""
         processes = self.accelerator.num_processes
         self._step = step
         if slots == 0 or not self.uses_swarm:
@@ -185,7 +190,7 @@ class Intake:
             else:
                 fresh.append(item)
         with timed("external_scoring"):
-            judged = [self._judge(item.sender, item.group, fetched_at, score, taken) for item in fresh]
+            judged = [self._judge(item.sender, item.group, fetched_at, probe, taken) for item in fresh]
         candidates = [c for c in judged if c is not None]
         taken.candidates, taken.scored = len(received), len(candidates)
         taken.zero_advantage = sum(c.has_zero_advantage for c in candidates)
@@ -196,7 +201,7 @@ class Intake:
         for candidate, reason in selection.set_aside:
             self._count(taken, reason)
             taken.records.append(self._candidate_record(candidate, reason))
-        chosen = self._keep_plausible(selection, typicality, timed, taken)
+        chosen = self._keep_plausible(selection, probe, timed, taken)
         for candidate in chosen:
             self._record_standing(candidate.sender, True, fetched_at)
         # An equal share for every process (each trains on the same number of own rows); a remainder is filled in.
@@ -205,6 +210,7 @@ class Intake:
         rank = self.accelerator.process_index
         taken.share = taken.chosen[rank * per_process : (rank + 1) * per_process]
         self.totals["external_groups"] += len(taken.chosen)
+        self.totals["external_truncated"] += sum(t.truncated for c in taken.chosen for t in c.tokenized)
         self.totals["fill_ins"] += slots * processes - len(taken.chosen)
         self.taken_from.update(c.sender for c in taken.chosen)
         for candidate in taken.chosen:
@@ -213,7 +219,19 @@ class Intake:
         taken.records += [self._candidate_record(c, TAKEN) for c in taken.chosen]
         taken.records += [self._candidate_record(c, "not_chosen") for c in unused]
         self._write_log(taken.records)
+        self._rounds += 1
+        if self._rounds % SUMMARY_ROUNDS == 0:
+            self._log_summary()
         return taken
+
+    def _log_summary(self) -> None:
+        """One INFO line: what the intake took and set aside so far, by reason."""
+        drops = {k.split("/", 1)[1]: v for k, v in self.totals.items() if k.startswith("dropped/") and v}
+        logger.info(
+            "swarm intake after %d rounds: %d groups taken of %d fetched, %d slots filled in; set aside: %s",
+            self._rounds, self.totals["external_groups"], self.totals["candidates"], self.totals["fill_ins"],
+            ", ".join(f"{k} {v}" for k, v in sorted(drops.items(), key=lambda kv: -kv[1])) or "none",
+        )  # fmt: skip
 
     def _fetch(self, pool_size: int) -> tuple[list[Any], float]:
         """Candidates from the swarm and the time they were fetched: the main process's, on every process."""
@@ -224,45 +242,49 @@ class Intake:
             fetched = [(self.swarm.fetch(pool_size), time.time())]
         return broadcast_object_list(fetched, from_process=0)[0]
 
-    def _judge(self, sender: str, group: Group, now: float, score: Scorer, taken: Taken) -> Candidate | None:
-        """A candidate, or None: a benched sender's group is set aside unread; one refused here counts as a drop in
-        its sender's standing (a candidate counts once the sampler chose it and the plausibility check judged it:
-        a group left in the pool says nothing of its sender, and is fetched again)."""
+    def _judge(self, sender: str, group: Group, now: float, probe: PolicyProbe, taken: Taken) -> Candidate | None:
+        """A candidate, or None: a benched sender's group is set aside unread; one judged bad here (:data:`BAD_GROUP`)
+        counts as a drop in its sender's standing, one this peer merely cannot verify or use does not (a candidate
+        counts once the sampler chose it and the plausibility check judged it: a group left in the pool says nothing
+        of its sender, and is fetched again)."""
         if self.standing is not None and self.standing.is_benched(sender, now):
             self._drop(taken, "benched_sender", sender, group, "its recent groups kept being dropped")
             return None
-        candidate = self._verify_and_score(sender, group, score, taken)
-        if candidate is None:
+        candidate, reason = self._verify_and_score(sender, group, probe, taken)
+        if reason in BAD_GROUP:
             self._record_standing(sender, False, now)
         return candidate
 
-    def _verify_and_score(self, sender: str, group: Group, score: Scorer, taken: Taken) -> Candidate | None:
-        """A candidate with this peer's ground truth and rewards, or None (counted) if it cannot be used."""
+    def _verify_and_score(
+        self, sender: str, group: Group, probe: PolicyProbe, taken: Taken
+    ) -> tuple[Candidate | None, str | None]:
+        """A candidate with this peer's ground truth and rewards, or None and the reason it was dropped (counted)."""
         try:
-            columns = self.verifier.columns_for(group)
+            columns = self.sources.columns_for(group)
         except GroupDropped as e:
             self._drop(taken, e.reason, sender, group, e.detail)
-            return None
+            return None, e.reason
         size = self.args.num_generations
         if len(group.completions) < size:
             self._drop(taken, "group_size", sender, group, f"{len(group.completions)} < {size} completions")
-            return None
+            return None, "group_size"
         completions = list(group.completions[:size])
         problem = self.hygiene.group_problem(completions)
         if problem is not None:
             self._drop(taken, "hygiene", sender, group, problem)
-            return None
+            return None, "hygiene"
         # Only completions cross the trust boundary: the prompt trained on (and scored) is written here, around the
         # question this node verified; the sender's prompt was only compared, never used.
         prompt = [*self.system_messages, {"role": "user", "content": columns.pop("question")}]
         group = Group(**{**vars(group), "completions": completions, "prompt": prompt})
+        tokenized = [probe.tokenize(text) for text in completions]
         try:
-            per_function = score(prompt, completions, columns).detach().cpu()
+            per_function = probe.score(prompt, tokenized, columns).detach().cpu()
         except Exception as e:  # a reward function choking on foreign text must not stop training
             self._drop(taken, "reward_error", sender, group, f"{type(e).__name__}: {e}")
-            return None
+            return None, "reward_error"
         rewards = weighted_rewards(per_function, self.reward_weights).tolist()
-        return Candidate(sender, group, rewards, columns, rewards_per_func=per_function.tolist())
+        return Candidate(sender, group, rewards, columns, per_function.tolist(), tokenized), None
 
     # ------------------------------------------------------------------------------------------------
     # plausibility
@@ -280,7 +302,7 @@ class Intake:
         return ready[0]
 
     def _keep_plausible(
-        self, selection: Selection, typicality: TypicalityScorer, timed: Callable[[str], Any], taken: Taken
+        self, selection: Selection, probe: PolicyProbe, timed: Callable[[str], Any], taken: Taken
     ) -> list[Candidate]:
         """The chosen groups whose every completion is plausible under this policy. A group found implausible is
         counted as dropped (`implausible`) and its slot goes to the next usable candidate the sampler ranked
@@ -292,10 +314,10 @@ class Intake:
         pending = list(selection.chosen)
         while pending:
             dropped = 0
-            for candidate, problem in zip(
-                pending, self._plausibility_verdicts(pending, typicality, timed), strict=True
-            ):
+            verdicts = self._plausibility_verdicts(pending, probe, timed)
+            for candidate, (problem, weights) in zip(pending, verdicts, strict=True):
                 if problem is None:
+                    candidate.token_weights = weights
                     kept.append(candidate)
                     continue
                 dropped += 1
@@ -318,41 +340,49 @@ class Intake:
         return None
 
     def _plausibility_verdicts(
-        self, groups: list[Candidate], typicality: TypicalityScorer, timed: Callable[[str], Any]
-    ) -> list[Any]:
-        """Per group, the plausibility check's problem, or None for a plausible group: the main process's verdicts
-        (it holds the reference), on every process."""
+        self, groups: list[Candidate], probe: PolicyProbe, timed: Callable[[str], Any]
+    ) -> list[tuple[Any, list[list[int]] | None]]:
+        """Per group, the plausibility check's problem (None for a plausible group) and its token weights (None:
+        every token): the main process's verdicts (it holds the reference), on every process."""
         verdicts: list[Any] = [None]
         if self.accelerator.is_main_process:
             with timed("plausibility"):
-                scores = typicality(groups)
-            size = self.args.num_generations
-            verdicts = [
-                [self.plausibility.group_problem(scores[i * size : (i + 1) * size]) for i in range(len(groups))]
-            ]
+                scores = probe.typicality(groups)
+            size, found = self.args.num_generations, []
+            for i in range(len(groups)):
+                group_scores = scores[i * size : (i + 1) * size]
+                problem = self.plausibility.group_problem([s.statistics for s in group_scores])
+                found.append((problem, self._token_weights(group_scores) if problem is None else None))
+            verdicts = [found]
         if self.accelerator.num_processes > 1:
             verdicts = broadcast_object_list(verdicts, from_process=0)
         return verdicts[0]
 
-    def note_external_tokens(self, completion_ids: Sequence[Sequence[int]]) -> None:
-        """The token ids of the external completions placed in this round's batch (as trained on): the loss pass
-        tells them from the node's own completions by these."""
-        self._external_tokens = {tuple(ids) for ids in completion_ids}
+    def _token_weights(self, scores: list[Any]) -> list[list[int]] | None:
+        """Per completion, 1 for each token trained on, 0 for each token whose typicality lies below
+        `external_token_floor` or within `external_token_floor_before` / `external_token_floor_after` tokens of one
+        that does (so a payload that passed the check is not learned); None with the floor off."""
+        args = self.args
+        if args.external_token_floor is None:
+            return None
+        weights = [floor_mask(s.tokens, args.external_token_floor, args.external_token_floor_before,
+                              args.external_token_floor_after) for s in scores]  # fmt: skip
+        self.totals["external_tokens"] += sum(len(w) for w in weights)
+        self.totals["external_tokens_masked"] += sum(len(w) - sum(w) for w in weights)
+        return weights
 
     def observe_loss_pass(
-        self, completion_ids: torch.Tensor, logps: torch.Tensor, entropies: torch.Tensor, mask: torch.Tensor
+        self, logps: torch.Tensor, entropies: torch.Tensor, mask: torch.Tensor, is_external: torch.Tensor | None
     ) -> None:
         """Add the plausibility statistics of the node's own completions in a loss pass to the reference: they come
         free, since the loss computes their log-probabilities and entropies anyway. Rows (tensors of shape (rows,
-        tokens)) whose completion is an external one of the round are left out, and so are fully masked rows."""
+        tokens)) that ``is_external`` marks, and fully masked rows, are left out."""
         if self.plausibility is None:
             return
-        own = [
-            i
-            for i, (ids, row_mask) in enumerate(zip(completion_ids.tolist(), mask.tolist(), strict=True))
-            if any(row_mask) and tuple(t for t, m in zip(ids, row_mask, strict=True) if m) not in self._external_tokens
-        ]
-        if own:
+        own = mask.any(dim=1).cpu()
+        if is_external is not None:
+            own &= ~is_external.bool().cpu()
+        if own.any():
             self.plausibility.add_own(self.plausibility.statistics(logps[own], entropies[own], mask[own]))
 
     # ------------------------------------------------------------------------------------------------
@@ -361,12 +391,15 @@ class Intake:
     def _drop(
         self, taken: Taken, reason: str, sender: str, group: Group, detail: str, rewards: list[float] | None = None
     ) -> None:
-        self._count(taken, reason)
+        self._count(taken, reason, detail=f"peer {sender}: {detail}")
         self.sender_outcomes.setdefault(sender, Counter())[f"dropped/{reason}"] += 1
         taken.records.append(self._record(sender, group, reason, rewards))
         logger.debug("dropped a group of peer %s (%s): %s", sender, reason, detail)
 
-    def _count(self, taken: Taken, reason: str, count: int = 1) -> None:
+    def _count(self, taken: Taken, reason: str, count: int = 1, detail: str = "") -> None:
+        """Count ``count`` groups set aside for ``reason``; the first time a reason appears it is logged (INFO)."""
+        if not self.totals[f"dropped/{reason}"]:
+            logger.info("first received group set aside as %s%s", reason, f" ({detail})" if detail else "")
         taken.dropped[reason] += count
         self.totals[f"dropped/{reason}"] += count
 

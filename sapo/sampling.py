@@ -13,6 +13,22 @@ from typing import Any
 from swarm.records import Group
 
 
+@dataclass(frozen=True)
+class TokenizedCompletion:
+    """A received completion under this peer's tokenizer, tokenized once for everything that reads it.
+
+    Parameters:
+        ids (`tuple[int, ...]`): the tokens trained on: the text's tokens, cut to `max_completion_length`, with EOS
+            appended when it fits.
+        truncated (`bool`): whether text was cut off to fit.
+        text (`str`): what is scored: the text as sent, or, when cut, the decoded tokens that are trained on.
+    """
+
+    ids: tuple[int, ...]
+    truncated: bool
+    text: str
+
+
 @dataclass
 class Candidate:
     """An external group, verified and scored with this peer's own reward functions.
@@ -25,6 +41,9 @@ class Candidate:
         columns (`dict[str, Any]`): reward columns re-derived by this peer (answer, entry, ...).
         rewards_per_func (`list[list[float]]`): per completion, each reward function's value (NaN where it did not
             apply), of which `rewards` is the weighted sum: what the round trains with when the group is chosen.
+        tokenized (`list[TokenizedCompletion]`): each completion under this peer's tokenizer.
+        token_weights (`list[list[int]]` or `None`): per completion, 1 for each token trained on and 0 for each token
+            the plausibility pass found too unlike this policy (`SAPOConfig.external_token_floor`); None: every token.
     """
 
     sender: str
@@ -32,6 +51,8 @@ class Candidate:
     rewards: list[float]
     columns: dict[str, Any] = field(default_factory=dict)
     rewards_per_func: list[list[float]] = field(default_factory=list)
+    tokenized: list[TokenizedCompletion] = field(default_factory=list)
+    token_weights: list[list[int]] | None = None
 
     @property
     def has_zero_advantage(self) -> bool:
@@ -159,9 +180,6 @@ class DropZeroAdvantageSampler(UniformSampler):
         return "zero_advantage" if candidate.has_zero_advantage else None
 
 
-PaperSampler = DropZeroAdvantageSampler
-"""The former name of :class:`DropZeroAdvantageSampler`, kept so that existing imports work."""
-
 SAMPLERS: dict[str, type[ExternalSampler]] = {
     "drop_zero_advantage": DropZeroAdvantageSampler,
     "uniform": UniformSampler,
@@ -169,7 +187,7 @@ SAMPLERS: dict[str, type[ExternalSampler]] = {
 """Every sampling strategy by name: the one list that `SAPOConfig.sampling_strategy` accepts and documents."""
 
 SAMPLER_ALIASES: dict[str, str] = {"paper": "drop_zero_advantage"}
-"""Other accepted names: `"paper"` was the name of `"drop_zero_advantage"` before names said what they do."""
+"""Other accepted names: `"paper"` is the SAPO paper's rule, `"drop_zero_advantage"`."""
 
 
 def sampler_name(name: str) -> str:

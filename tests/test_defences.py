@@ -110,7 +110,7 @@ def test_trainer_drops_unhygienic_groups_and_benches_their_sender(tmp_path, smol
     totals = trainer.swarm_totals
     # Two of the attacker's groups fail hygiene and bench it; its third is set aside unread (order is random).
     assert totals["dropped/hygiene"] == 2 and totals["dropped/benched_sender"] == 1, dict(totals)
-    assert totals["benched_senders"] == 1 and trainer.standing.benched(time.time()) == ["attacker"]
+    assert totals["benched_senders"] == 1 and trainer.intake.standing.benched(time.time()) == ["attacker"]
     assert trainer.taken_from == {"friend": 1}
 
 
@@ -282,10 +282,10 @@ def test_trainer_drops_a_payload_its_policy_would_never_write_and_benches_the_se
     assert [h["sapo/external_groups"] for h in steps] == [0.0, 1.0] and totals["candidates"] == 2
     # The reference: every own completion, scored in the loss passes (step 1: 4 groups of 4; step 2: 3, beside the
     # external one, which is not part of it).
-    assert len(trainer.plausibility._own) == 16 + 12 and trainer.plausibility.threshold() is not None
+    assert len(trainer.intake.plausibility._own) == 16 + 12 and trainer.intake.plausibility.threshold() is not None
     assert totals["dropped/implausible"] == 1 and trainer.taken_from == {"honest": 1}, dict(totals)
     assert totals["implausible/mean"] + totals["implausible/span"] == 1  # which test dropped it, for calibration
-    assert totals["benched_senders"] == 1 and trainer.standing.benched(time.time()) == ["attacker"]
+    assert totals["benched_senders"] == 1 and trainer.intake.standing.benched(time.time()) == ["attacker"]
     assert any("sapo/time/plausibility" in h for h in trainer.state.log_history)
     senders = json.loads((tmp_path / "out" / "senders.json").read_text())  # who sent what, for an audit
     assert senders == {"attacker": {"dropped/implausible": 1}, "honest": {"taken": 1}}
@@ -304,7 +304,7 @@ def test_a_sender_is_judged_by_its_chosen_groups_not_diluted_by_those_waiting_in
     trainer.train()
     totals = trainer.swarm_totals
     assert totals["dropped/implausible"] == 3 and totals["candidates"] == 12, dict(totals)
-    assert totals["benched_senders"] == 1 and trainer.standing.benched(time.time()) == ["attacker"]
+    assert totals["benched_senders"] == 1 and trainer.intake.standing.benched(time.time()) == ["attacker"]
     assert trainer.taken_from == {}
 
 
