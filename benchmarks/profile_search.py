@@ -46,7 +46,7 @@ class Setting:
     max_completion_length: int
     lr_scheduler_type: str = "constant"
     rewards: tuple[str, ...] = ("reasoning_gym", "format")
-    bf16: bool | None = None  # None: as the machine decides (sapo.config.device_defaults)
+    bf16: bool | None = None  # None: as the machine decides (sapo.speed.devices.device_defaults)
 
 
 SETTINGS = {

@@ -136,7 +136,7 @@ def completed(config: dict[str, Any], num_local: int, num_external: int, seed: i
 
 def node_options(config: dict[str, Any], num_local: int, num_external: int, seed: int, run_dir: Path) -> list[str]:
     """The options every node of one run gets (after ``local-swarm``'s own)."""
-    from sapo.config import round_micro_batch  # here: sapo.config imports trl, which the driver need not load
+    from sapo.speed.devices import round_micro_batch
 
     rows = (num_local + num_external) * config["num_generations"]
     micro_batch = round_micro_batch(rows, 1, config["num_generations"], largest=config["max_batch"])

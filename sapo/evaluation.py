@@ -158,13 +158,14 @@ def generate_greedy(
     Prompts are batched by length (less padding), left-padded, and returned in their original order. The model's
     training mode is restored afterwards. ``progress`` shows a progress bar over the questions. ``merge_adapters``
     (LoRA adapters merged while generating) and ``bf16`` (bf16 autocast on a CPU) are the speed-ups of
-    `sapo.generation.inference_context`; `None` decides each as `SAPOConfig` does (`sapo.config.device_defaults`).
+    `sapo.speed.inference.inference_context`; `None` decides each as `SAPOConfig` does
+    (`sapo.speed.devices.device_defaults`).
     """
     import torch
     from transformers import GenerationConfig
 
-    from sapo.config import device_defaults
-    from sapo.generation import inference_context
+    from sapo.speed.devices import device_defaults
+    from sapo.speed.inference import inference_context
 
     if merge_adapters is None or bf16 is None:
         defaults = device_defaults()

@@ -18,6 +18,7 @@ import torch
 from accelerate.utils import gather_object
 
 from sapo.evaluation import HeldOutResult, evaluate_policy, is_question_set, reward_scorer
+from sapo.speed import SpeedUps
 
 logger = logging.getLogger(__name__)
 
@@ -113,8 +114,7 @@ class HeldOutEvaluation:
             batch_size=self.args.per_device_eval_batch_size,
             eos_token_ids=self.eos_token_ids,
             first_index=first,
-            merge_adapters=bool(self.args.generation_merge_adapters),
-            bf16=bool(self.args.bf16),
+            **SpeedUps.of(self).evaluation_options(),
             scorer=self._held_out_scorer(),
         )
         if processes > 1:

@@ -15,9 +15,9 @@ from typing import Any
 import torch
 from trl import GRPOTrainer
 
-from sapo.generation import inference_context
 from sapo.plausibility import CompletionStatistics, completion_statistics, token_typicality
 from sapo.sampling import Candidate, TokenizedCompletion
+from sapo.speed import SpeedUps
 
 
 @dataclass(frozen=True)
@@ -100,9 +100,7 @@ class PolicyProbe:
         gradients, with generation's speed-ups (one forward pass: its weights are not worth packing)."""
         trainer = self.trainer
         device, model = trainer.accelerator.device, trainer.accelerator.unwrap_model(trainer.model)
-        speed_ups = inference_context(model, merge_adapters=bool(trainer.args.generation_merge_adapters),
-                                      bf16=bool(trainer.args.bf16), pack_weights=False)  # fmt: skip
-        with torch.no_grad(), speed_ups:
+        with torch.no_grad(), SpeedUps.of(trainer).inference(model, pack_weights=False):
             logps, entropies, _ = trainer._get_per_token_logps_and_entropies(
                 model, input_ids.to(device), attention_mask.to(device),
                 completion_len, batch_size=trainer.args.per_device_train_batch_size, compute_entropy=True,

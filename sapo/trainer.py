@@ -37,21 +37,17 @@ from rewards import completion_text
 from sapo.checkpoints import mark_complete
 from sapo.config import SAPOConfig
 from sapo.evaluation import held_out_questions
-from sapo.generation import fast_generation_applies, trainer_generate
 from sapo.group_log import GroupLog
 from sapo.held_out import HeldOutEvaluation
 from sapo.hygiene import CompletionFilter
 from sapo.intake import Intake, weighted_rewards
-from sapo.lm_head import lean_cpu_lm_head
-from sapo.lora_layers import fused_lora_forward
-from sapo.precision import bf16_training_pass
 from sapo.probe import PolicyProbe
 from sapo.publication import group_id, own_groups, publish, row_provenance
 from sapo.round import EXTERNAL_COLUMN, Round, RoundOutcome, build_round, splice_generation, splice_rewards
 from sapo.sampling import ExternalSampler
-from sapo.shared_prompts import shared_prompt_logps
 from sapo.sources import SourceRegistry, TaskSource
 from sapo.sources.own import keyed_by_content, registry_for
+from sapo.speed import SpeedUps
 from sapo.tasks import TaskSpec
 from swarm.transport import SwarmTransport
 
@@ -330,64 +326,24 @@ class SAPOTrainer(HeldOutEvaluation, GRPOTrainer):
     # speed-ups
 
     def _generate_single_turn(self, prompt_ids, images, multimodal_fields, *args, **kwargs):
-        if not fast_generation_applies(self, images, multimodal_fields):
+        """TRL's generation of the own rows, inside the speed-ups that apply to it (`sapo.speed`)."""
+        with SpeedUps.of(self).generation(self, images, multimodal_fields):
             return super()._generate_single_turn(prompt_ids, images, multimodal_fields, *args, **kwargs)
-        return trainer_generate(self, prompt_ids), None
-
-    @property
-    def _cpu_bf16_autocast(self) -> bool:
-        """Whether the loss pass runs under accelerate's bf16 autocast on a CPU."""
-        return self.accelerator.mixed_precision == "bf16" and self.accelerator.device.type == "cpu"
 
     def _get_per_token_logps_and_entropies(self, model, input_ids, attention_mask, logits_to_keep, *args, **kwargs):
         loss_pass = torch.is_grad_enabled() and self.model.training
-        unwrapped = self.accelerator.unwrap_model(model)
-        # Under CPU bf16 autocast the frozen weights are cast once, not at each loss pass, and attention runs in
-        # float32, whose backward is the faster one there (sapo.precision); the backward reads the bf16 copies the
-        # forward saved.
-        precision = bf16_training_pass(unwrapped) if loss_pass and self._cpu_bf16_autocast else contextlib.nullcontext()
-        # On a CPU each LoRA layer adds its adapter inside one matmul (sapo.lora_layers) and TRL's fused LM head
-        # folds its tiles in fewer passes (sapo.lm_head); a GPU keeps PEFT's and TRL's own.
-        fused = self.args.cpu_fused_loss_pass and self.accelerator.device.type == "cpu"
-        lora = fused_lora_forward(unwrapped) if fused and loss_pass else contextlib.nullcontext()
-        head = lean_cpu_lm_head() if fused else contextlib.nullcontext()
-        with completion_positions_only(), head, precision, lora:
-            result = self._scored_with_shared_prompts(model, input_ids, attention_mask, logits_to_keep, args, kwargs)
+        speed = SpeedUps.of(self)
+        with speed.loss_pass(self, model, training=loss_pass):
+            result = speed.shared_prompt_scores(self, model, input_ids, attention_mask, logits_to_keep, args, kwargs)
             if result is None:
                 result = super()._get_per_token_logps_and_entropies(
                     model, input_ids, attention_mask, logits_to_keep, *args, **kwargs
                 )
-        if loss_pass and result[1] is not None:
+        intake = getattr(self, "intake", None)  # None: a trainer built without its __init__ (TRL's own tests do)
+        if loss_pass and result[1] is not None and intake is not None:
             completion_mask = attention_mask[:, input_ids.shape[1] - logits_to_keep :]
-            self.intake.observe_loss_pass(result[0], result[1], completion_mask, self._loss_rows_external)
+            intake.observe_loss_pass(result[0], result[1], completion_mask, getattr(self, "_loss_rows_external", None))
         return result
-
-    def _scored_with_shared_prompts(
-        self, model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor, logits_to_keep: int,
-        args: tuple, kwargs: dict[str, Any],
-    ) -> tuple[torch.Tensor, torch.Tensor | None, None] | None:  # fmt: skip
-        """TRL's (log-probabilities, entropies, aux loss) with each distinct prompt run once
-        (`sapo.shared_prompts`), or None where that does not apply: `scoring_prefill_once` off, a pass without
-        gradients (the plausibility pass: one group, where the two calls cost more than the shared prompt saves),
-        several processes (a wrapped model runs one forward per backward), gradient checkpointing, images or an MoE
-        aux loss, or no prompt shared by two rows."""
-        # images and the like, or compute_aux_loss=True: TRL's pass (identity tests: a tensor has no truth value)
-        given = {k: v for k, v in kwargs.items() if k not in ("batch_size", "compute_entropy")}
-        extra = [k for k, v in given.items() if v is not None and v is not False]
-        if (
-            not self.args.scoring_prefill_once
-            or not torch.is_grad_enabled()
-            or self.accelerator.num_processes > 1
-            or self.args.gradient_checkpointing
-            or args
-            or extra
-        ):
-            return None
-        with self.accelerator.autocast():
-            scored = shared_prompt_logps(
-                model, input_ids, attention_mask, logits_to_keep, bool(kwargs.get("compute_entropy"))
-            )
-        return None if scored is None else (*scored, None)
 
     # ------------------------------------------------------------------------------------------------
     # after the round: publish, log
@@ -504,30 +460,6 @@ class SAPOTrainer(HeldOutEvaluation, GRPOTrainer):
                 self._get_output_dir(trial=trial), f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
             )
             mark_complete(folder, self.state.global_step)
-
-
-@contextlib.contextmanager
-def completion_positions_only() -> Iterator[None]:
-    """Within the context, TRL's fused LM head projects and scores only the completion positions of a batch on every
-    device, as it does on CUDA (its compact path).
-
-    Without Triton (a CPU), TRL scores every position, prompt and padding included, so that the tile shapes do not
-    change between batches (a recompilation on compiled backends), then throws the prompt's scores away: at the
-    default node's batch (8 rows of 72 prompt and 48 completion tokens) it projects 952 positions through the
-    49152-word LM head, forward and backward, for 384 completion tokens. Scoring only those took the loss pass from
-    6.75 to 5.40 CPU seconds in float32 and from 4.27 to 3.41 in bf16 (one thread), with bit-identical
-    log-probabilities and gradients (`benchmarks/results/loss_pass.md`). Only the choice between TRL's two paths is
-    changed here (the name `trl.trainer.utils._use_triton`, which the fused forward reads for that choice alone; the
-    kernels keep their own). Tied to the pinned TRL minor version.
-    """
-    import trl.trainer.utils as trl_utils
-
-    choose = trl_utils._use_triton
-    trl_utils._use_triton = lambda device: True
-    try:
-        yield
-    finally:
-        trl_utils._use_triton = choose
 
 
 def _system_messages(train_dataset: Any) -> list[dict[str, str]]:

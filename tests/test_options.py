@@ -13,12 +13,13 @@ import torch
 from trl import GRPOConfig
 
 import sapo.config
-from sapo.config import SAPOConfig, cpu_has_native_bf16, device_defaults, round_micro_batch
+from sapo.config import SAPOConfig
 from sapo.node.help import FIRST_SCREEN, names_on_first_screen, option_sections
 from sapo.node.options import _yaml_value, build_parser, config_yaml, full_help, parse_node_args, parse_node_options
 from sapo.node.runner import NodeArguments
 from sapo.sampling import SAMPLER_ALIASES, SAMPLERS, DropZeroAdvantageSampler, make_sampler
 from sapo.sources import SOURCE_POLICIES
+from sapo.speed.devices import cpu_has_native_bf16, device_defaults, round_micro_batch
 from swarm.dht import DHTTransportConfig
 from swarm.field_docs import field_help, parameter_docs
 

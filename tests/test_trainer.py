@@ -307,7 +307,7 @@ def test_malformed_external_groups_are_dropped_not_raised(tmp_path, smollm_token
 
 
 def test_no_external_groups_matches_trl_grpo(tmp_path, smollm_tokenizer):
-    from sapo.generation import inverse_transform_sampling
+    from sapo.speed.sampling import inverse_transform_sampling
 
     dataset = _math_dataset()
 
@@ -383,10 +383,10 @@ def test_the_lm_head_scores_only_completion_tokens_and_trl_is_left_as_it_was(tmp
 
 def test_bf16_loss_pass_casts_the_frozen_base_once_and_trains_the_same(tmp_path, smollm_tokenizer, monkeypatch):
     """Under CPU bf16 autocast a LoRA node's loss pass computes with bf16 copies of its frozen weights
-    (sapo.precision), made once, and attends in float32: the steps are exactly those of plain autocast, which casts
-    the weights at every pass."""
+    (sapo.speed.precision), made once, and attends in float32: the steps are exactly those of plain autocast, which
+    casts the weights at every pass."""
     from sapo.models import LoraSpec, lora_config
-    from sapo.precision import _FROZEN_COPIES
+    from sapo.speed.precision import _FROZEN_COPIES
 
     def train(name: str) -> SAPOTrainer:
         trainer = SAPOTrainer(
@@ -402,7 +402,7 @@ def test_bf16_loss_pass_casts_the_frozen_base_once_and_trains_the_same(tmp_path,
 
     attention_dtypes, forward = [], sdpa.sdpa_attention_forward
 
-    def spy(module, query, *args, **kwargs):  # reached only through sapo.precision's float32 attention
+    def spy(module, query, *args, **kwargs):  # reached only through sapo.speed.precision's float32 attention
         attention_dtypes.append(query.dtype)
         return forward(module, query, *args, **kwargs)
 
@@ -414,7 +414,7 @@ def test_bf16_loss_pass_casts_the_frozen_base_once_and_trains_the_same(tmp_path,
     assert attention_dtypes and set(attention_dtypes) == {torch.float32}  # the loss passes attended in float32
     assert base.config._attn_implementation == "sdpa"
     # the same steps as plain autocast (each frozen weight cast at every pass) with the same float32 attention
-    monkeypatch.setattr("sapo.precision.linear_weights_in", lambda *args, **kwargs: contextlib.nullcontext())
+    monkeypatch.setattr("sapo.speed.precision.linear_weights_in", lambda *args, **kwargs: contextlib.nullcontext())
     plain = train("plain")
     assert _metric(swapped, "loss") == _metric(plain, "loss") and len(_metric(plain, "loss")) == 2
     adapters = {n: p for n, p in base.named_parameters() if p.requires_grad}
@@ -469,13 +469,13 @@ def test_the_plausibility_pass_runs_in_bf16_with_merged_adapters_where_bf16_is_o
 def test_the_cpu_fused_loss_pass_switch(tmp_path, smollm_tokenizer, monkeypatch, fused):
     """On a CPU the loss pass runs the fused LoRA forward and the lean LM head unless `cpu_fused_loss_pass` is off;
     then PEFT's and TRL's own run."""
-    import sapo.trainer as trainer_module
+    import sapo.speed.speed_ups as speed_ups
     from sapo.models import LoraSpec, lora_config
 
     entered = []
     for name in ("fused_lora_forward", "lean_cpu_lm_head"):
-        real = getattr(trainer_module, name)
-        monkeypatch.setattr(trainer_module, name, lambda *a, real=real, name=name: entered.append(name) or real(*a))
+        real = getattr(speed_ups, name)
+        monkeypatch.setattr(speed_ups, name, lambda *a, real=real, name=name: entered.append(name) or real(*a))
     trainer = SAPOTrainer(
         model=build_tiny_model(smollm_tokenizer, seed=0), reward_funcs=[lambda completions, **kw: [
             float(len(c[0]["content"]) % 3) for c in completions]],
@@ -492,16 +492,16 @@ def test_scoring_each_prompt_once_takes_the_same_steps(tmp_path, smollm_tokenize
     """`scoring_prefill_once` runs each distinct prompt of the loss pass once: the step
     (its loss and, under plain SGD, the adapters it trains) is that of TRL's pass over whole rows, up to rounding.
     One step: a second one samples from weights that differ by rounding, so its completions may differ."""
-    import sapo.trainer as trainer_module
+    import sapo.speed.speed_ups as speed_ups
     from sapo.models import LoraSpec, lora_config
 
-    calls, shared = [], trainer_module.shared_prompt_logps
+    calls, shared = [], speed_ups.shared_prompt_logps
 
     def spy(*args, **kwargs):
         calls.append(args[1].shape[0])
         return shared(*args, **kwargs)
 
-    monkeypatch.setattr(trainer_module, "shared_prompt_logps", spy)
+    monkeypatch.setattr(speed_ups, "shared_prompt_logps", spy)
 
     def train(name: str, once: bool) -> SAPOTrainer:
         trainer = SAPOTrainer(

@@ -47,6 +47,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(full_help(), end="")
         return 0
 
+    from sapo.speed.threads import share_the_machine
+
+    share_the_machine()  # before anything loads torch: OpenMP reads its thread count and wait policy once
     from sapo.node.options import config_yaml, parse_node_options
     from sapo.node.runner import NodeError, run_node
 

@@ -1,39 +1,41 @@
 """Linear weights in bf16 for CPU autocast: each cast done once instead of at every call.
 
 Autocast casts a float32 weight to bf16 at every call of a linear layer and keeps a cast only for leaves that
-require a gradient, so the frozen base weights of a LoRA model (and its tied LM head) were cast again at every
+require a gradient, so the frozen base weights of a LoRA model (and its tied LM head) would be cast again at every
 generated token and at every forward pass of the loss. :func:`linear_weights_in` swaps each such weight for a copy
 in the autocast dtype for the length of a context; the products are the ones autocast computes (its cast is the
 same rounding), so results are unchanged. The copies of frozen weights are kept while the weight is alive and
 unchanged (its in-place version counter), so a LoRA node casts its base model once, not once per step.
+:func:`packed_bf16_linears` packs bf16 weights once into oneDNN's layout for the many forward passes of a generation.
 
-:func:`float32_attention` runs the attention of a training pass in float32 under the same autocast: on a CPU, the
-bf16 backward of PyTorch's fused attention took three times as long as the float32 one (0.75 against 0.26 s of the
-default node's loss pass, `benchmarks/results/loss_pass.md`), and float32 attention is the more exact of the two.
+:func:`float32_attention` runs the attention of a training pass in float32 under the same autocast: on a CPU the
+bf16 backward of PyTorch's fused attention is much slower than the float32 one, and float32 is the more exact.
 """
 
 from __future__ import annotations
 
 import contextlib
 import functools
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import torch
 from torch.utils.weak import WeakIdKeyDictionary
+
+from sapo.speed.scoped import attribute_replaced, entry_added, forwards_replaced
 
 __all__ = [
     "FLOAT32_SDPA",
     "bf16_training_pass",
     "float32_attention",
     "linear_weights_in",
-    "forwards_replaced",
     "packed_bf16_linears",
     "weight_in",
 ]
 
 FLOAT32_SDPA = "sdpa_float32"
-"""The name under which transformers' attention registry holds :func:`_sdpa_in_float32`."""
+"""The name under which transformers' attention registry holds :func:`_sdpa_in_float32` within
+:func:`float32_attention`."""
 
 _FROZEN_COPIES = WeakIdKeyDictionary()
 """A frozen weight (by identity, while it lives) -> (its version when copied, its copy in the autocast dtype)."""
@@ -80,23 +82,6 @@ def linear_weights_in(model: torch.nn.Module, dtype: torch.dtype, frozen_only: b
             linear.weight = weight
 
 
-@contextlib.contextmanager
-def forwards_replaced(replacements: Iterable[tuple[torch.nn.Module, Callable[[], Any]]]) -> Iterator[None]:
-    """Within the context, each module of ``replacements`` computes with the forward its factory makes (set as the
-    instance's ``forward``); on exit the class's forward is back. A module whose forward is already replaced on the
-    instance (an accelerate hook) is left as it is, and its factory is not called."""
-    swapped = []
-    try:
-        for module, make_forward in replacements:
-            if "forward" not in vars(module):
-                module.forward = make_forward()
-                swapped.append(module)
-        yield
-    finally:
-        for module in swapped:
-            del module.forward  # the instance attribute: the class's forward again
-
-
 def _can_pack() -> bool:
     """Whether this PyTorch computes linear layers with oneDNN-packed bf16 weights (x86 builds with mkldnn)."""
     ops = torch.ops.mkldnn
@@ -130,8 +115,7 @@ def _packed_forward(packed: torch.Tensor, bias: torch.Tensor | None) -> Any:
 def packed_bf16_linears(model: torch.nn.Module, rows: int = 8) -> Iterator[None]:
     """Within the context, each ``nn.Linear`` of ``model`` on a CPU whose weight is bf16 computes with a copy of it
     packed once into oneDNN's blocked layout, its input cast to bf16 as autocast casts it: the same products, bit
-    for bit. Unpacked, oneDNN reorders the weight at every call: the default step's generation took 4.03 s unpacked
-    against 3.54 s packed (one thread, `benchmarks/results/step_limit_1thread/`). For passes without gradients, after
+    for bit (unpacked, oneDNN reorders the weight at every call). For passes without gradients, after
     the weights were put in bf16 (:func:`linear_weights_in`, merged adapters); the layers' own forwards are back on
     exit. Where PyTorch has no oneDNN, or a layer's forward is already replaced (an accelerate hook), the layer is left
     as it is.
@@ -168,29 +152,24 @@ def _sdpa_in_float32(
     return output.to(query.dtype), weights
 
 
-@functools.cache  # once per process: the registries are global
-def _register_float32_sdpa() -> None:
-    from transformers import AttentionInterface
-    from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
-
-    AttentionInterface.register(FLOAT32_SDPA, _sdpa_in_float32)
-    AttentionMaskInterface.register(FLOAT32_SDPA, sdpa_mask)  # the causal masks SDPA takes
-
-
 @contextlib.contextmanager
 def float32_attention(model: torch.nn.Module) -> Iterator[None]:
     """Within the context, a model that attends with transformers' ``"sdpa"`` attends in float32 (the rest of the
-    pass keeps its autocast); any other attention implementation is left as it is. Its config is restored on exit."""
+    pass keeps its autocast); any other attention implementation is left as it is. On exit the model's config says
+    ``"sdpa"`` again and the float32 function is no longer in transformers' attention registries."""
     config = getattr(model, "config", None)
     if config is None or getattr(config, "_attn_implementation", None) != "sdpa":
         yield
         return
-    _register_float32_sdpa()
-    config._attn_implementation = FLOAT32_SDPA
-    try:
+    from transformers import AttentionInterface
+    from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+
+    with (
+        entry_added(AttentionInterface._global_mapping, FLOAT32_SDPA, _sdpa_in_float32),
+        entry_added(AttentionMaskInterface._global_mapping, FLOAT32_SDPA, sdpa_mask),  # the causal masks SDPA takes
+        attribute_replaced(config, "_attn_implementation", FLOAT32_SDPA),
+    ):
         yield
-    finally:
-        config._attn_implementation = "sdpa"
 
 
 @contextlib.contextmanager

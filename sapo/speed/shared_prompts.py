@@ -1,16 +1,13 @@
 """A loss pass over rows that share prompts: each distinct prompt run once, its key/value cache shared by its rows.
 
-A GRPO batch holds every prompt `num_generations` times, and TRL's loss pass runs the whole prompt again in each row:
-at the default node's batch (8 rows of 72 prompt and 48 completion tokens, 2 prompts) 576 of its 960 tokens are
-prompt tokens computed four times over. :func:`shared_prompt_logps` runs each distinct prompt (all its tokens but the
-last) once, copies its key/value cache to the rows that share it (an `index_select`, so gradients from every row flow
-back into the one prompt pass), and runs only the last prompt token and the completion of each row on top, through
-TRL's fused LM head. The positions, masks and scored tokens are those of TRL's pass over the whole rows, so the
-log-probabilities and gradients are the same up to the order of floating-point sums (tested). It pays where a
-micro-batch holds the rows of whole groups, as the node's default micro-batch (the round) does: with both, the
-default step's training pass took 2.99 s, against 4.46 s at 4-row micro-batches without it (one thread,
-`benchmarks/results/step_limit_1thread/`); at 4-row micro-batches, which TRL's shuffle fills with two prompts, it
-saved nothing (step_limit on 9b705d4). On by default on a CPU (`SAPOConfig.scoring_prefill_once`).
+A GRPO batch holds every prompt `num_generations` times, and TRL's loss pass runs the whole prompt again in each row.
+:func:`shared_prompt_logps` runs each distinct prompt (all its tokens but the last) once, copies its key/value cache to
+the rows that share it (an `index_select`, so gradients from every row flow back into the one prompt pass), and runs
+only the last prompt token and the completion of each row on top, through TRL's fused LM head. The positions, masks and
+scored tokens are those of TRL's pass over the whole rows, so the log-probabilities and gradients are the same up to the
+order of floating-point sums (tested). It pays where a micro-batch holds the rows of whole groups, as the node's default
+micro-batch (the round) does (`sapo.speed.devices.round_micro_batch`). On by default on a CPU
+(`SAPOConfig.scoring_prefill_once`).
 """
 
 from __future__ import annotations
@@ -19,17 +16,9 @@ from typing import Any
 
 import torch
 
-from sapo.generation import unique_prompts
+from sapo.speed.generation import cache_argument, prompt_groups
 
-__all__ = ["prompt_groups", "shared_prompt_logps"]
-
-
-def prompt_groups(prompt_ids: torch.Tensor, prompt_mask: torch.Tensor) -> tuple[list[int], list[int]]:
-    """For rows of (left-padded) prompts: the first row of each distinct prompt (tokens and padding alike), and for
-    every row the index of its prompt among those."""
-    keyed = prompt_ids.masked_fill(prompt_mask == 0, -1).tolist()  # padding told apart from every token id
-    distinct, rows = unique_prompts(keyed)
-    return [rows.index(k) for k in range(len(distinct))], rows
+__all__ = ["shared_prompt_logps"]
 
 
 def shared_prompt_logps(
@@ -53,7 +42,7 @@ def shared_prompt_logps(
     model(
         input_ids=input_ids[distinct, : prompt_len - 1],
         attention_mask=attention_mask[distinct, : prompt_len - 1],
-        past_key_values=cache,
+        **{cache_argument(model): cache},
         use_cache=True,
         logits_to_keep=1,
     )
@@ -62,6 +51,10 @@ def shared_prompt_logps(
     labels = tail_ids.masked_fill(tail_mask == 0, -100)
     labels[:, 0] = -100  # the last prompt token is input only; the completion tokens are scored
     outputs = model(
-        input_ids=tail_ids, attention_mask=attention_mask, past_key_values=cache, labels=labels, fused_lm_head=True
+        input_ids=tail_ids,
+        attention_mask=attention_mask,
+        labels=labels,
+        fused_lm_head=True,
+        **{cache_argument(model): cache},
     )
     return outputs.log_probs, (outputs.entropy if compute_entropy else None)

@@ -1,19 +1,20 @@
 """TRL's fused LM head on a CPU in fewer passes: per-token log-probabilities and entropies, tile by tile.
 
-TRL scores a loss pass through `ChunkedLogProbFunction`: the LM head's product is computed one vocabulary tile at a
-time and folded into running log-sum-exp statistics, so the full logits never exist. On CUDA a Triton kernel folds
-each tile in one pass; on a CPU, TRL's torch fallback makes about a dozen passes over every tile forward and twenty
-backward (scaling by 1.0 twice, a boolean target mask the size of the tile, a zero-filled gradient, ...).
-:class:`CpuChunkedLogProb` took the default node's loss pass (384 completion tokens, 49,152 words) from 2.42 to
-2.24 CPU s (one thread, bf16 as the node runs it, `benchmarks/results/loss_pass.md`): each tile's
-maximum is subtracted in place, its exponentials are summed and then, in place, weighted by the logits for the
-entropy; the backward forms the gradient ``-p (g_lp + g_ent (log p + H))`` in two passes and adds ``g_lp`` at the
-target words only. What TRL keeps is kept: the tile products in the autocast dtype, statistics and the gradient's
-accumulation in float32 (TRL: rounding each tile's product to bf16 before summing biases training).
+TRL scores a loss pass through `ChunkedLogProbFunction`: the LM head's product is computed one vocabulary tile at a time
+and folded into running log-sum-exp statistics, so the full logits never exist. On CUDA a Triton kernel folds each tile
+in one pass; on a CPU, TRL's torch fallback makes about a dozen passes over every tile forward and twenty backward
+(scaling by 1.0 twice, a boolean target mask the size of the tile, a zero-filled gradient, ...).
+:class:`CpuChunkedLogProb` makes fewer: each tile's maximum is subtracted in place, its exponentials are summed and
+then, in place, weighted by the logits for the entropy; the backward forms the gradient ``-p (g_lp + g_ent (log p +
+H))`` in two passes and adds ``g_lp`` at the target words only. What TRL keeps is kept: the tile products in the
+autocast dtype, statistics and the gradient's accumulation in float32 (TRL: rounding each tile's product to bf16 before
+summing biases training).
 
 :func:`lean_cpu_lm_head` puts it in TRL's place for the calls it covers (a CPU, a frozen LM head without bias or
-logit soft-capping, the log-probabilities and entropies GRPO asks for); every other call is TRL's own. Tied to the
-pinned TRL minor version (`trl.trainer.utils._ChunkedLogProbFunction`, the name TRL's fused forward calls).
+logit soft-capping, the log-probabilities and entropies GRPO asks for); every other call is TRL's own.
+:func:`completion_positions_only` makes TRL's fused head score only the completion positions on every device, as it
+does on CUDA. Both are tied to the pinned TRL minor version (`trl.trainer.utils._ChunkedLogProbFunction` and
+`_use_triton`, the names TRL's fused forward reads) and put TRL's own back on exit.
 """
 
 from __future__ import annotations
@@ -24,7 +25,9 @@ from typing import Any
 
 import torch
 
-__all__ = ["CpuChunkedLogProb", "lean_cpu_lm_head"]
+from sapo.speed.scoped import attribute_replaced
+
+__all__ = ["CpuChunkedLogProb", "completion_positions_only", "lean_cpu_lm_head"]
 
 _COVERED_OUTPUTS = {"entropy"}
 """The optional outputs of TRL's function that :class:`CpuChunkedLogProb` computes (log-probabilities always)."""
@@ -133,12 +136,25 @@ class _CpuOrTrl:
 @contextlib.contextmanager
 def lean_cpu_lm_head() -> Iterator[None]:
     """Within the context, TRL's fused LM head computes on a CPU with :class:`CpuChunkedLogProb` (module docstring);
-    other devices and other outputs keep TRL's function."""
+    other devices and other outputs keep TRL's function, which is back on exit."""
     import trl.trainer.utils as trl_utils
 
-    trl_function = trl_utils._ChunkedLogProbFunction
-    trl_utils._ChunkedLogProbFunction = _CpuOrTrl(trl_function)
-    try:
+    with attribute_replaced(trl_utils, "_ChunkedLogProbFunction", _CpuOrTrl(trl_utils._ChunkedLogProbFunction)):
         yield
-    finally:
-        trl_utils._ChunkedLogProbFunction = trl_function
+
+
+@contextlib.contextmanager
+def completion_positions_only() -> Iterator[None]:
+    """Within the context, TRL's fused LM head projects and scores only the completion positions of a batch on every
+    device, as it does on CUDA (its compact path).
+
+    Without Triton (a CPU), TRL scores every position, prompt and padding included, so that the tile shapes do not
+    change between batches (a recompilation on compiled backends), then throws the prompt's scores away; scoring only
+    the completion positions gives bit-identical log-probabilities and gradients for a fraction of the LM head's
+    work. Only the choice between TRL's two paths is changed (the name `trl.trainer.utils._use_triton`, which the
+    fused forward reads for that choice alone; the kernels keep their own); TRL's choice is back on exit.
+    """
+    import trl.trainer.utils as trl_utils
+
+    with attribute_replaced(trl_utils, "_use_triton", lambda device: True):
+        yield

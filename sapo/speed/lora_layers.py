@@ -4,10 +4,8 @@ PEFT computes a LoRA layer as ``base(x) + lora_B(lora_A(dropout(x))) * scaling``
 multiplication and an addition over the whole output (rows x out_features), and in the backward pass the
 multiplication again. :func:`fused_lora_forward` computes the same sum as ``addmm(base(x), lora_A(x), (B *
 scaling)^T)``: the scaling moves onto the small B matrix (out_features x r) and the addition into the matmul's
-accumulator. On a CPU, where such elementwise passes over activations cost as much as small matmuls, it took the
-default node's loss pass from 2.51 to 2.24 CPU s (one thread, bf16 as the node runs it,
-`benchmarks/results/loss_pass.md`); the values are PEFT's up to rounding (exactly, in float32 with a power-of-two
-scaling).
+accumulator, which pays on a CPU, where such elementwise passes over activations cost as much as small matmuls. The
+values are PEFT's up to rounding (exactly, in float32 with a power-of-two scaling).
 """
 
 from __future__ import annotations
@@ -20,7 +18,7 @@ from typing import Any
 
 import torch
 
-from sapo.precision import forwards_replaced
+from sapo.speed.scoped import forwards_replaced
 
 __all__ = ["fused_lora_forward", "plain_lora_linears"]
 
@@ -74,7 +72,7 @@ def _fused(module: Any, adapter: str) -> Any:
 def fused_lora_forward(model: torch.nn.Module) -> Iterator[None]:
     """Within the context, each plain LoRA linear layer of ``model`` with one adapter and no dropout computes its
     output with the adapter's product added inside one matmul (module docstring); gradients reach the adapters as
-    through PEFT's forward. The layers' own forwards are back on exit (`sapo.precision.forwards_replaced`)."""
+    through PEFT's forward. The layers' own forwards are back on exit (`sapo.speed.scoped.forwards_replaced`)."""
     fusable = [(module, adapters[0]) for module, adapters in plain_lora_linears(model) if _fusable(module, adapters)]
     # a layer whose forward a hook replaced is left to it
     with forwards_replaced((module, functools.partial(_fused, module, adapter)) for module, adapter in fusable):
