@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import random
 import time
 from collections import Counter
@@ -97,7 +98,6 @@ class Intake:
         sampler, completion_filter: as `SAPOTrainer` takes them; default from `args`.
         sources: the task sources this peer holds (`sapo.sources.SourceRegistry`); default: none, under
             `args.external_source_policy`.
-        group_log: where every group judged is written (`sapo.group_log`), on the main process; None: nowhere.
     """
 
     def __init__(
@@ -112,7 +112,6 @@ class Intake:
         sampler: ExternalSampler | None = None,
         sources: SourceRegistry | None = None,
         completion_filter: CompletionFilter | None = None,
-        group_log: GroupLog | None = None,
     ):
         self.args, self.swarm, self.uses_swarm, self.accelerator = args, swarm, uses_swarm, accelerator
         self.reward_weights = reward_weights.detach().float().cpu()
@@ -153,7 +152,11 @@ class Intake:
         self.taken_from: Counter[str] = Counter()  # external groups trained on, by verified sender
         self.sender_outcomes: dict[str, Counter[str]] = {}  # per sender: "taken" and "dropped/<reason>" counts
         self.own_success = OwnSuccess(args.success_threshold, args.success_window)  # for counting rescues
-        self.group_log = group_log
+        # every group judged, written by the main process (`args.groups_log` under `output_dir`; None: nowhere)
+        self.group_log = None
+        if args.groups_log is not None and accelerator.is_main_process:
+            path = os.path.join(args.output_dir, args.groups_log)
+            self.group_log = GroupLog(path, max_bytes=args.groups_log_max_bytes)
         self._step = 0
         self._rounds = 0  # rounds with a swarm, for the periodic summary
 

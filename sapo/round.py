@@ -12,6 +12,7 @@ What TRL produces for the round (the completions generated here and every row's 
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -170,3 +171,41 @@ def splice_rewards(round_: Round, own_scored: torch.Tensor, processes: int, num_
             first = p * rows + slot * size
             rewards[first : first + size] = torch.tensor(candidate.rewards_per_func, device=rewards.device)
     return rewards
+
+
+def round_figures(
+    round_: Round, outcome: RoundOutcome, slots: int, scored: int, zero_advantage: int, step: int
+) -> dict[str, float]:
+    """One process's figures of a round (`sapo/<name>`): external groups taken, fill-ins, distinct senders, the share
+    of scored candidates with zero advantage, the age and step lag of what was taken, and the mean reward of own
+    rows, external rows, and own rows of groups with reward spread (the ones the paper's sampler would have kept: like
+    with like against the external groups, which it chose that way)."""
+    external = round_.share
+    figures = {
+        "sapo/external_groups": float(len(external)),
+        "sapo/fill_ins": float(slots - len(external)),
+        "sapo/distinct_senders": float(len({c.sender for c in external})),
+    }
+    if scored:
+        figures["sapo/zero_advantage_fraction"] = zero_advantage / scored
+    if external:  # staleness of what is trained on: seconds since the sender made it, and its policy's lag
+        now = time.time()
+        figures["sapo/external_age_seconds"] = sum(now - c.group.created_at for c in external) / len(external)
+        figures["sapo/external_step_lag"] = sum(step - c.group.step for c in external) / len(external)
+    rewards = outcome.rewards
+    if rewards is None:
+        return figures
+    is_external = torch.tensor(round_.is_external, dtype=torch.bool)
+    groups = rewards.view(-1, round_.num_generations).nan_to_num(0.0)
+    spread = (groups.amax(dim=1) > groups.amin(dim=1)).repeat_interleave(round_.num_generations)
+    masks = {
+        "local_reward": ~is_external,
+        "external_reward": is_external,
+        "local_reward_with_spread": ~is_external & spread,
+    }
+    for name, mask in masks.items():
+        values = rewards[mask]
+        values = values[~torch.isnan(values)]
+        if values.numel():
+            figures[f"sapo/{name}"] = values.mean().item()
+    return figures

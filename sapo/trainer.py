@@ -37,13 +37,20 @@ from rewards import completion_text
 from sapo.checkpoints import mark_complete
 from sapo.config import SAPOConfig
 from sapo.evaluation import held_out_questions
-from sapo.group_log import GroupLog
 from sapo.held_out import HeldOutEvaluation
 from sapo.hygiene import CompletionFilter
 from sapo.intake import Intake, weighted_rewards
 from sapo.probe import PolicyProbe
 from sapo.publication import group_id, own_groups, publish, row_provenance
-from sapo.round import EXTERNAL_COLUMN, Round, RoundOutcome, build_round, splice_generation, splice_rewards
+from sapo.round import (
+    EXTERNAL_COLUMN,
+    Round,
+    RoundOutcome,
+    build_round,
+    round_figures,
+    splice_generation,
+    splice_rewards,
+)
 from sapo.sampling import ExternalSampler
 from sapo.sources import SourceRegistry, TaskSource
 from sapo.sources.own import keyed_by_content, registry_for
@@ -156,13 +163,10 @@ class SAPOTrainer(HeldOutEvaluation, GRPOTrainer):
             )  # fmt: skip
         elif not self._uses_swarm:
             logger.info("no swarm given: SAPOTrainer trains as a local GRPO learner (pass swarm=... to join peers)")
-        group_log = None
-        if args.groups_log is not None and self.accelerator.is_main_process:
-            group_log = GroupLog(os.path.join(args.output_dir, args.groups_log), max_bytes=args.groups_log_max_bytes)
         self.intake = Intake(
             args, swarm, self._uses_swarm, peer_id, self.accelerator, self.reward_weights,
             system_messages=_system_messages(train_dataset),  # this node's own, around every external question
-            sampler=sampler, completion_filter=completion_filter, group_log=group_log,
+            sampler=sampler, completion_filter=completion_filter,
             sources=self._sources(train_dataset, sources),
         )  # fmt: skip
         self.swarm_model_name = args.swarm_model_name or str(getattr(self.model.config, "_name_or_path", "") or "")
@@ -363,43 +367,18 @@ class SAPOTrainer(HeldOutEvaluation, GRPOTrainer):
     def _log_round(self, round_: Round, outcome: RoundOutcome, scored: int, zero_advantage: int, slots: int) -> None:
         """The round's figures (averaged by TRL over each logging window), its own groups in the group log and the
         completions log."""
-        metrics, external = self._metrics["train"], round_.share
-        for phase, seconds in self._phase_seconds.items():
-            metrics[f"sapo/time/{phase}"].append(seconds)
-        metrics["sapo/external_groups"].append(float(len(external)))
-        metrics["sapo/fill_ins"].append(float(slots - len(external)))
-        metrics["sapo/distinct_senders"].append(float(len({c.sender for c in external})))
-        if scored:
-            metrics["sapo/zero_advantage_fraction"].append(zero_advantage / scored)
-        if external:  # staleness of what is trained on: seconds since the sender made it, and its policy's lag
-            now, step = time.time(), self.state.global_step
-            metrics["sapo/external_age_seconds"].append(sum(now - c.group.created_at for c in external) / len(external))
-            metrics["sapo/external_step_lag"].append(sum(step - c.group.step for c in external) / len(external))
+        figures = round_figures(round_, outcome, slots, scored, zero_advantage, self.state.global_step)
+        for name, value in {**{f"sapo/time/{k}": v for k, v in self._phase_seconds.items()}, **figures}.items():
+            self._metrics["train"][name].append(value)
         self._log_completions("train", [(str(round_.rows[i].get("task", "")), completion_text(c))
                                         for i, c in sorted(outcome.own_completions.items())])  # fmt: skip
-        rewards = outcome.rewards
-        if rewards is None:
-            return
-        size, step, rank = self.num_generations, self.state.global_step, self.accelerator.process_index
-        self.intake.observe_own_groups(
-            [(group_id(step, rank, k), row_provenance(round_.rows[s]).task, rewards[s : s + size].tolist())
-             for k, s in enumerate(round_.own_group_starts)],
-            model=self.swarm_model_name,
-        )  # fmt: skip
-        is_external = torch.tensor(round_.is_external, dtype=torch.bool)
-        # Local groups whose rewards differ: the ones the paper sampler would keep, to compare like with like
-        # with the external groups (which it chose that way).
-        groups = rewards.view(-1, size).nan_to_num(0.0)
-        spread = (groups.amax(dim=1) > groups.amin(dim=1)).repeat_interleave(size)
-        for name, mask in (
-            ("local_reward", ~is_external),
-            ("external_reward", is_external),
-            ("local_reward_with_spread", ~is_external & spread),
-        ):
-            values = rewards[mask]
-            values = values[~torch.isnan(values)]
-            if values.numel():
-                metrics[f"sapo/{name}"].append(values.mean().item())
+        if outcome.rewards is not None:
+            size, step, rank = self.num_generations, self.state.global_step, self.accelerator.process_index
+            self.intake.observe_own_groups(
+                [(group_id(step, rank, k), row_provenance(round_.rows[s]).task, outcome.rewards[s : s + size].tolist())
+                 for k, s in enumerate(round_.own_group_starts)],
+                model=self.swarm_model_name,
+            )  # fmt: skip
 
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
         if self.model.training:

@@ -83,6 +83,8 @@ def _pip_installs(command: str) -> list[tuple[tuple[str, ...], frozenset[str]]]:
                 pass
             elif token in ("--quiet", "-q", "--no-cache-dir", "--progress-bar=off"):
                 pass
+            elif token.startswith("${"):  # index options from the environment (setup.sh's TORCH_INDEX_URL)
+                pass
             elif token in ("-e", "--editable", "--no-deps", "--upgrade", "-U"):
                 flags.add({"--editable": "-e", "-U": "--upgrade"}.get(token, token))
             elif token in ("-r", "--requirement"):

@@ -15,7 +15,7 @@ NODE_DEFAULTS: dict[str, Any] = {
     "num_local": 1,
     "num_external": 1,
     "num_generations": 4,
-    # The round in one micro-batch (up to 16 rows, `sapo.config.round_micro_batch`): the loss pass then runs each
+    # The round in one micro-batch (up to 16 rows, `sapo.speed.devices.round_micro_batch`): the loss pass then runs each
     # group's prompt once (`scoring_prefill_once`).
     "per_device_train_batch_size": None,
     "max_completion_length": 48,
@@ -74,7 +74,7 @@ def build_parser() -> Any:
     one (:func:`sapo.node.help.short_help`) and it remembers the values given (:attr:`NodeOptions.given`).
 
     What depends on the machine (`use_cpu`, `gradient_checkpointing`, `bf16`) is not set here: SAPOConfig decides it
-    (`sapo.config.device_defaults`) for sapo-node and for a script alike.
+    (`sapo.speed.devices.device_defaults`) for sapo-node and for a script alike.
     """
     from trl import TrlParser
 
