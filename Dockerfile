@@ -125,11 +125,9 @@ RUN --mount=type=cache,target=/root/.cache/pip \
     { [ ! -s /run/secrets/ca-bundle ] || export PIP_CERT=/run/secrets/ca-bundle; } \
     && python -m pip install --no-deps -e .
 
-# What else a node's user runs: the examples and docker/'s scripts (the healthcheck). Not `COPY . .`: the
-# build context may hold a torch wheel for TORCH_WHEELS (190 MB), which must not land in the image.
+# What else a node's user runs: the examples. Not `COPY . .`: the build context may hold a torch wheel for
+# TORCH_WHEELS (190 MB), which must not land in the image.
 COPY examples ./examples
-COPY docker/*.sh ./docker/
-RUN chmod 0755 /app/docker/healthcheck.sh
 
 VOLUME ["/data"]
 WORKDIR /data
@@ -139,11 +137,11 @@ USER sapo
 # (-p 31337:31337) and pass --announce-maddrs /ip4/PUBLIC_IP/tcp/31337.
 EXPOSE 31337/tcp
 
-# Healthy while the node process runs, its address.txt exists and metrics.jsonl (one line per step) or
-# address.txt changed within SAPO_HEALTH_MAX_AGE seconds; the start period covers loading and joining.
-ENV SAPO_HEALTH_MAX_AGE=1800
+# Healthy when the node's own /healthz says so (`sapo-node health` asks the page recorded in the working
+# directory's status.json, the volume): unhealthy when it does not answer (the node stopped or froze), when no
+# step ended within the expected time, or when its swarm transport died. The start period covers loading and joining.
 HEALTHCHECK --interval=60s --timeout=10s --start-period=10m --retries=3 \
-    CMD ["/app/docker/healthcheck.sh"]
+    CMD ["sapo-node", "health"]
 
 ENTRYPOINT ["sapo-node"]
 # Arguments given to `docker run IMAGE ...` replace these: repeat --output-dir and --host-maddrs there.

@@ -15,11 +15,14 @@ so comparing settings per step leaves out what sharing saves. This page puts the
   is a model (it assumes the slowdown was the same for generation and the update); the measured seconds are in
   the JSON beside it and cannot be compared between runs that shared the machine differently.
 
-Statistics: :mod:`benchmarks.stats` (see held_out_table's docstring for the per-run error bound). A value between
-two evaluations is interpolated linearly, its error the same mix of the two errors (an upper bound). Differences
-between settings are paired by seed; the mean over seeds has a t-interval that includes the questions' error.
-Time to accuracy: the first point where a run's interpolated curve reaches the level; the mean over the seeds
-that reached it, with a t-interval over them (none when fewer than 2 did).
+Statistics: :mod:`benchmarks.stats`, as in held_out_table (its docstring): a value between two evaluations is
+interpolated linearly, question by question where the run archived per-question outcomes (its error then clustered
+by question), else from the two evaluations' figures with the same mix of their errors (an upper bound). Differences
+between settings are paired by seed, and by question where both runs archived their outcomes; their mean over seeds
+(and a setting's mean gain per compute) has the interval of :func:`benchmarks.stats.seeds_and_questions` (seed and
+question terms, each at its own t quantile; the question term bounded by the per-seed errors without outcomes),
+with the plain t-interval over seeds beside it. Time to accuracy and the cumulative training reward have no shared
+questions: the plain t-interval over the seeds (those that reached the level; none when fewer than 2 did).
 
     python -m benchmarks.compute_report --profile cpu-learn
 """
@@ -28,14 +31,24 @@ from __future__ import annotations
 
 import json
 import statistics
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from benchmarks.harness import commit_label
-from benchmarks.held_out_table import RunCurve, archive_arguments, paper_label, read_profile
-from benchmarks.stats import Estimate, over_seeds, t_quantile, unpaired_difference
+from benchmarks.held_out_table import (
+    RunCurve,
+    archive_arguments,
+    difference,
+    over_seeds,
+    paper_label,
+    question_differences,
+    read_profile,
+)
+from benchmarks.sharing_counts import run_counts, sharing_lines
+from benchmarks.stats import Estimate, t_over_seeds, t_quantile
 
 AXES = ("steps", "own_completions", "alone_seconds")
 AXIS_LABELS = {
@@ -56,6 +69,7 @@ class RunCompute:
     generation_seconds: float  # median over peers and steps
     update_seconds: float  # median of step_time - generation: the same work in every setting
     machine: dict[str, Any]
+    sharing: Counter = field(default_factory=Counter)  # what sharing carried (benchmarks.sharing_counts)
     slowdown: float = 1.0
     axes: dict[str, list[float]] = field(default_factory=dict)
 
@@ -69,7 +83,8 @@ class RunCompute:
         return [self.axes[axis][step] for step in self.curve.steps]
 
 
-def _training_lines(metrics: Path) -> dict[int, dict[str, Any]]:
+def training_lines(metrics: Path) -> dict[int, dict[str, Any]]:
+    """A node's training lines (those with a step time) by step; a step logged twice (a resumed run) keeps its last."""
     by_step: dict[int, dict[str, Any]] = {}
     for line in metrics.read_text().splitlines():
         row = json.loads(line)
@@ -86,18 +101,28 @@ def _cumulative(values: Sequence[float]) -> list[float]:
     return out
 
 
+def own_completions(node: dict[int, dict[str, Any]], steps: range, local: int, generations: int) -> list[float]:
+    """A node's own completions generated, cumulative per step (0 at step 0): ``(I + fill-ins) x G`` a step."""
+    return _cumulative([(local + node[s].get("sapo/fill_ins", 0.0)) * generations for s in steps])
+
+
+def training_seconds(node: dict[int, dict[str, Any]], steps: range) -> list[float]:
+    """A node's training seconds (step times, evaluation excluded), cumulative per step (0 at step 0)."""
+    return _cumulative([node[s]["step_time"] for s in steps])
+
+
 def read_compute(run_dir: Path, curve: RunCurve, notes: dict[str, Any]) -> RunCompute:
     """The compute figures of one archived run (its held-out ``curve`` already read)."""
     marker = json.loads((run_dir / "run-complete.json").read_text())
     identity = marker["identity"]
     local, generations = int(identity["num_local"]), int(identity["num_generations"])
-    nodes = [_training_lines(path) for path in sorted(run_dir.glob("node-*/metrics.jsonl"))]
+    nodes = [training_lines(path) for path in sorted(run_dir.glob("node-*/metrics.jsonl"))]
     last = min(max(node) for node in nodes)
     steps = range(1, last + 1)
     completions, seconds, rewards, generation, update = [], [], [], [], []
     for node in nodes:
-        completions.append(_cumulative([(local + node[s].get("sapo/fill_ins", 0.0)) * generations for s in steps]))
-        seconds.append(_cumulative([node[s]["step_time"] for s in steps]))
+        completions.append(own_completions(node, steps, local, generations))
+        seconds.append(training_seconds(node, steps))
         generation += [node[s]["sapo/time/generation"] for s in steps]
         update += [node[s]["step_time"] - node[s]["sapo/time/generation"] for s in steps]
     for s in steps:
@@ -110,6 +135,7 @@ def read_compute(run_dir: Path, curve: RunCurve, notes: dict[str, Any]) -> RunCo
         generation_seconds=statistics.median(generation),
         update_seconds=statistics.median(update),
         machine=notes.get(f"{curve.setting}/seed-{curve.seed}", {"alone": None, "note": "not recorded"}),
+        sharing=run_counts(run_dir),
     )
 
 
@@ -152,57 +178,78 @@ def crossing(xs: Sequence[float], ys: Sequence[float], level: float) -> float | 
     return None
 
 
-def _seed_mean(values: Sequence[float]) -> Estimate:
-    k = len(values)
-    if k < 2:
-        return Estimate(statistics.fmean(values), float("nan"), float("nan"))
-    return Estimate(statistics.fmean(values), statistics.stdev(values) / k**0.5, k - 1)
+def question_values_at(xs: Sequence[float], run: RunCurve, x: float) -> list[float] | None:
+    """Per question, the run's mean outcome over its peers at ``x``, interpolated linearly between its evaluations
+    at ``xs`` (None outside them, or where either evaluation has no per-question outcomes)."""
+    for i in range(len(xs) - 1):
+        if xs[i] <= x <= xs[i + 1]:
+            w = (x - xs[i]) / (xs[i + 1] - xs[i]) if xs[i + 1] > xs[i] else 1.0
+            a, b = run.question_means(i), run.question_means(i + 1)
+            if a is None or b is None:
+                return None
+            return [(1 - w) * p + w * q for p, q in zip(a, b, strict=True)]
+    return None
+
+
+def _difference(
+    mine: list[float] | None, theirs: list[float] | None, mine_estimate: Estimate, their_estimate: Estimate
+) -> Estimate:
+    """``mine - theirs``: paired by question when both per-question values are known (held_out_table's
+    :func:`~benchmarks.held_out_table.difference`), else from the two estimates as if independent."""
+    return difference(
+        None if mine is None else [mine], None if theirs is None else [theirs], mine_estimate, their_estimate
+    )
 
 
 def matched_comparison(runs: Sequence[RunCompute], baseline: str, axis: str) -> dict[str, Any]:
     """Held-out pass@1 of every setting and the baseline at the same budget on ``axis`` (the largest budget every
-    run reached), paired by seed: per-seed differences and the mean over seeds with its interval."""
+    run reached), paired by seed (and by question where the outcomes were archived): per-seed differences and their
+    mean over seeds (:func:`benchmarks.held_out_table.over_seeds`)."""
     budget = min(run.at_evaluations(axis)[-1] for run in runs)
     base = {run.curve.seed: run for run in runs if run.curve.setting == baseline}
     out: dict[str, Any] = {"budget": budget}
     for setting in sorted({run.curve.setting for run in runs} - {baseline}):
-        per_seed = {}
+        per_seed, tables = {}, {}
         for run in (r for r in runs if r.curve.setting == setting and r.curve.seed in base):
+            other = base[run.curve.seed]
             mine = value_at(run.at_evaluations(axis), run.curve, budget)
-            theirs = value_at(base[run.curve.seed].at_evaluations(axis), base[run.curve.seed].curve, budget)
-            if mine is not None and theirs is not None:
-                per_seed[run.curve.seed] = unpaired_difference(mine, theirs)
-        out[setting] = {
-            "per_seed": {seed: e.to_json() for seed, e in per_seed.items()},
-            "over_seeds": over_seeds(list(per_seed.values())).to_json() if per_seed else None,
-        }
+            theirs = value_at(other.at_evaluations(axis), other.curve, budget)
+            if mine is None or theirs is None:
+                continue
+            my_questions = question_values_at(run.at_evaluations(axis), run.curve, budget)
+            their_questions = question_values_at(other.at_evaluations(axis), other.curve, budget)
+            per_seed[run.curve.seed] = _difference(my_questions, their_questions, mine, theirs)
+            tables[run.curve.seed] = question_differences(my_questions, their_questions)
+        out[setting] = over_seeds(per_seed, tables)
     return out
 
 
 def gain_per_completions(runs: Sequence[RunCompute], baseline: str, per: float = 100.0) -> dict[str, Any]:
-    """Held-out gain (end minus start) per ``per`` own completions of each run, and each setting's difference from
-    the baseline paired by seed."""
-    rates = {}
+    """Held-out gain (end minus start) per ``per`` own completions of each run, each setting's mean over seeds, and
+    each setting's difference from the baseline paired by seed (and by question where the outcomes were archived)."""
+    rates, tables = {}, {}
     for run in runs:
-        change, spent = run.curve.change(), run.at_evaluations("own_completions")[-1]
-        rates[run.key] = Estimate(change.value * per / spent, change.se * per / spent, change.df)
+        change, scale = run.curve.change(), per / run.at_evaluations("own_completions")[-1]
+        rates[run.key] = Estimate(change.value * scale, change.se * scale, change.df)
+        gains = question_differences(run.curve.question_means(-1), run.curve.question_means(0))
+        tables[run.key] = None if gains is None else [g * scale for g in gains]
     out: dict[str, Any] = {"per_run": {key: e.to_json() for key, e in rates.items()}, "per": per}
     for setting in sorted({run.curve.setting for run in runs}):
-        seeds = sorted(run.curve.seed for run in runs if run.curve.setting == setting)
-        out[setting] = {"mean": _seed_mean([rates[f"{setting}/seed-{s}"].value for s in seeds]).to_json()}
+        keys = {run.curve.seed: run.key for run in runs if run.curve.setting == setting}
+        out[setting] = {
+            "mean": over_seeds({s: rates[k] for s, k in keys.items()}, {s: tables[k] for s, k in keys.items()})
+        }
         if setting != baseline:
-            paired = [
-                unpaired_difference(rates[f"{setting}/seed-{s}"], rates[f"{baseline}/seed-{s}"])
-                for s in seeds
-                if f"{baseline}/seed-{s}" in rates
-            ]
-            out[setting]["minus_baseline"] = over_seeds(paired).to_json() if paired else None
+            pairs = {s: (k, f"{baseline}/seed-{s}") for s, k in keys.items() if f"{baseline}/seed-{s}" in rates}
+            per_seed = {s: _difference(tables[a], tables[b], rates[a], rates[b]) for s, (a, b) in pairs.items()}
+            differences = {s: question_differences(tables[a], tables[b]) for s, (a, b) in pairs.items()}
+            out[setting]["minus_baseline"] = over_seeds(per_seed, differences)
     return out
 
 
 def time_to_accuracy(runs: Sequence[RunCompute], levels: Sequence[float]) -> dict[str, Any]:
     """Per level and setting: where each run first reaches the level on every axis, and the mean over the seeds
-    that reached it with a t-interval over them."""
+    that reached it with the plain t-interval over them."""
     out: dict[str, Any] = {}
     for level in levels:
         by_setting: dict[str, Any] = {}
@@ -217,7 +264,7 @@ def time_to_accuracy(runs: Sequence[RunCompute], levels: Sequence[float]) -> dic
                 entry[axis] = {
                     "per_seed": {run.curve.seed: x for run, x in zip(mine, reached, strict=True)},
                     "reached": len(values),
-                    "mean": _seed_mean(values).to_json() if values else None,
+                    "mean": t_over_seeds(values).to_json() if values else None,
                 }
             by_setting[setting] = entry
         out[f"{level:.3f}"] = by_setting
@@ -226,24 +273,33 @@ def time_to_accuracy(runs: Sequence[RunCompute], levels: Sequence[float]) -> dic
 
 def cumulative_reward(runs: Sequence[RunCompute], baseline: str) -> dict[str, Any]:
     """The paper's metric: the sum over peers and steps of each peer's own-completion reward; per setting the mean
-    over seeds with its t-interval, and the difference from the baseline paired by seed (training questions differ
-    between seeds, so the spread over seeds holds all the noise)."""
+    over seeds with its plain t-interval, and the difference from the baseline paired by seed (training questions
+    differ between seeds, so the spread over seeds holds all the noise)."""
     totals = {run.key: sum(run.local_reward) for run in runs}
     out: dict[str, Any] = {"per_run": totals}
     base = statistics.fmean(totals[k] for k in totals if k.startswith(f"{baseline}/"))
     for setting in sorted({run.curve.setting for run in runs}):
         seeds = sorted(run.curve.seed for run in runs if run.curve.setting == setting)
-        mean = _seed_mean([totals[f"{setting}/seed-{s}"] for s in seeds])
+        mean = t_over_seeds([totals[f"{setting}/seed-{s}"] for s in seeds])
         entry: dict[str, Any] = {"mean": mean.to_json(), "gain_vs_baseline": mean.value / base - 1}
         if setting != baseline:
             paired = [
-                Estimate(totals[f"{setting}/seed-{s}"] - totals[f"{baseline}/seed-{s}"], 0.0, 1)
+                totals[f"{setting}/seed-{s}"] - totals[f"{baseline}/seed-{s}"]
                 for s in seeds
                 if f"{baseline}/seed-{s}" in totals
             ]
-            entry["minus_baseline"] = over_seeds(paired, shared_questions=False).to_json() if paired else None
+            entry["minus_baseline"] = t_over_seeds(paired).to_json() if paired else None
         out[setting] = entry
     return out
+
+
+def setting_sharing(runs: Sequence[RunCompute], setting: str) -> Counter:
+    """What sharing carried in a setting's runs, summed over seeds and peers."""
+    total: Counter = Counter()
+    for run in runs:
+        if run.curve.setting == setting:
+            total.update(run.sharing)
+    return total
 
 
 def _ci(result: dict[str, float] | None, digits: int = 3, signed: bool = True) -> str:
@@ -256,6 +312,14 @@ def _ci(result: dict[str, float] | None, digits: int = 3, signed: bool = True) -
         f"{result['value']:{sign}.{digits}f} ± {result['se']:.{digits}f} (95 % CI {result['ci_low']:{sign}.{digits}f} "
         f"to {result['ci_high']:{sign}.{digits}f})"
     )
+
+
+def _both(result: dict[str, Any]) -> str:
+    """Two table cells: the mean over seeds with the seeds-and-questions interval, and the plain t-interval."""
+    if "over_seeds" not in result:
+        return f"{_ci(result['per_seed'][0]) if result['per_seed'] else '-'} (one seed) | -"
+    plain = result["t_over_seeds"]
+    return f"{_ci(result['over_seeds'])} | {plain['ci_low']:+.3f} to {plain['ci_high']:+.3f}"
 
 
 def markdown(profile: str, runs: Sequence[RunCompute], data: dict[str, Any], baseline: str, code: str) -> str:
@@ -301,8 +365,8 @@ def markdown(profile: str, runs: Sequence[RunCompute], data: dict[str, Any], bas
         "",
         f"## Held-out pass@1 at the same budget (each setting minus {label(baseline)}, paired by seed)",
         "",
-        "| budget | I/J (paper) | difference, mean over seeds | per seed |",
-        "|---|---|---|---|",
+        "| budget | I/J (paper) | difference, mean over seeds (seeds and questions) | plain t over seeds | per seed |",
+        "|---|---|---|---|---|",
     ]
     for axis in AXES:
         matched = data["matched"].get(axis)
@@ -311,23 +375,22 @@ def markdown(profile: str, runs: Sequence[RunCompute], data: dict[str, Any], bas
         for setting, result in matched.items():
             if setting == "budget":
                 continue
-            per_seed = ", ".join(f"{e['value']:+.3f}" for e in result["per_seed"].values())
+            per_seed = ", ".join(f"{row['value']:+.3f}" for row in result["per_seed"])
             lines.append(
-                f"| {matched['budget']:.0f} {AXIS_LABELS[axis]} | {label(setting)} | {_ci(result['over_seeds'])} | "
-                f"{per_seed} |"
+                f"| {matched['budget']:.0f} {AXIS_LABELS[axis]} | {label(setting)} | {_both(result)} | {per_seed} |"
             )
     gains = data["gain_per_completions"]
     lines += [
         "",
         f"## Held-out gain per {gains['per']:.0f} own completions (end minus start, over the run)",
         "",
-        "| I/J (paper) | mean over seeds | minus the baseline, paired by seed |",
-        "|---|---|---|",
+        "| I/J (paper) | mean over seeds (seeds and questions) | plain t over seeds | minus the baseline, paired by "
+        "seed (seeds and questions) | plain t over seeds |",
+        "|---|---|---|---|---|",
     ]
     for setting in sorted({run.curve.setting for run in runs}, key=lambda s: -int(s.split("-")[0])):
-        lines.append(
-            f"| {label(setting)} | {_ci(gains[setting]['mean'])} | {_ci(gains[setting].get('minus_baseline'))} |"
-        )
+        minus = gains[setting].get("minus_baseline")
+        lines.append(f"| {label(setting)} | {_both(gains[setting]['mean'])} | {_both(minus) if minus else '- | -'} |")
     lines += [
         "",
         "## Time to accuracy: where the held-out curve first reaches a level",
@@ -375,15 +438,18 @@ def markdown(profile: str, runs: Sequence[RunCompute], data: dict[str, Any], bas
             f"| {label(setting)} | {_ci(entry['mean'], 2, False)} | {entry['gain_vs_baseline']:+.0%} | "
             f"{_ci(entry.get('minus_baseline'), 2)} |"
         )
+    lines += ["", "## What sharing carried (the nodes' group logs, summed over seeds and peers)", ""]
+    lines += sharing_lines([(label(s), setting_sharing(runs, s)) for s in sorted({r.curve.setting for r in runs})])
     commits = sorted({run.curve.commit for run in runs})
     lines += [
         "",
         "## Caveats",
         "",
         f"- The runs ran on {len(commits)} commit(s) ({', '.join(commits)}); a figure mixes them.",
-        "- Differences between settings here combine the two sides' errors as if independent: an upper bound, wider "
-        "than the pairing by question that held_out_table applies to runs that archived per-question outcomes "
-        "(cpu-hard on); a run's own figures are clustered by question where it archived them.",
+        "- Held-out differences are paired by question where both runs archived per-question outcomes (cpu-hard on), "
+        "else they combine the two sides' errors as if independent (an upper bound). Over seeds, *seeds and "
+        "questions* is `benchmarks.stats.seeds_and_questions` (its coverage: `results/interval_coverage.md`); the "
+        "plain t-interval over the per-seed figures, which treats the questions as fixed, is beside it.",
         f"- Time to accuracy rests on evaluations {spacing} steps apart and on the modelled seconds; a t-interval "
         "over 2 or 3 seeds (t = 4.30 for 2 degrees of freedom) is wide and may extend below zero.",
         "",
@@ -466,6 +532,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
                 "update_seconds_median": run.update_seconds,
                 "slowdown": run.slowdown,
                 "local_reward_per_step": run.local_reward,
+                "sharing": dict(run.sharing),
             }
             for run in runs
         ],

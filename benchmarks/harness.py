@@ -99,11 +99,6 @@ def record_lines(record: dict[str, Any]) -> list[str]:
     ]
 
 
-def model_label(quick: bool, model: str | None) -> str:
-    """The model a result names: ``tiny`` for a ``--quick`` run given no ``--model``, else the model or the default."""
-    return "tiny" if quick and not model else (model or "default (SmolLM2-135M-Instruct)")
-
-
 # ------------------------------------------------------------------------------------------------
 # /proc readings
 
@@ -199,14 +194,6 @@ def json_safe(value: Any) -> Any:
     if isinstance(value, list | tuple):
         return [json_safe(v) for v in value]
     return value
-
-
-def saved_settings_match(path: Path, settings: dict[str, Any]) -> bool:
-    """True if the JSON report at ``path`` was made with ``settings`` (its ``settings`` entry): a rerun may skip."""
-    try:
-        return json.loads(path.read_text()).get("settings") == settings
-    except (OSError, ValueError):
-        return False
 
 
 def write_report(out_dir: Path, stem: str, data: dict[str, Any], lines: Sequence[str]) -> dict[str, Path]:

@@ -28,8 +28,14 @@ Older archives keep each node's pass@1 and its binomial standard error only. The
   (:func:`benchmarks.stats.unpaired_difference`): the pairing by question cannot be used without per-question
   outcomes, and ignoring it is conservative as long as the two settings do not answer the shared questions in
   opposite ways.
-- Over seeds (:func:`benchmarks.stats.over_seeds`), the mean difference gets a t-interval whose variance is the
-  spread over seeds plus the question-sampling error the seeds share (the same questions in every seed).
+
+Over seeds, a setting's difference from the baseline (same seed) and a setting's change (end minus start) are
+seeds x questions tables: :func:`benchmarks.stats.seeds_and_questions` gives their mean an interval that holds
+whether the seeds or the questions dominate (seed and question terms, each at its own t quantile; its coverage:
+``python -m benchmarks.interval_coverage``); where a run lacks per-question outcomes the question term is bounded by
+the per-seed errors (:func:`benchmarks.stats.seeds_and_questions_bounded`). The plain t-interval over the per-seed
+figures (:func:`benchmarks.stats.t_over_seeds`), which treats the questions as fixed, is printed beside it. A change
+whose interval holds zero is reported as no learning.
 
 Every difference is stated with its 95 % interval.
 """
@@ -48,8 +54,10 @@ from benchmarks.stats import (
     Estimate,
     clustered_mean,
     mean_over_peers,
-    over_seeds,
     paired_difference,
+    seeds_and_questions,
+    seeds_and_questions_bounded,
+    t_over_seeds,
     unpaired_difference,
 )
 from sapo.node.report import is_evaluation_line
@@ -84,6 +92,12 @@ class RunCurve:
     def outcomes_at(self, position: int) -> list[list[float]] | None:
         """The per-question outcomes at the ``position``-th evaluation, or None where they were not archived."""
         return self.outcomes.get(self.steps[position])
+
+    def question_means(self, position: int) -> list[float] | None:
+        """Per question, the mean outcome over the run's peers at the ``position``-th evaluation (None where the
+        outcomes were not archived)."""
+        outcomes = self.outcomes_at(position)
+        return None if outcomes is None else [sum(column) / len(column) for column in zip(*outcomes, strict=True)]
 
     def by_training_task(self, position: int, own: bool) -> list[float] | None:
         """Per question, the mean outcome over the peers that train on its task (``own``) or do not (others'):
@@ -211,59 +225,90 @@ def read_profile(archive: Path) -> list[RunCurve]:
 
 def compare(runs: Sequence[RunCurve], baseline: str) -> dict[str, Any]:
     """Per setting: each seed's end-minus-baseline difference (same seed) with its error, and the mean over seeds
-    with an interval that includes the shared question-sampling error (also given without it, for comparison)."""
+    (:func:`over_seeds`)."""
     base = {run.seed: run for run in runs if run.setting == baseline}
     out: dict[str, Any] = {}
     for setting in sorted({run.setting for run in runs if run.setting != baseline}):
+        pairs = [(run, base[run.seed]) for run in runs if run.setting == setting and run.seed in base]
         per_seed = {
-            run.seed: difference(
-                run.outcomes_at(-1), base[run.seed].outcomes_at(-1), run.estimate(-1), base[run.seed].estimate(-1)
-            )
-            for run in runs
-            if run.setting == setting and run.seed in base
+            run.seed: difference(run.outcomes_at(-1), other.outcomes_at(-1), run.estimate(-1), other.estimate(-1))
+            for run, other in pairs
         }
-        out[setting] = seed_differences(per_seed)
+        tables = {
+            run.seed: question_differences(run.question_means(-1), other.question_means(-1)) for run, other in pairs
+        }
+        out[setting] = over_seeds(per_seed, tables)
     return out
 
 
-def seed_differences(per_seed: dict[int, Estimate]) -> dict[str, Any]:
-    """Same-seed differences as report rows, and (from one seed on) their mean over seeds with and without the shared
-    questions' error."""
+def compare_changes(runs: Sequence[RunCurve]) -> dict[str, Any]:
+    """Per setting: each run's change (end minus start) and the mean change over its seeds (:func:`over_seeds`)."""
+    out: dict[str, Any] = {}
+    for setting in sorted({run.setting for run in runs}, key=lambda s: -int(s.split("-")[0])):
+        mine = [run for run in runs if run.setting == setting]
+        tables = {run.seed: question_differences(run.question_means(-1), run.question_means(0)) for run in mine}
+        out[setting] = over_seeds({run.seed: run.change() for run in mine}, tables)
+    return out
+
+
+def question_differences(after: list[float] | None, before: list[float] | None) -> list[float] | None:
+    """Per question, ``after - before`` (None when a side is missing)."""
+    if after is None or before is None or len(after) != len(before):
+        return None
+    return [a - b for a, b in zip(after, before, strict=True)]
+
+
+def over_seeds(per_seed: dict[int, Estimate], tables: dict[int, list[float] | None]) -> dict[str, Any]:
+    """Per-seed figures as report rows, and (from two seeds on) their mean over seeds: from the seeds x questions
+    table where every seed has its per-question values (``tables``), else from the per-seed errors (the question
+    term bounded); the plain t-interval over seeds beside it."""
     rows = [{"seed": seed, "difference": e.value, "z": e.z(), **e.to_json()} for seed, e in per_seed.items()]
     result: dict[str, Any] = {"per_seed": rows, "seeds": len(rows)}
-    if rows:
-        result["over_seeds"] = over_seeds(list(per_seed.values())).to_json()
-        result["over_seeds_spread_only"] = over_seeds(list(per_seed.values()), shared_questions=False).to_json()
+    if len(rows) < 2:
+        return result
+    values = [tables.get(seed) for seed in per_seed]
+    paired = all(v is not None for v in values)
+    estimate = seeds_and_questions(values) if paired else seeds_and_questions_bounded(list(per_seed.values()))
+    result["over_seeds"] = estimate.to_json()
+    result["paired_by_question"] = paired
+    result["t_over_seeds"] = t_over_seeds([e.value for e in per_seed.values()]).to_json()
     return result
 
 
 def compare_by_training_task(runs: Sequence[RunCurve], baseline: str) -> dict[str, Any]:
     """For specialists: per setting and for the peers' own task and the others' tasks, each run's change (end minus
-    start, paired by question), each seed's end-minus-baseline difference (same seed, paired by question) and the
-    mean over seeds. Empty when no run has specialists with per-question outcomes."""
+    start, paired by question), its mean over seeds, each seed's end-minus-baseline difference (same seed, paired by
+    question) and the mean over seeds. Empty when no run has specialists with per-question outcomes."""
     base = {run.seed: run for run in runs if run.setting == baseline}
     out: dict[str, Any] = {}
     for which, own in (("own task", True), ("others' tasks", False)):
-        changes = []
-        for run in runs:
-            end, start = run.by_training_task(-1, own), run.by_training_task(0, own)
-            if end is not None and start is not None:
-                estimate = paired_difference([end], [start])
+        changes, change_over_seeds = [], {}
+        for setting in sorted({run.setting for run in runs}, key=lambda s: -int(s.split("-")[0])):
+            per_seed, tables = {}, {}
+            for run in (r for r in runs if r.setting == setting):
+                end, start = run.by_training_task(-1, own), run.by_training_task(0, own)
+                if end is None or start is None:
+                    continue
+                per_seed[run.seed] = paired_difference([end], [start])
+                tables[run.seed] = question_differences(end, start)
                 changes.append({"setting": run.setting, "seed": run.seed, "start": sum(start) / len(start),
-                                "end": sum(end) / len(end), **estimate.to_json()})  # fmt: skip
+                                "end": sum(end) / len(end), **per_seed[run.seed].to_json()})  # fmt: skip
+            if per_seed:
+                change_over_seeds[setting] = over_seeds(per_seed, tables)
         if not changes:
             continue
         versus: dict[str, Any] = {}
         for setting in sorted({run.setting for run in runs if run.setting != baseline}):
-            per_seed = {}
+            per_seed, tables = {}, {}
             for run in runs:
                 if run.setting != setting or run.seed not in base:
                     continue
                 end, base_end = run.by_training_task(-1, own), base[run.seed].by_training_task(-1, own)
                 if end is not None and base_end is not None:
                     per_seed[run.seed] = paired_difference([end], [base_end])
-            versus[setting] = seed_differences(per_seed)
-        out[which] = {"changes": changes, "versus_baseline": versus}
+                    tables[run.seed] = question_differences(end, base_end)
+            versus[setting] = over_seeds(per_seed, tables)
+        out[which] = {"changes": changes, "changes_over_seeds": change_over_seeds, "versus_baseline": versus}
     return out
 
 
@@ -283,14 +328,48 @@ def training_task_lines(split: dict[str, Any], baseline: str) -> list[str]:
                          f"{row['end']:.3f} | {change} |")  # fmt: skip
     lines.append("")
     for which, result in split.items():
+        for setting, changes in result["changes_over_seeds"].items():
+            if changes["seeds"] > 1:
+                lines.append(f"- {which}, {paper_label(setting)}, change over {changes['seeds']} seeds: "
+                             f"{over_seeds_text(changes)}: {verdict(changes, 'change')}")  # fmt: skip
         for setting, versus in result["versus_baseline"].items():
             for row in versus["per_seed"]:
                 lines.append(f"- {which}, {paper_label(setting)} minus {paper_label(baseline)}, seed {row['seed']}: "
                              f"{_interval(row)}")  # fmt: skip
             if versus["seeds"] > 1:
                 lines.append(f"- **{which}, {paper_label(setting)} minus {paper_label(baseline)}, mean over "
-                             f"{versus['seeds']} seeds: {_interval(versus['over_seeds'])}**")  # fmt: skip
+                             f"{versus['seeds']} seeds: {over_seeds_text(versus)}**: "
+                             f"{verdict(versus, 'difference')}")  # fmt: skip
     return lines
+
+
+def over_seeds_text(result: dict[str, Any]) -> str:
+    """``"+0.015 ± 0.021 (95 % CI -0.070 to +0.100; seed term ± 0.019 on 2 df, question term ± 0.009 on 127 df;
+    plain t over seeds -0.068 to +0.098)"``: the mean over seeds of :func:`over_seeds` with both intervals."""
+    both, plain = result["over_seeds"], result["t_over_seeds"]
+    (seed_term, seed_df), (question_term, question_df) = ((t["variance"], t["df"]) for t in both["terms"])
+    question = (
+        f"question term ± {question_term**0.5:.3f} on {question_df:.0f} df"
+        if result["paired_by_question"]
+        else f"question term ± {question_term**0.5:.3f}, bounded by the per-seed errors"
+    )
+    return (
+        f"{both['value']:+.3f} ± {both['se']:.3f} (95 % CI {both['ci_low']:+.3f} to {both['ci_high']:+.3f}; seed "
+        f"term ± {seed_term**0.5:.3f} on {seed_df:.0f} df, {question}; plain t over seeds {plain['ci_low']:+.3f} to "
+        f"{plain['ci_high']:+.3f})"
+    )
+
+
+def verdict(result: dict[str, Any], kind: str) -> str:
+    """What the interval over seeds says: of a ``"change"`` (learning) or a ``"difference"`` (between settings)."""
+    low, high = result["over_seeds"]["ci_low"], result["over_seeds"]["ci_high"]
+    if low > 0:
+        return "learning resolved over seeds" if kind == "change" else "a gain resolved"
+    if high < 0:
+        return "a loss resolved over seeds" if kind == "change" else "a loss resolved"
+    if kind == "change":
+        return "no learning resolved over seeds"
+    return f"no difference resolved (a gain above {high:+.3f} and a loss below {low:+.3f} excluded)"
 
 
 def _interval(result: dict[str, float]) -> str:
@@ -305,6 +384,7 @@ def markdown(
     plot: str,
     code: str,
     split: dict[str, Any] | None = None,
+    changes: dict[str, Any] | None = None,
 ) -> str:
     """The report page; ``code`` names the commit the report ran on (taken before any output is written)."""
     lines = [
@@ -336,19 +416,27 @@ def markdown(
             lines.append(
                 f"- {paper_label(setting)}, seed {row['seed']}: {_interval(row)}, {row['z']:+.1f} standard errors"
             )
-        if "over_seeds" not in result:
-            continue
         if result["seeds"] < 2:
             lines.append(f"- {paper_label(setting)}: one seed, no interval over seeds")
             continue
-        both, spread = result["over_seeds"], result["over_seeds_spread_only"]
-        lines += [
-            f"- **{paper_label(setting)}, mean over {result['seeds']} seeds: {_interval(both)}**, t-interval on "
-            f"{both['df']:.1f} degrees of freedom (spread over seeds plus the question-sampling error the seeds "
-            f"share): a gain above {both['ci_high']:+.3f} is excluded at 95 %.",
-            f"- The spread over seeds alone (which leaves out the shared questions' error) gives "
-            f"{_interval(spread)} on {spread['df']:.0f} degrees of freedom.",
-        ]
+        lines.append(
+            f"- **{paper_label(setting)}, mean over {result['seeds']} seeds: {over_seeds_text(result)}**: "
+            f"{verdict(result, 'difference')}."
+        )
+    lines += ["", "## Learning: each setting's change (end minus start) over its seeds", ""]
+    for setting, result in (changes or {}).items():
+        if result["seeds"] > 1:
+            lines.append(
+                f"- {paper_label(setting)}, over {result['seeds']} seeds: {over_seeds_text(result)}: "
+                f"{verdict(result, 'change')}."
+            )
+    lines += [
+        "",
+        "Over seeds: `benchmarks.stats.seeds_and_questions` on the seeds x questions table (seed and question terms, "
+        "each at its own t quantile; its coverage: `results/interval_coverage.md`), the question term bounded by "
+        "the per-seed errors where a run archived no per-question outcomes; the plain t-interval over the per-seed "
+        "figures beside it.",
+    ]
     lines += training_task_lines(split or {}, baseline)
     paired = all(run.outcomes_at(0) is not None and run.outcomes_at(-1) is not None for run in runs)
     lines += [
@@ -418,15 +506,17 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         raise SystemExit(f"held_out_table: no complete run archived under {archive}; run benchmarks/sapo_table.py")
     comparison = compare(runs, args.baseline)
     split = compare_by_training_task(runs, args.baseline)
+    changes = compare_changes(runs)
     stem = f"sapo_table_{args.profile}_held_out"
     plot_curves(runs, results / f"{stem}.png", args.profile)
-    page = markdown(args.profile, runs, comparison, args.baseline, f"{stem}.png", code, split)
+    page = markdown(args.profile, runs, comparison, args.baseline, f"{stem}.png", code, split, changes)
     (results / f"{stem}.md").write_text(page)
     # the outcomes stay in the archives; the page's JSON says which steps had them
     listed = [{k: v for k, v in vars(run).items() if k != "outcomes"} for run in runs]
     data = {
         "runs": [{**row, "steps_with_outcomes": sorted(run.outcomes)} for row, run in zip(listed, runs, strict=True)],
         "comparison": comparison,
+        "changes": changes,
         "by_training_task": split,
     }
     (results / f"{stem}.json").write_text(json.dumps(data, indent=1) + "\n")

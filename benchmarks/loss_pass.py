@@ -4,8 +4,8 @@ The default node's batch (8 rows, 72 prompt and 48 completion tokens, the defaul
 the model's fused LM head (`trl.trainer.utils.add_fused_lm_head`, as `GRPOTrainer` calls it) forward and backward,
 in float32 and, where asked or where the CPU computes it natively, under bf16 autocast; each with TRL's CPU scoring
 (every position, prompt and padding included) and with the completion positions only
-(`sapo.trainer.completion_positions_only`, what `SAPOTrainer` does). Repetitions are interleaved and measured in CPU
-seconds of this one-thread process (the steadier measure on a shared machine); the two scorings' log-probabilities
+(`sapo.speed.lm_head.completion_positions_only`, what `SAPOTrainer` does). Repetitions are interleaved and measured in
+CPU seconds of this one-thread process (the steadier measure on a shared machine); the two scorings' log-probabilities
 and gradients are compared exactly. ``--profile`` adds each configuration's heaviest operators (torch.profiler).
 
     python -m benchmarks.loss_pass --reps 3 --profile     # the default model, about 2 minutes of one core
@@ -66,10 +66,9 @@ def loss_pass(
 
     import torch
 
-    from sapo.lm_head import lean_cpu_lm_head
-    from sapo.lora_layers import fused_lora_forward
-    from sapo.precision import bf16_training_pass
-    from sapo.trainer import completion_positions_only
+    from sapo.speed.lm_head import completion_positions_only, lean_cpu_lm_head
+    from sapo.speed.lora_layers import fused_lora_forward
+    from sapo.speed.precision import bf16_training_pass
 
     ids, mask, labels = inputs
     scoring = completion_positions_only() if compact else contextlib.nullcontext()
@@ -103,7 +102,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     """Every configuration, interleaved ``args.reps`` times (after one warm-up pass each)."""
     import torch
 
-    from sapo.config import cpu_has_native_bf16
+    from sapo.speed.devices import cpu_has_native_bf16
 
     torch.set_num_threads(1)
     model = build(args.quick, args.model)

@@ -46,7 +46,7 @@ class Setting:
     max_completion_length: int
     lr_scheduler_type: str = "constant"
     rewards: tuple[str, ...] = ("reasoning_gym", "format")
-    bf16: bool | None = None  # None: as the machine decides (sapo.config.device_defaults)
+    bf16: bool | None = None  # None: as the machine decides (sapo.speed.devices.device_defaults)
 
 
 SETTINGS = {
@@ -225,10 +225,10 @@ def precision_pairs(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
     Per seed, paired by question (the held-out questions are the same in every run): the end's pass@1 bf16 - fp32,
     and the difference of the gains, (end - start under bf16) - (end - start under fp32), which also removes what
-    the precision changes at step 0. Over seeds, `benchmarks.stats.over_seeds`: a t-interval from the seeds' spread
-    plus the shared questions' error.
+    the precision changes at step 0. Over seeds, `benchmarks.stats.seeds_and_questions` on the seeds x questions
+    table, and the plain t-interval over seeds (`benchmarks.stats.t_over_seeds`) beside it.
     """
-    from benchmarks.stats import over_seeds, paired_difference
+    from benchmarks.stats import paired_difference, seeds_and_questions, t_over_seeds
 
     by_key = {(r["setting"]["name"], r["seed"]): r for r in runs}
     pairs = []
@@ -241,32 +241,81 @@ def precision_pairs(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
         for seed in seeds:
             low, full = by_key[(name, seed)], by_key[(f"{base}-fp32", seed)]
             low_end, full_end = _outcomes(low, "end"), _outcomes(full, "end")
-            end.append(paired_difference([low_end], [full_end]))
+            end.append([a - b for a, b in zip(low_end, full_end, strict=True)])
             low_gain = [e - s for e, s in zip(low_end, _outcomes(low, "start"), strict=True)]
             full_gain = [e - s for e, s in zip(full_end, _outcomes(full, "start"), strict=True)]
-            gain.append(paired_difference([low_gain], [full_gain]))
-        pairs.append({"setting": base, "seeds": seeds, "end": end, "gain": gain,
-                      "end_over_seeds": over_seeds(end), "gain_over_seeds": over_seeds(gain)})  # fmt: skip
+            gain.append([a - b for a, b in zip(low_gain, full_gain, strict=True)])
+        zeros = [0.0] * len(end[0])
+        pairs.append({
+            "setting": base, "seeds": seeds,
+            "end": [paired_difference([row], [zeros]) for row in end],
+            "gain": [paired_difference([row], [zeros]) for row in gain],
+            "end_over_seeds": seeds_and_questions(end), "gain_over_seeds": seeds_and_questions(gain),
+            "end_t_over_seeds": t_over_seeds([sum(row) / len(row) for row in end]),
+            "gain_t_over_seeds": t_over_seeds([sum(row) / len(row) for row in gain]),
+        })  # fmt: skip
     return pairs
+
+
+def learning_over_seeds(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per setting run on two seeds or more: its held-out change (end - start) over seeds, from the seeds x questions
+    table (`benchmarks.stats.seeds_and_questions`), with the plain t-interval over seeds beside it."""
+    from benchmarks.stats import seeds_and_questions, t_over_seeds
+
+    out = []
+    for name in dict.fromkeys(r["setting"]["name"] for r in runs):
+        mine = sorted((r for r in runs if r["setting"]["name"] == name and r["evaluations"]), key=lambda r: r["seed"])
+        if len(mine) < 2:
+            continue
+        table = [[e - s for e, s in zip(_outcomes(r, "end"), _outcomes(r, "start"), strict=True)] for r in mine]
+        out.append({"setting": name, "seeds": [r["seed"] for r in mine], "change": seeds_and_questions(table),
+                    "t_over_seeds": t_over_seeds([sum(row) / len(row) for row in table])})  # fmt: skip
+    return out
+
+
+def _ci(estimate: Any) -> str:
+    low, high = estimate.interval()
+    return f"{estimate.value:+.3f} (95 % CI {low:+.3f} to {high:+.3f})"
+
+
+def _plain(estimate: Any) -> str:
+    low, high = estimate.interval()
+    return f"{low:+.3f} to {high:+.3f}"
+
+
+def learning_lines(learning: list[dict[str, Any]]) -> list[str]:
+    """The learning over seeds as markdown lines (empty when no setting ran on two seeds)."""
+    if not learning:
+        return []
+    lines = ["", "Learning over seeds (end - start; `benchmarks.stats.seeds_and_questions`, the seed and question "
+             "terms each at its own t quantile; the plain t-interval over seeds beside it; *no learning* when the "
+             "interval holds zero):", "", "| setting | seeds | change, mean over seeds | plain t over seeds | learns |",
+             "|---|---|---|---|---|"]  # fmt: skip
+    for entry in learning:
+        change = entry["change"]
+        low, high = change.interval()
+        verdict = "yes" if low > 0 else ("no: a loss" if high < 0 else "no learning resolved")
+        lines.append(f"| {entry['setting']} | {','.join(map(str, entry['seeds']))} | {_ci(change)} | "
+                     f"{_plain(entry['t_over_seeds'])} | {verdict} |")  # fmt: skip
+    return lines
 
 
 def precision_lines(pairs: list[dict[str, Any]]) -> list[str]:
     """The bf16 learning check as markdown lines (empty when no pair ran)."""
     if not pairs:
         return []
-    lines = ["", "bf16 against fp32 (the same setting and seed; paired by question; over seeds a t-interval with "
-             "the shared questions' error, `benchmarks.stats.over_seeds`):", "",
+    lines = ["", "bf16 against fp32 (the same setting and seed; paired by question; over seeds "
+             "`benchmarks.stats.seeds_and_questions`, and the plain t-interval over seeds):", "",
              "| setting | seed | end pass@1 bf16 - fp32 | gain bf16 - gain fp32 |", "|---|---|---|---|"]  # fmt: skip
     for pair in pairs:
         for seed, end, gain in zip(pair["seeds"], pair["end"], pair["gain"], strict=True):
             lines.append(f"| {pair['setting']} | {seed} | {end.value:+.3f} ± {end.se:.3f} | "
                          f"{gain.value:+.3f} ± {gain.se:.3f} |")  # fmt: skip
-        end, gain = pair["end_over_seeds"], pair["gain_over_seeds"]
         if len(pair["seeds"]) > 1:
-            (end_low, end_high), (gain_low, gain_high) = end.interval(), gain.interval()
-            lines.append(f"| {pair['setting']} | over {len(pair['seeds'])} | {end.value:+.3f} (95 % CI "
-                         f"{end_low:+.3f} to {end_high:+.3f}) | {gain.value:+.3f} (95 % CI {gain_low:+.3f} to "
-                         f"{gain_high:+.3f}) |")  # fmt: skip
+            lines.append(f"| {pair['setting']} | over {len(pair['seeds'])} | {_ci(pair['end_over_seeds'])} | "
+                         f"{_ci(pair['gain_over_seeds'])} |")  # fmt: skip
+            lines.append(f"| {pair['setting']} | plain t over {len(pair['seeds'])} | "
+                         f"{_plain(pair['end_t_over_seeds'])} | {_plain(pair['gain_t_over_seeds'])} |")  # fmt: skip
     return lines
 
 
@@ -308,6 +357,7 @@ def report(runs: list[dict[str, Any]], results_dir: Path) -> Path:
                 f"{s.groups_per_step} groups per step, {s.max_completion_length} completion tokens, rewards "
                 f"{', '.join(s.rewards)}"
             )
+    lines += learning_lines(learning_over_seeds(runs))
     lines += precision_lines(precision_pairs(runs))
     alone = timing_lines(results_dir)
     if alone:

@@ -27,7 +27,8 @@ Quantities (per run = one setting and one seed):
     spread over seeds  = min-max and sample standard deviation of the cumulative reward over seeds
 
 Profiles (each described in ``benchmarks/sapo_table_profiles.py``): ``paper`` for a GPU, ``cpu``, ``cpu-learn``,
-``cpu-hard`` and ``cpu-hard-specialists`` for a 2-core CPU machine, ``smoke`` for tests.
+``cpu-hard``, ``cpu-hard-specialists`` and ``cpu-hard-strong`` (``--strong-model DIR``) for a 2-core CPU machine,
+``smoke`` for tests.
 
 Resumable: a run whose directory holds ``run-complete.json`` (written when every node reached the last
 step) is skipped; an unfinished run is started again in the same directory, and its nodes resume from the
@@ -41,6 +42,7 @@ Usage:
     python -m benchmarks.sapo_table --profile cpu --sizing 3   # time 3 steps of the profile (scratch dir)
     python -m benchmarks.sapo_table --profile paper --model /models/Qwen2.5-0.5B-Instruct
     python -m benchmarks.sapo_table --profile smoke --model DIR --runs-dir /tmp/r --results-dir /tmp/out
+    python -m benchmarks.sapo_table --profile cpu-hard-strong --strong-model DIR   # students among stronger peers
     python -m benchmarks.sapo_table --profile cpu --report-only     # table/plots from the runs so far
     Options after ``--`` are passed to every node unchanged (e.g. ``-- --temperature 0.9``).
 
@@ -75,7 +77,7 @@ from benchmarks.harness import (
     stop_processes,
     utc_now,
 )
-from benchmarks.sapo_table_profiles import profiles
+from benchmarks.sapo_table_profiles import node_configs, profiles, write_node_config
 from benchmarks.sapo_table_report import (
     CPU_SIZING,
     PAPER_CUMULATIVE,
@@ -90,6 +92,7 @@ from benchmarks.sapo_table_report import (
     verdict,
     write_outputs,
 )
+from benchmarks.strong_peer import model_digest
 
 RUNS = ROOT / "runs" / "sapo_table"
 
@@ -133,12 +136,13 @@ def completed(config: dict[str, Any], num_local: int, num_external: int, seed: i
 
 def node_options(config: dict[str, Any], num_local: int, num_external: int, seed: int, run_dir: Path) -> list[str]:
     """The options every node of one run gets (after ``local-swarm``'s own)."""
-    from sapo.config import round_micro_batch  # here: sapo.config imports trl, which the driver need not load
+    from sapo.speed.devices import round_micro_batch
 
     rows = (num_local + num_external) * config["num_generations"]
     micro_batch = round_micro_batch(rows, 1, config["num_generations"], largest=config["max_batch"])
-    options = [
-        "--model", config["model"],
+    # with strong peers each node's config names its model (a flag would override it)
+    options = [] if config.get("strong_model") else ["--model", config["model"]]
+    options += [
         "--num_local", str(num_local), "--num_external", str(num_external),
         "--num_generations", str(config["num_generations"]),
         "--per_device_train_batch_size", str(micro_batch),
@@ -168,36 +172,15 @@ def node_options(config: dict[str, Any], num_local: int, num_external: int, seed
 
 
 def swarm_command(config: dict[str, Any], num_local: int, num_external: int, seed: int, run_dir: Path) -> list[str]:
-    """The exact ``sapo-node local-swarm`` command of one run (specialists: one ``--node-config`` per task, which
-    local-swarm hands to node i in turn)."""
-    own_configs = [["--node-config", str(path)] for path in specialist_configs(run_dir, config)]
+    """The exact ``sapo-node local-swarm`` command of one run (specialists, strong peers: the per-node configs of
+    :func:`~benchmarks.sapo_table_profiles.node_configs`, which local-swarm hands to node i in turn)."""
+    own_configs = [["--node-config", str(run_dir / name)] for name in node_configs(config)]
     return [
         sys.executable, "-m", "sapo.node.cli", "local-swarm",
         "--peers", str(config["peers"]), "--run-dir", str(run_dir), "--seed", str(100 * seed),
         "--status-interval", str(config["status_interval"]), *(arg for pair in own_configs for arg in pair),
         *node_options(config, num_local, num_external, seed, run_dir),
     ]  # fmt: skip
-
-
-def specialist_configs(run_dir: Path, config: dict[str, Any]) -> list[Path]:
-    """The per-node configs of a specialists profile, one per task (none otherwise)."""
-    if not config.get("specialists") or not config["tasks"]:
-        return []
-    return [run_dir / f"node-config-{task['name']}.yaml" for task in config["tasks"]]
-
-
-def write_node_config(run_dir: Path, config: dict[str, Any]) -> None:
-    """The node YAML config of a run: the task mix with each task's settings (flags cannot carry them); for
-    specialists, also one config per task: that task alone to train on, the whole mix to be evaluated on."""
-    tasks = config["tasks"]
-    if tasks is None:
-        return
-    import yaml
-
-    run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / "node-config.yaml").write_text(yaml.safe_dump({"tasks": tasks}, sort_keys=False))
-    for path, task in zip(specialist_configs(run_dir, config), tasks, strict=False):
-        path.write_text(yaml.safe_dump({"tasks": [task], "eval_tasks": tasks}, sort_keys=False))
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -220,6 +203,8 @@ def run_identity(config: dict[str, Any], num_local: int, num_external: int, seed
     identity = {**{k: config[k] for k in keep}, "num_local": num_local, "num_external": num_external, "seed": seed}
     if config.get("specialists"):  # only where set: the markers of runs before the field stay this run's
         identity["specialists"] = True
+    if config.get("strong_model"):  # the weights, not the path: a run of another model is not this run
+        identity["strong_model_digest"] = config["strong_model_digest"]
     return identity
 
 
@@ -408,6 +393,7 @@ def build_config(args: argparse.Namespace, node_args: list[str]) -> dict[str, An
         raise SystemExit(f"sapo_table: --model DIR is required for the {profile.name} profile")
     if model != "default":
         model = str(Path(model).resolve())
+    strong_model = strong_model_of(profile.name, profile.strong_peers, args.strong_model)
     groups = args.groups_per_step or profile.groups_per_step
     if args.settings:
         settings = [s.strip() for s in args.settings.split(",") if s.strip()]
@@ -429,6 +415,8 @@ def build_config(args: argparse.Namespace, node_args: list[str]) -> dict[str, An
         "steps": args.steps or profile.steps,
         "save_steps": args.save_steps or profile.save_steps,
         "model": model,
+        "strong_model": strong_model,
+        "strong_model_digest": None if strong_model is None else model_digest(strong_model),
         "tasks": tasks,
         "rewards": list(profile.rewards),
         "sampling_strategy": profile.sampling_strategy,
@@ -450,6 +438,20 @@ def build_config(args: argparse.Namespace, node_args: list[str]) -> dict[str, An
         "node_args": node_args,
         "profile_notes": list(profile.notes),
     }
+
+
+def strong_model_of(profile: str, strong_peers: bool, given: str | None) -> str | None:
+    """The stronger peers' model folder (absolute), required by a profile with strong peers and refused by others."""
+    if given is None and strong_peers:
+        raise SystemExit(
+            f"sapo_table: --strong-model DIR is required for the {profile} profile: the stronger peers' model folder "
+            "(python -m benchmarks.strong_peer --adapter ADAPTER --out DIR makes one from a trained LoRA adapter)"
+        )
+    if given is not None and not strong_peers:
+        raise SystemExit(
+            f"sapo_table: --strong-model is for a profile with stronger peers (cpu-hard-strong), not {profile}"
+        )
+    return None if given is None else str(Path(given).resolve())
 
 
 def sizing(config: dict[str, Any], steps: int, write: Any = print, budget: float = 1800.0) -> int:
@@ -503,6 +505,9 @@ def parse_args(argv: Sequence[str]) -> tuple[argparse.Namespace, list[str]]:
     )
     parser.add_argument("--seeds", default=None, help="comma-separated seeds (default: the profile's)")
     parser.add_argument("--model", default=None, help="local HF model directory (paper, smoke: required)")
+    parser.add_argument(
+        "--strong-model", default=None, help="the stronger peers' model folder (cpu-hard-strong: required; odd nodes)"
+    )
     parser.add_argument("--peers", type=int, default=None, help="peers per swarm (default: the profile's)")
     parser.add_argument("--steps", type=int, default=None, help="training steps per peer (default: the profile's)")
     parser.add_argument("--groups-per-step", type=int, default=None, help="I + J (default: the profile's)")
@@ -552,7 +557,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         [Path(sys.executable).name, *(sys.argv if argv is None else ["benchmarks/sapo_table.py", *argv])]
     )
     setup = (
-        f"{config['peers']} sapo-node processes per swarm (local-swarm, loopback DHT), model {config['model']}, "
+        f"{config['peers']} sapo-node processes per swarm (local-swarm, loopback DHT), model {config['model']}"
+        f"{'' if config['strong_model'] is None else ' (odd nodes: ' + config['strong_model'] + ')'}, "
         f"I + J = {config['groups_per_step']} groups x G = {config['num_generations']} completions of at most "
         f"{config['max_completion_length']} tokens per step, {config['steps']} steps, seeds "
         f"{','.join(map(str, config['seeds']))}, tasks "

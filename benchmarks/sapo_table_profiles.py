@@ -31,6 +31,11 @@ cpu-hard  The regime SAPO is built for (issue 22; benchmarks/results/task_rates.
 cpu-hard-specialists  Heterogeneous peers (issue 22): cpu-hard with 3 peers, each a specialist that trains on
        one task of the hard mix only and is evaluated on all three (``--node-config`` per node, ``eval_tasks``).
        8/0 is the same specialists alone; 4/4 lets each take the others' groups.
+cpu-hard-strong  A weak peer among stronger peers (benchmarks/preregistered/stronger_peers.md): cpu-hard's node
+       settings with 4 peers and I + J = 4 groups (8/0 and 4/4 run as 4/0 and 2/2); nodes 0 and 2 are students (the
+       profile's model), nodes 1 and 3 run the model folder given by ``--strong-model DIR`` (one ``--node-config`` per
+       role, which local-swarm cycles over the nodes); every peer trains on the whole hard mix; held-out pass@1 on 512
+       questions at steps 0 and 60; seeds 0-3.
 smoke  Harness check in seconds to a minute: ``--model`` a tiny model directory, 2 peers, 3 steps,
        G = 2 completions of 8 tokens, I + J = 4, one easy task, uniform sampling. Used by the tests.
 """
@@ -38,6 +43,7 @@ smoke  Harness check in seconds to a minute: ``--model`` a tiny model directory,
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from benchmarks.sapo_table_report import CPU_SIZING
@@ -67,6 +73,7 @@ class Profile:
     eval_steps: int | None = None  # None: the node default
     dataset_size: int | None = None
     specialists: bool = False  # node i trains on task i (cycling) only and is evaluated on all of `tasks`
+    strong_peers: bool = False  # odd nodes run the model of --strong-model DIR, even nodes `model`
     max_batch: int = 16  # per_device_train_batch_size: the round's rows up to this, whole groups (round_micro_batch)
     status_interval: float = 60.0
     window: int = 10  # moving-average window of the plot
@@ -136,9 +143,48 @@ def profiles() -> dict[str, Profile]:
             notes=("Heterogeneous peers (issue 22): each of 3 peers trains on one task of the hard mix and is "
                    "evaluated on all three; 8/0 is the same specialists alone.",),
         ),
+        "cpu-hard-strong": Profile(
+            name="cpu-hard-strong", peers=4, groups_per_step=4, num_generations=4, max_completion_length=48,
+            steps=60, save_steps=5, model="default", tasks=HARD_TASKS, rewards=("reasoning_gym", "format"),
+            learning_rate=2e-4, lr_scheduler_type="constant", lora_r=16, eval_questions=512, eval_steps=60,
+            window=5, max_batch=8, seeds=(0, 1, 2, 3), status_interval=120.0, strong_peers=True,
+            notes=("A weak peer among stronger peers (benchmarks/preregistered/stronger_peers.md): nodes 0 and 2 are "
+                   "students, nodes 1 and 3 run the stronger model; every peer trains, on the whole hard mix.",),
+        ),
         "smoke": Profile(
             name="smoke", peers=2, groups_per_step=4, num_generations=2, max_completion_length=8, steps=3,
             save_steps=2, model=None, tasks=None, rewards=("reasoning_gym", "format"), sampling_strategy="uniform",
             dataset_size=64, status_interval=5.0, window=2, seeds=(0,),
         ),
     }  # fmt: skip
+
+
+def node_configs(config: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """The per-node YAML configs of a run by file name, in the order local-swarm hands them to the nodes (node i gets
+    the i-th, cycling): for specialists one per task (that task alone to train on, the whole mix to be evaluated on);
+    for strong peers a student's and a stronger peer's (the task mix and the role's model); none otherwise."""
+    tasks = config["tasks"]
+    if config.get("specialists") and tasks:
+        return {f"node-config-{task['name']}.yaml": {"tasks": [task], "eval_tasks": tasks} for task in tasks}
+    if config.get("strong_model"):
+        mix = {} if tasks is None else {"tasks": tasks}
+        return {
+            "node-config-student.yaml": {**mix, "model": config["model"]},
+            "node-config-strong.yaml": {**mix, "model": config["strong_model"]},
+        }
+    return {}
+
+
+def write_node_config(run_dir: Path, config: dict[str, Any]) -> None:
+    """The node YAML configs of a run: the task mix with each task's settings (flags cannot carry them) for every
+    node, and the per-node configs of :func:`node_configs`."""
+    import yaml
+
+    configs = node_configs(config)
+    if config["tasks"] is None and not configs:
+        return
+    run_dir.mkdir(parents=True, exist_ok=True)
+    if config["tasks"] is not None:
+        (run_dir / "node-config.yaml").write_text(yaml.safe_dump({"tasks": config["tasks"]}, sort_keys=False))
+    for name, contents in configs.items():
+        (run_dir / name).write_text(yaml.safe_dump(contents, sort_keys=False))

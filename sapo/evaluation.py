@@ -5,13 +5,14 @@ sampling noise, so the only noise left is which questions were drawn; two evalua
 (before and after training) are then compared question by question (:func:`paired_difference`), which is far
 tighter than comparing two means. A question counts as solved when this project's correctness reward gives it
 full marks: the reasoning-gym dataset's own ``score_answer`` (after :func:`rewards.extract.extract_answer`) for
-reasoning-gym rows, :func:`rewards.math_reward` against the ``answer`` column for other rows.
+reasoning-gym rows, :func:`rewards.math_reward` against the ``answer`` column for other rows; or, with a scorer of
+the user's own rewards (:func:`reward_scorer`), when their weighted sum reaches a success threshold.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -25,6 +26,7 @@ __all__ = [
     "held_out_questions",
     "is_question_set",
     "paired_difference",
+    "reward_scorer",
 ]
 
 _FULL_MARKS = 1.0 - 1e-9
@@ -40,6 +42,8 @@ class QuestionResult:
         score (`float`): the correctness reward of the completion (0 to 1).
         completion (`str`): the greedy completion.
         completion_tokens (`int`): its length in tokens.
+        passed (`bool` or `None`): whether a scorer of the user's rewards counted it a success; None: full marks
+            from the correctness reward decide.
     """
 
     task: str
@@ -47,11 +51,12 @@ class QuestionResult:
     score: float
     completion: str
     completion_tokens: int
+    passed: bool | None = None
 
     @property
     def correct(self) -> bool:
-        """Full marks from the correctness reward."""
-        return self.score >= _FULL_MARKS
+        """Solved: the scorer's verdict, else full marks from the correctness reward."""
+        return self.passed if self.passed is not None else self.score >= _FULL_MARKS
 
 
 @dataclass
@@ -153,13 +158,14 @@ def generate_greedy(
     Prompts are batched by length (less padding), left-padded, and returned in their original order. The model's
     training mode is restored afterwards. ``progress`` shows a progress bar over the questions. ``merge_adapters``
     (LoRA adapters merged while generating) and ``bf16`` (bf16 autocast on a CPU) are the speed-ups of
-    `sapo.generation.inference_context`; `None` decides each as `SAPOConfig` does (`sapo.config.device_defaults`).
+    `sapo.speed.inference.inference_context`; `None` decides each as `SAPOConfig` does
+    (`sapo.speed.devices.device_defaults`).
     """
     import torch
     from transformers import GenerationConfig
 
-    from sapo.config import device_defaults
-    from sapo.generation import inference_context
+    from sapo.speed.devices import device_defaults
+    from sapo.speed.inference import inference_context
 
     if merge_adapters is None or bf16 is None:
         defaults = device_defaults()
@@ -224,6 +230,37 @@ def correctness_scores(completions: Sequence[str], rows: Sequence[dict[str, Any]
     return scores
 
 
+Scorer = Callable[[Sequence[str], Sequence[dict[str, Any]]], list[tuple[float, bool]]]
+"""Scores greedy completions of held-out rows: ``(score, passed)`` for each (completion, row)."""
+
+
+def reward_scorer(reward_funcs: Sequence[Callable[..., Any]], weights: Sequence[float], threshold: float) -> Scorer:
+    """A scorer of the user's own reward functions (TRL's signature: prompts, completions, **columns): the weighted
+    sum of their rewards (None terms left out) for each completion, passed when it reaches ``threshold``. Reasoning-gym
+    rows (with an ``entry``) keep the correctness reward, as every node measures them."""
+
+    def score(completions: Sequence[str], rows: Sequence[dict[str, Any]]) -> list[tuple[float, bool]]:
+        out: list[tuple[float, bool] | None] = [None] * len(rows)
+        own = [i for i, row in enumerate(rows) if not row.get("entry")]
+        if own:
+            prompts = [rows[i]["prompt"] for i in own]
+            messages = [[{"role": "assistant", "content": completions[i]}] for i in own]
+            columns = {k: [rows[i].get(k) for i in own] for k in rows[own[0]] if k not in ("prompt", "completion")}
+            totals = [0.0] * len(own)
+            for function, weight in zip(reward_funcs, weights, strict=True):
+                values = function(prompts=prompts, completions=messages, **columns)
+                totals = [t + weight * v if v is not None else t for t, v in zip(totals, values, strict=True)]
+            for i, total in zip(own, totals, strict=True):
+                out[i] = (total, total >= threshold)
+        rest = [i for i in range(len(rows)) if out[i] is None]
+        for i, value in zip(rest, correctness_scores([completions[i] for i in rest], [rows[i] for i in rest]),
+                            strict=True):  # fmt: skip
+            out[i] = (value, value >= _FULL_MARKS)
+        return out  # type: ignore[return-value]
+
+    return score
+
+
 def evaluate_policy(
     model: Any,
     tokenizer: Any,
@@ -235,49 +272,70 @@ def evaluate_policy(
     progress: bool = False,
     merge_adapters: bool | None = None,
     bf16: bool | None = None,
+    scorer: Scorer | None = None,
 ) -> HeldOutResult:
     """Greedy pass@1 of ``model`` on ``questions`` (rows with ``prompt``, ``task``, ``entry``/``answer`` columns, as
-    made by :func:`sapo.tasks.build_held_out_dataset`); ``first_index`` numbers the questions of a shard;
-    ``merge_adapters`` and ``bf16`` as in :func:`generate_greedy`."""
+    made by :func:`sapo.tasks.build_held_out_dataset` or a source's ``held_out()``); ``first_index`` numbers the
+    questions of a shard; ``merge_adapters`` and ``bf16`` as in :func:`generate_greedy`; ``scorer`` (default: the
+    correctness reward) decides what counts as solved."""
     rows = [dict(row) for row in questions]
     generated = generate_greedy(
         model, tokenizer, [row["prompt"] for row in rows], max_new_tokens, batch_size, eos_token_ids, progress,
         merge_adapters=merge_adapters, bf16=bf16,
     )  # fmt: skip
-    scores = correctness_scores([text for text, _ in generated], rows)
+    texts = [text for text, _ in generated]
+    verdicts = scorer(texts, rows) if scorer is not None else [(s, None) for s in correctness_scores(texts, rows)]
     return HeldOutResult(
         [
             QuestionResult(task=str(row["task"]), index=first_index + k, score=score, completion=text,
-                           completion_tokens=length)
-            for k, (row, (text, length), score) in enumerate(zip(rows, generated, scores, strict=True))
+                           completion_tokens=length, passed=passed)
+            for k, (row, (text, length), (score, passed)) in enumerate(zip(rows, generated, verdicts, strict=True))
         ]
     )  # fmt: skip
 
 
 def is_question_set(dataset: Any) -> bool:
-    """Whether greedy pass@1 can measure ``dataset``: a sized ``datasets.Dataset`` of reasoning-gym questions (chat
-    ``prompt``, ``task`` and ``entry`` columns, as :func:`sapo.tasks.build_held_out_dataset` makes them)."""
+    """Whether greedy pass@1 can measure ``dataset``: a sized ``datasets.Dataset`` of questions of a task source
+    (chat ``prompt``, ``task``, ``entry`` and ``answer`` columns, as a source's ``held_out()`` makes them)."""
     from datasets import Dataset
 
     if not isinstance(dataset, Dataset) or len(dataset) == 0:
         return False
-    if not {"prompt", "task", "entry"} <= set(dataset.column_names):
+    if not {"prompt", "task", "entry", "answer"} <= set(dataset.column_names):
         return False
-    first = dataset[0]
-    return isinstance(first["prompt"], list) and bool(first["entry"])
+    return isinstance(dataset[0]["prompt"], list)
 
 
-def held_out_questions(train_dataset: Any, size: int, tasks: Sequence[Any] | None = None) -> Any:
-    """Held-out questions of ``tasks`` (reasoning-gym `TaskSpec`s), by default of those ``train_dataset`` draws from
-    (see :func:`sapo.tasks.build_held_out_dataset`). Raises ``ValueError`` when there are no such tasks: held-out
-    questions of another source must then be passed as ``eval_dataset``."""
+def held_out_questions(
+    train_dataset: Any, size: int, tasks: Sequence[Any] | None = None, sources: Sequence[Any] = ()
+) -> Any:
+    """Held-out questions: those the given task ``sources`` hold out (a dataset's test split or held-out fraction, a
+    generator's held-out seed), up to ``size`` shared among them; else of reasoning-gym ``tasks`` (`TaskSpec`s), by
+    default those ``train_dataset`` draws from (see :func:`sapo.tasks.build_held_out_dataset`). Raises
+    ``ValueError`` when there are none: pass ``eval_dataset`` then, or turn evaluation off."""
+    from datasets import concatenate_datasets
+
+    from sapo.sources import ReasoningGymSource
     from sapo.tasks import build_held_out_dataset, reasoning_gym_tasks_of
 
     if tasks is None:
         tasks = reasoning_gym_tasks_of(train_dataset) if train_dataset is not None else []
-    if not tasks:
+    holders = [source.held_out for source in sources if not isinstance(source, ReasoningGymSource)]
+    if tasks:
+        holders.append(lambda n: build_held_out_dataset(tasks, size=n))
+    parts = []
+    for k, held_out in enumerate(holders):
+        share = size // len(holders) + (1 if k < size % len(holders) else 0)
+        rows = held_out(share) if share else []
+        if len(rows):
+            parts.append(rows)
+    if not parts:
         raise ValueError(
-            "evaluation is on (eval_strategy != 'no') but held-out questions can only be derived from reasoning-gym "
-            "tasks; pass eval_dataset= with questions training never draws, or set eval_strategy='no'."
+            "evaluation is on (eval_strategy != 'no') but there are no held-out questions: give a task source some "
+            "(DatasetSource(eval_fraction=... or eval_data=...), a GeneratorSource), pass eval_dataset= with "
+            "questions training never draws, or set eval_strategy='no'."
         )
-    return build_held_out_dataset(tasks, size=size)
+    names = list(dict.fromkeys(c for part in parts for c in part.column_names))
+    parts = [part.map(lambda r, n=names: {c: r.get(c) for c in n}) if part.column_names != names else part
+             for part in parts]  # fmt: skip
+    return concatenate_datasets(parts) if len(parts) > 1 else parts[0]

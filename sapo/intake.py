@@ -4,25 +4,28 @@ One round's intake (:meth:`Intake.take`), in order:
 
 1. fetch candidate groups (the main process fetches for every process); stale ones are set aside unread;
 2. sender standing: the groups of a benched sender are set aside unread;
-3. re-derive the truth: the question is regenerated or looked up (:class:`sapo.verification.QuestionVerifier`), and
+3. re-derive the truth: the group's source re-derives the question and the reward columns (:mod:`sapo.sources`), and
    the prompt trained on is written here around it;
 4. hygiene: the group's size and every completion's text;
-5. score every completion once with this peer's reward functions (the trainer passes TRL's reward path): these are
-   the rewards the round trains with, nothing scores an external group again;
+5. tokenize every completion once and score it with this peer's reward functions (through the
+   :class:`sapo.probe.PolicyProbe`, TRL's own reward path): these are the tokens and rewards the round trains with;
 6. sample: the sampler chooses up to J of the scored candidates;
-7. plausibility: chosen groups whose completions this policy would not write are dropped
-   (:mod:`sapo.plausibility`); its reference is the node's own completions, handed in from the loss pass
-   (:meth:`Intake.observe_loss_pass`).
+7. plausibility: chosen groups whose completions this policy would not write are dropped (:mod:`sapo.plausibility`)
+   and their slots go to the next usable candidates; its reference is the node's own completions, handed in from the
+   loss pass (:meth:`Intake.observe_loss_pass`). Tokens far below this policy's own get no weight in the loss
+   (`SAPOConfig.external_token_floor`).
 
-It returns the chosen groups with their rewards, and counts the reason for every drop (`totals`, per sender in
-`sender_outcomes`). With several processes, every process runs the same intake on the main process's fetch and
-verdicts, so that all make the same choice; each then trains on an equal share of it.
+It returns the chosen groups with their tokens, rewards and token weights, counts the reason for every drop (`totals`,
+per sender in `sender_outcomes`) and writes every group judged to the group log (:mod:`sapo.group_log`). With several
+processes, every process runs the same intake on the main process's fetch and verdicts, so that all make the same
+choice; each then trains on an equal share of it.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import random
 import time
 from collections import Counter
@@ -31,25 +34,30 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-from accelerate.utils import broadcast_object_list
+from accelerate.utils import broadcast_object_list, gather_object
 
 from sapo.config import SAPOConfig
+from sapo.group_log import OWN, TAKEN, GroupLog, GroupRecord, reward_summary
 from sapo.hygiene import CompletionFilter, CompletionHygiene
-from sapo.plausibility import CompletionStatistics, PlausibilityCheck
-from sapo.sampling import Candidate, ExternalSampler, make_sampler
+from sapo.plausibility import PlausibilityCheck, floor_mask
+from sapo.probe import PolicyProbe
+from sapo.questions import GroupDropped
+from sapo.sampling import Candidate, ExternalSampler, OwnSuccess, Selection, make_sampler
+from sapo.sources import SourceRegistry
 from sapo.standing import SenderStanding
-from sapo.verification import GroupDropped, QuestionVerifier
 from swarm.records import Group
 from swarm.transport import SwarmTransport
 
 logger = logging.getLogger(__name__)
 
-Scorer = Callable[[list[dict[str, str]], list[str], dict[str, Any]], torch.Tensor]
-"""This peer's rewards of completion texts: (prompt, texts, reward columns) -> tensor (texts, reward functions)."""
 
-TypicalityScorer = Callable[[list[Candidate]], list[CompletionStatistics]]
-"""The plausibility statistics (`sapo.plausibility`: mean typicality and worst span) of every completion of the given
-groups, in order, under the current policy."""
+SUMMARY_ROUNDS = 25
+"""Rounds between the intake's summary lines (groups taken, set aside by reason)."""
+
+BAD_GROUP = frozenset({"hygiene", "question_mismatch", "bad_provenance", "untrusted_prompt"})
+"""Drop reasons that judge a group bad (malformed, or false about its item): they count against its sender's standing,
+as a group the plausibility check drops does. A group this peer cannot verify or use (an unknown source, an item not
+held here, a version skew, a smaller group, a reward that fails on it) says nothing against its sender."""
 
 
 @dataclass
@@ -64,6 +72,7 @@ class Taken:
         scored (`int`): candidates that passed every check before sampling, and were scored.
         zero_advantage (`int`): scored candidates whose rewards were all equal.
         dropped (`collections.Counter`): groups set aside this round, by reason.
+        records (`list[sapo.group_log.GroupRecord]`): every received group judged this round and what happened to it.
     """
 
     chosen: list[Candidate] = field(default_factory=list)
@@ -72,6 +81,7 @@ class Taken:
     scored: int = 0
     zero_advantage: int = 0
     dropped: Counter[str] = field(default_factory=Counter)
+    records: list[GroupRecord] = field(default_factory=list)
 
 
 class Intake:
@@ -85,7 +95,9 @@ class Intake:
         accelerator: the trainer's `accelerate.Accelerator` (processes, main process, device).
         reward_weights: the weight of each reward function in a completion's reward (TRL's `reward_weights`).
         system_messages: this node's own system messages, written around every external question.
-        sampler, verifier, completion_filter: as `SAPOTrainer` takes them; default from `args`.
+        sampler, completion_filter: as `SAPOTrainer` takes them; default from `args`.
+        sources: the task sources this peer holds (`sapo.sources.SourceRegistry`); default: none, under
+            `args.external_source_policy`.
     """
 
     def __init__(
@@ -98,15 +110,13 @@ class Intake:
         reward_weights: torch.Tensor,
         system_messages: Sequence[dict[str, str]] = (),
         sampler: ExternalSampler | None = None,
-        verifier: QuestionVerifier | None = None,
+        sources: SourceRegistry | None = None,
         completion_filter: CompletionFilter | None = None,
     ):
         self.args, self.swarm, self.uses_swarm, self.accelerator = args, swarm, uses_swarm, accelerator
         self.reward_weights = reward_weights.detach().float().cpu()
         self.system_messages = [dict(m) for m in system_messages]
-        self.verifier = verifier or QuestionVerifier(
-            policy=args.external_source_policy, regeneration_timeout=args.regeneration_timeout
-        )
+        self.sources = sources or SourceRegistry(policy=args.external_source_policy)
         self.hygiene = CompletionHygiene(
             max_chars=args.completion_max_chars,
             forbid_control_chars=args.completion_forbid_control_chars,
@@ -137,10 +147,18 @@ class Intake:
             **_strategy_options(args),
         )
         self.rng = random.Random(args.seed)  # the same on every process, so they make the same selection
+        self.peer_id = peer_id
         self.totals: Counter[str] = Counter()  # cumulative counts, logged as sapo/total/<name>
         self.taken_from: Counter[str] = Counter()  # external groups trained on, by verified sender
         self.sender_outcomes: dict[str, Counter[str]] = {}  # per sender: "taken" and "dropped/<reason>" counts
-        self._external_tokens: set[tuple[int, ...]] = set()  # the latest round's external completions, as trained
+        self.own_success = OwnSuccess(args.success_threshold, args.success_window)  # for counting rescues
+        # every group judged, written by the main process (`args.groups_log` under `output_dir`; None: nowhere)
+        self.group_log = None
+        if args.groups_log is not None and accelerator.is_main_process:
+            path = os.path.join(args.output_dir, args.groups_log)
+            self.group_log = GroupLog(path, max_bytes=args.groups_log_max_bytes)
+        self._step = 0
+        self._rounds = 0  # rounds with a swarm, for the periodic summary
 
     # ------------------------------------------------------------------------------------------------
     # one round
@@ -148,14 +166,16 @@ class Intake:
     def take(
         self,
         slots: int,
-        score: Scorer,
-        typicality: TypicalityScorer,
+        probe: PolicyProbe,
         timed: Callable[[str], Any] = lambda phase: contextlib.nullcontext(),
+        step: int = 0,
     ) -> Taken:
-        """The external groups for ``slots`` group slots of every process: fetched, judged, scored once with
-        ``score``, sampled and checked for plausibility with ``typicality``. ``timed(phase)`` wraps each phase
-        (`swarm_fetch`, `external_scoring`, `plausibility`). Every process calls it, in step."""
+        """The external groups for ``slots`` group slots of every process: fetched, judged, tokenized and scored once
+        through ``probe``, sampled and checked for plausibility under the policy ``probe`` reads. ``timed(phase)``
+        wraps each phase (`swarm_fetch`, `external_scoring`, `plausibility`); ``step`` is the node's step, for the
+        group log. Every process calls it, in step."""
         processes = self.accelerator.num_processes
+        self._step = step
         if slots == 0 or not self.uses_swarm:
             self.totals["fill_ins"] += slots * processes
             return Taken()
@@ -165,10 +185,15 @@ class Intake:
             pool_size = self.args.external_pool_size or 4 * self.args.num_external
             with timed("swarm_fetch"):
                 received, fetched_at = self._fetch(pool_size)
-        fresh = [item for item in received if not self.sampler.is_stale(item.group, fetched_at)]
-        self._count(taken, "stale", len(received) - len(fresh))  # before scoring: stale groups cost nothing
+        fresh = []
+        for item in received:  # stale groups are set aside before scoring: they cost nothing
+            if self.sampler.is_stale(item.group, fetched_at):
+                self._count(taken, "stale")
+                taken.records.append(self._record(item.sender, item.group, "stale"))
+            else:
+                fresh.append(item)
         with timed("external_scoring"):
-            judged = [self._judge(item.sender, item.group, fetched_at, score, taken) for item in fresh]
+            judged = [self._judge(item.sender, item.group, fetched_at, probe, taken) for item in fresh]
         candidates = [c for c in judged if c is not None]
         taken.candidates, taken.scored = len(received), len(candidates)
         taken.zero_advantage = sum(c.has_zero_advantage for c in candidates)
@@ -176,9 +201,10 @@ class Intake:
         self.totals["zero_advantage_candidates"] += taken.zero_advantage
 
         selection = self.sampler.select(candidates, slots * processes, self.rng, now=fetched_at)
-        for reason, count in selection.dropped.items():
-            self._count(taken, reason, count)
-        chosen = self._drop_implausible(list(selection.chosen), typicality, timed, taken)
+        for candidate, reason in selection.set_aside:
+            self._count(taken, reason)
+            taken.records.append(self._candidate_record(candidate, reason))
+        chosen = self._keep_plausible(selection, probe, timed, taken)
         for candidate in chosen:
             self._record_standing(candidate.sender, True, fetched_at)
         # An equal share for every process (each trains on the same number of own rows); a remainder is filled in.
@@ -187,11 +213,28 @@ class Intake:
         rank = self.accelerator.process_index
         taken.share = taken.chosen[rank * per_process : (rank + 1) * per_process]
         self.totals["external_groups"] += len(taken.chosen)
+        self.totals["external_truncated"] += sum(t.truncated for c in taken.chosen for t in c.tokenized)
         self.totals["fill_ins"] += slots * processes - len(taken.chosen)
         self.taken_from.update(c.sender for c in taken.chosen)
         for candidate in taken.chosen:
             self.sender_outcomes.setdefault(candidate.sender, Counter())["taken"] += 1
+        unused = [*chosen[len(taken.chosen) :], *selection.reserve]
+        taken.records += [self._candidate_record(c, TAKEN) for c in taken.chosen]
+        taken.records += [self._candidate_record(c, "not_chosen") for c in unused]
+        self._write_log(taken.records)
+        self._rounds += 1
+        if self._rounds % SUMMARY_ROUNDS == 0:
+            self._log_summary()
         return taken
+
+    def _log_summary(self) -> None:
+        """One INFO line: what the intake took and set aside so far, by reason."""
+        drops = {k.split("/", 1)[1]: v for k, v in self.totals.items() if k.startswith("dropped/") and v}
+        logger.info(
+            "swarm intake after %d rounds: %d groups taken of %d fetched, %d slots filled in; set aside: %s",
+            self._rounds, self.totals["external_groups"], self.totals["candidates"], self.totals["fill_ins"],
+            ", ".join(f"{k} {v}" for k, v in sorted(drops.items(), key=lambda kv: -kv[1])) or "none",
+        )  # fmt: skip
 
     def _fetch(self, pool_size: int) -> tuple[list[Any], float]:
         """Candidates from the swarm and the time they were fetched: the main process's, on every process."""
@@ -202,45 +245,49 @@ class Intake:
             fetched = [(self.swarm.fetch(pool_size), time.time())]
         return broadcast_object_list(fetched, from_process=0)[0]
 
-    def _judge(self, sender: str, group: Group, now: float, score: Scorer, taken: Taken) -> Candidate | None:
-        """A candidate, or None: a benched sender's group is set aside unread; one refused here counts as a drop in
-        its sender's standing (a candidate counts once the sampler chose it and the plausibility check judged it:
-        a group left in the pool says nothing of its sender, and is fetched again)."""
+    def _judge(self, sender: str, group: Group, now: float, probe: PolicyProbe, taken: Taken) -> Candidate | None:
+        """A candidate, or None: a benched sender's group is set aside unread; one judged bad here (:data:`BAD_GROUP`)
+        counts as a drop in its sender's standing, one this peer merely cannot verify or use does not (a candidate
+        counts once the sampler chose it and the plausibility check judged it: a group left in the pool says nothing
+        of its sender, and is fetched again)."""
         if self.standing is not None and self.standing.is_benched(sender, now):
-            self._drop(taken, "benched_sender", sender, "its recent groups kept being dropped")
+            self._drop(taken, "benched_sender", sender, group, "its recent groups kept being dropped")
             return None
-        candidate = self._verify_and_score(sender, group, score, taken)
-        if candidate is None:
+        candidate, reason = self._verify_and_score(sender, group, probe, taken)
+        if reason in BAD_GROUP:
             self._record_standing(sender, False, now)
         return candidate
 
-    def _verify_and_score(self, sender: str, group: Group, score: Scorer, taken: Taken) -> Candidate | None:
-        """A candidate with this peer's ground truth and rewards, or None (counted) if it cannot be used."""
+    def _verify_and_score(
+        self, sender: str, group: Group, probe: PolicyProbe, taken: Taken
+    ) -> tuple[Candidate | None, str | None]:
+        """A candidate with this peer's ground truth and rewards, or None and the reason it was dropped (counted)."""
         try:
-            columns = self.verifier.columns_for(group)
+            columns = self.sources.columns_for(group)
         except GroupDropped as e:
-            self._drop(taken, e.reason, sender, e.detail)
-            return None
+            self._drop(taken, e.reason, sender, group, e.detail)
+            return None, e.reason
         size = self.args.num_generations
         if len(group.completions) < size:
-            self._drop(taken, "group_size", sender, f"{len(group.completions)} < {size} completions")
-            return None
+            self._drop(taken, "group_size", sender, group, f"{len(group.completions)} < {size} completions")
+            return None, "group_size"
         completions = list(group.completions[:size])
         problem = self.hygiene.group_problem(completions)
         if problem is not None:
-            self._drop(taken, "hygiene", sender, problem)
-            return None
+            self._drop(taken, "hygiene", sender, group, problem)
+            return None, "hygiene"
         # Only completions cross the trust boundary: the prompt trained on (and scored) is written here, around the
         # question this node verified; the sender's prompt was only compared, never used.
         prompt = [*self.system_messages, {"role": "user", "content": columns.pop("question")}]
         group = Group(**{**vars(group), "completions": completions, "prompt": prompt})
+        tokenized = [probe.tokenize(text) for text in completions]
         try:
-            per_function = score(prompt, completions, columns).detach().cpu()
+            per_function = probe.score(prompt, tokenized, columns).detach().cpu()
         except Exception as e:  # a reward function choking on foreign text must not stop training
-            self._drop(taken, "reward_error", sender, f"{type(e).__name__}: {e}")
-            return None
+            self._drop(taken, "reward_error", sender, group, f"{type(e).__name__}: {e}")
+            return None, "reward_error"
         rewards = weighted_rewards(per_function, self.reward_weights).tolist()
-        return Candidate(sender, group, rewards, columns, rewards_per_func=per_function.tolist())
+        return Candidate(sender, group, rewards, columns, per_function.tolist(), tokenized), None
 
     # ------------------------------------------------------------------------------------------------
     # plausibility
@@ -257,64 +304,105 @@ class Intake:
             logger.info("this step trains on own groups only: the plausibility check needs them as its reference")
         return ready[0]
 
-    def _drop_implausible(
-        self, chosen: list[Candidate], typicality: TypicalityScorer, timed: Callable[[str], Any], taken: Taken
+    def _keep_plausible(
+        self, selection: Selection, probe: PolicyProbe, timed: Callable[[str], Any], taken: Taken
     ) -> list[Candidate]:
-        """The chosen groups whose every completion is plausible under this policy; the others are counted as
-        dropped (`implausible`). The main process judges (it holds the reference); every process takes its
-        verdicts."""
-        if self.plausibility is None or not chosen:
-            return chosen
+        """The chosen groups whose every completion is plausible under this policy. A group found implausible is
+        counted as dropped (`implausible`) and its slot goes to the next usable candidate the sampler ranked
+        (`Selection.reserve`), judged the same way, before the slot falls back to an own group. The main process
+        judges (it holds the reference); every process takes its verdicts."""
+        if self.plausibility is None:
+            return list(selection.chosen)
+        kept: list[Candidate] = []
+        pending = list(selection.chosen)
+        while pending:
+            dropped = 0
+            verdicts = self._plausibility_verdicts(pending, probe, timed)
+            for candidate, (problem, weights) in zip(pending, verdicts, strict=True):
+                if problem is None:
+                    candidate.token_weights = weights
+                    kept.append(candidate)
+                    continue
+                dropped += 1
+                selection.chosen.remove(candidate)
+                self._drop(taken, "implausible", candidate.sender, candidate.group, problem, candidate.rewards)
+                self.totals[f"implausible/{problem.test}"] += 1  # which test dropped it: what calibrating needs
+                self._record_standing(candidate.sender, False, time.time())
+            pending = [c for c in (self._refill(selection, taken) for _ in range(dropped)) if c is not None]
+            self.totals["refilled_slots"] += len(pending)
+        return kept
+
+    def _refill(self, selection: Selection, taken: Taken) -> Candidate | None:
+        """The next usable candidate of the sampler's reserve for a slot whose group was dropped, or None: a sender
+        benched meanwhile (by this round's verdicts) has its reserve groups set aside unread."""
+        while (candidate := selection.next_from_reserve(self.sampler.max_groups_per_peer)) is not None:
+            if self.standing is None or not self.standing.is_benched(candidate.sender, time.time()):
+                return candidate
+            selection.chosen.remove(candidate)
+            self._drop(taken, "benched_sender", candidate.sender, candidate.group, "benched during this round")
+        return None
+
+    def _plausibility_verdicts(
+        self, groups: list[Candidate], probe: PolicyProbe, timed: Callable[[str], Any]
+    ) -> list[tuple[Any, list[list[int]] | None]]:
+        """Per group, the plausibility check's problem (None for a plausible group) and its token weights (None:
+        every token): the main process's verdicts (it holds the reference), on every process."""
         verdicts: list[Any] = [None]
         if self.accelerator.is_main_process:
             with timed("plausibility"):
-                scores = typicality(chosen)
-            size = self.args.num_generations
-            verdicts = [
-                [self.plausibility.group_problem(scores[i * size : (i + 1) * size]) for i in range(len(chosen))]
-            ]
+                scores = probe.typicality(groups)
+            size, found = self.args.num_generations, []
+            for i in range(len(groups)):
+                group_scores = scores[i * size : (i + 1) * size]
+                problem = self.plausibility.group_problem([s.statistics for s in group_scores])
+                found.append((problem, self._token_weights(group_scores) if problem is None else None))
+            verdicts = [found]
         if self.accelerator.num_processes > 1:
             verdicts = broadcast_object_list(verdicts, from_process=0)
-        kept = []
-        for candidate, problem in zip(chosen, verdicts[0], strict=True):
-            if problem is None:
-                kept.append(candidate)
-            else:
-                self._drop(taken, "implausible", candidate.sender, problem)
-                self.totals[f"implausible/{problem.test}"] += 1  # which test dropped it: what calibrating needs
-                self._record_standing(candidate.sender, False, time.time())
-        return kept
+        return verdicts[0]
 
-    def note_external_tokens(self, completion_ids: Sequence[Sequence[int]]) -> None:
-        """The token ids of the external completions placed in this round's batch (as trained on): the loss pass
-        tells them from the node's own completions by these."""
-        self._external_tokens = {tuple(ids) for ids in completion_ids}
+    def _token_weights(self, scores: list[Any]) -> list[list[int]] | None:
+        """Per completion, 1 for each token trained on, 0 for each token whose typicality lies below
+        `external_token_floor` or within `external_token_floor_before` / `external_token_floor_after` tokens of one
+        that does (so a payload that passed the check is not learned); None with the floor off."""
+        args = self.args
+        if args.external_token_floor is None:
+            return None
+        weights = [floor_mask(s.tokens, args.external_token_floor, args.external_token_floor_before,
+                              args.external_token_floor_after) for s in scores]  # fmt: skip
+        self.totals["external_tokens"] += sum(len(w) for w in weights)
+        self.totals["external_tokens_masked"] += sum(len(w) - sum(w) for w in weights)
+        return weights
 
     def observe_loss_pass(
-        self, completion_ids: torch.Tensor, logps: torch.Tensor, entropies: torch.Tensor, mask: torch.Tensor
+        self, logps: torch.Tensor, entropies: torch.Tensor, mask: torch.Tensor, is_external: torch.Tensor | None
     ) -> None:
         """Add the plausibility statistics of the node's own completions in a loss pass to the reference: they come
         free, since the loss computes their log-probabilities and entropies anyway. Rows (tensors of shape (rows,
-        tokens)) whose completion is an external one of the round are left out, and so are fully masked rows."""
+        tokens)) that ``is_external`` marks, and fully masked rows, are left out."""
         if self.plausibility is None:
             return
-        own = [
-            i
-            for i, (ids, row_mask) in enumerate(zip(completion_ids.tolist(), mask.tolist(), strict=True))
-            if any(row_mask) and tuple(t for t, m in zip(ids, row_mask, strict=True) if m) not in self._external_tokens
-        ]
-        if own:
+        own = mask.any(dim=1).cpu()
+        if is_external is not None:
+            own &= ~is_external.bool().cpu()
+        if own.any():
             self.plausibility.add_own(self.plausibility.statistics(logps[own], entropies[own], mask[own]))
 
     # ------------------------------------------------------------------------------------------------
     # counts
 
-    def _drop(self, taken: Taken, reason: str, sender: str, detail: str) -> None:
-        self._count(taken, reason)
+    def _drop(
+        self, taken: Taken, reason: str, sender: str, group: Group, detail: str, rewards: list[float] | None = None
+    ) -> None:
+        self._count(taken, reason, detail=f"peer {sender}: {detail}")
         self.sender_outcomes.setdefault(sender, Counter())[f"dropped/{reason}"] += 1
+        taken.records.append(self._record(sender, group, reason, rewards))
         logger.debug("dropped a group of peer %s (%s): %s", sender, reason, detail)
 
-    def _count(self, taken: Taken, reason: str, count: int = 1) -> None:
+    def _count(self, taken: Taken, reason: str, count: int = 1, detail: str = "") -> None:
+        """Count ``count`` groups set aside for ``reason``; the first time a reason appears it is logged (INFO)."""
+        if not self.totals[f"dropped/{reason}"]:
+            logger.info("first received group set aside as %s%s", reason, f" ({detail})" if detail else "")
         taken.dropped[reason] += count
         self.totals[f"dropped/{reason}"] += count
 
@@ -328,6 +416,45 @@ class Intake:
             "benched peer %s for %.0f s: %d of its last %d groups were dropped",
             sender, seconds, self.standing.drop_limit, self.standing.window,
         )  # fmt: skip
+
+    # ------------------------------------------------------------------------------------------------
+    # the group log
+
+    def observe_own_groups(self, groups: Sequence[tuple[str, str, list[float]]], model: str = "") -> None:
+        """Told once per round of this process's own groups, ``(group id, task, rewards)`` each, made by ``model``:
+        the sampler and the rescue count learn which tasks this peer still fails on, and the groups are logged."""
+        self.sampler.observe_own_groups((task, rewards) for _, task, rewards in groups)
+        self.own_success.observe((task, rewards) for _, task, rewards in groups)
+        if self.group_log is None and self.accelerator.num_processes == 1:
+            return
+        sender = self.peer_id or "self"
+        records = []
+        for group_id, task, rewards in groups:
+            success, spread = reward_summary(rewards, self.args.success_threshold)
+            records.append(GroupRecord(self._step, OWN, group_id, task, sender, model, list(rewards), success, spread,
+                                       OWN, 0.0, 0))  # fmt: skip
+        if self.accelerator.num_processes > 1:
+            records = gather_object(records)
+        self._write_log(records)
+
+    def _record(self, sender: str, group: Group, outcome: str, rewards: list[float] | None = None) -> GroupRecord:
+        """The group log's line for a received group and what happened to it."""
+        success, spread = reward_summary(rewards, self.args.success_threshold)
+        task = getattr(group.provenance, "task", "") or ""
+        rescue = outcome == TAKEN and bool(success) and self.own_success.is_weak(task)
+        return GroupRecord(
+            step=self._step, origin="swarm", group_id=str(group.group_id), task=task, sender=sender,
+            model=str(group.model or ""), rewards=None if rewards is None else list(rewards), success=success,
+            spread=spread, outcome=outcome, age_seconds=max(0.0, time.time() - group.created_at),
+            step_lag=self._step - group.step, rescue=rescue,
+        )  # fmt: skip
+
+    def _candidate_record(self, candidate: Candidate, outcome: str) -> GroupRecord:
+        return self._record(candidate.sender, candidate.group, outcome, candidate.rewards)
+
+    def _write_log(self, records: list[GroupRecord]) -> None:
+        if self.group_log is not None and self.accelerator.is_main_process and records:
+            self.group_log.write(records)
 
 
 def weighted_rewards(rewards_per_func: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:

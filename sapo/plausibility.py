@@ -10,19 +10,10 @@ Two statistics of a completion are judged against the node's own latest completi
   public model samples its text as the node does and splices a payload of a few tokens in: the mean over 40 tokens
   of the policy's own text hardly moves, the span that holds the payload falls far below the node's own worst spans.
 
-Measured with the default model (SmolLM2-135M-Instruct, 48 tokens, temperature 1, 6 held-out questions of the
-default tasks; benchmarks/results/plausibility_scores.md): the mean test (margin 0.5) drops every hand-written
-payload completion but only 58 % of the adaptive attacker's spliced ones (a group with 2 of them passes about 17 % of
-the time); with the worst span of 3 tokens beside it (margin 1.5) 100 % and 92 % of the two adaptive kinds (a group
-passes under 1 %), and none of 48 own samples at temperature 1 or 0.7. Not judged fairly: a peer sampling at a
-higher temperature (1.3: every group dropped, by the mean test already) or writing in a very different style (terse
-answers: 42 % dropped), and a payload this policy already finds likely.
-
-Among honest peers whose policies diverged in training (benchmarks/results/honest_drop_8-0_step*.md: 4 peers of a
-campaign run judging each other, steps 19 and 55), those margins dropped 32 of 192 honest groups; the defaults are now
-1.0 and 2.5 (11 of 192), and what passes of an attacker's groups is kept from being learned by the token floor
-(`SAPOConfig.external_token_floor`, applied in the loss by the trainer with :func:`floor_mask`: a token below the floor
-and its neighbours get no weight).
+Not judged fairly: a peer sampling at a much higher temperature or writing in a very different style, and a payload
+this policy already finds likely. What passes is kept from being learned by the token floor
+(`SAPOConfig.external_token_floor`, applied in the loss through :func:`floor_mask`: a token below the floor and its
+neighbours get no weight). How often each test drops honest and attacker groups: `benchmarks/README.md` (trust).
 """
 
 from __future__ import annotations

@@ -2,14 +2,15 @@
 
 A row holds the chat ``prompt`` and the columns the reward functions in :mod:`rewards` read: ``answer``, ``task``
 (the task's name, as in :attr:`swarm.records.Provenance.task`), ``entry`` (a reasoning-gym entry as JSON, or
-``""``) and ``provenance`` (JSON of :func:`swarm.records.provenance_to_wire`). :mod:`sapo.reasoning_gym` and the
-local datasets of :mod:`sapo.tasks` build their rows here; :mod:`sapo.verification` re-derives these columns for
-received groups and drops the others with :class:`GroupDropped`.
+``""``) and ``provenance`` (JSON of :func:`swarm.records.provenance_to_wire`), plus a source's own columns. The
+task sources (:mod:`sapo.sources`) build their rows here, re-derive these columns for received groups and drop the
+others with :class:`GroupDropped`.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from swarm.records import Provenance, provenance_to_wire
@@ -21,6 +22,7 @@ __all__ = [
     "GroupDropped",
     "provenance_to_json",
     "question_messages",
+    "question_of",
     "question_row",
     "reward_columns",
 ]
@@ -35,7 +37,10 @@ REWARD_COLUMNS = ("answer", "task", "entry", "provenance")
 """The columns of a row besides ``prompt``: what the reward functions read, and what verification re-derives."""
 
 GROUP_DROP_REASONS = (
-    "unknown_task",  # task unknown to reasoning-gym, a config it rejects, or no local copy to check against
+    "unknown_source",  # no source this peer holds answers for the group's provenance (policy "verify")
+    "item_not_held",  # the source is held here, but not the item (a dataset split or filter without it)
+    "version_skew",  # the item's source has another version here
+    "unknown_task",  # task unknown to reasoning-gym, or a config it rejects
     "question_mismatch",  # the group's question is not the one its provenance regenerates
     "bad_provenance",  # provenance lacks what its source needs (seed, index) or is malformed
     "untrusted_source",  # a non-procedural source under the "drop" policy
@@ -60,6 +65,12 @@ class GroupDropped(Exception):
 def provenance_to_json(provenance: Provenance) -> str:
     """The ``provenance`` column of a row: the wire form of ``provenance`` as canonical JSON."""
     return json.dumps(provenance_to_wire(provenance), sort_keys=True)
+
+
+def question_of(prompt: Sequence[Mapping[str, str]]) -> str:
+    """The question of a chat prompt: its last user message, stripped of surrounding whitespace ("" if none)."""
+    users = [m["content"] for m in prompt if m.get("role") == "user"]
+    return users[-1].strip() if users else ""
 
 
 def question_messages(question: str, system_prompt: str | None) -> list[dict[str, str]]:

@@ -54,6 +54,7 @@ __all__ = [
     "held_out_seed",
     "reasoning_gym_entry",
     "reasoning_gym_tasks_of",
+    "reasoning_gym_version",
     "regenerate_entry",
     "validate_task_names",
 ]
@@ -157,14 +158,8 @@ PAPER_TASKS: tuple[TaskSpec, ...] = (
 """The nine reasoning-gym tasks of the SAPO paper, at the easiest settings their configs allow; for models
 larger than the default (most score zero with a 135M model, see :data:`DEFAULT_TASKS`)."""
 
-# Measured with SmolLM2-135M-Instruct (the embedded default), DEFAULT_SYSTEM_PROMPT, sampling at
-# temperature 1.0, 128-160 new tokens, 4-6 questions x 4 completions per task, scored by
-# rewards.reasoning_gym_reward ("full" = completions scoring 1.0):
-#   basic_arithmetic        6/24 full, mean 0.25      base_conversion      2/24 full, mean 0.10
-#   fraction_simplification 1/16 full, mean 0.10      calendar_arithmetic  1/16 full, mean 0.07
-#   propositional_logic     0/16 full, mean 0.006     decimal_arithmetic   0/16, mean 0
-#   bf, binary_matrix, arc_1d: 0/16, mean 0
-# The default keeps the tasks with correct answers: GRPO learns only from groups whose rewards differ.
+# The default keeps the tasks on which the embedded model writes some correct answers (GRPO learns only from groups
+# whose rewards differ); the rates per task are in benchmarks/README.md.
 DEFAULT_TASKS: tuple[TaskSpec, ...] = (
     TaskSpec("basic_arithmetic", _EASY_BASIC_ARITHMETIC),
     TaskSpec("base_conversion", _EASY_BASE_CONVERSION),
@@ -280,6 +275,17 @@ MAX_HELD_OUT_QUESTIONS = 2**20
 _HELD_OUT_SEED_SPAN = 2**28  # held-out seeds + indices stay below 2**32 (numpy's seed limit)
 
 
+@functools.cache
+def reasoning_gym_version() -> str:
+    """The installed reasoning-gym release (the `version` of the provenance of its rows)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("reasoning-gym")
+    except PackageNotFoundError:  # a source checkout without package metadata
+        return "unknown"
+
+
 def _task_seed(seed: int, task: TaskSpec) -> int:
     # Derived from the task's identity, not its position, so adding a task leaves the others' questions alone.
     return zlib.crc32(f"{seed}:{task.name}:{task.config_key}".encode()) & 0x7FFFFFFF
@@ -365,7 +371,9 @@ def _rows(specs: list[TaskSpec], picks: Sequence[int], task_seeds: list[int], sy
     for k in picks:
         task, index = specs[k], next_index[k]
         next_index[k] += 1
-        provenance = Provenance(REASONING_GYM_SOURCE, task.name, dict(task.config), task_seeds[k], index)
+        provenance = Provenance(
+            REASONING_GYM_SOURCE, task.name, dict(task.config), task_seeds[k], index, version=reasoning_gym_version()
+        )
         rows.append(_row(_own_entry(task, task_seeds[k], index), provenance, system_prompt))
     return Dataset.from_list(rows)
 
@@ -559,6 +567,10 @@ class ReasoningGymVerifier:
         own = self.timeout is None or (name, task.config_key) in self._own_configs
         entry = regenerate_entry(task, seed, index, timeout=None if own else self.timeout)
         if entry["question"].strip() != question:
+            local = reasoning_gym_version()
+            if provenance.version is not None and provenance.version != local:
+                skew = f"the sender has reasoning-gym {provenance.version}, this peer {local}"
+                raise GroupDropped("version_skew", f"{name}[{index}]: {skew}")
             raise GroupDropped("question_mismatch", f"{name}[{index}] regenerates a different question")
         return (entry["question"], *_answer_and_entry(entry))
 

@@ -13,6 +13,22 @@ from typing import Any
 from swarm.records import Group
 
 
+@dataclass(frozen=True)
+class TokenizedCompletion:
+    """A received completion under this peer's tokenizer, tokenized once for everything that reads it.
+
+    Parameters:
+        ids (`tuple[int, ...]`): the tokens trained on: the text's tokens, cut to `max_completion_length`, with EOS
+            appended when it fits.
+        truncated (`bool`): whether text was cut off to fit.
+        text (`str`): what is scored: the text as sent, or, when cut, the decoded tokens that are trained on.
+    """
+
+    ids: tuple[int, ...]
+    truncated: bool
+    text: str
+
+
 @dataclass
 class Candidate:
     """An external group, verified and scored with this peer's own reward functions.
@@ -25,6 +41,9 @@ class Candidate:
         columns (`dict[str, Any]`): reward columns re-derived by this peer (answer, entry, ...).
         rewards_per_func (`list[list[float]]`): per completion, each reward function's value (NaN where it did not
             apply), of which `rewards` is the weighted sum: what the round trains with when the group is chosen.
+        tokenized (`list[TokenizedCompletion]`): each completion under this peer's tokenizer.
+        token_weights (`list[list[int]]` or `None`): per completion, 1 for each token trained on and 0 for each token
+            the plausibility pass found too unlike this policy (`SAPOConfig.external_token_floor`); None: every token.
     """
 
     sender: str
@@ -32,6 +51,8 @@ class Candidate:
     rewards: list[float]
     columns: dict[str, Any] = field(default_factory=dict)
     rewards_per_func: list[list[float]] = field(default_factory=list)
+    tokenized: list[TokenizedCompletion] = field(default_factory=list)
+    token_weights: list[list[int]] | None = None
 
     @property
     def has_zero_advantage(self) -> bool:
@@ -42,10 +63,35 @@ class Candidate:
 
 @dataclass
 class Selection:
-    """The groups chosen for one round, and how many candidates were set aside and why."""
+    """The groups chosen for one round, what was set aside and why, and what may still replace a chosen group.
+
+    Parameters:
+        chosen (`list[Candidate]`): up to ``k`` candidates, in the order they were drawn.
+        dropped (`collections.Counter`): set-aside candidates by reason.
+        set_aside (`list[tuple[Candidate, str]]`): each set-aside candidate with its reason.
+        reserve (`list[Candidate]`): eligible candidates not chosen, in the order the strategy would take them next:
+            what fills a slot when a chosen group is dropped later (e.g. by the plausibility check).
+    """
 
     chosen: list[Candidate]
     dropped: Counter[str] = field(default_factory=Counter)
+    set_aside: list[tuple[Candidate, str]] = field(default_factory=list)
+    reserve: list[Candidate] = field(default_factory=list)
+
+    def set_aside_as(self, candidate: Candidate, reason: str) -> None:
+        """Record ``candidate`` as set aside for ``reason``."""
+        self.dropped[reason] += 1
+        self.set_aside.append((candidate, reason))
+
+    def next_from_reserve(self, max_groups_per_peer: int | None) -> Candidate | None:
+        """The next reserve candidate whose sender is still under ``max_groups_per_peer`` among the chosen, moved to
+        `chosen`; None when none is left."""
+        per_peer = Counter(c.sender for c in self.chosen)
+        for i, candidate in enumerate(self.reserve):
+            if max_groups_per_peer is None or per_peer[candidate.sender] < max_groups_per_peer:
+                self.chosen.append(self.reserve.pop(i))
+                return candidate
+        return None
 
 
 class ExternalSampler(ABC):
@@ -75,24 +121,24 @@ class ExternalSampler(ABC):
     ) -> Selection:
         """Choose up to ``k`` of ``candidates``; return them with the count of set-aside ones by reason."""
         now = time.time() if now is None else now
-        dropped: Counter[str] = Counter()
+        selection = Selection(chosen=[])
         eligible = []
         for candidate in candidates:
             reason = self._reject_reason(candidate, now)
             if reason is None:
                 eligible.append(candidate)
             else:
-                dropped[reason] += 1
-        chosen, per_peer = [], Counter()
+                selection.set_aside_as(candidate, reason)
+        per_peer: Counter[str] = Counter()
         for candidate in self.order(eligible, rng):
-            if len(chosen) == k:
-                break
-            if self.max_groups_per_peer is not None and per_peer[candidate.sender] >= self.max_groups_per_peer:
-                dropped["peer_cap"] += 1
-                continue
-            per_peer[candidate.sender] += 1
-            chosen.append(candidate)
-        return Selection(chosen=chosen, dropped=dropped)
+            if len(selection.chosen) == k:
+                selection.reserve.append(candidate)
+            elif self.max_groups_per_peer is not None and per_peer[candidate.sender] >= self.max_groups_per_peer:
+                selection.set_aside_as(candidate, "peer_cap")
+            else:
+                per_peer[candidate.sender] += 1
+                selection.chosen.append(candidate)
+        return selection
 
     def is_stale(self, group: Group, now: float) -> bool:
         """True if ``group`` is older than ``max_group_age`` at ``now`` (the one staleness rule of a node)."""
@@ -134,9 +180,6 @@ class DropZeroAdvantageSampler(UniformSampler):
         return "zero_advantage" if candidate.has_zero_advantage else None
 
 
-PaperSampler = DropZeroAdvantageSampler
-"""The former name of :class:`DropZeroAdvantageSampler`, kept so that existing imports work."""
-
 SAMPLERS: dict[str, type[ExternalSampler]] = {
     "drop_zero_advantage": DropZeroAdvantageSampler,
     "uniform": UniformSampler,
@@ -144,7 +187,7 @@ SAMPLERS: dict[str, type[ExternalSampler]] = {
 """Every sampling strategy by name: the one list that `SAPOConfig.sampling_strategy` accepts and documents."""
 
 SAMPLER_ALIASES: dict[str, str] = {"paper": "drop_zero_advantage"}
-"""Other accepted names: `"paper"` was the name of `"drop_zero_advantage"` before names said what they do."""
+"""Other accepted names: `"paper"` is the SAPO paper's rule, `"drop_zero_advantage"`."""
 
 
 def sampler_name(name: str) -> str:
@@ -205,7 +248,7 @@ class SuccessGatedSampler(DropZeroAdvantageSampler):
         reason = super().reject_reason(candidate)
         if reason is not None:
             return reason
-        return None if _has_success(candidate.rewards, self.success_threshold) else "no_success"
+        return None if has_success(candidate.rewards, self.success_threshold) else "no_success"
 
 
 class WeakPromptFirstSampler(DropZeroAdvantageSampler):
@@ -223,23 +266,17 @@ class WeakPromptFirstSampler(DropZeroAdvantageSampler):
         **kwargs: Any,
     ):
         super().__init__(*args, **kwargs)
-        if success_window < 1:
-            raise ValueError(
-                f"success_window must be at least 1 (own groups remembered per task), got {success_window}"
-            )
         self.success_threshold = success_threshold
         self.success_window = success_window
-        self._recent: dict[str, deque[bool]] = {}
+        self.own_success = OwnSuccess(success_threshold, success_window)
 
     def observe_own_groups(self, groups: Iterable[tuple[str, Sequence[float]]]) -> None:
         """Remember, per task, whether each of this peer's own groups held a success (the last `success_window`)."""
-        for task, rewards in groups:
-            window = self._recent.setdefault(task, deque(maxlen=self.success_window))
-            window.append(_has_success(rewards, self.success_threshold))
+        self.own_success.observe(groups)
 
     def is_weak(self, task: str) -> bool:
         """True when none of this peer's recent own groups of ``task`` held a success (or it has none)."""
-        return not any(self._recent.get(task, ()))
+        return self.own_success.is_weak(task)
 
     def order(self, eligible: list[Candidate], rng: random.Random) -> list[Candidate]:
         shuffled = rng.sample(eligible, len(eligible))
@@ -253,8 +290,31 @@ def task_of(candidate: Candidate) -> str:
     return candidate.group.provenance.task
 
 
-def _has_success(rewards: Sequence[float], threshold: float) -> bool:
+def has_success(rewards: Sequence[float], threshold: float) -> bool:
+    """True when some completion's reward is at least ``threshold`` (NaN rewards never count)."""
     return any(r >= threshold for r in rewards if r == r)
+
+
+class OwnSuccess:
+    """Per task, whether each of this peer's last ``window`` own groups held a success (a reward at least
+    ``threshold``): which tasks the peer is weak on, for the samplers that prefer those and for counting rescues."""
+
+    def __init__(self, threshold: float = DEFAULT_SUCCESS_THRESHOLD, window: int = 8):
+        if window < 1:
+            raise ValueError(f"success_window must be at least 1 (own groups remembered per task), got {window}")
+        self.threshold = threshold
+        self._recent: dict[str, deque[bool]] = {}
+        self.window = window
+
+    def observe(self, groups: Iterable[tuple[str, Sequence[float]]]) -> None:
+        """Note ``(task, rewards of its completions)`` for each own group of a round."""
+        for task, rewards in groups:
+            recent = self._recent.setdefault(task, deque(maxlen=self.window))
+            recent.append(has_success(rewards, self.threshold))
+
+    def is_weak(self, task: str) -> bool:
+        """True when none of the recent own groups of ``task`` held a success (or there are none)."""
+        return not any(self._recent.get(task, ()))
 
 
 SAMPLERS["success_gated"] = SuccessGatedSampler

@@ -120,6 +120,12 @@ class Provenance:
             Generator seed (reasoning-gym).
         index (`int` or `None`):
             Entry index within the task.
+        version (`str` or `None`):
+            The source's version (e.g. reasoning-gym's release, a dataset's declared version): a receiver whose copy
+            of the source has another version reports the skew instead of a mismatch. `None`: not stated.
+        key (`str` or `None`):
+            A durable key of the item within its source, independent of row order (a dataset's content hash), by
+            which a receiver finds its own copy of the item. `None`: the source locates items by `seed` and `index`.
     """
 
     source: str
@@ -127,6 +133,8 @@ class Provenance:
     config: dict[str, Any] = field(default_factory=dict)
     seed: int | None = None
     index: int | None = None
+    version: str | None = None
+    key: str | None = None
 
     def __init__(
         self,
@@ -135,6 +143,8 @@ class Provenance:
         config: dict[str, Any] | None = None,
         seed: int | None = None,
         index: int | None = None,
+        version: str | None = None,
+        key: str | None = None,
         *,
         dataset: str | None = None,
     ):
@@ -147,6 +157,8 @@ class Provenance:
         object.__setattr__(self, "config", {} if config is None else config)
         object.__setattr__(self, "seed", seed)
         object.__setattr__(self, "index", index)
+        object.__setattr__(self, "version", version)
+        object.__setattr__(self, "key", key)
 
     @property
     def dataset(self) -> str:
@@ -231,14 +243,19 @@ class ReceivedGroup:
 
 def provenance_to_wire(provenance: Provenance) -> dict[str, Any]:
     """The plain-dict form of a provenance, as it is packed on the wire (the one serializer of provenance: the JSON
-    ``provenance`` column of question rows is this dict too). The task's key is ``"dataset"``."""
-    return {
+    ``provenance`` column of question rows is this dict too). The task's key is ``"dataset"``; ``version`` and ``key``
+    are written only when set, so a provenance without them reads the same to peers that predate them."""
+    wire = {
         "source": provenance.source,
         "dataset": provenance.task,
         "config": dict(provenance.config),
         "seed": provenance.seed,
         "index": provenance.index,
     }
+    for name in _PROVENANCE_OPTIONAL_KEYS:
+        if getattr(provenance, name) is not None:
+            wire[name] = getattr(provenance, name)
+    return wire
 
 
 def group_to_wire(group: Group) -> dict[str, Any]:
@@ -381,6 +398,7 @@ def _expect_flat_map(obj: Any, where: str, limits: RecordLimits, allow_lists: bo
 
 
 _PROVENANCE_KEYS = {"source", "dataset", "config", "seed", "index"}
+_PROVENANCE_OPTIONAL_KEYS = ("version", "key")
 _GROUP_KEYS = {"group_id", "prompt", "completions", "provenance", "metadata", "model", "step", "created_at"}
 _RECORD_KEYS = {"version", "created_at", "groups"}
 _INDEX_KEYS = {"version", "model", "updated_at", "records"}
@@ -390,13 +408,19 @@ _MAX_HOST_CHARS = 128  # a base58 libp2p peer id is 46-53 characters
 
 def provenance_from_wire(obj: Any, limits: RecordLimits = RecordLimits()) -> Provenance:
     """Validate and build a :class:`Provenance` from its wire form."""
-    p = _expect_map(obj, _PROVENANCE_KEYS, "provenance")
+    p = _expect_map(obj, _PROVENANCE_KEYS, "provenance", optional=frozenset(_PROVENANCE_OPTIONAL_KEYS))
+    optional = {
+        name: _expect_str(p[name], f"provenance.{name}", limits.max_field_chars)
+        for name in _PROVENANCE_OPTIONAL_KEYS
+        if name in p
+    }
     return Provenance(
         source=_expect_str(p["source"], "provenance.source", limits.max_field_chars),
         task=_expect_str(p["dataset"], "provenance.dataset", limits.max_field_chars),
         config=_expect_flat_map(p["config"], "provenance.config", limits, allow_lists=True),
         seed=_expect_int(p["seed"], "provenance.seed", optional=True),
         index=_expect_int(p["index"], "provenance.index", optional=True),
+        **optional,
     )
 
 

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from rewards.functions import reasoning_gym_reward
-from sapo.verification import published_prompt
+from sapo.publication import published_prompt
 from swarm.records import Group, Provenance, group_from_wire, group_to_wire
 from testbed.hostile_peer import wrong_answer
 from testbed.payload_attack import PAYLOAD_MARK

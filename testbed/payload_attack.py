@@ -17,8 +17,8 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from sapo.publication import published_prompt
 from sapo.tasks import TaskSpec, build_reasoning_gym_dataset
-from sapo.verification import published_prompt
 from swarm.records import Group, Provenance
 from swarm.transport import SwarmTransport
 from testbed.hostile_peer import wrong_answer

@@ -12,8 +12,8 @@ import pytest
 from rewards.functions import reasoning_gym_reward
 from sapo.hygiene import CompletionHygiene
 from sapo.models import load_policy
+from sapo.sources import ReasoningGymSource, SourceRegistry
 from sapo.tasks import TaskSpec, build_reasoning_gym_dataset
-from sapo.verification import QuestionVerifier
 from swarm import MemorySwarm
 from swarm.records import RecordLimits, validate_group
 from testbed.adaptive_attack import (
@@ -50,7 +50,7 @@ def test_adaptive_groups_pass_every_check_and_reward_exactly_the_payload(sampler
     groups = [g for g in groups if g is not None]
     assert len(groups) >= 3  # a tiny random policy almost never answers right: its samples are the clean ones
     for group in groups:
-        columns = QuestionVerifier().columns_for(group)  # the question and the answer are real
+        columns = SourceRegistry([ReasoningGymSource()]).columns_for(group)  # the question and the answer are real
         assert CompletionHygiene().group_problem(group.completions) is None
         carries = [carries_payload(text) for text in group.completions]
         assert sorted(carries) == [False, False, True, True]
@@ -89,7 +89,7 @@ def test_dos_groups_are_as_long_as_the_transport_allows_and_still_rewarded(sampl
         for text in group.completions
     )
     assert all(len(sampler.ids(text)) > 100 * sampler.max_tokens for text in group.completions)
-    assert sorted(_rewards(group, QuestionVerifier().columns_for(group))) == [0.0, 0.0, 1.0, 1.0]
+    assert sorted(_rewards(group, SourceRegistry([ReasoningGymSource()]).columns_for(group))) == [0.0, 0.0, 1.0, 1.0]
 
 
 def test_a_pool_is_cached_and_published_in_turn_under_new_ids(tmp_path, tiny_model_a):

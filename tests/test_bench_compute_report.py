@@ -5,21 +5,34 @@ from __future__ import annotations
 
 import json
 import math
+import random
+import statistics
 from pathlib import Path
 
 import pytest
 
-from benchmarks import compute_report
+from benchmarks import compute_report, held_out_table
 
 
-def _run(root: Path, setting: str, seed: int, evals: dict[int, float], step_time: float, generation: float, fill=0.0):
+def _run(
+    root: Path,
+    setting: str,
+    seed: int,
+    evals: dict[int, float],
+    step_time: float,
+    generation: float,
+    fill=0.0,
+    questions=64,
+):
     run = root / "sapo_table_runs" / "p" / setting / f"seed-{seed}"
     local = int(setting.split("-")[0])
     for node in range(2):
         lines = []
         for step in range(5):
             if step in evals:
-                lines.append({"step": step, "eval/pass@1": evals[step], "eval/pass@1_se": 0.04, "eval/questions": 64})
+                lines.append(
+                    {"step": step, "eval/pass@1": evals[step], "eval/pass@1_se": 0.04, "eval/questions": questions}
+                )
             if step > 0:
                 lines.append(
                     {
@@ -58,16 +71,20 @@ def test_compute_report_on_a_synthetic_archive(tmp_path):
     # at 24 own completions (the most every run reached): 1-1 is at its end (0.25, 0.35), 2-0 at step 3 (0.25)
     matched = data["matched"]["own_completions"]
     assert matched["budget"] == 24
-    per_seed = matched["1-1"]["per_seed"]
+    per_seed = {row["seed"]: row for row in matched["1-1"]["per_seed"]}
     assert per_seed[0]["value"] == pytest.approx(0.0) and per_seed[1]["value"] == pytest.approx(0.1)
-    assert per_seed[0]["se"] == pytest.approx(math.hypot(0.04, 0.04))
-    assert matched["1-1"]["over_seeds"]["value"] == pytest.approx(0.05)
+    assert per_seed[0]["se"] == pytest.approx(math.hypot(0.04, 0.04))  # no per-question outcomes: unpaired
+    over = matched["1-1"]["over_seeds"]
+    assert over["value"] == pytest.approx(0.05) and not matched["1-1"]["paired_by_question"]
+    # the seed term from the two seeds' spread, the question term bounded by the per-seed errors
+    assert over["se"] == pytest.approx(math.sqrt(statistics.variance([0.0, 0.1]) / 2 + 2 * 0.04**2))
+    assert matched["1-1"]["t_over_seeds"]["se"] == pytest.approx(statistics.stdev([0.0, 0.1]) / math.sqrt(2))
     # per step the budget is 4 steps: 1-1 minus 2-0 is -0.05 and +0.05
     assert data["matched"]["steps"]["1-1"]["over_seeds"]["value"] == pytest.approx(0.0)
     # gain per 100 own completions: 0.2 over 32 (2-0) and 0.15, 0.25 over 24 (1-1)
     gains = data["gain_per_completions"]
     assert gains["per_run"]["2-0/seed-0"]["value"] == pytest.approx(0.2 * 100 / 32)
-    assert gains["1-1"]["minus_baseline"]["value"] == pytest.approx(0.2 * 100 / 24 - 0.2 * 100 / 32)
+    assert gains["1-1"]["minus_baseline"]["over_seeds"]["value"] == pytest.approx(0.2 * 100 / 24 - 0.2 * 100 / 32)
     # time to 2-0's final level 0.3: 2-0 at step 4; 1-1 seed 1 between steps 2 and 4 (0.3 reached at step 2)
     level = data["time_to_accuracy"]["0.300"]
     assert level["2-0"]["steps"]["per_seed"] == {0: 4.0, 1: 4.0}
@@ -94,3 +111,28 @@ def test_a_baseline_that_did_not_gain_leaves_no_level_to_time(tmp_path):
     assert data["time_to_accuracy"] == {}
     page = (tmp_path / "sapo_table_p_compute.md").read_text()
     assert "8/0 (run as 2/0) ends at or below its start on average (no gain)" in page
+
+
+def test_with_per_question_outcomes_the_difference_is_paired_as_in_held_out_table(tmp_path):
+    """The same figure, 4/4 minus 8/0 at the last step, from both reports: one paired computation (by seed and by
+    question), not a paired one in held_out_table and an unpaired one here."""
+    rng = random.Random(0)
+    for setting in ("2-0", "1-1"):
+        for seed in (0, 1, 2):
+            solved = {step: [float(rng.random() < 0.1 + 0.05 * step) for _ in range(16)] for step in (0, 2, 4)}
+            _run(tmp_path, setting, seed, {s: sum(v) / 16 for s, v in solved.items()}, 10.0, 4.0, questions=16)
+            for node in range(2):
+                lines = [{"step": step, "questions": [{"task": "t", "index": i, "correct": bool(c)}
+                         for i, c in enumerate(values)]} for step, values in solved.items()]  # fmt: skip
+                path = tmp_path / "sapo_table_runs" / "p" / setting / f"seed-{seed}" / f"node-{node}" / "held_out.jsonl"
+                path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    data = compute_report.main(["--profile", "p", "--results-dir", str(tmp_path)])
+    table = held_out_table.main(["--profile", "p", "--results-dir", str(tmp_path)])
+    per_step = data["matched"]["steps"]["1-1"]
+    assert per_step["paired_by_question"]
+    mine, theirs = per_step["over_seeds"], table["comparison"]["1-1"]["over_seeds"]
+    assert [mine[k] for k in ("value", "se", "ci_low", "ci_high")] == pytest.approx(
+        [theirs[k] for k in ("value", "se", "ci_low", "ci_high")]
+    )
+    assert mine["terms"][1]["df"] == 15  # the question term: 16 questions
+    assert per_step["t_over_seeds"] == pytest.approx(table["comparison"]["1-1"]["t_over_seeds"])

@@ -7,7 +7,6 @@ import math
 import os
 import subprocess
 import sys
-import time
 
 from benchmarks import harness
 
@@ -23,12 +22,6 @@ def test_run_record_names_command_commit_date_and_machine():
     command, commit = harness.record_lines(record)  # a result page names them
     assert command == "Command: `python benchmarks/x.py --quick`  "
     assert commit == f"Commit: `{record['git_commit']}`, {record['date']}, {record['machine']}  "
-
-
-def test_a_result_names_its_model():
-    assert harness.model_label(quick=True, model=None) == "tiny"
-    assert harness.model_label(quick=True, model="/models/m") == "/models/m"
-    assert harness.model_label(quick=False, model=None) == "default (SmolLM2-135M-Instruct)"
 
 
 def test_proc_readings_of_this_process_and_of_a_gone_one():
@@ -47,19 +40,15 @@ def test_stop_processes_kills_what_ignores_sigterm():
     stubborn = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
     polite = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     assert stubborn.stdout.readline() == "up\n"  # its handler is set before it is asked to stop
-    started = time.monotonic()
     codes = harness.stop_processes([stubborn, polite], grace=0.5)
-    assert codes == [-9, -15] and time.monotonic() - started < 10
+    assert codes == [-9, -15]  # killed after the grace, not waited for: its sleep would have ended with 0
     stubborn.stdout.close()
 
 
-def test_reports_write_nan_as_null_and_record_their_settings(tmp_path):
+def test_reports_write_nan_as_null(tmp_path):
     paths = harness.write_report(tmp_path / "out", "bench", {"settings": {"n": 1}, "x": math.nan}, ["# t", "row"])
     assert json.loads(paths["json"].read_text()) == {"settings": {"n": 1}, "x": None}
     assert paths["md"].read_text() == "# t\nrow\n"
-    assert harness.saved_settings_match(paths["json"], {"n": 1})
-    assert not harness.saved_settings_match(paths["json"], {"n": 2})
-    assert not harness.saved_settings_match(tmp_path / "missing.json", {"n": 1})
 
 
 def test_a_rewritten_result_leaves_the_tree_clean_and_a_changed_source_does_not(tmp_path):

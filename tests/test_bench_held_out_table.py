@@ -48,17 +48,25 @@ def test_held_out_table_arithmetic(tmp_path):
     assert first[0]["difference"] == pytest.approx(0.2)
     assert first[0]["se"] == pytest.approx(math.hypot(0.06, 0.05))
     assert first[1]["difference"] == pytest.approx(-0.1) and first[1]["se"] == pytest.approx(math.hypot(0.05, 0.05))
-    # over seeds: the seeds' spread plus the shared questions' error (mean of the per-seed errors, squared)
-    spread = statistics.stdev([0.2, -0.1]) ** 2 / 2
-    shared = ((math.hypot(0.06, 0.05) + math.hypot(0.05, 0.05)) / 2) ** 2
+    # over seeds, without per-question outcomes: the seed term from the seeds' spread, the question term bounded by
+    # the mean per-seed error, squared; each charged at its own t quantile (1 and 63 degrees of freedom)
+    seed_term = statistics.stdev([0.2, -0.1]) ** 2 / 2
+    question_term = ((math.hypot(0.06, 0.05) + math.hypot(0.05, 0.05)) / 2) ** 2
     over = result["over_seeds"]
-    assert over["value"] == pytest.approx(0.05) and over["se"] == pytest.approx(math.sqrt(spread + shared))
-    half = stats.t_quantile(0.975, over["df"]) * over["se"]
+    assert not result["paired_by_question"]
+    assert over["value"] == pytest.approx(0.05) and over["se"] == pytest.approx(math.sqrt(seed_term + question_term))
+    half = math.sqrt(stats.t_quantile(0.975, 1) ** 2 * seed_term + stats.t_quantile(0.975, 63) ** 2 * question_term)
     assert (over["ci_low"], over["ci_high"]) == pytest.approx((0.05 - half, 0.05 + half))
-    assert result["over_seeds_spread_only"]["df"] == 1
+    plain = result["t_over_seeds"]
+    assert plain["df"] == 1 and plain["ci_high"] - 0.05 == pytest.approx(12.7062 * math.sqrt(seed_term), rel=1e-4)
     page = (tmp_path / "sapo_table_p_held_out.md").read_text()
     assert "4/4 (run as 1/1), seed 0: +0.200 ± 0.078 (95 % CI" in page
-    assert f"a gain above {over['ci_high']:+.3f} is excluded at 95 %" in page
+    assert f"question term ± {math.sqrt(question_term):.3f}, bounded by the per-seed errors" in page
+    assert f"a gain above {over['ci_high']:+.3f} and a loss below {over['ci_low']:+.3f} excluded" in page
+    # learning over seeds: 2-0 changed +0.2 and +0.2 (no spread): the questions' error is all there is
+    changes = data["changes"]["2-0"]
+    assert changes["over_seeds"]["value"] == pytest.approx(0.2) and changes["t_over_seeds"]["se"] == pytest.approx(0)
+    assert changes["over_seeds"]["ci_low"] > 0 and "8/0 (run as 2/0), over 2 seeds:" in page
     assert (tmp_path / "sapo_table_p_held_out.png").exists()
 
 
@@ -94,6 +102,29 @@ def test_per_question_outcomes_make_the_errors_clustered_and_the_differences_pai
     assert row["difference"] == pytest.approx(0.125) and row["se"] == pytest.approx(paired.se)
     assert row["se"] < math.hypot(*runs["2-0"]["standard_error"][1:], *runs["1-1"]["standard_error"][1:])
     assert "every change and difference is paired by question" in (tmp_path / "sapo_table_p_held_out.md").read_text()
+
+
+def test_over_seeds_the_outcomes_make_a_seeds_by_questions_table(tmp_path):
+    # seed 0: 1-1 solves one question more than 2-0; seed 1: two more; 8 questions, 2 identical peers per run
+    start = [1, 1, 0, 0, 0, 0, 0, 0]
+    ends = {("2-0", 0): [1, 1, 1, 0, 0, 0, 0, 0], ("1-1", 0): [1, 1, 1, 1, 0, 0, 0, 0],
+            ("2-0", 1): [1, 1, 0, 0, 0, 0, 0, 0], ("1-1", 1): [1, 1, 0, 0, 1, 1, 0, 0]}  # fmt: skip
+    for (setting, seed), end in ends.items():
+        pass_at_1 = [(0, sum(start) / 8, 0.15), (30, sum(end) / 8, 0.17)]
+        _archive(tmp_path, setting, seed, [pass_at_1, pass_at_1], questions=8)
+        _outcomes(tmp_path, setting, seed, [{0: start, 30: end}, {0: start, 30: end}])
+    data = held_out_table.main(["--profile", "p", "--results-dir", str(tmp_path)])
+    result = data["comparison"]["1-1"]
+    table = [[a - b for a, b in zip(ends[("1-1", s)], ends[("2-0", s)], strict=True)] for s in (0, 1)]
+    expected = stats.seeds_and_questions(table)
+    assert result["paired_by_question"]
+    assert result["over_seeds"]["value"] == pytest.approx(0.1875) and result["over_seeds"]["se"] == pytest.approx(
+        expected.se
+    )
+    assert (result["over_seeds"]["ci_low"], result["over_seeds"]["ci_high"]) == pytest.approx(expected.interval())
+    assert result["t_over_seeds"] == pytest.approx(stats.t_over_seeds([0.125, 0.25]).to_json())
+    change = data["changes"]["1-1"]  # end minus the shared start: two more questions of 8 in both seeds
+    assert change["over_seeds"]["value"] == pytest.approx(0.25) and change["paired_by_question"]
 
 
 def test_specialists_are_split_into_the_task_each_peer_trains_on_and_the_others_tasks(tmp_path):

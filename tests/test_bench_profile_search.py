@@ -8,7 +8,7 @@ import math
 
 import pytest
 
-from benchmarks import profile_search
+from benchmarks import profile_search, stats
 from sapo.evaluation import HeldOutResult, QuestionResult
 
 
@@ -78,3 +78,20 @@ def test_the_bf16_check_pairs_each_seed_by_question_and_bounds_the_mean_over_see
     assert low < 0 < high  # two seeds and 20 questions resolve nothing: the interval says so
     lines = "\n".join(profile_search.precision_lines([pair]))
     assert "| lora-mix-small | 0 | +0.050" in lines and "over 2" in lines
+
+
+def test_learning_over_seeds_is_the_seeds_by_questions_table_of_end_minus_start():
+    def result(solved):
+        return HeldOutResult([QuestionResult("t", i, float(s), "", 1) for i, s in enumerate(solved)]).to_json()
+
+    start = [1] * 2 + [0] * 18
+    ends = {0: [1] * 5 + [0] * 15, 1: [1] * 4 + [0] * 16, 2: [1] * 2 + [0] * 18}  # +3, +2, +0 questions of 20
+    runs = [{"setting": {"name": "x"}, "seed": seed, "evaluations": {"0": result(start), "30": result(end)}}
+            for seed, end in ends.items()]  # fmt: skip
+    (entry,) = profile_search.learning_over_seeds(runs)
+    table = [[e - s for e, s in zip(end, start, strict=True)] for end in ends.values()]
+    assert entry["seeds"] == [0, 1, 2] and entry["change"].value == pytest.approx(5 / 60)
+    assert entry["change"].interval() == pytest.approx(stats.seeds_and_questions(table).interval())
+    assert entry["t_over_seeds"].se == pytest.approx(stats.t_over_seeds([0.15, 0.1, 0.0]).se)
+    lines = "\n".join(profile_search.learning_lines([entry]))
+    assert "| x | 0,1,2 | +0.083 (95 % CI" in lines and "no learning resolved" in lines

@@ -6,6 +6,7 @@ from __future__ import annotations
 import importlib
 import json
 import math
+import statistics
 from pathlib import Path
 
 import pytest
@@ -152,6 +153,11 @@ def test_aggregation_cumulative_gain_and_spread(bench, report, tmp_path):
     # seed 0: 0.3 vs 0.15 per peer-step; SE from the spread of 0.1..0.3 / 0.0..0.2 (4/4 has none)
     check = report.noise_check(runs, config["settings"])
     assert check[0].startswith("- 4/4 seed 0: mean reward per peer-step 0.3000 vs 0.1500 (8/0): difference +0.1500")
+    # over the seeds: +0.15 and 0.33 - 0.1833, a t-interval on 1 degree of freedom
+    half = 12.7062 * statistics.stdev([0.15, 0.33 - 1.1 / 6]) / math.sqrt(2)
+    mean = (0.15 + 0.33 - 1.1 / 6) / 2
+    interval = f"(95 % CI {mean - half:+.4f} to {mean + half:+.4f}, t-interval over the seeds)."
+    assert check[2] == f"- 4/4, over 2 seeds: {mean:+.4f} {interval}"
     # the diagnostics: step 1 of 3 is the first half, steps 2-3 the second
     assert by[("8/0", 0)]["reward_first_half"] == pytest.approx(0.05)
     assert by[("8/0", 0)]["reward_second_half"] == pytest.approx(0.2)

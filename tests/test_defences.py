@@ -12,6 +12,7 @@ import torch
 from datasets import Dataset
 
 from sapo import SAPOConfig, SAPOTrainer
+from sapo.group_log import read_group_log
 from sapo.hygiene import CompletionHygiene
 from sapo.models import build_tiny_model
 from sapo.plausibility import (
@@ -109,7 +110,7 @@ def test_trainer_drops_unhygienic_groups_and_benches_their_sender(tmp_path, smol
     totals = trainer.swarm_totals
     # Two of the attacker's groups fail hygiene and bench it; its third is set aside unread (order is random).
     assert totals["dropped/hygiene"] == 2 and totals["dropped/benched_sender"] == 1, dict(totals)
-    assert totals["benched_senders"] == 1 and trainer.standing.benched(time.time()) == ["attacker"]
+    assert totals["benched_senders"] == 1 and trainer.intake.standing.benched(time.time()) == ["attacker"]
     assert trainer.taken_from == {"friend": 1}
 
 
@@ -281,10 +282,10 @@ def test_trainer_drops_a_payload_its_policy_would_never_write_and_benches_the_se
     assert [h["sapo/external_groups"] for h in steps] == [0.0, 1.0] and totals["candidates"] == 2
     # The reference: every own completion, scored in the loss passes (step 1: 4 groups of 4; step 2: 3, beside the
     # external one, which is not part of it).
-    assert len(trainer.plausibility._own) == 16 + 12 and trainer.plausibility.threshold() is not None
+    assert len(trainer.intake.plausibility._own) == 16 + 12 and trainer.intake.plausibility.threshold() is not None
     assert totals["dropped/implausible"] == 1 and trainer.taken_from == {"honest": 1}, dict(totals)
     assert totals["implausible/mean"] + totals["implausible/span"] == 1  # which test dropped it, for calibration
-    assert totals["benched_senders"] == 1 and trainer.standing.benched(time.time()) == ["attacker"]
+    assert totals["benched_senders"] == 1 and trainer.intake.standing.benched(time.time()) == ["attacker"]
     assert any("sapo/time/plausibility" in h for h in trainer.state.log_history)
     senders = json.loads((tmp_path / "out" / "senders.json").read_text())  # who sent what, for an audit
     assert senders == {"attacker": {"dropped/implausible": 1}, "honest": {"taken": 1}}
@@ -303,7 +304,7 @@ def test_a_sender_is_judged_by_its_chosen_groups_not_diluted_by_those_waiting_in
     trainer.train()
     totals = trainer.swarm_totals
     assert totals["dropped/implausible"] == 3 and totals["candidates"] == 12, dict(totals)
-    assert totals["benched_senders"] == 1 and trainer.standing.benched(time.time()) == ["attacker"]
+    assert totals["benched_senders"] == 1 and trainer.intake.standing.benched(time.time()) == ["attacker"]
     assert trainer.taken_from == {}
 
 
@@ -370,3 +371,36 @@ def test_external_tokens_the_policy_would_never_write_get_no_weight_in_the_loss(
         if "sapo/total/external_tokens_masked" in h
     ]
     assert logged and logged[-1] == masked
+
+
+def test_a_slot_whose_group_is_implausible_takes_the_next_usable_candidate_not_an_own_group(tmp_path, smollm_tokenizer):
+    """Take what arrives: when the plausibility check drops a chosen group, the slot goes to the next candidate the
+    sampler ranked (judged the same way) before it falls back to an own group; every group judged is in the group
+    log with what happened to it."""
+    swarm = MemorySwarm(seed=0)
+    attacker, honest = swarm.join("attacker"), swarm.join("honest")
+    attacker.publish([_counting_group(["123", f"123 zebracoin {k}", "4567", "zebracoin 89"], f"bad-{k}")
+                      for k in range(3)])  # fmt: skip
+    honest.publish([_counting_group(["123", "4567", "890", "12"], "good")])
+    trainer = _digit_trainer(SAPOTrainer, tmp_path, smollm_tokenizer, swarm.join("receiver"), num_external=1,
+                             external_pool_size=4, sender_drop_limit=None, groups_log="groups.jsonl")  # fmt: skip
+    trainer.train()
+    totals = trainer.swarm_totals
+    # Step 1 builds the plausibility reference; step 2 judges all four: whatever order the sampler drew, the slot
+    # ends with the honest group, after each attacker group drawn before it was dropped.
+    assert trainer.taken_from == {"honest": 1} and totals["fill_ins"] == 1, dict(totals)  # the fill-in is step 1's
+    assert totals["refilled_slots"] == totals["dropped/implausible"] >= 0
+    records = read_group_log(tmp_path / "out" / "groups.jsonl")
+    received = [r for r in records if r["origin"] == "swarm"]
+    assert [r["group_id"] for r in received if r["outcome"] == "taken"] == ["good"]
+    outcomes = {r["group_id"]: r["outcome"] for r in received}
+    assert set(outcomes) == {"good", "bad-0", "bad-1", "bad-2"}
+    assert all(o in ("implausible", "not_chosen") for g, o in outcomes.items() if g != "good")
+    assert sum(o == "implausible" for o in outcomes.values()) == totals["dropped/implausible"]
+    taken = next(r for r in received if r["group_id"] == "good")
+    assert taken["sender"] == "honest" and taken["model"] == "m" and taken["step"] == 1
+    assert taken["rewards"] == [3.0, 4.0, 3.0, 2.0] and taken["spread"] is True and taken["task"] == "counting"
+    assert taken["rescue"] is True  # a success on a task none of the receiver's own groups succeeded on
+    own = [r for r in records if r["origin"] == "own"]
+    assert [r["step"] for r in own] == [0, 0, 0, 1, 1]  # 3 own groups in step 1 (its slot filled in), 2 in step 2
+    assert all(r["outcome"] == "own" and r["sender"] == "receiver" and len(r["rewards"]) == 4 for r in own)

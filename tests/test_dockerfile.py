@@ -14,9 +14,8 @@ import shlex
 import subprocess
 from pathlib import Path, PurePosixPath
 
+import dockerfile_parse
 import pytest
-
-dockerfile_parse = pytest.importorskip("dockerfile_parse")
 
 try:
     import tomllib
@@ -83,6 +82,8 @@ def _pip_installs(command: str) -> list[tuple[tuple[str, ...], frozenset[str]]]:
             elif token.startswith(("--index-url=", "--extra-index-url=", "--find-links=")):
                 pass
             elif token in ("--quiet", "-q", "--no-cache-dir", "--progress-bar=off"):
+                pass
+            elif token.startswith("${"):  # index options from the environment (setup.sh's TORCH_INDEX_URL)
                 pass
             elif token in ("-e", "--editable", "--no-deps", "--upgrade", "-U"):
                 flags.add({"--editable": "-e", "-U": "--upgrade"}.get(token, token))
@@ -226,14 +227,19 @@ def test_exposed_port_is_where_the_node_listens(final_stage):
     assert {_tcp_port(m) for m in host_maddrs} == {port}
 
 
-def test_healthcheck_calls_a_script_of_the_repository(final_stage):
+def _healthcheck(final_stage) -> list[str]:
     checks = _values(final_stage, "HEALTHCHECK")
     assert checks, "the image has no HEALTHCHECK"
-    command = checks[-1].split("CMD", 1)[1].strip()
-    argv = json.loads(command) if command.startswith("[") else shlex.split(command)
-    script = PurePosixPath(argv[0] if argv[0] not in ("bash", "sh") else argv[1])
-    in_repo = _repository_file(final_stage, script)
-    assert in_repo and in_repo.is_file(), f"HEALTHCHECK calls {script}, which no COPY puts there from the repository"
+    return _exec_form(checks[-1].split("CMD", 1)[1].strip())
+
+
+def test_healthcheck_asks_the_nodes_own_healthz(final_stage):
+    """One meaning of healthy: the HEALTHCHECK runs the node's console script's `health` command, which asks the
+    node's /healthz; no script of its own."""
+    argv = _healthcheck(final_stage)
+    scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
+    assert argv[:2] == ["sapo-node", "health"] and scripts["sapo-node"] == "sapo.node.cli:main"
+    assert not list((ROOT / "docker").glob("health*")), "a second definition of healthy is back in docker/"
 
 
 def test_docker_scripts_are_valid_bash():
@@ -508,30 +514,50 @@ def test_readme_docker_run_line_matches_the_image(final_stage):
         assert "DEVICE=cuda" in section, "the README's build argument for the CUDA image is DEVICE=cuda"
 
 
-def test_healthcheck_tells_this_nodes_address_from_an_earlier_runs(tmp_path):
-    """A restarted container keeps the previous run's address.txt: until this node writes its own, it is not
-    healthy; once it has, it is; with no node at all, it is not."""
-    import os
-    import time
+def test_the_healthcheck_and_healthz_agree_on_a_running_a_stalled_and_a_stopped_node(final_stage, tmp_path):
+    """The image's HEALTHCHECK command, run as Docker runs it (in the volume, the node's output directory), against a
+    node's real page server: healthy while steps end, unhealthy once no step ended for the stall limit (the page
+    still answers, with 503), unhealthy once the node is gone (nothing answers)."""
+    import sys
+    import urllib.error
+    import urllib.request
 
-    out = tmp_path / "out"
-    out.mkdir()
-    address = out / "address.txt"
-    address.write_text("/ip4/127.0.0.1/tcp/1/p2p/Qm")
-    an_hour_ago = time.time() - 3600
-    os.utime(address, (an_hour_ago, an_hour_ago))
-    check = ["bash", str(ROOT / "docker" / "healthcheck.sh")]
-    env = {**os.environ, "SAPO_HEALTH_DIR": str(out)}
-    node = subprocess.Popen(["bash", "-c", "exec -a sapo-node sleep 60"])  # a process named as the node is
+    from sapo.node.board import STALL_MIN_SECONDS, StatusBoard
+    from sapo.node.status import write_status
+    from sapo.node.web import StatusServer, node_app
+
+    now = [1_800_000_000.0]
+    board = StatusBoard("a node", max_steps=100, clock=lambda: now[0])
+    for step in range(1, 4):
+        now[0] += 10.0
+        board.record_step(step, {"sapo/local_reward": 0.5})
+    server = StatusServer(node_app(board.snapshot), "127.0.0.1", 0)
+    volume = tmp_path / "data"
+    volume.mkdir()
+    write_status(volume, "training", 3, page=server.url)
+    command = [sys.executable, "-m", "sapo.node.cli", *_healthcheck(final_stage)[1:]]  # the console script's module
+
+    def healthcheck() -> tuple[int, str]:
+        result = subprocess.run(command, cwd=volume, capture_output=True, text=True, timeout=60)
+        return result.returncode, result.stdout
+
+    def healthz() -> int:
+        try:
+            with urllib.request.urlopen(server.url + "healthz", timeout=10) as response:
+                return response.status
+        except urllib.error.HTTPError as e:
+            return e.code
+
     try:
-        time.sleep(0.5)
-        stale = subprocess.run(check, capture_output=True, text=True, env=env)
-        assert stale.returncode == 1 and "earlier run" in stale.stdout, stale.stdout
-        address.touch()
-        fresh = subprocess.run(check, capture_output=True, text=True, env=env)
-        assert fresh.returncode == 0 and fresh.stdout.startswith("healthy"), fresh.stdout
+        assert healthz() == 200 and healthcheck() == (0, "ok\n")
+        now[0] += STALL_MIN_SECONDS + 1.0  # no step ends: stalled, while the process and its page are up
+        assert healthz() == 503
+        code, said = healthcheck()
+        assert code == 1 and said.startswith("unhealthy\nstalled: no step ended for"), said
+        now[0] += 1.0
+        board.record_step(4, {"sapo/local_reward": 0.5})  # it steps again
+        assert healthz() == 200 and healthcheck()[0] == 0
     finally:
-        node.kill()
-        node.wait(timeout=10)
-    gone = subprocess.run(check, capture_output=True, text=True, env=env)
-    assert gone.returncode == 1 and "no sapo-node process" in gone.stdout, gone.stdout
+        server.close()
+    code, said = healthcheck()  # stopped: nothing answers
+    assert code == 1 and "does not answer" in said, said

@@ -18,10 +18,8 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("hivemind")
-
-from testbed.hostile_peer import honest_group  # noqa: E402
-from tests.swarm_fixtures import dht_peers, no_p2pd_left_behind, wait_until  # noqa: E402, F401
+from testbed.hostile_peer import honest_group
+from tests.swarm_fixtures import dht_peers, no_p2pd_left_behind, wait_until  # noqa: F401
 
 pytestmark = pytest.mark.usefixtures("no_p2pd_left_behind")
 
@@ -130,30 +128,36 @@ def test_train_reasoning_gym_runs_as_one_peer_over_two_processes(tmp_path, tiny_
     assert len({item.sender for item in published}) == 1
 
 
-def test_custom_reward_checks_shared_questions_against_its_own_file(tmp_path, tiny_model_a, feeder):
-    from datasets import load_dataset
+def test_custom_reward_checks_shared_questions_against_its_own_copy_in_another_order(tmp_path, tiny_model_a, feeder):
+    import json
 
-    from sapo.tasks import questions_from_dataset
+    from sapo.sources import DatasetSource
     from swarm.records import Provenance
 
     questions_file = EXAMPLES / "data" / "capitals.jsonl"
-    rows = questions_from_dataset(load_dataset("json", data_files=str(questions_file), split="train"), "capitals")
+    lines = questions_file.read_text().splitlines()
+    reordered = tmp_path / "capitals.jsonl"  # the receiver holds the same items in another order
+    reordered.write_text("\n".join(reversed(lines)) + "\n")
+    rows = DatasetSource(questions_file, "capitals").rows()
     honest = honest_group(rows[3], "capital-3")
-    # row 4's question claiming to be row 3; and a question of a dataset the receiver has no copy of
-    mismatch = replace(honest_group(rows[4], "capital-4"), provenance=Provenance("dataset", "capitals", {}, None, 3))
-    unknown = replace(honest_group(rows[5], "other"), provenance=Provenance("dataset", "my_private_set", {}, None, 5))
-    feeder.publish([honest, mismatch, unknown])
+    # another item's question under item 3's key; and an item of a dataset the receiver does not hold
+    forged = replace(honest_group(rows[4], "capital-4"), provenance=honest.provenance)
+    foreign = Provenance("dataset", "my_private_set", {}, None, None, version="1", key="0" * 24)
+    unknown = replace(honest_group(rows[5], "other"), provenance=foreign)
+    feeder.publish([honest, forged, unknown])
 
     output = run_example(
-        python("custom_reward.py", "--smoke", "--model", str(tiny_model_a), "--questions", str(questions_file),
+        python("custom_reward.py", "--smoke", "--model", str(tiny_model_a), "--questions", str(reordered),
                "--initial-peers", feeder.visible_addresses()[0]),
         cwd=tmp_path,
     )  # fmt: skip
 
     assert taken_from(output) == {feeder.peer_id: 1}, output[-3000:]  # only the honest group is usable
     dropped = ast.literal_eval(re.search(r"external groups dropped, by reason: (\{.*\})", output).group(1))
-    assert dropped.get("question_mismatch") == 1 and dropped.get("unknown_task") == 1, dropped
+    assert dropped.get("question_mismatch") == 1 and dropped.get("unknown_source") == 1, dropped
     assert "'rewards/capital_reward/mean'" in output  # the user's reward function was called by TRL
+    assert re.search(r"held-out pass@1 [0-9.]+ on [1-9][0-9]* questions", output)  # evaluated on its own task
+    assert json.loads(lines[0])["aliases"] == []  # the file carries the extra column the reward reads
 
 
 def test_heterogeneous_swarm_peers_with_different_tokenizers_train_on_each_others_groups(
@@ -188,10 +192,16 @@ def test_lora_node_trains_saves_and_reloads_the_adapter(tmp_path, tiny_model_a):
 def test_every_example_is_short_and_says_what_it_shows_how_to_run_it_and_what_it_prints():
     scripts = sorted(EXAMPLES.glob("*.py"))
     assert {s.name for s in scripts} >= {
-        "train_reasoning_gym.py", "custom_reward.py", "heterogeneous_swarm.py", "lora_node.py",
+        "train_reasoning_gym.py", "custom_reward.py", "own_generator.py", "heterogeneous_swarm.py", "lora_node.py",
     }  # fmt: skip
     for script in scripts:
         doc = ast.get_docstring(ast.parse(script.read_text()))
         assert doc and all(word in doc for word in ("What it shows", "Run:", "Output")), script.name
         code_lines = len(script.read_text().splitlines()) - len(doc.splitlines())
         assert code_lines <= 110, f"{script.name}: {code_lines} lines besides its header"
+
+
+def test_own_generator_trains_on_a_generated_task_and_evaluates_its_held_out_seed(tmp_path, tiny_model_a):
+    output = run_example(python("own_generator.py", "--smoke", "--model", str(tiny_model_a)), cwd=tmp_path)
+    assert re.search(r"held-out pass@1 [0-9.]+ on 4 questions", output), output[-3000:]
+    assert "'rewards/product_reward/mean'" in output  # the user's reward, reading the generator's column

@@ -8,20 +8,17 @@ from __future__ import annotations
 
 import json
 
-import pytest
+from hivemind.dht.routing import DHTID
+from hivemind.dht.validation import DHTRecord
+from hivemind.utils.crypto import RSAPrivateKey
+from hivemind.utils.serializer import MSGPackSerializer
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-pytest.importorskip("hivemind")
-
-from hivemind.dht.routing import DHTID  # noqa: E402
-from hivemind.dht.validation import DHTRecord  # noqa: E402
-from hivemind.utils.crypto import RSAPrivateKey  # noqa: E402
-from hivemind.utils.serializer import MSGPackSerializer  # noqa: E402
-
-from sapo.tasks import TaskSpec, build_reasoning_gym_dataset  # noqa: E402
-from sapo.verification import GROUP_DROP_REASONS, GroupDropped, QuestionVerifier  # noqa: E402
-from swarm.records import (  # noqa: E402
+from sapo.questions import GROUP_DROP_REASONS, GroupDropped
+from sapo.sources import ReasoningGymSource, SourceRegistry
+from sapo.tasks import TaskSpec, build_reasoning_gym_dataset
+from swarm.records import (
     REJECT_REASONS,
     Group,
     GroupRecord,
@@ -31,8 +28,8 @@ from swarm.records import (  # noqa: E402
     encode_index_entry,
     encode_record,
 )
-from swarm.validation import OwnerSignatureValidator, SwarmSchemaValidator, index_keys, owner_marker  # noqa: E402
-from tests.swarm_fixtures import make_group  # noqa: E402
+from swarm.validation import OwnerSignatureValidator, SwarmSchemaValidator, index_keys, owner_marker
+from tests.swarm_fixtures import make_group
 
 FUZZ = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 KEYS = [*index_keys("sapo", 8), *index_keys("sapo", 8, level=3)[::9], "sapo/records/abc/1", "other"]
@@ -91,7 +88,7 @@ provenances = st.builds(
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(provenances, st.sampled_from(["same", "other", "empty"]), st.sampled_from([None, "trust", "verify", "drop"]))
+@given(provenances, st.sampled_from(["same", "other", "empty"]), st.sampled_from(["trust", "verify", "drop"]))
 def test_verifier_rederives_or_drops_with_a_reason(provenance, question, policy):
     row = ROWS[0]
     prompt = {
@@ -101,7 +98,7 @@ def test_verifier_rederives_or_drops_with_a_reason(provenance, question, policy)
     }[question]
     group = Group(**{**vars(make_group("g")), "prompt": prompt, "provenance": provenance})
     try:
-        columns = QuestionVerifier(policy=policy).columns_for(group)
+        columns = SourceRegistry([ReasoningGymSource()], policy=policy).columns_for(group)
     except GroupDropped as e:
         assert e.reason in GROUP_DROP_REASONS
         return

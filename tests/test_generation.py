@@ -1,4 +1,4 @@
-"""sapo.generation: each prompt prefilled once and LoRA adapters merged change the time of generation, not its
+"""sapo.speed's generation: each prompt prefilled once and LoRA adapters merged change the time of generation, not its
 tokens or their distribution; the training weights come back untouched. Tiny random models with a real tokenizer."""
 
 from __future__ import annotations
@@ -11,10 +11,11 @@ from datasets import Dataset
 from transformers import GenerationConfig
 
 from sapo import SAPOConfig, SAPOTrainer
-from sapo.config import cpu_has_native_bf16, device_defaults
 from sapo.evaluation import generate_greedy
-from sapo.generation import generate_completions, inference_context, inference_weights, unique_prompts
 from sapo.models import LoraSpec, build_tiny_model, lora_config
+from sapo.speed.devices import cpu_has_native_bf16, device_defaults
+from sapo.speed.generation import generate_completions, unique_prompts
+from sapo.speed.inference import inference_context, inference_weights
 from testbed.tiny_run import tiny_config
 
 G = 4
@@ -139,7 +140,7 @@ def test_sampled_tokens_log_probabilities_match_a_full_forward_pass(smollm_token
 
 
 def test_inverse_transform_sampling_draws_each_word_as_often_as_its_probability():
-    from sapo.generation import inverse_transform_sampling, sample_rows
+    from sapo.speed.sampling import inverse_transform_sampling, sample_rows
 
     probs = torch.tensor([[0.5, 0.0, 0.3, 0.2], [0.0, 0.0, 1.0, 0.0], [2.0, 6.0, 0.0, 0.0]])  # the last unnormalized
     torch.manual_seed(0)
@@ -251,7 +252,7 @@ def test_training_with_the_speed_ups_takes_the_same_steps(tmp_path, smollm_token
     the same), so the losses and the trained adapters agree; the frozen base weights are untouched. TRL's own path
     (speed-ups off) samples by inverse transform here too, as the node's path does on a CPU: the sampler is the one
     thing that draws differently (its distribution is tested on its own above)."""
-    from sapo.generation import inverse_transform_sampling
+    from sapo.speed.sampling import inverse_transform_sampling
 
     fast = _train(tmp_path, smollm_tokenizer, "fast", fast=True)
     with inverse_transform_sampling():

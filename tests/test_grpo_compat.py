@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import math
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -13,6 +14,7 @@ from trl import GRPOConfig, GRPOTrainer
 
 from sapo import SAPOConfig, SAPOTrainer
 from sapo.models import build_tiny_model
+from sapo.speed.devices import SPEED_UP_FIELDS
 from sapo.tasks import TaskSpec, build_held_out_dataset
 
 CONFIG_OF = {GRPOTrainer: GRPOConfig, SAPOTrainer: SAPOConfig}
@@ -283,3 +285,119 @@ def test_training_resumes_from_a_checkpoint(trainer_class, tmp_path, smollm_toke
     again.train(resume_from_checkpoint=str(checkpoint))
     assert again.state.global_step == 2
     assert [h["step"] for h in again.state.log_history if "loss" in h] == [1, 2]  # step 1 from the checkpoint
+
+
+@TRAINERS
+def test_a_trainer_built_without_its_init_takes_trl_s_rollout_path(trainer_class):
+    """TRL's own tests build a trainer with `object.__new__` and set TRL's attributes only: SAPOTrainer's overrides
+    then do what GRPOTrainer's methods do."""
+    trainer = object.__new__(trainer_class)
+    trainer.accelerator = SimpleNamespace(device=torch.device("cpu"))
+    trainer.model = SimpleNamespace(training=True)
+    trainer.use_vllm = False
+    trainer.rollout_func = lambda prompts, trainer: {"prompt_ids": [[1]], "completion_ids": [[2]]}
+    with pytest.raises(ValueError, match="rollout_func must return keys"):
+        trainer._generate(["prompt"])
+
+
+# ----------------------------------------------------------------------------------------------------
+# what the speed-ups do not support: they step aside, and the trainer trains as GRPOTrainer does
+
+
+def _step_asides(caplog, *words: str) -> list[str]:
+    """The speed-ups' log lines that hold every one of ``words``."""
+    lines = [r.getMessage() for r in caplog.records if r.name.startswith("sapo.speed")]
+    return [line for line in lines if all(word in line for word in words)]
+
+
+BEAM_SEARCH = {"do_sample": True, "top_k": 50, "num_beams": 2, "length_penalty": -0.1}
+
+
+@TRAINERS
+def test_beam_search_generation_kwargs_train(trainer_class, tmp_path, smollm_tokenizer, caplog):
+    trainer = _trainer(trainer_class, tmp_path, smollm_tokenizer, generation_kwargs=BEAM_SEARCH, max_steps=2,
+                       per_device_train_batch_size=3, num_generations=3, max_completion_length=8)  # fmt: skip
+    before = [p.detach().clone() for p in trainer.model.parameters()]
+    with caplog.at_level(logging.INFO, logger="sapo.speed"):
+        trainer.train()
+    assert trainer.state.global_step == 2 and math.isfinite(_logged(trainer, "loss")[-1])
+    assert any(not torch.equal(b, a) for b, a in zip(before, trainer.model.parameters(), strict=True))
+    if trainer_class is SAPOTrainer:  # each speed-up that cannot decode beams said so once, not at every step
+        assert len(_step_asides(caplog, "generation_prefill_once", "beam search")) == 1
+        assert len(_step_asides(caplog, "generation_inverse_transform_sampling", "beam search")) == 1
+
+
+@TRAINERS
+@pytest.mark.parametrize("bf16", [False, True])
+def test_lora_with_gradient_checkpointing_trains(trainer_class, bf16, tmp_path, smollm_tokenizer, caplog):
+    """A float32 model, LoRA, gradient checkpointing (the GPU default): the recomputed layers match the forward pass,
+    the adapters train and the base weights stay as they were."""
+    from peft import LoraConfig
+
+    trainer = _trainer(
+        trainer_class, tmp_path, smollm_tokenizer, trainer_kwargs={"peft_config": LoraConfig()},
+        gradient_checkpointing=True, bf16=bf16, learning_rate=0.1, max_steps=2, per_device_train_batch_size=3,
+        num_generations=3, max_completion_length=8,
+    )  # fmt: skip
+    before = {n: p.detach().clone() for n, p in trainer.model.named_parameters()}
+    with caplog.at_level(logging.INFO, logger="sapo.speed"):
+        trainer.train()
+    changed = {n for n, p in trainer.model.named_parameters() if not torch.equal(before[n], p)}
+    assert changed and all("lora_" in n for n in changed)
+    if trainer_class is SAPOTrainer:
+        assert len(_step_asides(caplog, "cpu_fused_loss_pass", "gradient checkpointing")) == 1
+        assert len(_step_asides(caplog, "bf16 weights", "gradient checkpointing")) == int(bf16)
+
+
+UNKNOWN_KWARG = {"output_logits": False}
+"""A `generate` argument none of the generation speed-ups knows."""
+
+ALONE = {name: False for name in SPEED_UP_FIELDS}
+GENERATION_SPEED_UPS = {
+    # the speed-up -> the SAPOConfig fields that turn it on alone, and what shows it running while `generate` runs
+    "generation_prefill_once": (
+        {**ALONE, "generation_prefill_once": True},
+        lambda model, spy: vars(model).get("generate") is not spy,
+    ),
+    "generation_inverse_transform_sampling": (
+        {**ALONE, "generation_inverse_transform_sampling": True},
+        lambda model, spy: torch.multinomial is not MULTINOMIAL,
+    ),
+    "generation_merge_adapters": (
+        {**ALONE, "generation_merge_adapters": True},
+        lambda model, spy: any(getattr(m, "merged_adapters", None) for m in model.modules()),
+    ),
+    "bf16 weights": (
+        {**ALONE, "bf16": True},
+        lambda model, spy: model.get_output_embeddings().weight.dtype == torch.bfloat16,
+    ),
+}
+MULTINOMIAL = torch.multinomial
+
+
+@pytest.mark.parametrize("speed_up", list(GENERATION_SPEED_UPS))
+@pytest.mark.parametrize("unknown", [False, True], ids=["known", "unknown_kwarg"])
+def test_each_generation_speed_up_leaves_an_unknown_generation_kwarg_to_trl(speed_up, unknown, tmp_path,
+                                                                            smollm_tokenizer, caplog):  # fmt: skip
+    """Each speed-up, alone, runs inside TRL's generation; given a generation kwarg it does not know, it steps aside
+    (one log line) and TRL's generation runs as GRPOTrainer runs it."""
+    from peft import LoraConfig
+
+    fields, running = GENERATION_SPEED_UPS[speed_up]
+    trainer = _trainer(
+        SAPOTrainer, tmp_path, smollm_tokenizer, max_steps=2, **fields,
+        generation_kwargs=UNKNOWN_KWARG if unknown else None,
+        trainer_kwargs={"peft_config": LoraConfig(r=2, target_modules=["q_proj", "v_proj"], task_type="CAUSAL_LM")},
+    )  # fmt: skip
+    model, seen = trainer.model, []
+
+    def spy(*args, **kwargs):  # the model's generate, noting whether the speed-up runs around it
+        seen.append(running(model, spy))
+        return type(model).generate(model, *args, **kwargs)
+
+    model.generate = spy
+    with caplog.at_level(logging.INFO, logger="sapo.speed"):
+        trainer.train()
+    del model.generate
+    assert len(seen) == 2 and set(seen) == {not unknown}
+    assert len(_step_asides(caplog, speed_up, "output_logits")) == int(unknown)

@@ -6,10 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-pytest.importorskip("hivemind")
-
-from testbed.hostile_peer import hostile_round, poisoned_rows_trained  # noqa: E402
-from tests.swarm_fixtures import dht_peers, no_p2pd_left_behind, record_p2pd  # noqa: E402, F401
+from testbed.hostile_peer import hostile_round, poisoned_rows_trained
+from tests.swarm_fixtures import dht_peers, no_p2pd_left_behind, record_p2pd  # noqa: F401
 
 pytestmark = pytest.mark.usefixtures("no_p2pd_left_behind")
 
@@ -19,7 +17,7 @@ def test_honest_node_trains_through_liars_junk_and_bursts(tmp_path, smollm_token
     trainer = outcome["trainer"]
 
     assert trainer.state.global_step == 3  # no crash, no stall
-    assert outcome["burst_seconds"] < 120 and 0 < outcome["burst_accepted"] <= 1000  # served, not a DoS
+    assert 0 < outcome["burst_accepted"] <= 1000  # served (how long it took is benchmarks.reliability's figure)
     logged = [row for row in trainer.state.log_history if "train_runtime" not in row][-1]
     for kind, counter in outcome["expected"].items():
         if counter == "trained_with_own_truth":

@@ -1,5 +1,5 @@
-"""sapo.lm_head: the CPU fused LM head gives TRL's log-probabilities, entropies and hidden-state gradients, and the
-calls it does not cover go to TRL's function."""
+"""sapo.speed.lm_head: the CPU fused LM head gives TRL's log-probabilities, entropies and hidden-state gradients, and
+the calls it does not cover go to TRL's function."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import torch
 import trl.trainer.utils as trl_utils
 from trl.kernels.chunked_logprob import ChunkedLogProbFunction
 
-from sapo.lm_head import CpuChunkedLogProb, lean_cpu_lm_head
+from sapo.speed.lm_head import CpuChunkedLogProb, lean_cpu_lm_head
 
 OUTPUTS = ("log_probs", "entropy")
 
@@ -96,7 +96,7 @@ def test_the_context_swaps_trl_s_function_for_covered_cpu_calls_only():
     with lean_cpu_lm_head():
         chosen = trl_utils._ChunkedLogProbFunction
         assert chosen is not original
-        import sapo.lm_head as lm_head
+        import sapo.speed.lm_head as lm_head
 
         lm_head_class, lm_head.CpuChunkedLogProb = lm_head.CpuChunkedLogProb, Recording
         try:

@@ -1,4 +1,4 @@
-"""sapo.lora_layers: the fused LoRA training forward gives PEFT's outputs and gradients, is used only where it
+"""sapo.speed.lora_layers: the fused LoRA training forward gives PEFT's outputs and gradients, is used only where it
 applies, and leaves the layers as they were."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ import pytest
 import torch
 from peft import get_peft_model
 
-from sapo.lora_layers import fused_lora_forward, plain_lora_linears
 from sapo.models import LoraSpec, build_tiny_model, lora_config
+from sapo.speed.lora_layers import fused_lora_forward, plain_lora_linears
 
 
 def _lora_model(tokenizer, alpha: int = 8, dropout: float = 0.0, use_dora: bool = False):

@@ -13,11 +13,13 @@ import torch
 from trl import GRPOConfig
 
 import sapo.config
-from sapo.config import SAPOConfig, cpu_has_native_bf16, device_defaults, round_micro_batch
-from sapo.node.options import build_parser, config_yaml, parse_node_args
+from sapo.config import SAPOConfig
+from sapo.node.help import FIRST_SCREEN, names_on_first_screen, option_sections
+from sapo.node.options import _yaml_value, build_parser, config_yaml, full_help, parse_node_args, parse_node_options
 from sapo.node.runner import NodeArguments
 from sapo.sampling import SAMPLER_ALIASES, SAMPLERS, DropZeroAdvantageSampler, make_sampler
-from sapo.verification import SOURCE_POLICIES
+from sapo.sources import SOURCE_POLICIES
+from sapo.speed.devices import cpu_has_native_bf16, device_defaults, round_micro_batch
 from swarm.dht import DHTTransportConfig
 from swarm.field_docs import field_help, parameter_docs
 
@@ -62,14 +64,13 @@ def test_every_field_has_one_documentation_which_the_docstring_shows(cls):
     assert parameter_docs(cls) == {f.name: field_help(f) for f in fields}
 
 
-def test_help_and_print_config_show_each_fields_help():
+def test_help_all_and_print_config_show_each_fields_help():
     helps = {f.name: field_help(f) for cls in (SAPOConfig, NodeArguments) for f in _own_fields(cls)}
-    shown_help = _squash(build_parser().format_help())
+    shown_help = _squash(full_help())
     assert [name for name, text in helps.items() if _squash(text) not in shown_help] == []
 
-    args, node, _ = parse_node_args([])
     comments = {}
-    for entry in config_yaml(args, node).split("\n\n"):
+    for entry in config_yaml(parse_node_options([])).split("\n\n"):
         lines = entry.splitlines()
         key = next(line for line in lines if not line.startswith("#")).split(":", 1)[0]
         comments[key] = " ".join(line[2:] for line in lines if line.startswith("# "))
@@ -190,3 +191,102 @@ def test_a_check_that_may_be_none_is_turned_off_with_none_on_the_command_line():
     assert args.plausibility_margin is None and args.max_group_age is None
     args, _, _ = parse_node_args(["--plausibility_margin", "2.5"])
     assert args.plausibility_margin == 2.5
+
+
+# ----------------------------------------------------------------------------------------------------
+# the node's surface: --help, --help-all, --print-config, --version
+
+
+def _printed(capsys, argv: list[str]) -> list[str]:
+    from sapo.node.cli import main
+
+    assert main(argv) == 0
+    return capsys.readouterr().out.splitlines()
+
+
+def test_help_shows_the_options_an_operator_sets_first_within_its_first_40_lines(capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "80")  # a narrow terminal: the most lines
+    printed = _printed(capsys, ["--help"])
+    first_screen = "\n".join(printed[:40])
+    expected = names_on_first_screen(build_parser())
+    # What an operator sets first is there: model, peers, addresses, output, steps, questions and rewards.
+    assert {"model", "initial_peers", "host_maddrs", "announce_maddrs", "output_dir", "max_steps", "dataset",
+            "rewards"} <= set(expected) and expected == list(FIRST_SCREEN)  # fmt: skip
+    for name in expected:
+        assert re.search(rf"^  --{name} ", first_screen, flags=re.M), f"--{name} is not on the first 40 lines"
+    assert "sapo-node --help-all" in first_screen
+    for command in ("--print-config", "--version", "--config", "doctor", "health", "local-swarm", "eval", "report"):
+        assert re.search(rf"^  {command} ", "\n".join(printed), flags=re.M), command
+
+
+def test_help_names_every_heading_and_help_all_puts_each_option_under_one(capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "100")
+    short = " ".join(_printed(capsys, ["--help"]))
+    every = _printed(capsys, ["--help-all"])
+    sections = option_sections(build_parser())
+    assert len(sections) > 20 and not [h for h, _ in sections if h == "Other settings"]  # each option's class knows it
+    for heading, actions in sections:
+        assert f"{heading}:" in every
+        origin, title = heading.split(": ", 1)
+        assert _squash(f"{title} ({len(actions)})") in _squash(short), heading
+    options = [a.option_strings[0] for _, actions in sections for a in actions]
+    parser_options = [a.option_strings[0] for a in build_parser()._actions if a.option_strings and a.dest != "help"]
+    assert sorted(options) == sorted(parser_options)  # every option once
+    listed = [line.split()[0] for line in every if line.startswith("  --")]
+    assert sorted(listed) == sorted(parser_options)
+
+
+def test_version_names_the_installed_distribution_and_the_wire_version(capsys):
+    from importlib.metadata import version
+
+    from swarm.records import WIRE_VERSION
+
+    (line,) = _printed(capsys, ["--version"])
+    assert line == f"sapo-node (sapo-swarm) {version('sapo-swarm')}, wire version {WIRE_VERSION}"
+
+
+def _same_configuration(first, second) -> list[str]:
+    """Names of the fields (of both the SAPOConfig and the NodeArguments) on which two parses differ."""
+    differ = []
+    for a, b in ((first.args, second.args), (first.node, second.node)):
+        differ += [
+            f.name for f in dataclasses.fields(a) if _yaml_value(getattr(a, f.name)) != _yaml_value(getattr(b, f.name))
+        ]
+    return differ
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        [],
+        ["--num_local", "2", "--num_external", "3", "--per_device_train_batch_size", "5", "--bf16", "false",
+         "--lora_r", "0", "--lr_scheduler_type", "cosine", "--plausibility_margin", "none", "--learning_rate", "1e-5",
+         "--set", "tasks=leg_counting,basic_arithmetic", "--initial_peers",
+         "/ip4/203.0.113.7/tcp/31337/p2p/QmbHkbbrWMJXsY9Zm3stKpbmEgx5m5ZxSojoPSXZoGNypn", "--report_to", "tensorboard"],
+        ["--generation_batch_size", "16", "--num_generations", "4", "--num_local", "3", "--use_cpu", "true",
+         "--per_device_train_batch_size", "8",
+         "--gradient_checkpointing", "true", "--logging_steps", "5", "--optim", "adafactor"],
+    ],
+)  # fmt: skip
+def test_print_config_feeds_back_through_config_to_the_same_configuration(tmp_path, argv):
+    first = parse_node_options(argv)
+    printed = config_yaml(first)
+    for name in ("bf16", "use_cpu", "gradient_checkpointing"):  # decided by the machine: pinned in the file
+        assert re.search(rf"^{name}: (true|false)$", printed, flags=re.M), name
+    path = tmp_path / "node.yaml"
+    path.write_text(printed)
+    assert _same_configuration(first, parse_node_options(["--config", str(path)])) == []
+
+
+def test_print_config_of_a_gpu_machine_keeps_its_device_settings_on_a_cpu_machine(tmp_path, monkeypatch):
+    gpu = {**device_defaults(), "use_cpu": False, "gradient_checkpointing": True, "bf16": False,
+           "scoring_prefill_once": False}  # fmt: skip
+    cpu_defaults = sapo.config.device_defaults
+    monkeypatch.setattr(sapo.config, "device_defaults", lambda: gpu)
+    on_gpu = parse_node_options([])
+    path = tmp_path / "node.yaml"
+    path.write_text(config_yaml(on_gpu))
+    monkeypatch.setattr(sapo.config, "device_defaults", cpu_defaults)
+    elsewhere = parse_node_options(["--config", str(path)])
+    assert (elsewhere.args.use_cpu, elsewhere.args.gradient_checkpointing) == (False, True)
+    assert _same_configuration(on_gpu, elsewhere) == []

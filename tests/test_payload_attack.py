@@ -10,8 +10,8 @@ import pytest
 
 from rewards.functions import reasoning_gym_reward
 from sapo.hygiene import CompletionHygiene
+from sapo.sources import ReasoningGymSource, SourceRegistry
 from sapo.tasks import TaskSpec, build_reasoning_gym_dataset
-from sapo.verification import QuestionVerifier
 from swarm import MemorySwarm
 from testbed.payload_attack import (
     PAYLOAD_MARK,
@@ -28,7 +28,7 @@ TASKS = [TaskSpec("basic_arithmetic", {"min_terms": 2, "max_terms": 2, "min_digi
 def test_payload_groups_pass_every_check_and_reward_the_payload():
     rows = build_reasoning_gym_dataset(TASKS, size=8, seed=1)
     rng = random.Random(0)
-    verifier = QuestionVerifier()
+    verifier = SourceRegistry([ReasoningGymSource()])
     for i, row in enumerate(rows):
         group = payload_group(row, f"g{i}", rng)
         columns = verifier.columns_for(group)  # the answer is right: ground truth does not stop it

@@ -1,4 +1,4 @@
-"""sapo.precision: linear weights cast to bf16 once for CPU autocast, with autocast's own products, and packed for
+"""sapo.speed.precision: linear weights cast to bf16 once for CPU autocast, with autocast's own products, and packed for
 oneDNN bit for bit; attention in float32 under that autocast."""
 
 from __future__ import annotations
@@ -8,9 +8,11 @@ import contextlib
 import pytest
 import torch
 from peft import get_peft_model
+from transformers import AttentionInterface
+from transformers.masking_utils import AttentionMaskInterface
 
 from sapo.models import LoraSpec, build_tiny_model, lora_config
-from sapo.precision import FLOAT32_SDPA, _can_pack, float32_attention, linear_weights_in, packed_bf16_linears
+from sapo.speed.precision import FLOAT32_SDPA, _can_pack, float32_attention, linear_weights_in, packed_bf16_linears
 
 
 def _lora_model(tokenizer):
@@ -104,6 +106,8 @@ def test_float32_attention_under_bf16_autocast_trains_and_restores_the_config(sm
         assert model.config._attn_implementation == FLOAT32_SDPA
         loss = model(input_ids=ids, labels=ids).loss
     assert model.config._attn_implementation == "sdpa"  # generation and evaluation keep the model's own
+    assert FLOAT32_SDPA not in AttentionInterface._global_mapping  # registered for the context only
+    assert FLOAT32_SDPA not in AttentionMaskInterface._global_mapping
     assert seen == [torch.float32] * model.config.num_hidden_layers
     loss.backward()
     grads = [p.grad for n, p in model.named_parameters() if "lora_" in n]
@@ -135,25 +139,28 @@ def test_packed_bf16_linears_give_autocast_s_logits_bit_for_bit_and_restore_the_
 
 
 def test_packing_skips_float32_layers_and_replaced_forwards_and_packs_a_frozen_weight_once(smollm_tokenizer):
-    from sapo import precision
+    from sapo.speed import precision
 
     model = _lora_model(smollm_tokenizer)
     head = model.get_output_embeddings()
     hooked = model.get_base_model().model.layers[0].self_attn.q_proj.base_layer
-    hooked.forward = hooked.forward  # e.g. accelerate's hook: an instance forward is left alone
+    hook = hooked.forward  # e.g. accelerate's hook: an instance forward is left alone
+    hooked.forward = hook
     with torch.no_grad(), packed_bf16_linears(model):
         assert not any("forward" in vars(m) for m in model.modules() if m is not hooked)  # float32: not packed
     with torch.no_grad(), linear_weights_in(model, torch.bfloat16), packed_bf16_linears(model):
         bf16_head = head.weight
         first = precision._PACKED.get(bf16_head)
-        assert ("forward" in vars(head)) is _can_pack() and vars(hooked)["forward"] == hooked.forward
+        assert ("forward" in vars(head)) is _can_pack()
+        assert hooked.weight.dtype == torch.bfloat16 and vars(hooked)["forward"] is hook  # bf16, yet not packed
+    assert vars(hooked)["forward"] is hook and "forward" not in vars(head)
     with torch.no_grad(), linear_weights_in(model, torch.bfloat16), packed_bf16_linears(model):
         assert head.weight is bf16_head and precision._PACKED.get(bf16_head) is first  # packed once
     del hooked.forward
 
 
 def test_without_onednn_packing_leaves_every_layer_as_it_is(smollm_tokenizer, monkeypatch):
-    from sapo import precision
+    from sapo.speed import precision
 
     monkeypatch.setattr(precision, "_can_pack", lambda: False)
     model = _lora_model(smollm_tokenizer)

@@ -1,4 +1,4 @@
-"""sapo.shared_prompts: the loss and plausibility passes with each distinct prompt run once give TRL's
+"""sapo.speed.shared_prompts: the loss and plausibility passes with each distinct prompt run once give TRL's
 log-probabilities, entropies and gradients."""
 
 from __future__ import annotations
@@ -8,7 +8,8 @@ from peft import get_peft_model
 from trl.trainer.utils import add_fused_lm_head
 
 from sapo.models import LoraSpec, build_tiny_model, lora_config
-from sapo.shared_prompts import prompt_groups, shared_prompt_logps
+from sapo.speed.generation import prompt_groups
+from sapo.speed.shared_prompts import shared_prompt_logps
 
 
 def test_rows_are_grouped_by_prompt_tokens_and_padding():

@@ -17,16 +17,25 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
-prometheus_client = pytest.importorskip("prometheus_client")
-from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
-
-from sapo.node.board import BoardLogHandler, StatusBoard  # noqa: E402
-from sapo.node.web import StatusServer, node_app  # noqa: E402
-from swarm.memory import MemorySwarm  # noqa: E402
-from tests.node_fixtures import _evaluations, _metrics, _node_command, _p2pd_pid, _wait, started  # noqa: E402, F401
+from sapo.node.about import sapo_version
+from sapo.node.board import BoardLogHandler, StatusBoard
+from sapo.node.web import StatusServer, node_app
+from swarm.memory import MemorySwarm
+from tests.node_fixtures import _evaluations, _metrics, _node_command, _p2pd_pid, _wait, started  # noqa: F401
+from tests.swarm_fixtures import make_group
 
 HOSTILE = '<script>alert("x")</script>'
+# What SAPOTrainer logs per step besides the own reward: the swarm groups' reward (none taken at step 1), groups
+# taken and filled in, the step's seconds and its phases' seconds.
+STEP_FIGURES = {
+    1: {"sapo/external_groups": 0.0, "sapo/fill_ins": 2.0, "step_time": 0.75, "sapo/time/generation": 0.5},
+    2: {"sapo/external_reward": 0.875, "sapo/external_groups": 1.0, "sapo/fill_ins": 1.0, "step_time": 3.0,
+        "sapo/time/generation": 2.0, "sapo/time/swarm_fetch": 0.02},
+    3: {"sapo/external_reward": 0.625, "sapo/external_groups": 2.0, "sapo/fill_ins": 0.0, "step_time": 45.0,
+        "sapo/time/generation": 30.0, "sapo/time/swarm_fetch": 0.03},
+}  # fmt: skip
 
 
 def get(url: str) -> tuple[int, str, str]:
@@ -42,12 +51,14 @@ def get(url: str) -> tuple[int, str, str]:
 def board_and_server():
     swarm = MemorySwarm()
     me, other = swarm.join("me", "tiny"), swarm.join("peer-b", HOSTILE)
-    board = StatusBoard("test-node", max_steps=10)
+    other.publish([make_group("g1"), make_group("g2")])
+    assert len(me.fetch(2)) == 2  # the transport's own counters (fetched_groups) are on the page and in /metrics
+    board = StatusBoard("test-node", max_steps=10, version="9.8.7", model="tiny-llama")
     board.set_phase("training", 3)
     for step, reward in [(1, 0.25), (2, 0.5), (3, 0.75)]:
-        board.record_step(step, {"sapo/local_reward": reward})
-    board.record_held_out(0, 0.125, 0.05)
-    board.record_held_out(3, 0.375, 0.06)
+        board.record_step(step, {"sapo/local_reward": reward, **STEP_FIGURES[step]})
+    board.record_held_out(0, 0.125, 0.05, {"basic_arithmetic": 0.25, "chain_sum": 0.0})
+    board.record_held_out(3, 0.375, 0.06, {"basic_arithmetic": 0.5, "chain_sum": 0.25})
     board.record_swarm(me, rejoin_through=[])
     board.record_senders({"peer-b": Counter({"taken": 5, "dropped/hygiene": 2, "dropped/plausibility": 1})})
     server = StatusServer(node_app(board.snapshot), "127.0.0.1", 0)
@@ -66,7 +77,11 @@ def test_status_json_holds_what_the_node_recorded(board_and_server):
     snap = json.loads(body)
     assert snap["phase"] == "training" and snap["step"] == 3 and snap["max_steps"] == 10
     assert snap["reward"] == [[1, 0.25], [2, 0.5], [3, 0.75]]
+    assert snap["swarm_reward"] == [[2, 0.875], [3, 0.625]]
+    assert snap["taken"] == [[1, 0.0], [2, 1.0], [3, 2.0]] and snap["fill_ins"] == [[1, 2.0], [2, 1.0], [3, 0.0]]
     assert snap["held_out"] == [[0, 0.125, 0.05], [3, 0.375, 0.06]]
+    assert snap["held_out_tasks"] == {"basic_arithmetic": [[0, 0.25], [3, 0.5]], "chain_sum": [[0, 0.0], [3, 0.25]]}
+    assert (snap["version"], snap["model"]) == ("9.8.7", "tiny-llama")
     assert snap["senders"]["peer-b"] == {"taken": 5, "dropped/hygiene": 2, "dropped/plausibility": 1}
     assert snap["health"]["status"] == "ok"
     assert snap["swarm"]["state"] == "joined" and [p["peer"] for p in snap["swarm"]["peers"]] == ["peer-b"]
@@ -88,6 +103,19 @@ def test_metrics_are_prometheus_text_with_the_nodes_figures(board_and_server):
     assert samples[("sapo_groups_dropped_total", (("reason", "hygiene"), ("sender", "peer-b")))] == 2
     assert samples[("sapo_phase", (("phase", "training"),))] == 1
     assert samples[("sapo_health", (("status", "ok"),))] == 1
+    assert samples[("sapo_build_info", (("model", "tiny-llama"), ("version", "9.8.7")))] == 1
+    assert samples[("sapo_swarm_groups_reward", ())] == 0.625
+    assert samples[("sapo_step_swarm_groups", ())] == 2 and samples[("sapo_step_fill_ins", ())] == 0
+    assert samples[("sapo_held_out_task_pass_at_1", (("task", "chain_sum"),))] == 0.25
+    # Step durations 0.75, 3 and 45 s in the histogram's cumulative buckets; phases by label.
+    step_buckets = {dict(labels)["le"]: v for (name, labels), v in samples.items()
+                    if name == "sapo_step_duration_seconds_bucket"}  # fmt: skip
+    assert (step_buckets["0.5"], step_buckets["1.0"], step_buckets["5.0"], step_buckets["60.0"]) == (0, 1, 2, 3)
+    assert step_buckets["+Inf"] == samples[("sapo_step_duration_seconds_count", ())] == 3
+    assert samples[("sapo_step_duration_seconds_sum", ())] == 48.75
+    assert samples[("sapo_phase_duration_seconds_count", (("phase", "generation"),))] == 3
+    assert samples[("sapo_phase_duration_seconds_sum", (("phase", "swarm_fetch"),))] == 0.05
+    assert samples[("sapo_phase_duration_seconds_bucket", (("le", "0.05"), ("phase", "swarm_fetch")))] == 2
     assert samples[("process_resident_memory_bytes", ())] > 0  # the process collector is registered
 
 
@@ -95,8 +123,13 @@ def test_page_shows_the_figures_escapes_peer_text_and_healthz_follows_health(boa
     board, server = board_and_server
     code, kind, page = get(server.url)
     assert code == 200 and kind.startswith("text/html")
-    assert 'data-step="3" data-value="0.750"' in page  # the reward point of step 3
-    assert 'data-step="3" data-value="0.375"' in page  # the held-out point of step 3
+    assert 'data-series="reward" data-step="3" data-value="0.750"' in page  # the own reward point of step 3
+    assert 'data-series="swarm groups" data-step="2" data-value="0.875"' in page  # the swarm groups' reward
+    assert 'data-series="taken" data-step="3" data-value="2.000"' in page
+    assert 'data-series="filled in" data-step="1" data-value="2.000"' in page
+    assert 'data-series="held-out pass@1" data-step="3" data-value="0.375"' in page
+    assert 'data-series="chain_sum" data-step="3" data-value="0.250"' in page  # pass@1 per task
+    assert 'id="version">9.8.7<' in page and 'id="model">tiny-llama<' in page
     assert "peer-b" in page and "hygiene 2" in page
     assert "<script" not in page and "&lt;script&gt;" in page  # a peer's model name is shown, escaped
     assert get(server.url + "healthz")[:1] == (200,)
@@ -116,6 +149,56 @@ def test_page_shows_the_figures_escapes_peer_text_and_healthz_follows_health(boa
     assert json.loads(get(server.url + "status.json")[2])["last_error"]["message"] == "p2pd died with code 9"
 
 
+# PromQL words that are not series names; labels every scraped series gets from Prometheus; the bucket label.
+_PROMQL_WORDS = {"by", "without", "on", "ignoring", "group_left", "group_right", "bool", "and", "or", "unless",
+                 "offset", "inf", "nan"}  # fmt: skip
+_TARGET_LABELS = {"instance", "job"}
+
+
+def _queries(dashboard: dict) -> list[str]:
+    """Every PromQL expression of a Grafana dashboard: its panels' targets and its query variables."""
+    exprs = [target["expr"] for panel in dashboard["panels"] for target in panel.get("targets", [])]
+    for variable in dashboard["templating"]["list"]:
+        if variable["type"] == "query":
+            query = variable["query"]["query"] if isinstance(variable["query"], dict) else variable["query"]
+            exprs.append(re.sub(r"^label_values\((\w+), *(\w+)\)$", r"\1{\2=~\".+\"}", query))
+    return exprs
+
+
+def _series_and_labels(expr: str) -> tuple[set[str], set[str]]:
+    """The series names an expression reads, and the label names it matches or groups by."""
+    labels = set(re.findall(r"\b(\w+)\s*(?:=~|!~|!=|=)\s*\"", expr))
+    for grouping in re.findall(r"\b(?:by|without|on|ignoring)\s*\(([^)]*)\)", expr):
+        labels |= {label.strip() for label in grouping.split(",") if label.strip()}
+    bare = re.sub(r"\{[^}]*\}|\[[^\]]*\]|\"[^\"]*\"|\b(?:by|without|on|ignoring)\s*\([^)]*\)", " ", expr)
+    words = {m.group(0) for m in re.finditer(r"[A-Za-z_:][\w:]*", bare) if not bare[m.end() :].lstrip().startswith("(")}
+    return {w for w in words if w.lower() not in _PROMQL_WORDS}, labels
+
+
+def test_the_grafana_dashboard_queries_only_series_and_labels_the_node_exports(board_and_server):
+    """Every query of docs/grafana_dashboard.json names series (and labels) that a node's /metrics serves, and the
+    dashboard shows what an operator asks: build info, rewards, pass@1 per task, groups per step, durations."""
+    _, server = board_and_server
+    exported: dict[str, set[str]] = {}
+    for family in text_string_to_metric_families(get(server.url + "metrics")[2]):
+        for sample in family.samples:
+            exported.setdefault(sample.name, set()).update(sample.labels)
+    dashboard = json.loads((Path(__file__).resolve().parents[1] / "docs" / "grafana_dashboard.json").read_text())
+    read = set()
+    for expr in _queries(dashboard):
+        series, labels = _series_and_labels(expr)
+        assert series, f"no series in {expr!r}"
+        unknown = series - set(exported)
+        assert not unknown, f"{expr!r} reads {unknown}, which /metrics does not export"
+        allowed = set().union(*(exported[name] for name in series)) | _TARGET_LABELS
+        assert labels <= allowed, f"{expr!r} uses labels {labels - allowed} that {series} do not carry"
+        read |= series
+    assert {"sapo_build_info", "sapo_training_reward", "sapo_swarm_groups_reward", "sapo_held_out_task_pass_at_1",
+            "sapo_step_swarm_groups", "sapo_step_fill_ins", "sapo_step_duration_seconds_bucket",
+            "sapo_phase_duration_seconds_sum", "sapo_health", "sapo_last_step_timestamp_seconds"} <= read  # fmt: skip
+    assert all(panel["datasource"]["uid"] == "${datasource}" for panel in dashboard["panels"])
+
+
 def test_a_taken_port_falls_back_to_a_free_one_unless_told_not_to():
     board = StatusBoard()
     with socket.socket() as taken:
@@ -129,6 +212,49 @@ def test_a_taken_port_falls_back_to_a_free_one_unless_told_not_to():
             server.close()
         with pytest.raises(OSError):
             StatusServer(node_app(board.snapshot), "127.0.0.1", port, fallback=False)
+
+
+def test_a_node_stuck_before_its_first_step_is_unhealthy_unless_its_phase_asked_for_longer():
+    from sapo.node.board import FIRST_STEP_SECONDS
+
+    now = [1_800_000_000.0]
+    board = StatusBoard(clock=lambda: now[0])
+    board.set_phase("loading model", 0)
+    now[0] += FIRST_STEP_SECONDS - 1
+    assert board.snapshot()["health"]["status"] == "ok"
+    now[0] += 2
+    health = board.snapshot()["health"]
+    assert health["status"] == "unhealthy" and health["problems"] == [
+        f"stalled: 'loading model' for {FIRST_STEP_SECONDS + 1:.0f} s before the first step "
+        f"(limit {FIRST_STEP_SECONDS:.0f} s)"
+    ]
+    board.set_phase("waiting for 2 peer(s)", 0, patience=2 * FIRST_STEP_SECONDS)  # a new phase: its own time
+    now[0] += 1.5 * FIRST_STEP_SECONDS
+    assert board.snapshot()["health"]["status"] == "ok"
+    now[0] += FIRST_STEP_SECONDS
+    assert board.snapshot()["health"]["status"] == "unhealthy"
+    board.record_step(1, {"reward": 0.5})  # from the first step on, the step-based limit applies
+    assert board.snapshot()["health"]["status"] == "ok"
+
+
+def test_a_resumed_node_plots_the_steps_logged_before_its_restart(tmp_path):
+    from sapo.node.callbacks import MetricsJsonl, NodeStatus
+
+    lines = [
+        {"step": 0, "eval/pass@1": 0.25, "eval/pass@1_se": 0.1, "eval/questions": 8, "eval/pass@1/chain_sum": 0.5},
+        {"step": 1, "sapo/local_reward": 0.5, "sapo/external_reward": 0.75, "sapo/external_groups": 1.0},
+        {"step": 2, "sapo/local_reward": 0.25, "sapo/fill_ins": 1.0},
+        {"step": 3, "sapo/local_reward": 0.125},  # past the checkpoint the node resumes from: dropped
+    ]
+    path = tmp_path / "metrics.jsonl"
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    board = StatusBoard()
+    NodeStatus(tmp_path, board).replay(MetricsJsonl(path, resume_step=2).history)
+    snap = board.snapshot()
+    assert snap["reward"] == [[1, 0.5], [2, 0.25]] and snap["swarm_reward"] == [[1, 0.75]]
+    assert snap["taken"] == [[1, 1.0]] and snap["fill_ins"] == [[2, 1.0]]
+    assert snap["held_out"] == [[0, 0.25, 0.1]] and snap["held_out_tasks"] == {"chain_sum": [[0, 0.5]]}
+    assert snap["last_step_time"] is None  # history is plotted, not counted as steps of this process
 
 
 def test_series_stay_bounded_over_a_long_run():
@@ -163,6 +289,21 @@ def browse(browser: str, url: str, tmp_path: Path, *, screenshot: Path | None = 
     return result.stdout
 
 
+def test_the_page_draws_own_against_swarm_reward_groups_per_step_and_pass_at_1_per_task_in_chromium(
+    board_and_server, tmp_path
+):
+    browser = chromium()
+    _, server = board_and_server
+    dom = browse(browser, server.url, tmp_path)
+    charts = re.findall(r'<svg class="chart" data-chart="(\w+)"', dom)
+    assert charts == ["reward", "slots", "held_out", "held_out_tasks"]
+    for chart, series in (("reward", ["reward", "swarm groups"]), ("slots", ["taken", "filled in"]),
+                          ("held_out_tasks", ["basic_arithmetic", "chain_sum"])):  # fmt: skip
+        svg = re.search(rf'data-chart="{chart}".*?</svg>', dom, flags=re.S).group(0)
+        assert re.findall(r'<polyline data-series="([^"]+)"', svg) == series, chart
+    assert 'data-series="swarm groups" data-step="3" data-value="0.625"' in dom
+
+
 def test_a_running_nodes_page_renders_its_logged_figures_in_chromium(tmp_path, tiny_model_a, started):
     browser = chromium()
     out = tmp_path / "node"
@@ -188,7 +329,19 @@ def test_a_running_nodes_page_renders_its_logged_figures_in_chromium(tmp_path, t
     assert {int(s) for s in shown_held_out} >= {e["step"] for e in _evaluations(out)[:2]}
     for evaluation in _evaluations(out)[:2]:
         assert abs(evaluation["eval/pass@1"] - float(shown_held_out[str(evaluation["step"])])) < 1e-3
-    assert f"sapo-node --initial_peers {snap['swarm']['addresses'][0]}" in dom  # the join address
+    for series, key in (("taken", "sapo/external_groups"), ("filled in", "sapo/fill_ins")):  # groups per step
+        shown = dict(re.findall(rf'data-series="{series}" data-step="(\d+)" data-value="([\d.]+)"', dom))
+        assert shown and all(abs(logged[int(step)][key] - float(value)) < 1e-3 for step, value in shown.items())
+    shown_task = dict(re.findall(r'data-series="basic_arithmetic" data-step="(\d+)" data-value="([\d.]+)"', dom))
+    for evaluation in _evaluations(out)[:2]:  # held-out pass@1 per task
+        assert abs(evaluation["eval/pass@1/basic_arithmetic"] - float(shown_task[str(evaluation["step"])])) < 1e-3
+    join = snap["swarm"]["addresses"][0]
+    assert f"sapo-node --initial_peers {join}" in dom  # the join address
+    # One peer id, the one in the join address; the signing key's fingerprint labelled as such.
+    assert re.search(r'id="peer-id">([^<]+)<', dom).group(1) == join.rsplit("/p2p/", 1)[1] == snap["swarm"]["peer_id"]
+    assert re.search(r'id="key-fingerprint">([0-9a-f]{16})<', dom).group(1) == snap["swarm"]["key_fingerprint"]
+    assert re.search(r'id="version">([^<]+)<', dom).group(1) == sapo_version()
+    assert re.search(r'id="model">([^<]+)<', dom).group(1) == str(tiny_model_a)
     assert re.search(r'id="phase">[^<]+<', dom) and 'id="health"' in dom
 
     shot = tmp_path / "node_status_page.png"

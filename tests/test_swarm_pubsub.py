@@ -9,14 +9,11 @@ import contextlib
 import time
 
 import pytest
+from hivemind.utils.multiaddr import Multiaddr
 
-pytest.importorskip("hivemind")
-
-from hivemind.utils.multiaddr import Multiaddr  # noqa: E402
-
-from swarm.daemon import close_p2p  # noqa: E402
-from swarm.pubsub import PubsubP2P, publish, subscribe, topic_peers  # noqa: E402
-from tests.swarm_fixtures import no_p2pd_left_behind, record_p2pd  # noqa: E402, F401
+from swarm.daemon import close_p2p
+from swarm.pubsub import PubsubP2P, publish, subscribe, topic_peers
+from tests.swarm_fixtures import no_p2pd_left_behind, record_p2pd  # noqa: F401
 
 pytestmark = pytest.mark.usefixtures("no_p2pd_left_behind")
 

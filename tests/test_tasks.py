@@ -10,6 +10,9 @@ from collections import Counter
 import pytest
 
 from rewards import reasoning_gym_reward
+from sapo.publication import published_prompt
+from sapo.questions import GroupDropped
+from sapo.sources import DatasetSource, ReasoningGymSource, SourceRegistry, item_key
 from sapo.tasks import (
     DEFAULT_SYSTEM_PROMPT,
     DEFAULT_TASKS,
@@ -20,8 +23,13 @@ from sapo.tasks import (
     questions_from_dataset,
     validate_task_names,
 )
-from sapo.verification import GroupDropped, QuestionVerifier, published_prompt
 from swarm.records import Group, Provenance, provenance_from_wire, validate_group
+
+
+def _rg(**options) -> SourceRegistry:
+    """A peer holding reasoning-gym (``options`` for :class:`ReasoningGymSource`)."""
+    return SourceRegistry([ReasoningGymSource(**options)])
+
 
 EASY_ARITHMETIC = TaskSpec("basic_arithmetic", {"max_terms": 2, "max_digits": 1, "operators": ("+", "-")})
 
@@ -75,7 +83,7 @@ def test_rows_score_with_their_own_answers_and_verify(tasks):
     for row, reward in zip(ds, rewards, strict=True):
         # propositional_logic has no single oracle: its example answer is valid but may be trivial (0.25)
         assert reward == 1.0 or (row["task"] == "propositional_logic" and reward >= 0.25), row["task"]
-    verifier = QuestionVerifier()
+    verifier = _rg()
     for row in ds:  # every task regenerates from its provenance to the same row
         expected = {k: row[k] for k in ("answer", "task", "entry", "provenance")}
         assert verifier.columns_for(_group(row)) == {**expected, "question": row["prompt"][-1]["content"]}
@@ -113,7 +121,7 @@ def rg_rows():
 
 
 def test_verifier_accepts_honest_group(rg_rows):
-    verifier = QuestionVerifier()
+    verifier = _rg()
     for row in rg_rows:
         columns = verifier.columns_for(_group(row))
         expected = {k: row[k] for k in ("answer", "task", "entry", "provenance")}
@@ -123,9 +131,7 @@ def test_verifier_accepts_honest_group(rg_rows):
 def test_verifier_uses_regenerated_answer_not_metadata(rg_rows):
     row = rg_rows[0]
     lie = "999999"
-    columns = QuestionVerifier().columns_for(
-        _group(row, completions=[f"<answer>{lie}</answer>"], metadata={"answer": lie})
-    )
+    columns = _rg().columns_for(_group(row, completions=[f"<answer>{lie}</answer>"], metadata={"answer": lie}))
     assert columns["answer"] == row["answer"] != lie
     rewards = reasoning_gym_reward(
         prompts=[row["prompt"]], completions=[f"<answer>{lie}</answer>"], **{k: [v] for k, v in columns.items()}
@@ -137,10 +143,10 @@ def test_verifier_drops_mismatched_question(rg_rows):
     row = dict(rg_rows[0])
     row["prompt"] = [row["prompt"][0], {"role": "user", "content": "Calculate 2 + 2."}]
     with pytest.raises(GroupDropped) as info:
-        QuestionVerifier().columns_for(_group(row))
+        _rg().columns_for(_group(row))
     assert info.value.reason == "question_mismatch"
     with pytest.raises(GroupDropped) as info:  # honest question, provenance pointing elsewhere
-        QuestionVerifier().columns_for(_group(rg_rows[0], index=5000))
+        _rg().columns_for(_group(rg_rows[0], index=5000))
     assert info.value.reason == "question_mismatch"
 
 
@@ -157,7 +163,7 @@ def test_verifier_drops_mismatched_question(rg_rows):
 def test_verifier_drops_bad_provenance(rg_rows, changes, reason):
     row = next(r for r in rg_rows if r["task"] == "basic_arithmetic")
     with pytest.raises(GroupDropped) as info:
-        QuestionVerifier().columns_for(_group(row, **changes))
+        _rg().columns_for(_group(row, **changes))
     assert info.value.reason == reason
 
 
@@ -167,7 +173,7 @@ def test_verifier_drops_a_provenance_that_was_never_parsed(rg_rows):
     row = rg_rows[0]
     group = dataclasses.replace(_group(row), provenance=json.loads(row["provenance"]))
     with pytest.raises(GroupDropped, match="provenance_from_wire") as info:
-        QuestionVerifier().columns_for(group)
+        _rg().columns_for(group)
     assert info.value.reason == "bad_provenance"
 
 
@@ -184,7 +190,7 @@ def test_jsonl_loading(tmp_path):
     assert ds["answer"] == ["2", "6"]
     assert ds[1]["prompt"][-1] == {"role": "user", "content": "2*3?"}
     provenance = provenance_from_wire(json.loads(ds[1]["provenance"]))
-    assert provenance == Provenance("dataset", "gsm_mini", {}, None, 1)
+    assert provenance == Provenance("dataset", "gsm_mini", {}, None, None, version="1", key=item_key("2*3?", 6))
     custom = load_jsonl_dataset(
         _write_jsonl(tmp_path / "b.jsonl", [{"q": "x?", "a": "y"}]), "q", "a", name="mine", system_prompt=None
     )
@@ -211,55 +217,48 @@ def test_questions_from_any_dataset_match_the_jsonl_loader_and_verify(tmp_path):
     from_datasets = questions_from_dataset(load_dataset("json", data_files=str(path), split="train"), "mini")
     assert from_datasets.to_list() == load_jsonl_dataset(path).to_list()  # same rows, same provenance
     # a peer holding the same data verifies a group built from it, and scores with its own answer
-    verifier = QuestionVerifier(local_datasets={"mini": load_jsonl_dataset(path)})
-    assert verifier.columns_for(_group(from_datasets[1], metadata={"answer": "7"}))["answer"] == "6"
+    registry = SourceRegistry([DatasetSource(path, "mini")])
+    assert registry.columns_for(_group(from_datasets[1], metadata={"answer": "7"}))["answer"] == "6"
 
     with pytest.raises(KeyError) as info:
         questions_from_dataset(Dataset.from_list([{"problem": "x?", "answer": "y"}]), "p")
     assert "'question'" in str(info.value) and "problem" in str(info.value)
-    with pytest.raises(ValueError, match="row 1"):
+    with pytest.raises(ValueError, match="item 1"):
         questions_from_dataset(
             Dataset.from_list([{"question": "x?", "answer": "y"}, {"question": " ", "answer": "z"}]), "p"
         )
 
 
-def test_verifier_policies_for_datasets(tmp_path):
+def test_policies_for_sources_this_peer_does_not_hold(tmp_path):
     local = load_jsonl_dataset(_write_jsonl(tmp_path / "qa.jsonl", [{"question": "1+1?", "answer": "2"}]))
     group = _group(local[0], metadata={"answer": "3"})
-    with pytest.raises(GroupDropped) as info:  # default with no local copy: drop
-        QuestionVerifier().columns_for(group)
+    with pytest.raises(GroupDropped) as info:  # default: only held sources are trained on
+        SourceRegistry().columns_for(group)
+    assert info.value.reason == "unknown_source"
+    held = SourceRegistry([DatasetSource.from_rows(local, name="qa")])
+    assert held.columns_for(group)["answer"] == "2"  # held: this peer's answer, never the sender's
+    assert SourceRegistry(policy="trust").columns_for(group)["answer"] == "3"
+    with pytest.raises(GroupDropped) as info:
+        SourceRegistry(policy="drop").columns_for(group)
     assert info.value.reason == "untrusted_source"
-    verifier = QuestionVerifier(local_datasets={"qa": local})  # default with a local copy: verify
-    assert verifier.columns_for(group)["answer"] == "2"
-    assert QuestionVerifier(policy="trust").columns_for(group)["answer"] == "3"
-    with pytest.raises(GroupDropped) as info:
-        QuestionVerifier(policy="drop", local_datasets={"qa": local}).columns_for(group)
-    assert info.value.reason == "untrusted_source"
-    with pytest.raises(GroupDropped) as info:
-        verifier.columns_for(_group(local[0], index=3))
-    assert info.value.reason == "index_out_of_range"
-    other = dict(local[0], prompt=[{"role": "user", "content": "2+2?"}])
-    with pytest.raises(GroupDropped) as info:
-        verifier.columns_for(_group(other))
-    assert info.value.reason == "question_mismatch"
-    with pytest.raises(ValueError):
-        QuestionVerifier(policy="maybe")
+    with pytest.raises(ValueError, match="unknown source policy"):
+        SourceRegistry(policy="maybe")
 
 
 def test_verifier_allowed_tasks(rg_rows):
     row = next(r for r in rg_rows if r["task"] == "basic_arithmetic")
-    assert QuestionVerifier(allowed_tasks=[EASY_ARITHMETIC]).columns_for(_group(row))["answer"] == row["answer"]
-    assert QuestionVerifier(allowed_tasks=["basic_arithmetic"]).columns_for(_group(row))["answer"] == row["answer"]
+    assert _rg(allowed_tasks=[EASY_ARITHMETIC]).columns_for(_group(row))["answer"] == row["answer"]
+    assert _rg(allowed_tasks=["basic_arithmetic"]).columns_for(_group(row))["answer"] == row["answer"]
     for allowed in (["decimal_arithmetic"], [TaskSpec("basic_arithmetic", {"max_terms": 3})]):
         with pytest.raises(GroupDropped) as info:
-            QuestionVerifier(allowed_tasks=allowed).columns_for(_group(row))
+            _rg(allowed_tasks=allowed).columns_for(_group(row))
         assert info.value.reason == "unknown_task"
 
 
 def test_a_foreign_config_that_is_slow_to_regenerate_is_dropped_and_the_next_group_still_verifies(rg_rows):
     """A hostile peer names a config that takes minutes to regenerate (2 million scramble moves): the receiver
     drops it at its time limit instead of stalling, and regenerates the next group in a fresh child process."""
-    verifier = QuestionVerifier(regeneration_timeout=2.0)
+    verifier = _rg(regeneration_timeout=2.0)
     slow = Provenance(
         "reasoning_gym", "rubiks_cube", {"min_scramble_steps": 2_000_000, "max_scramble_steps": 2_000_000}, 1, 0
     )
@@ -268,17 +267,16 @@ def test_a_foreign_config_that_is_slow_to_regenerate_is_dropped_and_the_next_gro
         verifier.columns_for(validate_group(group))
     assert info.value.reason == "regeneration_limit"
     honest = _group(rg_rows[0])
-    assert verifier.columns_for(honest) == QuestionVerifier(regeneration_timeout=None).columns_for(honest)
+    assert verifier.columns_for(honest) == _rg(regeneration_timeout=None).columns_for(honest)
 
 
 def test_own_configs_regenerate_in_process_and_foreign_ones_in_the_child_give_the_same_columns(rg_rows):
     from sapo import reasoning_gym as regeneration
 
-    own = QuestionVerifier()
-    own.register_tasks([EASY_ARITHMETIC, TaskSpec("decimal_arithmetic")])  # the tasks of rg_rows
+    own = _rg(tasks=[EASY_ARITHMETIC, TaskSpec("decimal_arithmetic")])  # the tasks of rg_rows
     group = _group(rg_rows[0])
     regeneration._worker._stop()  # no child running
     columns = own.columns_for(group)
     assert regeneration._worker.process is None  # our own config: regenerated here
-    assert QuestionVerifier().columns_for(group) == columns  # a foreign one: in the child, same result
+    assert _rg().columns_for(group) == columns  # a foreign one: in the child, same result
     assert regeneration._worker.process is not None

@@ -15,8 +15,10 @@ from trl import GRPOConfig, GRPOTrainer
 
 from sapo import SAPOConfig, SAPOTrainer
 from sapo.models import build_tiny_model
+from sapo.probe import PolicyProbe
+from sapo.questions import GroupDropped
+from sapo.sources import SourceRegistry
 from sapo.tasks import TaskSpec, build_reasoning_gym_dataset
-from sapo.verification import GroupDropped, QuestionVerifier
 from swarm import Group, MemorySwarm, Provenance
 from testbed.tiny_run import tiny_config
 
@@ -305,7 +307,7 @@ def test_malformed_external_groups_are_dropped_not_raised(tmp_path, smollm_token
 
 
 def test_no_external_groups_matches_trl_grpo(tmp_path, smollm_tokenizer):
-    from sapo.generation import inverse_transform_sampling
+    from sapo.speed.sampling import inverse_transform_sampling
 
     dataset = _math_dataset()
 
@@ -381,10 +383,10 @@ def test_the_lm_head_scores_only_completion_tokens_and_trl_is_left_as_it_was(tmp
 
 def test_bf16_loss_pass_casts_the_frozen_base_once_and_trains_the_same(tmp_path, smollm_tokenizer, monkeypatch):
     """Under CPU bf16 autocast a LoRA node's loss pass computes with bf16 copies of its frozen weights
-    (sapo.precision), made once, and attends in float32: the steps are exactly those of plain autocast, which casts
-    the weights at every pass."""
+    (sapo.speed.precision), made once, and attends in float32: the steps are exactly those of plain autocast, which
+    casts the weights at every pass."""
     from sapo.models import LoraSpec, lora_config
-    from sapo.precision import _FROZEN_COPIES
+    from sapo.speed.precision import _FROZEN_COPIES
 
     def train(name: str) -> SAPOTrainer:
         trainer = SAPOTrainer(
@@ -400,7 +402,7 @@ def test_bf16_loss_pass_casts_the_frozen_base_once_and_trains_the_same(tmp_path,
 
     attention_dtypes, forward = [], sdpa.sdpa_attention_forward
 
-    def spy(module, query, *args, **kwargs):  # reached only through sapo.precision's float32 attention
+    def spy(module, query, *args, **kwargs):  # reached only through sapo.speed.precision's float32 attention
         attention_dtypes.append(query.dtype)
         return forward(module, query, *args, **kwargs)
 
@@ -412,7 +414,7 @@ def test_bf16_loss_pass_casts_the_frozen_base_once_and_trains_the_same(tmp_path,
     assert attention_dtypes and set(attention_dtypes) == {torch.float32}  # the loss passes attended in float32
     assert base.config._attn_implementation == "sdpa"
     # the same steps as plain autocast (each frozen weight cast at every pass) with the same float32 attention
-    monkeypatch.setattr("sapo.precision.linear_weights_in", lambda *args, **kwargs: contextlib.nullcontext())
+    monkeypatch.setattr("sapo.speed.precision.linear_weights_in", lambda *args, **kwargs: contextlib.nullcontext())
     plain = train("plain")
     assert _metric(swapped, "loss") == _metric(plain, "loss") and len(_metric(plain, "loss")) == 2
     adapters = {n: p for n, p in base.named_parameters() if p.requires_grad}
@@ -432,10 +434,10 @@ def test_the_plausibility_pass_runs_in_bf16_with_merged_adapters_where_bf16_is_o
     sender.publish(
         [_external_group("What is 0 + 0?", ["0", "11", "zero", "222"], f"g{i}", answer="0") for i in range(2)]
     )
-    seen, typicality_of = [], SAPOTrainer._typicality_of
+    seen, policy_logps = [], PolicyProbe._logps
 
-    def spy(self, candidates):  # each adapted layer's weight and output dtype, and whether its adapters were merged
-        layers = [m for m in self.model.modules() if hasattr(m, "merged_adapters") and hasattr(m, "base_layer")]
+    def spy(self, *args):  # each adapted layer's weight and output dtype, and whether its adapters were merged
+        layers = [m for m in self.trainer.model.modules() if hasattr(m, "merged_adapters") and hasattr(m, "base_layer")]
         hooks = [
             m.base_layer.register_forward_hook(
                 lambda mod, args, out, owner=m: seen.append(
@@ -445,12 +447,12 @@ def test_the_plausibility_pass_runs_in_bf16_with_merged_adapters_where_bf16_is_o
             for m in layers
         ]
         try:
-            return typicality_of(self, candidates)
+            return policy_logps(self, *args)
         finally:
             for hook in hooks:
                 hook.remove()
 
-    monkeypatch.setattr(SAPOTrainer, "_typicality_of", spy)
+    monkeypatch.setattr(PolicyProbe, "_logps", spy)
     trainer = SAPOTrainer(
         model=build_tiny_model(smollm_tokenizer, seed=0), reward_funcs=[lambda completions, **kw: [
             float(len(c[0]["content"]) % 3) for c in completions]],
@@ -467,13 +469,13 @@ def test_the_plausibility_pass_runs_in_bf16_with_merged_adapters_where_bf16_is_o
 def test_the_cpu_fused_loss_pass_switch(tmp_path, smollm_tokenizer, monkeypatch, fused):
     """On a CPU the loss pass runs the fused LoRA forward and the lean LM head unless `cpu_fused_loss_pass` is off;
     then PEFT's and TRL's own run."""
-    import sapo.trainer as trainer_module
+    import sapo.speed.speed_ups as speed_ups
     from sapo.models import LoraSpec, lora_config
 
     entered = []
     for name in ("fused_lora_forward", "lean_cpu_lm_head"):
-        real = getattr(trainer_module, name)
-        monkeypatch.setattr(trainer_module, name, lambda *a, real=real, name=name: entered.append(name) or real(*a))
+        real = getattr(speed_ups, name)
+        monkeypatch.setattr(speed_ups, name, lambda *a, real=real, name=name: entered.append(name) or real(*a))
     trainer = SAPOTrainer(
         model=build_tiny_model(smollm_tokenizer, seed=0), reward_funcs=[lambda completions, **kw: [
             float(len(c[0]["content"]) % 3) for c in completions]],
@@ -490,16 +492,16 @@ def test_scoring_each_prompt_once_takes_the_same_steps(tmp_path, smollm_tokenize
     """`scoring_prefill_once` runs each distinct prompt of the loss pass once: the step
     (its loss and, under plain SGD, the adapters it trains) is that of TRL's pass over whole rows, up to rounding.
     One step: a second one samples from weights that differ by rounding, so its completions may differ."""
-    import sapo.trainer as trainer_module
+    import sapo.speed.speed_ups as speed_ups
     from sapo.models import LoraSpec, lora_config
 
-    calls, shared = [], trainer_module.shared_prompt_logps
+    calls, shared = [], speed_ups.shared_prompt_logps
 
     def spy(*args, **kwargs):
         calls.append(args[1].shape[0])
         return shared(*args, **kwargs)
 
-    monkeypatch.setattr(trainer_module, "shared_prompt_logps", spy)
+    monkeypatch.setattr(speed_ups, "shared_prompt_logps", spy)
 
     def train(name: str, once: bool) -> SAPOTrainer:
         trainer = SAPOTrainer(
@@ -685,7 +687,7 @@ def test_the_receiver_writes_the_prompt_of_external_groups(tmp_path, smollm_toke
     assert not any("PWNED" in m["content"] for p in trained_prompts for m in p)
 
     # An unverifiable source under the trust policy: a lone user message passes, anything more is dropped.
-    verifier = QuestionVerifier(policy="trust")
+    verifier = SourceRegistry(policy="trust")
     plain = _external_group("What is 2 + 2?", ["4"] * G, "plain", answer="4")
     assert verifier.columns_for(plain)["question"] == "What is 2 + 2?"
     with pytest.raises(GroupDropped) as info:
@@ -699,12 +701,13 @@ def test_external_completions_are_truncated_only_beyond_the_local_limit(tmp_path
     at_limit = smollm_tokenizer.decode(smollm_tokenizer(longer, add_special_tokens=False)["input_ids"][:12])
     assert len(smollm_tokenizer(at_limit, add_special_tokens=False)["input_ids"]) == 12
     # A sender's completion that ran out of tokens exactly at the limit keeps all of them and is not "truncated".
-    assert len(trainer._tokenize_external_completion(at_limit)) == 12
-    assert trainer.swarm_totals["external_truncated"] == 0
-    assert len(trainer._tokenize_external_completion(longer)) == 12
-    assert trainer.swarm_totals["external_truncated"] == 1
-    short = trainer._tokenize_external_completion("four")
-    assert short[-1] == trainer.eos_token_ids[0]  # a completion that ended before the limit ends with EOS
+    probe = PolicyProbe(trainer, ["prompt", "answer"])
+    exact = probe.tokenize(at_limit)
+    assert len(exact.ids) == 12 and not exact.truncated and exact.text == at_limit
+    cut = probe.tokenize(longer)
+    assert len(cut.ids) == 12 and cut.truncated and cut.text == smollm_tokenizer.decode(list(cut.ids))
+    short = probe.tokenize("four")
+    assert short.ids[-1] == trainer.eos_token_ids[0] and not short.truncated  # ended before the limit: EOS
 
 
 def test_an_external_completion_is_scored_on_the_tokens_it_is_trained_on(tmp_path, smollm_tokenizer):
@@ -784,7 +787,52 @@ def test_weak_prompt_first_learns_this_peers_own_results_per_task(tmp_path, smol
         tmp_path, smollm_tokenizer, "weak", probe, swarm=MemorySwarm().join("alone"), max_steps=1,
         sampling_strategy="weak_prompt_first", success_window=3, success_threshold=0.5,
     )  # fmt: skip
-    assert (trainer.sampler.success_window, trainer.sampler.success_threshold) == (3, 0.5)
-    assert trainer.sampler.is_weak("doubling")  # nothing of its own seen yet
+    assert (trainer.intake.sampler.success_window, trainer.intake.sampler.success_threshold) == (3, 0.5)
+    assert trainer.intake.sampler.is_weak("doubling")  # nothing of its own seen yet
     trainer.train()
-    assert not trainer.sampler.is_weak("doubling") and trainer.sampler.is_weak("some_other_task")
+    assert not trainer.intake.sampler.is_weak("doubling") and trainer.intake.sampler.is_weak("some_other_task")
+
+
+class _SamplingLogprobs(SAPOTrainer):
+    """A trainer whose own rows come with sampling log-probabilities, as vLLM's do (vLLM itself is not installed:
+    generation is TRL's transformers path, and every sampled token gets log-probability -1), and which keeps each
+    round's batch as TRL built it."""
+
+    batches: list[dict] = []
+
+    def _generate_single_turn(self, prompt_ids, images, multimodal_fields, *args, **kwargs):
+        self.use_vllm = False
+        try:
+            completion_ids, _ = super()._generate_single_turn(prompt_ids, images, multimodal_fields, *args, **kwargs)
+        finally:
+            self.use_vllm = True
+        return completion_ids, [[-1.0] * len(ids) for ids in completion_ids]
+
+    def _generate_and_score_completions(self, inputs):
+        output = super()._generate_and_score_completions(inputs)
+        self.batches.append(output)
+        return output
+
+
+def test_vllm_importance_sampling_correction_stays_on_and_leaves_swarm_rows_uncorrected(tmp_path, smollm_tokenizer):
+    """TRL's importance-sampling correction (on by default with vLLM) runs through TRL's own code with a swarm: own
+    rows are corrected by their sampling log-probabilities, swarm rows (which have none) get NaN, read by TRL as no
+    correction (ratio 1)."""
+    from sapo.round import EXTERNAL_COLUMN
+
+    swarm = MemorySwarm(seed=0)
+    swarm.join("sender").publish(
+        [_external_group("What is 0 + 0?", ["0 x", "1", "0", "2 x"], f"g{i}", answer="0") for i in range(2)]
+    )
+    trainer = _trainer(tmp_path, smollm_tokenizer, "is", RewardProbe(lambda t: 1.0 if "x" in t else 0.0),
+                       swarm=swarm.join("rx"), external_source_policy="trust", max_steps=1)  # fmt: skip
+    assert trainer.vllm_importance_sampling_correction  # TRL's default, kept with a swarm
+    trainer.__class__ = _SamplingLogprobs
+    trainer.use_vllm = True
+    trainer.train()
+    batch = trainer.batches[-1]
+    external = batch[EXTERNAL_COLUMN]
+    ratio = batch["importance_sampling_ratio"].reshape(len(external), -1)
+    assert external.sum() == 2 * G and torch.all(ratio[external] == 1.0)
+    assert torch.isnan(batch["sampling_per_token_logps"][external]).any()
+    assert torch.all(ratio[~external] != 1.0)  # own rows: corrected by their (made-up) sampling log-probabilities

@@ -13,7 +13,7 @@ _RUNNER_NAMES = (
     "JoinError",
     "NodeArguments",
     "NodeError",
-    "build_dataset",
+    "build_questions",
     "build_rewards",
     "default_task_names",
     "run_node",

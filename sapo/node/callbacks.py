@@ -1,10 +1,11 @@
-"""Trainer callbacks of a running node: progress bar, status file, metrics.jsonl, graceful stop, swarm logs."""
+"""Trainer callbacks of a running node: progress, status file, metrics.jsonl, graceful stop, swarm logs."""
 
 from __future__ import annotations
 
 import json
 import logging
 import signal
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -13,38 +14,55 @@ from tqdm.auto import tqdm
 from transformers import TrainerCallback
 
 from sapo.node.board import StatusBoard
+from sapo.node.logs import STEP_LOGGER, step_line
 from sapo.node.report import is_evaluation_line
 from sapo.node.status import write_status
 
 logger = logging.getLogger(__name__)
+step_logger = logging.getLogger(STEP_LOGGER)
 
 
 class NodeProgress(TrainerCallback):
-    """One progress bar over the training steps, showing reward, peers and groups shared/taken."""
+    """A node's progress: one line per logged step in the log (step, reward, peers, groups taken, seconds; logger
+    :data:`~sapo.node.logs.STEP_LOGGER`) and, on a terminal, a progress bar over the steps showing the same figures.
 
-    def __init__(self) -> None:
+    Args:
+        terminal: draw the bar (default: whether stderr is a terminal). Without one (Docker, systemd, a file) a bar's
+            redraws would pile up in one long line: the step lines say it all.
+    """
+
+    def __init__(self, terminal: bool | None = None) -> None:
+        self.terminal = sys.stderr.isatty() if terminal is None else terminal
         self.bar: tqdm | None = None
+        self._last_end: float | None = None
+        self._seconds: float | None = None
 
     def on_train_begin(self, args, state, control, **kwargs):
-        if state.is_world_process_zero:
+        self._last_end = time.monotonic()
+        if state.is_world_process_zero and self.terminal:
             self.bar = tqdm(
                 total=state.max_steps, initial=state.global_step, desc="sapo", unit="step", dynamic_ncols=True
             )
 
     def on_step_end(self, args, state, control, **kwargs):
+        now = time.monotonic()
+        self._seconds, self._last_end = now - (self._last_end or now), now
         if self.bar is not None:
             self.bar.update(state.global_step - self.bar.n)
 
     def on_log(self, args, state, control, logs=None, **kwargs):
-        if self.bar is None or not logs or "sapo/local_reward" not in logs and "reward" not in logs:
+        if not state.is_world_process_zero or not logs or "sapo/local_reward" not in logs and "reward" not in logs:
             return
-        self.bar.set_postfix(
-            reward=f"{logs.get('sapo/local_reward', logs.get('reward', float('nan'))):.3f}",
-            peers=int(logs.get("sapo/peers", 0)),
-            shared=int(logs.get("sapo/total/published_groups", 0)),
-            taken=int(logs.get("sapo/total/external_groups", 0)),
-            refresh=False,
-        )
+        seconds = logs.get("step_time", self._seconds)
+        step_logger.info("%s", step_line(state.global_step, state.max_steps, logs, seconds))
+        if self.bar is not None:
+            self.bar.set_postfix(
+                reward=f"{logs.get('sapo/local_reward', logs.get('reward', float('nan'))):.3f}",
+                peers=int(logs.get("sapo/peers", 0)),
+                shared=int(logs.get("sapo/total/published_groups", 0)),
+                taken=int(logs.get("sapo/total/external_groups", 0)),
+                refresh=False,
+            )
 
     def on_train_end(self, args, state, control, **kwargs):
         if self.bar is not None:
@@ -80,12 +98,13 @@ class NodeStatus(TrainerCallback):
         self._rejoin_through: list[str] = []
         self._require_swarm = False
 
-    def set(self, phase: str, step: int | None = None, **extra: Any) -> None:
-        """Record ``phase`` (at ``step``, or the step last recorded); ``extra`` fields stay in status.json."""
+    def set(self, phase: str, step: int | None = None, patience: float = 0.0, **extra: Any) -> None:
+        """Record ``phase`` (at ``step``, or the step last recorded); ``extra`` fields stay in status.json;
+        ``patience``: see :meth:`StatusBoard.set_phase`."""
         if step is not None:
             self._step = step
         self._extra.update(extra)
-        self.board.set_phase(phase, self._step)
+        self.board.set_phase(phase, self._step, patience)
         write_status(self.output_dir, phase, self._step, **self._extra)
 
     def watch(
@@ -130,10 +149,23 @@ class NodeStatus(TrainerCallback):
         self.board.record_step(state.global_step, logs)
         self.read_swarm(state.global_step)
 
+    def replay(self, records: list[dict[str, Any]]) -> None:
+        """Put the lines of metrics.jsonl logged before this process started (a resumed run) on the page's plots."""
+        for record in records:
+            step = record.get("step")
+            if not isinstance(step, int):
+                continue
+            if is_evaluation_line(record):
+                self.board.record_held_out(step, record["eval/pass@1"], record.get("eval/pass@1_se"), _per_task(record))
+            elif "train_runtime" not in record:
+                self.board.record_history(step, record)
+
     def on_evaluate(self, args, state, control, metrics=None, **kwargs):
         if state.is_world_process_zero and metrics and is_evaluation_line(metrics):
-            self.board.record_held_out(state.global_step, metrics["eval/pass@1"], metrics.get("eval/pass@1_se"))
-            per_task = {k.rsplit("/", 1)[1]: v for k, v in metrics.items() if k.startswith("eval/pass@1/")}
+            per_task = _per_task(metrics)
+            self.board.record_held_out(
+                state.global_step, metrics["eval/pass@1"], metrics.get("eval/pass@1_se"), per_task
+            )
             tasks = ", ".join(f"{task} {value:.2f}" for task, value in per_task.items())
             logger.info(
                 "step %d: held-out pass@1 %.3f ± %.3f on %d questions (%s)",
@@ -147,6 +179,11 @@ class NodeStatus(TrainerCallback):
     def on_train_end(self, args, state, control, **kwargs):
         if state.is_world_process_zero:
             self.set("finished training", state.global_step)
+
+
+def _per_task(metrics: dict[str, Any]) -> dict[str, float]:
+    """Held-out pass@1 per task of an evaluation line (`eval/pass@1/<task>`)."""
+    return {k.rsplit("/", 1)[1]: v for k, v in metrics.items() if k.startswith("eval/pass@1/")}
 
 
 class EvaluateAtEnd(TrainerCallback):
@@ -168,9 +205,12 @@ class MetricsJsonl(TrainerCallback):
     def __init__(self, path: str | Path, resume_step: int | None = None):
         self.path = Path(path)
         start = resume_step or 0
+        kept = []
         if self.path.exists():
             kept = [line for line in self.path.read_text().splitlines() if _kept_on_resume(line, start)]
             self.path.write_text("".join(f"{line}\n" for line in kept))
+        self.history: list[dict[str, Any]] = [json.loads(line) for line in kept]
+        """The lines kept from earlier runs of this output directory, as records."""
 
     def on_log(self, args, state, control, logs=None, **kwargs):
         if not state.is_world_process_zero or not logs or "train_runtime" in logs:

@@ -26,25 +26,44 @@ def main(argv: Sequence[str] | None = None) -> int:
         from sapo.node.doctor import main as doctor_main
 
         return doctor_main(argv[1:])
+    if argv and argv[0] == "health":
+        from sapo.node.health import main as health_main
+
+        return health_main(argv[1:])
     if argv and argv[0] == "report":
         from sapo.node.report import main as report_main
 
         return report_main(argv[1:])
 
-    from sapo.node.options import config_yaml, parse_node_args
+    if "--version" in argv:
+        from sapo.node.about import sapo_version
+        from swarm.records import WIRE_VERSION
+
+        print(f"sapo-node (sapo-swarm) {sapo_version()}, wire version {WIRE_VERSION}")
+        return 0
+    if "--help-all" in argv:
+        from sapo.node.options import full_help
+
+        print(full_help(), end="")
+        return 0
+
+    from sapo.speed.threads import share_the_machine
+
+    share_the_machine()  # before anything loads torch: OpenMP reads its thread count and wait policy once
+    from sapo.node.options import config_yaml, parse_node_options
     from sapo.node.runner import NodeError, run_node
 
     try:
-        args, node, print_config = parse_node_args(argv)
+        options = parse_node_options(argv)
     except NodeError as e:
         print(f"sapo-node: error: {e}", file=sys.stderr)
         return e.exit_code
     except SystemExit as e:  # argparse already said what is wrong (or printed --help)
         return int(e.code or 0)
-    if print_config:
-        print(config_yaml(args, node), end="")
+    if options.print_config:
+        print(config_yaml(options), end="")
         return 0
-    return run_node(args, node)
+    return run_node(options.args, options.node)
 
 
 if __name__ == "__main__":

@@ -23,6 +23,7 @@ RUNTIME_BYTES = 1.2 * GIB  # Python, torch, transformers, TRL, hivemind and the 
 PROMPT_TOKENS = 256  # a reasoning-gym question inside the chat template, for the logits estimate
 DEFAULT_MODEL_PARAMETERS = 134_515_008  # SmolLM2-135M-Instruct
 DEFAULT_MODEL_VOCAB = 49_152
+MAX_CLOCK_OFFSET = 3.0  # seconds: hivemind's MAX_DHT_TIME_DISCREPANCY_SECONDS, and the swarm's clock_skew_tolerance
 
 
 @dataclass(frozen=True)
@@ -147,7 +148,7 @@ def _count_parameters(config: Any) -> int:
 def memory_needed(size: ModelSize, node: Any, args: Any) -> float:
     """Bytes a node is estimated to need: the runtime, float32 weights, gradients and Adam moments of what it trains
     (all weights, or about 1 % with LoRA), and the logits of one training batch (three copies: values, log-softmax,
-    gradients). benchmarks/results/node_memory.md holds a measured run of the default model."""
+    gradients)."""
     trained = size.parameters if node.lora_r == 0 else size.parameters // 100
     tokens = args.per_device_train_batch_size * (PROMPT_TOKENS + args.max_completion_length)
     return RUNTIME_BYTES + 4 * size.parameters + 12 * trained + 3 * 4 * tokens * size.vocab
@@ -337,12 +338,13 @@ def check_addresses(node: Any) -> list[Check]:
 
 
 def check_initial_peers(node: Any, timeout: float = 3.0) -> list[Check]:
-    """Each initial peer: well formed, and whether its TCP port answers now; the clock offset is not measured."""
+    """Each initial peer: well formed, and whether its TCP port answers now; then, through the first that answers,
+    the clock offset to it and the wire version it announces (:func:`check_peer`)."""
     from swarm.config import validate_multiaddr
 
     if not node.initial_peers:
         return [Check("initial peers", INFO, "none: the node starts a new swarm; others join it through its address")]
-    checks = []
+    checks, answering = [], []
     for addr in node.initial_peers:
         try:
             host, port = _ip_port(validate_multiaddr(addr, require_peer_id=True))
@@ -352,6 +354,7 @@ def check_initial_peers(node: Any, timeout: float = 3.0) -> list[Check]:
         try:
             with socket.create_connection((host, port), timeout=timeout):
                 checks.append(Check("initial peer", OK, f"{addr} answers on TCP"))
+                answering.append(addr)
         except OSError as e:
             checks.append(
                 Check(
@@ -362,26 +365,72 @@ def check_initial_peers(node: Any, timeout: float = 3.0) -> list[Check]:
                     "keeps dialing it (--require_swarm exits instead)",
                 )
             )
-    checks.append(check_clock())
-    return checks
+    if not answering:
+        reason = "no initial peer answers"
+        return [*checks, Check("clock", INFO, f"offset not measured: {reason}"), Check("wire", INFO, reason)]
+    return checks + check_peer(answering[0], node.swarm_name)
 
 
-def check_clock() -> Check:
-    """The clock offset to the initial peers is not measured; report whether this machine's clock is synchronized."""
-    note = "offset to the initial peers not measured (hivemind peers need clocks within 3 s)"
+def check_peer(address: str, swarm_name: str) -> list[Check]:
+    """The clock offset to the peer at ``address`` (hivemind peers whose clocks differ by more than 3 s refuse each
+    other) and the wire version it announces in the index of ``swarm_name`` (records of another version are
+    refused), asked by a short-lived peer of this machine (:mod:`sapo.node.peer_probe`)."""
+    from sapo.node.peer_probe import probe_peer
+    from swarm.config import DHTTransportConfig
+    from swarm.records import WIRE_VERSION
+
+    probe = probe_peer(address, swarm_name, DHTTransportConfig().index_shards, timeout=10.0)
+    if probe.error is not None:
+        found = f"cannot ask {address}: {probe.error}"
+        return [Check("clock", WARN, f"offset not measured: {found}", "check the address and that the peer runs"),
+                Check("wire", INFO, "not checked: the peer could not be asked")]  # fmt: skip
+    return [_clock_check(probe), _wire_check(probe, WIRE_VERSION)]
+
+
+def _clock_check(probe: Any) -> Check:
+    offset, uncertainty = probe.clock_offset, probe.round_trip / 2
+    found = f"{offset:+.2f} s (± {uncertainty:.2f} s) to {probe.address.rsplit('/p2p/', 1)[-1]}"
+    fix = "synchronize the clocks (NTP: timedatectl set-ntp true) on this machine and the peer's"
+    if abs(offset) - uncertainty > MAX_CLOCK_OFFSET:
+        return Check("clock", FAIL, f"{found}: hivemind peers more than {MAX_CLOCK_OFFSET:.0f} s apart refuse each "
+                     "other", fix)  # fmt: skip
+    if abs(offset) + uncertainty > MAX_CLOCK_OFFSET / 3:
+        return Check("clock", WARN, f"{found}: close to hivemind's {MAX_CLOCK_OFFSET:.0f} s limit", fix)
+    return Check("clock", OK, found)
+
+
+def _wire_check(probe: Any, ours: int) -> Check:
+    listed = ", ".join(f"{count} at version {version}" for version, count in probe.listed_versions.items())
+    if not probe.peer_versions:
+        where = f"the index lists {listed}" if listed else "the index lists no peer yet"
+        return Check("wire", INFO, f"the peer announces no index entry of its own ({where}); this node speaks {ours}")
+    if probe.peer_versions != [ours]:
+        return Check(
+            "wire",
+            FAIL,
+            f"the peer announces wire version {', '.join(map(str, probe.peer_versions))}, this node speaks {ours}: "
+            "each refuses the other's records",
+            "run the same sapo-swarm version as the swarm (sapo-node --version)",
+        )
+    return Check("wire", OK, f"the peer announces wire version {ours}, as this node speaks (index: {listed})")
+
+
+def check_clock_sync() -> Check:
+    """Whether this machine's clock is synchronized by NTP, where `timedatectl` can tell."""
+    note = "hivemind peers need clocks within 3 s"
     if shutil.which("timedatectl") is None:
-        return Check("clock", INFO, f"{note}; sync state unknown here")
+        return Check("clock sync", INFO, f"sync state unknown here; {note}")
     try:
         result = subprocess.run(
             ["timedatectl", "show", "-p", "NTPSynchronized", "--value"], capture_output=True, text=True, timeout=5
         )
     except (OSError, subprocess.TimeoutExpired):
-        return Check("clock", INFO, f"{note}; sync state unknown here")
+        return Check("clock sync", INFO, f"sync state unknown here; {note}")
     if result.returncode != 0:
-        return Check("clock", INFO, f"{note}; sync state unknown here (timedatectl: no systemd)")
+        return Check("clock sync", INFO, f"sync state unknown here (timedatectl: no systemd); {note}")
     if result.stdout.strip() == "yes":
-        return Check("clock", OK, f"synchronized by NTP; {note}")
-    return Check("clock", WARN, f"not synchronized by NTP; {note}", "turn NTP on: timedatectl set-ntp true")
+        return Check("clock sync", OK, "synchronized by NTP")
+    return Check("clock sync", WARN, f"not synchronized by NTP; {note}", "turn NTP on: timedatectl set-ntp true")
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -410,6 +459,7 @@ def run_checks(args: Any, node: Any) -> list[Check]:
     checks.append(check_p2pd())
     checks += check_addresses(node)
     checks += check_initial_peers(node)
+    checks.append(check_clock_sync())
     return checks
 
 
@@ -422,7 +472,8 @@ def main(argv: list[str]) -> int:
         print(
             "usage: sapo-node doctor [node options ...]\n\nChecks this machine for a node with these options "
             "(the same flags, --config and --set as sapo-node): Python, torch, GPU, memory, disk, p2pd, the model, "
-            "the ports and addresses, the initial peers. Exit code 1 when a check fails."
+            "the ports and addresses, the initial peers, and through the first that answers the clock offset to it "
+            "and the wire version it announces. Exit code 1 when a check fails."
         )
         return 0
     try:

@@ -38,7 +38,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument(
         "--merge-adapters", action=argparse.BooleanOptionalAction, default=None,
         help="generate with LoRA adapters merged into copies of their base weights (default: as a node on this "
-        "machine, on without a CUDA GPU; sapo.generation)",
+        "machine, on without a CUDA GPU; sapo.speed.inference)",
     )  # fmt: skip
     parser.add_argument(
         "--bf16", action=argparse.BooleanOptionalAction, default=None,

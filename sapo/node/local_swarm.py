@@ -218,8 +218,10 @@ def start_swarm_page(run_dir: Path, count: int, port: int) -> Any:
 def shared_cores_env(nodes: int) -> dict[str, str]:
     """This process's environment for ``nodes`` node processes sharing the machine's cores: an equal share of math
     threads each (``OMP_NUM_THREADS``, unless set), since oversubscribed threads spend their time switching."""
+    from sapo.speed.threads import usable_cores
+
     env = dict(os.environ)
-    env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // nodes)))
+    env.setdefault("OMP_NUM_THREADS", str(max(1, usable_cores() // nodes)))
     return env
 
 

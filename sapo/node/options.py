@@ -3,37 +3,20 @@ and the effective configuration as YAML."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from typing import Any
-
-USAGE = """\
-sapo-node [--config node.yaml] [--set key=value ...] [--FIELD VALUE ...] [--print-config]
-    Run a SAPO node. With no arguments: the embedded default model and tasks, in a new swarm.
-sapo-node local-swarm --peers N [--run-dir DIR] [node options ...]
-    Start N nodes on 127.0.0.1 that find each other; outputs go to one run directory.
-sapo-node doctor [node options ...]
-    Check this machine for a node with these options (Python, torch, GPU, memory, disk, p2pd, model, ports,
-    addresses, initial peers): one line per check with its fix; exit code 1 when the node cannot run.
-sapo-node eval MODEL [--tasks ...] [--questions N]
-    Held-out greedy pass@1 of a model, checkpoint or LoRA adapter, per task (the questions a node evaluates on).
-sapo-node report RUN_DIR
-    Plot reward and held-out pass@1 over steps per node (PNG) and print a summary table.
-sapo-node --help
-    Every node option, with its documentation.
-"""
 
 # Settings of a node that differ from SAPOConfig's library defaults: sized for a CPU machine, checkpointing on.
 NODE_DEFAULTS: dict[str, Any] = {
     "output_dir": "sapo-output",
-    # The CPU profile shown to learn (benchmarks/results/profile_search.md, `lora-mix-small`: one node alone raised
-    # its held-out pass@1 by more than two paired standard errors in 30 steps of ~16 s): LoRA r=16 at 2e-4,
-    # constant; 2 groups of 4 completions of at most 48 tokens per step, half of them from the swarm (the paper's
-    # best 50/50 mix).
+    # The CPU profile the profile search chose (benchmarks/README.md): LoRA r=16 at 2e-4, constant; 2 groups of 4
+    # completions of at most 48 tokens per step, half of them from the swarm (the paper's best 50/50 mix).
     "num_local": 1,
     "num_external": 1,
     "num_generations": 4,
-    # The round in one micro-batch (up to 16 rows, `sapo.config.round_micro_batch`), as the search ran it: the loss
-    # pass then runs each group's prompt once (`scoring_prefill_once`); `benchmarks/results/step_limit_1thread/`.
+    # The round in one micro-batch (up to 16 rows, `sapo.speed.devices.round_micro_batch`): the loss pass then runs each
+    # group's prompt once (`scoring_prefill_once`).
     "per_device_train_batch_size": None,
     "max_completion_length": 48,
     "lora_r": 16,
@@ -53,12 +36,13 @@ NODE_DEFAULTS: dict[str, Any] = {
     "eval_on_start": True,
     "eval_questions": 32,
     "per_device_eval_batch_size": 16,
+    "groups_log": "groups.jsonl",  # every group judged and what happened to it (sapo.group_log)
     "held_out_log": "held_out.jsonl",  # per-question outcomes, for paired comparisons between runs
     "report_to": "none",
     "disable_tqdm": True,
 }
 
-# Training settings --print-config shows besides every SAPO and node field.
+# Training settings --print-config always shows (with every SAPO and node field), whatever their value.
 _SHOWN_TRAINING_FIELDS = (
     "output_dir", "max_steps", "num_generations", "per_device_train_batch_size", "gradient_accumulation_steps",
     "max_completion_length", "temperature", "learning_rate", "lr_scheduler_type", "beta", "epsilon", "epsilon_high",
@@ -67,18 +51,49 @@ _SHOWN_TRAINING_FIELDS = (
 )  # fmt: skip
 
 
+@dataclasses.dataclass(frozen=True)
+class NodeOptions:
+    """A parsed node command line.
+
+    Parameters:
+        args (`SAPOConfig`): the training configuration, as the trainer gets it.
+        node (`NodeArguments`): the node's own settings.
+        print_config (`bool`): `--print-config` was given.
+        given (`dict[str, Any]`): each option's value as given (by a flag, `--set`, the `--config` file, or a
+            default) before the configuration derived the rest; what `--print-config` writes.
+    """
+
+    args: Any
+    node: Any
+    print_config: bool
+    given: dict[str, Any]
+
+
 def build_parser() -> Any:
-    """The TrlParser of a node: SAPOConfig plus NodeArguments, with the node's defaults.
+    """The TrlParser of a node: SAPOConfig plus NodeArguments, with the node's defaults; its `--help` is the short
+    one (:func:`sapo.node.help.short_help`) and it remembers the values given (:attr:`NodeOptions.given`).
 
     What depends on the machine (`use_cpu`, `gradient_checkpointing`, `bf16`) is not set here: SAPOConfig decides it
-    (`sapo.config.device_defaults`) for sapo-node and for a script alike.
+    (`sapo.speed.devices.device_defaults`) for sapo-node and for a script alike.
     """
     from trl import TrlParser
 
     from sapo.config import SAPOConfig
+    from sapo.node.help import short_help
     from sapo.node.runner import NodeArguments
 
-    parser = TrlParser((SAPOConfig, NodeArguments), prog="sapo-node", usage=USAGE)
+    class NodeParser(TrlParser):
+        given: dict[str, Any] = {}
+
+        def format_help(self) -> str:
+            return short_help(self)
+
+        def parse_known_args(self, args: Any = None, namespace: Any = None) -> Any:
+            parsed, rest = super().parse_known_args(args, namespace)
+            self.given = dict(vars(parsed))
+            return parsed, rest
+
+    parser = NodeParser((SAPOConfig, NodeArguments), prog="sapo-node")
     parser.set_defaults(**NODE_DEFAULTS)
     _accept_none(parser, (SAPOConfig, NodeArguments))
     return parser
@@ -87,7 +102,6 @@ def build_parser() -> Any:
 def _accept_none(parser: Any, dataclass_types: Sequence[type]) -> None:
     """Let a numeric option whose field may be `None` take `none` (or `null`) on the command line, as a YAML file
     can, e.g. `--plausibility_margin none` turns the check off."""
-    import dataclasses
     import types
     import typing
 
@@ -135,8 +149,12 @@ def expand_set_options(argv: Sequence[str], list_fields: set[str]) -> list[str]:
 
 def parse_node_args(argv: Sequence[str]) -> tuple[Any, Any, bool]:
     """Parse a node's command line into (SAPOConfig, NodeArguments, print_config); raises NodeError."""
-    import dataclasses
+    options = parse_node_options(argv)
+    return options.args, options.node, options.print_config
 
+
+def parse_node_options(argv: Sequence[str]) -> NodeOptions:
+    """Parse a node's command line (flags, `--config`, `--set`, `--print-config`); raises NodeError."""
     from sapo.node.runner import NodeArguments, NodeError
 
     argv = list(argv)
@@ -152,7 +170,14 @@ def parse_node_args(argv: Sequence[str]) -> tuple[Any, Any, bool]:
         raise NodeError(_explain_parse_error(e)) from None
     except FileNotFoundError as e:
         raise NodeError(f"config file not found: {e.filename}") from None
-    return args, node, print_config
+    return NodeOptions(args, node, print_config, parser.given)
+
+
+def full_help() -> str:
+    """`sapo-node --help-all`: every option under its section heading."""
+    from sapo.node.help import full_help as every_option
+
+    return every_option(build_parser())
 
 
 def _explain_parse_error(error: ValueError) -> str:
@@ -167,26 +192,48 @@ def _explain_parse_error(error: ValueError) -> str:
     return text
 
 
-def effective_config(args: Any, node: Any) -> dict[str, Any]:
-    """The settings a node runs with, as a YAML-ready mapping (feed it back with --config)."""
-    import dataclasses
-
+def effective_config(options: NodeOptions) -> dict[str, Any]:
+    """The settings a node runs with, as a YAML-ready mapping that `--config` turns back into the same configuration:
+    every node and SAPO field, the usual training fields, and every other field given a value other than its
+    default. A field is written as given; a SAPO field left to `None` that the configuration decided (on this
+    machine: `use_cpu`, `bf16`, `gradient_checkpointing`, ...) is written as decided, so that the file runs the same
+    elsewhere."""
     from trl import GRPOConfig
 
     from sapo.config import SAPOConfig
 
-    sapo_fields = [
-        f.name for f in dataclasses.fields(SAPOConfig) if f.name not in {g.name for g in dataclasses.fields(GRPOConfig)}
-    ]
-    shown = {name: getattr(args, name) for name in (*_SHOWN_TRAINING_FIELDS, *sapo_fields, "epsilon_high")}
-    shown.update(dataclasses.asdict(node))
+    sapo_own = {f.name for f in dataclasses.fields(SAPOConfig)} - {f.name for f in dataclasses.fields(GRPOConfig)} | {
+        "epsilon_high",
+        "use_cpu",
+        "gradient_checkpointing",
+        "bf16",
+    }
+    shown: dict[str, Any] = {}
+    for obj in (options.args, options.node):
+        for f in dataclasses.fields(obj):
+            if not f.init:
+                continue
+            default = _field_default(f)
+            given = options.given.get(f.name, default)
+            decided = getattr(obj, f.name)
+            if f.name in sapo_own and given is None and decided is not None:
+                shown[f.name] = decided
+            elif obj is options.node or f.name in sapo_own or f.name in _SHOWN_TRAINING_FIELDS:
+                shown[f.name] = given
+            elif _yaml_value(given) != _yaml_value(default):
+                shown[f.name] = given
     return {k: _yaml_value(v) for k, v in shown.items()}
 
 
-def config_yaml(args: Any, node: Any) -> str:
+def _field_default(f: dataclasses.Field) -> Any:
+    if f.default_factory is not dataclasses.MISSING:
+        return f.default_factory()
+    return None if f.default is dataclasses.MISSING else f.default
+
+
+def config_yaml(options: NodeOptions) -> str:
     """`--print-config`: the effective configuration as YAML, each key under its help as a comment (the text
-    `--help` shows); `--config` reads it back."""
-    import dataclasses
+    `--help-all` shows); `--config` reads it back into the same configuration."""
     import textwrap
 
     import yaml
@@ -197,16 +244,23 @@ def config_yaml(args: Any, node: Any) -> str:
 
     helps = {f.name: field_help(f) for cls in (SAPOConfig, NodeArguments) for f in dataclasses.fields(cls)}
     entries = []
-    for key, value in effective_config(args, node).items():
+    for key, value in effective_config(options).items():
         comment = [f"# {line}" for line in textwrap.wrap(helps.get(key, ""), width=110, break_on_hyphens=False)]
         entries.append("\n".join([*comment, yaml.safe_dump({key: value}, sort_keys=False).rstrip("\n")]))
     return "\n\n".join(entries) + "\n"
 
 
 def _yaml_value(value: Any) -> Any:
-    """A setting as plain YAML: tuples as lists, enums (TrainingArguments' strategies) as their value."""
+    """A setting as plain YAML: tuples as lists, enums (TrainingArguments' strategies) as their value, dataclasses
+    (TrainingArguments' accelerator settings) as mappings."""
     import enum
 
     if isinstance(value, enum.Enum):
         return value.value
-    return list(value) if isinstance(value, tuple) else value
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {k: _yaml_value(v) for k, v in dataclasses.asdict(value).items()}
+    if isinstance(value, list | tuple):
+        return [_yaml_value(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _yaml_value(v) for k, v in value.items()}
+    return value

@@ -7,6 +7,7 @@ refreshes itself every few seconds (a meta tag), so it needs no JavaScript and n
 from __future__ import annotations
 
 import html
+import math
 import time
 from typing import Any
 
@@ -19,7 +20,8 @@ h1{font-size:1.3em;margin:0 0 .3em} h2{font-size:1.05em;margin:1.2em 0 .4em;bord
 table{border-collapse:collapse;font-size:.9em} td,th{padding:.2em .6em;border-bottom:1px solid #eee;text-align:left}
 th{background:#f6f6f6} code{background:#f3f3f3;padding:.1em .3em;word-break:break-all}
 .ok{color:#1a7f37} .degraded{color:#9a6700} .unhealthy{color:#cf222e} .muted{color:#777;font-size:.85em}
-.charts{display:flex;flex-wrap:wrap;gap:1em} figure{margin:0} figcaption{font-size:.9em;font-weight:600}
+.charts{display:flex;flex-wrap:wrap;gap:1em} figure{margin:0;max-width:500px}
+figcaption{font-size:.9em;font-weight:600}
 """
 
 
@@ -39,11 +41,19 @@ def _number(value: float) -> str:
 
 
 def svg_chart(
-    name: str, lines: list[tuple[str, list[list[float]]]], y_label: str, width: int = 520, height: int = 230
+    name: str,
+    lines: list[tuple[str, list[list[float]]]],
+    y_label: str,
+    width: int = 500,
+    height: int = 230,
+    integers: bool = False,
 ) -> str:
     """A line chart as inline SVG: one polyline (and its points, with their step and value as data attributes and
-    a tooltip) per ``(label, [[step, value, (standard error)], ...])``; standard errors are drawn as bars."""
+    a tooltip) per ``(label, [[step, value, (standard error)], ...])``; standard errors are drawn as bars.
+    ``integers``: counts, labelled without decimals."""
     left, right, top, bottom = 46, 10, 10, 34
+    legend = _legend_rows([label for label, _ in lines], left, width - right) if len(lines) > 1 else []
+    top += 14 * len(legend)
     points = [p for _, line in lines for p in line]
     if not points:
         return (
@@ -57,6 +67,10 @@ def svg_chart(
     y1 = max(1.0, max(p[1] + _error(p) for p in points))
     x1 = x1 if x1 > x0 else x0 + 1
     y1 = y1 if y1 > y0 else y0 + 1
+    ticks = 4
+    if integers:  # whole numbers on the axis: at most 4 intervals of a whole step
+        ticks = min(4, math.ceil(y1 - y0))
+        y1 = y0 + ticks * math.ceil((y1 - y0) / ticks)
 
     def sx(step: float) -> float:
         return left + (step - x0) / (x1 - x0) * (width - left - right)
@@ -70,11 +84,12 @@ def svg_chart(
         f'<rect x="{left}" y="{top}" width="{width - left - right}" height="{height - top - bottom}" fill="#fcfcfc" '
         'stroke="#ccc"/>',
     ]
-    for tick in range(5):  # y grid and labels
-        value = y0 + (y1 - y0) * tick / 4
+    for tick in range(ticks + 1):  # y grid and labels
+        value = y0 + (y1 - y0) * tick / ticks
         y = sy(value)
         parts.append(f'<line x1="{left}" x2="{width - right}" y1="{y:.1f}" y2="{y:.1f}" stroke="#eee"/>')
-        parts.append(f'<text x="{left - 4}" y="{y + 4:.1f}" text-anchor="end" font-size="11">{value:.2f}</text>')
+        label = f"{value:.0f}" if integers and value == round(value) else f"{value:.2f}"
+        parts.append(f'<text x="{left - 4}" y="{y + 4:.1f}" text-anchor="end" font-size="11">{label}</text>')
     for step in sorted({x0, x1, round((x0 + x1) / 2)}):  # x labels
         parts.append(
             f'<text x="{sx(step):.1f}" y="{height - bottom + 15}" text-anchor="middle" font-size="11">{step}</text>'
@@ -98,13 +113,27 @@ def svg_chart(
                 f'<circle data-series="{_e(label)}" data-step="{p[0]}" data-value="{_number(p[1])}" '
                 f'cx="{sx(p[0]):.1f}" cy="{sy(p[1]):.1f}" r="2.5" fill="{color}"><title>{_e(tip)}</title></circle>'
             )
-    if len(lines) > 1:  # legend
-        for i, (label, _) in enumerate(lines):
-            y = top + 14 + 14 * i
-            parts.append(f'<rect x="{left + 8}" y="{y - 8}" width="10" height="3" fill="{COLORS[i % len(COLORS)]}"/>')
-            parts.append(f'<text x="{left + 22}" y="{y - 3}" font-size="11">{_e(label)}</text>')
+    for row, items in enumerate(legend):  # above the plot, so that it hides no point
+        for i, label, x in items:
+            y = 12 + 14 * row
+            parts.append(f'<rect x="{x}" y="{y - 4}" width="10" height="3" fill="{COLORS[i % len(COLORS)]}"/>')
+            parts.append(f'<text x="{x + 14}" y="{y}" font-size="11">{_e(label)}</text>')
     parts.append("</svg>")
     return "".join(parts)
+
+
+def _legend_rows(labels: list[str], left: float, right: float) -> list[list[tuple[int, str, float]]]:
+    """The legend's items laid out in rows between ``left`` and ``right``: (line index, label, x) per item."""
+    rows: list[list[tuple[int, str, float]]] = [[]]
+    x = left
+    for i, label in enumerate(labels):
+        item = 14 + 6.5 * len(label) + 14  # swatch, text at ~6.5 px a character, gap
+        if rows[-1] and x + item > right:
+            rows.append([])
+            x = left
+        rows[-1].append((i, label, x))
+        x += item
+    return rows
 
 
 def _error(point: list[float]) -> float:
@@ -148,6 +177,9 @@ def node_page(snap: dict[str, Any]) -> str:
     pace = f", {snap['step_seconds']:.1f} s per step" if snap.get("step_seconds") else ""
     body = [
         f'<h1>{_e(snap["node"])}: <span id="phase">{_e(snap["phase"])}</span></h1>',
+        f'<p class="muted">sapo-swarm <span id="version">{_e(snap.get("version") or "-")}</span>; model '
+        f'<span id="model">{_e(snap.get("model") or "-")}</span>; peer id <code id="peer-id">'
+        f"{_e(swarm.get('peer_id') or '-')}</code></p>",
         f'<p>step <b id="step">{_e(step)}</b>{_e(pace)}; health <b id="health" class="{_e(health["status"])}">'
         f'{_e(health["status"])}</b>; swarm <b id="swarm-state">{_e(swarm.get("state"))}</b>; '
         f'latest reward <b id="reward">{_e(_number(reward) if reward is not None else "-")}</b>; held-out pass@1 '
@@ -157,13 +189,31 @@ def node_page(snap: dict[str, Any]) -> str:
         body.append("<ul>" + "".join(f'<li class="{_e(health["status"])}">{_e(p)}</li>' for p in health["problems"]))
         body.append("</ul>")
     body.append('<div class="charts">')
-    body.append(_figure("training reward per step", svg_chart("reward", [("reward", snap["reward"])], "reward")))
+    body.append(
+        _figure(
+            "reward per step: own completions against swarm groups taken (by this node's rewards)",
+            svg_chart("reward", [("reward", snap["reward"]), ("swarm groups", snap.get("swarm_reward", []))], "reward"),
+        )
+    )
+    body.append(
+        _figure(
+            "swarm slots per step: groups of other peers taken, slots filled in with own groups",
+            svg_chart(
+                "slots",
+                [("taken", snap.get("taken", [])), ("filled in", snap.get("fill_ins", []))],
+                "groups",
+                integers=True,
+            ),
+        )  # fmt: skip
+    )
     body.append(
         _figure(
             "held-out pass@1 (greedy; bars: ± 1 s.e.)",
             svg_chart("held_out", [("held-out pass@1", snap["held_out"])], "pass@1"),
         )
     )
+    per_task = [(task, points) for task, points in (snap.get("held_out_tasks") or {}).items()]
+    body.append(_figure("held-out pass@1 per task", svg_chart("held_out_tasks", per_task, "pass@1")))
     body.append("</div>")
 
     body.append("<h2>Swarm</h2>")
@@ -174,13 +224,15 @@ def node_page(snap: dict[str, Any]) -> str:
             "</code></p>"
         )
     body.append(
-        f"<p>peer id <code>{_e(swarm.get('peer_id', '-'))}</code>; DHT neighbours {_e(swarm.get('neighbours', 0))}; "
+        f"<p>peer id <code>{_e(swarm.get('peer_id') or '-')}</code> (the id in the join address); key fingerprint "
+        f'<code id="key-fingerprint">{_e(swarm.get("key_fingerprint") or "-")}</code> (the name other peers\' '
+        f"logs and sender tables give this node); DHT neighbours {_e(swarm.get('neighbours', 0))}; "
         f"transport {'up' if swarm.get('healthy', True) else 'down'}</p>"
     )
     peers = [
         [f"<code>{_e(p['peer'])}</code>", _e(p["model"]), _e(_ago(p["last_seen"], now))] for p in swarm.get("peers", [])
     ]
-    body.append(_table(["peer", "model", "last seen"], peers, "no other peer listed"))
+    body.append(_table(["peer (key fingerprint)", "model", "last seen"], peers, "no other peer listed"))
 
     body.append("<h2>Groups of other peers, per sender</h2>")
     senders = []
@@ -188,7 +240,13 @@ def node_page(snap: dict[str, Any]) -> str:
         drops = {k.split("/", 1)[1]: v for k, v in counts.items() if k.startswith("dropped/")}
         detail = ", ".join(f"{_e(reason)} {count}" for reason, count in sorted(drops.items())) or "-"
         senders.append([f"<code>{_e(sender)}</code>", str(counts.get("taken", 0)), str(sum(drops.values())), detail])
-    body.append(_table(["sender", "taken", "dropped", "dropped by reason"], senders, "no group of another peer yet"))
+    body.append(
+        _table(
+            ["sender (key fingerprint)", "taken", "dropped", "dropped by reason"],
+            senders,
+            "no group of another peer yet",
+        )
+    )
     counters = swarm.get("counters") or {}
     shown = {k: v for k, v in counters.items() if v and k.split("/")[0] in _COUNTERS_SHOWN}
     if shown:

@@ -19,7 +19,7 @@ logger = logging.getLogger(__name__)
 
 # Figures that define a run: an output directory written under one set of them cannot be resumed under another.
 _RUN_IDENTITY_FIELDS = (
-    "model", "tasks", "dataset_file", "rewards", "lora_r", "num_local", "num_external", "num_generations", "seed",
+    "model", "tasks", "dataset", "rewards", "lora_r", "num_local", "num_external", "num_generations", "seed",
 )  # fmt: skip
 
 
@@ -49,7 +49,8 @@ def _swarm_option(name: str, *, source: str | None = None, note: str = "") -> An
 _SECTIONS = {
     "Policy": ("model", "lora_r", "lora_alpha", "lora_dropout"),
     "Questions and rewards": (
-        "tasks", "eval_tasks", "dataset_file", "question_field", "answer_field", "dataset_size", "rewards",
+        "tasks", "eval_tasks", "dataset", "dataset_name", "question_column", "answer_column", "reward_columns",
+        "eval_fraction", "dataset_size", "rewards",
     ),
     "Swarm (defaults and text of `swarm.dht.DHTTransportConfig`'s fields)": (
         "initial_peers", "host_maddrs", "announce_maddrs", "identity", "swarm_name", "client_mode", "use_auto_relay",
@@ -70,7 +71,8 @@ class NodeArguments:
     model: str = field(
         default="default",
         metadata={
-            "help": '`"default"` for the embedded SmolLM2-135M-Instruct, or a local Hugging Face causal-LM directory.'
+            "help": '`"default"` for the embedded SmolLM2-135M-Instruct, a local Hugging Face causal-LM directory, a '
+            "GGUF file, or an installed package that ships one (converted once into a cached copy)."
         },
     )
     lora_r: int = field(
@@ -93,17 +95,44 @@ class NodeArguments:
             "`tasks`. A task specialist (one task in `tasks`) evaluated on a whole mix sets the mix here."
         },
     )
-    dataset_file: str | None = field(
-        default=None, metadata={"help": "A local JSON Lines file of questions used instead of `tasks`."}
+    dataset: str | None = field(
+        default=None,
+        metadata={
+            "help": "Your own questions instead of `tasks`: a local .jsonl, .json, .parquet or .csv file, or a folder "
+            "written by datasets' save_to_disk. Items are keyed by their content, so peers holding the same data "
+            "in any order, split or filter verify each other's groups (`sapo.sources.DatasetSource`)."
+        },
     )
-    question_field: str = field(default="question", metadata={"help": "Field of `dataset_file` holding the question."})
-    answer_field: str = field(default="answer", metadata={"help": "Field of `dataset_file` holding the answer."})
+    dataset_name: str | None = field(
+        default=None,
+        metadata={
+            "help": "The dataset's name, the same on every peer that shares it; `None`: the file or folder name."
+        },  # fmt: skip
+    )
+    question_column: str = field(default="question", metadata={"help": "Column of `dataset` holding the question."})
+    answer_column: str = field(default="answer", metadata={"help": "Column of `dataset` holding the answer."})
+    reward_columns: list[str] | None = field(
+        default=None,
+        metadata={"help": "Columns of `dataset` handed to the reward functions; `None`: every other column."},
+    )
+    eval_fraction: float = field(
+        default=0.1,
+        metadata={
+            "help": "Share of `dataset`'s items held out for the held-out evaluation, chosen by item key (the same "
+            "items on every peer; never trained on). Solved means the rewards' weighted sum reaches "
+            "`success_threshold`."
+        },
+    )
     dataset_size: int = field(
         default=10000, metadata={"help": "reasoning-gym questions generated (procedurally, offline)."}
     )
     rewards: list[str] = field(
         default_factory=lambda: ["reasoning_gym", "format"],
-        metadata={"help": "Reward functions by name: `reasoning_gym`, `math`, `format`. Weights: `reward_weights`."},
+        metadata={
+            "help": "Reward functions: `reasoning_gym`, `math`, `format`, or your own as `module:function` or "
+            "`path/to/file.py:function` (TRL's signature: prompts, completions, **columns; one float or None per "
+            "completion). Weights: `reward_weights`."
+        },
     )
     initial_peers: list[str] = _swarm_option("initial_peers")
     host_maddrs: list[str] = _swarm_option("host_maddrs")
@@ -185,29 +214,60 @@ def task_specs(names: list[Any]) -> list[Any]:
     return specs
 
 
-def build_dataset(node: NodeArguments, seed: int) -> Any:
-    """The node's question source: a JSON Lines file, or the reasoning-gym task mix."""
-    from sapo.tasks import build_reasoning_gym_dataset, load_jsonl_dataset
+def build_questions(node: NodeArguments, seed: int) -> tuple[Any, list[Any]]:
+    """The node's training rows and the task sources it holds: your own dataset, or the reasoning-gym task mix."""
+    from sapo.sources import DatasetSource, ReasoningGymSource
 
-    if node.dataset_file:
+    if node.dataset:
+        name = node.dataset_name or Path(node.dataset).stem or "dataset"
         try:
-            return load_jsonl_dataset(
-                node.dataset_file, question_field=node.question_field, answer_field=node.answer_field
-            )
+            source = DatasetSource(
+                node.dataset, name, node.question_column, node.answer_column, columns=node.reward_columns,
+                eval_fraction=node.eval_fraction,
+            )  # fmt: skip
         except (FileNotFoundError, ValueError, KeyError) as e:
             raise NodeError(str(e)) from None
-    return build_reasoning_gym_dataset(task_specs(node.tasks), size=node.dataset_size, seed=seed)
+        logger.info("questions: %s, %d held out for evaluation", source.describe(), len(source.held_out()))
+        return source.rows(), [source]
+    source = ReasoningGymSource(task_specs(node.tasks))
+    return source.rows(size=node.dataset_size, seed=seed), [source]
 
 
 def build_rewards(names: list[str]) -> list[Any]:
-    """Reward functions by name."""
+    """Reward functions by name, or your own as `module:function` / `path/to/file.py:function`."""
     from rewards import format_reward, math_reward, reasoning_gym_reward
 
     known = {"reasoning_gym": reasoning_gym_reward, "math": math_reward, "format": format_reward}
-    unknown = [name for name in names if name not in known]
-    if unknown or not names:
-        raise NodeError(f"unknown reward function(s) {unknown or names}; choose from {sorted(known)}")
-    return [known[name] for name in names]
+    if not names:
+        raise NodeError(f"no reward function given; choose from {sorted(known)} or name your own as module:function")
+    return [known[name] if name in known else _user_reward(name, known) for name in names]
+
+
+def _user_reward(spec: str, known: dict[str, Any]) -> Any:
+    """The function `spec` names (`module:function` or `file.py:function`), checked to be callable."""
+    import importlib
+    import importlib.util
+
+    where, _, name = spec.rpartition(":")
+    if not where or not name:
+        raise NodeError(f"unknown reward function {spec!r}; choose from {sorted(known)} or name your own as "
+                        "module:function or path/to/file.py:function")  # fmt: skip
+    try:
+        if where.endswith(".py"):
+            path = Path(where)
+            if not path.is_file():
+                raise NodeError(f"reward {spec!r}: file {path} not found")
+            module_spec = importlib.util.spec_from_file_location(f"sapo_user_rewards_{path.stem}", path)
+            module = importlib.util.module_from_spec(module_spec)
+            module_spec.loader.exec_module(module)
+        else:
+            module = importlib.import_module(where)
+    except ImportError as e:
+        raise NodeError(f"reward {spec!r}: cannot import {where!r} ({e}); is it on PYTHONPATH?") from None
+    function = getattr(module, name, None)
+    if not callable(function):
+        raise NodeError(f"reward {spec!r}: {where} has no function {name!r}")
+    return function
 
 
 def load_model(node: NodeArguments) -> tuple[Any, Any]:
@@ -278,7 +338,11 @@ def start_swarm(node: NodeArguments, output_dir: Path, model_name: str) -> Any:
         raise NodeError(str(e)) from None
     addresses = swarm.visible_addresses()
     (output_dir / "address.txt").write_text("\n".join(addresses) + "\n")
-    print(f"\nsapo-node {swarm.peer_id} is in swarm {node.swarm_name!r}. Others join it with:", file=sys.stderr)
+    peer_id = addresses[0].rsplit("/p2p/", 1)[-1] if addresses else "-"
+    print(
+        f"\nsapo-node {peer_id} (key fingerprint {swarm.peer_id}) is in swarm {node.swarm_name!r}. Others join it "
+        "with:", file=sys.stderr,
+    )  # fmt: skip
     print(f"  sapo-node --initial-peers {' '.join(addresses)}\n", file=sys.stderr, flush=True)
     return swarm
 
@@ -324,20 +388,8 @@ def claim_output_dir(output_dir: Path, identity: dict[str, Any]) -> None:
     write_atomically(marker, json.dumps(identity, indent=1, sort_keys=True))
 
 
-def setup_logging(output_dir: Path, level: str = "info") -> None:
-    """Node logs to stderr and to `node.log` in the output directory."""
-    fmt = logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s", "%H:%M:%S")
-    root = logging.getLogger()
-    root.setLevel(logging.WARNING)
-    for name in ("sapo", "swarm"):
-        logging.getLogger(name).setLevel(getattr(logging, level.upper(), logging.INFO))
-    handlers = [logging.StreamHandler(sys.stderr), logging.FileHandler(output_dir / "node.log")]
-    for handler in handlers:
-        handler.setFormatter(fmt)
-        root.addHandler(handler)
-    for noisy in ("hivemind", "transformers", "datasets", "accelerate"):
-        logging.getLogger(noisy).setLevel(logging.ERROR)
-    # The node shows one progress bar (its steps); the libraries' load/save bars would interleave with it.
+def quiet_library_progress_bars() -> None:
+    """The node shows one progress bar (its steps); the libraries' load/save bars would interleave with it."""
     import datasets
     import transformers
 
@@ -362,14 +414,16 @@ def _run(args: Any, node: NodeArguments) -> int:
     from transformers.trainer_callback import PrinterCallback, ProgressCallback
 
     from sapo.checkpoints import latest_complete_checkpoint, set_aside_incomplete
+    from sapo.node.about import model_label, sapo_version
     from sapo.node.board import BoardLogHandler, StatusBoard
     from sapo.node.callbacks import EvaluateAtEnd, GracefulStop, MetricsJsonl, NodeProgress, NodeStatus, SwarmLog
+    from sapo.node.logs import setup_logging
     from sapo.trainer import SAPOTrainer
 
     # Cheap checks first: a typo must not cost a model load.
     check_addresses(node)
     reward_funcs = build_rewards(node.rewards)
-    if not node.dataset_file:
+    if not node.dataset:
         task_specs(node.tasks)
     held_out_tasks = task_specs(node.eval_tasks) if node.eval_tasks else None
     output_dir = Path(args.output_dir)
@@ -377,9 +431,13 @@ def _run(args: Any, node: NodeArguments) -> int:
         output_dir, {k: _plain(getattr(node if hasattr(node, k) else args, k)) for k in _RUN_IDENTITY_FIELDS}
     )
     setup_logging(output_dir, args.log_level if args.log_level not in ("passive", None) else "info")
+    quiet_library_progress_bars()
 
     stop = GracefulStop().install()
-    board = StatusBoard(node_name=f"sapo-node {output_dir.name}", max_steps=args.max_steps)
+    board = StatusBoard(
+        node_name=f"sapo-node {output_dir.name}", max_steps=args.max_steps, version=sapo_version(),
+        model=model_label(node.model),
+    )  # fmt: skip
     status = NodeStatus(output_dir, board)
     page = start_status_page(node, board, status)
     problems = BoardLogHandler(board)
@@ -389,13 +447,7 @@ def _run(args: Any, node: NodeArguments) -> int:
         set_aside_incomplete(output_dir)
         resume = latest_complete_checkpoint(output_dir)
         status.set("building questions", _step(resume) or 0)
-        dataset = build_dataset(node, seed=args.seed)
-        if node.dataset_file and args.eval_strategy != "no":
-            logger.info(
-                "held-out evaluation is off: it draws from reasoning-gym tasks, and a question file has no questions "
-                "set aside (score a model on your own held-out file with the library: sapo.evaluation)"
-            )
-            args.eval_strategy = "no"
+        dataset, sources = build_questions(node, seed=args.seed)
         status.set("loading model")
         logger.info("loading model %s", node.model)
         model, tokenizer = load_model(node)
@@ -403,10 +455,11 @@ def _run(args: Any, node: NodeArguments) -> int:
         swarm = start_swarm(node, output_dir, model_name=args.swarm_model_name or node.model)
         status.watch(swarm, rejoin_through=list(node.initial_peers), require_swarm=node.require_swarm)
         if node.wait_for_peers > 0:
-            status.set(f"waiting for {node.wait_for_peers} peer(s)")
+            status.set(f"waiting for {node.wait_for_peers} peer(s)", patience=node.wait_for_peers_timeout + 60.0)
             await_peers(swarm, node.wait_for_peers, node.wait_for_peers_timeout)
         status.set("starting training")
         metrics = MetricsJsonl(output_dir / "metrics.jsonl", resume_step=_step(resume))
+        status.replay(metrics.history)
         trainer = SAPOTrainer(
             model=model,
             reward_funcs=reward_funcs,
@@ -414,6 +467,7 @@ def _run(args: Any, node: NodeArguments) -> int:
             train_dataset=dataset,
             processing_class=tokenizer,
             swarm=swarm,
+            sources=sources,
             held_out_tasks=held_out_tasks,
             callbacks=[NodeProgress(), metrics, SwarmLog(), status, EvaluateAtEnd(), stop],
         )

@@ -12,7 +12,7 @@ import json
 import logging
 import socket
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from socketserver import ThreadingMixIn
 from typing import Any
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
@@ -55,7 +55,8 @@ class SnapshotCollector:
         return []  # metrics are only known at scrape time (senders, reasons); skip registration-time checks
 
     def collect(self) -> Iterable[Any]:
-        """The node's figures: step, reward, held-out pass@1, swarm and per-sender groups, health."""
+        """The node's figures: who it is, step, rewards, groups per step, held-out pass@1, durations, swarm and
+        per-sender groups, health."""
         from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
         snap = self.snapshot()
@@ -65,12 +66,39 @@ class SnapshotCollector:
             if value is not None:
                 yield GaugeMetricFamily(name, text, value=float(value))
 
+        build = GaugeMetricFamily(
+            "sapo_build_info", "1, labelled with the node's software version and policy.", labels=["version", "model"]
+        )
+        build.add_metric([snap.get("version") or "unknown", snap.get("model") or "unknown"], 1.0)
+        yield build
         yield from gauge("sapo_step", "Training steps done.", snap["step"])
         yield from gauge("sapo_max_steps", "Step the run ends at.", snap.get("max_steps"))
         yield from gauge("sapo_training_reward", "Mean reward of this node's own completions, last step.",
                          latest(snap["reward"]))  # fmt: skip
+        yield from gauge("sapo_swarm_groups_reward", "Mean reward, under this node's reward functions, of the swarm "
+                         "groups it trained on, last step that took one.", latest(snap["swarm_reward"]))  # fmt: skip
+        yield from gauge("sapo_step_swarm_groups", "Swarm groups trained on in the last step.",
+                         latest(snap["taken"]))  # fmt: skip
+        yield from gauge("sapo_step_fill_ins", "Swarm slots filled with this node's own groups in the last step.",
+                         latest(snap["fill_ins"]))  # fmt: skip
         yield from gauge("sapo_held_out_pass_at_1", "Greedy pass@1 on held-out questions, last evaluation.",
                          latest(snap["held_out"]))  # fmt: skip
+        by_task = GaugeMetricFamily(
+            "sapo_held_out_task_pass_at_1", "Greedy pass@1 on held-out questions of one task, last evaluation.",
+            labels=["task"],
+        )  # fmt: skip
+        for task, points in snap["held_out_tasks"].items():
+            by_task.add_metric([task], float(latest(points)))
+        yield by_task
+        yield _histogram(
+            "sapo_step_duration_seconds", "Seconds per training step (one observation per logged step).",
+            {(): snap["step_seconds_histogram"]},
+        )  # fmt: skip
+        phases = {(phase,): histogram for phase, histogram in snap["phase_seconds_histogram"].items()}
+        yield _histogram(
+            "sapo_phase_duration_seconds", "Seconds spent in each phase of a step (`sapo/time/<phase>`, one "
+            "observation per logged step).", phases, ["phase"],
+        )  # fmt: skip
         yield from gauge("sapo_step_seconds", "Median seconds per step over the last 20 steps.", snap["step_seconds"])
         yield from gauge("sapo_last_step_timestamp_seconds", "Unix time the last step ended (alert on staleness).",
                          snap["last_step_time"])  # fmt: skip
@@ -85,10 +113,13 @@ class SnapshotCollector:
         for status in ("ok", "degraded", "unhealthy"):
             health.add_metric([status], 1.0 if snap["health"]["status"] == status else 0.0)
         yield health
-        taken = CounterMetricFamily("sapo_groups_taken", "Groups of other peers trained on.", labels=["sender"])
-        dropped = CounterMetricFamily(
-            "sapo_groups_dropped", "Groups of other peers dropped, by reason.", labels=["sender", "reason"]
+        taken = CounterMetricFamily(
+            "sapo_groups_taken", "Groups of other peers trained on, by sender (its key fingerprint).", labels=["sender"]
         )
+        dropped = CounterMetricFamily(
+            "sapo_groups_dropped", "Groups of other peers dropped, by sender (its key fingerprint) and reason.",
+            labels=["sender", "reason"],
+        )  # fmt: skip
         for sender, counts in sorted(snap["senders"].items()):
             taken.add_metric([sender], float(counts.get("taken", 0)))
             for key, count in sorted(counts.items()):
@@ -103,6 +134,22 @@ class SnapshotCollector:
         for name, count in sorted((swarm.get("counters") or {}).items()):
             events.add_metric([name], float(count))
         yield events
+
+
+def _histogram(name: str, text: str, series: dict[tuple[str, ...], dict[str, Any]], labels: Sequence[str] = ()) -> Any:
+    """A histogram family from :meth:`sapo.node.board.Histogram.exposition` values, one per label tuple."""
+    from prometheus_client.core import HistogramMetricFamily
+
+    family = HistogramMetricFamily(name, text, labels=list(labels))
+    for label_values, histogram in series.items():
+        buckets = [(bound if bound == "+Inf" else repr(float(bound)), count) for bound, count in histogram["buckets"]]
+        family.add_metric(list(label_values), buckets, histogram["sum"])
+    return family
+
+
+def healthz_body(health: dict[str, Any]) -> str:
+    """`/healthz`'s text: the status on the first line, then one line per problem."""
+    return "".join(f"{line}\n" for line in [health["status"], *health["problems"]])
 
 
 def node_app(snapshot: Callable[[], dict[str, Any]]) -> WsgiApp:
@@ -122,9 +169,9 @@ def node_app(snapshot: Callable[[], dict[str, Any]]) -> WsgiApp:
         if path == "/status.json":
             return _respond(start_response, "200 OK", json.dumps(snapshot()).encode(), "application/json")
         if path == "/healthz":
-            status = snapshot()["health"]["status"]
-            code = "503 Service Unavailable" if status == "unhealthy" else "200 OK"
-            return _respond(start_response, code, f"{status}\n".encode(), "text/plain; charset=utf-8")
+            health = snapshot()["health"]
+            code = "503 Service Unavailable" if health["status"] == "unhealthy" else "200 OK"
+            return _respond(start_response, code, healthz_body(health).encode(), "text/plain; charset=utf-8")
         if path in ("/", "/index.html"):
             return _respond(start_response, "200 OK", node_page(snapshot()).encode(), "text/html; charset=utf-8")
         return _respond(start_response, "404 Not Found", b"not found: try / /status.json /metrics\n", "text/plain")

@@ -1,0 +1,163 @@
+"""A stronger peer's model folder: a trained LoRA adapter merged into its base model, saved for ``sapo-node --model``.
+
+The stronger peers of ``benchmarks/sapo_table.py --profile cpu-hard-strong`` run a policy trained alone for longer
+than the students. A node with ``lora_r > 0`` saves its LoRA adapter (in ``final/`` and in each checkpoint); this
+script applies the adapter to the base model it was trained on (the embedded default unless ``--base`` says
+otherwise), merges it into the weights (PEFT's ``merge_and_unload``) and saves a full Hugging Face model folder with
+the adapter's tokenizer. A node then loads it like any model and trains its own LoRA on top.
+
+It checks what it wrote before it returns: the folder loads as ``sapo-node --model`` loads a model
+(``sapo.models.load_policy``), its logits on a few chat prompts match the adapter applied to the base within
+``--tolerance``, and it generates greedily (the count of prompts whose greedy answer matches the adapter's is printed
+and recorded). ``strong-peer.json`` in the folder records the adapter, the base, the check and :func:`model_digest`,
+the digest sapo_table puts in a run's identity.
+
+    python -m benchmarks.strong_peer --adapter RUNS/cpu-hard/2-0/seed-100/node-0/final --out /work/strong-model
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import sys
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+RECORD = "strong-peer.json"
+
+PROMPTS = (
+    "What is 47 + 38?",
+    "What is 91 - 26?",
+    "How many 1 bits are in the binary representation of 13?",
+    "What is 4 + 7 + 9?",
+)
+"""Questions in the style of the hard mix, for the check (the merged model is compared with the adapter on them)."""
+
+
+def model_digest(folder: str | Path) -> str:
+    """The sha256 of a model folder's files (names and contents, sorted by name; this script's record left out): two
+    folders with the same weights, config and tokenizer have the same digest wherever they are."""
+    folder = Path(folder)
+    if not (folder / "config.json").is_file():
+        raise SystemExit(
+            f"{folder} is not a model folder (no config.json); make one with python -m benchmarks.strong_peer "
+            "--adapter ADAPTER --out DIR"
+        )
+    return files_digest(p for p in folder.iterdir() if p.is_file() and p.name != RECORD)
+
+
+def files_digest(paths: Iterable[Path]) -> str:
+    """The sha256 of files' names and contents, in name order."""
+    digest = hashlib.sha256()
+    for path in sorted(paths, key=lambda p: p.name):
+        digest.update(path.name.encode() + b"\0")
+        with path.open("rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                digest.update(block)
+    return digest.hexdigest()
+
+
+def merge_adapter(adapter: Path, out: Path, base: str | None = None) -> None:
+    """Apply ``adapter`` to its base (``base``: a model folder or ``"default"``; None: the base its config names),
+    merge it into the weights and save the model and the adapter's tokenizer to ``out`` (new or empty)."""
+    from sapo.models import load_trained_policy
+
+    if not (adapter / "adapter_config.json").is_file():
+        raise SystemExit(
+            f"{adapter} holds no LoRA adapter (no adapter_config.json); pass a node's final/ or checkpoint-N/ folder "
+            "of a run with lora_r > 0"
+        )
+    if out.exists() and any(out.iterdir()):
+        raise SystemExit(f"{out} exists and is not empty; pass a new folder to --out")
+    policy, tokenizer = load_trained_policy(adapter, base)
+    out.mkdir(parents=True, exist_ok=True)
+    policy.merge_and_unload().save_pretrained(out, safe_serialization=True)
+    tokenizer.save_pretrained(out)
+
+
+def check(reference: Any, out: Path, prompts: Sequence[str], tolerance: float, new_tokens: int) -> dict[str, Any]:
+    """Load ``out`` as a node loads ``--model`` and compare it with ``reference`` (the adapter on its base): the
+    largest logit difference on ``prompts`` (and from the base alone: what the adapter changed), and each prompt's
+    greedy answer of ``new_tokens`` tokens."""
+    import torch
+
+    from sapo.models import load_policy
+
+    model, tokenizer = load_policy(out)
+    model.eval()
+    reference.eval()
+    largest, from_base, answers = 0.0, 0.0, []
+    for prompt in prompts:
+        text = tokenizer.apply_chat_template([{"role": "user", "content": prompt}], tokenize=False,
+                                             add_generation_prompt=True)  # fmt: skip
+        ids = tokenizer(text, return_tensors="pt")
+        with torch.no_grad():
+            logits = model(**ids).logits
+            difference = (logits - reference(**ids).logits).abs().max().item()
+            with reference.disable_adapter():
+                from_base = max(from_base, (logits - reference(**ids).logits).abs().max().item())
+            greedy = dict(do_sample=False, max_new_tokens=new_tokens, pad_token_id=tokenizer.pad_token_id)
+            mine = model.generate(**ids, **greedy)[0, ids["input_ids"].shape[1] :]
+            theirs = reference.generate(**ids, **greedy)[0, ids["input_ids"].shape[1] :]
+        largest = max(largest, difference)
+        answers.append({"prompt": prompt, "answer": tokenizer.decode(mine, skip_special_tokens=True),
+                        "same_as_adapter": mine.tolist() == theirs.tolist(), "tokens": len(mine)})  # fmt: skip
+    result = {"max_logit_difference": largest, "tolerance": tolerance, "max_logit_change_from_base": from_base,
+              "answers": answers}  # fmt: skip
+    if largest > tolerance:
+        raise SystemExit(
+            f"strong_peer: the saved model's logits differ from the adapter's by {largest:.2e} (more than "
+            f"{tolerance:.0e}); {out} is not the adapter's policy"
+        )
+    if not all(answer["tokens"] for answer in answers):
+        raise SystemExit(f"strong_peer: the saved model in {out} generated nothing for some prompt")
+    return result
+
+
+def parse_args(argv: Sequence[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.strong_peer", description=__doc__.splitlines()[0])
+    parser.add_argument("--adapter", required=True, help="a LoRA adapter folder (a node's final/ or checkpoint-N/)")
+    parser.add_argument("--out", required=True, help="the model folder to write (new or empty)")
+    parser.add_argument(
+        "--base", default=None, help="the adapter's base model folder, or 'default' (default: the one it names)"
+    )
+    parser.add_argument("--tolerance", type=float, default=1e-3, help="largest logit difference accepted (1e-3)")
+    parser.add_argument("--new-tokens", type=int, default=24, help="tokens of each greedy answer checked (24)")
+    return parser.parse_args(argv)
+
+
+def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
+    """Merge, save, check; write the record and print it."""
+    from sapo.models import load_trained_policy
+
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    adapter, out = Path(args.adapter).resolve(), Path(args.out).resolve()
+    merge_adapter(adapter, out, args.base)
+    reference, _ = load_trained_policy(adapter, args.base)  # unmerged: the policy the adapter's run trained
+    result = check(reference, out, PROMPTS, args.tolerance, args.new_tokens)
+    adapter_config = json.loads((adapter / "adapter_config.json").read_text())
+    record = {
+        "adapter": str(adapter),
+        "adapter_digest": files_digest(p for p in adapter.iterdir() if p.name.startswith("adapter_")),
+        "base": args.base or adapter_config.get("base_model_name_or_path"),
+        "lora_r": adapter_config.get("r"),
+        "check": result,
+        "digest": model_digest(out),
+    }
+    (out / RECORD).write_text(json.dumps(record, indent=1) + "\n")
+    same = sum(answer["same_as_adapter"] for answer in result["answers"])
+    print(
+        f"wrote {out}: digest {record['digest'][:16]}, largest logit difference from the adapter "
+        f"{result['max_logit_difference']:.1e}, {same} of {len(result['answers'])} greedy answers the same"
+    )
+    if result["max_logit_change_from_base"] == 0:
+        print("warning: the adapter changes no logit of the base model (an untrained adapter?)")
+    for answer in result["answers"]:
+        print(f"  {answer['prompt']!r} -> {answer['answer']!r}")
+    return record
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,108 @@
+"""The policy probe: what the intake asks of this peer's policy about a received group (tokens, rewards, typicality).
+
+The intake judges received groups without knowing TRL: it tokenizes each completion once, scores it with this
+peer's reward functions and measures its typicality under the current policy through a :class:`PolicyProbe`, which
+the trainer builds over TRL's own tokenizer, reward path and log-probability pass, so an external completion is
+scored exactly as an own one would be.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from trl import GRPOTrainer
+
+from sapo.plausibility import CompletionStatistics, completion_statistics, token_typicality
+from sapo.sampling import Candidate, TokenizedCompletion
+from sapo.speed import SpeedUps
+
+
+@dataclass(frozen=True)
+class Typicality:
+    """The plausibility pass's view of one completion: its statistics (judged against the own completions) and the
+    typicality of each of its tokens (for the token floor)."""
+
+    statistics: CompletionStatistics
+    tokens: tuple[float, ...]
+
+
+class PolicyProbe:
+    """This peer's policy and rewards, as the intake uses them on received completions.
+
+    Args:
+        trainer: the `sapo.trainer.SAPOTrainer` whose tokenizer, reward functions and model are probed.
+        row_keys: the columns of the trainer's own rows (an external row gets the same keys for the reward path).
+        span_tokens: the width of the worst span the plausibility check judges (`SAPOConfig.plausibility_span_tokens`).
+    """
+
+    def __init__(self, trainer: Any, row_keys: Sequence[str], span_tokens: int = 3):
+        self.trainer = trainer
+        self.row_keys = list(row_keys)
+        self.span_tokens = span_tokens
+
+    def tokenize(self, text: str) -> TokenizedCompletion:
+        """A received completion as it is trained on: its tokens under this peer's tokenizer, cut to
+        `max_completion_length` (a completion at the limit exactly is not cut: the sender stopped there too, with no
+        EOS, like a local completion that ran out of tokens), EOS appended when it fits."""
+        trainer = self.trainer
+        # split_special_tokens: a completion that spells out "<|im_end|>" must not become a control token.
+        ids = trainer._tokenizer(text, add_special_tokens=False, split_special_tokens=True)["input_ids"]
+        limit = trainer.args.max_completion_length
+        if limit is not None and len(ids) >= limit:
+            cut = len(ids) > limit
+            # Score the text trained on: past the limit a completion loses its tail in the batch, so an answer there
+            # (a longer-limit sender's, or an attacker's behind a payload) must not earn its reward.
+            return TokenizedCompletion(tuple(ids[:limit]), cut, trainer._tokenizer.decode(ids[:limit]) if cut else text)
+        return TokenizedCompletion((*ids, trainer.eos_token_ids[0]), False, text)
+
+    def score(
+        self, prompt: list[dict[str, str]], completions: Sequence[TokenizedCompletion], columns: dict[str, Any]
+    ) -> torch.Tensor:
+        """This peer's rewards (completions x reward functions) of ``completions`` to ``prompt``, by TRL's own reward
+        path (reward models and async rewards behave as for own rows), with the reward columns ``columns``."""
+        row = {**{key: columns.get(key) for key in self.row_keys}, "prompt": prompt}
+        messages = [[{"role": "assistant", "content": c.text}] for c in completions]
+        ids = [list(c.ids) for c in completions]
+        n = len(completions)
+        # TRL's own reward path, not the trainer's hook (which splices a round in). Every process scores the same
+        # candidates: TRL's gather returns one copy per process, take the first.
+        return GRPOTrainer._calculate_rewards(self.trainer, [row] * n, [prompt] * n, messages, ids)[:n]
+
+    def typicality(self, groups: Sequence[Candidate]) -> list[Typicality]:
+        """The typicality of every completion of ``groups`` under the current policy, in order: one forward pass
+        without gradients, prompts padded on the left, completions on the right."""
+        trainer = self.trainer
+        prompt_ids, _, _ = trainer._tokenize_prompts([c.group.prompt for c in groups])
+        rows = [(list(p), list(t.ids)) for c, p in zip(groups, prompt_ids, strict=True) for t in c.tokenized]
+        prompt_len, completion_len = max(len(p) for p, _ in rows), max(max(len(c) for _, c in rows), 1)
+        input_ids = torch.full((len(rows), prompt_len + completion_len), trainer._tokenizer.pad_token_id)
+        attention_mask = torch.zeros_like(input_ids)
+        for i, (prompt, completion) in enumerate(rows):
+            input_ids[i, prompt_len - len(prompt) : prompt_len] = torch.tensor(prompt, dtype=torch.long)
+            input_ids[i, prompt_len : prompt_len + len(completion)] = torch.tensor(completion, dtype=torch.long)
+            attention_mask[i, prompt_len - len(prompt) : prompt_len + len(completion)] = 1
+        logps, entropies = self._logps(input_ids, attention_mask, completion_len)
+        completion_mask = attention_mask[:, prompt_len:].to(logps.device)
+        statistics = completion_statistics(logps, entropies, completion_mask, self.span_tokens)
+        per_token = token_typicality(logps, entropies).cpu()
+        return [
+            Typicality(stats, tuple(per_token[i, : len(completion)].tolist()))
+            for i, (stats, (_, completion)) in enumerate(zip(statistics, rows, strict=True))
+        ]
+
+    def _logps(
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, completion_len: int
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Per-token log-probabilities and entropies of the completion positions under the current policy, without
+        gradients, with generation's speed-ups (one forward pass: its weights are not worth packing)."""
+        trainer = self.trainer
+        device, model = trainer.accelerator.device, trainer.accelerator.unwrap_model(trainer.model)
+        with torch.no_grad(), SpeedUps.of(trainer).inference(model, pack_weights=False):
+            logps, entropies, _ = trainer._get_per_token_logps_and_entropies(
+                model, input_ids.to(device), attention_mask.to(device),
+                completion_len, batch_size=trainer.args.per_device_train_batch_size, compute_entropy=True,
+            )  # fmt: skip
+        return logps, entropies

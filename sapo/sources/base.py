@@ -1,0 +1,152 @@
+"""The task-source protocol: a source names its items durably, and a receiver re-derives their truth from that name.
+
+A :class:`TaskSource` has a name (the provenance's `source`) and a version, makes training rows whose `provenance`
+column names the source, its version, its configuration and a durable key of the item, and, on a receiver,
+re-derives from such a provenance the question, the reference answer and every column the rewards read
+(:meth:`TaskSource.rederive`), or raises :class:`sapo.questions.GroupDropped` saying precisely why it cannot. The
+:class:`SourceRegistry` routes each received group to the source that holds it; a provenance no registered source
+holds follows the node's policy for unknown sources (:data:`SOURCE_POLICIES`).
+"""
+
+from __future__ import annotations
+
+import json
+from abc import ABC, abstractmethod
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from sapo.questions import GroupDropped, question_of, reward_columns
+from swarm.records import Group, Provenance, provenance_from_wire
+
+SOURCE_POLICIES: dict[str, str] = {
+    "verify": "drops the group (`unknown_source`): only sources this peer holds are trained on",
+    "trust": "scores the group with the answer the sender put in its metadata, and accepts only a prompt of a single "
+    "user message (anything else is dropped as untrusted_prompt)",
+    "drop": "drops the group (`untrusted_source`)",
+}
+"""What a registry does with a group of a source this peer does not hold, by policy name: the one list of names that
+:class:`SourceRegistry` and `SAPOConfig.external_source_policy` accept, and the text both document."""
+
+
+def describe_source_policies() -> str:
+    """Each policy name with what it does, as `SAPOConfig.external_source_policy` documents it."""
+    return "; ".join(f'`"{name}"` {what}' for name, what in SOURCE_POLICIES.items())
+
+
+@dataclass(frozen=True)
+class Rederived:
+    """What a receiver's own copy of a source says of an item.
+
+    Parameters:
+        question (`str`): the question, as this peer's own rows hold it (the prompt is written around it here).
+        columns (`dict[str, Any]`): every column this peer's rewards read for the item (`answer`, `task`,
+            `provenance`, and the source's own: a reasoning-gym `entry`, a dataset's extra columns).
+    """
+
+    question: str
+    columns: dict[str, Any] = field(default_factory=dict)
+
+
+class TaskSource(ABC):
+    """A source of verifiable tasks (see the module docstring).
+
+    Subclasses set `name` (the provenance's `source`; the same on every peer that shares the source) and `version`,
+    and implement :meth:`holds` and :meth:`rederive`; they make their training rows in whatever way suits them, each
+    row with a `provenance` column (JSON of `swarm.records.provenance_to_wire`) that :meth:`rederive` can read back.
+    """
+
+    name: str = ""
+    version: str = ""
+
+    @abstractmethod
+    def holds(self, provenance: Provenance) -> bool:
+        """Whether this source answers for ``provenance`` (its source name, and the task or dataset it names)."""
+
+    @abstractmethod
+    def rederive(self, provenance: Provenance, question: str) -> Rederived:
+        """This peer's own question and reward columns for the item ``provenance`` names; ``question`` is the
+        sender's, to compare. Raises :class:`GroupDropped` (`bad_provenance`, `version_skew`, `item_not_held`,
+        `question_mismatch`, ...) when it cannot."""
+
+    def describe(self) -> str:
+        """One line naming the source, for logs."""
+        return f"{self.name} {self.version}".strip()
+
+
+class SourceRegistry:
+    """The task sources a peer holds, and the policy for those it does not.
+
+    Args:
+        sources: the sources this peer holds (several are a mixture: each verifies its own items).
+        policy: a key of :data:`SOURCE_POLICIES`: what a group of a source no registered source holds gets.
+    """
+
+    def __init__(self, sources: Iterable[TaskSource] = (), policy: str = "verify"):
+        if policy not in SOURCE_POLICIES:
+            raise ValueError(f"unknown source policy {policy!r}; expected one of {list(SOURCE_POLICIES)}")
+        self.policy = policy
+        self.sources: list[TaskSource] = list(sources)
+
+    def add(self, source: TaskSource) -> None:
+        """Hold ``source`` too."""
+        self.sources.append(source)
+
+    def source_of(self, provenance: Provenance) -> TaskSource | None:
+        """The registered source that holds ``provenance``, or None."""
+        return next((s for s in self.sources if s.holds(provenance)), None)
+
+    def columns_for(self, group: Group) -> dict[str, Any]:
+        """The reward columns this peer re-derives for a received group, and the ``question`` it vouches for (the
+        one its own source holds; under the ``"trust"`` policy, the sender's single user message). The receiver
+        writes its training prompt around that question; nothing else of the sender's prompt is trained on.
+
+        Raises :class:`GroupDropped` when the group's truth cannot be re-derived here.
+        """
+        provenance = group.provenance
+        if not isinstance(provenance, Provenance):  # a transport parses it (swarm.records.group_from_wire)
+            raise GroupDropped(
+                "bad_provenance",
+                f"the group's provenance is a {type(provenance).__name__}, not a swarm.records.Provenance "
+                "(build it from the wire form with swarm.records.provenance_from_wire)",
+            )
+        question = question_of(group.prompt)
+        if not question:
+            raise GroupDropped("question_mismatch", "the group's prompt has no user message")
+        source = self.source_of(provenance)
+        if source is not None:
+            rederived = source.rederive(provenance, question)
+            return {**rederived.columns, "question": rederived.question}
+        if self.policy == "trust":
+            return {**_trusted_columns(group), "question": question}
+        reason = "unknown_source" if self.policy == "verify" else "untrusted_source"
+        held = ", ".join(s.describe() for s in self.sources) or "none"
+        raise GroupDropped(
+            reason, f"no source here holds {provenance.source}/{provenance.task} (held: {held}; policy {self.policy!r})"
+        )
+
+
+def _trusted_columns(group: Group) -> dict[str, Any]:
+    """The columns of a group under the ``"trust"`` policy: the sender's answer, for a prompt of one user message."""
+    answer = group.metadata.get("answer")
+    if answer is None:
+        raise GroupDropped("no_answer", "policy 'trust' but the group's metadata has no 'answer'")
+    roles = [message.get("role") for message in group.prompt]
+    if roles != ["user"]:
+        # Unverifiable text is accepted only as a plain question: a sender's system or assistant turns
+        # would condition the completions this node trains on.
+        raise GroupDropped("untrusted_prompt", f"policy 'trust' takes one user message, got roles {roles}")
+    return reward_columns(str(answer), group.provenance)
+
+
+def row_provenances(rows: Sequence[dict[str, Any]]) -> list[Provenance | None]:
+    """The provenance of each row (its `provenance` column read back), or None where it has none or it is
+    unreadable."""
+    out: list[Provenance | None] = []
+    for row in rows:
+        raw = row.get("provenance")
+        try:
+            out.append(provenance_from_wire(json.loads(raw) if isinstance(raw, str) else raw) if raw else None)
+        except (ValueError, TypeError):
+            out.append(None)
+    return out

@@ -1,0 +1,254 @@
+"""Datasets as a task source: items keyed by a hash of their content, so shuffles, splits and filters still verify.
+
+An item is a question and its reference answer (plus any columns the rewards read). Its key is a hash of the
+question and the answer, so a receiver finds its own copy of the item whatever its row order, split or filter; the
+rewards get the receiver's own columns for it, on swarm rows as on own rows.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import random
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from sapo.questions import DEFAULT_SYSTEM_PROMPT, GroupDropped, question_messages, question_of, reward_columns
+from sapo.sources.base import Rederived, TaskSource
+from swarm.records import Provenance
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["DATASET_SOURCE", "DatasetSource", "item_key", "load_records", "mix_rows"]
+
+DATASET_SOURCE = "dataset"
+"""The provenance source of dataset items."""
+
+_RESERVED = ("prompt", "answer", "task", "entry", "provenance")
+
+
+def item_key(question: str, answer: Any) -> str:
+    """The durable key of a dataset item: a hash of its question (stripped) and its answer (as JSON unless a string),
+    the same on every peer that holds the item, whatever the row's position."""
+    answer_text = answer if isinstance(answer, str) else json.dumps(answer, sort_keys=True)
+    digest = hashlib.sha256(json.dumps([question.strip(), answer_text]).encode()).hexdigest()
+    return digest[:24]
+
+
+def load_records(path: str | Path) -> list[dict[str, Any]]:
+    """The records of a local data file or folder: JSON Lines (`.jsonl`), JSON (`.json`, a list of objects), Parquet
+    (`.parquet`), CSV (`.csv`), or a folder written by `datasets.Dataset.save_to_disk`."""
+    path = Path(path)
+    if path.is_dir():
+        from datasets import load_from_disk
+
+        data = load_from_disk(str(path))
+        if hasattr(data, "keys") and not hasattr(data, "column_names"):  # a DatasetDict: its train split
+            if "train" not in data:
+                raise ValueError(f"{path}: a dataset folder with splits {list(data)} and no 'train' split")
+            data = data["train"]
+        return [dict(row) for row in data]
+    if not path.is_file():
+        raise FileNotFoundError(f"data file not found: {path} (a .jsonl, .json, .parquet or .csv file, or a folder "
+                                "written by datasets' save_to_disk)")  # fmt: skip
+    suffix = path.suffix.lower()
+    if suffix == ".jsonl":
+        records = []
+        with path.open(encoding="utf-8") as f:
+            for line_no, line in enumerate(f, start=1):
+                if not line.strip():
+                    continue
+                try:
+                    record = json.loads(line)
+                except json.JSONDecodeError as e:
+                    raise ValueError(f"{path}:{line_no}: not valid JSON ({e.msg})") from None
+                if not isinstance(record, dict):
+                    raise ValueError(f"{path}:{line_no}: expected a JSON object, got {type(record).__name__}")
+                records.append(record)
+        return records
+    if suffix in (".json", ".parquet", ".csv"):
+        from datasets import load_dataset
+
+        kind = {".json": "json", ".parquet": "parquet", ".csv": "csv"}[suffix]
+        return [dict(row) for row in load_dataset(kind, data_files=str(path), split="train")]
+    raise ValueError(
+        f"{path}: unknown data file type {suffix!r}; use .jsonl, .json, .parquet, .csv or a dataset folder"
+    )
+
+
+@dataclass(frozen=True)
+class _Item:
+    question: str
+    answer: str
+    columns: dict[str, Any]
+    prompt: list[dict[str, str]]
+
+
+class DatasetSource(TaskSource):
+    """A dataset of questions and answers as a task source (see the module docstring).
+
+    Args:
+        data: the items: a `datasets.Dataset` or `IterableDataset` (a stream is read once, to index its items), a
+            list of dicts, or a path to a local file or folder (:func:`load_records`).
+        name: the dataset's name (the provenance's task; also the task of its per-task figures). Peers sharing a
+            dataset use the same name; items still verify by content under another name.
+        question_column: the column of the question: a string, or chat messages (the last user message is the
+            question; the messages are the prompt of own rows). Default `"question"`.
+        answer_column: the column of the reference answer (a string, or any JSON value). Default `"answer"`.
+        columns: the other columns handed to the reward functions (looked up locally for swarm rows as for own
+            rows); None (default): every other column.
+        version: the dataset's version as its peers declare it (default `"1"`): an item a receiver does not hold
+            from a dataset of the same name and another version is reported as a version skew.
+        system_prompt: the system message of the prompts built around string questions (default: the node's).
+        eval_fraction: the share of items held out for evaluation, chosen by item key (the same items on every
+            peer; never in the training rows). Default 0.
+        eval_data: held-out items given explicitly (a test split), in the same form as ``data``; they are never
+            trained on either.
+    """
+
+    name = DATASET_SOURCE
+
+    def __init__(
+        self,
+        data: Any,
+        name: str,
+        question_column: str = "question",
+        answer_column: str = "answer",
+        columns: Sequence[str] | None = None,
+        version: str = "1",
+        system_prompt: str | None = DEFAULT_SYSTEM_PROMPT,
+        eval_fraction: float = 0.0,
+        eval_data: Any = None,
+    ):
+        if not name or not isinstance(name, str):
+            raise ValueError("a DatasetSource needs a name (the same on every peer that shares the dataset)")
+        if not 0.0 <= eval_fraction < 1.0:
+            raise ValueError(f"eval_fraction must be in [0, 1), got {eval_fraction}")
+        self.dataset_name, self.version, self.eval_fraction = name, str(version), eval_fraction
+        self.question_column, self.answer_column, self.system_prompt = question_column, answer_column, system_prompt
+        self.extra_columns = None if columns is None else list(columns)
+        self._items: dict[str, _Item] = {}
+        self._order: list[str] = []  # training items in their given order
+        self._held_out: list[str] = []
+        for key, item in self._read(data):
+            self._add(key, item, held_out=self._held_out_by_key(key))
+        for key, item in self._read(eval_data) if eval_data is not None else ():
+            self._add(key, item, held_out=True)
+        if not self._order and not self._held_out:
+            raise ValueError(f"dataset {name!r} has no items")
+
+    @classmethod
+    def from_rows(cls, rows: Any, name: str = "dataset", version: str = "1") -> DatasetSource:
+        """A source over rows that already have a chat ``prompt`` and an ``answer`` (TRL's form): their prompts
+        are kept for own training, their question is the last user message, and every other column but the
+        reserved ones goes to the rewards."""
+        return cls(rows, name=name, question_column="prompt", answer_column="answer", version=version)
+
+    # ------------------------------------------------------------------------------------------------
+    # items
+
+    def _read(self, data: Any) -> Iterable[tuple[str, _Item]]:
+        records = load_records(data) if isinstance(data, (str, Path)) else data
+        for position, record in enumerate(records):
+            record = dict(record)
+            for wanted in (self.question_column, self.answer_column):
+                if wanted not in record:
+                    raise KeyError(
+                        f"dataset {self.dataset_name!r}, item {position}: column {wanted!r} missing; columns present: "
+                        f"{sorted(record)} (choose them with question_column= / answer_column=)"
+                    )
+            raw_question, answer = record[self.question_column], record[self.answer_column]
+            if isinstance(raw_question, list):
+                question, prompt = question_of(raw_question), [dict(m) for m in raw_question]
+            elif isinstance(raw_question, str):
+                question, prompt = raw_question.strip(), question_messages(raw_question, self.system_prompt)
+            else:
+                question, prompt = "", []
+            if not question:
+                raise ValueError(
+                    f"dataset {self.dataset_name!r}, item {position}: column {self.question_column!r} must be a "
+                    "non-empty string or chat messages with a user message"
+                )
+            answer_text = answer if isinstance(answer, str) else json.dumps(answer)
+            wanted = self.extra_columns
+            extra_names = [c for c in record if c not in (self.question_column, self.answer_column, *_RESERVED)]
+            columns = {c: record.get(c) for c in (wanted if wanted is not None else extra_names)}
+            yield item_key(question, answer), _Item(question, answer_text, columns, prompt)
+
+    def _add(self, key: str, item: _Item, held_out: bool) -> None:
+        if key in self._items:  # the same question and answer twice: one item
+            return
+        self._items[key] = item
+        (self._held_out if held_out else self._order).append(key)
+
+    def _held_out_by_key(self, key: str) -> bool:
+        return self.eval_fraction > 0 and int(key[:8], 16) / 2**32 < self.eval_fraction
+
+    def __len__(self) -> int:
+        return len(self._order)
+
+    def provenance(self, key: str) -> Provenance:
+        """The provenance of the item ``key``."""
+        return Provenance(DATASET_SOURCE, self.dataset_name, {}, None, None, version=self.version, key=key)
+
+    def _row(self, key: str) -> dict[str, Any]:
+        item = self._items[key]
+        return {"prompt": item.prompt, **reward_columns(item.answer, self.provenance(key)), **item.columns}
+
+    def rows(self) -> Any:
+        """The training rows (a `datasets.Dataset`): chat ``prompt``, ``answer``, ``task``, ``entry`` (""),
+        ``provenance`` (this source, its version and the item's key) and the reward columns; held-out items left
+        out."""
+        from datasets import Dataset
+
+        return Dataset.from_list([self._row(key) for key in self._order])
+
+    def held_out(self, size: int | None = None) -> Any:
+        """Up to ``size`` held-out rows (all when None), in the same form as :meth:`rows`; empty when the source
+        holds none out."""
+        from datasets import Dataset
+
+        keys = self._held_out if size is None else self._held_out[:size]
+        return Dataset.from_list([self._row(key) for key in keys])
+
+    # ------------------------------------------------------------------------------------------------
+    # the protocol
+
+    def holds(self, provenance: Provenance) -> bool:
+        """A dataset provenance with a key this source holds, or naming this dataset."""
+        if provenance.source != DATASET_SOURCE or provenance.key is None:
+            return False
+        return provenance.key in self._items or provenance.task == self.dataset_name
+
+    def rederive(self, provenance: Provenance, question: str) -> Rederived:
+        """This peer's question, answer and columns for the item the key names."""
+        item = self._items.get(provenance.key or "")
+        if item is None:
+            if provenance.task == self.dataset_name and provenance.version not in (None, self.version):
+                raise GroupDropped(
+                    "version_skew",
+                    f"{provenance.task} version {provenance.version} from the sender, {self.version} here",
+                )
+            raise GroupDropped("item_not_held", f"{provenance.task}: this peer's copy has no item {provenance.key}")
+        if item.question != question.strip():
+            raise GroupDropped("question_mismatch", f"{provenance.task}: item {provenance.key} holds another question")
+        return Rederived(
+            item.question, {**reward_columns(item.answer, self.provenance(provenance.key)), **item.columns}
+        )
+
+    def describe(self) -> str:
+        return f"dataset {self.dataset_name} {self.version} ({len(self._items)} items)"
+
+
+def mix_rows(datasets: Sequence[Any], seed: int = 0) -> Any:
+    """One training dataset of several sources' rows (a mixture), shuffled with ``seed``: columns a source lacks are
+    filled with None (TRL's batch needs the same columns in every row)."""
+    from datasets import Dataset
+
+    rows = [dict(row) for data in datasets for row in data]
+    names = list(dict.fromkeys(name for row in rows for name in row))
+    random.Random(seed).shuffle(rows)
+    return Dataset.from_list([{name: row.get(name) for name in names} for row in rows])

@@ -1,0 +1,161 @@
+"""Task sources: a receiver re-derives the truth of a shared item from its provenance, whatever its copy's row order,
+split or filter; says precisely why when it cannot; and hands the rewards its own columns."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import pytest
+from datasets import Dataset
+
+from sapo.publication import published_prompt
+from sapo.questions import GroupDropped
+from sapo.sources import DatasetSource, GeneratorSource, ReasoningGymSource, SourceRegistry, item_key, mix_rows
+from sapo.sources.own import keyed_by_content, registry_for
+from sapo.tasks import TaskSpec
+from swarm.records import Group, provenance_from_wire, validate_group
+
+RECORDS = [{"question": f"How many metres are {k} km?", "answer": str(1000 * k), "units": "m"} for k in range(1, 41)]
+
+
+def _group(row: dict, completions=("1000",)) -> Group:
+    provenance = provenance_from_wire(json.loads(row["provenance"]))
+    return validate_group(Group("0-0", published_prompt(row["prompt"]), list(completions), provenance))
+
+
+def _write(path, records) -> str:
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    return str(path)
+
+
+def test_items_verify_across_shuffles_splits_and_filters_with_the_receivers_own_columns(tmp_path):
+    sender = DatasetSource(_write(tmp_path / "a.jsonl", RECORDS), "km")
+    shuffled = RECORDS[:]
+    random.Random(1).shuffle(shuffled)
+    split = Dataset.from_list(shuffled).train_test_split(test_size=0.2, seed=0)["train"]
+    receiver = SourceRegistry([DatasetSource(split.map(lambda r: {"units": "metres"}), "km")])
+    held = {item_key(r["question"], r["answer"]) for r in split}
+    outcomes = {"verified": 0, "item_not_held": 0}
+    for row in sender.rows():
+        group = _group(row)
+        if group.provenance.key in held:
+            columns = receiver.columns_for(group)
+            assert columns["answer"] == row["answer"] and columns["question"] == row["prompt"][-1]["content"]
+            assert columns["units"] == "metres"  # the receiver's own extra column, not the sender's "m"
+            outcomes["verified"] += 1
+        else:
+            with pytest.raises(GroupDropped) as info:
+                receiver.columns_for(group)
+            assert info.value.reason == "item_not_held"
+            outcomes["item_not_held"] += 1
+    assert outcomes == {"verified": 32, "item_not_held": 8}  # never a mismatch
+
+
+def test_a_forged_question_a_version_skew_and_a_missing_column_say_what_they_are(tmp_path):
+    source = DatasetSource(RECORDS, "km", version="2")
+    registry = SourceRegistry([source])
+    row = source.rows()[0]
+    forged = Group(**{**vars(_group(row)), "prompt": [{"role": "user", "content": "What is 2 + 2?"}]})
+    with pytest.raises(GroupDropped) as info:
+        registry.columns_for(forged)
+    assert info.value.reason == "question_mismatch"
+    older = DatasetSource(RECORDS[:5] + [{"question": "new?", "answer": "x"}], "km", version="3").rows()[-1]
+    with pytest.raises(GroupDropped) as info:
+        registry.columns_for(_group(older))
+    assert info.value.reason == "version_skew" and "version 3 from the sender, 2 here" in str(info.value)
+    with pytest.raises(KeyError, match="column 'answer' missing"):
+        DatasetSource([{"question": "x?", "solution": "1"}], "bad")
+    with pytest.raises(ValueError, match="needs a name"):
+        DatasetSource(RECORDS, "")
+
+
+def test_held_out_items_are_chosen_by_key_and_never_trained_on():
+    source = DatasetSource(RECORDS, "km", eval_fraction=0.25)
+    again = DatasetSource(list(reversed(RECORDS)), "km", eval_fraction=0.25)
+    train = {r["provenance"] for r in source.rows()}
+    held_out = {r["provenance"] for r in source.held_out()}
+    assert held_out and train and not train & held_out and len(train) + len(held_out) == len(RECORDS)
+    assert held_out == {r["provenance"] for r in again.held_out()}  # every peer holds out the same items
+    test_split = DatasetSource(RECORDS[:30], "km", eval_data=RECORDS[30:])
+    assert len(test_split) == 30 and len(test_split.held_out()) == 10
+
+
+def test_an_ordinary_dataset_is_keyed_by_content_so_a_peer_with_the_same_rows_verifies_it():
+    rows = Dataset.from_list(
+        [{"prompt": [{"role": "user", "content": r["question"]}], "answer": r["answer"], "units": "m"} for r in RECORDS]
+    )
+    keyed = keyed_by_content(rows)
+    assert keyed["prompt"] == rows["prompt"]  # prompts and order kept
+    other = keyed_by_content(rows.shuffle(seed=3).select(range(30)))
+    registry = registry_for(other, None, "verify", None)
+    group = _group(keyed[0])
+    if group.provenance.key in {provenance_from_wire(json.loads(p)).key for p in other["provenance"]}:
+        assert registry.columns_for(group)["units"] == "m"
+    not_held = next(r for r in keyed if r["provenance"] not in set(other["provenance"]))
+    with pytest.raises(GroupDropped) as info:
+        registry.columns_for(_group(not_held))
+    assert info.value.reason == "item_not_held"
+
+
+def test_a_mixture_verifies_each_row_by_its_own_source():
+    easy = TaskSpec("basic_arithmetic", {"max_terms": 2, "max_digits": 1})
+    rg = ReasoningGymSource([easy]).rows(size=4, seed=0)
+    data = DatasetSource(RECORDS[:4], "km").rows()
+    mixture = mix_rows([rg, data], seed=0)
+    assert set(mixture.column_names) >= {"prompt", "answer", "task", "entry", "provenance", "units"}
+    registry = registry_for(mixture, None, "verify", None)
+    assert {type(s).__name__ for s in registry.sources} == {"ReasoningGymSource", "DatasetSource"}
+    for row in mixture:
+        columns = registry.columns_for(_group(row))
+        assert columns["answer"] == row["answer"] and columns["task"] == row["task"]
+
+
+def test_reasoning_gym_provenance_carries_its_version_and_a_skew_is_told_apart_from_a_mismatch():
+    easy = TaskSpec("basic_arithmetic", {"max_terms": 2, "max_digits": 1})
+    source = ReasoningGymSource([easy])
+    row = source.rows(size=2, seed=0)[0]
+    provenance = provenance_from_wire(json.loads(row["provenance"]))
+    assert provenance.version == source.version and source.version != "unknown"
+    registry = SourceRegistry([source])
+    changed = Group(**{**vars(_group(row)), "prompt": [{"role": "user", "content": "What is 9 + 9?"}]})
+    with pytest.raises(GroupDropped) as info:
+        registry.columns_for(changed)
+    assert info.value.reason == "question_mismatch"
+    skewed = Group(**{**vars(changed), "provenance": provenance_from_wire({**json.loads(row["provenance"]),
+                                                                           "version": "0.0.1"})})  # fmt: skip
+    with pytest.raises(GroupDropped) as info:
+        registry.columns_for(skewed)
+    assert info.value.reason == "version_skew"
+
+
+class Multiply(GeneratorSource):
+    name, version = "multiply", "1"
+
+    def generate(self, rng):
+        a, b = rng.randint(2, 99), rng.randint(2, 9)
+        return {"question": f"What is {a} * {b}?", "answer": str(a * b), "factors": [a, b]}
+
+
+def test_a_users_generator_is_regenerated_by_the_receiver_with_its_own_columns():
+    sender = Multiply()
+    rows = sender.rows(size=5, seed=7)
+    assert rows[0]["prompt"][-1]["content"].startswith("What is") and "factors" in rows.column_names
+    registry = SourceRegistry([Multiply()])
+    for row in rows:
+        columns = registry.columns_for(_group(row))
+        assert columns["answer"] == row["answer"] and columns["factors"] == row["factors"]
+    assert not {r["prompt"][-1]["content"] for r in sender.held_out(5)} & {r["prompt"][-1]["content"] for r in rows}
+    with pytest.raises(GroupDropped) as info:
+        SourceRegistry([Multiply(config={"hard": True})]).columns_for(_group(rows[0]))
+    assert info.value.reason == "unknown_task"
+    with pytest.raises(GroupDropped) as info:
+        SourceRegistry().columns_for(_group(rows[0]))
+    assert info.value.reason == "unknown_source"
+
+    class Nameless(GeneratorSource):
+        def generate(self, rng):
+            return {}
+
+    with pytest.raises(TypeError, match="must set a class attribute `name`"):
+        Nameless()
