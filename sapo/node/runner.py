@@ -54,7 +54,7 @@ _SECTIONS = {
     ),
     "Swarm (defaults and text of `swarm.dht.DHTTransportConfig`'s fields)": (
         "initial_peers", "host_maddrs", "announce_maddrs", "identity", "swarm_name", "client_mode", "use_auto_relay",
-        "join_timeout",
+        "join_timeout", "membership_path", "membership_operator",
     ),
     "Waiting for peers": ("wait_for_peers", "wait_for_peers_timeout"),
     "Staying up": ("require_swarm",),
@@ -144,6 +144,8 @@ class NodeArguments:
     client_mode: bool = _swarm_option("client_mode")
     use_auto_relay: bool = _swarm_option("use_auto_relay")
     join_timeout: float = _swarm_option("join_timeout")
+    membership_path: str | None = _swarm_option("membership_path")
+    membership_operator: str | None = _swarm_option("membership_operator")
     wait_for_peers: int = field(
         default=0,
         metadata={
@@ -312,6 +314,8 @@ def start_swarm(node: NodeArguments, output_dir: Path, model_name: str) -> Any:
         client_mode=node.client_mode,
         use_auto_relay=node.use_auto_relay,
         join_timeout=node.join_timeout,
+        membership_path=node.membership_path,
+        membership_operator=node.membership_operator,
         model_name=model_name,
         state_dir=str(output_dir),
     )

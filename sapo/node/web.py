@@ -18,6 +18,7 @@ from typing import Any
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 from sapo.node.page import latest, node_page
+from swarm.labels import top_senders
 
 logger = logging.getLogger("sapo.node")
 
@@ -120,7 +121,8 @@ class SnapshotCollector:
             "sapo_groups_dropped", "Groups of other peers dropped, by sender (its key fingerprint) and reason.",
             labels=["sender", "reason"],
         )  # fmt: skip
-        for sender, counts in sorted(snap["senders"].items()):
+        # a bounded set of label values: the top senders by name, every other one summed under "other"
+        for sender, counts in sorted(top_senders(snap["senders"]).items()):
             taken.add_metric([sender], float(counts.get("taken", 0)))
             for key, count in sorted(counts.items()):
                 if key.startswith("dropped/"):
