@@ -52,137 +52,25 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from benchmarks.harness import RESULTS, git_state, pyplot, run_record, write_report
+from benchmarks.harness import RESULTS, git_state, run_record, write_report
+from benchmarks.machine_limits import (
+    GENERATIONS,
+    NEW_TOKENS,
+    PROMPTS,
+    export_shapes,
+    machine_limits,
+    phase_bounds,
+    random_policy,
+    sync_for,
+)
+from benchmarks.step_limit_report import RANDOM_WEIGHTS_NOTE, SPLIT, plot, report_lines
 from benchmarks.turns import Baton, make_turn_callback, timed_grpo_trainer_class, train_in_turns
 
-PROMPTS, GENERATIONS, NEW_TOKENS = 2, 4, 48
 UNPACKED = "both + bf16 + inverse-transform sampling, weights not packed"
 GENERATION_VARIANTS = ("today (TRL generate, fp32)", "prefill once", "merged adapters", "both", "both + bf16",
                        UNPACKED, "both + bf16 + inverse-transform sampling", "TRL continuous batching",
                        "TRL generate + bf16 autocast")  # fmt: skip
-RANDOM_WEIGHTS_NOTE = "random weights of the default model's shapes: timings only"
-SPLIT = ("generation", "scoring", "swarm", "plausibility", "training pass", "optimizer and rest")
 SWARM_PHASES = ("swarm_fetch", "external_scoring", "publish")
-
-
-# ------------------------------------------------------------------------------------------------
-# the machine
-
-
-def _best_seconds(fn, min_seconds: float = 0.3, repeats: int = 3, sync: Any = None) -> float:
-    """The fastest of ``repeats`` timings of ``fn``, each averaged over enough calls to last ``min_seconds``.
-
-    With ``sync`` (``torch.cuda.synchronize``: ``fn`` only queues work), the calls run in batches, each batch
-    waited for before the clock is read, doubling up to 1024 calls: a wait after every call would time the wait."""
-    fn()
-    if sync is not None:
-        sync()
-    best = float("inf")
-    for _ in range(repeats):
-        calls, batch, start = 0, 1, time.perf_counter()
-        while True:
-            for _ in range(batch):
-                fn()
-            calls += batch
-            if sync is not None:
-                sync()
-                batch = min(2 * batch, 1024)
-            elapsed = time.perf_counter() - start
-            if elapsed >= min_seconds:
-                break
-        best = min(best, elapsed / calls)
-    return best
-
-
-def _sync(device: str) -> Any:
-    """What waits for ``device``'s queued work: ``torch.cuda.synchronize`` on a GPU, None on the CPU."""
-    import torch
-
-    return torch.cuda.synchronize if device == "cuda" else None
-
-
-def matmul_rate(rows: int, k: int, n: int, dtype: Any, device: str = "cpu") -> float:
-    """GFLOP/s of ``(rows x k) @ (k x n)`` in ``dtype`` on ``device``, as a linear layer computes it."""
-    import torch
-
-    if device == "cpu":
-        x, w = torch.randn(rows, k).to(dtype), torch.randn(n, k).to(dtype)
-        return 2 * rows * k * n / _best_seconds(lambda: torch.nn.functional.linear(x, w)) / 1e9
-    x, w = torch.randn(rows, k, device=device).to(dtype), torch.randn(n, k, device=device).to(dtype)
-    seconds = _best_seconds(lambda: torch.nn.functional.linear(x, w), min_seconds=0.1, sync=_sync(device))
-    return 2 * rows * k * n / seconds / 1e9
-
-
-def read_bandwidth(megabytes: int = 256) -> float:
-    """GB/s of reading a float32 tensor of ``megabytes`` (a sum over it)."""
-    import torch
-
-    x = torch.ones(megabytes * 2**20 // 4)
-    return x.numel() * 4 / _best_seconds(x.sum) / 1e9
-
-
-def copy_bandwidth(megabytes: int = 512, device: str = "cuda") -> float:
-    """GB/s of a device-to-device copy of a float32 tensor of ``megabytes``: bytes read plus bytes written."""
-    import torch
-
-    x = torch.ones(megabytes * 2**20 // 4, device=device)
-    y = torch.empty_like(x)
-    return 2 * x.numel() * 4 / _best_seconds(lambda: y.copy_(x), min_seconds=0.1, sync=_sync(device)) / 1e9
-
-
-def model_shapes(config: Any) -> dict[str, tuple[int, int, int]]:
-    """Per linear layer kind: (input features, output features, layers that have one)."""
-    h = config.hidden_size
-    head = getattr(config, "head_dim", None) or h // config.num_attention_heads
-    kv = config.num_key_value_heads * head
-    f, layers = config.intermediate_size, config.num_hidden_layers
-    return {"q,o": (h, h, 2 * layers), "k,v": (h, kv, 2 * layers), "gate,up": (h, f, 2 * layers),
-            "down": (f, h, layers), "lm_head": (h, config.vocab_size, 1)}  # fmt: skip
-
-
-def machine_limits(config: Any, rows: dict[str, int], dtypes: list[Any], device: str = "cpu") -> dict[str, Any]:
-    """Matmul rates at the model's shapes for each row count of ``rows`` (and a large shape), and memory bandwidth:
-    on the CPU of reading, on a GPU of a device-to-device copy (bytes read and written)."""
-    bandwidth = read_bandwidth() if device == "cpu" else copy_bandwidth(device=device)
-    out: dict[str, Any] = {"bandwidth_gb_s": bandwidth, "rates_gflop_s": {}}
-    for dtype in dtypes:
-        name = str(dtype).replace("torch.", "")
-        rates = {"large 1024^3": matmul_rate(1024, 1024, 1024, dtype, device)}
-        for phase, m in rows.items():
-            for kind, (k, n, _) in model_shapes(config).items():
-                rates[f"{phase} {kind}"] = matmul_rate(m, k, n, dtype, device)
-        out["rates_gflop_s"][name] = rates
-    return out
-
-
-def forward_bound(config: Any, limits: dict[str, Any], dtype: str, phase: str, tokens: int, head_tokens: int,
-                  passes: float = 1.0) -> float:  # fmt: skip
-    """Seconds at least for ``passes`` x the FLOPs of one forward pass over ``tokens`` tokens (the lm_head over
-    ``head_tokens``), each layer at the measured rate of its shape, and never faster than reading its weights once."""
-    rates, bandwidth = limits["rates_gflop_s"][dtype], limits["bandwidth_gb_s"] * 1e9
-    weight_bytes = 2 if dtype == "bfloat16" else 4
-    total = 0.0
-    for kind, (k, n, count) in model_shapes(config).items():
-        m = head_tokens if kind == "lm_head" else tokens
-        if m == 0:
-            continue
-        compute = passes * 2 * m * k * n / (rates[f"{phase} {kind}"] * 1e9)
-        total += count * max(compute, k * n * weight_bytes / bandwidth)
-    return total
-
-
-def phase_bounds(config: Any, limits: dict[str, Any], dtype: str, prompt: int, completion: int) -> dict[str, float]:
-    """Lower bounds (seconds) of the default step's phases: generation (the distinct prompts prefilled once, then
-    one decode step per new token over every row), the training pass (forward and backward, input gradients only:
-    LoRA keeps the base weights frozen) and the plausibility pass (one group, forward only)."""
-    rows = PROMPTS * GENERATIONS
-    prefill = forward_bound(config, limits, dtype, "prefill", PROMPTS * prompt, PROMPTS)
-    decode = NEW_TOKENS * forward_bound(config, limits, dtype, "decode", rows, rows)
-    sequence = prompt + completion
-    train = forward_bound(config, limits, dtype, "train", rows * sequence, rows * completion, passes=2.0)
-    plausible = forward_bound(config, limits, dtype, "train", GENERATIONS * sequence, GENERATIONS * completion)
-    return {"generation": prefill + decode, "generation_prefill": prefill, "generation_decode": decode,
-            "training pass": train, "plausibility": plausible}  # fmt: skip
 
 
 # ------------------------------------------------------------------------------------------------
@@ -256,7 +144,7 @@ def time_generation(
         del settings[UNPACKED], settings["both + bf16 + inverse-transform sampling"]
         settings["TRL generate + bf16 autocast"] = (False, False, True, False, True)
         notes["both + bf16 + inverse-transform sampling"] = "not measured: inverse-transform sampling applies on a CPU"
-    sync = _sync(device)
+    sync = sync_for(device)
 
     def run(name: str) -> None:
         if name == "TRL continuous batching":
@@ -450,7 +338,10 @@ def run_steps(args: argparse.Namespace, model: Any, tokenizer: Any, dataset: Any
         if name in configs:
             trainers[name] = SAPOTrainer(
                 model=copy.deepcopy(model), reward_funcs=[reasoning_gym_reward, format_reward],
-                args=SAPOConfig(**common, num_local=1, num_external=1, **configs[name]), train_dataset=dataset,
+                # publish_groups off: the configurations share one in-memory swarm, whose newest-first fetch would
+                # hand each node the others' groups instead of the feeder's (publishing there costs microseconds)
+                args=SAPOConfig(**common, num_local=1, num_external=1, publish_groups=False, **configs[name]),
+                train_dataset=dataset,
                 processing_class=tokenizer, swarm=swarm.join(f"node-{len(trainers)}"), peft_config=peft,
                 callbacks=[Feed(), *callbacks],
             )  # fmt: skip
@@ -561,45 +452,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
-def export_shapes(out: Path) -> Path:
-    """Write the default model's config, generation config and tokenizer (no weights) into ``out``: what
-    ``--model out --random-weights`` needs, a few MB that travel where the model does not."""
-    from transformers import AutoConfig, AutoTokenizer, GenerationConfig
-
-    from sapo.models import default_model_path, prepare_tokenizer
-
-    source = default_model_path()
-    out.mkdir(parents=True, exist_ok=True)
-    AutoConfig.from_pretrained(source).save_pretrained(out)
-    if (source / "generation_config.json").is_file():
-        GenerationConfig.from_pretrained(source).save_pretrained(out)
-    prepare_tokenizer(AutoTokenizer.from_pretrained(source)).save_pretrained(out)
-    return out
-
-
-def random_policy(path: str | Path, seed: int = 0) -> tuple[Any, Any]:
-    """(a causal LM of ``path``'s config with random weights, float32, drawn from ``seed``; ``path``'s tokenizer
-    prepared as ``sapo.models.load_policy`` prepares it). Reads no weights: a config and tokenizer suffice."""
-    import torch
-    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, GenerationConfig
-
-    from sapo.models import prepare_tokenizer
-
-    path = Path(path)
-    config = AutoConfig.from_pretrained(path)
-    tokenizer = prepare_tokenizer(AutoTokenizer.from_pretrained(path))
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
-    if (path / "generation_config.json").is_file():
-        model.generation_config = GenerationConfig.from_pretrained(path)
-    if len(tokenizer) > model.get_input_embeddings().num_embeddings:  # prepare_tokenizer added a pad token
-        model.resize_token_embeddings(len(tokenizer))
-    if model.config.pad_token_id is None:
-        model.config.pad_token_id = tokenizer.pad_token_id
-    return model, tokenizer
-
-
 def load_model(args: argparse.Namespace, workdir: Path) -> tuple[Any, Any, Any]:
     """(the policy, a copy with the node's LoRA adapters, its tokenizer), on ``args.device``; the adapters' B matrices
     are drawn small and non-zero, as after training. With ``args.random_weights`` the policy has the model's shapes and
@@ -699,117 +551,6 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "load_average": {"start": load_start, "end": load_average()},
         "elapsed_seconds": time.monotonic() - started,
     }
-
-
-def report_lines(data: dict[str, Any], record: dict[str, str]) -> list[str]:
-    """The Markdown report. On a GPU wall seconds only (the CPU seconds of a process that waits for the GPU measure
-    nothing), and the node's GPU defaults named."""
-    s, gen, summary = data["settings"], data["generation"]["variants"], data["step_summary"]
-    gpu = s.get("device", "cpu") != "cpu"
-    fp32 = data["bounds"]["float32"]
-    today = gen["today (TRL generate, fp32)"]
-    where = f"{s['threads']} torch threads" if not gpu else f"device cuda ({s.get('gpu')})"
-    native = f"Native bf16 on this CPU: {s['native_bf16']}." if not gpu else f"bf16 on this GPU: {s['native_bf16']}."
-    lines = [
-        "# The step at the machine's speed (`python -m benchmarks.step_limit`)", "",
-        f"Command `{record['command']}`, commit {record['git_commit']}, {record['date']}, {record['machine']}; "
-        f"{where}; load average {data['load_average']['start'][0]:.1f} at start, "
-        f"{data['load_average']['end'][0]:.1f} at end; {data['elapsed_seconds'] / 60:.1f} min.", "",
-        f"Model {s['model']} with LoRA r=16; {PROMPTS} prompts x {GENERATIONS} completions ({s['prompt_tokens_mean']} "
-        f"prompt tokens on average), {NEW_TOKENS} new tokens. {native}", "",
-    ]  # fmt: skip
-    if s.get("random_weights"):
-        lines += [f"**{RANDOM_WEIGHTS_NOTE[0].upper()}{RANDOM_WEIGHTS_NOTE[1:]}.** Every completion runs to its "
-                  f"{NEW_TOKENS} tokens, so the work does not depend on the weights; rewards, accuracy and the text "
-                  "sampled mean nothing.", ""]  # fmt: skip
-    if gpu:
-        lines += ["On the GPU: wall seconds only (the CPU mostly waits for the GPU; its seconds measure nothing), "
-                  "every timing waits for the GPU (`torch.cuda.synchronize`). The node's configurations run as the "
-                  "node does on a GPU (`sapo.speed.devices.device_defaults`: gradient checkpointing on, bf16 autocast "
-                  "where named); plain TRL runs with TRL's own defaults there (bf16 where measured, gradient "
-                  "checkpointing on).", ""]  # fmt: skip
-    bandwidth = "Memory read bandwidth" if not gpu else "GPU memory bandwidth (device-to-device copy, read + written)"
-    lines += [
-        "## The machine", "",
-        f"{bandwidth}: {data['limits']['bandwidth_gb_s']:.1f} GB/s.", "",
-        "| matmul (phase, layer) | " + " | ".join(f"{d} GFLOP/s" for d in data["limits"]["rates_gflop_s"]) + " |",
-        "|---|" + "---:|" * len(data["limits"]["rates_gflop_s"]),
-    ]  # fmt: skip
-    rates = data["limits"]["rates_gflop_s"]
-    for shape in next(iter(rates.values())):
-        lines.append(f"| {shape} | " + " | ".join(f"{r[shape]:.0f}" for r in rates.values()) + " |")
-    lines += ["", "## Generation of the default step (fixed length)", ""]
-    if gpu:
-        lines += ["| variant | wall s | x today (wall) | wall / bound |", "|---|---:|---:|---:|"]
-    else:
-        lines += ["| variant | wall s | CPU s | x today (wall) | x today (CPU) | wall / fp32 bound |",
-                  "|---|---:|---:|---:|---:|---:|"]  # fmt: skip
-    for name, v in gen.items():
-        bound = data["bounds"].get("bfloat16", fp32)["generation"] if "bf16" in name else fp32["generation"]
-        if gpu:
-            lines.append(f"| {name} | {v['wall']:.3f} | {v['wall'] / today['wall']:.2f} | {v['wall'] / bound:.1f} |")
-            continue
-        lines.append(f"| {name} | {v['wall']:.2f} | {v['cpu']:.2f} | {v['wall'] / today['wall']:.2f} | "
-                     f"{v['cpu'] / today['cpu']:.2f} | {v['wall'] / bound:.1f} |")  # fmt: skip
-    for name, note in data["generation"]["notes"].items():
-        lines.append(f"\n{name}: {note}")
-    digits, step_digits = (4, 3) if gpu else (2, 2)
-    lines += ["", "Lower bounds (s): " + "; ".join(
-        f"{d}: generation {b['generation']:.{digits}f} (prefill {b['generation_prefill']:.{digits}f}, decode "
-        f"{b['generation_decode']:.{digits}f}), training pass {b['training pass']:.{digits}f}, plausibility "
-        f"{b['plausibility']:.{digits}f}"
-        for d, b in data["bounds"].items())]  # fmt: skip
-    lines += ["", "## The default node's step (1 local + 1 swarm group of 4; TRL: 2 local groups)", "",
-              "| configuration | step wall s | " + ("" if gpu else "step CPU s | ")
-              + "x today (wall) | x plain TRL (wall) | " + " | ".join(SPLIT) + " | swarm groups | steps |",
-              "|---|---:|" + ("" if gpu else "---:|") + "---:|---:|" + "---:|" * len(SPLIT) + "---:|---:|"]  # fmt: skip
-    today_step, trl_step = summary.get("node, speed-ups off (today)"), summary.get("plain TRL GRPOTrainer")
-
-    def ratio(v: dict[str, Any], to: dict[str, Any] | None) -> str:
-        return f"{v['wall'] / to['wall']:.2f}" if to else "-"
-
-    for name, v in summary.items():
-        measured = f"{v['steps_measured']} of {v.get('steps_after_first', v['steps_measured'])}"
-        cpu = "" if gpu else f"{v['cpu']:.2f} | "
-        lines.append(f"| {name} | {v['wall']:.{step_digits}f} | {cpu}{ratio(v, today_step)} | {ratio(v, trl_step)} | "
-                     + " | ".join(f"{v[p]:.{step_digits}f}" for p in SPLIT)
-                     + f" | {v['external_groups']:.0f} | {measured} |")  # fmt: skip
-    lines += ["", "Medians over the steps after the first (the node's first step has no swarm group) that trained on "
-              "the configuration's swarm groups (a node's step whose swarm group was dropped generates one more "
-              "group instead: another step); *steps*: those measured of those after the first. Configurations take "
-              "their steps in turns."]  # fmt: skip
-    return lines
-
-
-def plot(data: dict[str, Any], path: Path) -> None:
-    """Generation variants (wall and CPU, with the fp32 bound) and the step split of each configuration."""
-    plt = pyplot()
-    fig, (left, right) = plt.subplots(1, 2, figsize=(14, 5))
-    gen = data["generation"]["variants"]
-    names = list(gen)
-    x = range(len(names))
-    left.bar([i - 0.2 for i in x], [gen[n]["wall"] for n in names], 0.4, label="wall")
-    if data["settings"].get("device", "cpu") == "cpu":  # on a GPU the CPU seconds measure nothing
-        left.bar([i + 0.2 for i in x], [gen[n]["cpu"] for n in names], 0.4, label="CPU")
-    left.axhline(data["bounds"]["float32"]["generation"], color="k", ls="--", label="fp32 lower bound")
-    left.set_xticks(list(x), names, rotation=25, ha="right", fontsize=8)
-    left.set_ylabel("seconds")
-    left.set_title("generation of the default step (8 x 48 tokens)")
-    left.legend()
-    summary = data["step_summary"]
-    bottom = [0.0] * len(summary)
-    for phase in SPLIT:
-        values = [summary[n][phase] for n in summary]
-        right.bar(range(len(summary)), values, bottom=bottom, label=phase)
-        bottom = [b + v for b, v in zip(bottom, values, strict=True)]
-    right.set_xticks(range(len(summary)), list(summary), rotation=25, ha="right", fontsize=8)
-    right.set_ylabel("seconds (wall, median step)")
-    right.set_title("step split")
-    right.legend(fontsize=7)
-    fig.suptitle(f"step_limit at {data['record']['git_commit'][:12]}", fontsize=9)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from benchmarks import step_limit
+from benchmarks.machine_limits import best_seconds
 
 
 def test_quick_run_writes_a_report_with_every_part(tmp_path, smollm_tokenizer_dir):
@@ -111,10 +112,10 @@ def test_cpu_trainer_settings_are_unchanged_and_cuda_runs_as_the_node_there():
 
 def test_best_seconds_waits_in_batches_only_when_told():
     calls, syncs = [], []
-    step_limit._best_seconds(lambda: calls.append(1), min_seconds=0.01, repeats=1)
+    best_seconds(lambda: calls.append(1), min_seconds=0.01, repeats=1)
     assert calls and not syncs
     calls.clear()
-    step_limit._best_seconds(lambda: calls.append(1), min_seconds=0.01, repeats=1, sync=lambda: syncs.append(1))
+    best_seconds(lambda: calls.append(1), min_seconds=0.01, repeats=1, sync=lambda: syncs.append(1))
     assert len(syncs) >= 2 and len(calls) > len(syncs)  # batches of growing size, one wait each
 
 
