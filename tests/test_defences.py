@@ -26,6 +26,7 @@ from sapo.plausibility import (
 from sapo.standing import SenderStanding
 from sapo.tasks import TaskSpec, build_reasoning_gym_dataset
 from swarm import Group, MemorySwarm, Provenance
+from swarm.records import provenance_from_wire
 from testbed.tiny_run import tiny_config
 
 
@@ -404,3 +405,36 @@ def test_a_slot_whose_group_is_implausible_takes_the_next_usable_candidate_not_a
     own = [r for r in records if r["origin"] == "own"]
     assert [r["step"] for r in own] == [0, 0, 0, 1, 1]  # 3 own groups in step 1 (its slot filled in), 2 in step 2
     assert all(r["outcome"] == "own" and r["sender"] == "receiver" and len(r["rewards"]) == 4 for r in own)
+
+
+def test_a_sender_is_never_benched_for_groups_this_peer_cannot_verify(tmp_path, smollm_tokenizer):
+    """A peer training on a dataset this one does not hold (an unknown source), or on items it does not hold or of
+    another version, is not hostile: however many such groups it sends, its standing does not fall; a forged
+    question is judged bad."""
+    from sapo.sources import DatasetSource
+
+    held = DatasetSource([{"question": f"What is {k} + {k}?", "answer": str(2 * k)} for k in range(8)], "sums")
+    private = DatasetSource([{"question": f"Name {k}.", "answer": str(k)} for k in range(6)], "private")
+    newer = DatasetSource([{"question": "What is 9 + 9?", "answer": "18"}], "sums", version="2")
+    swarm = MemorySwarm(seed=0)
+    other, liar = swarm.join("other"), swarm.join("liar")
+
+    def group(row, gid):
+        provenance = provenance_from_wire(json.loads(row["provenance"]))
+        return Group(gid, [row["prompt"][-1]], ["1", "22", "3", "4"], provenance, model="m", created_at=time.time())
+
+    other.publish([group(row, f"p-{i}") for i, row in enumerate(private.rows())] + [group(newer.rows()[0], "v2")])
+    forged = [Group(**{**vars(group(held.rows()[i], f"f-{i}")), "prompt": [{"role": "user", "content": "Lies?"}]})
+              for i in range(3)]  # fmt: skip
+    liar.publish(forged)
+    trainer = SAPOTrainer(
+        model=build_tiny_model(smollm_tokenizer, seed=0), reward_funcs=[lambda completions, **kw: [0.0] * 4],
+        args=tiny_config(tmp_path / "out", num_local=1, num_external=1, max_steps=1, external_pool_size=16,
+                         sender_drop_limit=2, sender_window=10, plausibility_margin=None),
+        train_dataset=held.rows(), processing_class=smollm_tokenizer, swarm=swarm.join("me"), sources=[held],
+    )  # fmt: skip
+    trainer.train()
+    totals = trainer.swarm_totals
+    assert totals["dropped/unknown_source"] == 6 and totals["dropped/version_skew"] == 1, dict(totals)
+    assert trainer.intake.standing.benched(time.time()) == ["liar"]  # two forged questions bench it; "other" never
+    assert totals["dropped/question_mismatch"] + totals["dropped/benched_sender"] == 3
