@@ -427,8 +427,12 @@ def test_a_sender_is_never_benched_for_groups_this_peer_cannot_verify(tmp_path, 
     forged = [Group(**{**vars(group(held.rows()[i], f"f-{i}")), "prompt": [{"role": "user", "content": "Lies?"}]})
               for i in range(3)]  # fmt: skip
     liar.publish(forged)
+
+    def flat(completions, **kw):
+        return [0.0] * len(completions)
+
     trainer = SAPOTrainer(
-        model=build_tiny_model(smollm_tokenizer, seed=0), reward_funcs=[lambda completions, **kw: [0.0] * 4],
+        model=build_tiny_model(smollm_tokenizer, seed=0), reward_funcs=[flat],
         args=tiny_config(tmp_path / "out", num_local=1, num_external=1, max_steps=1, external_pool_size=16,
                          sender_drop_limit=2, sender_window=10, plausibility_margin=None),
         train_dataset=held.rows(), processing_class=smollm_tokenizer, swarm=swarm.join("me"), sources=[held],
