@@ -121,11 +121,14 @@ class SenderBook:
             new = state is None
             if state is None:
                 state = self._senders[sender] = SenderState(public_key, entry.model, entry.updated_at, entry.updated_at)
-            if entry.updated_at >= state.last_seen:  # an older copy (another level's, a stale replica) adds nothing
+            if entry.updated_at >= state.last_seen:  # an older copy (another level's, a stale replica) is not news
                 state.model, state.last_seen = entry.model, entry.updated_at
                 state.host = entry.host
-                state.refs.update(refs)
-                self._trim(state)
+            # but its refs are: an announcement lists the newest two records only, and an entry written before it
+            # may list older ones that no announcement carried (a record's ref never changes)
+            for seq, ref in refs.items():
+                state.refs.setdefault(seq, ref)
+            self._trim(state)
             self._heard(sender, state, entry.updated_at, entry.host)
         return new
 

@@ -12,6 +12,7 @@ from hivemind.utils.crypto import RSAPrivateKey
 
 from swarm.announcements import (
     AnnouncedRecord,
+    Announcement,
     decode_announcement,
     encode_announcement,
     record_digest,
@@ -22,7 +23,8 @@ from swarm.levels import publish_topics, subscribe_topics
 from swarm.memory import DictDHT, MemoryPubsub
 from swarm.publisher import SwarmPublisher
 from swarm.reader import SwarmReader
-from swarm.records import RecordRejected
+from swarm.records import IndexEntry, RecordRef, RecordRejected
+from swarm.senders import SenderBook
 from swarm.served import MemoryServedLookup, ServedRecords
 from swarm.transport import SwarmCounters, TimingLog
 from swarm.validation import RejectionLog, fingerprint, make_record_validator
@@ -253,3 +255,17 @@ def test_only_peers_of_the_topics_listened_to_since_long_enough_can_miss_announc
     assert book.mark_departures(audible=lambda sender: False) == []  # a's topic is no longer listened to
     assert book.mark_departures(since=net.clock.time() - 5) == []  # listened to for 5 s only
     assert book.mark_departures() == [a.peer_id]
+
+
+def test_an_index_entry_older_than_the_last_announcement_still_offers_the_records_no_announcement_listed():
+    # A publisher that put out eight records at once announces the newest two; its index entry, written a moment
+    # before that announcement, lists all eight. The reader must be able to fetch all eight, not only two.
+    clock = ManualClock()
+    book = SenderBook(DHTTransportConfig(), SwarmCounters(), clock)
+    now = clock.time()
+    refs = [RecordRef(seq, now, 1) for seq in range(1, 9)]
+    announced = tuple(AnnouncedRecord(ref.seq, now, 1, 10, b"d" * 32) for ref in refs[-2:])
+    book.take_announcement(Announcement("liar", b"key", "m", now, None, announced))
+    book.take_index_entry("liar", b"key", IndexEntry(model="m", records=refs, updated_at=now - 1))  # read after it
+    chosen, _ = book.choose(16)
+    assert sorted(choice.ref.seq for choice in chosen) == list(range(1, 9))

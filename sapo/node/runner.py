@@ -434,7 +434,8 @@ def _run(args: Any, node: NodeArguments) -> int:
     claim_output_dir(
         output_dir, {k: _plain(getattr(node if hasattr(node, k) else args, k)) for k in _RUN_IDENTITY_FIELDS}
     )
-    setup_logging(output_dir, args.log_level if args.log_level not in ("passive", None) else "info")
+    # Removed on the way out: a caller in the same process (a script, a test) keeps no handler on a closed stream.
+    log_handlers = setup_logging(output_dir, args.log_level if args.log_level not in ("passive", None) else "info")
     quiet_library_progress_bars()
 
     stop = GracefulStop().install()
@@ -498,7 +499,9 @@ def _run(args: Any, node: NodeArguments) -> int:
         if swarm is not None:
             logger.info("leaving the swarm")
             swarm.close()
-        logging.getLogger().removeHandler(problems)
+        for handler in (problems, *log_handlers):
+            logging.getLogger().removeHandler(handler)
+            handler.close()
         if page is not None:
             page.close()
 
