@@ -51,6 +51,10 @@ class HostileNode:
     def run(self, coro, timeout: float = 30):
         return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
 
+    def visible_addresses(self) -> list[str]:
+        """Multiaddrs other peers can join through (as :meth:`swarm.dht.DHTTransport.visible_addresses`)."""
+        return [str(address) for address in self.run(self.node.get_visible_maddrs())]
+
     def signed(self, key: str, subkey: bytes, value: bytes, expiration: float, forge: bool = False) -> bytes:
         """``value`` as hivemind would send it, signed by this node's key (also when ``subkey`` is not ours)."""
         record = DHTRecord(DHTID.generate(source=key).to_bytes(), MSGPackSerializer.dumps(subkey), value, expiration)

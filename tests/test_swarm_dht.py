@@ -280,8 +280,9 @@ def test_hostile_writer_is_rejected_and_counted(dht_peers):
         for peer in (a, b):  # the hostile peer advertises a's seq as its own: its records key holds nothing
             hostile.store_at(peer, index_key, hostile.marker, index_value, exp)
 
-        # the late peer reads the index often: the junk reaches it with a lookup that visits the hostile node
-        late = dht_peers(initial_peers=b.visible_addresses(), index_refresh_interval=0.2)
+        # the late peer joins through the hostile node and reads the index often: the junk reaches it with a lookup
+        # that visits the hostile node (only the hostile node holds it)
+        late = dht_peers(initial_peers=hostile.visible_addresses(), index_refresh_interval=0.2)
         got = collect(late, [], 1)
         time.sleep(1.0)  # a wrongly accepted hostile group would arrive by now
         got += late.fetch(100)
