@@ -35,16 +35,25 @@ TASKS = [TaskSpec("basic_arithmetic", {"min_terms": 2, "max_terms": 2, "min_digi
 class HostileNode:
     """A raw hivemind DHTNode with its own RSA key and no validator, on its own event loop thread."""
 
-    def __init__(self, initial_peers: list[str], on_p2pd: Callable[[int, list[str]], None] | None = None):
+    def __init__(
+        self,
+        initial_peers: list[str],
+        on_p2pd: Callable[[int, list[str]], None] | None = None,
+        nearest_to: str | None = None,
+    ):
         """Join through ``initial_peers``; ``on_p2pd(pid, sockets)`` is told of the p2pd daemon it starts (a test
-        uses it to check that the daemon is gone at the end)."""
+        uses it to check that the daemon is gone at the end). With ``nearest_to``, the node's DHT id is that key's, so
+        every lookup of the key asks this node first."""
         self.key = RSAPrivateKey()
         self.signer = RSASignatureValidator(self.key)
         self.marker = self.signer.local_public_key
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
         self.thread.start()
-        self.node: DHTNode = self.run(DHTNode.create(initial_peers=initial_peers, host_maddrs=[LOCAL], wait_timeout=1))
+        node_id = DHTID.generate(source=nearest_to) if nearest_to is not None else None
+        self.node: DHTNode = self.run(
+            DHTNode.create(node_id=node_id, initial_peers=initial_peers, host_maddrs=[LOCAL], wait_timeout=1)
+        )
         if on_p2pd is not None:
             on_p2pd(self.node.p2p._child.pid, [self.node.p2p._daemon_listen_maddr["unix"]])
 

@@ -233,7 +233,8 @@ def test_killed_peers_do_not_stop_the_others(dht_peers):
 def test_hostile_writer_is_rejected_and_counted(dht_peers):
     a = dht_peers(model_name="honest-a")
     b = dht_peers(initial_peers=a.visible_addresses())
-    hostile = HostileNode(a.visible_addresses(), on_p2pd=record_p2pd)
+    # the hostile node is the nearest to a's index key: the late peer's lookups of that key ask it first
+    hostile = HostileNode(a.visible_addresses(), on_p2pd=record_p2pd, nearest_to=a.publisher.index_key)
     try:
         a.publish([make_group("a1")])
         wait_until(lambda: a.readout().counters.get("published_records"))
