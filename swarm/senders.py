@@ -115,7 +115,6 @@ class SenderBook:
 
     def take_index_entry(self, sender: str, public_key: bytes, entry: IndexEntry) -> bool:
         """Take a (checked) index entry of ``sender``; True if it was not known before."""
-        refs = {ref.seq: ref for ref in entry.records}
         with self._lock:
             state = self._senders.get(sender)
             new = state is None
@@ -126,8 +125,8 @@ class SenderBook:
                 state.host = entry.host
             # but its refs are: an announcement lists the newest two records only, and an entry written before it
             # may list older ones that no announcement carried (a record's ref never changes)
-            for seq, ref in refs.items():
-                state.refs.setdefault(seq, ref)
+            for ref in entry.records:
+                state.refs.setdefault(ref.seq, ref)
             self._trim(state)
             self._heard(sender, state, entry.updated_at, entry.host)
         return new
