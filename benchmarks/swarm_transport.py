@@ -22,6 +22,7 @@ Writes benchmarks/results/swarm_transport.{json,md,png}. Every process it starts
 from __future__ import annotations
 
 import argparse
+import collections
 import contextlib
 import json
 import os
@@ -31,7 +32,7 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -216,6 +217,7 @@ def worker(args: argparse.Namespace) -> None:
             "p2pd_cpu": p2pd_cpu,
             "healthy": all(p.healthy() for p in peers),
             "rpc_bytes": rpc,
+            "topic_levels": topic_levels(peers),
         }
         print("RESULT", json.dumps(result), flush=True)
         _stay_until_stop()
@@ -223,6 +225,12 @@ def worker(args: argparse.Namespace) -> None:
         for p in peers:
             with contextlib.suppress(Exception):
                 p.close()
+
+
+def topic_levels(transports: Sequence[Any]) -> list[int]:
+    """Each peer's announcement topic level now (from its estimate of N): a peer hears another only if their levels
+    differ by at most one (:func:`swarm.levels.publish_topics`)."""
+    return [int(t.readout().gauges.get("topic_level", -1)) for t in transports]
 
 
 def observer_worker(args: argparse.Namespace) -> None:
@@ -260,7 +268,8 @@ def observer_worker(args: argparse.Namespace) -> None:
         for observer in observers:
             observer.stop()
         cpu = cpu_seconds(me) + sum(cpu_seconds(t.p2pd_pid) for t in transports) - cpu_start
-        print("RESULT", json.dumps({"latencies": [log.latencies for log in logs], "cpu": cpu}), flush=True)
+        result = {"latencies": [log.latencies for log in logs], "cpu": cpu, "topic_levels": topic_levels(transports)}
+        print("RESULT", json.dumps(result), flush=True)
         _stay_until_stop()
     finally:
         for observer in observers:
@@ -273,6 +282,12 @@ def observer_worker(args: argparse.Namespace) -> None:
 
 # ------------------------------------------------------------------------------------------------
 # coordinator
+
+
+def level_counts(levels: Iterable[int]) -> dict[str, int]:
+    """How many peers are at each topic level, by level (keys are strings: the report is JSON)."""
+    counts = collections.Counter(levels)
+    return {str(level): counts[level] for level in sorted(counts)}
 
 
 def delivery_summary(
@@ -398,6 +413,9 @@ def run_swarm(n: int, args: argparse.Namespace) -> dict[str, Any]:
         ),
         "observers": args.observers,
         "observer_cpu_seconds": observer_result["cpu"],
+        # how many peers (observers) ended at each announcement topic level
+        "topic_levels": level_counts(level for r in results for level in r.get("topic_levels", [])),
+        "observer_topic_levels": level_counts(observer_result.get("topic_levels", [])),
         "group_age_at_fetch_seconds": summary(merged("measures", "age")),
         "fill_rate": (sum(fetched) / (len(fetched) * args.j)) if fetched else None,
         "published_bytes_per_peer_step": counters.get("published_bytes", 0) / max(steps, 1),

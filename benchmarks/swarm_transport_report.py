@@ -26,6 +26,17 @@ def _num(value: float | None, fmt: str = "{:.2f}") -> str:
     return "-" if value is None else fmt.format(value)
 
 
+def _levels(run: dict[str, Any]) -> str:
+    """'3: 60, 4: 4 (3: 2)': peers per announcement topic level at the end, the observers' in brackets."""
+    peers, observers = run.get("topic_levels"), run.get("observer_topic_levels")
+    if not peers:
+        return "-"
+    text = ", ".join(f"{level}: {count}" for level, count in peers.items())
+    if observers:
+        text += " (" + ", ".join(f"{level}: {count}" for level, count in observers.items()) + ")"
+    return text
+
+
 def write_outputs(report: dict[str, Any], out: Path = RESULTS) -> None:
     """swarm_transport.json, .md (two tables, one row per N) and .png (latencies and per-step costs) in ``out``."""
     rows = report["runs"]
@@ -80,8 +91,8 @@ def write_outputs(report: dict[str, Any], out: Path = RESULTS) -> None:
         "",
         "| N | step s | reader delivery s median / p95 | / step | observed delivery s median / p95 | / step "
         "| age at use s median / p95 | / step | announcements received / sent per peer-step "
-        "| index reads / stores per peer-step | hedged fetches per peer-step |",
-        "|---" * 11 + "|",
+        "| index reads / stores per peer-step | hedged fetches per peer-step | topic level: peers (observers) |",
+        "|---" * 12 + "|",
     ]
     for r in rows:
         step, per = r["interval"], r.get("per_peer_step") or {}
@@ -94,7 +105,7 @@ def write_outputs(report: dict[str, Any], out: Path = RESULTS) -> None:
             f"| {_pair(age, '{:.1f}')} | {_ratio(age, step)} "
             f"| {per.get('announcements_received', 0):.1f} / {per.get('announcements_sent', 0):.1f} "
             f"| {per.get('index_reads', 0):.2f} / {per.get('index_stores', 0):.2f} "
-            f"| {per.get('hedged_fetches', 0):.2f} |"
+            f"| {per.get('hedged_fetches', 0):.2f} | {_levels(r)} |"
         )
     kinds = sorted({k for r in rows for k in r.get("rpc_bytes_per_peer_step", {}) if not k.endswith("/calls")})
     if kinds:  # --rpc-bytes: where the bytes go, as the DHT servers among the peers saw them
