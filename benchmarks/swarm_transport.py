@@ -448,6 +448,7 @@ def run_swarm(n: int, args: argparse.Namespace) -> dict[str, Any]:
                 "fetch_failures",
                 "departed_senders",
                 "announcement_bytes",
+                "topic_level_changes",
             )
         },  # fmt: skip
         # --rpc-bytes: protobuf bytes of the DHT requests the peers served and their answers, per peer and step

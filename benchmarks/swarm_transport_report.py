@@ -91,8 +91,9 @@ def write_outputs(report: dict[str, Any], out: Path = RESULTS) -> None:
         "",
         "| N | step s | reader delivery s median / p95 | / step | observed delivery s median / p95 | / step "
         "| age at use s median / p95 | / step | announcements received / sent per peer-step "
-        "| index reads / stores per peer-step | hedged fetches per peer-step | topic level: peers (observers) |",
-        "|---" * 12 + "|",
+        "| index reads / stores per peer-step | hedged fetches per peer-step | topic level: peers (observers) "
+        "| topic level changes per peer-step |",
+        "|---" * 13 + "|",
     ]
     for r in rows:
         step, per = r["interval"], r.get("per_peer_step") or {}
@@ -105,7 +106,7 @@ def write_outputs(report: dict[str, Any], out: Path = RESULTS) -> None:
             f"| {_pair(age, '{:.1f}')} | {_ratio(age, step)} "
             f"| {per.get('announcements_received', 0):.1f} / {per.get('announcements_sent', 0):.1f} "
             f"| {per.get('index_reads', 0):.2f} / {per.get('index_stores', 0):.2f} "
-            f"| {per.get('hedged_fetches', 0):.2f} | {_levels(r)} |"
+            f"| {per.get('hedged_fetches', 0):.2f} | {_levels(r)} | {per.get('topic_level_changes', 0):.2f} |"
         )
     kinds = sorted({k for r in rows for k in r.get("rpc_bytes_per_peer_step", {}) if not k.endswith("/calls")})
     if kinds:  # --rpc-bytes: where the bytes go, as the DHT servers among the peers saw them

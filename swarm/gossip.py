@@ -80,6 +80,8 @@ class Gossip:
         for topic in [topic for topic in self._subscriptions if topic not in wanted]:
             await self._leave(topic)
         if level != self.level:
+            if self.level is not None:  # its estimate of N crossed a level's boundary: a new mesh to join
+                self._counters.add("topic_level_changes")
             logger.info("peer %s listens to announcement topic(s) %s", self._peer, ", ".join(wanted))
             self.level = level
         await self._dial_topic_peers(level)

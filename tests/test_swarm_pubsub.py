@@ -119,3 +119,30 @@ def test_a_daemon_without_pubsub_refuses_a_subscription_with_an_error():
             await close_p2p(p2p)
 
     asyncio.run(scenario())
+
+
+def test_a_peer_whose_topic_level_changes_moves_its_subscription_and_counts_the_change():
+    from swarm.config import DHTTransportConfig
+    from swarm.gossip import Gossip
+    from swarm.levels import subscribe_topics
+    from swarm.transport import SwarmCounters
+
+    async def scenario() -> None:
+        (p2p,) = await _daemons(1)
+        config, counters, level = DHTTransportConfig(), SwarmCounters(), [0]
+        gossip = Gossip(config, lambda: p2p, "peer-a", lambda: level[0], lambda data, sender: None,
+                        lambda level: [], counters)  # fmt: skip
+        try:
+            await gossip.keep()
+            await gossip.keep()  # the same level: nothing moves
+            assert gossip.topics() == subscribe_topics("peer-a", 0, config)
+            assert counters.snapshot().get("topic_level_changes", 0) == 0
+            level[0] = 3  # the estimate of N crossed a boundary
+            await gossip.keep()
+            assert gossip.topics() == subscribe_topics("peer-a", 3, config) and gossip.level == 3
+            assert counters.snapshot()["topic_level_changes"] == 1
+        finally:
+            await gossip.close()
+            await close_p2p(p2p)
+
+    asyncio.run(scenario())
