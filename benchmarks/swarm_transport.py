@@ -155,7 +155,7 @@ def worker(args: argparse.Namespace) -> None:
             peers.append(peer)
         print("READY", json.dumps([p.p2pd_pid for p in peers]), flush=True)
         start = _wait_for_go()
-        rng = random.Random(args.worker_index)
+        rng = random.Random(args.worker_index + 1000 * args.phase_seed)
         phase = {p.peer_id: rng.uniform(0, args.interval) for p in peers}
         step = {p.peer_id: 0 for p in peers}
         published: dict[str, float] = {}  # group id -> created_at, for the observers' delivered share
@@ -218,6 +218,7 @@ def worker(args: argparse.Namespace) -> None:
             "healthy": all(p.healthy() for p in peers),
             "rpc_bytes": rpc,
             "topic_levels": topic_levels(peers),
+            "estimated_peers": [p.readout().gauges.get("estimated_peers", -1.0) for p in peers],
         }
         print("RESULT", json.dumps(result), flush=True)
         _stay_until_stop()
@@ -317,7 +318,8 @@ def run_swarm(n: int, args: argparse.Namespace) -> dict[str, Any]:
     def spawn(index: int, count: int, initial: str | None, role: str = "--worker") -> subprocess.Popen:
         cmd = [sys.executable, "-m", "benchmarks.swarm_transport", role, "--peers", str(count)]
         cmd += ["--worker-index", str(index), "--duration", str(duration), "--interval", str(interval)]
-        cmd += ["--j", str(args.j)] + (["--initial-peer", initial] if initial else [])
+        cmd += ["--j", str(args.j), "--phase-seed", str(args.phase_seed)]
+        cmd += ["--initial-peer", initial] if initial else []
         cmd += [x for setting in args.set for x in ("--set", setting)] + (["--rpc-bytes"] if args.rpc_bytes else [])
         env = {**os.environ, "PYTHONPATH": str(ROOT)}
         proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=ROOT, env=env)
@@ -416,6 +418,8 @@ def run_swarm(n: int, args: argparse.Namespace) -> dict[str, Any]:
         # how many peers (observers) ended at each announcement topic level
         "topic_levels": level_counts(level for r in results for level in r.get("topic_levels", [])),
         "observer_topic_levels": level_counts(observer_result.get("topic_levels", [])),
+        # each peer's estimate of N at the end, which sets its topic level
+        "estimated_peers": sorted(round(e, 1) for r in results for e in r.get("estimated_peers", [])),
         "group_age_at_fetch_seconds": summary(merged("measures", "age")),
         "fill_rate": (sum(fetched) / (len(fetched) * args.j)) if fetched else None,
         "published_bytes_per_peer_step": counters.get("published_bytes", 0) / max(steps, 1),
@@ -472,6 +476,13 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any] | None:
     )
     parser.add_argument(
         "--fixed-interval", action="store_true", help="every N steps every --interval s (the load grows with N)"
+    )
+    parser.add_argument(
+        "--phase-seed",
+        type=int,
+        default=0,
+        help="seed of the peers' step phases (each peer steps at a random offset within the step): runs with other "
+        "seeds show how much a figure owes to one layout of the steps, which at small N is few",
     )
     parser.add_argument("--min-steps", type=int, default=6, help="least steps per peer before the delivery window")
     parser.add_argument("--observers", type=int, default=2, help="observer peers measuring delivery latency")

@@ -54,6 +54,7 @@ def test_two_peers_and_an_observer_report_costs_and_delivery(tmp_path):
     assert per_step["announcements_sent"] > 0 and per_step["announcements_received"] > 0
     # two peers and the observer share the one topic of a small swarm, and the report says so
     assert run["topic_levels"] == {"0": 2} and run["observer_topic_levels"] == {"0": 1}
+    assert len(run["estimated_peers"]) == 2
     assert "| 0: 2 (0: 1) | 0.00 |" in (tmp_path / "swarm_transport.md").read_text()
     assert "Delivery and age at use against the step" in (tmp_path / "swarm_transport.md").read_text()
     # a report written again from the run's JSON keeps its figures and takes this version's notes
