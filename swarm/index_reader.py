@@ -7,7 +7,8 @@ to fill them: :func:`swarm.levels.shards_per_read`): the reader estimates N from
 each read's entries over the share of its level's shards it read) and reads the level whose shards hold about
 ``index_shard_entries`` entries; its peer's publisher writes the levels :func:`swarm.levels.write_levels_for` gives.
 With announcements on, a read goes in rotation over the shards that hold the peers of this peer's announcement topic
-(:func:`swarm.levels.topic_index_shards`): those are the peers it connects to so that the topic's mesh forms.
+(:func:`swarm.levels.topic_index_shards`): those are the peers it connects to so that the topic's mesh forms. A
+probe reads anywhere on its level: the topic is only as good as the estimate.
 
 Before the first read that finds entries, the estimate is ``None`` and a read is a probe: the first probes the
 level a prior estimate points to (the DHT's own, from the distances of this peer's nearest neighbours, when there is
@@ -124,11 +125,12 @@ class IndexReader:
 
     # ------------------------------------------------------------------------------ reading
 
-    def _shards(self, level: int, count: int) -> list[str]:
-        """``count`` shard keys of ``level`` in rotation (over the topic's shards when there is a topic)."""
+    def _shards(self, level: int, count: int, by_topic: bool) -> list[str]:
+        """``count`` shard keys of ``level`` in rotation (over the topic's shards when ``by_topic`` and there is a
+        topic)."""
         config = self.config
         shards = index_keys(config.swarm_name, config.index_shards, level)
-        topic = self._topic()
+        topic = self._topic() if by_topic else None
         if topic is not None:
             shards = [shards[i] for i in topic_index_shards(topic[0], topic[1], level, config)]
         count = min(count, len(shards))
@@ -153,7 +155,9 @@ class IndexReader:
             count = shards_per_read(None, level, config)
         else:
             count = shards_per_read(estimate, level, config)
-        shard_keys = self._shards(level, count)
+        # A probe reads anywhere on its level: the topic comes from the estimate being probed for (or a prior), and
+        # its shards may hold none of the peers a probe must find.
+        shard_keys = self._shards(level, count, by_topic=not probing)
         # A shard's expiration is that of its newest entry (written with now + ttl): asking for a copy updated
         # within index_staleness skips stale copies (our own cache included) without traversing every replica.
         sufficient = self._clock.time() + config.record_ttl - config.index_staleness

@@ -399,3 +399,28 @@ def test_a_publisher_that_did_not_answer_is_asked_again_once_it_writes_a_fresh_i
     a.publish("a2", created_at=clock.time())
     b.poll()
     assert sorted(item.group.group_id for item in b.reader.take(10)) == ["a1", "a2"]  # within the 30 s rest
+
+
+def test_a_reader_whose_prior_is_far_off_finds_a_small_swarm_by_probing_outside_its_topic():
+    from swarm.levels import home_topic_shard, topic_index_shards, topic_level_for
+    from swarm.validation import index_shard_of
+
+    dht, clock, rng = DictDHT(), ManualClock(), random.Random(4)
+    config = DHTTransportConfig(announce=False, subscribe_topics=0, index_min_interval=0)  # a watcher, as observers
+    key = RSAPrivateKey().get_public_key().to_bytes()
+    # its prior says 1000 peers: topic level 7, whose index shards at level 0 are one of level 0's eight
+    wrong_level = topic_level_for(1000.0, config)
+    topic_shards = topic_index_shards(home_topic_shard(fingerprint(key), wrong_level), wrong_level, 0, config)
+    writers: list[Writer] = []
+    while len(writers) < 2:  # a swarm of two whose entries lie outside that topic's shards
+        writer = Writer(dht, clock, rng, write_levels=lambda: range(0, 2))
+        if index_shard_of(writer.peer_id, config.index_shards, 0) not in topic_shards:
+            writers.append(writer)
+    for n, writer in enumerate(writers):
+        writer.publish(f"w{n}", created_at=clock.time())
+    reader = SwarmReader(config, key, SwarmCounters(), TimingLog(clock), clock, rng, prior=lambda: 1000.0)
+    for _ in range(8):
+        asyncio.run(reader.poll(dht))
+        clock.advance(3)
+    assert {p.peer for p in reader.peers()} == {w.peer_id for w in writers}
+    assert reader.estimated_peers() is not None and reader.estimated_peers() <= 4 and reader.topic_level() == 0
