@@ -217,8 +217,7 @@ def worker(args: argparse.Namespace) -> None:
             "p2pd_cpu": p2pd_cpu,
             "healthy": all(p.healthy() for p in peers),
             "rpc_bytes": rpc,
-            "topic_levels": topic_levels(peers),
-            "estimated_peers": [p.readout().gauges.get("estimated_peers", -1.0) for p in peers],
+            **topic_view(peers),
         }
         print("RESULT", json.dumps(result), flush=True)
         _stay_until_stop()
@@ -228,10 +227,14 @@ def worker(args: argparse.Namespace) -> None:
                 p.close()
 
 
-def topic_levels(transports: Sequence[Any]) -> list[int]:
-    """Each peer's announcement topic level now (from its estimate of N): a peer hears another only if their levels
-    differ by at most one (:func:`swarm.levels.publish_topics`)."""
-    return [int(t.readout().gauges.get("topic_level", -1)) for t in transports]
+def topic_view(transports: Sequence[Any]) -> dict[str, list]:
+    """Each peer's announcement topic level now and the estimate of N it comes from (one read-out per peer): a peer
+    hears another only if their levels differ by at most one (:func:`swarm.levels.publish_topics`)."""
+    gauges = [t.readout().gauges for t in transports]
+    return {
+        "topic_levels": [int(g.get("topic_level", -1)) for g in gauges],
+        "estimated_peers": [g.get("estimated_peers", -1.0) for g in gauges],
+    }
 
 
 def observer_worker(args: argparse.Namespace) -> None:
@@ -269,7 +272,7 @@ def observer_worker(args: argparse.Namespace) -> None:
         for observer in observers:
             observer.stop()
         cpu = cpu_seconds(me) + sum(cpu_seconds(t.p2pd_pid) for t in transports) - cpu_start
-        result = {"latencies": [log.latencies for log in logs], "cpu": cpu, "topic_levels": topic_levels(transports)}
+        result = {"latencies": [log.latencies for log in logs], "cpu": cpu, **topic_view(transports)}
         print("RESULT", json.dumps(result), flush=True)
         _stay_until_stop()
     finally:

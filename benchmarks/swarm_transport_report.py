@@ -31,10 +31,11 @@ def _levels(run: dict[str, Any]) -> str:
     peers, observers = run.get("topic_levels"), run.get("observer_topic_levels")
     if not peers:
         return "-"
-    text = ", ".join(f"{level}: {count}" for level, count in peers.items())
-    if observers:
-        text += " (" + ", ".join(f"{level}: {count}" for level, count in observers.items()) + ")"
-    return text
+
+    def counts(levels: dict[str, int]) -> str:
+        return ", ".join(f"{level}: {count}" for level, count in levels.items())
+
+    return counts(peers) + (f" ({counts(observers)})" if observers else "")
 
 
 def write_outputs(report: dict[str, Any], out: Path = RESULTS) -> None:
