@@ -12,7 +12,13 @@ It checks what it wrote before it returns: the folder loads as ``sapo-node --mod
 and recorded). ``strong-peer.json`` in the folder records the adapter, the base, the check and :func:`model_digest`,
 the digest sapo_table puts in a run's identity.
 
-    python -m benchmarks.strong_peer --adapter RUNS/cpu-hard/2-0/seed-100/node-0/final --out /work/strong-model
+Given the trained node's folder (``--run``), it first applies the pre-registered test of a stronger peer
+(``benchmarks/preregistered/stronger_peers.md``): the node's held-out pass@1 at its last evaluated step against its
+own step-0 evaluation, paired by question, counts as stronger when the 95 % interval's lower bound is above 0. A
+node that is not stronger is refused with its figures (the experiment is then not run); the test is recorded.
+
+    python -m benchmarks.strong_peer --run RUNS/cpu-hard/2-0/seed-100/node-0 --out /work/strong-model
+    python -m benchmarks.strong_peer --adapter ANY/final --out DIR   # no test: any adapter
 """
 
 from __future__ import annotations
@@ -57,6 +63,49 @@ def files_digest(paths: Iterable[Path]) -> str:
             for block in iter(lambda: f.read(1 << 20), b""):
                 digest.update(block)
     return digest.hexdigest()
+
+
+def qualification(node_dir: Path, level: float = 0.95) -> dict[str, Any]:
+    """The pre-registered test of a stronger peer on a trained node's folder: its held-out pass@1 at the last
+    evaluated step minus its step-0 pass@1, paired by question (``benchmarks.stats.paired_difference``); ``stronger``
+    when the ``level`` interval's lower bound is above 0."""
+    from benchmarks.held_out_table import outcomes_by_step
+    from benchmarks.stats import paired_difference
+
+    held_out = node_dir / "held_out.jsonl"
+    if not held_out.is_file():
+        raise SystemExit(f"{node_dir} has no held_out.jsonl; pass the trained node's output folder (node-0 of its run)")
+    by_step = outcomes_by_step(held_out)
+    if 0 not in by_step or len(by_step) < 2:
+        raise SystemExit(
+            f"{held_out} evaluates steps {sorted(by_step)}; the test needs step 0 and a later step "
+            "(run the node to its last step with eval_on_start)"
+        )
+    last = max(by_step)
+    if len(by_step[last]) != len(by_step[0]):
+        raise SystemExit(f"{held_out}: steps 0 and {last} were evaluated on different question counts")
+    change = paired_difference([by_step[last]], [by_step[0]])
+    low, _ = change.interval(level)
+    return {
+        "held_out": str(held_out),
+        "questions": len(by_step[0]),
+        "step": last,
+        "pass_at_1": {"0": sum(by_step[0]) / len(by_step[0]), str(last): sum(by_step[last]) / len(by_step[last])},
+        "change": change.to_json(level),
+        "stronger": low > 0,
+    }
+
+
+def qualification_text(result: dict[str, Any]) -> str:
+    """One line: pass@1 at step 0 and at the last step, the paired change with its interval, and the verdict."""
+    change = result["change"]
+    before, after = result["pass_at_1"]["0"], result["pass_at_1"][str(result["step"])]
+    verdict = "stronger" if result["stronger"] else "not stronger (the interval's lower bound is not above 0)"
+    return (
+        f"held-out pass@1 on {result['questions']} questions: {before:.3f} at step 0, {after:.3f} at step "
+        f"{result['step']}; change {change['value']:+.3f} (95 % CI {change['ci_low']:+.3f} to "
+        f"{change['ci_high']:+.3f}): {verdict}"
+    )
 
 
 def merge_adapter(adapter: Path, out: Path, base: str | None = None) -> None:
@@ -118,7 +167,11 @@ def check(reference: Any, out: Path, prompts: Sequence[str], tolerance: float, n
 
 def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.strong_peer", description=__doc__.splitlines()[0])
-    parser.add_argument("--adapter", required=True, help="a LoRA adapter folder (a node's final/ or checkpoint-N/)")
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument(
+        "--run", default=None, help="a trained node's output folder: its final/ adapter, after the stronger-peer test"
+    )
+    source.add_argument("--adapter", default=None, help="a LoRA adapter folder (a node's final/ or checkpoint-N/)")
     parser.add_argument("--out", required=True, help="the model folder to write (new or empty)")
     parser.add_argument(
         "--base", default=None, help="the adapter's base model folder, or 'default' (default: the one it names)"
@@ -133,7 +186,14 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     from sapo.models import load_trained_policy
 
     args = parse_args(sys.argv[1:] if argv is None else argv)
-    adapter, out = Path(args.adapter).resolve(), Path(args.out).resolve()
+    tested = None
+    if args.run is not None:
+        tested = qualification(Path(args.run).resolve())
+        print(qualification_text(tested))
+        if not tested["stronger"]:
+            raise SystemExit(f"strong_peer: {args.run} is not a stronger peer: {qualification_text(tested)}")
+    adapter = Path(args.adapter).resolve() if args.run is None else Path(args.run).resolve() / "final"
+    out = Path(args.out).resolve()
     merge_adapter(adapter, out, args.base)
     reference, _ = load_trained_policy(adapter, args.base)  # unmerged: the policy the adapter's run trained
     result = check(reference, out, PROMPTS, args.tolerance, args.new_tokens)
@@ -144,6 +204,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         "base": args.base or adapter_config.get("base_model_name_or_path"),
         "lora_r": adapter_config.get("r"),
         "check": result,
+        "qualification": tested,
         "digest": model_digest(out),
     }
     (out / RECORD).write_text(json.dumps(record, indent=1) + "\n")

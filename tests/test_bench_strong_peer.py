@@ -90,6 +90,49 @@ def test_bad_input_is_refused_with_what_to_pass(strong_peer, adapter, strong_mod
         strong_peer.model_digest(adapter)
 
 
+def _trained_node(folder: Path, adapter: Path, correct_at_0: int, correct_at_300: int, questions: int = 64) -> Path:
+    """A node's output folder as a trained run leaves it: final/ (the adapter) and held_out.jsonl at steps 0 and 300,
+    the first ``correct_at_*`` questions answered right."""
+    shutil.copytree(adapter, folder / "final")
+    lines = []
+    for step, correct in ((0, correct_at_0), (300, correct_at_300)):
+        rows = [{"task": "basic_arithmetic", "index": i, "correct": i < correct, "score": float(i < correct)}
+                for i in range(questions)]  # fmt: skip
+        lines.append(json.dumps({"step": step, "eval": "eval", "questions": rows}))
+    (folder / "held_out.jsonl").write_text("\n".join(lines) + "\n")
+    return folder
+
+
+def test_a_trained_node_becomes_a_stronger_peer_only_past_its_preregistered_test(strong_peer, adapter, tmp_path):
+    learned = _trained_node(tmp_path / "learned", adapter, correct_at_0=8, correct_at_300=24)
+    out = tmp_path / "model"
+    record = strong_peer.main(["--run", str(learned), "--out", str(out)])
+    test = record["qualification"]
+    assert test["stronger"] and test["step"] == 300 and test["questions"] == 64
+    assert test["pass_at_1"] == {"0": 8 / 64, "300": 24 / 64}
+    assert test["change"]["value"] == pytest.approx(16 / 64) and test["change"]["ci_low"] > 0
+    assert json.loads((out / strong_peer.RECORD).read_text())["qualification"] == test
+
+    # a gain inside its interval (two more right of 64) is not a stronger peer: refused, nothing written
+    flat = _trained_node(tmp_path / "flat", adapter, correct_at_0=8, correct_at_300=10)
+    with pytest.raises(SystemExit, match="not a stronger peer.*0.125 at step 0, 0.156 at step 300"):
+        strong_peer.main(["--run", str(flat), "--out", str(tmp_path / "flat-model")])
+    assert not (tmp_path / "flat-model").exists()
+
+
+def test_a_node_without_both_evaluations_is_refused_with_what_it_lacks(strong_peer, adapter, tmp_path, capsys):
+    node = _trained_node(tmp_path / "node", adapter, correct_at_0=8, correct_at_300=24)
+    with pytest.raises(SystemExit):
+        strong_peer.parse_args(["--out", str(tmp_path / "x")])
+    assert "one of the arguments --run --adapter is required" in capsys.readouterr().err
+    (node / "held_out.jsonl").write_text((node / "held_out.jsonl").read_text().splitlines()[1] + "\n")
+    with pytest.raises(SystemExit, match=r"evaluates steps \[300\]; the test needs step 0"):
+        strong_peer.main(["--run", str(node), "--out", str(tmp_path / "out")])
+    (node / "held_out.jsonl").unlink()
+    with pytest.raises(SystemExit, match="no held_out.jsonl"):
+        strong_peer.main(["--run", str(node), "--out", str(tmp_path / "out")])
+
+
 def test_the_digest_follows_the_contents_not_the_place(strong_peer, strong_model, tmp_path):
     copy = shutil.copytree(strong_model, tmp_path / "elsewhere")
     assert strong_peer.model_digest(copy) == strong_peer.model_digest(strong_model)
