@@ -1,23 +1,24 @@
-"""A node on a shared machine: its steps beside a busy process, with OpenMP's default wait policy and with the passive
-one `sapo-node` now sets.
+"""A node on a shared machine: its steps beside a busy process, by OpenMP wait policy and thread count.
 
 Runs ``sapo-node --max-steps N`` (the embedded model, evaluation off, no peers, its status page off) beside a
-controlled busy process (a pure-Python loop, one core), alternating the two settings run by run:
+controlled busy process (a pure-Python loop, one core), alternating the settings (``--settings``) run by run:
 
 - ``default``: OpenMP's own wait policy (threads spin a while before they sleep), as the node ran before it set one
   (``OMP_WAIT_POLICY`` given an empty value, which the node keeps and GNU OpenMP reads as its default);
-- ``passive``: ``OMP_WAIT_POLICY=PASSIVE``, what the node sets now (`sapo.speed.threads`).
+- ``passive``: ``OMP_WAIT_POLICY=PASSIVE``, what the node sets now (`sapo.speed.threads`);
+- either with ``-K`` (``passive-1``): ``OMP_NUM_THREADS=K`` math threads instead of the cores this process may use.
 
-Both run ``OMP_NUM_THREADS`` = the cores this process may use. ``--alone`` adds the same pair without the busy
-process (what passive waiting costs a node that has the machine to itself). Each run reports its seconds per step
-(median of the steps after the first, from the node's ``metrics.jsonl``), the wall-clock of the whole process, and
-the busy process's CPU seconds per wall second (how much of its core it kept).
+``--alone`` adds the same runs without the busy process (what a setting costs a node that has the machine to
+itself). Each run reports its seconds per step (median of the steps after the first, from the node's
+``metrics.jsonl``), the wall-clock of the whole process, and the busy process's CPU seconds per wall second (how much
+of its core it kept); each setting is compared with the first one listed.
 
 Usage:
     python -m benchmarks.shared_machine                       # 4 steps, 3 runs per setting, beside a busy process
     python -m benchmarks.shared_machine --alone --runs 2
     python -m benchmarks.shared_machine --quick               # a tiny random model, 2 steps, 1 run: a smoke test
     python -m benchmarks.shared_machine --quick --steps 4 --runs 2 --alone    # the tiny model, measured
+    python -m benchmarks.shared_machine --settings passive,passive-1    # all cores against one math thread
 
 Writes ``shared_machine.{json,md}`` into ``--output-dir`` (default benchmarks/results).
 """
@@ -37,8 +38,8 @@ from typing import Any
 
 from benchmarks.harness import RESULTS, cpu_seconds, record_lines, run_record, stop_processes, write_report
 
-SETTINGS = {"default": "", "passive": "PASSIVE"}
-"""Setting -> the value of ``OMP_WAIT_POLICY`` the node starts with (empty: OpenMP's default)."""
+POLICIES = {"default": "", "passive": "PASSIVE"}
+"""Wait policy -> the value of ``OMP_WAIT_POLICY`` the node starts with (empty: OpenMP's default)."""
 
 BUSY_LOOP = "while True: pass"
 
@@ -53,10 +54,25 @@ def node_command(steps: int, output_dir: Path, model: str | None) -> list[str]:
     return cmd
 
 
+def parse_setting(setting: str) -> tuple[str, int | None]:
+    """``"passive-1"`` -> ``("PASSIVE", 1)``: a setting's ``OMP_WAIT_POLICY`` value and its thread count (None: the
+    node's own choice, the cores it may use)."""
+    policy, _, threads = setting.partition("-")
+    if policy not in POLICIES or (threads and (not threads.isdigit() or int(threads) < 1)):
+        raise SystemExit(
+            f"shared_machine: unknown setting {setting!r}; a setting is a wait policy ({', '.join(POLICIES)}), "
+            "optionally with -K math threads (passive-1)"
+        )
+    return POLICIES[policy], int(threads) if threads else None
+
+
 def node_environment(setting: str) -> dict[str, str]:
-    """This process's environment with the setting's wait policy and no other OpenMP variable of ours."""
+    """This process's environment with the setting's wait policy and thread count, no other OpenMP variable of ours
+    (without a count the node picks its own)."""
     env = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "OMP_NUM_THREADS")}
-    env["OMP_WAIT_POLICY"] = SETTINGS[setting]
+    env["OMP_WAIT_POLICY"], threads = parse_setting(setting)
+    if threads is not None:
+        env["OMP_NUM_THREADS"] = str(threads)
     return env
 
 
@@ -96,12 +112,12 @@ def run_once(setting: str, busy: bool, args: argparse.Namespace, workdir: Path) 
     }  # fmt: skip
 
 
-def summarize(runs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    """Per (setting, beside a busy process or alone): medians over its runs, and passive against default."""
+def summarize(runs: list[dict[str, Any]], settings: list[str]) -> dict[str, dict[str, Any]]:
+    """Per (setting, beside a busy process or alone): medians over its runs, and each setting against the first."""
     out: dict[str, dict[str, Any]] = {}
     for busy in sorted({r["busy"] for r in runs}, reverse=True):
         where = "beside a busy process" if busy else "alone"
-        for setting in SETTINGS:
+        for setting in settings:
             mine = [r for r in runs if r["busy"] == busy and r["setting"] == setting and r["median_step"] is not None]
             if not mine:
                 continue
@@ -113,10 +129,12 @@ def summarize(runs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
                 "wall": statistics.median(r["wall"] for r in mine),
                 "busy_cpu_share": statistics.median(shares) if shares else None,
             }
-        pair = out.get(f"passive, {where}"), out.get(f"default, {where}")
-        if all(pair):
-            out[f"passive / default, {where}"] = {"step_ratio": pair[0]["step_seconds"] / pair[1]["step_seconds"],
-                                                  "wall_ratio": pair[0]["wall"] / pair[1]["wall"]}  # fmt: skip
+        base = out.get(f"{settings[0]}, {where}")
+        for setting in settings[1:]:
+            mine = out.get(f"{setting}, {where}")
+            if base and mine:
+                out[f"{setting} / {settings[0]}, {where}"] = {"step_ratio": mine["step_seconds"] / base["step_seconds"],
+                                                              "wall_ratio": mine["wall"] / base["wall"]}  # fmt: skip
     return out
 
 
@@ -124,17 +142,17 @@ def report_lines(data: dict[str, Any]) -> list[str]:
     """The markdown page."""
     s = data["settings"]
     lines = [
-        "# A node on a shared machine: OpenMP's wait policy",
+        "# A node on a shared machine: OpenMP's wait policy and thread count",
         "",
         *record_lines(data["record"]),
         "",
         f"`sapo-node --max-steps {s['steps']}` ({s['model']}, evaluation off, no peers), {s['runs']} runs per "
         f"setting, settings alternating run by run; beside a pure-Python busy loop (one core) "
-        f"{'and alone' if s['alone'] else 'only'}. Threads: the cores this process may use ({s['threads']}). "
-        "`default`: OpenMP's own wait policy (spin, then sleep), as the node ran before; `passive`: "
-        "`OMP_WAIT_POLICY=PASSIVE`, what `sapo-node` sets now. Seconds per step: the median of each run's steps "
-        "after the first (from `metrics.jsonl`), then the median over runs; wall: the whole process (start-up and "
-        "model loading included). Busy share: the busy loop's CPU seconds per wall second.",
+        f"{'and alone' if s['alone'] else 'only'}. Threads: the cores this process may use ({s['threads']}), or K "
+        "where a setting ends in -K. `default`: OpenMP's own wait policy (spin, then sleep), as the node ran before; "
+        "`passive`: `OMP_WAIT_POLICY=PASSIVE`, what `sapo-node` sets now. Seconds per step: the median of each run's "
+        "steps after the first (from `metrics.jsonl`), then the median over runs; wall: the whole process "
+        "(start-up and model loading included). Busy share: the busy loop's CPU seconds per wall second.",
         "",
         "| setting | runs | s/step (median) | s/step per run | wall s | busy loop's CPU share |",
         "|---|---|---|---|---|---|",
@@ -156,6 +174,9 @@ def report_lines(data: dict[str, Any]) -> list[str]:
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """Command-line options."""
     parser = argparse.ArgumentParser(prog="python -m benchmarks.shared_machine", description=__doc__.split("\n")[0])
+    parser.add_argument(
+        "--settings", default="default,passive", help="settings to alternate, compared with the first (default,passive)"
+    )
     parser.add_argument("--steps", type=int, default=None, help="training steps per node run (default 4; quick: 2)")
     parser.add_argument("--runs", type=int, default=None, help="runs per setting (default 3; quick: 1)")
     parser.add_argument("--alone", action="store_true", help="also run each setting without the busy process")
@@ -174,6 +195,9 @@ def main(argv: list[str] | None = None) -> int:
     from sapo.speed.threads import usable_cores
 
     args = parse_args(argv)
+    settings = args.settings.split(",")
+    for setting in settings:
+        parse_setting(setting)
     workdir = Path(tempfile.mkdtemp(prefix="sapo-shared-machine-"))
     if args.quick:
         from sapo.models import save_tiny_model
@@ -182,11 +206,12 @@ def main(argv: list[str] | None = None) -> int:
     args.steps = args.steps or (2 if args.quick else 4)
     args.runs = args.runs or (1 if args.quick else 3)
     plan = [(setting, busy) for _ in range(args.runs) for busy in ([True, False] if args.alone else [True])
-            for setting in SETTINGS]  # fmt: skip
+            for setting in settings]  # fmt: skip
     runs = []
     for setting, busy in tqdm(plan, desc="node runs", unit="run", dynamic_ncols=True):
         runs.append(run_once(setting, busy, args, workdir))
-    settings = {
+    described = {
+        "settings": settings,
         "steps": args.steps,
         "runs": args.runs,
         "alone": args.alone,
@@ -194,7 +219,7 @@ def main(argv: list[str] | None = None) -> int:
         "model": args.model or "the embedded SmolLM2-135M-Instruct",
         "shared_with": args.shared_with,
     }
-    data = {"record": run_record(), "settings": settings, "runs": runs, "summary": summarize(runs)}
+    data = {"record": run_record(), "settings": described, "runs": runs, "summary": summarize(runs, settings)}
     paths = write_report(args.output_dir, "shared_machine", data, report_lines(data))
     print("\n".join(report_lines(data)))
     print(f"wrote {', '.join(str(p) for p in paths.values())}")

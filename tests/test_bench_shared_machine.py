@@ -24,7 +24,7 @@ def test_the_summary_pairs_each_setting_with_the_default_where_both_ran():
     runs = [run("default", True, 20.0, 200.0, 0.5), run("passive", True, 5.0, 100.0, 0.9),
             run("default", True, 30.0, 300.0, 0.5), run("passive", True, 7.0, 120.0, 0.9),
             run("default", False, 4.0, 60.0, None), run("passive", False, None, 70.0, None)]  # fmt: skip
-    summary = shared_machine.summarize(runs)
+    summary = shared_machine.summarize(runs, ["default", "passive"])
     assert summary["default, beside a busy process"]["step_seconds"] == 25.0
     assert summary["passive, beside a busy process"]["step_seconds_each"] == [5.0, 7.0]
     assert summary["passive / default, beside a busy process"]["step_ratio"] == pytest.approx(6.0 / 25.0)
@@ -37,3 +37,23 @@ def test_the_summary_pairs_each_setting_with_the_default_where_both_ran():
                                                   "runs": runs, "summary": summary}))  # fmt: skip
     assert "| **passive / default, beside a busy process** | | **0.24x** |" in page
     assert "1 runs failed or logged fewer than two steps" in page
+
+
+def test_a_setting_names_a_wait_policy_and_optionally_a_thread_count(monkeypatch):
+    monkeypatch.setenv("OMP_NUM_THREADS", "7")
+    assert shared_machine.parse_setting("passive-1") == ("PASSIVE", 1)
+    assert shared_machine.parse_setting("default") == ("", None)
+    env = shared_machine.node_environment("passive-1")
+    assert (env["OMP_WAIT_POLICY"], env["OMP_NUM_THREADS"]) == ("PASSIVE", "1")
+    assert "OMP_NUM_THREADS" not in shared_machine.node_environment("passive")  # the node picks its own
+    for bad in ("spinning", "passive-0", "passive-x"):
+        with pytest.raises(SystemExit, match="a setting is a wait policy"):
+            shared_machine.parse_setting(bad)
+
+
+def test_every_setting_is_compared_with_the_first_listed():
+    runs = [{"setting": name, "busy": True, "median_step": step, "wall": 10 * step, "busy_cpu_share": 0.5}
+            for name, step in (("passive", 4.0), ("passive-1", 2.0), ("default", 8.0))]  # fmt: skip
+    summary = shared_machine.summarize(runs, ["passive", "passive-1", "default"])
+    assert summary["passive-1 / passive, beside a busy process"]["step_ratio"] == pytest.approx(0.5)
+    assert summary["default / passive, beside a busy process"]["wall_ratio"] == pytest.approx(2.0)
