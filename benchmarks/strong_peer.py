@@ -17,7 +17,8 @@ Given the trained node's folder (``--run``), it first applies the pre-registered
 own step-0 evaluation, paired by question, counts as stronger when the 95 % interval's lower bound is above 0. A
 node that is not stronger is refused with its figures (the experiment is then not run); the test is recorded.
 
-    python -m benchmarks.strong_peer --run RUNS/cpu-hard/2-0/seed-100/node-0 --out /work/strong-model
+    python -m benchmarks.strong_peer --run RUNS/cpu-hard/2-0/seed-100/node-0 --out /work/strong-model \
+        --archive benchmarks/results/campaign/stronger_peer      # the run's small files, the adapter, the record
     python -m benchmarks.strong_peer --adapter ANY/final --out DIR   # no test: any adapter
 """
 
@@ -26,6 +27,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import shutil
 import sys
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -165,6 +167,20 @@ def check(reference: Any, out: Path, prompts: Sequence[str], tolerance: float, n
     return result
 
 
+def archive(node_dir: Path, out: Path, dest: Path) -> Path:
+    """Keep what the results need under ``dest``: the trained run's small files (as the campaign archives a run:
+    metrics, held-out outcomes, group logs, configs; no checkpoint or key) in ``run/``, its ``final/`` adapter in
+    ``adapter/`` and this script's record; returns ``dest``."""
+    from benchmarks.campaign_report import archive_run
+
+    archive_run(node_dir.parent, dest / "run")
+    (dest / "adapter").mkdir(parents=True, exist_ok=True)
+    for path in sorted((node_dir / "final").glob("adapter_*")):
+        shutil.copyfile(path, dest / "adapter" / path.name)
+    shutil.copyfile(out / RECORD, dest / RECORD)
+    return dest
+
+
 def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.strong_peer", description=__doc__.splitlines()[0])
     source = parser.add_mutually_exclusive_group(required=True)
@@ -176,6 +192,9 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     parser.add_argument(
         "--base", default=None, help="the adapter's base model folder, or 'default' (default: the one it names)"
     )
+    parser.add_argument(
+        "--archive", default=None, help="with --run: a folder for the run's small files, the adapter and the record"
+    )
     parser.add_argument("--tolerance", type=float, default=1e-3, help="largest logit difference accepted (1e-3)")
     parser.add_argument("--new-tokens", type=int, default=24, help="tokens of each greedy answer checked (24)")
     return parser.parse_args(argv)
@@ -186,6 +205,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     from sapo.models import load_trained_policy
 
     args = parse_args(sys.argv[1:] if argv is None else argv)
+    if args.archive is not None and args.run is None:
+        raise SystemExit("strong_peer: --archive keeps a trained run's files: pass the node's folder with --run")
     tested = None
     if args.run is not None:
         tested = qualification(Path(args.run).resolve())
@@ -217,6 +238,9 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         print("warning: the adapter changes no logit of the base model (an untrained adapter?)")
     for answer in result["answers"]:
         print(f"  {answer['prompt']!r} -> {answer['answer']!r}")
+    if args.archive is not None:
+        kept = archive(Path(args.run).resolve(), out, Path(args.archive))
+        print(f"archived the run, its adapter and the record in {kept}")
     return record
 
 

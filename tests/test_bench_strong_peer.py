@@ -104,14 +104,21 @@ def _trained_node(folder: Path, adapter: Path, correct_at_0: int, correct_at_300
 
 
 def test_a_trained_node_becomes_a_stronger_peer_only_past_its_preregistered_test(strong_peer, adapter, tmp_path):
-    learned = _trained_node(tmp_path / "learned", adapter, correct_at_0=8, correct_at_300=24)
-    out = tmp_path / "model"
-    record = strong_peer.main(["--run", str(learned), "--out", str(out)])
+    learned = _trained_node(tmp_path / "run" / "node-0", adapter, correct_at_0=8, correct_at_300=24)
+    (learned / "metrics.jsonl").write_text('{"step": 300, "loss": 0.1}\n')
+    (learned.parent / "run-complete.json").write_text("{}\n")
+    out, kept = tmp_path / "model", tmp_path / "archive"
+    record = strong_peer.main(["--run", str(learned), "--out", str(out), "--archive", str(kept)])
     test = record["qualification"]
     assert test["stronger"] and test["step"] == 300 and test["questions"] == 64
     assert test["pass_at_1"] == {"0": 8 / 64, "300": 24 / 64}
     assert test["change"]["value"] == pytest.approx(16 / 64) and test["change"]["ci_low"] > 0
     assert json.loads((out / strong_peer.RECORD).read_text())["qualification"] == test
+    # what the results keep: the run's small files, the adapter (not the merged model), the record
+    assert (kept / "run" / "node-0" / "held_out.jsonl").read_text() == (learned / "held_out.jsonl").read_text()
+    assert (kept / "run" / "run-complete.json").exists() and (kept / "run" / "node-0" / "metrics.jsonl").exists()
+    assert sorted(p.name for p in (kept / "adapter").iterdir()) == ["adapter_config.json", "adapter_model.safetensors"]
+    assert json.loads((kept / strong_peer.RECORD).read_text())["digest"] == record["digest"]
 
     # a gain inside its interval (two more right of 64) is not a stronger peer: refused, nothing written
     flat = _trained_node(tmp_path / "flat", adapter, correct_at_0=8, correct_at_300=10)
@@ -131,6 +138,8 @@ def test_a_node_without_both_evaluations_is_refused_with_what_it_lacks(strong_pe
     (node / "held_out.jsonl").unlink()
     with pytest.raises(SystemExit, match="no held_out.jsonl"):
         strong_peer.main(["--run", str(node), "--out", str(tmp_path / "out")])
+    with pytest.raises(SystemExit, match="--archive keeps a trained run's files: pass the node's folder with --run"):
+        strong_peer.main(["--adapter", str(adapter), "--out", str(tmp_path / "out"), "--archive", str(tmp_path)])
 
 
 def test_the_digest_follows_the_contents_not_the_place(strong_peer, strong_model, tmp_path):
