@@ -35,6 +35,9 @@ from typing import Any
 
 RECORD = "strong-peer.json"
 
+ADAPTER_FILES = ("adapter_*", "tokenizer*", "special_tokens_map.json", "chat_template.jinja")
+"""What a node's final/ folder holds of its policy: the adapter, and the tokenizer that goes into the model folder."""
+
 PROMPTS = (
     "What is 47 + 38?",
     "What is 91 - 26?",
@@ -169,14 +172,16 @@ def check(reference: Any, out: Path, prompts: Sequence[str], tolerance: float, n
 
 def archive(node_dir: Path, out: Path, dest: Path) -> Path:
     """Keep what the results need under ``dest``: the trained run's small files (as the campaign archives a run:
-    metrics, held-out outcomes, group logs, configs; no checkpoint or key) in ``run/``, its ``final/`` adapter in
-    ``adapter/`` and this script's record; returns ``dest``."""
+    metrics, held-out outcomes, group logs, configs; no checkpoint or key) in ``run/``, its ``final/`` adapter with
+    the tokenizer it saved in ``adapter/`` (``--adapter DEST/adapter`` makes the same model folder, same digest) and
+    this script's record; returns ``dest``."""
     from benchmarks.campaign_report import archive_run
 
     archive_run(node_dir.parent, dest / "run")
     (dest / "adapter").mkdir(parents=True, exist_ok=True)
-    for path in sorted((node_dir / "final").glob("adapter_*")):
-        shutil.copyfile(path, dest / "adapter" / path.name)
+    for pattern in ADAPTER_FILES:
+        for path in sorted((node_dir / "final").glob(pattern)):
+            shutil.copyfile(path, dest / "adapter" / path.name)
     shutil.copyfile(out / RECORD, dest / RECORD)
     return dest
 

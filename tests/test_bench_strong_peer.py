@@ -92,8 +92,13 @@ def test_bad_input_is_refused_with_what_to_pass(strong_peer, adapter, strong_mod
 
 def _trained_node(folder: Path, adapter: Path, correct_at_0: int, correct_at_300: int, questions: int = 64) -> Path:
     """A node's output folder as a trained run leaves it: final/ (the adapter) and held_out.jsonl at steps 0 and 300,
-    the first ``correct_at_*`` questions answered right."""
+    the first ``correct_at_*`` questions answered right; its tokenizer pads on the left, as a trained node's does."""
+    from transformers import AutoTokenizer
+
     shutil.copytree(adapter, folder / "final")
+    tokenizer = AutoTokenizer.from_pretrained(adapter)
+    tokenizer.padding_side = "left"
+    tokenizer.save_pretrained(folder / "final")
     lines = []
     for step, correct in ((0, correct_at_0), (300, correct_at_300)):
         rows = [{"task": "basic_arithmetic", "index": i, "correct": i < correct, "score": float(i < correct)}
@@ -117,8 +122,13 @@ def test_a_trained_node_becomes_a_stronger_peer_only_past_its_preregistered_test
     # what the results keep: the run's small files, the adapter (not the merged model), the record
     assert (kept / "run" / "node-0" / "held_out.jsonl").read_text() == (learned / "held_out.jsonl").read_text()
     assert (kept / "run" / "run-complete.json").exists() and (kept / "run" / "node-0" / "metrics.jsonl").exists()
-    assert sorted(p.name for p in (kept / "adapter").iterdir()) == ["adapter_config.json", "adapter_model.safetensors"]
+    assert {"adapter_config.json", "adapter_model.safetensors", "tokenizer.json"} <= {
+        p.name for p in (kept / "adapter").iterdir()
+    }
     assert json.loads((kept / strong_peer.RECORD).read_text())["digest"] == record["digest"]
+    # the archive alone makes the same model folder, byte for byte
+    again = strong_peer.main(["--adapter", str(kept / "adapter"), "--out", str(tmp_path / "again")])
+    assert again["digest"] == record["digest"]
 
     # a gain inside its interval (two more right of 64) is not a stronger peer: refused, nothing written
     flat = _trained_node(tmp_path / "flat", adapter, correct_at_0=8, correct_at_300=10)
