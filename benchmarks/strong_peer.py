@@ -87,9 +87,10 @@ def qualification(node_dir: Path, level: float = 0.95) -> dict[str, Any]:
             "(run the node to its last step with eval_on_start)"
         )
     last = max(by_step)
-    if len(by_step[last]) != len(by_step[0]):
-        raise SystemExit(f"{held_out}: steps 0 and {last} were evaluated on different question counts")
-    change = paired_difference([by_step[last]], [by_step[0]])
+    try:
+        change = paired_difference([by_step[last]], [by_step[0]])
+    except ValueError as error:  # steps evaluated on different questions
+        raise SystemExit(f"{held_out}: {error}") from None
     low, _ = change.interval(level)
     return {
         "held_out": str(held_out),
@@ -212,13 +213,14 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     args = parse_args(sys.argv[1:] if argv is None else argv)
     if args.archive is not None and args.run is None:
         raise SystemExit("strong_peer: --archive keeps a trained run's files: pass the node's folder with --run")
+    node_dir = None if args.run is None else Path(args.run).resolve()
     tested = None
-    if args.run is not None:
-        tested = qualification(Path(args.run).resolve())
-        print(qualification_text(tested))
+    if node_dir is not None:
+        tested = qualification(node_dir)
         if not tested["stronger"]:
             raise SystemExit(f"strong_peer: {args.run} is not a stronger peer: {qualification_text(tested)}")
-    adapter = Path(args.adapter).resolve() if args.run is None else Path(args.run).resolve() / "final"
+        print(qualification_text(tested))
+    adapter = Path(args.adapter).resolve() if node_dir is None else node_dir / "final"
     out = Path(args.out).resolve()
     merge_adapter(adapter, out, args.base)
     reference, _ = load_trained_policy(adapter, args.base)  # unmerged: the policy the adapter's run trained
@@ -244,7 +246,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     for answer in result["answers"]:
         print(f"  {answer['prompt']!r} -> {answer['answer']!r}")
     if args.archive is not None:
-        kept = archive(Path(args.run).resolve(), out, Path(args.archive))
+        kept = archive(node_dir, out, Path(args.archive))
         print(f"archived the run, its adapter and the record in {kept}")
     return record
 
