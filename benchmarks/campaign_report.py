@@ -356,6 +356,8 @@ def analyse(runs: Sequence[CampaignRun], experiment: Experiment) -> dict[str, An
     data: dict[str, Any] = {
         "pairs": sorted(pairs),
         "registered_pairs": list(experiment.seeds),
+        # the decision rule applies to the registered pairs; fewer give a verdict that claims nothing yet
+        "interim": len(pairs) < len(experiment.seeds),
         "primary": {"measure": experiment.primary.name, **difference_at(pairs, experiment.primary, experiment.step)},
         "learning": {
             m.name: {
@@ -445,6 +447,12 @@ def run_table(runs: Sequence[CampaignRun], experiment: Experiment, pairs: Sequen
     return lines
 
 
+INTERIM = (
+    "**Interim: the decision rule applies at the pre-registered pairs; the verdicts below describe the pairs so far "
+    "and claim nothing.**"
+)
+
+
 def markdown(experiment: Experiment, runs: Sequence[CampaignRun], data: dict[str, Any], code: str, argv) -> str:
     """The report page."""
     pairs, base, shared = data["pairs"], paper_label(experiment.baseline), paper_label(experiment.shared)
@@ -457,6 +465,7 @@ def markdown(experiment: Experiment, runs: Sequence[CampaignRun], data: dict[str
         "",
         f"**Coverage: {len(pairs)} of the {len(experiment.seeds)} pre-registered seed pairs** (seeds "
         f"{', '.join(map(str, pairs)) or 'none'} of {', '.join(map(str, experiment.seeds))}).",
+        *([INTERIM] if data["interim"] else []),
         "",
         *run_table(runs, experiment, pairs),
         "",

@@ -5,6 +5,7 @@ counts as complete."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 from collections import Counter
@@ -139,6 +140,9 @@ def test_specialists_on_a_partial_campaign(tmp_path):
 
     page = (results / "campaign_specialists.md").read_text()
     assert "**Coverage: 2 of the 6 pre-registered seed pairs** (seeds 3, 4 of 3, 4, 5, 6, 7, 8)" in page
+    assert data["interim"] and "**Interim: the decision rule applies at the pre-registered pairs" in page
+    registered_here = dataclasses.replace(campaign_report.EXPERIMENTS["specialists"], seeds=(3, 4))
+    assert not campaign_report.analyse(campaign_report.collect([runs_dir], registered_here), registered_here)["interim"]
     assert "| 8/0 (run as 2/0) | 5 | d74d75596c | yes | 60 |" in page and "its pair is not complete" in page
     assert "a gain resolved" in page and "plain t over seeds" in page and "sampler comparison" not in page
     assert "# Campaign, experiment `specialists`: 4/4 (run as 1/1) against 8/0 (run as 2/0)" in page
