@@ -169,7 +169,9 @@ class CampaignRun:
 
 
 def same_node_code(commit: str, reference: str) -> bool | None:
-    """Whether ``commit`` holds ``reference``'s node code (sapo/, swarm/, rewards/); None when this clone lacks one."""
+    """Whether ``commit`` holds ``reference``'s node code (sapo/, swarm/, rewards/); None when this clone lacks one.
+    ``commit`` may carry the note a copy without ``.git`` (a device machine's) records after the sha."""
+    commit = commit.split(" ", 1)[0]
 
     def git(*args: str) -> subprocess.CompletedProcess:
         return subprocess.run(["git", *args], capture_output=True, text=True, cwd=ROOT)

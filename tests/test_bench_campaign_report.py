@@ -303,3 +303,9 @@ def test_sapo_table_and_compute_report_count_sharing_the_same_way(tmp_path):
     assert sum(run["sharing"].get("taken", 0) for run in data["runs"]) == expected
     page = (tmp_path / "archive" / "sapo_table_smoke_compute.md").read_text()
     assert "## What sharing carried" in page and "| 4/4 (run as 2/2) | 240 | 0.09 | node-1 21 |" in page
+
+
+def test_a_run_from_a_copy_without_git_is_checked_against_the_registered_node_code():
+    # a device machine gets the tree without .git: harness.git_state records "<sha> (copy without .git)"
+    assert campaign_report.same_node_code(f"{REGISTERED} (copy without .git)", REGISTERED) is True
+    assert campaign_report.same_node_code("0" * 40 + " (copy without .git)", REGISTERED) is None
