@@ -29,7 +29,9 @@ from typing import Any
 import torch
 from accelerate.utils import broadcast_object_list, gather_object
 from datasets import Dataset
-from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
+from transformers.trainer import TRAINER_STATE_NAME
+from transformers.trainer_callback import TrainerState
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, TrainOutput, get_last_checkpoint
 from trl import GRPOTrainer
 from trl.data_utils import is_conversational
 
@@ -413,11 +415,46 @@ class SAPOTrainer(HeldOutEvaluation, GRPOTrainer):
     # ------------------------------------------------------------------------------------------------
     # checkpoints
 
-    def train(self, *args: Any, **kwargs: Any) -> Any:
-        """TRL's training loop; at its end, the per-sender outcomes are written to `output_dir`/senders.json."""
-        result = super().train(*args, **kwargs)
+    def train(self, resume_from_checkpoint: str | bool | None = None, *args: Any, **kwargs: Any) -> Any:
+        """TRL's training loop; at its end, the per-sender outcomes are written to `output_dir`/senders.json.
+
+        A checkpoint that already holds `max_steps` steps (a run killed after its last checkpoint, during its final
+        evaluation say) is loaded, evaluated where `eval_on_start` asks, and trained no further: Trainer tests the
+        limit only after a step, so it would train one step past it.
+        """
+        if resume_from_checkpoint is True:
+            resume_from_checkpoint = get_last_checkpoint(self.args.output_dir) or True  # True: Trainer's own error
+        done = self._completed_state(resume_from_checkpoint)
+        if done is None:
+            result = super().train(resume_from_checkpoint, *args, **kwargs)
+        else:
+            result = self._close_completed_run(str(resume_from_checkpoint), done)
         self._write_sender_outcomes()
         return result
+
+    def _completed_state(self, checkpoint: str | bool | None) -> TrainerState | None:
+        """The checkpoint's trainer state when it already holds `max_steps` steps, else None."""
+        if not isinstance(checkpoint, (str, os.PathLike)) or self.args.max_steps <= 0:
+            return None
+        path = os.path.join(checkpoint, TRAINER_STATE_NAME)
+        if not os.path.isfile(path):
+            return None
+        state = TrainerState.load_from_json(path)
+        return state if state.global_step >= self.args.max_steps else None
+
+    def _close_completed_run(self, checkpoint: str, state: TrainerState) -> TrainOutput:
+        logger.info("%s holds all %d steps: nothing left to train", checkpoint, self.args.max_steps)
+        self._load_from_checkpoint(checkpoint)
+        state.is_local_process_zero, state.is_world_process_zero = (
+            self.is_local_process_zero(),
+            self.is_world_process_zero(),
+        )
+        self.state = state
+        self.control = self.callback_handler.on_train_begin(self.args, self.state, self.control)
+        if self.args.eval_on_start:  # as Trainer evaluates a resumed run's first step
+            self.evaluate()
+        self.control = self.callback_handler.on_train_end(self.args, self.state, self.control)
+        return TrainOutput(state.global_step, 0.0, {})
 
     def _write_sender_outcomes(self) -> None:
         if not self.accelerator.is_main_process or not self._uses_swarm:

@@ -287,6 +287,25 @@ def test_training_resumes_from_a_checkpoint(trainer_class, tmp_path, smollm_toke
     assert [h["step"] for h in again.state.log_history if "loss" in h] == [1, 2]  # step 1 from the checkpoint
 
 
+def test_resuming_a_checkpoint_that_holds_every_step_trains_no_further(tmp_path, smollm_tokenizer):
+    """A node killed after its last checkpoint (in its final evaluation, say) resumes from it: the run is complete,
+    so nothing is trained past ``max_steps`` (GRPOTrainer, like Trainer, trains a step 3 here: it tests the limit
+    only after a step)."""
+    trainer_class = SAPOTrainer
+    prompts = _chat(64)  # far more batches than steps, as in a node
+    first = _trainer(
+        trainer_class, tmp_path, smollm_tokenizer, prompts, max_steps=2, save_strategy="steps", save_steps=1
+    )
+    first.train()
+    trained = [p.detach().clone() for p in first.model.parameters()]
+    again = _trainer(
+        trainer_class, tmp_path, smollm_tokenizer, prompts, max_steps=2, save_strategy="steps", save_steps=1
+    )
+    again.train(resume_from_checkpoint=str(tmp_path / "out" / "checkpoint-2"))
+    assert again.state.global_step == 2 and not (tmp_path / "out" / "checkpoint-3").exists()
+    assert all(torch.equal(a, b) for a, b in zip(trained, again.model.parameters(), strict=True))
+
+
 @TRAINERS
 def test_a_trainer_built_without_its_init_takes_trl_s_rollout_path(trainer_class):
     """TRL's own tests build a trainer with `object.__new__` and set TRL's attributes only: SAPOTrainer's overrides

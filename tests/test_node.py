@@ -175,6 +175,17 @@ def test_node_run_leaves_metrics_and_checkpoints_then_resumes_after_kill9(tmp_pa
     assert (out / "final" / "adapter_config.json").exists()  # a node trains LoRA adapters by default
     _assert_gone(_p2pd_pid(out))
 
+    # killed after its last checkpoint (in its final evaluation, say), the node finishes without training more
+    third = subprocess.run(
+        _node_command(tiny_model_a, out, "--max_steps", str(resumed_from + 2), "--save_steps", "2"),
+        capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert third.returncode == 0, third.stderr[-3000:]
+    assert "nothing left to train" in third.stderr
+    assert max(m["step"] for m in _metrics(out)) == resumed_from + 2
+    assert latest_complete_checkpoint(out).name == f"checkpoint-{resumed_from + 2}"
+    _assert_gone(_p2pd_pid(out))
+
 
 def _health(out: Path) -> tuple[int, str]:
     """`sapo-node health --output-dir OUT`, as a supervisor runs it: (exit code, first line)."""
