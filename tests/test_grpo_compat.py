@@ -291,16 +291,11 @@ def test_resuming_a_checkpoint_that_holds_every_step_trains_no_further(tmp_path,
     """A node killed after its last checkpoint (in its final evaluation, say) resumes from it: the run is complete,
     so nothing is trained past ``max_steps`` (GRPOTrainer, like Trainer, trains a step 3 here: it tests the limit
     only after a step)."""
-    trainer_class = SAPOTrainer
     prompts = _chat(64)  # far more batches than steps, as in a node
-    first = _trainer(
-        trainer_class, tmp_path, smollm_tokenizer, prompts, max_steps=2, save_strategy="steps", save_steps=1
-    )
+    first = _trainer(SAPOTrainer, tmp_path, smollm_tokenizer, prompts, max_steps=2, save_strategy="steps", save_steps=1)
     first.train()
     trained = [p.detach().clone() for p in first.model.parameters()]
-    again = _trainer(
-        trainer_class, tmp_path, smollm_tokenizer, prompts, max_steps=2, save_strategy="steps", save_steps=1
-    )
+    again = _trainer(SAPOTrainer, tmp_path, smollm_tokenizer, prompts, max_steps=2, save_strategy="steps", save_steps=1)
     again.train(resume_from_checkpoint=str(tmp_path / "out" / "checkpoint-2"))
     assert again.state.global_step == 2 and not (tmp_path / "out" / "checkpoint-3").exists()
     assert all(torch.equal(a, b) for a, b in zip(trained, again.model.parameters(), strict=True))
