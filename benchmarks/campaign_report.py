@@ -10,7 +10,7 @@ Two experiments are registered in ``benchmarks/preregistered/``:
   4/0 against 2/2, seeds 0-3. Primary: the students' pass@1 at step 60 (the two students averaged question by
   question), 2/2 minus 4/0. Secondary: the gain per compute, what sharing carried (from whom), whether the sampler
   comparison is due (usable groups exceeding the swarm slots in at least half of the steps), the stronger peers'
-  own pass@1.
+  own pass@1. Exploratory, not pre-registered: students and stronger peers on each task's questions alone.
 
 Every figure is paired by seed and question: per seed pair, the per-question difference of the two settings at step
 60 (each node's ``held_out.jsonl``), a seeds x questions table whose mean gets the interval of
@@ -43,7 +43,7 @@ import subprocess
 import sys
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -118,6 +118,7 @@ class Experiment:
     receivers: tuple[int, ...] | None  # nodes whose compute and group logs count (None: all)
     roles: dict[int, str] = field(default_factory=dict)
     sampler_check: bool = False  # report whether usable received groups exceeded the slots in half of the steps
+    by_task: tuple[Measure, ...] = ()  # exploratory, not pre-registered: these measures on each task's questions
     node_code: str = "d74d755"
     preregistration: str = ""
 
@@ -139,6 +140,7 @@ EXPERIMENTS = {
         name="stronger", profile="cpu-hard-strong", baseline="4-0", shared="2-2", seeds=(0, 1, 2, 3), step=60,
         primary=STUDENTS, secondary=(STRONGER,), per_compute=(STUDENTS,), receivers=(0, 2),
         roles={0: "student", 1: "stronger", 2: "student", 3: "stronger"}, sampler_check=True,
+        by_task=(STUDENTS, STRONGER),  # added after seed 2's 2/2 students answered no count_bits question
         preregistration="benchmarks/preregistered/stronger_peers.md",
     ),
 }  # fmt: skip
@@ -302,6 +304,28 @@ def change_over(runs: Sequence[CampaignRun], measure: Measure, step: int, per: d
     return decided(over_seeds(per_seed, tables), "change")
 
 
+def task_breakdown(pairs: dict[int, tuple[CampaignRun, CampaignRun]], measure: Measure, experiment: Experiment):
+    """``measure`` on each task's questions alone: each setting's pass@1 at step 0 and at the endpoint per seed
+    pair, and the shared setting minus the baseline at the endpoint."""
+    if not pairs:
+        return {}
+    seeds = sorted(pairs)
+    question_tasks = pairs[seeds[0]][0].curve.question_tasks
+    breakdown = {}
+    for task in dict.fromkeys(question_tasks):
+        on_task = replace(measure, name=f"{measure.name}, {task}", task=task)
+        entry: dict[str, Any] = {"questions": question_tasks.count(task)}
+        for side, setting in ((1, experiment.baseline), (0, experiment.shared)):
+            runs = [pairs[seed][side] for seed in seeds]
+            entry[setting] = {
+                step: [mean_of(on_task.values(run.curve, run.position(step))) for run in runs]
+                for step in (0, experiment.step)
+            }
+        entry["difference"] = difference_at(pairs, on_task, experiment.step)
+        breakdown[task] = entry
+    return breakdown
+
+
 def compute_of(run: CampaignRun, nodes: tuple[int, ...] | None, axis: str) -> float:
     """Own completions or training seconds per peer over the run (mean over ``nodes``; None: every node)."""
     values = run.completions if axis == "completions" else run.seconds
@@ -371,6 +395,7 @@ def analyse(runs: Sequence[CampaignRun], experiment: Experiment) -> dict[str, An
         "secondary": {m.name: difference_at(pairs, m, experiment.step) for m in experiment.secondary},
         "per_compute": {m.name: gain_per_compute(pairs, m, experiment) for m in experiment.per_compute},
     }
+    data["by_task"] = {m.name: task_breakdown(pairs, m, experiment) for m in experiment.by_task}
     counts = sharing(pairs, experiment)
     data["sharing"] = {setting: dict(c) for setting, c in counts.items()}  # settings as run, I-J
     shared = counts[experiment.shared]
@@ -506,8 +531,33 @@ def markdown(experiment: Experiment, runs: Sequence[CampaignRun], data: dict[str
         lines += ["", f"Usable received groups (scored, with reward spread) exceeded the swarm slots in "
                   f"{100 * condition['share_of_steps_with_surplus']:.0f} % of the {shared} receivers' steps: the "
                   f"pre-registered sampler comparison is {'due' if condition['met'] else 'not due'}."]  # fmt: skip
+    lines += by_task_lines(experiment, data["by_task"], pairs)
     lines += ["", f"![curves](campaign_{experiment.name}.png)", ""]
     return "\n".join(lines)
+
+
+def by_task_lines(experiment: Experiment, by_task: dict[str, dict[str, Any]], pairs: Sequence[int]) -> list[str]:
+    """The exploratory table: each measure on each task's questions, step 0 and the endpoint per seed pair."""
+    if not any(by_task.values()):
+        return []
+    base, shared, step = paper_label(experiment.baseline), paper_label(experiment.shared), experiment.step
+    lines = ["", "## By task (exploratory, not pre-registered: it claims nothing)", "",
+             f"Held-out pass@1 on each task's questions alone: the mean at step 0, then step {step} per seed pair "
+             f"(seeds {', '.join(map(str, pairs))}); the difference paired by seed and question as above.",
+             "", f"| measure | task | questions | {base}: step 0 -> {step} | {shared}: step 0 -> {step} | "
+             f"{shared} minus {base} at step {step} |", "|---|---|---|---|---|---|"]  # fmt: skip
+    for name, tasks in by_task.items():
+        for task, entry in tasks.items():
+            cells = []
+            for setting in (experiment.baseline, experiment.shared):
+                starts, ends = entry[setting][0], entry[setting][step]
+                cells.append(f"{mean_of(starts):.3f} -> {', '.join(f'{v:.3f}' for v in ends)}")
+            difference = entry["difference"]
+            over = difference.get("over_seeds")
+            estimate = (f"{over['value']:+.3f} ({over['ci_low']:+.3f} to {over['ci_high']:+.3f})" if over
+                        else difference["verdict"])  # fmt: skip
+            lines.append(f"| {name} | {task} | {entry['questions']} | {cells[0]} | {cells[1]} | {estimate} |")
+    return lines
 
 
 def mean_of(values: Sequence[float]) -> float:

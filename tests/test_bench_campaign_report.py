@@ -232,8 +232,15 @@ def test_stronger_peers_students_endpoint_roles_and_sampler_condition(tmp_path):
     # student 0 had 3 usable groups for 2 slots in steps 0-29: 30 of the students' 120 steps
     assert sharing["steps_with_surplus"] == 30 and data["sampler_condition"] == {
         "share_of_steps_with_surplus": 0.25, "met": False}  # fmt: skip
+    # exploratory: the students on each task's questions (3 each), step 0 and 60 per seed pair, and the difference
+    chain_sum = data["by_task"]["students (nodes 0 and 2)"]["chain_sum"]
+    assert chain_sum["questions"] == 3 and chain_sum["4-0"] == {0: [0.0], 60: [0.0]}
+    assert chain_sum["2-2"][60] == [pytest.approx(1 / 3)]  # question 2: both students
+    assert data["by_task"]["students (nodes 0 and 2)"]["basic_arithmetic"]["2-2"][60] == [pytest.approx(1 / 2)]
+    assert chain_sum["difference"]["per_seed"][0]["value"] == pytest.approx(1 / 3)
     page = (tmp_path / "page" / "campaign_stronger.md").read_text()
     assert "node-1 (stronger) 60, node-2 (student) 30" in page and "comparison is not due" in page
+    assert "| students (nodes 0 and 2) | chain_sum | 3 | 0.000 -> 0.000 | 0.000 -> 0.333 |" in page
 
 
 def test_sharing_counts_rescues_drops_and_a_restart(tmp_path):
