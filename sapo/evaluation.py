@@ -157,7 +157,7 @@ def generate_greedy(
 
     Prompts are batched by length (less padding), left-padded, and returned in their original order. The model's
     training mode is restored afterwards. ``progress`` shows a progress bar over the questions. ``merge_adapters``
-    (LoRA adapters merged while generating) and ``bf16`` (bf16 autocast on a CPU) are the speed-ups of
+    (LoRA adapters merged while generating) and ``bf16`` (bf16 autocast) are the speed-ups of
     `sapo.speed.inference.inference_context`; `None` decides each as `SAPOConfig` does
     (`sapo.speed.devices.device_defaults`).
     """

@@ -4,6 +4,7 @@ tokens or their distribution; the training weights come back untouched. Tiny ran
 from __future__ import annotations
 
 import json
+import warnings
 
 import pytest
 import torch
@@ -15,7 +16,7 @@ from sapo.evaluation import generate_greedy
 from sapo.models import LoraSpec, build_tiny_model, lora_config
 from sapo.speed.devices import cpu_has_native_bf16, device_defaults
 from sapo.speed.generation import generate_completions, unique_prompts
-from sapo.speed.inference import inference_context, inference_weights
+from sapo.speed.inference import bf16_autocast, inference_context, inference_weights
 from testbed.tiny_run import tiny_config
 
 G = 4
@@ -292,6 +293,18 @@ def test_bf16_inference_context_runs_the_model_in_bf16_and_restores_float32(smol
     assert all(p.dtype == torch.float32 for p in model.parameters())
     error = (lowered.float() - reference).abs().mean()
     assert 0 < error < 0.05 * reference.abs().mean()  # bf16 keeps about 3 significant digits
+
+
+def test_bf16_autocast_is_on_for_a_cpu_and_a_cuda_gpu_alike():
+    """A GPU node evaluates in bf16 as a CPU node does: float32 and bf16 greedy answers differ enough to move
+    held-out pass@1 (benchmarks/README.md, held-out precision)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # without CUDA, torch warns that it disables the CUDA autocast it builds
+        contexts = {device: bf16_autocast(device, True) for device in ("cpu", "cuda", "meta")}
+    assert contexts["cpu"].device == "cpu" and contexts["cpu"].fast_dtype == torch.bfloat16
+    assert contexts["cuda"].device == "cuda" and contexts["cuda"].fast_dtype == torch.bfloat16
+    assert not isinstance(contexts["meta"], torch.autocast)
+    assert not isinstance(bf16_autocast("cpu", False), torch.autocast)
 
 
 def test_bf16_context_casts_the_lm_head_once_with_autocast_s_products(smollm_tokenizer):

@@ -42,7 +42,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     )  # fmt: skip
     parser.add_argument(
         "--bf16", action=argparse.BooleanOptionalAction, default=None,
-        help="bf16 autocast on the CPU (default: where the CPU computes bf16 natively, AVX512-BF16 or AMX)",
+        help="bf16 autocast, as a node evaluates (default: with a CUDA GPU that supports it, or where the CPU computes "
+        "bf16 natively, AVX512-BF16 or AMX)",
     )  # fmt: skip
     parser.add_argument("--json", type=Path, default=None, help="also write every question's result to this file")
     return parser.parse_args(argv)

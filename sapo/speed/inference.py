@@ -1,13 +1,13 @@
 """Passes without gradients (generation, evaluation, the plausibility pass) at the machine's speed: LoRA adapters
-merged, bf16 weights cast once and packed where bf16 autocast runs on a CPU.
+merged, bf16 autocast, and on a CPU bf16 weights cast once and packed.
 
 - **adapters merged** (:func:`inference_weights`): every LoRA linear layer of a PEFT model runs on one merged weight
   (base + B A scaled) instead of three matmuls. The merged weight is a new tensor swapped in for the base weight, and
   the base weight object is put back afterwards, untouched: training continues on exactly the weights it left.
-- **bf16** (:func:`inference_context` with ``bf16``): on a CPU, bf16 autocast with the merged weights made in bf16
-  directly and every other linear layer's weight (the LM head above all) cast to bf16 once for the context (float32
-  master weights are kept for training), each packed once for oneDNN (`sapo.speed.precision.packed_bf16_linears`:
-  the same products).
+- **bf16** (:func:`inference_context` with ``bf16``): bf16 autocast on a CPU or a CUDA GPU; on a CPU with the merged
+  weights made in bf16 directly and every other linear layer's weight (the LM head above all) cast to bf16 once for
+  the context (float32 master weights are kept for training), each packed once for oneDNN
+  (`sapo.speed.precision.packed_bf16_linears`: the same products).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import torch
 from sapo.speed.lora_layers import plain_lora_linears
 from sapo.speed.precision import linear_weights_in, packed_bf16_linears, weight_in
 
-__all__ = ["inference_autocast", "inference_context", "inference_weights"]
+__all__ = ["bf16_autocast", "inference_autocast", "inference_context", "inference_weights"]
 
 
 @contextlib.contextmanager
@@ -66,11 +66,16 @@ def inference_weights(
 
 
 def inference_autocast(model: torch.nn.Module, bf16: bool) -> contextlib.AbstractContextManager:
-    """bf16 autocast on the model's device when ``bf16`` is set and the model is on a CPU (a GPU's mixed precision is
-    TRL's and accelerate's business), else a context that does nothing."""
-    device = next(model.parameters()).device
-    if bf16 and device.type == "cpu":
-        return torch.autocast("cpu", dtype=torch.bfloat16)
+    """bf16 autocast on the model's device when ``bf16`` is set (:func:`bf16_autocast`)."""
+    return bf16_autocast(next(model.parameters()).device.type, bf16)
+
+
+def bf16_autocast(device_type: str, bf16: bool) -> contextlib.AbstractContextManager:
+    """bf16 autocast on a CPU or a CUDA GPU when ``bf16`` is set, else (or on another device) a context that does
+    nothing. On both devices, so that a node scores its held-out questions in the precision it trains in and a CPU
+    node and a GPU node score the same model alike (greedy answers differ between bf16 and float32)."""
+    if bf16 and device_type in ("cpu", "cuda"):
+        return torch.autocast(device_type, dtype=torch.bfloat16)
     return contextlib.nullcontext()
 
 
@@ -79,9 +84,11 @@ def inference_context(
     model: torch.nn.Module, merge_adapters: bool = True, bf16: bool = False, pack_weights: bool = True
 ) -> Iterator[None]:
     """The speed-ups of forward passes without gradients in one context: LoRA adapters merged
-    (:func:`inference_weights`, in bf16 when bf16 autocast is on, packed for oneDNN with ``pack_weights``) and bf16
-    autocast on a CPU (:func:`inference_autocast`)."""
+    (:func:`inference_weights`; on a CPU under bf16 autocast, in bf16 and packed for oneDNN with ``pack_weights``)
+    and bf16 autocast (:func:`inference_autocast`)."""
     autocast = inference_autocast(model, bf16)
-    dtype = torch.bfloat16 if isinstance(autocast, torch.autocast) else None
+    # bf16 weight copies and oneDNN packing are a CPU's speed-ups; a GPU's autocast casts per matmul itself
+    on_cpu = isinstance(autocast, torch.autocast) and autocast.device == "cpu"
+    dtype = torch.bfloat16 if on_cpu else None
     with inference_weights(model, merge_adapters=merge_adapters, dtype=dtype, pack_weights=pack_weights), autocast:
         yield
