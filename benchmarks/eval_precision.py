@@ -1,9 +1,10 @@
 """Held-out pass@1 of one model under float32 and under bf16 autocast on this machine's device, question by question.
 
 Why it exists: on a lent GPU the untrained students of experiment 2 scored 0.119 at step 0 where the CPU runs scored
-0.088 on the same 512 questions. This script scores the model both ways with `sapo.evaluation.evaluate_policy` (the
-node's own held-out path: greedy, 48 new tokens, batches of 16, the model's eos ids), and, given a node's
-``held_out.jsonl``, counts the questions where each precision agrees with the node's own evaluation at a step:
+0.088 on the same 512 questions. This script scores a model both ways with `sapo.evaluation.evaluate_policy` (the
+node's own held-out path: greedy, 48 new tokens, batches of 16, the model's eos ids, LoRA adapters merged as a node
+on this machine merges them), and, given a node's ``held_out.jsonl``, counts the questions where each precision
+agrees with the node's own evaluation at a step:
 
     python -m benchmarks.eval_precision --node-config RUN/node-config.yaml --out DIR \
         --compare RUN/node-0/held_out.jsonl:0 [--compare ...]
@@ -81,7 +82,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         start = time.time()
         result = evaluate_policy(
             model, tokenizer, questions, max_new_tokens=48, batch_size=16, eos_token_ids=eos, progress=True,
-            merge_adapters=False, bf16=precision == "bf16",
+            bf16=precision == "bf16",  # LoRA adapters merged or not as a node on this machine does
         )  # fmt: skip
         rows = [{"task": q.task, "correct": bool(q.correct), "score": q.score, "completion": q.completion}
                 for q in result.questions]  # fmt: skip
