@@ -23,24 +23,26 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from benchmarks.held_out_table import outcomes_by_step
+
 PRECISIONS = ("fp32", "bf16")
 
 
-def node_outcomes(spec: str) -> tuple[str, list[dict[str, Any]]]:
-    """A node's held-out outcomes at a step, from ``PATH:STEP`` (``held_out.jsonl`` as a node writes it)."""
+def node_outcomes(spec: str) -> tuple[str, list[float]]:
+    """A node's held-out outcomes at a step (1.0 correct, by question index), from ``PATH:STEP`` (``held_out.jsonl``
+    as a node writes it; `benchmarks.held_out_table.outcomes_by_step` reads it)."""
     path, _, step = spec.rpartition(":")
-    for line in Path(path).read_text().splitlines():
-        record = json.loads(line)
-        if record["step"] == int(step):
-            return spec, record["questions"]
-    raise SystemExit(f"{path} has no held-out evaluation at step {step}")
+    by_step = outcomes_by_step(Path(path))
+    if int(step) not in by_step:
+        raise SystemExit(f"{path} has no held-out evaluation at step {step}")
+    return spec, by_step[int(step)]
 
 
-def agreement(ours: Sequence[dict[str, Any]], theirs: Sequence[dict[str, Any]]) -> int:
-    """Questions on which two evaluations of the same question set agree about correctness."""
+def agreement(ours: Sequence[dict[str, Any]], theirs: Sequence[float]) -> int:
+    """Questions on which our evaluation and a node's outcomes of the same question set agree about correctness."""
     if len(ours) != len(theirs):
         raise SystemExit(f"the evaluations cover {len(ours)} and {len(theirs)} questions: not the same set")
-    return sum(bool(a["correct"]) == bool(b["correct"]) for a, b in zip(ours, theirs, strict=True))
+    return sum(bool(a["correct"]) == (b == 1.0) for a, b in zip(ours, theirs, strict=True))
 
 
 def main(argv: Sequence[str] | None = None) -> int:

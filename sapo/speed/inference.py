@@ -20,7 +20,7 @@ import torch
 from sapo.speed.lora_layers import plain_lora_linears
 from sapo.speed.precision import linear_weights_in, packed_bf16_linears, weight_in
 
-__all__ = ["bf16_autocast", "inference_autocast", "inference_context", "inference_weights"]
+__all__ = ["bf16_autocast", "inference_context", "inference_weights"]
 
 
 @contextlib.contextmanager
@@ -65,11 +65,6 @@ def inference_weights(
             module.merged_adapters = []
 
 
-def inference_autocast(model: torch.nn.Module, bf16: bool) -> contextlib.AbstractContextManager:
-    """bf16 autocast on the model's device when ``bf16`` is set (:func:`bf16_autocast`)."""
-    return bf16_autocast(next(model.parameters()).device.type, bf16)
-
-
 def bf16_autocast(device_type: str, bf16: bool) -> contextlib.AbstractContextManager:
     """bf16 autocast on a CPU or a CUDA GPU when ``bf16`` is set, else (or on another device) a context that does
     nothing. On both devices, so that a node scores its held-out questions in the precision it trains in and a CPU
@@ -85,10 +80,10 @@ def inference_context(
 ) -> Iterator[None]:
     """The speed-ups of forward passes without gradients in one context: LoRA adapters merged
     (:func:`inference_weights`; on a CPU under bf16 autocast, in bf16 and packed for oneDNN with ``pack_weights``)
-    and bf16 autocast (:func:`inference_autocast`)."""
-    autocast = inference_autocast(model, bf16)
+    and bf16 autocast on the model's device (:func:`bf16_autocast`)."""
+    device_type = next(model.parameters()).device.type
     # bf16 weight copies and oneDNN packing are a CPU's speed-ups; a GPU's autocast casts per matmul itself
-    on_cpu = isinstance(autocast, torch.autocast) and autocast.device == "cpu"
-    dtype = torch.bfloat16 if on_cpu else None
-    with inference_weights(model, merge_adapters=merge_adapters, dtype=dtype, pack_weights=pack_weights), autocast:
+    dtype = torch.bfloat16 if bf16 and device_type == "cpu" else None
+    weights = inference_weights(model, merge_adapters=merge_adapters, dtype=dtype, pack_weights=pack_weights)
+    with weights, bf16_autocast(device_type, bf16):
         yield
