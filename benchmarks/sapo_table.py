@@ -83,6 +83,7 @@ from benchmarks.sapo_table_report import (
     PAPER_CUMULATIVE,
     PAPER_SETTINGS,
     format_table,
+    is_replay,
     load_metrics,
     load_run,
     notes,
@@ -104,14 +105,18 @@ ATTEMPTS = "attempts.jsonl"
 # settings and commands
 
 
-def run_dir_of(runs_dir: Path, profile: str, num_local: int, num_external: int, seed: int) -> Path:
-    return runs_dir / profile / f"{num_local}-{num_external}" / f"seed-{seed}"
+def run_dir_of(
+    runs_dir: Path, profile: str, num_local: int, num_external: int, seed: int, replay: bool = False
+) -> Path:
+    """A run's directory: ``PROFILE/I-J/seed-S`` (``I-J-replay`` for a self-replay setting such as ``4/4r``)."""
+    return runs_dir / profile / f"{num_local}-{num_external}{'-replay' if replay else ''}" / f"seed-{seed}"
 
 
-def archive_of(config: dict[str, Any], num_local: int, num_external: int, seed: int) -> Path:
+def archive_of(config: dict[str, Any], num_local: int, num_external: int, seed: int, replay: bool = False) -> Path:
     """Where a finished run is kept for good: its nodes' metrics and its completion marker (with the commit it ran
     on) under the results directory, which is committed; run directories (checkpoints) are not."""
-    return run_dir_of(Path(config["results_dir"]) / "sapo_table_runs", config["profile"], num_local, num_external, seed)
+    results = Path(config["results_dir"]) / "sapo_table_runs"
+    return run_dir_of(results, config["profile"], num_local, num_external, seed, replay)
 
 
 def archive_run(run_dir: Path, archive: Path, marker: dict[str, Any]) -> None:
@@ -124,18 +129,23 @@ def archive_run(run_dir: Path, archive: Path, marker: dict[str, Any]) -> None:
     (archive / COMPLETE).write_text(json.dumps(marker, indent=1))
 
 
-def completed(config: dict[str, Any], num_local: int, num_external: int, seed: int) -> tuple[Path, dict | None]:
+def completed(
+    config: dict[str, Any], num_local: int, num_external: int, seed: int, replay: bool = False
+) -> tuple[Path, dict | None]:
     """(the directory holding the run's metrics, its completion marker or None): the archive once it has one."""
-    archive = archive_of(config, num_local, num_external, seed)
+    archive = archive_of(config, num_local, num_external, seed, replay)
     marker = read_complete(archive)
     if marker is not None:
         return archive, marker
-    run_dir = run_dir_of(Path(config["runs_dir"]), config["profile"], num_local, num_external, seed)
+    run_dir = run_dir_of(Path(config["runs_dir"]), config["profile"], num_local, num_external, seed, replay)
     return run_dir, read_complete(run_dir)
 
 
-def node_options(config: dict[str, Any], num_local: int, num_external: int, seed: int, run_dir: Path) -> list[str]:
-    """The options every node of one run gets (after ``local-swarm``'s own)."""
+def node_options(
+    config: dict[str, Any], num_local: int, num_external: int, seed: int, run_dir: Path, replay: bool = False
+) -> list[str]:
+    """The options every node of one run gets (after ``local-swarm``'s own); a self-replay setting's nodes fill their
+    J slots from their own earlier groups (``--replay only``) instead of the swarm."""
     from sapo.speed.devices import round_micro_batch
 
     rows = (num_local + num_external) * config["num_generations"]
@@ -150,9 +160,11 @@ def node_options(config: dict[str, Any], num_local: int, num_external: int, seed
         "--max_steps", str(config["steps"]),
         "--save_steps", str(config["save_steps"]), "--save_total_limit", "2",
         "--sampling_strategy", config["sampling_strategy"],
-        "--swarm_name", f"sapo-table-{config['profile']}-{num_local}-{num_external}-s{seed}",
+        "--swarm_name", f"sapo-table-{config['profile']}-{num_local}-{num_external}{'r' if replay else ''}-s{seed}",
         "--rewards", *config["rewards"],
     ]  # fmt: skip
+    if replay:
+        options += ["--replay", "only"]
     if config["learning_rate"] is not None:
         options += ["--learning_rate", str(config["learning_rate"])]
     if config["dataset_size"] is not None:
@@ -171,7 +183,9 @@ def node_options(config: dict[str, Any], num_local: int, num_external: int, seed
     return options + list(config["node_args"])
 
 
-def swarm_command(config: dict[str, Any], num_local: int, num_external: int, seed: int, run_dir: Path) -> list[str]:
+def swarm_command(
+    config: dict[str, Any], num_local: int, num_external: int, seed: int, run_dir: Path, replay: bool = False
+) -> list[str]:
     """The exact ``sapo-node local-swarm`` command of one run (specialists, strong peers: the per-node configs of
     :func:`~benchmarks.sapo_table_profiles.node_configs`, which local-swarm hands to node i in turn)."""
     own_configs = [["--node-config", str(run_dir / name)] for name in node_configs(config)]
@@ -179,7 +193,7 @@ def swarm_command(config: dict[str, Any], num_local: int, num_external: int, see
         sys.executable, "-m", "sapo.node.cli", "local-swarm",
         "--peers", str(config["peers"]), "--run-dir", str(run_dir), "--seed", str(100 * seed),
         "--status-interval", str(config["status_interval"]), *(arg for pair in own_configs for arg in pair),
-        *node_options(config, num_local, num_external, seed, run_dir),
+        *node_options(config, num_local, num_external, seed, run_dir, replay),
     ]  # fmt: skip
 
 
@@ -195,7 +209,9 @@ def _raise_stop(signum: int, frame: Any) -> None:
     raise Stop(signal.Signals(signum).name)
 
 
-def run_identity(config: dict[str, Any], num_local: int, num_external: int, seed: int) -> dict[str, Any]:
+def run_identity(
+    config: dict[str, Any], num_local: int, num_external: int, seed: int, replay: bool = False
+) -> dict[str, Any]:
     """What a completed run was run with: a marker with another identity is not this run."""
     keep = ("profile", "peers", "num_generations", "max_completion_length", "steps", "model", "tasks", "rewards")
     keep += ("sampling_strategy", "learning_rate", "dataset_size", "node_args")
@@ -203,6 +219,8 @@ def run_identity(config: dict[str, Any], num_local: int, num_external: int, seed
     identity = {**{k: config[k] for k in keep}, "num_local": num_local, "num_external": num_external, "seed": seed}
     if config.get("specialists"):  # only where set: the markers of runs before the field stay this run's
         identity["specialists"] = True
+    if replay:  # likewise
+        identity["replay"] = "only"
     if config.get("strong_model"):  # the weights, not the path: a run of another model is not this run
         identity["strong_model_digest"] = config["strong_model_digest"]
     return identity
@@ -286,10 +304,11 @@ def run_all(config: dict[str, Any], write: Any = print) -> dict[str, Any]:
     try:
         for label, seed in runs:
             num_local, num_external = scale_setting(label, config["groups_per_step"])
-            run_dir = run_dir_of(Path(config["runs_dir"]), config["profile"], num_local, num_external, seed)
-            name = f"{label} (run as {num_local}/{num_external}) seed {seed}"
-            identity = run_identity(config, num_local, num_external, seed)
-            _, marker = completed(config, num_local, num_external, seed)
+            replay = is_replay(label)
+            run_dir = run_dir_of(Path(config["runs_dir"]), config["profile"], num_local, num_external, seed, replay)
+            name = f"{label} (run as {num_local}/{num_external}{' by self-replay' if replay else ''}) seed {seed}"
+            identity = run_identity(config, num_local, num_external, seed, replay)
+            _, marker = completed(config, num_local, num_external, seed, replay)
             if marker is not None:
                 if marker.get("identity") != identity:
                     raise SystemExit(
@@ -301,7 +320,7 @@ def run_all(config: dict[str, Any], write: Any = print) -> dict[str, Any]:
                 bar.update()
                 continue
             write_node_config(run_dir, config)
-            command = swarm_command(config, num_local, num_external, seed, run_dir)
+            command = swarm_command(config, num_local, num_external, seed, run_dir, replay)
             ok = False
             for attempt in range(1 + config["retries"]):
                 bar.set_postfix_str(f"{name}: running" + (f" (retry {attempt})" if attempt else ""))
@@ -323,7 +342,7 @@ def run_all(config: dict[str, Any], write: Any = print) -> dict[str, Any]:
                         "code": tree,
                     }
                     (run_dir / COMPLETE).write_text(json.dumps(marker, indent=1))
-                    archive_run(run_dir, archive_of(config, num_local, num_external, seed), marker)
+                    archive_run(run_dir, archive_of(config, num_local, num_external, seed, replay), marker)
                     if not config["keep_checkpoints"]:
                         remove_checkpoints(run_dir)
                     ok = True
@@ -346,9 +365,10 @@ def collect(config: dict[str, Any]) -> list[dict[str, Any]]:
     runs = []
     for label in config["settings"]:
         num_local, num_external = scale_setting(label, config["groups_per_step"])
+        replay = is_replay(label)
         for seed in config["seeds"]:
-            run_dir, marker = completed(config, num_local, num_external, seed)
-            identity = run_identity(config, num_local, num_external, seed)
+            run_dir, marker = completed(config, num_local, num_external, seed, replay)
+            identity = run_identity(config, num_local, num_external, seed, replay)
             complete = marker is not None and marker.get("identity") == identity
             nodes = load_run(run_dir, config["peers"], config["steps"])
             try:
@@ -360,6 +380,7 @@ def collect(config: dict[str, Any]) -> list[dict[str, Any]]:
                     "setting": label,
                     "num_local": num_local,
                     "num_external": num_external,
+                    "replay": replay,
                     "seed": seed,
                     "run_dir": str(run_dir),
                     "complete": complete,
@@ -460,8 +481,9 @@ def sizing(config: dict[str, Any], steps: int, write: Any = print, budget: float
 
     label, seed = config["settings"][0], config["seeds"][0]
     num_local, num_external = scale_setting(label, config["groups_per_step"])
+    replay = is_replay(label)
     config = {**config, "steps": steps, "runs_dir": str(Path(config["runs_dir"]) / "sizing")}
-    run_dir = run_dir_of(Path(config["runs_dir"]), config["profile"], num_local, num_external, seed)
+    run_dir = run_dir_of(Path(config["runs_dir"]), config["profile"], num_local, num_external, seed, replay)
     if run_dir.exists():
         shutil.rmtree(run_dir)
     run_dir.mkdir(parents=True)
@@ -469,7 +491,7 @@ def sizing(config: dict[str, Any], steps: int, write: Any = print, budget: float
     load_before = os.getloadavg()
     cpu_before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.time()
-    code = run_swarm(swarm_command(config, num_local, num_external, seed, run_dir), run_dir, write)
+    code = run_swarm(swarm_command(config, num_local, num_external, seed, run_dir, replay), run_dir, write)
     wall = time.time() - started
     cpu_after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (cpu_after.ru_utime - cpu_before.ru_utime) + (cpu_after.ru_stime - cpu_before.ru_stime)

@@ -36,6 +36,13 @@ cpu-hard-strong  A weak peer among stronger peers (benchmarks/preregistered/stro
        profile's model), nodes 1 and 3 run the model folder given by ``--strong-model DIR`` (one ``--node-config`` per
        role, which local-swarm cycles over the nodes); every peer trains on the whole hard mix; held-out pass@1 on 512
        questions at steps 0 and 60; seeds 0-3.
+cpu-hard-equal  Equal peers on the whole hard mix (benchmarks/preregistered/replay_generalist_precision.md, Q1):
+       cpu-hard's node settings with 3 peers that each train on all three tasks, I + J = 2 (8/0, 4/4 and the
+       self-replay control 4/4r run as 2/0, 1/1 and 1/1 by replay); held-out pass@1 on 512 questions of the mix at
+       steps 0 and 60. Its 8/0 nodes are generalists alone.
+cpu-hard-generalist  One generalist alone: a single peer of cpu-hard-equal at 8/0 (run as 2/0), trained on the whole
+       hard mix and evaluated on the same 512 questions as the specialists of cpu-hard-specialists (node 0 of a
+       cpu-hard-equal 8/0 swarm of the same seed runs the same configuration).
 smoke  Harness check in seconds to a minute: ``--model`` a tiny model directory, 2 peers, 3 steps,
        G = 2 completions of 8 tokens, I + J = 4, one easy task, uniform sampling. Used by the tests.
 """
@@ -150,6 +157,21 @@ def profiles() -> dict[str, Profile]:
             window=5, max_batch=8, seeds=(0, 1, 2, 3), status_interval=120.0, strong_peers=True,
             notes=("A weak peer among stronger peers (benchmarks/preregistered/stronger_peers.md): nodes 0 and 2 are "
                    "students, nodes 1 and 3 run the stronger model; every peer trains, on the whole hard mix.",),
+        ),
+        "cpu-hard-equal": Profile(
+            name="cpu-hard-equal", peers=3, groups_per_step=2, num_generations=4, max_completion_length=48,
+            steps=60, save_steps=5, model="default", tasks=HARD_TASKS, rewards=("reasoning_gym", "format"),
+            learning_rate=2e-4, lr_scheduler_type="constant", lora_r=16, eval_questions=512, eval_steps=60,
+            window=5, max_batch=8, seeds=(10, 11, 12, 13), status_interval=120.0,
+            notes=("Equal peers on the whole hard mix (preregistered/replay_generalist_precision.md, Q1): the swarm "
+                   "(4/4), the self-replay control (4/4r) and peers alone (8/0) at the same I + J.",),
+        ),
+        "cpu-hard-generalist": Profile(
+            name="cpu-hard-generalist", peers=1, groups_per_step=2, num_generations=4, max_completion_length=48,
+            steps=60, save_steps=5, model="default", tasks=HARD_TASKS, rewards=("reasoning_gym", "format"),
+            learning_rate=2e-4, lr_scheduler_type="constant", lora_r=16, eval_questions=512, eval_steps=60,
+            window=5, max_batch=8, seeds=(10, 11, 12, 13), status_interval=120.0,
+            notes=("One peer alone on the whole hard mix (8/0 only), evaluated on the specialists' 512 questions.",),
         ),
         "smoke": Profile(
             name="smoke", peers=2, groups_per_step=4, num_generations=2, max_completion_length=8, steps=3,

@@ -32,17 +32,29 @@ CPU_SIZING = {
 }
 
 
+REPLAY_MARK = "r"
+"""A setting label ending in it (e.g. ``4/4r``) fills its J slots by self-replay instead of the swarm
+(``--replay only``): the control of experiment 3."""
+
+
 def parse_setting(label: str) -> tuple[int, int]:
-    """'4/4' -> (4, 4): a paper setting, I local / J external groups out of 8."""
+    """'4/4' -> (4, 4): a paper setting, I local / J external groups out of 8 (``4/4r``: J by self-replay)."""
     try:
-        i, j = (int(x) for x in label.strip().split("/"))
+        i, j = (int(x) for x in label.strip().removesuffix(REPLAY_MARK).split("/"))
     except ValueError:
-        raise ValueError(f"a setting is I/J, e.g. 4/4; got {label!r}") from None
+        raise ValueError(f"a setting is I/J, e.g. 4/4 (4/4r: J filled by self-replay); got {label!r}") from None
     if i < 0 or j < 0 or i + j != PAPER_GROUPS:
         raise ValueError(f"setting {label!r}: I + J must be {PAPER_GROUPS} (the paper's settings), e.g. 6/2")
     if i == 0:
         raise ValueError(f"setting {label!r}: I must be at least 1 (the table measures the peers' own completions)")
+    if is_replay(label) and j == 0:
+        raise ValueError(f"setting {label!r}: self-replay needs J of at least 1")
     return i, j
+
+
+def is_replay(label: str) -> bool:
+    """Whether setting ``label`` fills its J slots by self-replay (``4/4r``) instead of the swarm."""
+    return label.strip().endswith(REPLAY_MARK)
 
 
 def scale_setting(label: str, groups_per_step: int) -> tuple[int, int]:

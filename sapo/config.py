@@ -30,6 +30,7 @@ _SECTIONS = {
         "max_groups_per_peer",
         "max_group_age",
     ),
+    "Self-replay (`sapo.replay`)": ("replay", "replay_max_age", "replay_max_uses"),
     "Trust": ("external_source_policy", "regeneration_timeout"),
     "Completion hygiene (every completion of a received group must pass, or the group is dropped as `hygiene`)": (
         "completion_max_chars",
@@ -58,6 +59,9 @@ _SECTIONS = {
     ),
     "Speed-ups (`sapo.speed`; `None`: as `speedups` and the device decide)": ("speedups", *SPEED_UP_FIELDS),
 }
+
+REPLAY_CHOICES = ("off", "fill", "only")
+"""The values of `SAPOConfig.replay`."""
 
 SPEEDUPS_CHOICES = ("auto", "off")
 """The values of `SAPOConfig.speedups`."""
@@ -111,8 +115,9 @@ class SAPOConfig(GRPOConfig):
             "help": "Groups per round taken from other peers (J in the paper). `None`: half the groups of the "
             "generation batch, rounded down (the paper's best mix was 4 local / 4 external; TRL has no such field). "
             "`0` trains exactly like `GRPOTrainer` (it still publishes its groups). Slots the swarm cannot fill with "
-            "usable groups, and every slot of a trainer without a swarm, are generated locally (a *fill-in*): the "
-            "round keeps its size, and without a swarm the trainer is a local GRPO learner."
+            "usable groups (nor self-replay, see `replay`), and every slot of a trainer without a swarm, are "
+            "generated locally (a *fill-in*): the round keeps its size, and without a swarm the trainer is a local "
+            "GRPO learner."
         },
     )
     sampling_strategy: str = field(
@@ -154,6 +159,30 @@ class SAPOConfig(GRPOConfig):
     max_group_age: float | None = field(
         default=600.0,
         metadata={"help": "Seconds after which a received group is too stale to train on. `None`: no bound."},
+    )
+    replay: str = field(
+        default="off",
+        metadata={
+            "help": "Whether the external slots may take this peer's own earlier groups again (self-replay): `off`; "
+            "`fill`, after the swarm, for slots it left empty (every slot of a trainer without a swarm); `only`, "
+            "instead of the swarm, which is then not read (a control: the same batch and own compute as a swarm "
+            "peer, its slots filled from its own past). A replayed group is one this peer generated at most "
+            "`replay_max_age` steps before, whose rewards differ (a GRPO signal), trained on with the tokens and "
+            "rewards it had, through the intake's sampler and plausibility check like a received group, and logged "
+            "with origin `replay`, its age and its step lag. Default `off`.",
+            "choices": list(REPLAY_CHOICES),
+        },
+    )
+    replay_max_age: int = field(
+        default=8,
+        metadata={
+            "help": "Steps after which an own group is too old to replay (its completions come from an older policy). "
+            "Default 8."
+        },
+    )
+    replay_max_uses: int = field(
+        default=1,
+        metadata={"help": "Times one own group may be replayed (besides the step that generated it). Default 1."},
     )
     external_source_policy: str = field(
         default="verify",
@@ -514,6 +543,12 @@ class SAPOConfig(GRPOConfig):
                 f"num_generations must be at least 2 (advantages are computed within a group), "
                 f"got {self.num_generations!r}."
             )
+        if self.replay not in REPLAY_CHOICES:
+            raise ValueError(f"replay={self.replay!r} is unknown; choose one of {list(REPLAY_CHOICES)}.")
+        for name in ("replay_max_age", "replay_max_uses"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"{name} must be a positive integer, got {value!r}.")
         if self.external_source_policy not in SOURCE_POLICIES:
             raise ValueError(
                 f"external_source_policy={self.external_source_policy!r} is unknown; "

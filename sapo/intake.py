@@ -13,7 +13,10 @@ One round's intake (:meth:`Intake.take`), in order:
 7. plausibility: chosen groups whose completions this policy would not write are dropped (:mod:`sapo.plausibility`)
    and their slots go to the next usable candidates; its reference is the node's own completions, handed in from the
    loss pass (:meth:`Intake.observe_loss_pass`). Tokens far below this policy's own get no weight in the loss
-   (`SAPOConfig.external_token_floor`).
+   (`SAPOConfig.external_token_floor`);
+8. self-replay, when on (`SAPOConfig.replay`): slots still empty (or, under `"only"`, every slot, the swarm unread)
+   are offered this peer's own earlier groups with reward spread (:mod:`sapo.replay`), already tokenized and scored,
+   through steps 6 and 7 again.
 
 It returns the chosen groups with their tokens, rewards and token weights, counts the reason for every drop (`totals`,
 per sender in `sender_outcomes`) and writes every group judged to the group log (:mod:`sapo.group_log`). With several
@@ -42,7 +45,8 @@ from sapo.hygiene import CompletionFilter, CompletionHygiene
 from sapo.plausibility import PlausibilityCheck, floor_mask
 from sapo.probe import PolicyProbe
 from sapo.questions import GroupDropped
-from sapo.sampling import Candidate, ExternalSampler, OwnSuccess, Selection, make_sampler
+from sapo.replay import ReplayBuffer
+from sapo.sampling import SWARM, Candidate, ExternalSampler, OwnSuccess, Selection, make_sampler
 from sapo.sources import SourceRegistry
 from sapo.standing import SenderStanding
 from swarm.records import Group
@@ -136,9 +140,11 @@ class Intake:
                 span_margin=args.plausibility_span_margin,
                 span_tokens=args.plausibility_span_tokens,
             )
-            if args.plausibility_margin is not None and uses_swarm
+            if args.plausibility_margin is not None and (uses_swarm or args.replay != "off")
             else None
         )
+        # this peer's own groups with reward spread, offered to the external slots (`SAPOConfig.replay`)
+        self.replay = ReplayBuffer(args.replay_max_age, args.replay_max_uses) if args.replay != "off" else None
         self.sampler = sampler or make_sampler(
             args.sampling_strategy,
             max_groups_per_peer=args.max_groups_per_peer,
@@ -171,20 +177,60 @@ class Intake:
         step: int = 0,
     ) -> Taken:
         """The external groups for ``slots`` group slots of every process: fetched, judged, tokenized and scored once
-        through ``probe``, sampled and checked for plausibility under the policy ``probe`` reads. ``timed(phase)``
+        through ``probe``, sampled and checked for plausibility under the policy ``probe`` reads; then, with
+        self-replay on, this peer's own earlier groups for the slots left (`SAPOConfig.replay`). ``timed(phase)``
         wraps each phase (`swarm_fetch`, `external_scoring`, `plausibility`); ``step`` is the node's step, for the
-        group log. Every process calls it, in step."""
+        group log and the replay's age bound. Every process calls it, in step."""
         processes = self.accelerator.num_processes
         self._step = step
-        if slots == 0 or not self.uses_swarm:
-            self.totals["fill_ins"] += slots * processes
+        wanted = slots * processes
+        from_swarm = self.uses_swarm and self.args.replay != "only"
+        if slots == 0 or not (from_swarm or self.replay is not None):
+            self.totals["fill_ins"] += wanted
             return Taken()
         taken = Taken()
-        received, fetched_at = [], time.time()
-        if self._plausibility_ready():  # else the swarm's groups wait there until they can be judged
-            pool_size = self.args.external_pool_size or 4 * self.args.num_external
-            with timed("swarm_fetch"):
-                received, fetched_at = self._fetch(pool_size)
+        chosen: list[Candidate] = []
+        unused: list[Candidate] = []
+        if self._plausibility_ready():  # else the groups wait (in the swarm, in the replay) until they can be judged
+            if from_swarm:
+                chosen, unused = self._from_swarm(wanted, probe, timed, taken)
+            if self.replay is not None and len(chosen) < wanted:
+                replayed, left = self._from_replay(wanted - len(chosen), probe, timed, taken)
+                chosen, unused = [*chosen, *replayed], [*unused, *left]
+        for candidate in chosen:
+            if candidate.origin == SWARM:
+                self._record_standing(candidate.sender, True, time.time())
+        # An equal share for every process (each trains on the same number of own rows); a remainder is filled in.
+        per_process = len(chosen) // processes
+        taken.chosen = chosen[: per_process * processes]
+        rank = self.accelerator.process_index
+        taken.share = taken.chosen[rank * per_process : (rank + 1) * per_process]
+        received = [c for c in taken.chosen if c.origin == SWARM]
+        if self.replay is not None:
+            self.replay.taken(taken.chosen)
+        self.totals["external_groups"] += len(received)
+        self.totals["replay_groups"] += len(taken.chosen) - len(received)
+        self.totals["external_truncated"] += sum(t.truncated for c in received for t in c.tokenized)
+        self.totals["fill_ins"] += wanted - len(taken.chosen)
+        self.taken_from.update(c.sender for c in received)
+        for candidate in received:
+            self.sender_outcomes.setdefault(candidate.sender, Counter())["taken"] += 1
+        taken.records += [self._candidate_record(c, TAKEN) for c in taken.chosen]
+        taken.records += [self._candidate_record(c, "not_chosen") for c in [*chosen[len(taken.chosen) :], *unused]]
+        self._write_log(taken.records)
+        self._rounds += 1
+        if self._rounds % SUMMARY_ROUNDS == 0:
+            self._log_summary()
+        return taken
+
+    def _from_swarm(
+        self, k: int, probe: PolicyProbe, timed: Callable[[str], Any], taken: Taken
+    ) -> tuple[list[Candidate], list[Candidate]]:
+        """Up to ``k`` received groups for this round, and the usable ones left over (fetched, judged, scored,
+        sampled, checked for plausibility)."""
+        pool_size = self.args.external_pool_size or 4 * self.args.num_external
+        with timed("swarm_fetch"):
+            received, fetched_at = self._fetch(pool_size)
         fresh = []
         for item in received:  # stale groups are set aside before scoring: they cost nothing
             if self.sampler.is_stale(item.group, fetched_at):
@@ -199,40 +245,41 @@ class Intake:
         taken.zero_advantage = sum(c.has_zero_advantage for c in candidates)
         self.totals["candidates"] += taken.candidates
         self.totals["zero_advantage_candidates"] += taken.zero_advantage
+        return self._choose(candidates, k, probe, timed, taken, fetched_at)
 
-        selection = self.sampler.select(candidates, slots * processes, self.rng, now=fetched_at)
+    def _from_replay(
+        self, k: int, probe: PolicyProbe, timed: Callable[[str], Any], taken: Taken
+    ) -> tuple[list[Candidate], list[Candidate]]:
+        """Up to ``k`` of this peer's own earlier groups (`sapo.replay`), and the usable ones left over: already
+        tokenized and scored, they are sampled and checked for plausibility as received groups are."""
+        offered = self.replay.offer(self._step)
+        self.totals["replay_offered"] += len(offered)
+        return self._choose(offered, k, probe, timed, taken, time.time())
+
+    def _choose(
+        self,
+        candidates: list[Candidate],
+        k: int,
+        probe: PolicyProbe,
+        timed: Callable[[str], Any],
+        taken: Taken,
+        now: float,
+    ) -> tuple[list[Candidate], list[Candidate]]:
+        """The sampler's choice of up to ``k`` of ``candidates`` that pass the plausibility check, and its reserve."""
+        selection = self.sampler.select(candidates, k, self.rng, now=now)
         for candidate, reason in selection.set_aside:
             self._count(taken, reason)
             taken.records.append(self._candidate_record(candidate, reason))
-        chosen = self._keep_plausible(selection, probe, timed, taken)
-        for candidate in chosen:
-            self._record_standing(candidate.sender, True, fetched_at)
-        # An equal share for every process (each trains on the same number of own rows); a remainder is filled in.
-        per_process = len(chosen) // processes
-        taken.chosen = chosen[: per_process * processes]
-        rank = self.accelerator.process_index
-        taken.share = taken.chosen[rank * per_process : (rank + 1) * per_process]
-        self.totals["external_groups"] += len(taken.chosen)
-        self.totals["external_truncated"] += sum(t.truncated for c in taken.chosen for t in c.tokenized)
-        self.totals["fill_ins"] += slots * processes - len(taken.chosen)
-        self.taken_from.update(c.sender for c in taken.chosen)
-        for candidate in taken.chosen:
-            self.sender_outcomes.setdefault(candidate.sender, Counter())["taken"] += 1
-        unused = [*chosen[len(taken.chosen) :], *selection.reserve]
-        taken.records += [self._candidate_record(c, TAKEN) for c in taken.chosen]
-        taken.records += [self._candidate_record(c, "not_chosen") for c in unused]
-        self._write_log(taken.records)
-        self._rounds += 1
-        if self._rounds % SUMMARY_ROUNDS == 0:
-            self._log_summary()
-        return taken
+        return self._keep_plausible(selection, probe, timed, taken), selection.reserve
 
     def _log_summary(self) -> None:
         """One INFO line: what the intake took and set aside so far, by reason."""
         drops = {k.split("/", 1)[1]: v for k, v in self.totals.items() if k.startswith("dropped/") and v}
         logger.info(
-            "swarm intake after %d rounds: %d groups taken of %d fetched, %d slots filled in; set aside: %s",
-            self._rounds, self.totals["external_groups"], self.totals["candidates"], self.totals["fill_ins"],
+            "swarm intake after %d rounds: %d groups taken of %d fetched, %d replayed, %d slots filled in; "
+            "set aside: %s",
+            self._rounds, self.totals["external_groups"], self.totals["candidates"], self.totals["replay_groups"],
+            self.totals["fill_ins"],
             ", ".join(f"{k} {v}" for k, v in sorted(drops.items(), key=lambda kv: -kv[1])) or "none",
         )  # fmt: skip
 
@@ -325,9 +372,11 @@ class Intake:
                     continue
                 dropped += 1
                 selection.chosen.remove(candidate)
-                self._drop(taken, "implausible", candidate.sender, candidate.group, problem, candidate.rewards)
+                self._drop(taken, "implausible", candidate.sender, candidate.group, problem, candidate.rewards,
+                           candidate.origin)  # fmt: skip
                 self.totals[f"implausible/{problem.test}"] += 1  # which test dropped it: what calibrating needs
-                self._record_standing(candidate.sender, False, time.time())
+                if candidate.origin == SWARM:
+                    self._record_standing(candidate.sender, False, time.time())
             pending = [c for c in (self._refill(selection, taken) for _ in range(dropped)) if c is not None]
             self.totals["refilled_slots"] += len(pending)
         return kept
@@ -392,11 +441,19 @@ class Intake:
     # counts
 
     def _drop(
-        self, taken: Taken, reason: str, sender: str, group: Group, detail: str, rewards: list[float] | None = None
+        self,
+        taken: Taken,
+        reason: str,
+        sender: str,
+        group: Group,
+        detail: str,
+        rewards: list[float] | None = None,
+        origin: str = SWARM,
     ) -> None:
-        self._count(taken, reason, detail=f"peer {sender}: {detail}")
-        self.sender_outcomes.setdefault(sender, Counter())[f"dropped/{reason}"] += 1
-        taken.records.append(self._record(sender, group, reason, rewards))
+        self._count(taken, reason, detail=f"{'peer ' + sender if origin == SWARM else 'replay'}: {detail}")
+        if origin == SWARM:
+            self.sender_outcomes.setdefault(sender, Counter())[f"dropped/{reason}"] += 1
+        taken.records.append(self._record(sender, group, reason, rewards, origin))
         logger.debug("dropped a group of peer %s (%s): %s", sender, reason, detail)
 
     def _count(self, taken: Taken, reason: str, count: int = 1, detail: str = "") -> None:
@@ -420,6 +477,15 @@ class Intake:
     # ------------------------------------------------------------------------------------------------
     # the group log
 
+    def remember_own(self, candidates: Sequence[Candidate], step: int) -> None:
+        """Keep the own groups of this process's round (`sapo.replay.own_candidates`) for self-replay, when it is on:
+        every process's, on every process, so that all offer the same groups."""
+        if self.replay is None:
+            return
+        if self.accelerator.num_processes > 1:
+            candidates = gather_object(list(candidates))
+        self.replay.add(candidates, step)
+
     def observe_own_groups(self, groups: Sequence[tuple[str, str, list[float]]], model: str = "") -> None:
         """Told once per round of this process's own groups, ``(group id, task, rewards)`` each, made by ``model``:
         the sampler and the rescue count learn which tasks this peer still fails on, and the groups are logged."""
@@ -437,20 +503,22 @@ class Intake:
             records = gather_object(records)
         self._write_log(records)
 
-    def _record(self, sender: str, group: Group, outcome: str, rewards: list[float] | None = None) -> GroupRecord:
-        """The group log's line for a received group and what happened to it."""
+    def _record(
+        self, sender: str, group: Group, outcome: str, rewards: list[float] | None = None, origin: str = SWARM
+    ) -> GroupRecord:
+        """The group log's line for a received (or replayed) group and what happened to it."""
         success, spread = reward_summary(rewards, self.args.success_threshold)
         task = getattr(group.provenance, "task", "") or ""
-        rescue = outcome == TAKEN and bool(success) and self.own_success.is_weak(task)
+        rescue = origin == SWARM and outcome == TAKEN and bool(success) and self.own_success.is_weak(task)
         return GroupRecord(
-            step=self._step, origin="swarm", group_id=str(group.group_id), task=task, sender=sender,
+            step=self._step, origin=origin, group_id=str(group.group_id), task=task, sender=sender,
             model=str(group.model or ""), rewards=None if rewards is None else list(rewards), success=success,
             spread=spread, outcome=outcome, age_seconds=max(0.0, time.time() - group.created_at),
             step_lag=self._step - group.step, rescue=rescue,
         )  # fmt: skip
 
     def _candidate_record(self, candidate: Candidate, outcome: str) -> GroupRecord:
-        return self._record(candidate.sender, candidate.group, outcome, candidate.rewards)
+        return self._record(candidate.sender, candidate.group, outcome, candidate.rewards, candidate.origin)
 
     def _write_log(self, records: list[GroupRecord]) -> None:
         if self.group_log is not None and self.accelerator.is_main_process and records:

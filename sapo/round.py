@@ -20,7 +20,7 @@ from typing import Any
 
 import torch
 
-from sapo.sampling import Candidate
+from sapo.sampling import SWARM, Candidate
 
 EXTERNAL_COLUMN = "sapo_is_external"
 """The column of TRL's training batch that marks external rows (a bool tensor): how the loss pass tells the node's own
@@ -94,10 +94,15 @@ class RoundOutcome:
     Parameters:
         own_completions (`dict[int, Any]`): row index -> the completion generated here (TRL's form: text, or chat
             messages).
+        own_completion_ids (`dict[int, list[int]]`): row index -> the tokens sampled for it.
+        rewards_per_func (`torch.Tensor` or `None`): each row of this process x each reward function, once TRL scored
+            them.
         rewards (`torch.Tensor` or `None`): the weighted reward of each row of this process, once TRL scored them.
     """
 
     own_completions: dict[int, Any] = field(default_factory=dict)
+    own_completion_ids: dict[int, list[int]] = field(default_factory=dict)
+    rewards_per_func: torch.Tensor | None = None
     rewards: torch.Tensor | None = None
 
 
@@ -176,15 +181,18 @@ def splice_rewards(round_: Round, own_scored: torch.Tensor, processes: int, num_
 def round_figures(
     round_: Round, outcome: RoundOutcome, slots: int, scored: int, zero_advantage: int, step: int
 ) -> dict[str, float]:
-    """One process's figures of a round (`sapo/<name>`): external groups taken, fill-ins, distinct senders, the share
-    of scored candidates with zero advantage, the age and step lag of what was taken, and the mean reward of own
-    rows, external rows, and own rows of groups with reward spread (the ones the paper's sampler would have kept: like
-    with like against the external groups, which it chose that way)."""
+    """One process's figures of a round (`sapo/<name>`): swarm groups taken, own groups replayed, fill-ins, distinct
+    senders, the share of scored candidates with zero advantage, the age and step lag of what was taken (swarm and
+    replayed alike), and the mean reward of own rows, external rows, and own rows of groups with reward spread (the
+    ones the paper's sampler would have kept: like with like against the external groups, which it chose that
+    way)."""
     external = round_.share
+    received = [c for c in external if c.origin == SWARM]
     figures = {
-        "sapo/external_groups": float(len(external)),
+        "sapo/external_groups": float(len(received)),
+        "sapo/replay_groups": float(len(external) - len(received)),
         "sapo/fill_ins": float(slots - len(external)),
-        "sapo/distinct_senders": float(len({c.sender for c in external})),
+        "sapo/distinct_senders": float(len({c.sender for c in received})),
     }
     if scored:
         figures["sapo/zero_advantage_fraction"] = zero_advantage / scored

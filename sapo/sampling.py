@@ -12,6 +12,12 @@ from typing import Any
 
 from swarm.records import Group
 
+SWARM = "swarm"
+"""The `origin` of a candidate received from another peer."""
+
+REPLAY = "replay"
+"""The `origin` of a candidate that is one of this peer's own earlier groups, offered again (`sapo.replay`)."""
+
 
 @dataclass(frozen=True)
 class TokenizedCompletion:
@@ -44,6 +50,7 @@ class Candidate:
         tokenized (`list[TokenizedCompletion]`): each completion under this peer's tokenizer.
         token_weights (`list[list[int]]` or `None`): per completion, 1 for each token trained on and 0 for each token
             the plausibility pass found too unlike this policy (`SAPOConfig.external_token_floor`); None: every token.
+        origin (`str`): `"swarm"` (received from `sender`) or `"replay"` (this peer's own earlier group, `sapo.replay`).
     """
 
     sender: str
@@ -53,6 +60,7 @@ class Candidate:
     rewards_per_func: list[list[float]] = field(default_factory=list)
     tokenized: list[TokenizedCompletion] = field(default_factory=list)
     token_weights: list[list[int]] | None = None
+    origin: str = SWARM
 
     @property
     def has_zero_advantage(self) -> bool:
@@ -88,17 +96,23 @@ class Selection:
         `chosen`; None when none is left."""
         per_peer = Counter(c.sender for c in self.chosen)
         for i, candidate in enumerate(self.reserve):
-            if max_groups_per_peer is None or per_peer[candidate.sender] < max_groups_per_peer:
+            if candidate.origin != SWARM or not _at_cap(per_peer[candidate.sender], max_groups_per_peer):
                 self.chosen.append(self.reserve.pop(i))
                 return candidate
         return None
 
 
+def _at_cap(taken: int, cap: int | None) -> bool:
+    """Whether a sender with ``taken`` groups chosen this round has reached ``cap`` (None: no cap)."""
+    return cap is not None and taken >= cap
+
+
 class ExternalSampler(ABC):
     """Chooses up to ``k`` candidates; subclasses decide which are eligible and how to draw among them.
 
-    The base class applies the rules every strategy shares: never take one's own groups back, respect the
-    staleness bound, and cap the groups of any one sender.
+    The base class applies the rules every strategy shares: never take one's own groups back from the swarm, respect
+    the staleness bound, and cap the groups of any one sender. Replayed candidates (origin `"replay"`, this peer's own
+    by design) are bounded by `sapo.replay.ReplayBuffer` instead and pass those three rules.
 
     Parameters:
         max_groups_per_peer (`int` or `None`): most groups of one sender per round; `None` for no cap.
@@ -133,7 +147,7 @@ class ExternalSampler(ABC):
         for candidate in self.order(eligible, rng):
             if len(selection.chosen) == k:
                 selection.reserve.append(candidate)
-            elif self.max_groups_per_peer is not None and per_peer[candidate.sender] >= self.max_groups_per_peer:
+            elif candidate.origin == SWARM and _at_cap(per_peer[candidate.sender], self.max_groups_per_peer):
                 selection.set_aside_as(candidate, "peer_cap")
             else:
                 per_peer[candidate.sender] += 1
@@ -145,6 +159,8 @@ class ExternalSampler(ABC):
         return self.max_group_age is not None and now - group.created_at > self.max_group_age
 
     def _reject_reason(self, candidate: Candidate, now: float) -> str | None:
+        if candidate.origin == REPLAY:
+            return self.reject_reason(candidate)
         if self.self_id is not None and candidate.sender == self.self_id:
             return "own_group"
         if self.is_stale(candidate.group, now):

@@ -44,6 +44,7 @@ from sapo.hygiene import CompletionFilter
 from sapo.intake import Intake, weighted_rewards
 from sapo.probe import PolicyProbe
 from sapo.publication import group_id, own_groups, publish, row_provenance
+from sapo.replay import own_candidates
 from sapo.round import (
     EXTERNAL_COLUMN,
     Round,
@@ -156,9 +157,14 @@ class SAPOTrainer(HeldOutEvaluation, GRPOTrainer):
         # Every process must agree on whether there is a swarm and on its peer id: they take part in the
         # main process's fetches and publications together, and make the same selection.
         self._uses_swarm, peer_id = self._main_process_swarm(swarm)
-        if self._uses_swarm and args.num_external > 0:
+        if (self._uses_swarm or args.replay != "off") and args.num_external > 0:
             self._check_external_support(train_dataset)
-        if not self._uses_swarm and args.num_external > 0:
+        if not self._uses_swarm and args.num_external > 0 and args.replay != "off":
+            logger.info(
+                "no swarm given: the %d external slots of each round replay this trainer's own earlier groups "
+                "(replay=%r), and are generated here when none is left", args.num_external, args.replay,
+            )  # fmt: skip
+        elif not self._uses_swarm and args.num_external > 0:
             logger.warning(
                 "no swarm given: SAPOTrainer trains as a local GRPO learner; the %d external groups of each round are "
                 "generated here (pass swarm=... to take them from peers)", args.num_external,
@@ -254,8 +260,9 @@ class SAPOTrainer(HeldOutEvaluation, GRPOTrainer):
         with self._running(round_) as outcome:
             output = super()._generate_and_score_completions(list(round_.rows))
         output[EXTERNAL_COLUMN] = torch.tensor(round_.is_external, device=self.accelerator.device)
-        # 4. the own groups published; every group and the round's figures logged
+        # 4. the own groups published (and kept for self-replay); every group and the round's figures logged
         self._publish(round_, outcome)
+        self._remember_for_replay(round_, outcome)
         self._log_round(round_, outcome, taken.scored, taken.zero_advantage, num_slots)
         self._announce_phase("training")  # the rest of the step is TRL's loss, backward pass and optimizer step
         return output
@@ -282,6 +289,7 @@ class SAPOTrainer(HeldOutEvaluation, GRPOTrainer):
             with self._timed("generation"):
                 result = super()._generate(prompts)
             self._outcome.own_completions = dict(enumerate(result[3]))
+            self._outcome.own_completion_ids = dict(enumerate(result[1]))
             return result
         generated = ([], [], None, [], None, {}, None, [])
         if own:
@@ -289,6 +297,7 @@ class SAPOTrainer(HeldOutEvaluation, GRPOTrainer):
                 generated = super()._generate([prompts[i] for i in own])
         prompt_ids, completion_ids, mask, completions, logprobs, extra_fields, _, _ = generated
         self._outcome.own_completions = dict(zip(own, completions, strict=True))
+        self._outcome.own_completion_ids = dict(zip(own, completion_ids, strict=True))
         external_prompt_ids, _, _ = self._tokenize_prompts([prompts[i] for i in sorted(round_.external)])
         spliced = splice_generation(round_, (prompt_ids, completion_ids, completions, logprobs, mask),
                                     external_prompt_ids)  # fmt: skip
@@ -314,9 +323,8 @@ class SAPOTrainer(HeldOutEvaluation, GRPOTrainer):
                 )
         if round_ is not None:
             start = self.accelerator.process_index * len(prompts)
-            self._outcome.rewards = weighted_rewards(
-                rewards_per_func[start : start + len(prompts)], self.reward_weights
-            )
+            self._outcome.rewards_per_func = rewards_per_func[start : start + len(prompts)].detach().cpu()
+            self._outcome.rewards = weighted_rewards(self._outcome.rewards_per_func, self.reward_weights)
         return rewards_per_func
 
     def _compute_loss(self, model: Any, inputs: dict[str, Any]) -> torch.Tensor:
@@ -365,6 +373,19 @@ class SAPOTrainer(HeldOutEvaluation, GRPOTrainer):
         if self.swarm is not None:
             with self._timed("publish"):
                 publish(self.swarm, groups, self.intake.totals)
+
+    def _remember_for_replay(self, round_: Round, outcome: RoundOutcome) -> None:
+        """Hand this round's own groups, as trained on, to the intake's self-replay (`SAPOConfig.replay`)."""
+        if self.intake.replay is None or outcome.rewards is None:
+            return
+        candidates = own_candidates(
+            round_.rows, round_.own_group_starts, outcome.own_completion_ids,
+            {i: completion_text(c) for i, c in outcome.own_completions.items()},
+            outcome.rewards_per_func.tolist(), outcome.rewards.tolist(), self.num_generations,
+            self.state.global_step, self.accelerator.process_index, self.swarm.peer_id if self.swarm else "self",
+            self.swarm_model_name, time.time(),
+        )  # fmt: skip
+        self.intake.remember_own(candidates, self.state.global_step)
 
     def _log_round(self, round_: Round, outcome: RoundOutcome, scored: int, zero_advantage: int, slots: int) -> None:
         """The round's figures (averaged by TRL over each logging window), its own groups in the group log and the

@@ -72,9 +72,34 @@ def test_settings_scale_to_whole_groups(bench, report):
     assert [bench.scale_setting(s, 4) for s in bench.PAPER_SETTINGS] == [(4, 0), (3, 1), (2, 2), (1, 3)]
     with pytest.raises(ValueError, match="whole groups"):
         bench.scale_setting("6/2", 2)
-    for bad in ("4/3", "0/8", "four"):
+    for bad in ("4/3", "0/8", "four", "8/0r"):
         with pytest.raises(ValueError):
             report.parse_setting(bad)
+
+
+def test_a_replay_setting_runs_apart_with_its_nodes_replaying_instead_of_reading_the_swarm(bench, report, tmp_path):
+    config = _config(bench, tmp_path, "--settings", "4/4,4/4r")
+    assert report.parse_setting("4/4r") == (4, 4) and report.is_replay("4/4r") and not report.is_replay("4/4")
+    runs = Path(config["runs_dir"])
+    assert bench.run_dir_of(runs, "smoke", 2, 2, 0, replay=True) == runs / "smoke" / "2-2-replay" / "seed-0"
+    replay = bench.node_options(config, 2, 2, 0, tmp_path, replay=True)
+    swarm = bench.node_options(config, 2, 2, 0, tmp_path)
+    assert " ".join(replay).count("--replay only") == 1 and "--replay" not in swarm
+    assert replay[replay.index("--swarm_name") + 1] != swarm[swarm.index("--swarm_name") + 1]
+    assert bench.run_identity(config, 2, 2, 0, replay=True) == {**bench.run_identity(config, 2, 2, 0), "replay": "only"}
+
+
+def test_equal_peers_specialists_and_the_generalist_are_evaluated_on_the_same_questions(bench):
+    """Experiment 3 compares them question by question: one task mix, one held-out set."""
+    from benchmarks.sapo_table_profiles import node_configs, profiles
+
+    found = profiles()
+    equal, generalist = found["cpu-hard-equal"], found["cpu-hard-generalist"]
+    specialists = found["cpu-hard-specialists"]
+    assert equal.tasks == generalist.tasks == specialists.tasks and equal.peers == 3 and generalist.peers == 1
+    mix = [{"name": t.name, "config": dict(t.config), "weight": t.weight} for t in specialists.tasks]
+    per_node = node_configs({"tasks": mix, "specialists": True})
+    assert all(c["eval_tasks"] == mix for c in per_node.values())  # each specialist is evaluated on the mix
 
 
 def test_each_profile_trains_its_round_in_micro_batches_of_whole_groups(bench, tmp_path):
@@ -270,7 +295,7 @@ def test_an_archived_run_counts_as_complete_without_its_run_directory(bench, tmp
 def test_smoke_profile_end_to_end_then_resume_skips_completed_runs(bench, tmp_path, tiny_model_a):
     runs_dir, results = tmp_path / "runs", tmp_path / "results"
     argv = [
-        "--profile", "smoke", "--model", str(tiny_model_a), "--settings", "8/0,4/4", "--seeds", "0",
+        "--profile", "smoke", "--model", str(tiny_model_a), "--settings", "8/0,4/4,4/4r", "--seeds", "0",
         "--steps", "2", "--save-steps", "1", "--runs-dir", str(runs_dir), "--results-dir", str(results),
         "--allow-dirty",  # the suite may run on a tree with changes; the refusal is tested on its own
     ]  # fmt: skip
@@ -280,9 +305,9 @@ def test_smoke_profile_end_to_end_then_resume_skips_completed_runs(bench, tmp_pa
     for key in ("command", "config", "git_commit", "machine", "date", "table", "runs", "notes"):
         assert key in report
     assert report["command"].endswith(" ".join(argv)) and report["config"]["peers"] == 2
-    assert [r["setting"] for r in report["table"]] == ["8/0", "4/4"]
-    assert [r["run_as"] for r in report["table"]] == ["4/0", "2/2"]
-    assert len(report["runs"]) == 2
+    assert [r["setting"] for r in report["table"]] == ["8/0", "4/4", "4/4r"]
+    assert [r["run_as"] for r in report["table"]] == ["4/0", "2/2", "2/2"]
+    assert len(report["runs"]) == 3
     for run in report["runs"]:
         assert run["complete"] and run["attempts"] == 1
         assert sorted(run["peers"]) == ["node-0", "node-1"]
@@ -290,10 +315,16 @@ def test_smoke_profile_end_to_end_then_resume_skips_completed_runs(bench, tmp_pa
             assert node["steps"] == [1, 2] and len(node["local_reward"]) == 2
         assert run["cumulative_reward"] == pytest.approx(sum(sum(n["local_reward"]) for n in run["peers"].values()))
     shared = next(r for r in report["runs"] if r["setting"] == "4/4")
-    assert shared["num_external"] == 2
+    assert shared["num_external"] == 2 and not shared["replay"]
+    replayed = next(r for r in report["runs"] if r["setting"] == "4/4r")
+    assert replayed["replay"] and Path(replayed["run_dir"]).parent.name == "2-2-replay"
+    for node in ("node-0", "node-1"):  # the self-replay control reads nothing of the swarm
+        lines = [json.loads(x) for x in (Path(replayed["run_dir"]) / node / "metrics.jsonl").read_text().splitlines()]
+        assert all(line.get("sapo/total/candidates", 0) == 0 for line in lines)
+        assert any("sapo/total/replay_offered" in line for line in lines)
     md = (results / "sapo_table_smoke.md").read_text()
     assert "| I/J (paper) |" in md and "| 8/0 | 4/0 |" in md and "| 4/4 | 2/2 |" in md
-    assert "Did sharing help" in md and "2 swarm run(s) started" in md
+    assert "Did sharing help" in md and "3 swarm run(s) started" in md
     assert (results / "sapo_table_smoke.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
     # A finished run is archived under the results directory (committed), with the code it ran on.
@@ -304,7 +335,7 @@ def test_smoke_profile_end_to_end_then_resume_skips_completed_runs(bench, tmp_pa
         assert marker["code"]["commit"] and "dirty" in marker["code"]
         assert sorted(p.parent.name for p in archive.glob("node-*/metrics.jsonl")) == ["node-0", "node-1"]
     run_dirs = [p.parent for p in runs_dir.rglob(bench.COMPLETE)]
-    assert len(run_dirs) == 2 and not list(runs_dir.rglob("checkpoint-*"))  # metrics kept, checkpoints not
+    assert len(run_dirs) == 3 and not list(runs_dir.rglob("checkpoint-*"))  # metrics kept, checkpoints not
     before = {p: p.stat().st_mtime_ns for d in run_dirs for p in [d / bench.COMPLETE, *d.glob("node-*/metrics.jsonl")]}
 
     assert bench.main(argv) == 0  # everything is complete: nothing starts again
@@ -313,4 +344,4 @@ def test_smoke_profile_end_to_end_then_resume_skips_completed_runs(bench, tmp_pa
     for d in run_dirs:
         assert len((d / bench.ATTEMPTS).read_text().splitlines()) == 1
     md = (results / "sapo_table_smoke.md").read_text()
-    assert "0 swarm run(s) started, 2 complete run(s) skipped" in md
+    assert "0 swarm run(s) started, 3 complete run(s) skipped" in md
