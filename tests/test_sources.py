@@ -159,3 +159,48 @@ def test_a_users_generator_is_regenerated_by_the_receiver_with_its_own_columns()
 
     with pytest.raises(TypeError, match="must set a class attribute `name`"):
         Nameless()
+
+
+def test_an_item_missing_from_a_differently_named_copy_is_not_held_and_only_given_sources_are_held(tmp_path):
+    sender = DatasetSource(_write(tmp_path / "a.jsonl", RECORDS), "a")
+    shuffled = RECORDS[:]
+    random.Random(2).shuffle(shuffled)
+    receiver_source = DatasetSource(_write(tmp_path / "b.jsonl", shuffled[:32]), "b")
+    receiver = registry_for(receiver_source.rows(), [receiver_source], "verify", None)
+    assert [type(s).__name__ for s in receiver.sources] == ["DatasetSource"]  # no reasoning-gym unless asked for
+    reasons = set()
+    for row in sender.rows():
+        try:
+            receiver.columns_for(_group(row))
+            reasons.add("verified")
+        except GroupDropped as e:
+            reasons.add(e.reason)
+            assert "no dataset held here has item" in e.detail
+    assert reasons == {"verified", "item_not_held"}  # never unknown_source: the receiver holds a dataset
+    easy = TaskSpec("basic_arithmetic", {"max_terms": 2, "max_digits": 1})
+    with pytest.raises(GroupDropped) as info:
+        receiver.columns_for(_group(ReasoningGymSource([easy]).rows(size=1, seed=0)[0]))
+    assert info.value.reason == "unknown_source"
+
+
+class Flaky(GeneratorSource):
+    name, version = "flaky", "1"
+
+    def generate(self, rng):
+        a = rng.randint(0, 9)
+        return {"question": f"What is {a} + 1?", "answer": str(a + 1)}
+
+
+def test_a_source_that_raises_drops_the_group_and_stops_training_past_its_limit(caplog):
+    from sapo.sources.base import SourceErrorLimit
+
+    source = Flaky()
+    rows = source.rows(size=3)
+    registry = SourceRegistry([source], max_source_errors=1)
+    source.generate = lambda rng: 1 / 0  # the receiver's copy breaks
+    with pytest.raises(GroupDropped) as info:
+        registry.columns_for(_group(rows[0]))
+    assert info.value.reason == "source_error" and "ZeroDivisionError" in info.value.detail
+    assert registry.source_errors == 1 and "raised on item flaky[0, 0]" in caplog.text
+    with pytest.raises(SourceErrorLimit, match="raised 2 times \\(limit 1\\)"):
+        registry.columns_for(_group(rows[1]))

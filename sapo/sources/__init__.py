@@ -6,7 +6,14 @@ precisely why it cannot (:mod:`sapo.sources.base`). Shipped: reasoning-gym (:cla
 keyed by content (:class:`DatasetSource`), and a base class for your own generator (:class:`GeneratorSource`).
 """
 
-from sapo.sources.base import SOURCE_POLICIES, Rederived, SourceRegistry, TaskSource, describe_source_policies
+from sapo.sources.base import (
+    SOURCE_POLICIES,
+    Rederived,
+    SourceErrorLimit,
+    SourceRegistry,
+    TaskSource,
+    describe_source_policies,
+)
 from sapo.sources.dataset import DATASET_SOURCE, DatasetSource, item_key, load_records, mix_rows
 from sapo.sources.generator import GeneratorSource
 from sapo.sources.reasoning_gym import ReasoningGymSource
@@ -18,6 +25,7 @@ __all__ = [
     "GeneratorSource",
     "ReasoningGymSource",
     "Rederived",
+    "SourceErrorLimit",
     "SourceRegistry",
     "TaskSource",
     "describe_source_policies",

@@ -11,6 +11,7 @@ holds follows the node's policy for unknown sources (:data:`SOURCE_POLICIES`).
 from __future__ import annotations
 
 import json
+import logging
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -18,6 +19,8 @@ from typing import Any
 
 from sapo.questions import GroupDropped, question_of, reward_columns
 from swarm.records import Group, Provenance, provenance_from_wire
+
+logger = logging.getLogger(__name__)
 
 SOURCE_POLICIES: dict[str, str] = {
     "verify": "drops the group (`unknown_source`): only sources this peer holds are trained on",
@@ -27,6 +30,10 @@ SOURCE_POLICIES: dict[str, str] = {
 }
 """What a registry does with a group of a source this peer does not hold, by policy name: the one list of names that
 :class:`SourceRegistry` and `SAPOConfig.external_source_policy` accept, and the text both document."""
+
+
+class SourceErrorLimit(RuntimeError):
+    """A task source raised more often than its registry's `max_source_errors` allows: training stops."""
 
 
 def describe_source_policies() -> str:
@@ -80,13 +87,19 @@ class SourceRegistry:
     Args:
         sources: the sources this peer holds (several are a mixture: each verifies its own items).
         policy: a key of :data:`SOURCE_POLICIES`: what a group of a source no registered source holds gets.
+        max_source_errors: how many times a source may raise (an error other than :class:`GroupDropped`) before
+            :class:`SourceErrorLimit` stops training; each error drops its group as ``source_error``. None: no limit.
     """
 
-    def __init__(self, sources: Iterable[TaskSource] = (), policy: str = "verify"):
+    def __init__(
+        self, sources: Iterable[TaskSource] = (), policy: str = "verify", max_source_errors: int | None = None
+    ):
         if policy not in SOURCE_POLICIES:
             raise ValueError(f"unknown source policy {policy!r}; expected one of {list(SOURCE_POLICIES)}")
         self.policy = policy
         self.sources: list[TaskSource] = list(sources)
+        self.source_errors = 0
+        self.max_source_errors = max_source_errors
 
     def add(self, source: TaskSource) -> None:
         """Hold ``source`` too."""
@@ -115,15 +128,44 @@ class SourceRegistry:
             raise GroupDropped("question_mismatch", "the group's prompt has no user message")
         source = self.source_of(provenance)
         if source is not None:
-            rederived = source.rederive(provenance, question)
+            rederived = self._rederive(source, provenance, question)
             return {**rederived.columns, "question": rederived.question}
+        held = ", ".join(s.describe() for s in self.sources) or "none"
+        family = [s for s in self.sources if s.name == provenance.source]
+        if family and provenance.key is not None:
+            # A source of this kind is held here (a dataset, whatever its file's name): the item is what is missing.
+            raise GroupDropped(
+                "item_not_held", f"no {provenance.source} held here has item {provenance.key} (held: {held})"
+            )
         if self.policy == "trust":
             return {**_trusted_columns(group), "question": question}
         reason = "unknown_source" if self.policy == "verify" else "untrusted_source"
-        held = ", ".join(s.describe() for s in self.sources) or "none"
         raise GroupDropped(
             reason, f"no source here holds {provenance.source}/{provenance.task} (held: {held}; policy {self.policy!r})"
         )
+
+    def _rederive(self, source: TaskSource, provenance: Provenance, question: str) -> Rederived:
+        """``source.rederive``, with an error of the source's own (not a :class:`GroupDropped`) logged with the item
+        and counted in :attr:`source_errors`, and the group dropped as ``source_error``: a source that raises on
+        one item never stops training."""
+        try:
+            return source.rederive(provenance, question)
+        except GroupDropped:
+            raise
+        except Exception as e:
+            self.source_errors += 1
+            item = provenance.key or f"{provenance.task}[{provenance.seed}, {provenance.index}]"
+            logger.error(
+                "task source %s raised on item %s (%d source error(s) so far): %s: %s",
+                source.describe(), item, self.source_errors, type(e).__name__, e,
+            )  # fmt: skip
+            if self.max_source_errors is not None and self.source_errors > self.max_source_errors:
+                raise SourceErrorLimit(
+                    f"task source {source.describe()} raised {self.source_errors} times (limit {self.max_source_errors}"
+                    f"); last, on item {item}: {type(e).__name__}: {e}"
+                ) from e
+            detail = f"{source.describe()} raised on item {item}: {type(e).__name__}: {e}"
+            raise GroupDropped("source_error", detail) from None
 
 
 def _trusted_columns(group: Group) -> dict[str, Any]:

@@ -46,8 +46,8 @@ def registry_for(
     train_dataset: Any, sources: Sequence[TaskSource] | None, policy: str, regeneration_timeout: float | None
 ) -> SourceRegistry:
     """The sources a trainer holds: ``sources`` as given, plus those its own rows need that none of them holds (dataset
-    items keyed by content), plus reasoning-gym (its own tasks regenerated in this process). Logs what it holds, and
-    warns of rows no peer could verify, saying why."""
+    items keyed by content; reasoning-gym, when its rows hold reasoning-gym items). Logs what it holds, and warns of
+    rows no peer could verify, saying why."""
     registry = SourceRegistry(sources or (), policy)
     rows = _sample_rows(train_dataset)
     provenances = row_provenances(rows)
@@ -56,9 +56,10 @@ def registry_for(
         if provenance is not None and provenance.source == REASONING_GYM_SOURCE:
             task = TaskSpec(provenance.task, provenance.config)
             tasks.setdefault((task.name, task.config_key), task)
-    # reasoning-gym is installed with this library and regenerates any item cheaply (a foreign config in a child
-    # process, under a time limit): every peer verifies its groups, whether or not it trains on its tasks.
-    if not any(isinstance(s, ReasoningGymSource) for s in registry.sources):
+    # reasoning-gym regenerates any of its items cheaply (a foreign config in a child process, under a time limit): a
+    # peer that trains on reasoning-gym tasks verifies every reasoning-gym group, of its own tasks or not. A peer of
+    # other sources holds only those: its rewards need their columns.
+    if tasks and not any(isinstance(s, ReasoningGymSource) for s in registry.sources):
         registry.add(ReasoningGymSource(list(tasks.values()), regeneration_timeout=regeneration_timeout))
     keyed = [(row, p) for row, p in zip(rows, provenances, strict=True) if p is not None and p.source == DATASET_SOURCE]
     unheld = [(row, p) for row, p in keyed if registry.source_of(p) is None]
