@@ -143,6 +143,13 @@ EXPOSE 31337/tcp
 HEALTHCHECK --interval=60s --timeout=10s --start-period=10m --retries=3 \
     CMD ["sapo-node", "health"]
 
+# `docker stop` sends this signal, then SIGKILL after its grace (10 s unless `docker run --stop-timeout` or
+# `docker stop -t` say otherwise). On SIGTERM the node abandons what it is doing within seconds (an evaluation, the
+# generation or loss pass of a step; an optimizer step finishes), writes the last completed step's checkpoint and
+# leaves the swarm: writing that checkpoint takes most of the grace (full weights of the default model with their
+# optimizer state are about 1.6 GB), so run the container with `--stop-timeout 60`.
+STOPSIGNAL SIGTERM
+
 ENTRYPOINT ["sapo-node"]
 # Arguments given to `docker run IMAGE ...` replace these: repeat --output-dir and --host-maddrs there.
 CMD ["--output-dir", "/data", "--host-maddrs", "/ip4/0.0.0.0/tcp/31337"]

@@ -561,3 +561,15 @@ def test_the_healthcheck_and_healthz_agree_on_a_running_a_stalled_and_a_stopped_
         server.close()
     code, said = healthcheck()  # stopped: nothing answers
     assert code == 1 and "does not answer" in said, said
+
+
+def test_docker_stop_gives_the_node_time_to_checkpoint(final_stage):
+    """`docker stop` sends the image's STOPSIGNAL (SIGTERM: the node checkpoints its last completed step and leaves)
+    and kills after its grace: the documented `docker run` lines set one long enough to write that checkpoint."""
+    assert _values(final_stage, "STOPSIGNAL") == ["SIGTERM"]
+    for path in ("README.md", "docs/docker.md", "docs/node_operations.md"):
+        runs = _commands((ROOT / path).read_text(), "docker run")
+        assert runs, f"{path} shows no `docker run` line"
+        for run in runs:
+            grace = _option(run, "--stop-timeout")
+            assert grace and int(grace[0]) >= 60, f"{path}: `docker run` without --stop-timeout 60: {' '.join(run)}"

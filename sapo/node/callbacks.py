@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
+import os
 import signal
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -229,13 +232,34 @@ def _kept_on_resume(line: str, start: int) -> bool:
     return step < start or (step == start and not is_evaluation_line(record))
 
 
+class StopRequested(BaseException):
+    """Raised in the node's main thread to abandon the work in progress once a stop is requested. A BaseException,
+    as KeyboardInterrupt is, so that no ``except Exception`` in the libraries below swallows it."""
+
+
+# Phases of a step (SAPOTrainer's names) that a stop abandons: nothing of them is kept that the last completed step
+# did not already hold. Publishing (the round's groups sent and logged) is left to finish; the optimizer step too.
+_ABANDONABLE_PHASES = frozenset({"swarm_fetch", "external_scoring", "generation", "scoring", "training", "evaluating"})
+
+
 class GracefulStop(TrainerCallback):
-    """SIGINT/SIGTERM finish the current step, write a checkpoint and stop training; a second SIGINT aborts.
-    The last step of a run is checkpointed too, so every exit leaves a checkpoint to resume from."""
+    """SIGINT/SIGTERM stop the node within seconds, in any phase, keeping the last completed step resumable.
+
+    Work that changes nothing kept (waiting for peers, loading, a held-out evaluation, the fetch, generation,
+    scoring and the loss of a step in progress) is abandoned at once: :class:`StopRequested` is raised in the main
+    thread, and the node checkpoints the last completed step (:meth:`checkpoint_last_step`) before it leaves. An
+    abandoned evaluation runs again after a restart. The optimizer step and what follows it up to the step's end are
+    left to finish (a few seconds at most), then the step is checkpointed. A second SIGINT aborts without a
+    checkpoint. The last step of a run is checkpointed too, so every exit leaves a checkpoint to resume from.
+    """
 
     def __init__(self) -> None:
         self.requested: str | None = None
         self._previous: dict[int, Any] = {}
+        self._abandonable: str | None = None  # what the node is doing now that a stop may abandon
+        # The model's parameter objects at the end of the last completed step: a step abandoned inside a context that
+        # swaps weights (merged LoRA adapters, bf16 copies) and did not put them back is never checkpointed.
+        self._parameters: dict[str, Any] = {}
 
     def install(self) -> GracefulStop:
         """Take over SIGINT and SIGTERM (main thread only)."""
@@ -245,6 +269,7 @@ class GracefulStop(TrainerCallback):
 
     def uninstall(self) -> None:
         """Give the signals back to their previous handlers."""
+        self._abandonable = None
         for sig, handler in self._previous.items():
             signal.signal(sig, handler)
         self._previous.clear()
@@ -254,14 +279,100 @@ class GracefulStop(TrainerCallback):
         if self.requested is not None and signum == signal.SIGINT:
             raise KeyboardInterrupt  # second Ctrl-C: abandon the step; the node still leaves the swarm
         self.requested = name
-        logger.info("%s received: finishing the current step, then checkpoint and leave (Ctrl-C again to abort)", name)
+        if self._abandonable is not None:
+            activity, self._abandonable = self._abandonable, None
+            logger.info("%s received: abandoning %s; checkpoint of the last completed step, then leave", name, activity)
+            raise StopRequested(name)
+        logger.info("%s received: finishing the optimizer step, then checkpoint and leave (Ctrl-C again aborts)", name)
 
-    def on_step_end(self, args, state, control, **kwargs):
+    def raise_if_requested(self) -> None:
+        """Raise :class:`StopRequested` when a stop was requested (a point where the node may stop)."""
+        if self.requested is not None:
+            self._abandonable = None
+            raise StopRequested(self.requested)
+
+    @contextlib.contextmanager
+    def abandonable(self, activity: str) -> Iterator[None]:
+        """Within the context a stop request abandons ``activity`` at once (e.g. ``"waiting for peers"``)."""
+        self.raise_if_requested()
+        previous, self._abandonable = self._abandonable, activity
+        try:
+            yield
+        finally:
+            self._abandonable = previous
+        self.raise_if_requested()
+
+    def _enter(self, activity: str | None) -> None:
+        self._abandonable = activity
+        if activity is not None:
+            self.raise_if_requested()  # a stop that arrived while nothing could be abandoned
+
+    def on_phase(self, phase: str, state) -> None:
+        self._enter(_PHASE_WORDS.get(phase, phase) if phase in _ABANDONABLE_PHASES else None)
+
+    def on_train_begin(self, args, state, control, model=None, **kwargs):
+        self._parameters = _parameter_objects(model)
+
+    def on_step_begin(self, args, state, control, **kwargs):
+        self._enter(f"step {state.global_step + 1}")
+
+    def on_pre_optimizer_step(self, args, state, control, **kwargs):
+        self._abandonable = None  # from here to the step's end the weights change: the step finishes
+        pause = float(os.environ.get(FAULT_PAUSE_IN_OPTIMIZER_STEP) or 0)
+        if pause > 0:  # fault injection (tests): a stop requested in this window lands in the optimizer step
+            logger.info("fault injection: pausing %g s in the optimizer step", pause)
+            time.sleep(pause)
+
+    def on_step_end(self, args, state, control, model=None, **kwargs):
+        self._abandonable = None
+        self._parameters = _parameter_objects(model)
         if self.requested is not None:
             control.should_save = True
             control.should_training_stop = True
         elif state.global_step >= state.max_steps:
             control.should_save = True  # the last step is always resumable, whatever save_steps says
+
+    def on_evaluate(self, args, state, control, **kwargs):
+        self._abandonable = None  # a checkpoint may be written next
+
+    def checkpoint_last_step(self, trainer: Any) -> Path | None:
+        """After an abandoned step or evaluation: write the checkpoint of ``trainer``'s last completed step unless it
+        exists or there is none (step 0). Returns the newest complete checkpoint."""
+        from sapo.checkpoints import latest_complete_checkpoint
+
+        self._abandonable = None
+        output_dir = Path(trainer.args.output_dir)
+        newest = latest_complete_checkpoint(output_dir)
+        step = trainer.state.global_step
+        if step == 0 or (newest is not None and newest.name == f"checkpoint-{step}"):
+            return newest
+        if not _same_parameters(trainer.model, self._parameters):
+            logger.warning(
+                "the work abandoned at step %d left the model's weights swapped: step %d is not checkpointed; "
+                "the newest complete checkpoint is %s", step + 1, step, newest,
+            )  # fmt: skip
+            return newest
+        # The weights, optimizer, scheduler and trainer state are those at the end of the last completed step: the
+        # step in progress had not reached its optimizer step.
+        trainer.save_checkpoint()
+        logger.info("step %d: checkpoint written to %s/checkpoint-%d", step, output_dir, step)
+        return latest_complete_checkpoint(output_dir)
+
+
+FAULT_PAUSE_IN_OPTIMIZER_STEP = "SAPO_FAULT_PAUSE_IN_OPTIMIZER_STEP"
+"""Environment variable (tests only): seconds a node pauses at the start of each optimizer step."""
+
+
+def _parameter_objects(model: Any) -> dict[str, Any]:
+    return dict(model.named_parameters()) if model is not None else {}
+
+
+def _same_parameters(model: Any, recorded: dict[str, Any]) -> bool:
+    """Whether ``model`` holds the very parameter objects ``recorded`` and no LoRA layer is marked merged."""
+    now = _parameter_objects(model)
+    if not recorded or now.keys() != recorded.keys() or any(now[k] is not recorded[k] for k in now):
+        return False
+    return not any(getattr(module, "merged_adapters", None) for module in model.modules())
 
 
 class SwarmLog(TrainerCallback):

@@ -23,6 +23,10 @@ _RUN_IDENTITY_FIELDS = (
 )  # fmt: skip
 
 
+ERROR_LIMIT_EXIT_CODE = 4
+"""Exit code of a node stopped by its reward or task-source error limit."""
+
+
 class NodeError(Exception):
     """A problem the user can fix (bad address, missing model, unknown task...): one line, with the fix."""
 
@@ -50,7 +54,7 @@ _SECTIONS = {
     "Policy": ("model", "lora_r", "lora_alpha", "lora_dropout"),
     "Questions and rewards": (
         "tasks", "eval_tasks", "dataset", "dataset_name", "question_column", "answer_column", "reward_columns",
-        "eval_fraction", "dataset_size", "rewards",
+        "eval_fraction", "dataset_size", "rewards", "max_reward_errors_in_a_row", "max_source_errors",
     ),
     "Swarm (defaults and text of `swarm.dht.DHTTransportConfig`'s fields)": (
         "initial_peers", "host_maddrs", "announce_maddrs", "identity", "swarm_name", "client_mode", "use_auto_relay",
@@ -132,6 +136,21 @@ class NodeArguments:
             "help": "Reward functions: `reasoning_gym`, `math`, `format`, or your own as `module:function` or "
             "`path/to/file.py:function` (TRL's signature: prompts, completions, **columns; one float or None per "
             "completion). Weights: `reward_weights`."
+        },
+    )
+    max_reward_errors_in_a_row: int | None = field(
+        default=64,
+        metadata={
+            "help": "A reward function that raises on one of the node's own rows scores that row as failed (`None`: "
+            "no reward) and the node goes on, logging the row's item and the error; after this many failed rows of "
+            "one function in a row the node stops, saying why in node.log and status.json. `none`: never stops."
+        },
+    )
+    max_source_errors: int | None = field(
+        default=100,
+        metadata={
+            "help": "A task source that raises while re-deriving a received item drops that group (`source_error`) "
+            "and the node goes on; after this many such errors the node stops, saying why. `none`: never stops."
         },
     )
     initial_peers: list[str] = _swarm_option("initial_peers")
@@ -420,13 +439,27 @@ def _run(args: Any, node: NodeArguments) -> int:
     from sapo.checkpoints import latest_complete_checkpoint, set_aside_incomplete
     from sapo.node.about import model_label, sapo_version
     from sapo.node.board import BoardLogHandler, StatusBoard
-    from sapo.node.callbacks import EvaluateAtEnd, GracefulStop, MetricsJsonl, NodeProgress, NodeStatus, SwarmLog
+    from sapo.node.callbacks import (
+        EvaluateAtEnd,
+        GracefulStop,
+        MetricsJsonl,
+        NodeProgress,
+        NodeStatus,
+        StopRequested,
+        SwarmLog,
+    )
     from sapo.node.logs import setup_logging
+    from sapo.reward_guard import RewardErrorLimit, RewardGuard
+    from sapo.sources import SourceErrorLimit
     from sapo.trainer import SAPOTrainer
 
     # Cheap checks first: a typo must not cost a model load.
     check_addresses(node)
-    reward_funcs = build_rewards(node.rewards)
+    try:
+        guard = RewardGuard(node.max_reward_errors_in_a_row)
+    except ValueError as e:
+        raise NodeError(f"--max_reward_errors_in_a_row: {e}") from None
+    reward_funcs = guard.wrap_all(build_rewards(node.rewards))
     if not node.dataset:
         task_specs(node.tasks)
     held_out_tasks = task_specs(node.eval_tasks) if node.eval_tasks else None
@@ -447,21 +480,27 @@ def _run(args: Any, node: NodeArguments) -> int:
     page = start_status_page(node, board, status)
     problems = BoardLogHandler(board)
     logging.getLogger().addHandler(problems)
-    swarm = None
+    registry = None
+    board.count_errors(lambda: {"reward": guard.errors, "source": registry.source_errors if registry else 0})
+    swarm = trainer = None
     try:
         set_aside_incomplete(output_dir)
         resume = latest_complete_checkpoint(output_dir)
         status.set("building questions", _step(resume) or 0)
-        dataset, sources = build_questions(node, seed=args.seed)
-        status.set("loading model")
-        logger.info("loading model %s", node.model)
-        model, tokenizer = load_model(node)
+        with stop.abandonable("loading"):
+            dataset, sources = build_questions(node, seed=args.seed)
+            status.set("loading model")
+            logger.info("loading model %s", node.model)
+            model, tokenizer = load_model(node)
         status.set("joining swarm")
+        # Not abandoned midway: a join cut short could leave its p2pd daemon behind.
         swarm = start_swarm(node, output_dir, model_name=args.swarm_model_name or node.model)
+        stop.raise_if_requested()
         status.watch(swarm, rejoin_through=list(node.initial_peers), require_swarm=node.require_swarm)
         if node.wait_for_peers > 0:
             status.set(f"waiting for {node.wait_for_peers} peer(s)", patience=node.wait_for_peers_timeout + 60.0)
-            await_peers(swarm, node.wait_for_peers, node.wait_for_peers_timeout)
+            with stop.abandonable("waiting for peers"):
+                await_peers(swarm, node.wait_for_peers, node.wait_for_peers_timeout)
         status.set("starting training")
         metrics = MetricsJsonl(output_dir / "metrics.jsonl", resume_step=_step(resume))
         status.replay(metrics.history)
@@ -480,10 +519,13 @@ def _run(args: Any, node: NodeArguments) -> int:
             swarm, lambda: trainer.sender_outcomes, rejoin_through=list(node.initial_peers),
             require_swarm=node.require_swarm,
         )  # fmt: skip
+        registry = trainer.intake.sources
+        registry.max_source_errors = node.max_source_errors
         trainer.remove_callback(ProgressCallback)
         trainer.remove_callback(PrinterCallback)
         if resume is not None:
             logger.info("resuming from %s", resume)
+        stop.raise_if_requested()
         trainer.train(resume_from_checkpoint=str(resume) if resume else None)
         if stop.requested is None:
             trainer.save_model(str(output_dir / "final"))
@@ -491,6 +533,20 @@ def _run(args: Any, node: NodeArguments) -> int:
         else:
             logger.info("stopped by %s at step %d", stop.requested, trainer.state.global_step)
         return 0
+    except StopRequested as e:
+        # Work in progress abandoned; the last completed step stays resumable (its checkpoint written if need be).
+        if trainer is not None:
+            stop.checkpoint_last_step(trainer)
+        logger.info("stopped by %s at step %d", e, trainer.state.global_step if trainer is not None else 0)
+        return 0
+    except (RewardErrorLimit, SourceErrorLimit) as e:
+        kind = "reward" if isinstance(e, RewardErrorLimit) else "task source"
+        status.set(f"stopped: {kind} errors", stopped=str(e))
+        logger.error(
+            "stopping: %s; fix it and restart: the node resumes from the newest complete checkpoint (--%s raises the "
+            "limit)", e, "max_reward_errors_in_a_row" if kind == "reward" else "max_source_errors",
+        )  # fmt: skip
+        return ERROR_LIMIT_EXIT_CODE
     except KeyboardInterrupt:
         logger.warning("aborted: the current step is lost; the newest complete checkpoint is kept")
         return 130
