@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 from sapo.group_log import read_group_log
-from tests.node_fixtures import TINY, _evaluations, _metrics
+from tests.node_fixtures import TINY, _assert_gone, _evaluations, _metrics, _p2pd_pid, _wait
 
 REWARD_MODULE = '''
 def units_reward(prompts, completions, answer, units, **kwargs):
@@ -65,3 +65,73 @@ def test_two_nodes_share_a_users_dataset_in_different_orders_and_a_split(tmp_pat
     split_node = [g for g in read_group_log(run_dir / "node-1" / "groups.jsonl") if g["origin"] == "swarm"]
     assert {g["outcome"] for g in split_node} <= {"taken", "item_not_held", "not_chosen", "zero_advantage", "stale",
                                                   "implausible", "peer_cap"}  # fmt: skip
+
+
+FLAKY_REWARD = '''
+def picky_reward(prompts, completions, answer, **kwargs):
+    """Chokes on answers that end in 0 (a fifth of the items), like a parser meeting a format it never saw."""
+    if any(a.endswith("0") for a in answer):
+        raise ValueError("cannot parse " + ", ".join(answer))
+    texts = [c[0]["content"] if isinstance(c, list) else c for c in completions]
+    return [float(a in t) for t, a in zip(texts, answer)]
+
+
+def broken_reward(prompts, completions, **kwargs):
+    raise KeyError("unit")
+'''
+
+
+def _alone(tmp_path: Path, model: Path, name: str, reward: str, *extra: str) -> tuple[list[str], Path]:
+    records = [{"question": f"What is {k} + {k}?", "answer": str(2 * k)} for k in range(1, 41)]  # 8 of 40 end in 0
+    data = _write_jsonl(tmp_path / "doubling.jsonl", records)
+    (tmp_path / "flaky_rewards.py").write_text(FLAKY_REWARD)
+    out = tmp_path / name
+    tiny = [a for a in TINY if a not in ("--tasks", "basic_arithmetic")]
+    command = [sys.executable, "-m", "sapo.node.cli", "--model", str(model), "--output_dir", str(out), *tiny,
+               "--dataset", str(data), "--rewards", f"{tmp_path / 'flaky_rewards.py'}:{reward}", "--eval_strategy",
+               "no", "--eval_on_start", "false", "--status_port", "0", *extra]  # fmt: skip
+    return command, out
+
+
+def test_a_reward_raising_on_a_fifth_of_own_rows_is_counted_and_the_node_goes_on(tmp_path, tiny_model_a):
+    import signal
+    import urllib.request
+
+    command, out = _alone(tmp_path, tiny_model_a, "flaky", "picky_reward", "--max_steps", "1000")
+    node = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        log = out / "node.log"
+        _wait(lambda: log.exists() and "raised on" in log.read_text(), 300, "a reward error in node.log", node)
+        steps = len(_metrics(out))
+        _wait(lambda: len(_metrics(out)) >= steps + 3, 300, "three more steps", node)  # it goes on
+        line = next(x for x in log.read_text().splitlines() if "raised on" in x)
+        assert "reward picky_reward raised on doubling item " in line and "ValueError: cannot parse" in line
+        url = json.loads((out / "status.json").read_text())["page"]
+        with urllib.request.urlopen(url + "metrics", timeout=10) as response:
+            exposition = response.read().decode()
+        counted = float(next(x for x in exposition.splitlines() if x.startswith('sapo_errors_total{kind="reward"}'))
+                        .split()[-1])  # fmt: skip
+        assert counted > 0 and counted % 2 == 0  # every completion of a failing question (2 per group), nothing else
+        with urllib.request.urlopen(url, timeout=10) as response:
+            assert 'id="reward-errors">' in response.read().decode()
+        assert _metrics(out)[-1]["sapo/total/reward_errors"] > 0
+        assert node.poll() is None
+        node.send_signal(signal.SIGTERM)
+        assert node.wait(timeout=120) == 0
+    finally:
+        if node.poll() is None:
+            node.kill()
+            node.wait(timeout=30)
+    _assert_gone(_p2pd_pid(out))
+
+
+def test_a_reward_failing_on_every_row_stops_the_node_saying_why(tmp_path, tiny_model_a):
+    command, out = _alone(tmp_path, tiny_model_a, "broken", "broken_reward", "--max_steps", "20",
+                          "--max_reward_errors_in_a_row", "4")  # fmt: skip
+    result = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 4, result.stderr[-3000:]
+    reason = "stopping: reward broken_reward failed on 4 own rows in a row (limit 4)"
+    assert reason in result.stderr.strip().splitlines()[-1]  # the last line the operator sees
+    assert reason in (out / "node.log").read_text()
+    status = json.loads((out / "status.json").read_text())
+    assert status["phase"] == "stopped: reward errors" and "KeyError: 'unit'" in status["stopped"]

@@ -126,6 +126,7 @@ class StatusBoard:
         self._last_error: dict[str, Any] | None = None
         self._page_url: str | None = None
         self._finished = False
+        self._error_counts: Callable[[], dict[str, int]] = dict
 
     # ------------------------------------------------------------------------------ written by the node
 
@@ -147,6 +148,11 @@ class StatusBoard:
         """The step the run ends at."""
         with self._lock:
             self._max_steps = max_steps
+
+    def count_errors(self, counts: Callable[[], dict[str, int]]) -> None:
+        """Where the node's error counts are read at each snapshot (``{"reward": ..., "source": ...}``: own rows a
+        reward function failed on, received items a task source raised on)."""
+        self._error_counts = counts
 
     def set_page_url(self, url: str | None) -> None:
         """Where the page is served (shown on it, and in status.json)."""
@@ -277,6 +283,7 @@ class StatusBoard:
                 "problems": list(self._problems),
                 "last_error": self._last_error,
             }
+        snap["errors"] = dict(self._error_counts())
         durations = [b - a for a, b in zip(ends, ends[1:], strict=False)]
         snap["step_seconds"] = statistics.median(durations) if durations else None
         snap["last_step_time"] = ends[-1] if ends else None

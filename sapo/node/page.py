@@ -261,6 +261,12 @@ def node_page(snap: dict[str, Any]) -> str:
         + (f' <span class="muted">({_e(_ago(error["time"], now))})</span>' if error else "")
         + "</p>"
     )
+    errors = snap.get("errors") or {}
+    body.append(
+        f'<p>errors counted: <span id="reward-errors">{int(errors.get("reward", 0))}</span> own rows a reward '
+        f'function failed on (scored as failed), <span id="source-errors">{int(errors.get("source", 0))}</span> '
+        "received items a task source raised on (dropped)</p>"
+    )
     problems = [
         [_e(time.strftime("%H:%M:%S", time.localtime(p["time"]))), _e(p["level"]), _e(p["message"])]
         for p in reversed(snap["problems"])

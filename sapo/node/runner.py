@@ -23,14 +23,16 @@ _RUN_IDENTITY_FIELDS = (
 )  # fmt: skip
 
 
-ERROR_LIMIT_EXIT_CODE = 4
-"""Exit code of a node stopped by its reward or task-source error limit."""
-
-
 class NodeError(Exception):
     """A problem the user can fix (bad address, missing model, unknown task...): one line, with the fix."""
 
     exit_code = 2
+
+
+class ErrorLimitReached(NodeError):
+    """Training stopped: a reward function or a task source kept raising past its limit."""
+
+    exit_code = 4
 
 
 class JoinError(NodeError):
@@ -542,11 +544,11 @@ def _run(args: Any, node: NodeArguments) -> int:
     except (RewardErrorLimit, SourceErrorLimit) as e:
         kind = "reward" if isinstance(e, RewardErrorLimit) else "task source"
         status.set(f"stopped: {kind} errors", stopped=str(e))
-        logger.error(
-            "stopping: %s; fix it and restart: the node resumes from the newest complete checkpoint (--%s raises the "
-            "limit)", e, "max_reward_errors_in_a_row" if kind == "reward" else "max_source_errors",
-        )  # fmt: skip
-        return ERROR_LIMIT_EXIT_CODE
+        flag = "max_reward_errors_in_a_row" if kind == "reward" else "max_source_errors"
+        message = f"stopping: {e}; fix it and restart (the node resumes from its newest complete checkpoint; --{flag} "
+        message += "raises the limit)"
+        logger.error("%s", message)
+        raise ErrorLimitReached(message) from None
     except KeyboardInterrupt:
         logger.warning("aborted: the current step is lost; the newest complete checkpoint is kept")
         return 130

@@ -107,6 +107,13 @@ class SnapshotCollector:
         yield from gauge("sapo_dht_neighbours", "DHT neighbours; 0: alone.", swarm.get("neighbours"))
         yield from gauge("sapo_swarm_alone", "1 while no other peer is reachable (slots filled locally).",
                          1.0 if swarm.get("state") == "alone" else 0.0)  # fmt: skip
+        errors = CounterMetricFamily(
+            "sapo_errors", "Errors the node counted and went on: `reward`, own rows a reward function failed on "
+            "(scored as failed); `source`, received items a task source raised on (dropped).", labels=["kind"]
+        )  # fmt: skip
+        for kind, count in sorted((snap.get("errors") or {}).items()):
+            errors.add_metric([kind], float(count))
+        yield errors
         phase = GaugeMetricFamily("sapo_phase", "What the node does now (1 for the current phase).", labels=["phase"])
         phase.add_metric([snap["phase"]], 1.0)
         yield phase

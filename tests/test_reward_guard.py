@@ -1,0 +1,61 @@
+"""A reward that raises on some of a peer's own rows: the rows are scored as failed (None, TRL's "not applicable"),
+each error is logged with the row's item and counted, training goes on; a reward failing on every row stops training
+with the reason once its limit is reached."""
+
+from __future__ import annotations
+
+import json
+import logging
+
+import pytest
+
+from sapo.reward_guard import RewardErrorLimit, RewardGuard, letting_errors_through
+from tests.trainer_fixtures import _math_dataset, _metric, _trainer
+
+
+def picky_reward(prompts, completions, answer, **kwargs):
+    """Raises on items whose answer ends in 0 (a fifth of the doubling questions), like a parser that chokes."""
+    if any(a.endswith("0") for a in answer):
+        raise ValueError(f"cannot parse answer {answer}")
+    return [0.5 for _ in completions]
+
+
+def test_a_reward_raising_on_some_own_rows_scores_them_as_failed_and_training_goes_on(
+    tmp_path, smollm_tokenizer, caplog
+):
+    guard = RewardGuard(max_errors_in_a_row=1000)
+    [reward] = guard.wrap_all([picky_reward])
+    assert reward.__name__ == "picky_reward"  # TRL names the reward's metrics by it
+
+    def keyed(row, i):
+        return {"provenance": json.dumps({**json.loads(row["provenance"]), "key": f"k{i}"})}
+
+    dataset = _math_dataset(16).map(keyed, with_indices=True)
+    trainer = _trainer(tmp_path, smollm_tokenizer, "guarded", reward, dataset=dataset, max_steps=4, num_external=0)
+    with caplog.at_level(logging.ERROR, logger="sapo.reward_guard"):
+        trainer.train()
+    assert trainer.state.global_step == 4
+    assert guard.errors > 0 and guard.errors % 4 == 0  # every completion of a failing question, never another
+    failed = [r for r in caplog.records if "raised on" in r.getMessage()]
+    assert len(failed) == guard.errors and "ValueError: cannot parse answer" in failed[0].getMessage()
+    assert any(f"doubling item k{i}" in failed[0].getMessage() for i in (0, 5, 10, 15))  # the row's item key
+    assert _metric(trainer, "sapo/total/reward_errors")[-1] == guard.errors
+
+
+def test_a_reward_failing_on_every_row_stops_training_at_its_limit(tmp_path, smollm_tokenizer):
+    def broken(prompts, completions, **kwargs):
+        raise KeyError("units")
+
+    guard = RewardGuard(max_errors_in_a_row=6)
+    trainer = _trainer(tmp_path, smollm_tokenizer, "broken", guard.wrap(broken), max_steps=3, num_external=0)
+    with pytest.raises(RewardErrorLimit, match=r"reward broken failed on 6 own rows in a row \(limit 6\)"):
+        trainer.train()
+
+
+def test_errors_pass_through_where_the_caller_handles_them():
+    guard = RewardGuard()
+    reward = guard.wrap(picky_reward)
+    assert reward(["q"], ["c"], answer=["12"]) == [0.5]
+    with letting_errors_through(), pytest.raises(ValueError, match="cannot parse"):
+        reward(["q"], ["c"], answer=["10"])
+    assert reward(["q", "q"], ["c", "c"], answer=["10", "12"]) == [None, 0.5] and guard.errors == 1
