@@ -312,7 +312,9 @@ class SwarmReader:
             self._reject("expired", f"announcement of {sender} is {now - announcement.updated_at:.0f} s old")
             return False
         if self.book.take_announcement(announcement):
-            logger.info("peer %s heard from peer %s (model %r)", self._label, sender, announcement.model)
+            logger.info(
+                "key fingerprint %s heard from key fingerprint %s (model %r)", self._label, sender, announcement.model
+            )
         self._last_announcement = self._clock.monotonic()
         self._counters.add("announcements_received")
         return True
@@ -338,7 +340,7 @@ class SwarmReader:
             self._clock_skew(sender, entry.updated_at - now)
             return False
         if self.book.take_index_entry(sender, public_key, entry):
-            logger.info("peer %s found peer %s (model %r)", self._label, sender, entry.model)
+            logger.info("key fingerprint %s found key fingerprint %s (model %r)", self._label, sender, entry.model)
         return True
 
     def _take_value(self, sender: str, value: Any) -> None:
@@ -377,14 +379,15 @@ class SwarmReader:
         self._counters.add("received_groups", len(accepted))
 
     def _clock_skew(self, sender: str, ahead: float) -> None:
-        self._reject("clock_skew", f"peer {sender} is {ahead:.1f} s in the future")
+        self._reject("clock_skew", f"key fingerprint {sender} is {ahead:.1f} s in the future")
         if sender not in self._skew_warned:
             self._skew_warned[sender] = None
             while len(self._skew_warned) > _SKEW_WARNINGS_KEPT:  # identities are free: the memory of them is bounded
                 self._skew_warned.popitem(last=False)
             logger.warning(
-                "peer %s: records of peer %s are dated %.1f s in the future: the clocks of the two machines "
-                "differ (hivemind peers whose clocks differ by more than 3 s fail to interact); sync them (NTP)",
+                "key fingerprint %s: records of key fingerprint %s are dated %.1f s in the future: the clocks of the "
+                "two machines differ (hivemind peers whose clocks differ by more than 3 s fail to interact); sync them "
+                "(NTP)",
                 self._label,
                 sender,
                 ahead,

@@ -34,7 +34,7 @@ STEP_FIGURES = {
     2: {"sapo/external_reward": 0.875, "sapo/external_groups": 1.0, "sapo/fill_ins": 1.0, "step_time": 3.0,
         "sapo/time/generation": 2.0, "sapo/time/swarm_fetch": 0.02},
     3: {"sapo/external_reward": 0.625, "sapo/external_groups": 2.0, "sapo/fill_ins": 0.0, "step_time": 45.0,
-        "sapo/time/generation": 30.0, "sapo/time/swarm_fetch": 0.03},
+        "sapo/time/generation": 30.0, "sapo/time/swarm_fetch": 0.03, "sapo/total/dropped/zero_advantage": 1.0},
 }  # fmt: skip
 
 
@@ -356,3 +356,36 @@ def test_a_running_nodes_page_renders_its_logged_figures_in_chromium(tmp_path, t
     _assert_gone(p2pd)
     with pytest.raises(OSError):
         get(url)  # the page left with the node
+
+
+def test_the_page_counts_every_drop_by_reason_and_reads_from_the_first_evaluation_in_chromium(tmp_path):
+    """Right after a node's first evaluation and step: zero-advantage groups (which no sender is charged with) are
+    counted on the page and in /metrics, sapo_step counts completed steps (not the one in progress), the lone
+    held-out evaluation sits at step 0 of the run's axis, per-task points of equal value are told apart, and the
+    figures are in a table too."""
+    browser = chromium()
+    board = StatusBoard("test-node", max_steps=20, version="9.8.7", model="tiny-llama")
+    board.record_held_out(0, 0.0, 0.0, {"basic_arithmetic": 0.0, "chain_sum": 0.0, "leg_counting": 0.0})
+    board.record_step(1, {"sapo/local_reward": 0.25, "sapo/total/dropped/zero_advantage": 3.0})
+    board.set_phase("generating", 2)  # step 2 in progress
+    server = StatusServer(node_app(board.snapshot), "127.0.0.1", 0)
+    try:
+        _, _, body = get(server.url + "metrics")
+        dom = browse(browser, server.url, tmp_path)
+    finally:
+        server.close()
+    samples = {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(body)
+        for s in family.samples
+    }
+    assert samples[("sapo_step", ())] == 1
+    assert samples[("sapo_groups_dropped_by_reason_total", (("reason", "zero_advantage"),))] == 3
+    assert re.search(r"<td><code>zero_advantage</code></td><td>3</td>", dom)
+    per_task = re.search(r'data-chart="held_out_tasks".*?</svg>', dom, flags=re.S).group(0)
+    xs = re.findall(r'<circle data-series="[^"]+" data-step="0" data-value="0.000" cx="([\d.]+)"', per_task)
+    assert len(xs) == 3 and len(set(xs)) == 3  # three tasks at 0: three points side by side
+    overall = re.search(r'data-chart="held_out".*?</svg>', dom, flags=re.S).group(0)
+    assert re.search(r">20</text>", overall)  # the axis spans the run, not a made-up step 0-1
+    table = re.search(r'<div id="held-out-table">.*?</div>', dom, flags=re.S).group(0)
+    assert "step 0" in table and "leg_counting" in table

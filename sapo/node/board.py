@@ -35,6 +35,7 @@ PHASE_SECONDS_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 
 
 _RECENT_PROBLEMS = 8
 _PHASE_PREFIX = "sapo/time/"
+_SET_ASIDE_PREFIX = "sapo/total/dropped/"
 
 
 class Series:
@@ -110,7 +111,9 @@ class StatusBoard:
         self._phase_since = self._started
         self._phase_patience = 0.0
         self._step = 0
+        self._steps_done = 0
         self._max_steps = max_steps
+        self._set_aside: dict[str, float] = {}  # groups set aside so far, by reason (all senders, replay included)
         self._reward = Series()
         self._swarm_reward = Series()
         self._taken = Series()
@@ -144,6 +147,11 @@ class StatusBoard:
                 self._step = step
             self._finished = phase == "finished training"
 
+    def step_done(self, step: int) -> None:
+        """Steps completed so far (``step``: the trainer's ``global_step`` at a step's end, or resumed from)."""
+        with self._lock:
+            self._steps_done = max(self._steps_done, step)
+
     def set_max_steps(self, max_steps: int) -> None:
         """The step the run ends at."""
         with self._lock:
@@ -169,6 +177,7 @@ class StatusBoard:
             if not is_number(seconds) and self._step_ends and step > self._step:
                 seconds = (now - self._step_ends[-1]) / (step - self._step)
             self._step = max(self._step, step)
+            self._steps_done = max(self._steps_done, step)
             self._step_ends.append(now)
             self._add_figures(step, logs)
             if is_number(seconds):
@@ -184,6 +193,7 @@ class StatusBoard:
         scored by its rewards (`sapo/external_reward`), swarm groups taken (`sapo/external_groups`) and filled in
         with its own (`sapo/fill_ins`)."""
         with self._lock:
+            self._steps_done = max(self._steps_done, step)
             self._add_figures(step, logs)
 
     def _add_figures(self, step: int, logs: dict[str, Any]) -> None:
@@ -196,6 +206,11 @@ class StatusBoard:
         for series, value in figures.items():
             if is_number(value):
                 series.add(step, float(value))
+        # The trainer's running totals (`sapo/total/dropped/<reason>`): every reason, zero_advantage included, which
+        # the per-sender outcomes do not attribute.
+        for key, value in logs.items():
+            if key.startswith(_SET_ASIDE_PREFIX) and is_number(value):
+                self._set_aside[key[len(_SET_ASIDE_PREFIX) :]] = float(value)
 
     def record_held_out(
         self, step: int, pass_at_1: float, standard_error: float | None, per_task: dict[str, float] | None = None
@@ -265,6 +280,7 @@ class StatusBoard:
                 "phase_since": self._phase_since,
                 "phase_patience": self._phase_patience,
                 "step": self._step,
+                "steps_done": self._steps_done,
                 "max_steps": self._max_steps,
                 "finished": self._finished,
                 "page_url": self._page_url,
@@ -280,6 +296,7 @@ class StatusBoard:
                 },
                 "swarm": {**self._swarm, "peers": list(self._swarm.get("peers", []))},
                 "senders": {sender: dict(counts) for sender, counts in self._senders.items()},
+                "set_aside": dict(sorted(self._set_aside.items())),
                 "problems": list(self._problems),
                 "last_error": self._last_error,
             }

@@ -145,6 +145,11 @@ class NodeStatus(TrainerCallback):
 
     def on_train_begin(self, args, state, control, **kwargs):
         self.board.set_max_steps(state.max_steps)
+        self.board.step_done(state.global_step)
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if state.is_world_process_zero:
+            self.board.step_done(state.global_step)
 
     def on_log(self, args, state, control, logs=None, **kwargs):
         if not state.is_world_process_zero or not logs or "train_runtime" in logs or is_evaluation_line(logs):

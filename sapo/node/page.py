@@ -47,10 +47,14 @@ def svg_chart(
     width: int = 500,
     height: int = 230,
     integers: bool = False,
+    x_range: tuple[float, float] | None = None,
+    dodge: bool = False,
 ) -> str:
     """A line chart as inline SVG: one polyline (and its points, with their step and value as data attributes and
     a tooltip) per ``(label, [[step, value, (standard error)], ...])``; standard errors are drawn as bars.
-    ``integers``: counts, labelled without decimals."""
+    ``integers``: counts, labelled without decimals. ``x_range``: steps the axis spans at least (e.g. 0 to the run's
+    last step, so that a first evaluation's lone point sits where it belongs). ``dodge``: each line's points are
+    shifted a few pixels sideways, so that lines of equal values (tasks all at 0) stay apart."""
     left, right, top, bottom = 46, 10, 10, 34
     legend = _legend_rows([label for label, _ in lines], left, width - right) if len(lines) > 1 else []
     top += 14 * len(legend)
@@ -61,7 +65,7 @@ def svg_chart(
             f'<text x="{width / 2}" y="{height / 2}" text-anchor="middle" fill="#777">no {_e(y_label)} logged yet'
             "</text></svg>"
         )
-    steps = [p[0] for p in points]
+    steps = [p[0] for p in points] + list(x_range or ())
     x0, x1 = min(steps), max(steps)
     y0 = min(0.0, min(p[1] - _error(p) for p in points))
     y1 = max(1.0, max(p[1] + _error(p) for p in points))
@@ -97,7 +101,12 @@ def svg_chart(
     parts.append(f'<text x="{(left + width) / 2}" y="{height - 4}" text-anchor="middle" font-size="11">step</text>')
     for i, (label, line) in enumerate(lines):
         color = COLORS[i % len(COLORS)]
-        coords = " ".join(f"{sx(p[0]):.1f},{sy(p[1]):.1f}" for p in line)
+        shift = (i - (len(lines) - 1) / 2) * 4.0 if dodge else 0.0
+
+        def px(step: float, shift: float = shift) -> float:
+            return sx(step) + shift
+
+        coords = " ".join(f"{px(p[0]):.1f},{sy(p[1]):.1f}" for p in line)
         parts.append(
             f'<polyline data-series="{_e(label)}" fill="none" stroke="{color}" stroke-width="1.6" points="{coords}"/>'
         )
@@ -105,13 +114,13 @@ def svg_chart(
             error = _error(p)
             if error:
                 parts.append(
-                    f'<line x1="{sx(p[0]):.1f}" x2="{sx(p[0]):.1f}" y1="{sy(p[1] - error):.1f}" '
+                    f'<line x1="{px(p[0]):.1f}" x2="{px(p[0]):.1f}" y1="{sy(p[1] - error):.1f}" '
                     f'y2="{sy(p[1] + error):.1f}" stroke="{color}" stroke-opacity="0.5"/>'
                 )
             tip = f"{label}: step {p[0]}, {y_label} {_number(p[1])}" + (f" ± {_number(error)}" if error else "")
             parts.append(
                 f'<circle data-series="{_e(label)}" data-step="{p[0]}" data-value="{_number(p[1])}" '
-                f'cx="{sx(p[0]):.1f}" cy="{sy(p[1]):.1f}" r="2.5" fill="{color}"><title>{_e(tip)}</title></circle>'
+                f'cx="{px(p[0]):.1f}" cy="{sy(p[1]):.1f}" r="2.5" fill="{color}"><title>{_e(tip)}</title></circle>'
             )
     for row, items in enumerate(legend):  # above the plot, so that it hides no point
         for i, label, x in items:
@@ -167,6 +176,19 @@ def latest(points: list[list[float]]) -> float | None:
     return points[-1][1] if points else None
 
 
+def _held_out_table(snap: dict[str, Any]) -> str:
+    """Held-out pass@1 of the latest evaluations as numbers, overall and per task: readable from the first one."""
+    evaluations = snap["held_out"][-3:]
+    if not evaluations:
+        return ""
+    steps = [point[0] for point in evaluations]
+    rows = [["all", *(_number(point[1]) for point in evaluations)]]
+    for task, points in (snap.get("held_out_tasks") or {}).items():
+        by_step = {point[0]: point[1] for point in points}
+        rows.append([_e(task), *(_number(by_step[s]) if s in by_step else "-" for s in steps)])
+    return '<div id="held-out-table">' + _table(["held-out pass@1", *(f"step {s}" for s in steps)], rows, "") + "</div>"
+
+
 def node_page(snap: dict[str, Any]) -> str:
     """The status page of one node, from :meth:`sapo.node.board.StatusBoard.snapshot`."""
     now = snap["time"]
@@ -206,15 +228,22 @@ def node_page(snap: dict[str, Any]) -> str:
             ),
         )  # fmt: skip
     )
+    steps_axis = (0, snap["max_steps"]) if snap.get("max_steps") else None
     body.append(
         _figure(
             "held-out pass@1 (greedy; bars: ± 1 s.e.)",
-            svg_chart("held_out", [("held-out pass@1", snap["held_out"])], "pass@1"),
+            svg_chart("held_out", [("held-out pass@1", snap["held_out"])], "pass@1", x_range=steps_axis),
         )
     )
     per_task = [(task, points) for task, points in (snap.get("held_out_tasks") or {}).items()]
-    body.append(_figure("held-out pass@1 per task", svg_chart("held_out_tasks", per_task, "pass@1")))
+    body.append(
+        _figure(
+            "held-out pass@1 per task (points of equal value set side by side)",
+            svg_chart("held_out_tasks", per_task, "pass@1", x_range=steps_axis, dodge=True),
+        )
+    )
     body.append("</div>")
+    body.append(_held_out_table(snap))
 
     body.append("<h2>Swarm</h2>")
     addresses = swarm.get("addresses") or []
@@ -234,6 +263,21 @@ def node_page(snap: dict[str, Any]) -> str:
     ]
     body.append(_table(["peer (key fingerprint)", "model", "last seen"], peers, "no other peer listed"))
 
+    body.append("<h2>Groups set aside, by reason</h2>")
+    set_aside = snap.get("set_aside") or {}
+    body.append(
+        _table(
+            ["reason", "groups"],
+            [[f"<code>{_e(reason)}</code>", _e(f"{count:.0f}")] for reason, count in set_aside.items() if count],
+            "no group set aside yet",
+        )
+    )
+    body.append(
+        '<p class="muted">every group of another peer (or of this node\'s self-replay) the intake did not train on, '
+        "whoever sent it; <code>zero_advantage</code>: all its completions got the same reward from this node's "
+        "rewards, so it carries no learning signal (the sampler's rule); the table below attributes the other "
+        "reasons to their senders</p>"
+    )
     body.append("<h2>Groups of other peers, per sender</h2>")
     senders = []
     for sender, counts in sorted(snap["senders"].items(), key=lambda kv: -sum(kv[1].values())):

@@ -496,7 +496,7 @@ def _run(args: Any, node: NodeArguments) -> int:
             model, tokenizer = load_model(node)
         status.set("joining swarm")
         # Not abandoned midway: a join cut short could leave its p2pd daemon behind.
-        swarm = start_swarm(node, output_dir, model_name=args.swarm_model_name or node.model)
+        swarm = start_swarm(node, output_dir, model_name=args.swarm_model_name or model_label(node.model))
         stop.raise_if_requested()
         status.watch(swarm, rejoin_through=list(node.initial_peers), require_swarm=node.require_swarm)
         if node.wait_for_peers > 0:

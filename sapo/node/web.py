@@ -72,7 +72,7 @@ class SnapshotCollector:
         )
         build.add_metric([snap.get("version") or "unknown", snap.get("model") or "unknown"], 1.0)
         yield build
-        yield from gauge("sapo_step", "Training steps done.", snap["step"])
+        yield from gauge("sapo_step", "Training steps completed.", snap.get("steps_done", snap["step"]))
         yield from gauge("sapo_max_steps", "Step the run ends at.", snap.get("max_steps"))
         yield from gauge("sapo_training_reward", "Mean reward of this node's own completions, last step.",
                          latest(snap["reward"]))  # fmt: skip
@@ -136,6 +136,14 @@ class SnapshotCollector:
                     dropped.add_metric([sender, key.split("/", 1)[1]], float(count))
         yield taken
         yield dropped
+        by_reason = CounterMetricFamily(
+            "sapo_groups_dropped_by_reason", "Groups set aside by the intake, by reason, whoever sent them (swarm and "
+            "self-replay): every reason, `zero_advantage` included, which `sapo_groups_dropped` does not attribute "
+            "to a sender.", labels=["reason"],
+        )  # fmt: skip
+        for reason, count in sorted((snap.get("set_aside") or {}).items()):
+            by_reason.add_metric([reason], float(count))
+        yield by_reason
         events = CounterMetricFamily(
             "sapo_swarm_events", "What the swarm transport did (groups published, fetched, rejected/<reason>, "
             "rejoins...).", labels=["event"]
