@@ -170,7 +170,7 @@ class SenderBook:
         if state.departed and not self._silent(state, self._clock.time()):
             state.departed = False
             self._counters.add("returned_senders")
-            logger.info("peer %s is back", sender)
+            logger.info("key fingerprint %s is back", sender)
         rest = self._unreachable.get(host) if host is not None else None
         if rest is not None and at > rest[1]:  # heard from after our request failed: it is back
             del self._unreachable[host]
@@ -202,7 +202,9 @@ class SenderBook:
                     marked.append(sender)
         for sender in marked:
             self._counters.add("departed_senders")
-            logger.info("peer %s missed %d announcements: dropped", sender, self.config.departed_after_missed)
+            logger.info(
+                "key fingerprint %s missed %d announcements: dropped", sender, self.config.departed_after_missed
+            )
         return marked
 
     # ------------------------------------------------------------------------------ choosing and fetching
@@ -210,12 +212,16 @@ class SenderBook:
     def choose(self, need: int, spares: int = 0) -> tuple[list[Choice], list[Choice]]:
         """Unseen fresh records to fetch for ``need`` groups, freshest first across publishers: every publisher's
         newest unseen record in order of its date, then every publisher's next one, and so on; and up to ``spares``
-        more records of other publishers (to hedge a slow fetch with). Departed publishers and resting hosts are
-        left out."""
+        more records of other publishers (to hedge a slow fetch with). Records of resting hosts are left out, and
+        so are a departed publisher's records that left with it: those it served itself, unless another publisher
+        heard from (not departed) serves from the same host. Its records stored in the DHT live on until their ttl
+        and stay choosable: a publisher that announced its records and left before this reader's next refill
+        (which comes once per step of its caller) would otherwise never have them read."""
         now = self._clock.time()
         oldest, newest = now - self.config.record_ttl, now + self.config.clock_skew_tolerance
         resting = self.resting_hosts()
         with self._lock:
+            live_hosts = {state.host for state in self._senders.values() if not state.departed}
             per_peer = {
                 sender: sorted(
                     (
@@ -228,7 +234,8 @@ class SenderBook:
                     key=lambda ref: -ref.created_at,
                 )
                 for sender, state in self._senders.items()
-                if not state.departed and (state.host is None or state.host not in resting)
+                if (state.host is None or state.host not in resting)
+                and (not state.departed or state.host is None or state.host in live_hosts)
             }
             hosts = {sender: state.host for sender, state in self._senders.items()}
         order = list(per_peer)
@@ -254,7 +261,7 @@ class SenderBook:
         return chosen, spare
 
     def has_candidates(self) -> bool:
-        """True if some unseen fresh record of a peer not departed is known."""
+        """True if some unseen fresh record that :meth:`choose` would fetch is known."""
         return bool(self.choose(1)[0])
 
     def digest(self, sender: str, seq: int) -> bytes | None:
