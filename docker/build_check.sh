@@ -25,7 +25,8 @@
 # Environment: IMAGE (localhost/sapo-node:check), BASE_IMAGE (localhost/bookworm-python:3.11), WORK (scratch
 # directory, /tmp/sapo-build-check), CA_BUNDLE (/etc/ssl/certs/ca-certificates.crt), STEPS (2: steps of the first run; the second run trains one more),
 # REBUILD (1: time a rebuild after a source change), KEEP_IMAGE (1), NICE (nice -n 19 ionice -c 3: the
-# build and the nodes run at the lowest priority), NODE_ARGS (small settings for both nodes).
+# build and the nodes run at the lowest priority), NODE_ARGS (small settings for both nodes), HOST_PYTHON (the
+# Python of the host node: this clone's .venv/bin/python, made by setup.sh when the clone has no .venv).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -40,6 +41,8 @@ read -r -a NICE <<<"${NICE:-nice -n 19 ionice -c 3}"
 # Small settings so that a step of the default model takes seconds on a CPU, not minutes.
 read -r -a NODE_ARGS <<<"${NODE_ARGS:---max-completion-length 16 --eval-strategy no --dataset-size 256 --save-steps 1}"
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
+# The Python that runs the host node (and the parse checks): one with this project installed. Default: the clone's
+# .venv, which the script makes with setup.sh (the README's install) when the clone has none.
 HOST_PYTHON=${HOST_PYTHON:-$ROOT/.venv/bin/python}
 # The host's CA bundle, given to pip in the build as the `ca-bundle` secret (a package index or proxy whose
 # certificate only the host trusts); never stored in the image.
@@ -90,6 +93,21 @@ trap 'exit 143' TERM INT
 mkdir -p "$WORK"
 COMMIT=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
 DIRTY=$(git status --porcelain --untracked-files=no 2>/dev/null | awk '{ print $2 }' | tr '\n' ' ')
+
+# ----------------------------------------------------------------------------------------------------
+# the host's Python
+can_run_node() { [[ -x $1 ]] && "$1" -c "import sapo.node.cli, torch" 2>/dev/null; }
+if ! can_run_node "$HOST_PYTHON" && [[ $HOST_PYTHON == "$ROOT/.venv/bin/python" && ! -e $ROOT/.venv ]]; then
+    say "this clone has no .venv: making one with setup.sh for the host node (or set HOST_PYTHON to a Python with"
+    say "this project installed)"
+    "${NICE[@]}" bash "$ROOT/setup.sh" >"$WORK/setup.log" 2>&1 || { tail -20 "$WORK/setup.log" >&2; exit 2; }
+fi
+if ! can_run_node "$HOST_PYTHON"; then
+    say "$HOST_PYTHON cannot run sapo-node (import sapo.node.cli, torch failed): set HOST_PYTHON to a Python with"
+    say "this project installed, or run bash setup.sh in this clone"
+    exit 2
+fi
+note "Host node's Python: $HOST_PYTHON ($("$HOST_PYTHON" --version 2>&1))"
 
 # ----------------------------------------------------------------------------------------------------
 # 0. parse checks (both variants)
@@ -277,7 +295,7 @@ print(*(test[1:] if test[:1] == ['CMD'] else ['sh', '-c', *test[1:]]), sep='\n')
     # The node outside the image: the project's own sapo-node on the host, on 127.0.0.1. It trains until
     # this script stops it, so that both runs of the image's node find it.
     say "starting a host node (outside the image)"
-    setsid "${NICE[@]}" "$ROOT/.venv/bin/sapo-node" --output-dir "$WORK/host-node" \
+    setsid "${NICE[@]}" "$HOST_PYTHON" -m sapo.node.cli --output-dir "$WORK/host-node" \
         --host-maddrs /ip4/127.0.0.1/tcp/0 --max-steps 1000 --wait-for-peers 1 --wait-for-peers-timeout 900 \
         "${NODE_ARGS[@]}" >"$WORK/host-node.out" 2>&1 &
     HOST_NODE_PID=$!
