@@ -32,7 +32,12 @@ from typing import Any
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["RewardErrorLimit", "RewardGuard", "letting_errors_through"]
+__all__ = ["RewardErrorLimit", "RewardGuard", "check_reward_columns", "letting_errors_through", "reward_columns_read"]
+
+TRL_REWARD_ARGUMENTS = frozenset(
+    {"prompts", "completions", "completion_ids", "trainer_state", "log_extra", "log_metric", "environments"}
+)
+"""Arguments TRL passes every reward function besides the dataset's columns."""
 
 _LET_THROUGH: contextvars.ContextVar[bool] = contextvars.ContextVar("sapo_reward_guard_let_through", default=False)
 _RECEIVED_SCORING_MODULES = ("sapo.probe",)
@@ -185,3 +190,32 @@ class RewardGuard:
 def _is_module(func: Any) -> bool:
     torch = sys.modules.get("torch")
     return torch is not None and isinstance(func, torch.nn.Module)
+
+
+def reward_columns_read(func: Any) -> list[str]:
+    """The dataset columns ``func`` requires by its signature: named parameters without a default, other than the
+    arguments TRL passes itself (:data:`TRL_REWARD_ARGUMENTS`). Empty when the signature cannot be read."""
+    try:
+        parameters = inspect.signature(func).parameters.values()
+    except (TypeError, ValueError):
+        return []
+    kinds = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    return [
+        p.name
+        for p in parameters
+        if p.kind in kinds and p.default is inspect.Parameter.empty and p.name not in TRL_REWARD_ARGUMENTS
+    ]
+
+
+def check_reward_columns(funcs: Sequence[Any], columns: Sequence[str]) -> None:
+    """Raise ``ValueError`` naming the first reward function that requires a column ``columns`` lacks, with the
+    columns present (before any step, rather than a ``TypeError`` in the first one)."""
+    present = set(columns)
+    for func in funcs:
+        missing = [c for c in reward_columns_read(func) if c not in present]
+        if missing:
+            name = getattr(func, "__name__", type(func).__name__)
+            raise ValueError(
+                f"reward {name} reads column(s) {', '.join(missing)} that the training rows lack; columns present: "
+                f"{', '.join(sorted(present))} (rename the reward's parameters, or the data's columns)"
+            )

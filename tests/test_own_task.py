@@ -135,3 +135,21 @@ def test_a_reward_failing_on_every_row_stops_the_node_saying_why(tmp_path, tiny_
     assert reason in (out / "node.log").read_text()
     status = json.loads((out / "status.json").read_text())
     assert status["phase"] == "stopped: reward errors" and "KeyError: 'unit'" in status["stopped"]
+
+
+def test_a_reward_column_the_data_lacks_is_refused_at_start_with_the_columns_present(tmp_path, tiny_model_a):
+    data = _write_jsonl(tmp_path / "km.jsonl", [{"question": f"{k} km in m?", "answer": str(1000 * k), "unit": "m"}
+                                                for k in range(20)])  # fmt: skip
+    (tmp_path / "my_rewards.py").write_text(REWARD_MODULE)  # reads `units`; the data has `unit`
+    base = [sys.executable, "-m", "sapo.node.cli", "--model", str(tiny_model_a), "--dataset", str(data),
+            "--rewards", f"{tmp_path / 'my_rewards.py'}:units_reward", "--status_port", "none"]  # fmt: skip
+    for extra, expected in (
+        (["--reward_columns", "units", "--output_dir", str(tmp_path / "a")],
+         "reward column(s) units not in the data; columns present: answer, question, unit"),
+        (["--output_dir", str(tmp_path / "b")],
+         "reward units_reward reads column(s) units that the training rows lack; columns present: answer, entry, "
+         "prompt, provenance, task, unit"),
+    ):  # fmt: skip
+        result = subprocess.run([*base, *extra], capture_output=True, text=True, timeout=300)
+        assert result.returncode == 2, result.stderr[-2000:]
+        assert expected in result.stderr.strip().splitlines()[-1]

@@ -204,3 +204,37 @@ def test_a_source_that_raises_drops_the_group_and_stops_training_past_its_limit(
     assert registry.source_errors == 1 and "raised on item flaky[0, 0]" in caplog.text
     with pytest.raises(SourceErrorLimit, match="raised 2 times \\(limit 1\\)"):
         registry.columns_for(_group(rows[1]))
+
+
+def test_reward_columns_the_data_lacks_are_refused_with_the_columns_present():
+    from sapo.reward_guard import check_reward_columns
+
+    with pytest.raises(ValueError, match=r"reward column\(s\) unit not in the data; columns present: answer, "):
+        DatasetSource(RECORDS, "km", columns=["unit"])
+
+    def units_reward(prompts, completions, answer, unit, trainer_state=None, **kwargs):
+        return [0.0 for _ in completions]
+
+    rows = DatasetSource(RECORDS, "km").rows()
+    lack = r"reward units_reward reads column\(s\) unit that the training rows lack; columns present: answer, entry, "
+    with pytest.raises(ValueError, match=lack + "prompt, provenance, task, units"):
+        check_reward_columns([units_reward], rows.column_names)
+    check_reward_columns([units_reward], [*rows.column_names, "unit"])
+
+
+def test_the_held_out_set_is_the_first_items_by_key_whatever_the_order():
+    shuffled = RECORDS[:]
+    random.Random(5).shuffle(shuffled)
+    one, other = DatasetSource(RECORDS, "a", eval_fraction=0.5), DatasetSource(shuffled, "b", eval_fraction=0.5)
+    keys = [json.loads(r["provenance"])["key"] for r in one.held_out(6)]
+    assert keys == sorted(keys) == [json.loads(r["provenance"])["key"] for r in other.held_out(6)]
+
+
+def test_conflicting_answers_are_warned_and_kept_out_of_the_held_out_set(caplog):
+    conflicting = RECORDS + [{**r, "answer": r["answer"] + "0"} for r in RECORDS[:5]]
+    source = DatasetSource(conflicting, "km", eval_fraction=0.5)
+    assert source.conflicting_questions == 5
+    assert "5 question(s) appear with different answers" in caplog.text and "How many metres are 1 km?" in caplog.text
+    held = {r["prompt"][-1]["content"] for r in source.held_out()}
+    assert held and not held & {r["question"] for r in RECORDS[:5]}
+    assert len(source) + len(source.held_out()) == len(conflicting)  # set aside from evaluation, not from training

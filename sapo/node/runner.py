@@ -451,7 +451,7 @@ def _run(args: Any, node: NodeArguments) -> int:
         SwarmLog,
     )
     from sapo.node.logs import setup_logging
-    from sapo.reward_guard import RewardErrorLimit, RewardGuard
+    from sapo.reward_guard import RewardErrorLimit, RewardGuard, check_reward_columns
     from sapo.sources import SourceErrorLimit
     from sapo.trainer import SAPOTrainer
 
@@ -491,6 +491,10 @@ def _run(args: Any, node: NodeArguments) -> int:
         status.set("building questions", _step(resume) or 0)
         with stop.abandonable("loading"):
             dataset, sources = build_questions(node, seed=args.seed)
+            try:
+                check_reward_columns(reward_funcs, dataset.column_names)
+            except ValueError as e:
+                raise NodeError(str(e)) from None
             status.set("loading model")
             logger.info("loading model %s", node.model)
             model, tokenizer = load_model(node)

@@ -133,10 +133,15 @@ class DatasetSource(TaskSource):
         self._items: dict[str, _Item] = {}
         self._order: list[str] = []  # training items in their given order
         self._held_out: list[str] = []
+        self._given_held_out: set[str] = set()
+        self._seen_columns: set[str] = set()
+        self._by_question: dict[str, list[str]] = {}
         for key, item in self._read(data):
             self._add(key, item, held_out=self._held_out_by_key(key))
+        self._check_columns()
         for key, item in self._read(eval_data) if eval_data is not None else ():
-            self._add(key, item, held_out=True)
+            self._add(key, item, held_out=True, given=True)
+        self.conflicting_questions = self._set_conflicts_aside()
         if not self._order and not self._held_out:
             raise ValueError(f"dataset {name!r} has no items")
 
@@ -160,6 +165,7 @@ class DatasetSource(TaskSource):
                         f"dataset {self.dataset_name!r}, item {position}: column {wanted!r} missing; columns present: "
                         f"{sorted(record)} (choose them with question_column= / answer_column=)"
                     )
+            self._seen_columns.update(record)
             raw_question, answer = record[self.question_column], record[self.answer_column]
             if isinstance(raw_question, list):
                 question, prompt = question_of(raw_question), [dict(m) for m in raw_question]
@@ -178,11 +184,44 @@ class DatasetSource(TaskSource):
             columns = {c: record.get(c) for c in (wanted if wanted is not None else extra_names)}
             yield item_key(question, answer), _Item(question, answer_text, columns, prompt)
 
-    def _add(self, key: str, item: _Item, held_out: bool) -> None:
+    def _check_columns(self) -> None:
+        """Refuse reward columns that no item has (a typo would otherwise reach the rewards as None)."""
+        missing = [c for c in self.extra_columns or () if c not in self._seen_columns]
+        if missing:
+            raise ValueError(
+                f"dataset {self.dataset_name!r}: reward column(s) {', '.join(missing)} not in the data; columns "
+                f"present: {', '.join(sorted(self._seen_columns))}"
+            )
+
+    def _add(self, key: str, item: _Item, held_out: bool, given: bool = False) -> None:
         if key in self._items:  # the same question and answer twice: one item
             return
         self._items[key] = item
+        self._by_question.setdefault(item.question, []).append(key)
         (self._held_out if held_out else self._order).append(key)
+        if given:
+            self._given_held_out.add(key)
+
+    def _set_conflicts_aside(self) -> int:
+        """Warn of questions held with several answers (count and first examples), and keep their items out of the
+        held-out set: a question trained on under one answer would be evaluated under another. Items held out by
+        key train instead; items of ``eval_data`` are left out. Returns the number of such questions."""
+        conflicts = {q: keys for q, keys in self._by_question.items() if len(keys) > 1}
+        if not conflicts:
+            return 0
+        examples = "; ".join(
+            f"{q[:60]!r}: {' / '.join(repr(self._items[k].answer[:30]) for k in keys[:3])}"
+            for q, keys in list(conflicts.items())[:3]
+        )
+        logger.warning(
+            "dataset %r: %d question(s) appear with different answers (%s); each answer is an item of its own, kept "
+            "out of the held-out set", self.dataset_name, len(conflicts), examples,
+        )  # fmt: skip
+        conflicting = {k for keys in conflicts.values() for k in keys}
+        moved = [k for k in self._held_out if k in conflicting and k not in self._given_held_out]
+        self._held_out = [k for k in self._held_out if k not in conflicting]
+        self._order.extend(moved)
+        return len(conflicts)
 
     def _held_out_by_key(self, key: str) -> bool:
         return self.eval_fraction > 0 and int(key[:8], 16) / 2**32 < self.eval_fraction
@@ -207,11 +246,13 @@ class DatasetSource(TaskSource):
         return Dataset.from_list([self._row(key) for key in self._order])
 
     def held_out(self, size: int | None = None) -> Any:
-        """Up to ``size`` held-out rows (all when None), in the same form as :meth:`rows`; empty when the source
-        holds none out."""
+        """Up to ``size`` held-out rows (all when None), in the same form as :meth:`rows`, the first by item key: peers
+        holding the same data in any order evaluate the same items, in the same order. Empty when the source holds
+        none out."""
         from datasets import Dataset
 
-        keys = self._held_out if size is None else self._held_out[:size]
+        ordered = sorted(self._held_out)  # by key: the same items on every peer that holds them, in any order
+        keys = ordered if size is None else ordered[:size]
         return Dataset.from_list([self._row(key) for key in keys])
 
     # ------------------------------------------------------------------------------------------------
