@@ -56,6 +56,7 @@ from benchmarks.held_out_table import (
     read_run,
     verdict,
 )
+from benchmarks.results_archive import RAW_RUN_FILES, pack, restored
 from benchmarks.sharing_counts import node_dirs, run_counts
 from benchmarks.stats import paired_difference
 
@@ -213,7 +214,7 @@ def read_campaign_run(run_dir: Path, experiment: Experiment) -> CampaignRun | No
     problems += role_problems(run_dir, curve, experiment)
     local, generations = int(identity.get("num_local", 0)), int(identity.get("num_generations", 0))
     completions, seconds, reward = {}, {}, {}
-    for node in node_dirs(run_dir):
+    for node in node_dirs(restored(run_dir)):  # metrics packed into results/archive are read from there
         index, lines = int(node.name.split("-")[1]), training_lines(node / "metrics.jsonl")
         steps = range(1, max(lines, default=0) + 1)
         if not lines or any(s not in lines for s in steps):
@@ -425,7 +426,9 @@ def archive_run(run_dir: Path, dest: Path) -> Path:
 
 def archive_all(runs_dirs: Sequence[Path], experiment: Experiment, archive: Path) -> list[Path]:
     """Archive every complete run of the experiment found under ``runs_dirs`` into ``archive/<experiment>``, whose
-    ``.gitignore`` keeps out the checkpoints and keys of a run that sapo_table resumes there."""
+    ``.gitignore`` keeps out the checkpoints and keys of a run that sapo_table resumes there. Under the results tree
+    the runs' raw files (metrics, group logs, node logs) then go into ``results/archive/<folder>_<experiment>.tar.xz``,
+    from which the reports read them."""
     (archive / experiment.name).mkdir(parents=True, exist_ok=True)
     (archive / experiment.name / ".gitignore").write_text("".join(f"{pattern}\n" for pattern in ARCHIVE_IGNORE))
     done = []
@@ -435,6 +438,9 @@ def archive_all(runs_dirs: Sequence[Path], experiment: Experiment, archive: Path
             if path is not None:
                 dest = archive / experiment.name / experiment.profile / setting / f"seed-{seed}"
                 done.append(archive_run(path, dest))
+    if archive.resolve().is_relative_to(RESULTS.resolve()):
+        raw = [f for pattern in RAW_RUN_FILES for f in (archive / experiment.name).glob(f"**/node-*/{pattern}")]
+        pack(f"{archive.name}_{experiment.name}", raw)
     return done
 
 

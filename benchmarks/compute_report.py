@@ -47,6 +47,7 @@ from benchmarks.held_out_table import (
     question_differences,
     read_profile,
 )
+from benchmarks.results_archive import restored
 from benchmarks.sharing_counts import run_counts, sharing_lines
 from benchmarks.stats import Estimate, t_over_seeds, t_quantile
 
@@ -116,7 +117,7 @@ def read_compute(run_dir: Path, curve: RunCurve, notes: dict[str, Any]) -> RunCo
     marker = json.loads((run_dir / "run-complete.json").read_text())
     identity = marker["identity"]
     local, generations = int(identity["num_local"]), int(identity["num_generations"])
-    nodes = [training_lines(path) for path in sorted(run_dir.glob("node-*/metrics.jsonl"))]
+    nodes = [training_lines(path) for path in sorted(restored(run_dir).glob("node-*/metrics.jsonl"))]
     last = min(max(node) for node in nodes)
     steps = range(1, last + 1)
     completions, seconds, rewards, generation, update = [], [], [], [], []

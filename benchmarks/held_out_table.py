@@ -50,6 +50,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.harness import ROOT, commit_label
+from benchmarks.results_archive import resolved, restored
 from benchmarks.stats import (
     Estimate,
     clustered_mean,
@@ -137,7 +138,7 @@ def outcomes_by_step(held_out: Path) -> dict[int, list[float]]:
     """One node's per-question outcomes (1.0 correct, ordered by question index) by evaluated step; a step evaluated
     twice (a resumed run) keeps its last line."""
     by_step: dict[int, list[float]] = {}
-    for line in held_out.read_text().splitlines():
+    for line in resolved(held_out).read_text().splitlines():
         row = json.loads(line)
         questions = sorted(row["questions"], key=lambda q: q["index"])
         by_step[int(row["step"])] = [1.0 if q["correct"] else 0.0 for q in questions]
@@ -146,7 +147,7 @@ def outcomes_by_step(held_out: Path) -> dict[int, list[float]]:
 
 def question_tasks(held_out: Path) -> list[str]:
     """The task of each question (ordered by question index) in a node's first held-out line."""
-    for line in held_out.read_text().splitlines():
+    for line in resolved(held_out).read_text().splitlines():
         return [q["task"] for q in sorted(json.loads(line)["questions"], key=lambda q: q["index"])]
     return []
 
@@ -169,12 +170,13 @@ def evaluations_by_step(metrics: Path) -> dict[int, dict[str, float]]:
 
 
 def read_run(run_dir: Path) -> RunCurve | None:
-    """The held-out curve of one archived run, or None if it is not complete (no completion marker)."""
+    """The held-out curve of one archived run, or None if it is not complete (no completion marker); files packed
+    into ``results/archive`` are read from there."""
     marker_path = run_dir / "run-complete.json"
     if not marker_path.exists():
         return None
     marker = json.loads(marker_path.read_text())
-    node_dirs = sorted(path.parent for path in run_dir.glob("node-*/metrics.jsonl"))
+    node_dirs = sorted(path.parent for path in restored(run_dir).glob("node-*/metrics.jsonl"))
     nodes = [evaluations_by_step(node / "metrics.jsonl") for node in node_dirs]
     common = sorted(set.intersection(*(set(node) for node in nodes))) if nodes else []
     archived = [outcomes_by_step(node / "held_out.jsonl") for node in node_dirs if (node / "held_out.jsonl").exists()]

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.harness import ROOT, code_label, git_state, json_safe, machine, pyplot
+from benchmarks.results_archive import restored
 
 
 @dataclass(frozen=True)
@@ -415,13 +416,14 @@ def timing_file(results_dir: Path, setting: str) -> Path:
 
 
 def load_runs(results_dir: Path) -> list[dict[str, Any]]:
-    return [json.loads(p.read_text()) for p in sorted((results_dir / "profile_search").glob("*.json"))]
+    runs = restored(results_dir / "profile_search")  # the run records packed into results/archive are read there
+    return [json.loads(p.read_text()) for p in sorted(runs.glob("*.json"))]
 
 
 def timing_lines(results_dir: Path) -> list[str]:
     """The step-time-alone measurements (``--timing``) as markdown lines."""
     lines = []
-    for path in sorted((results_dir / "profile_search" / "timing").glob("*.json")):
+    for path in sorted((restored(results_dir / "profile_search") / "timing").glob("*.json")):
         run = json.loads(path.read_text())
         times = [h["step_time"] for h in run["history"] if "step_time" in h][1:]  # step 1 warms up
         commit = code_label(run["code"], 10)

@@ -33,6 +33,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from benchmarks.results_archive import restored
 from sapo.group_log import OWN, TAKEN, read_group_log
 
 GROUP_LOG = "groups.jsonl"
@@ -133,6 +134,7 @@ def peer_names(logs: dict[str, list[dict[str, Any]]]) -> dict[str, str]:
 def counts_by_node(run_dir: Path) -> dict[str, Counter]:
     """The counts of each node of a run that wrote a group log, by node name (senders named by each node's own
     lines); a node's swarm slots come from its ``node-run.json`` where the run kept it."""
+    run_dir = restored(run_dir)  # group logs packed into results/archive are read from there
     logs = {path.name: read_group_log(path / GROUP_LOG) for path in node_dirs(run_dir)}
     names = peer_names(logs)
     return {node: node_counts(records, names, node_slots(run_dir / node)) for node, records in logs.items() if records}

@@ -1,0 +1,120 @@
+"""The results that fit: README.md's and benchmarks/README.md's key figures recomputed by the project's own report
+code from the committed files (archived ones read back from ``benchmarks/results/archive``), every archive equal to
+its listing, and the archive's pack, read-back and unpack on a scratch tree."""
+
+from __future__ import annotations
+
+import io
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from benchmarks import campaign_report, held_out_table, results_archive
+from benchmarks.harness import RESULTS, ROOT
+
+README = " ".join((ROOT / "README.md").read_text().split())  # one space for every line break
+BENCHMARKS_README = " ".join((ROOT / "benchmarks" / "README.md").read_text().split())
+
+
+def _interval(result: dict, ci: bool = False) -> str:
+    """``+0.063 (+0.031 to +0.096)`` (``ci``: ``(95 % CI ...``, as benchmarks/README.md writes a headline)."""
+    over = result["over_seeds"]
+    return f"{over['value']:+.3f} ({'95 % CI ' if ci else ''}{over['ci_low']:+.3f} to {over['ci_high']:+.3f}"
+
+
+@pytest.fixture(scope="module")
+def campaign():
+    """Both pre-registered experiments analysed from their committed runs, as campaign_report analyses them."""
+    out = {}
+    for name in ("specialists", "stronger"):
+        experiment = campaign_report.EXPERIMENTS[name]
+        runs = campaign_report.collect([RESULTS / "campaign" / name], experiment)
+        out[name] = campaign_report.analyse(runs, experiment)
+    return out
+
+
+def test_experiment_1_figures_are_recomputed_from_the_kept_files(campaign):
+    data = campaign["specialists"]
+    assert data["pairs"] == [3, 4, 5, 6, 7, 8] and not data["interim"]
+    primary = _interval(data["primary"])
+    per_100 = _interval(data["per_compute"]["others' tasks"]["completions"]["difference"])
+    own_task = _interval(data["secondary"]["own task"])
+    assert primary == "+0.063 (+0.031 to +0.096"
+    for figure in (primary, per_100.replace(" (", " per 100 own completions ("), own_task):
+        assert figure in README, f"README.md lacks experiment 1's {figure})"
+    assert _interval(data["primary"], ci=True) in BENCHMARKS_README
+    assert own_task in BENCHMARKS_README and per_100 in BENCHMARKS_README
+
+
+def test_experiment_2_figures_are_recomputed_from_the_kept_files(campaign):
+    data = campaign["stronger"]
+    assert data["pairs"] == [0, 1, 2, 3] and not data["interim"]
+    primary = _interval(data["primary"])
+    per_100 = _interval(data["per_compute"]["students (nodes 0 and 2)"]["completions"]["difference"])
+    alone = _interval(data["learning"]["students (nodes 0 and 2)"]["4-0"])
+    assert primary == "-0.014 (-0.093 to +0.064"
+    for figure in (primary, per_100, alone):
+        assert figure in README, f"README.md lacks experiment 2's {figure})"
+    assert _interval(data["primary"], ci=True) in BENCHMARKS_README
+    assert per_100 in BENCHMARKS_README and alone in BENCHMARKS_README
+
+
+@pytest.mark.parametrize("profile, figure", [("cpu-hard", "+0.002 (-0.076 to +0.080"),
+                                             ("cpu-learn", "-0.014 (-0.167 to +0.138")])  # fmt: skip
+def test_equal_peers_figures_are_recomputed_from_the_archived_runs(profile, figure):
+    """Every file of these runs but the completion markers is archived: held_out_table reads them from there."""
+    runs = held_out_table.read_profile(RESULTS / "sapo_table_runs" / profile)
+    assert _interval(held_out_table.compare(runs, "2-0")["1-1"]) == figure
+    assert figure in README
+    assert figure.replace("(", "(95 % CI ") in BENCHMARKS_README
+
+
+def test_every_archive_holds_what_its_listing_says():
+    assert results_archive.archives(), "no archive under benchmarks/results/archive"
+    assert results_archive.check() == []
+
+
+def _tree(root: Path) -> dict[str, bytes]:
+    return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def test_pack_restores_unpacks_and_refuses_other_bytes(tmp_path):
+    results = tmp_path / "results"
+    run = results / "exp" / "2-0" / "seed-0"
+    (run / "node-0").mkdir(parents=True)
+    (run / "run-complete.json").write_text("{}")
+    (run / "node-0" / "metrics.jsonl").write_text('{"step": 1}\n')
+    (run / "node-0" / "groups.jsonl").write_text('{"g": 1}\n')
+    before = _tree(run)
+    removed = results_archive.pack("exp", [run / "node-0"], results=results)
+    assert sorted(p.name for p in removed) == ["groups.jsonl", "metrics.jsonl"]
+    assert not (run / "node-0" / "metrics.jsonl").exists() and (run / "run-complete.json").exists()
+    archive = results / "archive" / "exp.tar.xz"
+    assert set(results_archive.listing(archive)) == {"exp/2-0/seed-0/node-0/groups.jsonl",
+                                                     "exp/2-0/seed-0/node-0/metrics.jsonl"}  # fmt: skip
+    assert results_archive.check(results) == []
+    assert _tree(results_archive.restored(run, results)) == before  # reads as the folder did
+    first = archive.read_bytes()
+    results_archive.write_archive(archive, results_archive.read_members(archive))
+    assert archive.read_bytes() == first  # deterministic
+    (run / "node-0" / "metrics.jsonl").write_text('{"step": 2}\n')  # other bytes under an archived name
+    with pytest.raises(ValueError, match="other bytes"):
+        results_archive.pack("exp", [run / "node-0" / "metrics.jsonl"], results=results)
+    with pytest.raises(FileExistsError):
+        results_archive.unpack(["exp"], results=results)
+    (run / "node-0" / "metrics.jsonl").unlink()
+    assert len(results_archive.unpack(["exp"], results=results)) == 2 and _tree(run) == before
+
+
+def test_check_finds_an_archive_that_differs_from_its_listing(tmp_path):
+    results = tmp_path / "results"
+    (results / "a").mkdir(parents=True)
+    (results / "a" / "x.json").write_text("1")
+    results_archive.pack("a", [results / "a"], results=results)
+    archive = results / "archive" / "a.tar.xz"
+    with tarfile.open(archive, "w:xz") as tar:  # replaced behind the listing's back
+        info = tarfile.TarInfo("a/x.json")
+        info.size = 1
+        tar.addfile(info, io.BytesIO(b"2"))
+    assert results_archive.check(results) == ["a.tar.xz: members differ from a.files"]
