@@ -153,3 +153,24 @@ def test_a_reward_column_the_data_lacks_is_refused_at_start_with_the_columns_pre
         result = subprocess.run([*base, *extra], capture_output=True, text=True, timeout=300)
         assert result.returncode == 2, result.stderr[-2000:]
         assert expected in result.stderr.strip().splitlines()[-1]
+
+
+def test_a_resume_with_another_split_or_other_data_is_refused(tmp_path, tiny_model_a):
+    records = [{"question": f"What is {k} + {k}?", "answer": str(2 * k)} for k in range(1, 41)]
+    data = _write_jsonl(tmp_path / "doubling.jsonl", records)
+    out = tmp_path / "run"
+    tiny = [a for a in TINY if a not in ("--tasks", "basic_arithmetic")]
+    base = [sys.executable, "-m", "sapo.node.cli", "--model", str(tiny_model_a), "--output_dir", str(out), *tiny,
+            "--dataset", str(data), "--rewards", "math", "--eval_strategy", "no", "--eval_on_start", "false",
+            "--status_port", "none", "--max_steps", "1", "--save_steps", "1"]  # fmt: skip
+    first = subprocess.run(base, capture_output=True, text=True, timeout=600)
+    assert first.returncode == 0, first.stderr[-3000:]
+    recorded = json.loads((out / "node-run.json").read_text())["data"]
+    assert recorded["split"]["eval_fraction"] == 0.1 and "answer" in recorded["columns"] and recorded["fingerprint"]
+    refused = subprocess.run([*base, "--eval_fraction", "0.3"], capture_output=True, text=True, timeout=300)
+    assert refused.returncode == 2
+    assert "was trained on other data (fingerprint, split differ from node-run.json)" in refused.stderr.splitlines()[-1]
+    _write_jsonl(data, records[:30])
+    refused = subprocess.run(base, capture_output=True, text=True, timeout=300)
+    assert refused.returncode == 2 and "fingerprint" in refused.stderr.splitlines()[-1]
+    assert "--allow_data_change" in refused.stderr.splitlines()[-1]

@@ -57,6 +57,7 @@ _SECTIONS = {
     "Questions and rewards": (
         "tasks", "eval_tasks", "dataset", "dataset_name", "question_column", "answer_column", "reward_columns",
         "eval_fraction", "dataset_size", "rewards", "max_reward_errors_in_a_row", "max_source_errors",
+        "allow_data_change",
     ),
     "Swarm (defaults and text of `swarm.dht.DHTTransportConfig`'s fields)": (
         "initial_peers", "host_maddrs", "announce_maddrs", "identity", "swarm_name", "client_mode", "use_auto_relay",
@@ -146,6 +147,14 @@ class NodeArguments:
             "help": "A reward function that raises on one of the node's own rows scores that row as failed (`None`: "
             "no reward) and the node goes on, logging the row's item and the error; after this many failed rows of "
             "one function in a row the node stops, saying why in node.log and status.json. `none`: never stops."
+        },
+    )
+    allow_data_change: bool = field(
+        default=False,
+        metadata={
+            "help": "Resume an output directory whose recorded data (fingerprint, columns, split, sources in "
+            "node-run.json) differs from this run's. By default such a resume is refused: another split could train "
+            "on items held out before."
         },
     )
     max_source_errors: int | None = field(
@@ -413,6 +422,51 @@ def claim_output_dir(output_dir: Path, identity: dict[str, Any]) -> None:
     write_atomically(marker, json.dumps(identity, indent=1, sort_keys=True))
 
 
+def data_identity(node: NodeArguments, dataset: Any, sources: list[Any]) -> dict[str, Any]:
+    """What a run's data is: a fingerprint of its training items and held-out items (their provenances, in any
+    order), the columns, the split settings and the sources held."""
+    import hashlib
+
+    from sapo.sources import DatasetSource
+
+    digest = hashlib.sha256()
+    for provenance in sorted(str(p) for p in dataset["provenance"]):
+        digest.update(provenance.encode())
+    for source in sources:
+        if isinstance(source, DatasetSource):
+            for row in source.held_out():
+                digest.update(b"held-out:" + str(row["provenance"]).encode())
+    split = {"eval_fraction": node.eval_fraction, "question_column": node.question_column,
+             "answer_column": node.answer_column, "reward_columns": node.reward_columns,
+             "dataset_name": node.dataset_name}  # fmt: skip
+    return {
+        "fingerprint": digest.hexdigest()[:32],
+        "columns": sorted(dataset.column_names),
+        "split": split if node.dataset else {},
+        "sources": [source.describe() for source in sources],
+    }
+
+
+def claim_data(output_dir: Path, identity: dict[str, Any], allow_change: bool = False) -> None:
+    """Record the run's data in node-run.json; refuse to resume a run whose data, columns, split or sources differ
+    (a different split could train on items held out before), unless ``allow_change``."""
+    from sapo.checkpoints import write_atomically
+
+    marker = output_dir / "node-run.json"
+    recorded = json.loads(marker.read_text()) if marker.exists() else {}
+    previous = recorded.get("data")
+    if previous is not None and previous != identity:
+        changed = ", ".join(k for k in identity if previous.get(k) != identity[k])
+        if not allow_change:
+            raise NodeError(
+                f"output directory {output_dir} was trained on other data ({changed} differ from node-run.json); "
+                "resume with the same data and split, use another --output-dir, or pass --allow_data_change"
+            )
+        logger.warning("resuming with other data (%s differ from node-run.json): --allow_data_change", changed)
+    if previous != identity:
+        write_atomically(marker, json.dumps({**recorded, "data": identity}, indent=1, sort_keys=True))
+
+
 def quiet_library_progress_bars() -> None:
     """The node shows one progress bar (its steps); the libraries' load/save bars would interleave with it."""
     import datasets
@@ -495,6 +549,7 @@ def _run(args: Any, node: NodeArguments) -> int:
                 check_reward_columns(reward_funcs, dataset.column_names)
             except ValueError as e:
                 raise NodeError(str(e)) from None
+            claim_data(output_dir, data_identity(node, dataset, sources), node.allow_data_change)
             status.set("loading model")
             logger.info("loading model %s", node.model)
             model, tokenizer = load_model(node)
