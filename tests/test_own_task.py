@@ -174,3 +174,38 @@ def test_a_resume_with_another_split_or_other_data_is_refused(tmp_path, tiny_mod
     refused = subprocess.run(base, capture_output=True, text=True, timeout=300)
     assert refused.returncode == 2 and "fingerprint" in refused.stderr.splitlines()[-1]
     assert "--allow_data_change" in refused.stderr.splitlines()[-1]
+
+
+SOURCE_MODULE = """
+from sapo.sources import GeneratorSource
+
+
+class Add(GeneratorSource):
+    name, version = "add", "1"
+
+    def generate(self, rng):
+        a, b = rng.randint(1, self.config["top"]), rng.randint(1, self.config["top"])
+        return {"question": f"What is {a} + {b}?", "answer": str(a + b)}
+"""
+
+
+def test_a_users_source_class_runs_from_the_command_line_with_its_arguments_from_yaml(tmp_path, tiny_model_a):
+    (tmp_path / "my_source.py").write_text(SOURCE_MODULE)
+    config = tmp_path / "node.yaml"
+    config.write_text(f"source: {tmp_path / 'my_source.py'}:Add\nsource_args:\n  config:\n    top: 9\n")
+    out = tmp_path / "run"
+    tiny = [a for a in TINY if a not in ("--tasks", "basic_arithmetic")]
+    result = subprocess.run(
+        [sys.executable, "-m", "sapo.node.cli", "--config", str(config), "--model", str(tiny_model_a), "--output_dir",
+         str(out), *tiny, "--rewards", "math", "--max_steps", "2", "--save_steps", "2", "--eval_steps", "100",
+         "--eval_questions", "4", "--status_port", "none"],
+        capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert _metrics(out)[-1]["step"] == 2 and "eval/pass@1" in _evaluations(out)[0]
+    assert json.loads((out / "node-run.json").read_text())["data"]["sources"] == ["add 1"]
+    bad = subprocess.run(
+        [sys.executable, "-m", "sapo.node.cli", "--source", f"{tmp_path / 'my_source.py'}:Sub", "--output_dir",
+         str(tmp_path / "bad"), "--status_port", "none"], capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert bad.returncode == 2 and "has no sapo.sources.TaskSource subclass 'Sub'" in bad.stderr.splitlines()[-1]

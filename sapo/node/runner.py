@@ -55,7 +55,8 @@ def _swarm_option(name: str, *, source: str | None = None, note: str = "") -> An
 _SECTIONS = {
     "Policy": ("model", "lora_r", "lora_alpha", "lora_dropout"),
     "Questions and rewards": (
-        "tasks", "eval_tasks", "dataset", "dataset_name", "question_column", "answer_column", "reward_columns",
+        "tasks", "eval_tasks", "dataset", "source", "source_args", "dataset_name", "question_column",
+        "answer_column", "reward_columns",
         "eval_fraction", "dataset_size", "rewards", "max_reward_errors_in_a_row", "max_source_errors",
         "allow_data_change",
     ),
@@ -115,6 +116,20 @@ class NodeArguments:
         metadata={
             "help": "The dataset's name, the same on every peer that shares it; `None`: the file or folder name."
         },  # fmt: skip
+    )
+    source: str | None = field(
+        default=None,
+        metadata={
+            "help": "Your own task source instead of `tasks` or `dataset`: a `sapo.sources.TaskSource` subclass as "
+            "`module:Class` or `path/to/file.py:Class`, built with `source_args`; its `rows()` are the training rows "
+            "(given `size=dataset_size` and `seed` where it takes them), its `held_out()` the held-out questions."
+        },
+    )
+    source_args: dict | str | None = field(
+        default=None,
+        metadata={
+            "help": "Keyword arguments of `source`'s class: a mapping in the YAML file, or JSON on the command line."
+        },
     )
     question_column: str = field(default="question", metadata={"help": "Column of `dataset` holding the question."})
     answer_column: str = field(default="answer", metadata={"help": "Column of `dataset` holding the answer."})
@@ -250,6 +265,20 @@ def build_questions(node: NodeArguments, seed: int) -> tuple[Any, list[Any]]:
     """The node's training rows and the task sources it holds: your own dataset, or the reasoning-gym task mix."""
     from sapo.sources import DatasetSource, ReasoningGymSource
 
+    if node.source:
+        if node.dataset:
+            raise NodeError("give --source or --dataset, not both (a source class can read your data itself)")
+        source = user_source(node.source, node.source_args)
+        try:
+            rows = source.rows(**_accepted(source.rows, {"size": node.dataset_size, "seed": seed}))
+        except Exception as e:
+            raise NodeError(f"source {node.source}: rows() raised {type(e).__name__}: {e}") from None
+        if isinstance(rows, list):
+            from datasets import Dataset
+
+            rows = Dataset.from_list(rows)
+        logger.info("questions: %s, %d training rows", source.describe(), len(rows))
+        return rows, [source]
     if node.dataset:
         name = node.dataset_name or Path(node.dataset).stem or "dataset"
         try:
@@ -263,6 +292,56 @@ def build_questions(node: NodeArguments, seed: int) -> tuple[Any, list[Any]]:
         return source.rows(), [source]
     source = ReasoningGymSource(task_specs(node.tasks))
     return source.rows(size=node.dataset_size, seed=seed), [source]
+
+
+def user_source(spec: str, arguments: dict[str, Any] | str | None) -> Any:
+    """The task source `spec` names (`module:Class` or `path/to/file.py:Class`), built with ``arguments`` (a mapping,
+    or JSON text); raises NodeError saying what is wrong."""
+    import importlib
+    import importlib.util
+    import inspect
+
+    from sapo.sources import TaskSource
+
+    if isinstance(arguments, str):
+        try:
+            arguments = json.loads(arguments)
+        except ValueError as e:
+            raise NodeError(f"--source_args must be a JSON object, got {arguments!r} ({e})") from None
+    if arguments is not None and not isinstance(arguments, dict):
+        raise NodeError(f"--source_args must be a mapping of keyword arguments, got {type(arguments).__name__}")
+    where, _, name = spec.rpartition(":")
+    if not where or not name:
+        raise NodeError(f"--source {spec!r}: name a class as module:Class or path/to/file.py:Class")
+    try:
+        if where.endswith(".py"):
+            path = Path(where)
+            if not path.is_file():
+                raise NodeError(f"--source {spec!r}: file {path} not found")
+            module_spec = importlib.util.spec_from_file_location(f"sapo_user_source_{path.stem}", path)
+            module = importlib.util.module_from_spec(module_spec)
+            module_spec.loader.exec_module(module)
+        else:
+            module = importlib.import_module(where)
+    except ImportError as e:
+        raise NodeError(f"--source {spec!r}: cannot import {where!r} ({e}); is it on PYTHONPATH?") from None
+    cls = getattr(module, name, None)
+    if not (inspect.isclass(cls) and issubclass(cls, TaskSource)):
+        raise NodeError(f"--source {spec!r}: {where} has no sapo.sources.TaskSource subclass {name!r}")
+    try:
+        return cls(**(arguments or {}))
+    except Exception as e:
+        raise NodeError(f"--source {spec!r}: {name}(**source_args) raised {type(e).__name__}: {e}") from None
+
+
+def _accepted(func: Any, offered: dict[str, Any]) -> dict[str, Any]:
+    """The entries of ``offered`` that ``func``'s signature takes by name."""
+    import inspect
+
+    parameters = inspect.signature(func).parameters
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()):
+        return offered
+    return {k: v for k, v in offered.items() if k in parameters}
 
 
 def build_rewards(names: list[str]) -> list[Any]:
@@ -516,7 +595,7 @@ def _run(args: Any, node: NodeArguments) -> int:
     except ValueError as e:
         raise NodeError(f"--max_reward_errors_in_a_row: {e}") from None
     reward_funcs = guard.wrap_all(build_rewards(node.rewards))
-    if not node.dataset:
+    if not node.dataset and not node.source:
         task_specs(node.tasks)
     held_out_tasks = task_specs(node.eval_tasks) if node.eval_tasks else None
     output_dir = Path(args.output_dir)

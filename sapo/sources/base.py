@@ -59,8 +59,9 @@ class TaskSource(ABC):
     """A source of verifiable tasks (see the module docstring).
 
     Subclasses set `name` (the provenance's `source`; the same on every peer that shares the source) and `version`,
-    and implement :meth:`holds` and :meth:`rederive`; they make their training rows in whatever way suits them, each
-    row with a `provenance` column (JSON of `swarm.records.provenance_to_wire`) that :meth:`rederive` can read back.
+    and implement :meth:`holds` and :meth:`rederive` (what a receiver calls), :meth:`rows` (the trainer's rows, each
+    with a `provenance` column, JSON of `swarm.records.provenance_to_wire`, that :meth:`rederive` can read back) and,
+    for the held-out evaluation, :meth:`held_out`. :meth:`describe` names the source in logs and node-run.json.
     """
 
     name: str = ""
@@ -75,6 +76,18 @@ class TaskSource(ABC):
         """This peer's own question and reward columns for the item ``provenance`` names; ``question`` is the
         sender's, to compare. Raises :class:`GroupDropped` (`bad_provenance`, `version_skew`, `item_not_held`,
         `question_mismatch`, ...) when it cannot."""
+
+    def rows(self, *args: Any, **kwargs: Any) -> Any:
+        """This source's training rows (a `datasets.Dataset`, or a list of dicts), each with a chat ``prompt``, an
+        ``answer``, a ``task`` and a ``provenance`` that :meth:`rederive` reads back, plus any reward columns. A
+        source that only verifies (never trains) need not implement it. `sapo-node --source` calls it with
+        ``size`` and ``seed`` where its signature takes them."""
+        raise NotImplementedError(f"{type(self).__name__} makes no training rows: implement rows()")
+
+    def held_out(self, size: int | None = None) -> Any:
+        """Up to ``size`` held-out rows (items training never draws), in the form of :meth:`rows`, chosen the same
+        way on every peer; the held-out evaluation scores them. Default: none (an empty list)."""
+        return []
 
     def describe(self) -> str:
         """One line naming the source, for logs."""
