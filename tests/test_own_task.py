@@ -209,3 +209,19 @@ def test_a_users_source_class_runs_from_the_command_line_with_its_arguments_from
          str(tmp_path / "bad"), "--status_port", "none"], capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert bad.returncode == 2 and "has no sapo.sources.TaskSource subclass 'Sub'" in bad.stderr.splitlines()[-1]
+
+
+def test_the_readmes_own_task_code_runs_as_printed(tmp_path, tiny_model_a, monkeypatch):
+    import re
+
+    readme = (Path(__file__).parent.parent / "README.md").read_text()
+    section = readme[readme.index("## Your own task") :]
+    code = re.search(r"```python\n(.*?)```", section, flags=re.S).group(1)
+    assert "load_policy()" in code  # the embedded model; the tiny one here, for time
+    monkeypatch.chdir(Path(__file__).parent.parent)
+    code = code.replace("load_policy()", f"load_policy({str(tiny_model_a)!r})").replace('"out"', repr(str(tmp_path)))
+    namespace: dict = {}
+    exec(compile(code, "README.md", "exec"), namespace)
+    trainer = namespace["trainer"]
+    assert trainer.state.global_step == 2
+    assert any("eval/pass@1" in entry for entry in trainer.state.log_history)
