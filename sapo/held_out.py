@@ -24,7 +24,7 @@ logger = logging.getLogger(__name__)
 
 
 class HeldOutEvaluation:
-    """Greedy held-out pass@1 for a `trl.GRPOTrainer` subclass (see the module docstring).
+    """Greedy held-out pass@1 for a `sapo.trl_bridge.TRLBridge` subclass (see the module docstring).
 
     Attributes:
         last_evaluation (`sapo.evaluation.HeldOutResult` or `None`): the latest held-out evaluation, question by
@@ -73,12 +73,7 @@ class HeldOutEvaluation:
     def _evaluate_held_out_only(self, dataset: Any, metric_key_prefix: str) -> dict[str, float]:
         """Greedy pass@1 on ``dataset``, logged and handed to the callbacks as an evaluation."""
         metrics = self._held_out_metrics(dataset, metric_key_prefix)
-        was_training = self.model.training
-        self.model.eval()  # so that TRL's log() adds no training figures to this line
-        try:
-            self.log(metrics)
-        finally:
-            self.model.train(was_training)
+        self.log_evaluation(metrics)
         self.control = self.callback_handler.on_evaluate(self.args, self.state, self.control, metrics)
         return metrics
 
@@ -108,7 +103,7 @@ class HeldOutEvaluation:
         first = min(rank * share, len(dataset))
         result = evaluate_policy(
             self.accelerator.unwrap_model(self.model),
-            self._tokenizer,
+            self.text_tokenizer,
             dataset.select(range(first, min(first + share, len(dataset)))),
             max_new_tokens=self.max_completion_length,
             batch_size=self.args.per_device_eval_batch_size,

@@ -13,7 +13,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-from trl import GRPOTrainer
 
 from sapo.plausibility import CompletionStatistics, completion_statistics, token_typicality
 from sapo.sampling import Candidate, TokenizedCompletion
@@ -49,13 +48,14 @@ class PolicyProbe:
         EOS, like a local completion that ran out of tokens), EOS appended when it fits."""
         trainer = self.trainer
         # split_special_tokens: a completion that spells out "<|im_end|>" must not become a control token.
-        ids = trainer._tokenizer(text, add_special_tokens=False, split_special_tokens=True)["input_ids"]
+        tokenizer = trainer.text_tokenizer
+        ids = tokenizer(text, add_special_tokens=False, split_special_tokens=True)["input_ids"]
         limit = trainer.args.max_completion_length
         if limit is not None and len(ids) >= limit:
             cut = len(ids) > limit
             # Score the text trained on: past the limit a completion loses its tail in the batch, so an answer there
             # (a longer-limit sender's, or an attacker's behind a payload) must not earn its reward.
-            return TokenizedCompletion(tuple(ids[:limit]), cut, trainer._tokenizer.decode(ids[:limit]) if cut else text)
+            return TokenizedCompletion(tuple(ids[:limit]), cut, tokenizer.decode(ids[:limit]) if cut else text)
         return TokenizedCompletion((*ids, trainer.eos_token_ids[0]), False, text)
 
     def score(
@@ -69,16 +69,16 @@ class PolicyProbe:
         n = len(completions)
         # TRL's own reward path, not the trainer's hook (which splices a round in). Every process scores the same
         # candidates: TRL's gather returns one copy per process, take the first.
-        return GRPOTrainer._calculate_rewards(self.trainer, [row] * n, [prompt] * n, messages, ids)[:n]
+        return self.trainer.score_with_trl([row] * n, [prompt] * n, messages, ids)[:n]
 
     def typicality(self, groups: Sequence[Candidate]) -> list[Typicality]:
         """The typicality of every completion of ``groups`` under the current policy, in order: one forward pass
         without gradients, prompts padded on the left, completions on the right."""
         trainer = self.trainer
-        prompt_ids, _, _ = trainer._tokenize_prompts([c.group.prompt for c in groups])
+        prompt_ids = trainer.tokenize_prompts([c.group.prompt for c in groups])
         rows = [(list(p), list(t.ids)) for c, p in zip(groups, prompt_ids, strict=True) for t in c.tokenized]
         prompt_len, completion_len = max(len(p) for p, _ in rows), max(max(len(c) for _, c in rows), 1)
-        input_ids = torch.full((len(rows), prompt_len + completion_len), trainer._tokenizer.pad_token_id)
+        input_ids = torch.full((len(rows), prompt_len + completion_len), trainer.text_tokenizer.pad_token_id)
         attention_mask = torch.zeros_like(input_ids)
         for i, (prompt, completion) in enumerate(rows):
             input_ids[i, prompt_len - len(prompt) : prompt_len] = torch.tensor(prompt, dtype=torch.long)
@@ -101,8 +101,4 @@ class PolicyProbe:
         trainer = self.trainer
         device, model = trainer.accelerator.device, trainer.accelerator.unwrap_model(trainer.model)
         with torch.no_grad(), SpeedUps.of(trainer).inference(model, pack_weights=False):
-            logps, entropies, _ = trainer._get_per_token_logps_and_entropies(
-                model, input_ids.to(device), attention_mask.to(device),
-                completion_len, batch_size=trainer.args.per_device_train_batch_size, compute_entropy=True,
-            )  # fmt: skip
-        return logps, entropies
+            return trainer.policy_logps(model, input_ids.to(device), attention_mask.to(device), completion_len)

@@ -1,15 +1,16 @@
 """SAPOTrainer: TRL's GRPOTrainer, training each round on its own groups plus groups taken from the swarm.
 
 A round (one generation batch of TRL) holds `num_local + num_external` groups of `num_generations` rows each. One
-SAPO round, top to bottom (`_generate_and_score_completions`):
+SAPO round, top to bottom (:meth:`SAPOTrainer.sapo_round`):
 
 1. the intake takes up to J external groups (:mod:`sapo.intake`): fetched, their truth re-derived, checked,
    tokenized and scored once with this peer's rewards, sampled and checked for plausibility;
 2. the round is built as a value (:mod:`sapo.round`): the external groups in the last J slots, every other slot
    keeping its own question (a fill-in where the swarm gave fewer);
-3. TRL runs the round: its generation hook generates the own rows and splices in the external ones, its reward hook
-   scores the own rows and splices in the external rewards, it normalizes advantages per group, and later its loss
-   reads which rows are external from the batch (the plausibility reference learns from the own ones);
+3. TRL runs the round (:mod:`sapo.trl_bridge`, the one place that touches TRL's private methods): its generation
+   hook generates the own rows and splices in the external ones, its reward hook scores the own rows and splices in
+   the external rewards, it normalizes advantages per group, and later its loss reads which rows are external from
+   the batch (the plausibility reference learns from the own ones);
 4. the groups generated here are published (:mod:`sapo.publication`) and every group is logged.
 
 Everything else is TRL's: with no swarm (or J = 0) the trainer does what GRPOTrainer does.
@@ -31,8 +32,7 @@ from accelerate.utils import broadcast_object_list, gather_object
 from datasets import Dataset
 from transformers.trainer import TRAINER_STATE_NAME
 from transformers.trainer_callback import TrainerState
-from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, TrainOutput, get_last_checkpoint
-from trl import GRPOTrainer
+from transformers.trainer_utils import TrainOutput, get_last_checkpoint
 from trl.data_utils import is_conversational
 
 from rewards import completion_text
@@ -41,24 +41,16 @@ from sapo.config import SAPOConfig
 from sapo.evaluation import held_out_questions
 from sapo.held_out import HeldOutEvaluation
 from sapo.hygiene import CompletionFilter
-from sapo.intake import Intake, weighted_rewards
+from sapo.intake import Intake
 from sapo.probe import PolicyProbe
 from sapo.publication import group_id, own_groups, publish, row_provenance
 from sapo.replay import own_candidates
-from sapo.round import (
-    EXTERNAL_COLUMN,
-    Round,
-    RoundOutcome,
-    build_round,
-    round_figures,
-    splice_generation,
-    splice_rewards,
-)
+from sapo.round import Round, RoundOutcome, build_round, round_figures
 from sapo.sampling import ExternalSampler
 from sapo.sources import SourceRegistry, TaskSource
 from sapo.sources.own import keyed_by_content, registry_for
-from sapo.speed import SpeedUps
 from sapo.tasks import TaskSpec
+from sapo.trl_bridge import TRLBridge
 from swarm.transport import SwarmTransport
 
 logger = logging.getLogger(__name__)
@@ -72,7 +64,7 @@ FAULT_PAUSE_BEFORE_MARKER = "SAPO_FAULT_PAUSE_BEFORE_MARKER"
 before its completion marker, so that a kill in that window surely leaves a half-written checkpoint."""
 
 
-class SAPOTrainer(HeldOutEvaluation, GRPOTrainer):
+class SAPOTrainer(HeldOutEvaluation, TRLBridge):
     """GRPO on a mix of locally generated groups and groups sampled from a swarm of peers (SAPO).
 
     Everything `trl.GRPOTrainer` accepts is accepted here, plus:
@@ -179,9 +171,6 @@ class SAPOTrainer(HeldOutEvaluation, GRPOTrainer):
         )  # fmt: skip
         self.swarm_model_name = args.swarm_model_name or str(getattr(self.model.config, "_name_or_path", "") or "")
         self.last_external: list[Any] = []
-        self._round: Round | None = None  # the round TRL is running, for its hooks (set by `_running` alone)
-        self._outcome = RoundOutcome()
-        self._loss_rows_external: torch.Tensor | None = None  # the loss pass's rows that are external (`_compute_loss`)
         self._phase_seconds: Counter[str] = Counter()
 
     @property
@@ -244,22 +233,19 @@ class SAPOTrainer(HeldOutEvaluation, GRPOTrainer):
     # ------------------------------------------------------------------------------------------------
     # the SAPO round
 
-    def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
-        if not self.model.training:
-            return super()._generate_and_score_completions(inputs)  # TRL's evaluation
+    def sapo_round(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
+        """One SAPO round for the rows TRL drew: TRL's training batch for it."""
         num_groups = len(inputs) // self.num_generations
         num_slots = min(self.args.num_external // self.accelerator.num_processes, num_groups)
         self._phase_seconds.clear()
         # 1. the external groups: fetched, judged, tokenized and scored once, sampled, checked for plausibility
         probe = PolicyProbe(self, list(inputs[0]), self.args.plausibility_span_tokens)
-        taken = self.intake.take(num_slots, probe, self._timed, step=self.state.global_step)
+        taken = self.intake.take(num_slots, probe, self.timed, step=self.state.global_step)
         # 2. the round: the external groups in the last slots, every other slot keeps its own question
         round_ = build_round(inputs, taken.chosen, taken.share, num_groups - num_slots, self.num_generations)
         self.last_external = list(taken.chosen)
         # 3. TRL runs it: own rows generated and scored, external ones spliced in, advantages per group
-        with self._running(round_) as outcome:
-            output = super()._generate_and_score_completions(list(round_.rows))
-        output[EXTERNAL_COLUMN] = torch.tensor(round_.is_external, device=self.accelerator.device)
+        output, outcome = self.run_trl_round(round_, round_.rows)
         # 4. the own groups published (and kept for self-replay); every group and the round's figures logged
         self._publish(round_, outcome)
         self._remember_for_replay(round_, outcome)
@@ -267,97 +253,13 @@ class SAPOTrainer(HeldOutEvaluation, GRPOTrainer):
         self._announce_phase("training")  # the rest of the step is TRL's loss, backward pass and optimizer step
         return output
 
-    @contextlib.contextmanager
-    def _running(self, round_: Round) -> Iterator[RoundOutcome]:
-        """The round TRL's hooks splice in while TRL runs it, and what they collect of it."""
-        self._round, self._outcome = round_, RoundOutcome()
-        try:
-            yield self._outcome
-        finally:
-            self._round = None
-
-    # ------------------------------------------------------------------------------------------------
-    # TRL hooks: splice the round in
-
-    def _generate(self, prompts: list):
-        """TRL's generation hook: generate the own rows (kept for publishing); splice in the external rows."""
-        round_ = getattr(self, "_round", None)
-        if round_ is None:  # TRL's evaluation, or a trainer used outside a round
-            return super()._generate(prompts)
-        own = round_.own_rows
-        if not round_.external:
-            with self._timed("generation"):
-                result = super()._generate(prompts)
-            self._outcome.own_completions = dict(enumerate(result[3]))
-            self._outcome.own_completion_ids = dict(enumerate(result[1]))
-            return result
-        generated = ([], [], None, [], None, {}, None, [])
-        if own:
-            with self._timed("generation"):
-                generated = super()._generate([prompts[i] for i in own])
-        prompt_ids, completion_ids, mask, completions, logprobs, extra_fields, _, _ = generated
-        self._outcome.own_completions = dict(zip(own, completions, strict=True))
-        self._outcome.own_completion_ids = dict(zip(own, completion_ids, strict=True))
-        external_prompt_ids, _, _ = self._tokenize_prompts([prompts[i] for i in sorted(round_.external)])
-        spliced = splice_generation(round_, (prompt_ids, completion_ids, completions, logprobs, mask),
-                                    external_prompt_ids)  # fmt: skip
-        prompt_ids, completion_ids, token_mask, completions, logprobs = spliced
-        return prompt_ids, completion_ids, token_mask, completions, logprobs, extra_fields, None, []
-
-    def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
-        """TRL's reward hook: the rows generated here are scored now; external rows keep the rewards the intake gave
-        them (an external group is scored once)."""
-        round_ = getattr(self, "_round", None)
-        with self._timed("scoring"):
-            if round_ is None or not round_.chosen:  # TRL's evaluation, or a round of own groups only
-                rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
-            else:
-                own = round_.own_rows
-                scored = torch.empty(0, len(self.reward_funcs), device=self.accelerator.device)
-                if own:  # the same number of own rows on every process (each takes an equal share of the groups)
-                    ids = None if completion_ids_list is None else [completion_ids_list[i] for i in own]
-                    pick = [inputs[i] for i in own], [prompts[i] for i in own], [completions[i] for i in own]
-                    scored = super()._calculate_rewards(*pick, ids)
-                rewards_per_func = splice_rewards(
-                    round_, scored, self.accelerator.num_processes, len(self.reward_funcs)
-                )
-        if round_ is not None:
-            start = self.accelerator.process_index * len(prompts)
-            self._outcome.rewards_per_func = rewards_per_func[start : start + len(prompts)].detach().cpu()
-            self._outcome.rewards = weighted_rewards(self._outcome.rewards_per_func, self.reward_weights)
-        return rewards_per_func
-
-    def _compute_loss(self, model: Any, inputs: dict[str, Any]) -> torch.Tensor:
-        """TRL's loss; its pass over the batch tells the plausibility reference which rows are the node's own (the
-        batch's external column), so the reference learns from own completions alone."""
-        self._loss_rows_external = inputs.get(EXTERNAL_COLUMN)
-        try:
-            return super()._compute_loss(model, inputs)
-        finally:
-            self._loss_rows_external = None
-
-    # ------------------------------------------------------------------------------------------------
-    # speed-ups
-
-    def _generate_single_turn(self, prompt_ids, images, multimodal_fields, *args, **kwargs):
-        """TRL's generation of the own rows, inside the speed-ups that apply to it (`sapo.speed`)."""
-        with SpeedUps.of(self).generation(self, images, multimodal_fields):
-            return super()._generate_single_turn(prompt_ids, images, multimodal_fields, *args, **kwargs)
-
-    def _get_per_token_logps_and_entropies(self, model, input_ids, attention_mask, logits_to_keep, *args, **kwargs):
-        loss_pass = torch.is_grad_enabled() and self.model.training
-        speed = SpeedUps.of(self)
-        with speed.loss_pass(self, model, training=loss_pass):
-            result = speed.shared_prompt_scores(self, model, input_ids, attention_mask, logits_to_keep, args, kwargs)
-            if result is None:
-                result = super()._get_per_token_logps_and_entropies(
-                    model, input_ids, attention_mask, logits_to_keep, *args, **kwargs
-                )
+    def on_loss_pass(
+        self, logps: torch.Tensor, entropies: torch.Tensor, completion_mask: torch.Tensor, external: torch.Tensor | None
+    ) -> None:
+        """The loss pass's statistics of own completions feed the plausibility reference."""
         intake = getattr(self, "intake", None)  # None: a trainer built without its __init__ (TRL's own tests do)
-        if loss_pass and result[1] is not None and intake is not None:
-            completion_mask = attention_mask[:, input_ids.shape[1] - logits_to_keep :]
-            intake.observe_loss_pass(result[0], result[1], completion_mask, getattr(self, "_loss_rows_external", None))
-        return result
+        if intake is not None:
+            intake.observe_loss_pass(logps, entropies, completion_mask, external)
 
     # ------------------------------------------------------------------------------------------------
     # after the round: publish, log
@@ -371,7 +273,7 @@ class SAPOTrainer(HeldOutEvaluation, GRPOTrainer):
         if self.accelerator.num_processes > 1:
             groups = gather_object(groups)  # the main process publishes the groups of all processes
         if self.swarm is not None:
-            with self._timed("publish"):
+            with self.timed("publish"):
                 publish(self.swarm, groups, self.intake.totals)
 
     def _remember_for_replay(self, round_: Round, outcome: RoundOutcome) -> None:
@@ -392,7 +294,7 @@ class SAPOTrainer(HeldOutEvaluation, GRPOTrainer):
         completions log."""
         figures = round_figures(round_, outcome, slots, scored, zero_advantage, self.state.global_step)
         for name, value in {**{f"sapo/time/{k}": v for k, v in self._phase_seconds.items()}, **figures}.items():
-            self._metrics["train"][name].append(value)
+            self.record_metric(name, value)
         self._log_completions("train", [(str(round_.rows[i].get("task", "")), completion_text(c))
                                         for i, c in sorted(outcome.own_completions.items())])  # fmt: skip
         if outcome.rewards is not None:
@@ -417,7 +319,7 @@ class SAPOTrainer(HeldOutEvaluation, GRPOTrainer):
         super().log(logs, start_time)
 
     @contextlib.contextmanager
-    def _timed(self, phase: str) -> Iterator[None]:
+    def timed(self, phase: str) -> Iterator[None]:
         """Add the seconds spent in ``phase`` to this round's `sapo/time/<phase>` metric (for benchmarks)."""
         self._announce_phase(phase)
         start = time.perf_counter()
@@ -465,7 +367,7 @@ class SAPOTrainer(HeldOutEvaluation, GRPOTrainer):
 
     def _close_completed_run(self, checkpoint: str, state: TrainerState) -> TrainOutput:
         logger.info("%s holds all %d steps: nothing left to train", checkpoint, self.args.max_steps)
-        self._load_from_checkpoint(checkpoint)
+        self.load_checkpoint(checkpoint)
         state.is_local_process_zero, state.is_world_process_zero = (
             self.is_local_process_zero(),
             self.is_world_process_zero(),
@@ -486,16 +388,14 @@ class SAPOTrainer(HeldOutEvaluation, GRPOTrainer):
             json.dump({sender: dict(counts) for sender, counts in sorted(self.sender_outcomes.items())}, f, indent=1)
         os.replace(path + ".tmp", path)  # never a torn file, whenever the node is killed
 
-    def _save_checkpoint(self, model: Any, trial: Any) -> None:
-        super()._save_checkpoint(model, trial)
+    def on_checkpoint_saved(self, folder: str) -> None:
+        """Per-sender outcomes beside the checkpoint, then its completion marker, written last: a checkpoint without
+        it is incomplete."""
         self._write_sender_outcomes()
         pause = float(os.environ.get(FAULT_PAUSE_BEFORE_MARKER) or 0)
         if pause > 0:  # fault injection (tests): a kill in this window always leaves a half-written checkpoint
             time.sleep(pause)
-        if self.args.should_save:  # the marker comes last: a checkpoint without it is incomplete
-            folder = os.path.join(
-                self._get_output_dir(trial=trial), f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
-            )
+        if self.args.should_save:
             mark_complete(folder, self.state.global_step)
 
 

@@ -408,9 +408,9 @@ def test_a_slot_whose_group_is_implausible_takes_the_next_usable_candidate_not_a
 
 
 def test_a_sender_is_never_benched_for_groups_this_peer_cannot_verify(tmp_path, smollm_tokenizer):
-    """A peer training on a dataset this one does not hold (an unknown source), or on items it does not hold or of
-    another version, is not hostile: however many such groups it sends, its standing does not fall; a forged
-    question is judged bad."""
+    """A peer training on a dataset this one does not hold (its items not held here, whatever the dataset's name), or
+    on items of another version, is not hostile: however many such groups it sends, its standing does not fall; a
+    forged question is judged bad."""
     from sapo.sources import DatasetSource
 
     held = DatasetSource([{"question": f"What is {k} + {k}?", "answer": str(2 * k)} for k in range(8)], "sums")
@@ -439,6 +439,6 @@ def test_a_sender_is_never_benched_for_groups_this_peer_cannot_verify(tmp_path, 
     )  # fmt: skip
     trainer.train()
     totals = trainer.swarm_totals
-    assert totals["dropped/unknown_source"] == 6 and totals["dropped/version_skew"] == 1, dict(totals)
+    assert totals["dropped/item_not_held"] == 6 and totals["dropped/version_skew"] == 1, dict(totals)
     assert trainer.intake.standing.benched(time.time()) == ["liar"]  # two forged questions bench it; "other" never
     assert totals["dropped/question_mismatch"] + totals["dropped/benched_sender"] == 3

@@ -191,15 +191,14 @@ def test_malformed_external_groups_are_dropped_not_raised(tmp_path, smollm_token
     for group in (bad_types, empty, absurd, unknown):
         swarm.inject("hostile", group)
     probe = RewardProbe(lambda text: 1.0 if "x" in text else 0.0)
-    trainer = _trainer(
-        tmp_path,
-        smollm_tokenizer,
-        "bad",
-        probe,
-        swarm=swarm.join("rx"),
-        external_source_policy="trust",
-        max_steps=1,
-    )
+    from sapo.sources import ReasoningGymSource
+
+    trainer = SAPOTrainer(  # it holds reasoning-gym: the unknown task is judged by its own copy, and dropped
+        model=build_tiny_model(smollm_tokenizer, seed=0), reward_funcs=[probe],
+        args=_args(tmp_path, "bad", external_source_policy="trust", max_steps=1), train_dataset=_math_dataset(),
+        processing_class=smollm_tokenizer, swarm=swarm.join("rx"), sources=[ReasoningGymSource(["chain_sum"])],
+    )  # fmt: skip
+    probe.watch(trainer)
     trainer.train()
     counters = trainer.swarm.readout().counters
     assert counters["rejected/schema"] == 1

@@ -25,8 +25,8 @@ def shared_prompt_logps(
     model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor, logits_to_keep: int, compute_entropy: bool
 ) -> tuple[torch.Tensor, torch.Tensor | None] | None:
     """Per-token log-probabilities (and entropies, with ``compute_entropy``) of the last ``logits_to_keep`` tokens
-    of each row, as TRL's `_get_per_token_logps_and_entropies` computes them with the fused LM head (``model`` must
-    have it, `trl.trainer.utils.add_fused_lm_head`), each distinct prompt run once. None when no two rows share a
+    of each row, as TRL's log-probability pass (`sapo.trl_bridge`) computes them with the fused LM head (``model``
+    must have it, `trl.trainer.utils.add_fused_lm_head`), each distinct prompt run once. None when no two rows share a
     prompt or the prompt has a single token: then there is nothing to share, and the caller runs the plain pass."""
     from transformers import DynamicCache
 

@@ -3,11 +3,11 @@ which `SAPOTrainer` reaches `sapo.speed`.
 
 Each speed-up declares what it supports and steps aside for the rest, saying so in one log line per trainer:
 
-- generation (:meth:`SpeedUps.generation`, around TRL's `_generate_single_turn`): TRL's transformers path on one
-  process, text only. Generation kwargs none of them knows leave TRL's generation as it is; beam search (and
+- generation (:meth:`SpeedUps.generation`, around TRL's generation call, `sapo.trl_bridge`): TRL's transformers path
+  on one process, text only. Generation kwargs none of them knows leave TRL's generation as it is; beam search (and
   several sequences per row) leaves it to `generate`'s own prefill and sampling; a `cache_implementation` leaves the
   prefill to `generate`.
-- the loss pass (:meth:`SpeedUps.loss_pass`, around TRL's `_get_per_token_logps_and_entropies`): under gradient
+- the loss pass (:meth:`SpeedUps.loss_pass`, around TRL's log-probability pass, `sapo.trl_bridge`): under gradient
   checkpointing the backward pass recomputes each layer after the context has closed, so the speed-ups that change
   how a layer computes (bf16 weight copies and float32 attention, the fused LoRA forward, the shared prompt pass)
   step aside and the recompute matches the forward.
@@ -109,7 +109,8 @@ class SpeedUps:
 
     @contextlib.contextmanager
     def generation(self, trainer: Any, images: Any = None, multimodal_fields: Any = None) -> Iterator[None]:
-        """The context to run TRL's `_generate_single_turn` in: each speed-up that is on and supports this call."""
+        """The context to run TRL's generation call in (`sapo.trl_bridge`): each speed-up that is on and supports
+        this call."""
         names = self.generation_speed_ups(trainer, images, multimodal_fields)
         model = trainer.accelerator.unwrap_model(trainer.model_wrapped) if names else None
         merge, bf16 = "generation_merge_adapters" in names, "bf16 weights" in names
@@ -153,7 +154,7 @@ class SpeedUps:
 
     @contextlib.contextmanager
     def loss_pass(self, trainer: Any, model: Any, training: bool) -> Iterator[None]:
-        """The context to run TRL's `_get_per_token_logps_and_entropies` in; ``training``: a pass whose gradients
+        """The context to run TRL's log-probability pass in (`sapo.trl_bridge`); ``training``: a pass whose gradients
         train (else TRL's scoring of old log-probabilities, or evaluation)."""
         cpu = trainer.accelerator.device.type == "cpu"
         unwrapped = trainer.accelerator.unwrap_model(model)
