@@ -2,8 +2,8 @@
 
 `SAPOTrainer` subclasses `trl.GRPOTrainer` through :class:`TRLBridge`, so that a TRL upgrade is this module's work. The
 rest of the project calls the bridge's public methods (`run_trl_round`, `text_tokenizer`, `tokenize_prompts`,
-`score_with_trl`, `policy_logps`, `record_metric`, `log_evaluation`, `save_checkpoint`, `load_checkpoint`) and overrides its hooks
-(`sapo_round`, `on_loss_pass`, `on_checkpoint_saved`, `timed`), none of which are TRL's.
+`score_with_trl`, `policy_logps`, `record_metric`, `log_evaluation`, `save_checkpoint`, `load_checkpoint`) and
+overrides its hooks (`sapo_round`, `on_loss_pass`, `on_checkpoint_saved`, `timed`), none of which are TRL's.
 
 Tested with TRL 1.16 (`pyproject.toml` pins `trl>=1.16,<1.17`). What each private name is relied on for:
 
