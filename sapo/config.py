@@ -31,7 +31,7 @@ _SECTIONS = {
         "max_group_age",
     ),
     "Self-replay (`sapo.replay`)": ("replay", "replay_max_age", "replay_max_uses"),
-    "Trust": ("external_source_policy", "regeneration_timeout"),
+    "Trust": ("external_source_policy", "regeneration_timeout", "external_answer_end"),
     "Completion hygiene (every completion of a received group must pass, or the group is dropped as `hygiene`)": (
         "completion_max_chars",
         "completion_forbid_control_chars",
@@ -52,12 +52,12 @@ _SECTIONS = {
     "Publishing": ("publish_groups", "swarm_model_name"),
     "Audit": ("completions_log", "groups_log", "groups_log_max_bytes", "held_out_log"),
     "GRPO settings of the SAPO paper (where they differ from TRL's)": ("epsilon_high",),
-    "Device defaults (`None`: decided by `sapo.speed.devices.device_defaults`)": (
+    "Device defaults (`None` or `auto`: decided by `sapo.speed.devices.device_defaults`)": (
         "use_cpu",
         "gradient_checkpointing",
         "bf16",
     ),
-    "Speed-ups (`sapo.speed`; `None`: as `speedups` and the device decide)": ("speedups", *SPEED_UP_FIELDS),
+    "Speed-ups (`sapo.speed`; `None` or `auto`: as `speedups` and the device decide)": ("speedups", *SPEED_UP_FIELDS),
 }
 
 REPLAY_CHOICES = ("off", "fill", "only")
@@ -132,9 +132,11 @@ class SAPOConfig(GRPOConfig):
     success_threshold: float = field(
         default=1.0,
         metadata={
-            "help": "For `success_gated` and `weak_prompt_first`: a completion is a success when this peer's total "
-            "reward for it is at least this (with the node's `reasoning_gym` + `format` rewards, 1.0 is a right "
-            "answer). Unused by the other strategies."
+            "help": "A completion is a success when this peer's total reward for it (the weighted sum of its reward "
+            "functions) is at least this; with the node's `reasoning_gym` + `format` rewards, 1.0 is a right answer. "
+            "Used by the held-out evaluation of your own task's questions (solved: a success; reasoning-gym "
+            "questions keep their own correctness check) and by the `success_gated` and `weak_prompt_first` "
+            "samplers; the other samplers do not read it."
         },
     )
     success_window: int = field(
@@ -198,6 +200,17 @@ class SAPOConfig(GRPOConfig):
             "help": "Seconds one received reasoning-gym question may take to regenerate when its config is not one "
             "this peer generates itself (such configs run in a child process, capped at 4 GB); past it the group is "
             "dropped as `regeneration_limit`. Bounds what a hostile peer's expensive config can cost. `None`: no limit."
+        },
+    )
+    external_answer_end: str | None = field(
+        default=r"</answer>",
+        metadata={
+            "help": "A regular expression (case-insensitive) whose last match in a received completion ends its final "
+            "answer: the tokens after it (and its EOS) get no weight in the loss (TRL's token mask), since text after "
+            "the answer carries no reward signal for this peer, yet would be trained on with the completion's "
+            "advantage (a common closing phrase an attacker appends to correct answers). A completion without a "
+            "match is trained on whole. Set it to your reward's answer format (e.g. `####\\s*\\S+` for GSM8K). "
+            "Default `</answer>`, the end of the node's answer format; `None`: every token trained on."
         },
     )
     completion_max_chars: int | None = field(

@@ -19,7 +19,7 @@ from sapo.node.options import _yaml_value, build_parser, config_yaml, full_help,
 from sapo.node.runner import NodeArguments
 from sapo.sampling import SAMPLER_ALIASES, SAMPLERS, DropZeroAdvantageSampler, make_sampler
 from sapo.sources import SOURCE_POLICIES
-from sapo.speed.devices import cpu_has_native_bf16, device_defaults, round_micro_batch
+from sapo.speed.devices import DEVICE_FIELDS, cpu_has_native_bf16, device_defaults, round_micro_batch
 from swarm.dht import DHTTransportConfig
 from swarm.field_docs import field_help, parameter_docs
 
@@ -271,22 +271,28 @@ def _same_configuration(first, second) -> list[str]:
 def test_print_config_feeds_back_through_config_to_the_same_configuration(tmp_path, argv):
     first = parse_node_options(argv)
     printed = config_yaml(first)
-    for name in ("bf16", "use_cpu", "gradient_checkpointing"):  # decided by the machine: pinned in the file
-        assert re.search(rf"^{name}: (true|false)$", printed, flags=re.M), name
+    for name in DEVICE_FIELDS:  # the user's choice where given, else left to the machine that reads the file
+        given = first.given[name]
+        assert re.search(rf"^{name}: {'auto' if given is None else str(given).lower()}$", printed, flags=re.M), name
     path = tmp_path / "node.yaml"
     path.write_text(printed)
-    assert _same_configuration(first, parse_node_options(["--config", str(path)])) == []
+    again = parse_node_options(["--config", str(path)])
+    assert _same_configuration(first, again) == []
+    assert config_yaml(again) == printed  # byte for byte
 
 
-def test_print_config_of_a_gpu_machine_keeps_its_device_settings_on_a_cpu_machine(tmp_path, monkeypatch):
-    gpu = {**device_defaults(), "use_cpu": False, "gradient_checkpointing": True, "bf16": False,
-           "scoring_prefill_once": False}  # fmt: skip
-    cpu_defaults = sapo.config.device_defaults
-    monkeypatch.setattr(sapo.config, "device_defaults", lambda: gpu)
-    on_gpu = parse_node_options([])
+def test_print_config_on_a_cpu_host_leaves_the_device_to_the_host_that_reads_it(tmp_path, monkeypatch):
+    """A file printed on this CPU host, read on a GPU host (simulated), trains on the GPU with the GPU's defaults;
+    what the user set (`--bf16 false`) stays set."""
+    printed = config_yaml(parse_node_options(["--bf16", "false"]))
+    assert re.search(r"^use_cpu: auto$", printed, flags=re.M) and re.search(r"^bf16: false$", printed, flags=re.M)
+    assert parse_node_options(["--use_cpu", "auto"]).given["use_cpu"] is None  # `auto` flag: as if left out
     path = tmp_path / "node.yaml"
-    path.write_text(config_yaml(on_gpu))
-    monkeypatch.setattr(sapo.config, "device_defaults", cpu_defaults)
-    elsewhere = parse_node_options(["--config", str(path)])
-    assert (elsewhere.args.use_cpu, elsewhere.args.gradient_checkpointing) == (False, True)
-    assert _same_configuration(on_gpu, elsewhere) == []
+    path.write_text(printed)
+    gpu = {**device_defaults(), "use_cpu": False, "gradient_checkpointing": True, "bf16": True,
+           "scoring_prefill_once": False}  # fmt: skip
+    monkeypatch.setattr(sapo.config, "device_defaults", lambda: gpu)
+    on_gpu = parse_node_options(["--config", str(path)])
+    assert (on_gpu.args.use_cpu, on_gpu.args.gradient_checkpointing, on_gpu.args.bf16) == (False, True, False)
+    assert on_gpu.args.scoring_prefill_once is False  # the GPU's own speed-up defaults
+    assert all(on_gpu.given[name] is None for name in DEVICE_FIELDS if name != "bf16")

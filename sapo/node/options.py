@@ -73,8 +73,10 @@ def build_parser() -> Any:
     """The TrlParser of a node: SAPOConfig plus NodeArguments, with the node's defaults; its `--help` is the short
     one (:func:`sapo.node.help.short_help`) and it remembers the values given (:attr:`NodeOptions.given`).
 
-    What depends on the machine (`use_cpu`, `gradient_checkpointing`, `bf16`) is not set here: SAPOConfig decides it
-    (`sapo.speed.devices.device_defaults`) for sapo-node and for a script alike.
+    What depends on the machine (`use_cpu`, `gradient_checkpointing`, `bf16`, the speed-ups' switches:
+    `sapo.speed.devices.DEVICE_FIELDS`) is not set here: SAPOConfig decides it (`sapo.speed.devices.device_defaults`)
+    for sapo-node and for a script alike. These options also take `auto` (a flag or a `--config` value), which leaves
+    them to the machine as leaving them out does.
     """
     from trl import TrlParser
 
@@ -96,7 +98,28 @@ def build_parser() -> Any:
     parser = NodeParser((SAPOConfig, NodeArguments), prog="sapo-node")
     parser.set_defaults(**NODE_DEFAULTS)
     _accept_none(parser, (SAPOConfig, NodeArguments))
+    _accept_auto(parser)
     return parser
+
+
+def _accept_auto(parser: Any) -> None:
+    """Let each device-dependent option take `auto` (`None`: decided on the machine that runs), on the command line
+    and in a `--config` file (argparse converts a string default from the file with the option's type)."""
+    from sapo.speed.devices import DEVICE_FIELDS
+
+    for action in parser._actions:
+        if action.dest in DEVICE_FIELDS and action.type is not None:
+            action.type = _auto_or(action.type)
+
+
+def _auto_or(convert: Any) -> Any:
+    from sapo.speed.devices import AUTO
+
+    def parse(text: Any) -> Any:
+        return None if isinstance(text, str) and text.strip().lower() == AUTO else convert(text)
+
+    parse.__name__ = getattr(convert, "__name__", "value")
+    return parse
 
 
 def _accept_none(parser: Any, dataclass_types: Sequence[type]) -> None:
@@ -195,12 +218,14 @@ def _explain_parse_error(error: ValueError) -> str:
 def effective_config(options: NodeOptions) -> dict[str, Any]:
     """The settings a node runs with, as a YAML-ready mapping that `--config` turns back into the same configuration:
     every node and SAPO field, the usual training fields, and every other field given a value other than its
-    default. A field is written as given; a SAPO field left to `None` that the configuration decided (on this
-    machine: `use_cpu`, `bf16`, `gradient_checkpointing`, ...) is written as decided, so that the file runs the same
-    elsewhere."""
+    default. A field is written as given. A device-dependent field (`use_cpu`, `bf16`, `gradient_checkpointing`, the
+    speed-ups' switches: `sapo.speed.devices.DEVICE_FIELDS`) not set by the user is written as `auto`, so that the
+    machine that reads the file decides it (a file printed on a CPU host does not force the CPU on a GPU host); any
+    other SAPO field left to `None` that the configuration decided is written as decided."""
     from trl import GRPOConfig
 
     from sapo.config import SAPOConfig
+    from sapo.speed.devices import AUTO, DEVICE_FIELDS
 
     sapo_own = {f.name for f in dataclasses.fields(SAPOConfig)} - {f.name for f in dataclasses.fields(GRPOConfig)} | {
         "epsilon_high",
@@ -216,7 +241,9 @@ def effective_config(options: NodeOptions) -> dict[str, Any]:
             default = _field_default(f)
             given = options.given.get(f.name, default)
             decided = getattr(obj, f.name)
-            if f.name in sapo_own and given is None and decided is not None:
+            if obj is options.args and f.name in DEVICE_FIELDS:
+                shown[f.name] = AUTO if given is None else given
+            elif f.name in sapo_own and given is None and decided is not None:
                 shown[f.name] = decided
             elif obj is options.node or f.name in sapo_own or f.name in _SHOWN_TRAINING_FIELDS:
                 shown[f.name] = given

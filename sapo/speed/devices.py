@@ -2,7 +2,15 @@
 
 from __future__ import annotations
 
-__all__ = ["MAX_ROUND_MICRO_BATCH", "SPEED_UP_FIELDS", "cpu_has_native_bf16", "device_defaults", "round_micro_batch"]
+__all__ = [
+    "AUTO",
+    "DEVICE_FIELDS",
+    "MAX_ROUND_MICRO_BATCH",
+    "SPEED_UP_FIELDS",
+    "cpu_has_native_bf16",
+    "device_defaults",
+    "round_micro_batch",
+]
 
 SPEED_UP_FIELDS = (
     "generation_prefill_once",
@@ -13,6 +21,12 @@ SPEED_UP_FIELDS = (
 )
 """The `SAPOConfig` switches of the individual speed-ups: `None` follows `speedups` (and the device), a value set
 explicitly overrides it."""
+
+DEVICE_FIELDS = ("use_cpu", "gradient_checkpointing", "bf16", *SPEED_UP_FIELDS)
+"""Every `SAPOConfig` field whose `None` is decided on the machine that runs (:func:`device_defaults`)."""
+
+AUTO = "auto"
+"""How a configuration file or a flag leaves a field of :data:`DEVICE_FIELDS` to the machine that runs (`None`)."""
 
 MAX_ROUND_MICRO_BATCH = 16
 """The most rows `per_device_train_batch_size=None` puts in one micro-batch (:func:`round_micro_batch`)."""
