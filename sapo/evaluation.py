@@ -25,6 +25,7 @@ __all__ = [
     "generate_greedy",
     "held_out_questions",
     "is_question_set",
+    "item_key_of",
     "paired_difference",
     "reward_scorer",
 ]
@@ -44,6 +45,8 @@ class QuestionResult:
         completion_tokens (`int`): its length in tokens.
         passed (`bool` or `None`): whether a scorer of the user's rewards counted it a success; None: full marks
             from the correctness reward decide.
+        key (`str` or `None`): the item's durable key (:func:`item_key_of`), the same on every peer holding the item
+            whatever its row order: it pairs outcomes across peers and runs. None: the row had no provenance.
     """
 
     task: str
@@ -52,6 +55,7 @@ class QuestionResult:
     completion: str
     completion_tokens: int
     passed: bool | None = None
+    key: str | None = None
 
     @property
     def correct(self) -> bool:
@@ -128,6 +132,27 @@ def paired_difference(before: HeldOutResult, after: HeldOutResult) -> tuple[floa
         raise ValueError("paired_difference needs two evaluations of the same held-out questions, in the same order")
     differences = [float(a.correct) - float(b.correct) for b, a in zip(before.questions, after.questions, strict=True)]
     return _mean(differences), _standard_error(differences)
+
+
+def item_key_of(row: dict[str, Any]) -> str | None:
+    """The durable key of a question row's item, from its ``provenance`` column: the source's own key where it has
+    one (a dataset item's content hash), else ``source/task/seed/index`` (a seeded generator's or reasoning-gym's
+    item), with the configuration's hash where the item has one. None: the row has no readable provenance."""
+    import hashlib
+    import json
+
+    from sapo.sources.base import row_provenances
+
+    provenance = row_provenances([row])[0]
+    if provenance is None:
+        return None
+    if provenance.key is not None:
+        return provenance.key
+    if provenance.seed is None or provenance.index is None:
+        return None
+    config = json.dumps(provenance.config, sort_keys=True)
+    suffix = f"/{hashlib.sha256(config.encode()).hexdigest()[:8]}" if provenance.config else ""
+    return f"{provenance.source}/{provenance.task}/{provenance.seed}/{provenance.index}{suffix}"
 
 
 def _mean(values: Sequence[float]) -> float:
@@ -288,7 +313,7 @@ def evaluate_policy(
     return HeldOutResult(
         [
             QuestionResult(task=str(row["task"]), index=first_index + k, score=score, completion=text,
-                           completion_tokens=length, passed=passed)
+                           completion_tokens=length, passed=passed, key=item_key_of(row))
             for k, (row, (text, length), (score, passed)) in enumerate(zip(rows, generated, verdicts, strict=True))
         ]
     )  # fmt: skip

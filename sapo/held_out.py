@@ -86,12 +86,13 @@ class HeldOutEvaluation:
 
     def _log_held_out(self, result: HeldOutResult, name: str) -> None:
         """Append the evaluation's per-question outcomes to `args.held_out_log` (main process; every process holds
-        the whole result)."""
+        the whole result): each question's task, position, item key (the same on every peer holding the item),
+        verdict and score."""
         if self.args.held_out_log is None or not self.accelerator.is_main_process:
             return
         path = os.path.join(self.args.output_dir, self.args.held_out_log)
         os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-        outcomes = [{"task": q.task, "index": q.index, "correct": bool(q.correct), "score": q.score}
+        outcomes = [{"task": q.task, "index": q.index, "key": q.key, "correct": bool(q.correct), "score": q.score}
                     for q in result.questions]  # fmt: skip
         with open(path, "a") as f:
             f.write(json.dumps({"step": self.state.global_step, "eval": name, "questions": outcomes}) + "\n")

@@ -10,7 +10,14 @@ from transformers import TrainerCallback
 
 from rewards import reasoning_gym_reward
 from sapo import SAPOConfig, SAPOTrainer
-from sapo.evaluation import HeldOutResult, QuestionResult, correctness_scores, evaluate_policy, paired_difference
+from sapo.evaluation import (
+    HeldOutResult,
+    QuestionResult,
+    correctness_scores,
+    evaluate_policy,
+    item_key_of,
+    paired_difference,
+)
 from sapo.models import load_policy
 from sapo.node.callbacks import EvaluateAtEnd, MetricsJsonl
 from sapo.node.cli import main
@@ -265,3 +272,33 @@ def test_a_given_eval_set_gets_trl_s_evaluation_with_pass_at_1_added_on_reasonin
     plain = Dataset.from_list([{"prompt": "Once upon a time"}, {"prompt": "The answer is"}])
     metrics = trainer.evaluate(plain, metric_key_prefix="plain")
     assert math.isfinite(metrics["plain_loss"]) and not any("pass@1" in key for key in metrics)
+
+
+def test_peers_holding_a_file_in_different_orders_log_the_same_held_out_items_by_key(tmp_path, tiny_model_a):
+    from sapo.sources import DatasetSource
+
+    records = [{"question": f"How many metres are {k} km?", "answer": str(1000 * k)} for k in range(1, 41)]
+    logged = []
+    for name, order in (("in-order", records), ("reversed", records[::-1])):
+        path = tmp_path / f"{name}.jsonl"
+        path.write_text("".join(json.dumps(r) + "\n" for r in order))
+        source = DatasetSource(str(path), name="km", eval_fraction=0.25)
+        model, tokenizer = load_policy(tiny_model_a)
+        args = _args(
+            tmp_path / name,
+            num_external=0,
+            per_device_train_batch_size=2,
+            eval_questions=6,
+            held_out_log="held_out.jsonl",
+        )
+        trainer = SAPOTrainer(model=model, reward_funcs=[reasoning_gym_reward], args=args,
+                              train_dataset=source.rows(), processing_class=tokenizer, sources=[source])  # fmt: skip
+        trainer.evaluate()
+        line = json.loads((tmp_path / name / "out" / "held_out.jsonl").read_text().splitlines()[-1])
+        by_key = {json.loads(r["provenance"])["key"]: r["prompt"][-1]["content"] for r in source.held_out(6)}
+        assert [q["key"] for q in line["questions"]] == list(by_key)  # every question logged with its item's key
+        logged.append(by_key)
+    assert logged[0] == logged[1]  # the same keys, each naming the same question, on both peers
+    held_out = build_held_out_dataset(DEFAULT_TASKS[:1], size=2)
+    keys = [item_key_of(row) for row in held_out]
+    assert all(k and k.startswith(f"reasoning_gym/{DEFAULT_TASKS[0].name}/") for k in keys) and len(set(keys)) == 2
