@@ -124,7 +124,7 @@ def full_help(parser: argparse.ArgumentParser) -> str:
 def option_sections(parser: argparse.ArgumentParser) -> list[tuple[str, list[argparse.Action]]]:
     """The parser's options grouped under `"<origin>: <heading>"`, in the order the classes document them: the node's
     (`NodeArguments`), SAPO's (`SAPOConfig`), TRL's (`GRPOConfig`), transformers' (`TrainingArguments`)."""
-    headings = _documented_headings()
+    headings = _documented_headings(parser)
     order = {heading: n for n, heading in enumerate(dict.fromkeys(headings.values()))}
     grouped: dict[str, list[argparse.Action]] = {}
     for action in parser._actions:
@@ -141,16 +141,17 @@ def _sections_by_origin(parser: argparse.ArgumentParser) -> dict[str, list[tuple
     return by_origin
 
 
-def _documented_headings() -> dict[str, str]:
+def _documented_headings(parser: argparse.ArgumentParser) -> dict[str, str]:
     """Option name -> `"<origin>: <heading>"`, read from the `> heading` lines of each class's docstring (the TRL
-    docstring format); the first class that documents a field names its heading."""
+    docstring format); the first class that documents a field names its heading. The parser's classes that are not
+    training arguments (`NodeArguments`) are the node's."""
     from transformers import TrainingArguments
     from trl import GRPOConfig
 
     from sapo.config import SAPOConfig
-    from sapo.node.runner import NodeArguments
 
-    classes = (("Node", NodeArguments), ("SAPO", SAPOConfig), ("TRL GRPO", GRPOConfig), ("Trainer", TrainingArguments))
+    node = [("Node", cls) for cls in getattr(parser, "dataclass_types", ()) if not issubclass(cls, TrainingArguments)]
+    classes = (*node, ("SAPO", SAPOConfig), ("TRL GRPO", GRPOConfig), ("Trainer", TrainingArguments))
     headings: dict[str, str] = {}
     for origin, cls in classes:
         for name, heading in docstring_headings(cls).items():

@@ -1,11 +1,211 @@
-"""Parsing a node's options: SAPOConfig and NodeArguments through TRL's parser, the node's defaults, `--set`,
-and the effective configuration as YAML."""
+"""A node's options: NodeArguments (its own settings), parsed with SAPOConfig through TRL's parser, the node's
+defaults, `--set`, and the effective configuration as YAML."""
 
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Any
+
+from swarm.dht import DHTTransportConfig
+from swarm.field_docs import document_fields, field_help
+
+
+def _swarm_option(name: str, *, source: str | None = None, note: str = "") -> Any:
+    """A node option that is DHTTransportConfig's field `source` (default: `name`): its default and its help, read from
+    there rather than restated, plus `note` on what the node adds."""
+    swarm_field = {f.name: f for f in dataclasses.fields(DHTTransportConfig)}[source or name]
+    text = field_help(swarm_field)
+    metadata = {"help": f"{text} {note}".strip()}
+    if swarm_field.default_factory is not dataclasses.MISSING:
+        return field(default_factory=swarm_field.default_factory, metadata=metadata)
+    return field(default=swarm_field.default, metadata=metadata)
+
+
+_SECTIONS = {
+    "Policy": ("model", "lora_r", "lora_alpha", "lora_dropout"),
+    "Questions and rewards": (
+        "tasks", "eval_tasks", "dataset", "source", "source_args", "dataset_name", "question_column",
+        "answer_column", "reward_columns",
+        "eval_fraction", "dataset_size", "rewards", "max_reward_errors_in_a_row", "max_source_errors",
+        "allow_data_change",
+    ),
+    "Swarm (defaults and text of `swarm.dht.DHTTransportConfig`'s fields)": (
+        "initial_peers", "host_maddrs", "announce_maddrs", "identity", "swarm_name", "client_mode", "use_auto_relay",
+        "join_timeout", "membership_path", "membership_operator",
+    ),
+    "Waiting for peers": ("wait_for_peers", "wait_for_peers_timeout"),
+    "Staying up": ("require_swarm",),
+    "Status page": ("status_port", "status_host"),
+}  # fmt: skip
+
+
+@document_fields(_SECTIONS, default_text={"tasks": "the default reasoning-gym mix (`sapo.tasks.DEFAULT_TASKS`)"})
+@dataclass
+class NodeArguments:
+    """Settings of a `sapo-node` besides the GRPO/SAPO training ones ([`SAPOConfig`]). Every field is documented
+    once, by its `help`; the swarm options are fields of `swarm.dht.DHTTransportConfig`, with its defaults and text."""
+
+    model: str = field(
+        default="default",
+        metadata={
+            "help": '`"default"` for the embedded SmolLM2-135M-Instruct, a local Hugging Face causal-LM directory, a '
+            "GGUF file, or an installed package that ships one (converted once into a cached copy)."
+        },
+    )
+    lora_r: int = field(
+        default=0,
+        metadata={"help": "LoRA rank; `0` trains every weight, a positive rank trains LoRA adapters through PEFT."},
+    )
+    lora_alpha: int = field(default=32, metadata={"help": "LoRA scaling numerator."})
+    lora_dropout: float = field(default=0.05, metadata={"help": "Dropout on the LoRA branch."})
+    tasks: list[str] = field(
+        default_factory=lambda: default_task_names(),
+        metadata={
+            "help": "reasoning-gym dataset names. Names of the default mix use its easy settings; other names use "
+            "reasoning-gym's defaults. In a YAML file an item may also be `{name: ..., config: {...}, weight: 1.0}`."
+        },
+    )
+    eval_tasks: list[str] | None = field(
+        default=None,
+        metadata={
+            "help": "reasoning-gym tasks of the held-out evaluation, written as `tasks` is; `None`: the node's "
+            "`tasks`. A task specialist (one task in `tasks`) evaluated on a whole mix sets the mix here."
+        },
+    )
+    dataset: str | None = field(
+        default=None,
+        metadata={
+            "help": "Your own questions instead of `tasks`: a local .jsonl, .json, .parquet or .csv file, or a folder "
+            "written by datasets' save_to_disk. Items are keyed by their content, so peers holding the same data "
+            "in any order, split or filter verify each other's groups (`sapo.sources.DatasetSource`)."
+        },
+    )
+    dataset_name: str | None = field(
+        default=None,
+        metadata={
+            "help": "The dataset's name, the same on every peer that shares it; `None`: the file or folder name."
+        },  # fmt: skip
+    )
+    source: str | None = field(
+        default=None,
+        metadata={
+            "help": "Your own task source instead of `tasks` or `dataset`: a `sapo.sources.TaskSource` subclass as "
+            "`module:Class` or `path/to/file.py:Class`, built with `source_args`; its `rows()` are the training rows "
+            "(given `size=dataset_size` and `seed` where it takes them), its `held_out()` the held-out questions."
+        },
+    )
+    source_args: dict | str | None = field(
+        default=None,
+        metadata={
+            "help": "Keyword arguments of `source`'s class: a mapping in the YAML file, or JSON on the command line."
+        },
+    )
+    question_column: str = field(default="question", metadata={"help": "Column of `dataset` holding the question."})
+    answer_column: str = field(default="answer", metadata={"help": "Column of `dataset` holding the answer."})
+    reward_columns: list[str] | None = field(
+        default=None,
+        metadata={"help": "Columns of `dataset` handed to the reward functions; `None`: every other column."},
+    )
+    eval_fraction: float = field(
+        default=0.1,
+        metadata={
+            "help": "Share of `dataset`'s items held out for the held-out evaluation, chosen by item key (the same "
+            "items on every peer; never trained on). Solved means the rewards' weighted sum reaches "
+            "`success_threshold`."
+        },
+    )
+    dataset_size: int = field(
+        default=10000, metadata={"help": "reasoning-gym questions generated (procedurally, offline)."}
+    )
+    rewards: list[str] = field(
+        default_factory=lambda: ["reasoning_gym", "format"],
+        metadata={
+            "help": "Reward functions: `reasoning_gym`, `math`, `format`, or your own as `module:function` or "
+            "`path/to/file.py:function` (TRL's signature: prompts, completions, **columns; one float or None per "
+            "completion). Weights: `reward_weights`."
+        },
+    )
+    max_reward_errors_in_a_row: int | None = field(
+        default=64,
+        metadata={
+            "help": "A reward function that raises on one of the node's own rows scores that row as failed (`None`: "
+            "no reward) and the node goes on, logging the row's item and the error; after this many failed rows of "
+            "one function in a row the node stops, saying why in node.log and status.json. `none`: never stops."
+        },
+    )
+    allow_data_change: bool = field(
+        default=False,
+        metadata={
+            "help": "Resume an output directory whose recorded data (fingerprint, columns, split, sources in "
+            "node-run.json) differs from this run's. By default such a resume is refused: another split could train "
+            "on items held out before."
+        },
+    )
+    max_source_errors: int | None = field(
+        default=100,
+        metadata={
+            "help": "A task source that raises while re-deriving a received item drops that group (`source_error`) "
+            "and the node goes on; after this many such errors the node stops, saying why. `none`: never stops."
+        },
+    )
+    initial_peers: list[str] = _swarm_option("initial_peers")
+    host_maddrs: list[str] = _swarm_option("host_maddrs")
+    announce_maddrs: list[str] | None = _swarm_option("announce_maddrs")
+    identity: str | None = _swarm_option(
+        "identity", source="identity_path", note="In sapo-node, `None` is `identity.key` in the output directory."
+    )
+    swarm_name: str = _swarm_option("swarm_name")
+    client_mode: bool = _swarm_option("client_mode")
+    use_auto_relay: bool = _swarm_option("use_auto_relay")
+    join_timeout: float = _swarm_option("join_timeout")
+    membership_path: str | None = _swarm_option("membership_path")
+    membership_operator: str | None = _swarm_option("membership_operator")
+    wait_for_peers: int = field(
+        default=0,
+        metadata={
+            "help": "Before the first step, wait until this many other peers are listed in the swarm, so that a "
+            "swarm started together trains together (`local-swarm` sets it to the number of other nodes)."
+        },
+    )
+    wait_for_peers_timeout: float = field(
+        default=300.0,
+        metadata={"help": "Seconds to wait for them; after that the node trains anyway, with a warning."},
+    )
+    require_swarm: bool = field(
+        default=False,
+        metadata={
+            "help": "Exit (code 3) when no initial peer answers within `join_timeout`. By default the node then "
+            "trains alone (every slot filled with its own groups), says so in its log, status.json and status page, "
+            "and keeps dialing the initial peers in the background (backing off to once a minute); once one "
+            "answers, it joins and exchange starts without a restart."
+        },
+    )
+    status_port: int | None = field(
+        default=31338,
+        metadata={
+            "help": "TCP port of the node's status page (`/`), its JSON (`/status.json`), Prometheus metrics "
+            "(`/metrics`) and health (`/healthz`, 503 when unhealthy). If the port is taken, a free one is used "
+            "(logged, and written to status.json); 0 always picks a free one; `none` serves no page."
+        },
+    )
+    status_host: str = field(
+        default="127.0.0.1",
+        metadata={
+            "help": "Interface the status page listens on. `127.0.0.1` (default): this machine only. `0.0.0.0` opens "
+            "it to every network this machine is on, without password or TLS: whoever reaches the port reads the "
+            "node's peer id, addresses, peers, metrics and log messages (which may hold file paths). Open it only "
+            "behind a firewall, or reach it through an SSH tunnel (`ssh -L 31338:127.0.0.1:31338 HOST`)."
+        },
+    )
+
+
+def default_task_names() -> list[str]:
+    from sapo.tasks import DEFAULT_TASKS
+
+    return [task.name for task in DEFAULT_TASKS]
+
 
 # Settings of a node that differ from SAPOConfig's library defaults: sized for a CPU machine, checkpointing on.
 NODE_DEFAULTS: dict[str, Any] = {
@@ -82,7 +282,6 @@ def build_parser() -> Any:
 
     from sapo.config import SAPOConfig
     from sapo.node.help import short_help
-    from sapo.node.runner import NodeArguments
 
     class NodeParser(TrlParser):
         given: dict[str, Any] = {}
@@ -178,7 +377,7 @@ def parse_node_args(argv: Sequence[str]) -> tuple[Any, Any, bool]:
 
 def parse_node_options(argv: Sequence[str]) -> NodeOptions:
     """Parse a node's command line (flags, `--config`, `--set`, `--print-config`); raises NodeError."""
-    from sapo.node.runner import NodeArguments, NodeError
+    from sapo.node.errors import NodeError
 
     argv = list(argv)
     print_config = "--print-config" in argv
@@ -266,8 +465,6 @@ def config_yaml(options: NodeOptions) -> str:
     import yaml
 
     from sapo.config import SAPOConfig
-    from sapo.node.runner import NodeArguments
-    from swarm.field_docs import field_help
 
     helps = {f.name: field_help(f) for cls in (SAPOConfig, NodeArguments) for f in dataclasses.fields(cls)}
     entries = []
