@@ -238,3 +238,21 @@ def test_conflicting_answers_are_warned_and_kept_out_of_the_held_out_set(caplog)
     held = {r["prompt"][-1]["content"] for r in source.held_out()}
     assert held and not held & {r["question"] for r in RECORDS[:5]}
     assert len(source) + len(source.held_out()) == len(conflicting)  # set aside from evaluation, not from training
+
+
+def test_a_library_user_sets_the_source_error_limit_with_the_sources_given_to_the_trainer(tiny_model_a, tmp_path):
+    from sapo import SAPOConfig, SAPOTrainer
+    from sapo.models import load_policy
+    from swarm import MemorySwarm
+
+    source = Flaky()
+    model, tokenizer = load_policy(tiny_model_a)
+    config = SAPOConfig(output_dir=str(tmp_path), num_local=1, num_external=1, num_generations=2,
+                        per_device_train_batch_size=4, max_steps=1, use_cpu=True, report_to="none")  # fmt: skip
+    limited = SourceRegistry([source], max_source_errors=3)
+    trainer = SAPOTrainer(model, [lambda prompts, completions, **kw: [0.0] * len(completions)], config,
+                          Dataset.from_list(source.rows(size=4)), processing_class=tokenizer,
+                          swarm=MemorySwarm().join("a"), sources=limited)  # fmt: skip
+    assert trainer.intake.sources.max_source_errors == 3 and trainer.intake.sources.sources[0] is source
+    with pytest.raises(ValueError, match="max_source_errors must be >= 0 or None"):
+        SourceRegistry([source], max_source_errors=-1)

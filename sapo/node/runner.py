@@ -371,7 +371,7 @@ def _run(args: Any, node: NodeArguments) -> int:
     )
     from sapo.node.logs import setup_logging
     from sapo.reward_guard import RewardErrorLimit, RewardGuard, check_reward_columns
-    from sapo.sources import SourceErrorLimit
+    from sapo.sources import SourceErrorLimit, SourceRegistry
     from sapo.trainer import SAPOTrainer
 
     # Cheap checks first: a typo must not cost a model load.
@@ -437,7 +437,7 @@ def _run(args: Any, node: NodeArguments) -> int:
             train_dataset=dataset,
             processing_class=tokenizer,
             swarm=swarm,
-            sources=sources,
+            sources=SourceRegistry(sources, max_source_errors=node.max_source_errors),
             held_out_tasks=held_out_tasks,
             callbacks=[NodeProgress(), metrics, SwarmLog(), status, EvaluateAtEnd(), stop],
         )
@@ -445,8 +445,7 @@ def _run(args: Any, node: NodeArguments) -> int:
             swarm, lambda: trainer.sender_outcomes, rejoin_through=list(node.initial_peers),
             require_swarm=node.require_swarm,
         )  # fmt: skip
-        registry = trainer.intake.sources
-        registry.max_source_errors = node.max_source_errors
+        registry = trainer.intake.sources  # its error count, for the page
         trainer.remove_callback(ProgressCallback)
         trainer.remove_callback(PrinterCallback)
         if resume is not None:

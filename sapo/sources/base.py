@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import logging
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -98,10 +98,15 @@ class SourceRegistry:
     """The task sources a peer holds, and the policy for those it does not.
 
     Args:
-        sources: the sources this peer holds (several are a mixture: each verifies its own items).
+        sources: the sources this peer holds (several are a mixture: each verifies its own items); another registry
+            gives its sources and, unless ``max_source_errors`` is given, its limit.
         policy: a key of :data:`SOURCE_POLICIES`: what a group of a source no registered source holds gets.
         max_source_errors: how many times a source may raise (an error other than :class:`GroupDropped`) before
             :class:`SourceErrorLimit` stops training; each error drops its group as ``source_error``. None: no limit.
+
+    In library use the limit travels with the sources, as a reward's limit travels with its
+    `sapo.reward_guard.RewardGuard`: ``SAPOTrainer(..., sources=SourceRegistry([questions], max_source_errors=100))``
+    (the trainer's registry takes the given sources and limit, under `SAPOConfig.external_source_policy`).
     """
 
     def __init__(
@@ -109,10 +114,18 @@ class SourceRegistry:
     ):
         if policy not in SOURCE_POLICIES:
             raise ValueError(f"unknown source policy {policy!r}; expected one of {list(SOURCE_POLICIES)}")
+        if max_source_errors is not None and max_source_errors < 0:
+            raise ValueError(f"max_source_errors must be >= 0 or None (no limit), got {max_source_errors}")
+        if isinstance(sources, SourceRegistry) and max_source_errors is None:
+            max_source_errors = sources.max_source_errors
         self.policy = policy
         self.sources: list[TaskSource] = list(sources)
         self.source_errors = 0
         self.max_source_errors = max_source_errors
+
+    def __iter__(self) -> Iterator[TaskSource]:
+        """The sources held, in order."""
+        return iter(self.sources)
 
     def add(self, source: TaskSource) -> None:
         """Hold ``source`` too."""
