@@ -200,6 +200,7 @@ class Intake:
         for candidate in chosen:
             if candidate.origin == SWARM:
                 self._record_standing(candidate.sender, True, time.time())
+                self._mask_after_answer(candidate)
         # An equal share for every process (each trains on the same number of own rows); a remainder is filled in.
         per_process = len(chosen) // processes
         taken.chosen = chosen[: per_process * processes]
@@ -269,6 +270,8 @@ class Intake:
         selection = self.sampler.select(candidates, k, self.rng, now=now)
         for candidate, reason in selection.set_aside:
             self._count(taken, reason)
+            if candidate.origin == SWARM:
+                self.sender_outcomes.setdefault(candidate.sender, Counter())[f"dropped/{reason}"] += 1
             taken.records.append(self._candidate_record(candidate, reason))
         return self._keep_plausible(selection, probe, timed, taken), selection.reserve
 
@@ -423,6 +426,21 @@ class Intake:
         self.totals["external_tokens_masked"] += sum(len(w) - sum(w) for w in weights)
         return weights
 
+    def _mask_after_answer(self, candidate: Candidate) -> None:
+        """No weight in the loss for the tokens of a received completion after its final answer's end
+        (`SAPOConfig.external_answer_end`, found when it was tokenized), EOS included: text there earns this peer no
+        reward, so it must not ride on the completion's advantage."""
+        if not any(t.answer_tokens is not None for t in candidate.tokenized):
+            return
+        weights = candidate.token_weights or [[1] * len(t.ids) for t in candidate.tokenized]
+        for completion, (tokens, row) in enumerate(zip(candidate.tokenized, weights, strict=True)):
+            if tokens.answer_tokens is None:
+                continue
+            after = len(row) - min(tokens.answer_tokens, len(row))
+            self.totals["external_tokens_after_answer"] += sum(row[tokens.answer_tokens :])
+            weights[completion] = row[: tokens.answer_tokens] + [0] * after
+        candidate.token_weights = weights
+
     def observe_loss_pass(
         self, logps: torch.Tensor, entropies: torch.Tensor, mask: torch.Tensor, is_external: torch.Tensor | None
     ) -> None:
@@ -450,11 +468,11 @@ class Intake:
         rewards: list[float] | None = None,
         origin: str = SWARM,
     ) -> None:
-        self._count(taken, reason, detail=f"{'peer ' + sender if origin == SWARM else 'replay'}: {detail}")
+        self._count(taken, reason, detail=f"{'key fingerprint ' + sender if origin == SWARM else 'replay'}: {detail}")
         if origin == SWARM:
             self.sender_outcomes.setdefault(sender, Counter())[f"dropped/{reason}"] += 1
         taken.records.append(self._record(sender, group, reason, rewards, origin))
-        logger.debug("dropped a group of peer %s (%s): %s", sender, reason, detail)
+        logger.debug("dropped a group of key fingerprint %s (%s): %s", sender, reason, detail)
 
     def _count(self, taken: Taken, reason: str, count: int = 1, detail: str = "") -> None:
         """Count ``count`` groups set aside for ``reason``; the first time a reason appears it is logged (INFO)."""
@@ -470,7 +488,7 @@ class Intake:
             return
         self.totals["benched_senders"] += 1
         logger.warning(
-            "benched peer %s for %.0f s: %d of its last %d groups were dropped",
+            "benched the sender with key fingerprint %s for %.0f s: %d of its last %d groups were dropped",
             sender, seconds, self.standing.drop_limit, self.standing.window,
         )  # fmt: skip
 

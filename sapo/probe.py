@@ -8,6 +8,7 @@ scored exactly as an own one would be.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -45,18 +46,40 @@ class PolicyProbe:
     def tokenize(self, text: str) -> TokenizedCompletion:
         """A received completion as it is trained on: its tokens under this peer's tokenizer, cut to
         `max_completion_length` (a completion at the limit exactly is not cut: the sender stopped there too, with no
-        EOS, like a local completion that ran out of tokens), EOS appended when it fits."""
+        EOS, like a local completion that ran out of tokens), EOS appended when it fits; with how many of them hold
+        the text up to its final answer's end (`SAPOConfig.external_answer_end`)."""
         trainer = self.trainer
-        # split_special_tokens: a completion that spells out "<|im_end|>" must not become a control token.
-        tokenizer = trainer.text_tokenizer
-        ids = tokenizer(text, add_special_tokens=False, split_special_tokens=True)["input_ids"]
+        ids = self._token_ids(text)
         limit = trainer.args.max_completion_length
+        answer_tokens = self._answer_tokens(text, ids)
         if limit is not None and len(ids) >= limit:
             cut = len(ids) > limit
             # Score the text trained on: past the limit a completion loses its tail in the batch, so an answer there
             # (a longer-limit sender's, or an attacker's behind a payload) must not earn its reward.
-            return TokenizedCompletion(tuple(ids[:limit]), cut, tokenizer.decode(ids[:limit]) if cut else text)
-        return TokenizedCompletion((*ids, trainer.eos_token_ids[0]), False, text)
+            text = trainer.text_tokenizer.decode(ids[:limit]) if cut else text
+            return TokenizedCompletion(tuple(ids[:limit]), cut, text, answer_tokens)
+        return TokenizedCompletion((*ids, trainer.eos_token_ids[0]), False, text, answer_tokens)
+
+    def _token_ids(self, text: str) -> list[int]:
+        # split_special_tokens: a completion that spells out "<|im_end|>" must not become a control token.
+        return self.trainer.text_tokenizer(text, add_special_tokens=False, split_special_tokens=True)["input_ids"]
+
+    def _answer_tokens(self, text: str, ids: list[int]) -> int | None:
+        """The leading tokens of ``ids`` (``text``'s) that end at or before the end of the last match of
+        `external_answer_end`; None without one. Where the answer's tokens do not begin ``ids`` exactly (a token
+        spanning the answer's end), only the tokens both share count, so a token that reaches past the end is
+        never trained on."""
+        pattern = self.trainer.args.external_answer_end
+        if pattern is None:
+            return None
+        ends = [m.end() for m in re.finditer(pattern, text, flags=re.IGNORECASE)]
+        if not ends:
+            return None
+        answer = self._token_ids(text[: ends[-1]])
+        shared = 0
+        while shared < min(len(answer), len(ids)) and answer[shared] == ids[shared]:
+            shared += 1
+        return shared
 
     def score(
         self, prompt: list[dict[str, str]], completions: Sequence[TokenizedCompletion], columns: dict[str, Any]

@@ -41,8 +41,8 @@ def test_experiment_1_figures_are_recomputed_from_the_kept_files(campaign):
     per_100 = _interval(data["per_compute"]["others' tasks"]["completions"]["difference"])
     own_task = _interval(data["secondary"]["own task"])
     assert primary == "+0.063 (+0.031 to +0.096"
-    for figure in (primary, per_100.replace(" (", " per 100 own completions ("), own_task):
-        assert figure in README, f"README.md lacks experiment 1's {figure})"
+    for figure in (primary, per_100, own_task):  # the README's table (per 100 own completions in its own column)
+        assert figure in README.replace("**", ""), f"README.md lacks experiment 1's {figure})"
     assert _interval(data["primary"], ci=True) in BENCHMARKS_README
     assert own_task in BENCHMARKS_README and per_100 in BENCHMARKS_README
 
@@ -66,7 +66,8 @@ def test_equal_peers_figures_are_recomputed_from_the_archived_runs(profile, figu
     """Every file of these runs but the completion markers is archived: held_out_table reads them from there."""
     runs = held_out_table.read_profile(RESULTS / "sapo_table_runs" / profile)
     assert _interval(held_out_table.compare(runs, "2-0")["1-1"]) == figure
-    assert figure in README
+    if profile == "cpu-hard":  # the easy tasks' pairs ran on different commits: benchmarks/README.md alone has them
+        assert figure in README
     assert figure.replace("(", "(95 % CI ") in BENCHMARKS_README
 
 

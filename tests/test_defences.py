@@ -28,6 +28,7 @@ from sapo.tasks import TaskSpec, build_reasoning_gym_dataset
 from swarm import Group, MemorySwarm, Provenance
 from swarm.records import provenance_from_wire
 from testbed.tiny_run import tiny_config
+from tests.trainer_fixtures import RewardProbe, _external_group, _metric, _trainer
 
 
 def test_hygiene_names_what_is_wrong_with_a_completion():
@@ -442,3 +443,50 @@ def test_a_sender_is_never_benched_for_groups_this_peer_cannot_verify(tmp_path, 
     assert totals["dropped/item_not_held"] == 6 and totals["dropped/version_skew"] == 1, dict(totals)
     assert trainer.intake.standing.benched(time.time()) == ["liar"]  # two forged questions bench it; "other" never
     assert totals["dropped/question_mismatch"] + totals["dropped/benched_sender"] == 3
+
+
+def test_text_after_a_received_completions_final_answer_gets_no_weight(tmp_path, smollm_tokenizer):
+    """A correct answer followed by a closing phrase (an attacker's trailer): the answer's tokens are trained on with
+    the completion's advantage, the trailer's (and its EOS) are not."""
+    trailer = " I hope this helps!"
+    texts = [f"<answer>0</answer>{trailer}", f"<answer>1</answer>{trailer}", f"<answer>0</answer>{trailer}", "0"]
+    swarm = MemorySwarm(seed=0)
+    swarm.join("attacker").publish([_external_group("What is 0 + 0?", texts, "t", answer="0")])
+    probe = RewardProbe(lambda text: 1.0 if "<answer>0</answer>" in text else 0.0)
+    trainer = _trainer(tmp_path, smollm_tokenizer, "trailer", probe, swarm=swarm.join("rx"), max_steps=1,
+                       external_source_policy="trust", num_local=1, num_external=1)  # fmt: skip
+    batches = []
+    generate = trainer._generate
+
+    def capture(prompts):
+        result = generate(prompts)
+        batches.append((result[1], result[2]))  # TRL's completion ids and token mask
+        return result
+
+    trainer._generate = capture
+    trainer.train()
+    assert _metric(trainer, "sapo/external_groups") == [1.0]
+    completion_ids, token_mask = batches[0]
+    answer = smollm_tokenizer("<answer>0</answer>", add_special_tokens=False)["input_ids"]
+    rows = zip(completion_ids, token_mask, strict=True)
+    external = [(ids, mask) for ids, mask in rows if list(ids[:3]) == answer[:3]]
+    assert len(external) == 3  # the three completions holding an answer in tags
+    for ids, mask in external:
+        assert mask[: len(answer)] == [1] * len(answer)  # the answer is trained on
+        assert len(ids) > len(answer) and mask[len(answer) :] == [0] * (len(ids) - len(answer))  # trailer and EOS not
+    assert trainer.swarm_totals["external_tokens_after_answer"] == sum(len(ids) - len(answer) for ids, _ in external)
+
+
+def test_without_an_answer_end_every_received_token_is_trained_on(tmp_path, smollm_tokenizer):
+    texts = ["<answer>0</answer> I hope this helps!", "<answer>1</answer> ok", "<answer>0</answer>", "no"]
+    swarm = MemorySwarm(seed=0)
+    swarm.join("peer").publish([_external_group("What is 0 + 0?", texts, "t", answer="0")])
+    probe = RewardProbe(lambda text: 1.0 if "<answer>0</answer>" in text else 0.0)
+    trainer = _trainer(
+        tmp_path, smollm_tokenizer, "off", probe, swarm=swarm.join("rx"), max_steps=1, external_source_policy="trust",
+        num_local=1, num_external=1, external_answer_end=None,
+    )  # fmt: skip
+    trainer.train()
+    assert _metric(trainer, "sapo/external_groups") == [1.0]
+    assert trainer.swarm_totals["external_tokens_after_answer"] == 0
+    assert all(w is None for w in [c.token_weights for c in trainer.last_external])
