@@ -16,7 +16,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 
@@ -128,16 +128,30 @@ def build_round(
     return Round(tuple(rows), MappingProxyType(external), tuple(chosen), tuple(share), first_slot, num_generations)
 
 
-def splice_generation(
-    round_: Round,
-    own: tuple[list[list[int]], list[list[int]], list[Any], list[list[float]] | None, list[list[int]] | None],
-    external_prompt_ids: list[list[int]],
-) -> tuple[list[list[int]], list[list[int]], list[list[int]] | None, list[Any], list[list[float]] | None]:
-    """Every row's (prompt ids, completion ids, token mask, completion, sampling log-probabilities) for TRL: own rows
-    from ``own`` (the same five lists for the rows generated here, in order; mask and log-probabilities may be None),
-    external rows from the round (their prompt ids from ``external_prompt_ids``, in row order). External rows have no
-    sampling log-probabilities: NaN, which TRL's importance-sampling correction reads as "no correction"."""
-    own_prompt_ids, own_completion_ids, own_completions, own_logprobs, own_mask = own
+class Generation(NamedTuple):
+    """What TRL's generation step returns for a batch's rows, one list entry per row, in TRL's order.
+
+    Parameters:
+        prompt_ids (`list[list[int]]`): each row's prompt tokens.
+        completion_ids (`list[list[int]]`): each row's completion tokens.
+        token_mask (`list[list[int]]` or `None`): per row, 1 for each completion token in the loss and 0 for each
+            left out (TRL's `tool_mask`); None: every token.
+        completions (`list[Any]`): each row's completion (text or chat messages).
+        logprobs (`list[list[float]]` or `None`): each completion token's sampling log-probability; None: not kept.
+    """
+
+    prompt_ids: list[list[int]]
+    completion_ids: list[list[int]]
+    token_mask: list[list[int]] | None
+    completions: list[Any]
+    logprobs: list[list[float]] | None
+
+
+def splice_generation(round_: Round, own: Generation, external_prompt_ids: list[list[int]]) -> Generation:
+    """Every row of the round for TRL: own rows from ``own`` (the rows generated here, in order), external rows from
+    the round (their prompt ids from ``external_prompt_ids``, in row order). External rows have no sampling
+    log-probabilities: NaN, which TRL's importance-sampling correction reads as "no correction"."""
+    own_prompt_ids, own_completion_ids, own_mask, own_completions, own_logprobs = own
     size = len(round_.rows)
     prompt_ids: list[list[int]] = [[] for _ in range(size)]
     completion_ids: list[list[int]] = [[] for _ in range(size)]
@@ -158,7 +172,7 @@ def splice_generation(
         own_weights = dict(zip(round_.own_rows, own_mask, strict=True))
         token_mask = [list(round_.external[i].token_weights) if i in round_.external else own_weights[i]
                       for i in range(size)]  # fmt: skip
-    return prompt_ids, completion_ids, token_mask, completions, logprobs
+    return Generation(prompt_ids, completion_ids, token_mask, completions, logprobs)
 
 
 def splice_rewards(round_: Round, own_scored: torch.Tensor, processes: int, num_reward_funcs: int) -> torch.Tensor:

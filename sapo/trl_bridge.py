@@ -48,7 +48,7 @@ from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 from trl import GRPOTrainer
 
 from sapo.intake import weighted_rewards
-from sapo.round import EXTERNAL_COLUMN, Round, RoundOutcome, splice_generation, splice_rewards
+from sapo.round import EXTERNAL_COLUMN, Generation, Round, RoundOutcome, splice_generation, splice_rewards
 from sapo.speed import SpeedUps
 
 TESTED_TRL = "1.16"
@@ -191,10 +191,9 @@ class TRLBridge(GRPOTrainer):
         self._outcome.own_completions = dict(zip(own, completions, strict=True))
         self._outcome.own_completion_ids = dict(zip(own, completion_ids, strict=True))
         external_prompt_ids = self.tokenize_prompts([prompts[i] for i in sorted(round_.external)])
-        spliced = splice_generation(round_, (prompt_ids, completion_ids, completions, logprobs, mask),
-                                    external_prompt_ids)  # fmt: skip
-        prompt_ids, completion_ids, token_mask, completions, logprobs = spliced
-        return prompt_ids, completion_ids, token_mask, completions, logprobs, extra_fields, None, []
+        own_rows = Generation(prompt_ids, completion_ids, mask, completions, logprobs)
+        spliced = splice_generation(round_, own_rows, external_prompt_ids)
+        return *spliced, extra_fields, None, []
 
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
         """Score the own rows now; external rows keep the rewards the intake gave them (scored once)."""

@@ -63,7 +63,7 @@ def _candidate(gid: str, texts: list[str], rewards: list[float], weights=None):
 
 
 def test_a_round_puts_the_external_groups_in_the_last_slots_and_splices_them_into_trls_lists():
-    from sapo.round import build_round, splice_generation, splice_rewards
+    from sapo.round import Generation, build_round, splice_generation, splice_rewards
 
     g = 2
     inputs = [{"prompt": [{"role": "user", "content": f"own {i // g}"}], "answer": str(i // g)} for i in range(3 * g)]
@@ -72,8 +72,11 @@ def test_a_round_puts_the_external_groups_in_the_last_slots_and_splices_them_int
     assert round_.own_rows == [0, 1, 2, 3] and round_.own_group_starts == [0, 2]
     assert round_.is_external == [False] * 4 + [True] * 2
     assert round_.rows[4]["answer"] == "x" and round_.rows[4]["prompt"] == external.group.prompt
-    own = ([[1]] * 4, [[7, 8]] * 4, ["o"] * 4, None, None)
-    prompt_ids, completion_ids, mask, completions, logprobs = splice_generation(round_, own, [[5], [5]])
+    own = Generation(prompt_ids=[[1]] * 4, completion_ids=[[7, 8]] * 4, token_mask=None, completions=["o"] * 4,
+                     logprobs=None)  # fmt: skip
+    spliced = splice_generation(round_, own, [[5], [5]])
+    assert isinstance(spliced, Generation) and spliced._fields == own._fields  # one shape in, the same shape out
+    prompt_ids, completion_ids, mask, completions, logprobs = spliced
     assert completion_ids[4:] == [list(t.ids) for t in external.tokenized] and prompt_ids[4:] == [[5], [5]]
     assert completions[5] == [{"role": "assistant", "content": "abc"}] and logprobs is None
     assert mask[4] == [1, 1, 0] and mask[0] == [1, 1]  # the token floor's weights reach TRL's token mask
