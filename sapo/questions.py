@@ -49,6 +49,7 @@ GROUP_DROP_REASONS = (
     "regeneration_limit",  # regenerating a foreign reasoning-gym config took too long or too much memory
     "untrusted_prompt",  # "trust" policy, but the prompt is more than one user message (a system or assistant turn)
     "source_error",  # the source holding the item raised while re-deriving it (logged; counted as a source error)
+    "unsupported_task",  # the item is held, but its task cannot be scored offline (a container, tools, turns)
 )
 
 

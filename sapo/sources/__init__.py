@@ -3,7 +3,8 @@
 A source names each item durably in the provenance of its rows (source, version, configuration, key); a receiver's
 own copy of the source re-derives the question, the answer and every reward column from that provenance, or says
 precisely why it cannot (:mod:`sapo.sources.base`). Shipped: reasoning-gym (:class:`ReasoningGymSource`), datasets
-keyed by content (:class:`DatasetSource`), and a base class for your own generator (:class:`GeneratorSource`).
+keyed by content (:class:`DatasetSource`), a base class for your own generator (:class:`GeneratorSource`), and verifiers
+tasksets (:class:`VerifiersSource`; the `verifiers` extra, imported only when one is built).
 """
 
 from sapo.sources.base import (
@@ -17,6 +18,7 @@ from sapo.sources.base import (
 from sapo.sources.dataset import DATASET_SOURCE, DatasetSource, item_key, load_records, mix_rows
 from sapo.sources.generator import GeneratorSource
 from sapo.sources.reasoning_gym import ReasoningGymSource
+from sapo.sources.verifiers import VERIFIERS_SOURCE, VerifiersSource
 
 __all__ = [
     "DATASET_SOURCE",
@@ -28,6 +30,8 @@ __all__ = [
     "SourceErrorLimit",
     "SourceRegistry",
     "TaskSource",
+    "VERIFIERS_SOURCE",
+    "VerifiersSource",
     "describe_source_policies",
     "item_key",
     "load_records",
