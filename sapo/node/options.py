@@ -4,12 +4,24 @@ defaults, `--set`, and the effective configuration as YAML."""
 from __future__ import annotations
 
 import dataclasses
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from swarm.dht import DHTTransportConfig
 from swarm.field_docs import document_fields, field_help
+
+logger = logging.getLogger(__name__)
+
+REWARD_NAMES = ("reasoning_gym", "math", "format")
+"""The reward functions a node knows by name (`sapo.node.runner.build_rewards`)."""
+
+# TRL's own reward names (`trl grpo`'s registry): their functions are not this project's.
+_TRL_REWARD_NAMES = (
+    "accuracy_reward", "reasoning_accuracy_reward", "think_format_reward", "get_soft_overlong_punishment",
+)  # fmt: skip
 
 
 def _swarm_option(name: str, *, source: str | None = None, note: str = "") -> Any:
@@ -24,11 +36,13 @@ def _swarm_option(name: str, *, source: str | None = None, note: str = "") -> An
 
 
 _SECTIONS = {
-    "Policy": ("model", "lora_r", "lora_alpha", "lora_dropout"),
+    "Policy": (
+        "model", "model_name_or_path", "use_peft", "lora_r", "lora_alpha", "lora_dropout", "lora_target_modules",
+    ),
     "Questions and rewards": (
-        "tasks", "eval_tasks", "dataset", "source", "source_args", "dataset_name", "question_column",
-        "answer_column", "reward_columns",
-        "eval_fraction", "dataset_size", "rewards", "max_reward_errors_in_a_row", "max_source_errors",
+        "tasks", "eval_tasks", "dataset", "source", "source_args", "dataset_name", "dataset_label", "dataset_config",
+        "dataset_train_split", "dataset_test_split", "question_column", "answer_column", "reward_columns",
+        "eval_fraction", "dataset_size", "rewards", "reward_funcs", "max_reward_errors_in_a_row", "max_source_errors",
         "allow_data_change",
     ),
     "Swarm (defaults and text of `swarm.dht.DHTTransportConfig`'s fields)": (
@@ -54,12 +68,27 @@ class NodeArguments:
             "GGUF file, or an installed package that ships one (converted once into a cached copy)."
         },
     )
+    model_name_or_path: str | None = field(
+        default=None,
+        metadata={"help": "TRL's name for `model` (`trl.ModelConfig`): give one of the two, or both the same."},
+    )
+    use_peft: bool | None = field(
+        default=None,
+        metadata={
+            "help": "As TRL's `ModelConfig.use_peft`: `true` trains LoRA adapters of rank `lora_r`, `false` every "
+            "weight; `None`: `lora_r` decides."
+        },
+    )
     lora_r: int = field(
         default=0,
         metadata={"help": "LoRA rank; `0` trains every weight, a positive rank trains LoRA adapters through PEFT."},
     )
     lora_alpha: int = field(default=32, metadata={"help": "LoRA scaling numerator."})
     lora_dropout: float = field(default=0.05, metadata={"help": "Dropout on the LoRA branch."})
+    lora_target_modules: list[str] | None = field(
+        default=None,
+        metadata={"help": "Modules that get LoRA adapters (`peft.LoraConfig.target_modules`); `None`: every linear."},
+    )
     tasks: list[str] = field(
         default_factory=lambda: default_task_names(),
         metadata={
@@ -85,8 +114,31 @@ class NodeArguments:
     dataset_name: str | None = field(
         default=None,
         metadata={
+            "help": "TRL's name for `dataset` (`trl.ScriptArguments`): a local file or folder as `dataset` takes; "
+            "there is no hub here, so download a hub dataset first. With `dataset` also given, a value that names "
+            "no file or folder is read as `dataset_label` (deprecated)."
+        },
+    )
+    dataset_label: str | None = field(
+        default=None,
+        metadata={
             "help": "The dataset's name, the same on every peer that shares it; `None`: the file or folder name."
         },  # fmt: skip
+    )
+    dataset_config: str | None = field(
+        default=None,
+        metadata={"help": "TRL's hub dataset configuration; refused here, since local data has none."},
+    )
+    dataset_train_split: str = field(
+        default="train",
+        metadata={"help": "Split of a save_to_disk folder to train on; a file is the train split."},
+    )
+    dataset_test_split: str = field(
+        default="test",
+        metadata={
+            "help": "Split of a save_to_disk folder held out for evaluation, where the folder has it (never trained "
+            "on; added to the `eval_fraction` items)."
+        },
     )
     source: str | None = field(
         default=None,
@@ -125,6 +177,13 @@ class NodeArguments:
             "help": "Reward functions: `reasoning_gym`, `math`, `format`, or your own as `module:function` or "
             "`path/to/file.py:function` (TRL's signature: prompts, completions, **columns; one float or None per "
             "completion). Weights: `reward_weights`."
+        },
+    )
+    reward_funcs: list[str] | None = field(
+        default=None,
+        metadata={
+            "help": "TRL's name for `rewards` (`trl grpo`): names as `rewards` takes them, or a dotted "
+            "`module.function` as TRL imports it; TRL's own reward names are not known here."
         },
     )
     max_reward_errors_in_a_row: int | None = field(
@@ -199,6 +258,95 @@ class NodeArguments:
             "behind a firewall, or reach it through an SSH tunnel (`ssh -L 31338:127.0.0.1:31338 HOST`)."
         },
     )
+
+    def __post_init__(self) -> None:
+        """Read TRL's script and model arguments with TRL's meaning: `model_name_or_path` is `model`, `use_peft`
+        decides LoRA, `dataset_name` is the data to load, `reward_funcs` is `rewards`; raises ValueError (one line)
+        on two different values for one setting or on what only a hub could load."""
+        if self.model_name_or_path is not None:
+            if self.model not in ("default", self.model_name_or_path):
+                raise ValueError(
+                    f"--model {self.model} and --model_name_or_path {self.model_name_or_path} name two models; "
+                    "give one (model_name_or_path is TRL's name for model)"
+                )
+            self.model = self.model_name_or_path
+        if self.use_peft is True and self.lora_r <= 0:
+            raise ValueError(f"--use_peft true needs a positive --lora_r (got {self.lora_r})")
+        if self.use_peft is False:
+            self.lora_r = 0  # TRL's meaning: every weight trained
+        if self.dataset_config is not None:
+            raise ValueError(
+                f"--dataset_config {self.dataset_config}: a hub dataset's configuration; sapo-node loads local files "
+                "and folders, which have none: leave it out"
+            )
+        self._resolve_dataset_name()
+        if self.dataset and Path(self.dataset).is_file() and self.dataset_train_split != "train":
+            raise ValueError(
+                f"--dataset_train_split {self.dataset_train_split}: {self.dataset} is a file, which is the train "
+                "split; name a split of a save_to_disk folder, or leave it out"
+            )
+        if self.reward_funcs is not None:
+            rewards = [_reward_of_trl(name) for name in self.reward_funcs]
+            if self.rewards not in (rewards, _field_default(_FIELDS["rewards"])):
+                raise ValueError(
+                    f"--rewards {' '.join(self.rewards)} and --reward_funcs {' '.join(self.reward_funcs)} name "
+                    "different rewards; give one (reward_funcs is TRL's name for rewards)"
+                )
+            self.rewards = rewards
+
+    def _resolve_dataset_name(self) -> None:
+        """`dataset_name` as TRL reads it (the data), or as this project read it before (the label, deprecated)."""
+        name = self.dataset_name
+        if name is None:
+            return
+        if Path(name).exists():
+            if self.dataset not in (None, name):
+                raise ValueError(
+                    f"--dataset_name {name} and --dataset {self.dataset} name two datasets; give one (dataset_name is "
+                    "TRL's name for dataset; --dataset_label names it)"
+                )
+            self.dataset = name
+        elif self.dataset is not None:
+            if self.dataset_label not in (None, name):
+                raise ValueError(
+                    f"--dataset_label {self.dataset_label} and --dataset_name {name} name the dataset twice; give "
+                    "--dataset_label only"
+                )
+            logger.warning(
+                "--dataset_name %s as the dataset's label is deprecated (it is the data to load, as in TRL): use "
+                "--dataset_label %s",
+                name,
+                name,
+            )
+            self.dataset_label = name
+        else:
+            raise ValueError(
+                f"--dataset_name {name}: no such local file or folder; sapo-node loads only local data (a .jsonl, "
+                ".json, .parquet or .csv file, or a folder written by datasets' save_to_disk): download it and give "
+                "its path"
+            )
+
+
+_FIELDS = {f.name: f for f in dataclasses.fields(NodeArguments)}
+
+
+def _reward_of_trl(name: str) -> str:
+    """A `reward_funcs` entry as `rewards` names it: this project's names and `module:function` as they are, TRL's
+    dotted import path `module.function` as `module:function`; raises ValueError for what cannot be resolved so."""
+    if name in REWARD_NAMES or ":" in name:
+        return name
+    if name in _TRL_REWARD_NAMES:
+        raise ValueError(
+            f"--reward_funcs {name}: TRL's own reward is not known here; use {', '.join(REWARD_NAMES)} or your own "
+            "as module:function (or module.function)"
+        )
+    module, _, function = name.rpartition(".")
+    if not module or not function:
+        raise ValueError(
+            f"--reward_funcs {name}: unknown reward; use {', '.join(REWARD_NAMES)} or your own as module:function "
+            "(or module.function)"
+        )
+    return f"{module}:{function}"
 
 
 def default_task_names() -> list[str]:

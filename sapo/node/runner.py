@@ -19,6 +19,7 @@ logger = logging.getLogger(__name__)
 # Figures that define a run: an output directory written under one set of them cannot be resumed under another.
 _RUN_IDENTITY_FIELDS = (
     "model", "tasks", "dataset", "rewards", "lora_r", "num_local", "num_external", "num_generations", "seed",
+    "lora_target_modules",
 )  # fmt: skip
 
 
@@ -66,11 +67,12 @@ def build_questions(node: NodeArguments, seed: int) -> tuple[Any, list[Any]]:
         logger.info("questions: %s, %d training rows", source.describe(), len(rows))
         return rows, [source]
     if node.dataset:
-        name = node.dataset_name or Path(node.dataset).stem or "dataset"
+        name = node.dataset_label or Path(node.dataset).stem or "dataset"
         try:
+            train, test = dataset_splits(node)
             source = DatasetSource(
-                node.dataset, name, node.question_column, node.answer_column, columns=node.reward_columns,
-                eval_fraction=node.eval_fraction,
+                train, name, node.question_column, node.answer_column, columns=node.reward_columns,
+                eval_fraction=node.eval_fraction, eval_data=test,
             )  # fmt: skip
         except (FileNotFoundError, ValueError, KeyError) as e:
             raise NodeError(str(e)) from None
@@ -78,6 +80,28 @@ def build_questions(node: NodeArguments, seed: int) -> tuple[Any, list[Any]]:
         return source.rows(), [source]
     source = ReasoningGymSource(task_specs(node.tasks))
     return source.rows(size=node.dataset_size, seed=seed), [source]
+
+
+def dataset_splits(node: NodeArguments) -> tuple[Any, Any]:
+    """The data to train on and the test split held out for evaluation (None when there is none): a file is the train
+    split; a folder written by save_to_disk gives `dataset_train_split`, and `dataset_test_split` where it has one."""
+    path = Path(node.dataset)
+    if not path.is_dir():
+        return node.dataset, None
+    from datasets import DatasetDict, load_from_disk
+
+    data = load_from_disk(str(path))
+    if not isinstance(data, DatasetDict):  # one Dataset: the train split
+        return data, None
+    if node.dataset_train_split not in data:
+        raise NodeError(
+            f"{path}: no split {node.dataset_train_split!r} (splits: {', '.join(data)}); choose one with "
+            "--dataset_train_split"
+        )
+    test = data[node.dataset_test_split] if node.dataset_test_split in data else None
+    if node.dataset_test_split == node.dataset_train_split:
+        test = None
+    return data[node.dataset_train_split], test
 
 
 def user_source(spec: str, arguments: dict[str, Any] | str | None) -> Any:
@@ -168,10 +192,14 @@ def _user_reward(spec: str, known: dict[str, Any]) -> Any:
 
 
 def load_model(node: NodeArguments) -> tuple[Any, Any]:
-    """The policy and tokenizer, with LoRA adapters when `lora_r > 0`."""
+    """The policy and tokenizer, with LoRA adapters (on `lora_target_modules`, default every linear) when
+    `lora_r > 0`."""
     from sapo.models import LoraSpec, load_policy
 
-    lora = LoraSpec(r=node.lora_r, alpha=node.lora_alpha, dropout=node.lora_dropout) if node.lora_r > 0 else None
+    lora = None
+    if node.lora_r > 0:
+        targets = {"target_modules": list(node.lora_target_modules)} if node.lora_target_modules else {}
+        lora = LoraSpec(r=node.lora_r, alpha=node.lora_alpha, dropout=node.lora_dropout, **targets)
     try:
         return load_policy(None if node.model == "default" else node.model, lora=lora)
     except (FileNotFoundError, ValueError, ModuleNotFoundError, OSError) as e:
@@ -301,9 +329,10 @@ def data_identity(node: NodeArguments, dataset: Any, sources: list[Any]) -> dict
         if isinstance(source, DatasetSource):
             for row in source.held_out():
                 digest.update(b"held-out:" + str(row["provenance"]).encode())
+    # The label under the key runs recorded it as (`dataset_name`, its name before TRL's meaning), so they resume.
     split = {"eval_fraction": node.eval_fraction, "question_column": node.question_column,
              "answer_column": node.answer_column, "reward_columns": node.reward_columns,
-             "dataset_name": node.dataset_name}  # fmt: skip
+             "dataset_name": node.dataset_label}  # fmt: skip
     return {
         "fingerprint": digest.hexdigest()[:32],
         "columns": sorted(dataset.column_names),
