@@ -72,6 +72,26 @@ class BackgroundJob:
 _LIVE_PEERS: weakref.WeakSet[DHTPeer] = weakref.WeakSet()
 
 
+async def cancel_until_done(tasks: Sequence[asyncio.Task], timeout: float) -> None:
+    """Cancel ``tasks`` and wait until they end, cancelling again any that swallowed a cancellation, for up to
+    ``timeout`` seconds in all.
+
+    On Python < 3.12, ``asyncio.wait_for`` returns its awaitable's result instead of raising ``CancelledError``
+    when the cancellation arrives just as that awaitable completes (a job woken at the moment its peer closes):
+    the task then runs on, and one cancel plus an unbounded ``gather`` would wait for it forever.
+    """
+    pending = {task for task in tasks if not task.done()}
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while pending and loop.time() < deadline:
+        for task in pending:
+            task.cancel()
+        _, pending = await asyncio.wait(pending, timeout=min(0.2, max(0.0, deadline - loop.time())))
+    for task in tasks:
+        if task.done() and not task.cancelled():
+            task.exception()  # retrieved, as gather(return_exceptions=True) did: no "never retrieved" log
+
+
 @atexit.register
 def _close_all_at_exit() -> None:
     for peer in list(_LIVE_PEERS):
@@ -490,9 +510,7 @@ class DHTPeer:
         for hook in self._before_shutdown:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(hook(), 5)
-        for task in self._tasks:
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await cancel_until_done(self._tasks, timeout=5)
         child = self._p2p._child if self._p2p is not None else None
         if self.node is not None and child is not None and child.returncode is None:
             with contextlib.suppress(Exception):
@@ -502,10 +520,7 @@ class DHTPeer:
         if self._p2p is not None:
             await close_p2p(self._p2p)
         # hivemind leaves fire-and-forget tasks (traversals, pings); cancel them so the loop closes cleanly
-        others = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
-        for task in others:
-            task.cancel()
-        await asyncio.wait(others, timeout=2) if others else None
+        await cancel_until_done([t for t in asyncio.all_tasks() if t is not asyncio.current_task()], timeout=2)
 
     def _stop_thread(self) -> None:
         if self._thread.is_alive():

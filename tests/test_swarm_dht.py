@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import json
 import os
@@ -357,6 +358,39 @@ def test_close_leaves_no_process_or_socket(dht_peers):
         assert not peer.healthy()
         with pytest.raises(RuntimeError):
             peer.publish([make_group("late")])
+
+
+def test_close_ends_a_task_that_swallowed_its_cancellation_before_the_graceful_shutdown(dht_peers):
+    """Python 3.11's asyncio.wait_for swallows a cancellation that arrives as its awaitable completes (a background
+    job woken just as its peer closes), and the task runs on. close() cancels again until every task ended, then
+    shuts the DHT node down gracefully; a single cancel waited on that task until close()'s 30 s bound, and the node
+    was never shut down (p2pd killed instead)."""
+    peer = dht_peers().peer
+    seen: list = []
+
+    async def stubborn() -> None:
+        try:
+            await asyncio.sleep(3600)
+        except asyncio.CancelledError:
+            seen.append("swallowed")  # what wait_for does when its awaitable completed at the same moment
+        await asyncio.sleep(3600)
+
+    async def add_task() -> asyncio.Task:
+        task = asyncio.create_task(stubborn())
+        peer._tasks.append(task)
+        return task
+
+    task = asyncio.run_coroutine_threadsafe(add_task(), peer._loop).result(timeout=10)
+    graceful = peer.node.shutdown
+
+    async def recording_shutdown() -> None:
+        seen.append(("background tasks ended", all(t.done() for t in peer._tasks)))
+        await graceful()
+
+    peer.node.shutdown = recording_shutdown
+    peer.close()
+    assert seen == ["swallowed", ("background tasks ended", True)]
+    assert task.cancelled()
 
 
 def test_state_dir_cleans_up_after_kill_9(dht_peers, tmp_path):
