@@ -150,7 +150,7 @@ class Intake:
             max_groups_per_peer=args.max_groups_per_peer,
             max_group_age=args.max_group_age,
             self_id=peer_id,
-            **_strategy_options(args),
+            config=args,  # the strategy's own options: the fields its class declares (`config_fields`)
         )
         self.rng = random.Random(args.seed)  # the same on every process, so they make the same selection
         self.peer_id = peer_id
@@ -550,12 +550,3 @@ def weighted_rewards(rewards_per_func: torch.Tensor, weights: torch.Tensor) -> t
     weighted = (rewards_per_func * weights.detach().float().cpu().unsqueeze(0)).nansum(dim=1)
     weighted[torch.isnan(rewards_per_func).all(dim=1)] = torch.nan
     return weighted
-
-
-def _strategy_options(args: SAPOConfig) -> dict[str, Any]:
-    """The config fields a sampling strategy takes beyond the common ones (the success-based strategies' own)."""
-    if args.sampling_strategy == "success_gated":
-        return {"success_threshold": args.success_threshold}
-    if args.sampling_strategy == "weak_prompt_first":
-        return {"success_threshold": args.success_threshold, "success_window": args.success_window}
-    return {}

@@ -117,11 +117,18 @@ class ExternalSampler(ABC):
     the staleness bound, and cap the groups of any one sender. Replayed candidates (origin `"replay"`, this peer's own
     by design) are bounded by `sapo.replay.ReplayBuffer` instead and pass those three rules.
 
+    A strategy with options of its own declares them in `config_fields`: the `SAPOConfig` fields it takes as keyword
+    arguments of the same name. :func:`make_sampler` (and so the trainer, for `SAPOConfig.sampling_strategy`) reads
+    them from the configuration; a strategy registered by :func:`register_sampler` needs no other edit.
+
     Parameters:
         max_groups_per_peer (`int` or `None`): most groups of one sender per round; `None` for no cap.
         max_group_age (`float` or `None`): seconds after which a group is stale; `None` for no bound.
         self_id (`str` or `None`): this peer's identity; its own groups are never chosen.
     """
+
+    config_fields: tuple[str, ...] = ()
+    """The `SAPOConfig` fields this strategy takes, beyond the three every strategy takes."""
 
     def __init__(
         self,
@@ -231,16 +238,33 @@ def describe_samplers() -> str:
     return "; ".join(parts)
 
 
+def register_sampler(name: str, sampler: type[ExternalSampler]) -> None:
+    """Make ``sampler`` choosable by ``name`` (`SAPOConfig.sampling_strategy`, :func:`make_sampler`); its options are
+    the `SAPOConfig` fields named by its `config_fields`. Register before the configuration is built."""
+    if not (isinstance(sampler, type) and issubclass(sampler, ExternalSampler)):
+        raise TypeError(f"register_sampler({name!r}, ...) needs an ExternalSampler subclass, got {sampler!r}")
+    if name in SAMPLER_ALIASES or (name in SAMPLERS and SAMPLERS[name] is not sampler):
+        raise ValueError(f"a sampling strategy named {name!r} is already registered")
+    SAMPLERS[name] = sampler
+
+
 def make_sampler(
     name: str,
     max_groups_per_peer: int | None = None,
     max_group_age: float | None = None,
     self_id: str | None = None,
+    config: Any = None,
     **options: Any,
 ) -> ExternalSampler:
-    """Build the sampler registered under ``name`` (a key of :data:`SAMPLERS` or :data:`SAMPLER_ALIASES`);
-    ``options`` are the strategy's own arguments (e.g. ``success_threshold`` of ``"success_gated"``)."""
+    """Build the sampler registered under ``name`` (a key of :data:`SAMPLERS` or :data:`SAMPLER_ALIASES`). Its own
+    arguments are the fields of ``config`` (a `SAPOConfig`) it declares in `config_fields`, then ``options`` (e.g.
+    ``success_threshold`` of ``"success_gated"``), which win."""
     sampler = SAMPLERS[sampler_name(name)]
+    if config is not None:
+        missing = [f for f in sampler.config_fields if not hasattr(config, f)]
+        if missing:
+            raise ValueError(f"sampling_strategy={name!r} declares config_fields the configuration lacks: {missing}")
+        options = {**{f: getattr(config, f) for f in sampler.config_fields}, **options}
     try:
         return sampler(max_groups_per_peer=max_groups_per_peer, max_group_age=max_group_age, self_id=self_id, **options)
     except TypeError as e:
@@ -259,6 +283,8 @@ class SuccessGatedSampler(DropZeroAdvantageSampler):
     least `success_threshold`, default 1.0: with the default rewards, a right answer), then samples uniformly: a
     verified success beside failures on the same question, the kind of shared rollout that helps a weak peer."""
 
+    config_fields = ("success_threshold",)
+
     def __init__(self, *args: Any, success_threshold: float = DEFAULT_SUCCESS_THRESHOLD, **kwargs: Any):
         super().__init__(*args, **kwargs)
         self.success_threshold = success_threshold
@@ -276,6 +302,8 @@ class WeakPromptFirstSampler(DropZeroAdvantageSampler):
     rewarded at least `success_threshold`, default 1.0; a task it has not generated counts as weak), uniformly
     within each tier. Needs the trainer to report its own groups' rewards each round
     (`sampler.observe_own_groups`); without them every task counts as weak and the rule is the paper's."""
+
+    config_fields = ("success_threshold", "success_window")
 
     def __init__(
         self,

@@ -160,6 +160,28 @@ def test_custom_reward_checks_shared_questions_against_its_own_copy_in_another_o
     assert json.loads(lines[0])["aliases"] == []  # the file carries the extra column the reward reads
 
 
+def test_own_sampler_reads_its_declared_option_from_the_config_and_chooses(tmp_path, tiny_model_a, feeder):
+    from sapo.sources import DatasetSource
+
+    rows = DatasetSource(EXAMPLES / "data" / "capitals.jsonl", "capitals", eval_fraction=0.1).rows()
+    # short completions, so that the smoke run's 8-token cut keeps them whole: two of four are the capital (1.0)
+    solved = replace(honest_group(rows[3], "capital-3"), completions=[rows[3]["answer"], "no", rows[3]["answer"], "0"])
+    truth = rows[4]["answer"]
+    mentioned = replace(honest_group(rows[4], "capital-4"), completions=[f"not {truth}", "no", f"not {truth}", "0"])
+    feeder.publish([solved, mentioned])  # the second has reward spread (0.5 / 0.0) but no success at 0.75
+
+    output = run_example(
+        python("own_sampler.py", "--smoke", "--model", str(tiny_model_a),
+               "--initial-peers", feeder.visible_addresses()[0]),
+        cwd=tmp_path,
+    )  # fmt: skip
+
+    assert "sampler hardest_solved_first: success_threshold 0.75" in output, output[-3000:]  # from SAPOConfig
+    assert taken_from(output) == {feeder.peer_id: 1}, output[-3000:]
+    dropped = ast.literal_eval(re.search(r"external groups dropped, by reason: (\{.*\})", output).group(1))
+    assert dropped.get("no_success", 0) >= 1, dropped  # the sampler's own reason
+
+
 def test_heterogeneous_swarm_peers_with_different_tokenizers_train_on_each_others_groups(
     tmp_path, tiny_model_a, tiny_model_b
 ):
@@ -193,6 +215,7 @@ def test_every_example_is_short_and_says_what_it_shows_how_to_run_it_and_what_it
     scripts = sorted(EXAMPLES.glob("*.py"))
     assert {s.name for s in scripts} >= {
         "train_reasoning_gym.py", "custom_reward.py", "own_generator.py", "heterogeneous_swarm.py", "lora_node.py",
+        "own_sampler.py",
     }  # fmt: skip
     for script in scripts:
         doc = ast.get_docstring(ast.parse(script.read_text()))

@@ -75,3 +75,32 @@ def test_new_strategies_are_registered_documented_and_validated():
     with pytest.raises(ValueError, match="success_window must be at least 1"):
         make_sampler("weak_prompt_first", success_window=0)
     UniformSampler().observe_own_groups([("t", [1.0, 0.0])])  # the trainer may call it on any strategy
+
+
+def test_a_strategy_takes_the_config_fields_it_declares_and_a_registered_one_is_chosen_by_name(monkeypatch):
+    """A sampler's options come from the SAPOConfig fields it declares (`config_fields`), for the built-in strategies
+    and for one a user registers; the configuration then names it like a built-in one."""
+    from sapo import SAPOConfig
+    from sapo.sampling import SAMPLERS, DropZeroAdvantageSampler, register_sampler
+
+    class Picky(DropZeroAdvantageSampler):
+        config_fields = ("success_threshold", "success_window")
+
+        def __init__(self, *args, success_threshold=1.0, success_window=8, **kwargs):
+            super().__init__(*args, **kwargs)
+            self.options = (success_threshold, success_window)
+
+    monkeypatch.setattr("sapo.sampling.SAMPLERS", dict(SAMPLERS))  # the registration ends with the test
+    register_sampler("picky", Picky)
+    config = SAPOConfig(
+        output_dir="/tmp/x", sampling_strategy="picky", success_threshold=0.25, success_window=3, use_cpu=True
+    )
+    assert make_sampler(config.sampling_strategy, config=config).options == (0.25, 3)
+    assert make_sampler("picky", config=config, success_window=5).options == (0.25, 5)  # an explicit option wins
+    assert make_sampler("success_gated", config=config).success_threshold == 0.25
+    assert make_sampler("weak_prompt_first", config=config).own_success.window == 3
+    assert not hasattr(make_sampler("uniform", config=config), "success_threshold")  # declares none, gets none
+    with pytest.raises(ValueError, match="already registered"):
+        register_sampler("uniform", Picky)
+    with pytest.raises(TypeError, match="ExternalSampler subclass"):
+        register_sampler("not_a_sampler", object)
