@@ -119,9 +119,16 @@ def _cmd(stage) -> list[str]:
     return _exec_form(_values(stage, "CMD")[-1])
 
 
+def _spelled(name: str, old: str, new: str) -> str:
+    """``name`` with ``old`` separators as ``new`` after its leading dashes (`--host-maddrs` <-> `--host_maddrs`)."""
+    body = name.lstrip("-")
+    return name[: len(name) - len(body)] + body.replace(old, new)
+
+
 def _option(args: list[str], *names: str) -> list[str]:
     """Every value of a command-line option (`--name value` or `--name=value`; dashes or underscores)."""
-    spellings = {s for name in names for s in (name, name.replace("-", "_"), name.replace("_", "-"))}
+    # the leading dashes stay: only the words' separators may be dashes or underscores
+    spellings = {s for name in names for s in (name, _spelled(name, "-", "_"), _spelled(name, "_", "-"))}
     values = []
     for n, arg in enumerate(args):
         key, eq, val = arg.partition("=")
