@@ -6,6 +6,8 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+from tests.test_layering import _cycle  # one circle finder for both layering checks
+
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("sapo", "swarm", "rewards", "testbed", "benchmarks")
 
@@ -32,25 +34,6 @@ def _graph() -> dict[str, set[str]]:
     for package in [m for m, p in modules.items() if p.name == "__init__.py"]:
         graph.pop(package)
     return graph
-
-
-def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
-    state: dict[str, str] = {}
-
-    def visit(module: str, path: list[str]) -> list[str] | None:
-        state[module] = "open"
-        for target in sorted(graph.get(module, ())):
-            if state.get(target) == "open":
-                return [*path[path.index(target) :], target] if target in path else [module, target]
-            if target not in state and (found := visit(target, [*path, target])):
-                return found
-        state[module] = "done"
-        return None
-
-    for module in sorted(graph):
-        if module not in state and (found := visit(module, [module])):
-            return found
-    return None
 
 
 def test_no_module_of_the_repository_imports_itself_through_others():

@@ -107,8 +107,6 @@ def dataset_splits(node: NodeArguments) -> tuple[Any, Any]:
 def user_source(spec: str, arguments: dict[str, Any] | str | None) -> Any:
     """The task source `spec` names (`module:Class` or `path/to/file.py:Class`), built with ``arguments`` (a mapping,
     or JSON text); raises NodeError saying what is wrong."""
-    import importlib
-    import importlib.util
     import inspect
 
     from sapo.sources import TaskSource
@@ -123,18 +121,7 @@ def user_source(spec: str, arguments: dict[str, Any] | str | None) -> Any:
     where, _, name = spec.rpartition(":")
     if not where or not name:
         raise NodeError(f"--source {spec!r}: name a class as module:Class or path/to/file.py:Class")
-    try:
-        if where.endswith(".py"):
-            path = Path(where)
-            if not path.is_file():
-                raise NodeError(f"--source {spec!r}: file {path} not found")
-            module_spec = importlib.util.spec_from_file_location(f"sapo_user_source_{path.stem}", path)
-            module = importlib.util.module_from_spec(module_spec)
-            module_spec.loader.exec_module(module)
-        else:
-            module = importlib.import_module(where)
-    except ImportError as e:
-        raise NodeError(f"--source {spec!r}: cannot import {where!r} ({e}); is it on PYTHONPATH?") from None
+    module = _user_module(where, f"--source {spec!r}", "sapo_user_source")
     cls = getattr(module, name, None)
     if not (inspect.isclass(cls) and issubclass(cls, TaskSource)):
         raise NodeError(f"--source {spec!r}: {where} has no sapo.sources.TaskSource subclass {name!r}")
@@ -142,6 +129,26 @@ def user_source(spec: str, arguments: dict[str, Any] | str | None) -> Any:
         return cls(**(arguments or {}))
     except Exception as e:
         raise NodeError(f"--source {spec!r}: {name}(**source_args) raised {type(e).__name__}: {e}") from None
+
+
+def _user_module(where: str, what: str, prefix: str) -> Any:
+    """The module a user names, ``path/to/file.py`` or an importable ``module``; NodeError (``what`` first) when it
+    cannot be loaded."""
+    import importlib
+    import importlib.util
+
+    try:
+        if not where.endswith(".py"):
+            return importlib.import_module(where)
+        path = Path(where)
+        if not path.is_file():
+            raise NodeError(f"{what}: file {path} not found")
+        module_spec = importlib.util.spec_from_file_location(f"{prefix}_{path.stem}", path)
+        module = importlib.util.module_from_spec(module_spec)
+        module_spec.loader.exec_module(module)
+        return module
+    except ImportError as e:
+        raise NodeError(f"{what}: cannot import {where!r} ({e}); is it on PYTHONPATH?") from None
 
 
 def _accepted(func: Any, offered: dict[str, Any]) -> dict[str, Any]:
@@ -166,25 +173,12 @@ def build_rewards(names: list[str]) -> list[Any]:
 
 def _user_reward(spec: str, known: dict[str, Any]) -> Any:
     """The function `spec` names (`module:function` or `file.py:function`), checked to be callable."""
-    import importlib
-    import importlib.util
 
     where, _, name = spec.rpartition(":")
     if not where or not name:
         raise NodeError(f"unknown reward function {spec!r}; choose from {sorted(known)} or name your own as "
                         "module:function or path/to/file.py:function")  # fmt: skip
-    try:
-        if where.endswith(".py"):
-            path = Path(where)
-            if not path.is_file():
-                raise NodeError(f"reward {spec!r}: file {path} not found")
-            module_spec = importlib.util.spec_from_file_location(f"sapo_user_rewards_{path.stem}", path)
-            module = importlib.util.module_from_spec(module_spec)
-            module_spec.loader.exec_module(module)
-        else:
-            module = importlib.import_module(where)
-    except ImportError as e:
-        raise NodeError(f"reward {spec!r}: cannot import {where!r} ({e}); is it on PYTHONPATH?") from None
+    module = _user_module(where, f"reward {spec!r}", "sapo_user_rewards")
     function = getattr(module, name, None)
     if not callable(function):
         raise NodeError(f"reward {spec!r}: {where} has no function {name!r}")
