@@ -16,7 +16,7 @@ Output: the join address, TRL's log line of each step, then what this peer took 
     {'loss': 0.0, 'reward': 0.31, 'rewards/capital_reward/mean': 0.25, 'sapo/external_groups': 2.0, ...}
     held-out pass@1 0.333 on 3 questions
     external groups trained on, by sender: {'QmXy...': 2}
-    external groups dropped, by reason: {'question_mismatch': 1, 'unknown_source': 1}
+    external groups dropped, by reason: {'question_mismatch': 1, 'item_not_held': 1}
 """
 
 import argparse
