@@ -16,6 +16,7 @@ from typing import Any
 import torch
 
 from sapo.plausibility import CompletionStatistics, completion_statistics, token_typicality
+from sapo.reward_guard import letting_errors_through
 from sapo.sampling import Candidate, TokenizedCompletion
 from sapo.speed import SpeedUps
 
@@ -92,7 +93,8 @@ class PolicyProbe:
         n = len(completions)
         # TRL's own reward path, not the trainer's hook (which splices a round in). Every process scores the same
         # candidates: TRL's gather returns one copy per process, take the first.
-        return self.trainer.score_with_trl([row] * n, [prompt] * n, messages, ids)[:n]
+        with letting_errors_through():  # a reward raising on a received group drops it (the intake's reward_error)
+            return self.trainer.score_with_trl([row] * n, [prompt] * n, messages, ids)[:n]
 
     def typicality(self, groups: Sequence[Candidate]) -> list[Typicality]:
         """The typicality of every completion of ``groups`` under the current policy, in order: one forward pass

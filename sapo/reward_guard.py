@@ -40,8 +40,6 @@ TRL_REWARD_ARGUMENTS = frozenset(
 """Arguments TRL passes every reward function besides the dataset's columns."""
 
 _LET_THROUGH: contextvars.ContextVar[bool] = contextvars.ContextVar("sapo_reward_guard_let_through", default=False)
-_RECEIVED_SCORING_MODULES = ("sapo.probe",)
-"""Modules whose calls score received groups (the intake's own error handling applies there)."""
 
 
 class RewardErrorLimit(RuntimeError):
@@ -57,19 +55,6 @@ def letting_errors_through() -> Iterator[None]:
         yield
     finally:
         _LET_THROUGH.reset(token)
-
-
-def _scoring_received_groups() -> bool:
-    if _LET_THROUGH.get():
-        return True
-    frame = sys._getframe(2)
-    for _ in range(12):  # TRL's reward hook and the intake's scorer sit a few frames above the reward call
-        if frame is None:
-            return False
-        if frame.f_globals.get("__name__") in _RECEIVED_SCORING_MODULES:
-            return True
-        frame = frame.f_back
-    return False
 
 
 def row_label(columns: dict[str, Any], row: int) -> str:
@@ -130,7 +115,7 @@ class RewardGuard:
             try:
                 scores = list(func(prompts=prompts, completions=completions, **columns))
             except Exception as e:
-                if _scoring_received_groups():
+                if _LET_THROUGH.get():  # the caller handles it (the intake drops a received group as reward_error)
                     raise
                 scores = self._row_by_row(func, name, prompts, completions, columns, e)
             else:

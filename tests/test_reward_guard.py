@@ -59,3 +59,19 @@ def test_errors_pass_through_where_the_caller_handles_them():
     with letting_errors_through(), pytest.raises(ValueError, match="cannot parse"):
         reward(["q"], ["c"], answer=["10"])
     assert reward(["q", "q"], ["c", "c"], answer=["10", "12"]) == [None, 0.5] and guard.errors == 1
+
+
+def test_a_guarded_reward_raising_on_a_received_group_drops_the_group_and_counts_no_own_error(
+    tmp_path, smollm_tokenizer
+):
+    from swarm import MemorySwarm
+    from tests.trainer_fixtures import _external_group
+
+    guard = RewardGuard(max_errors_in_a_row=1)  # one own error would stop training
+    swarm = MemorySwarm(seed=0)
+    swarm.join("peer").publish([_external_group("What is 5 + 5?", ["a", "b", "c", "d"], "g", answer="10")])
+    own = _math_dataset(5).select(range(1, 5))  # answers 2, 4, 6, 8: the reward never raises on them
+    trainer = _trainer(tmp_path, smollm_tokenizer, "received", guard.wrap(picky_reward), swarm=swarm.join("rx"),
+                       dataset=own, max_steps=1, external_source_policy="trust")  # fmt: skip
+    trainer.train()
+    assert trainer.swarm_totals["dropped/reward_error"] == 1 and guard.errors == 0
