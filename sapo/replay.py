@@ -53,9 +53,10 @@ class ReplayBuffer:
 
     def offer(self, step: int) -> list[Candidate]:
         """The groups that may be replayed at ``step``: generated at most `max_age` steps before it (and before it:
-        never the step's own), used fewer than `max_uses` times; older ones are forgotten."""
+        never the step's own); older ones are forgotten. A group used `max_uses` times is not held any more
+        (:meth:`taken` forgets it)."""
         self._entries = {k: e for k, e in self._entries.items() if step - e.step <= self.max_age}
-        return [e.candidate for e in self._entries.values() if e.step < step and e.uses < self.max_uses]
+        return [e.candidate for e in self._entries.values() if e.step < step]
 
     def taken(self, candidates: Sequence[Candidate]) -> None:
         """Count one use of each replayed group of ``candidates`` (a round trained on them); a group used
