@@ -18,13 +18,17 @@
 #      and CMD plus a few small settings, form a swarm; the image's node must train, write its identity,
 #      address, metrics and checkpoints into the volume as the image's non-root user, be healthy by the
 #      image's HEALTHCHECK while it trains and unhealthy after it stopped; a second run on the same volume
-#      must keep the peer id and resume from the checkpoint.
+#      must keep the peer id and resume from the checkpoint; a third run is stopped as `docker stop` stops a
+#      container (SIGTERM to its entrypoint, SIGKILL after the documented grace, STOP_TIMEOUT) during a step and
+#      must exit 0 or 143 within the grace leaving a checkpoint of its last completed step, which a fourth run
+#      resumes from.
 # Every process it starts is stopped by its id on exit. Every node listens on 127.0.0.1 only (the image's
 # default command listens on 0.0.0.0; with the host's network that would open the port beyond this machine).
 #
 # Environment: IMAGE (localhost/sapo-node:check), BASE_IMAGE (localhost/bookworm-python:3.11), WORK (scratch
 # directory, /tmp/sapo-build-check), CA_BUNDLE (/etc/ssl/certs/ca-certificates.crt), STEPS (2: steps of the first run; the second run trains one more),
-# REBUILD (1: time a rebuild after a source change), KEEP_IMAGE (1), NICE (nice -n 19 ionice -c 3: the
+# REBUILD (1: time a rebuild after a source change), KEEP_IMAGE (1), STOP_TIMEOUT (60: the grace `docker run
+# --stop-timeout` gives in the docs), NICE (nice -n 19 ionice -c 3: the
 # build and the nodes run at the lowest priority), NODE_ARGS (small settings for both nodes), HOST_PYTHON (the
 # Python of the host node: this clone's .venv/bin/python, made by setup.sh when the clone has no .venv).
 set -euo pipefail
@@ -35,6 +39,7 @@ IMAGE=${IMAGE:-localhost/sapo-node:check}
 BASE_IMAGE=${BASE_IMAGE:-localhost/bookworm-python:3.11}
 WORK=${WORK:-/tmp/sapo-build-check}
 STEPS=${STEPS:-2}
+STOP_TIMEOUT=${STOP_TIMEOUT:-60}
 REBUILD=${REBUILD:-1}
 KEEP_IMAGE=${KEEP_IMAGE:-1}
 read -r -a NICE <<<"${NICE:-nice -n 19 ionice -c 3}"
@@ -314,14 +319,19 @@ print(*(test[1:] if test[:1] == ['CMD'] else ['sh', '-c', *test[1:]]), sep='\n')
         echo "exit $rc: $(head -1 <<<"$out")"
     }
 
-    run_image_node() {  # run_image_node RUN MAX_STEPS: the image's node; healthcheck polled while it runs
-        local run=$1 steps=$2 health_log=$WORK/health-$1.log start status
-        : >"$health_log"
+    start_image_node() {  # start_image_node RUN MAX_STEPS [ARGS...]: the image's node in the background
+        local run=$1 steps=$2
         setsid "${NICE[@]}" buildah run --isolation chroot --network host "${threads[@]}" \
             --volume "$WORK/volume:$VOLUME" "$CTR" -- \
             "${ENTRYPOINT[@]}" "${node_cmd[@]}" --initial-peers "$HOST_ADDR" --max-steps "$steps" \
-            --wait-for-peers 1 --wait-for-peers-timeout 300 "${NODE_ARGS[@]}" >"$WORK/image-node-$run.out" 2>&1 &
+            --wait-for-peers 1 --wait-for-peers-timeout 300 "${NODE_ARGS[@]}" "${@:3}" >"$WORK/image-node-$run.out" 2>&1 &
         IMAGE_NODE_PID=$!
+    }
+
+    run_image_node() {  # run_image_node RUN MAX_STEPS: the image's node; healthcheck polled while it runs
+        local run=$1 steps=$2 health_log=$WORK/health-$1.log start status
+        : >"$health_log"
+        start_image_node "$run" "$steps"
         start=$(date +%s)
         while kill -0 "$IMAGE_NODE_PID" 2>/dev/null; do
             sleep 10
@@ -388,6 +398,48 @@ print(max([int(r.get('sapo/peers', 0)) for r in rows] or [0]), max([int(r.get('s
         STEP2=$(last_step)
         [[ -n $resumed && $STEP2 == $((STEPS + 1)) ]] && ok=0 || ok=1
         check "run 2: resumes from the checkpoint and trains on" $ok "${resumed:-no resume line}; last step $STEP1 -> $STEP2"
+
+        # Run 3: `docker stop` during a step. Docker sends the image's STOPSIGNAL to the container's PID 1 (the
+        # ENTRYPOINT's process: sapo-node) and SIGKILL once the grace has passed; here that process is a host
+        # process of this session (chroot isolation), so the script does the same to it by its id. --save-steps
+        # 1000: no periodic checkpoint in this run, so checkpoint-N is the stop's own.
+        stop_after=$((STEP2 + 1))  # this run's first step ends, then SIGTERM lands in the next one
+        say "run 3: the same volume; SIGTERM once step $stop_after ended, SIGKILL after $STOP_TIMEOUT s"
+        start_image_node 3 $((stop_after + 20)) --save-steps 1000
+        start=$(date +%s)
+        while kill -0 "$IMAGE_NODE_PID" 2>/dev/null && (($(last_step) < stop_after && $(seconds_since "$start") < 1800)); do
+            sleep 2
+        done
+        # sapo-node's process in the run's session (setsid made IMAGE_NODE_PID its id); buildah is its parent.
+        node_pid=$(ps -o pid=,comm= -s "$IMAGE_NODE_PID" | awk '$2 == "sapo-node" || $2 ~ /^python/ { print $1; exit }' || true)
+        status="" killed=0 STOP_S=""
+        if [[ -n $node_pid ]] && (($(last_step) >= stop_after)); then
+            stopped=$(date +%s)
+            kill -TERM "$node_pid" 2>/dev/null || true
+            while kill -0 "$IMAGE_NODE_PID" 2>/dev/null && (($(seconds_since "$stopped") < STOP_TIMEOUT)); do sleep 1; done
+            if kill -0 "$IMAGE_NODE_PID" 2>/dev/null; then
+                killed=1
+                kill -KILL "$node_pid" 2>/dev/null || true
+            fi
+            STOP_S=$(seconds_since "$stopped")
+        fi
+        wait "$IMAGE_NODE_PID" && status=0 || status=$?
+        IMAGE_NODE_PID=""
+        [[ -n $STOP_S && $killed == 0 && ($status == 0 || $status == 143) ]] && ok=0 || ok=1
+        check "run 3: docker stop during step $((stop_after + 1)) (SIGTERM to sapo-node, grace $STOP_TIMEOUT s): exits 0 or 143 in the grace" $ok \
+            "${STOP_S:-never signalled (the node ended or did not reach step $stop_after; log $WORK/image-node-3.out)}${STOP_S:+ s after SIGTERM}, exit $status$( ((killed)) && echo ', SIGKILLed')"
+        ((ok == 0)) || tail -30 "$WORK/image-node-3.out" >&2
+        stop_lines=$(grep -E 'SIGTERM received|checkpoint' "$WORK/volume/node.log" | tail -3 | cut -c1-160 | tr '\n' ' ' || true)
+        [[ -f $WORK/volume/checkpoint-$stop_after/sapo-complete.json ]] && ok=0 || ok=1
+        check "run 3: the stop leaves a complete checkpoint-$stop_after (its last completed step; sapo-complete.json)" $ok "$stop_lines"
+
+        # Run 4: resumes from the stop's checkpoint.
+        say "run 4: the same volume, resumes from checkpoint-$stop_after"
+        run_image_node 4 "$((stop_after + 1))" && ok=0 || ok=$?
+        resumed=$(grep -o "resuming from [^ ]*checkpoint-$stop_after\b" "$WORK/volume/node.log" | tail -1 || true)
+        STEP4=$(last_step)
+        [[ $ok == 0 && -n $resumed && $STEP4 == $((stop_after + 1)) ]] && ok=0 || ok=1
+        check "run 4: resumes from the stop's checkpoint and trains on" $ok "${resumed:-no resume line}; last step $STEP4; $RUN_S s"
     fi
     buildah rm "$CTR" >/dev/null && CTR=""
 fi
@@ -426,7 +478,7 @@ summary=(
     printf '%s\n' "${REPORT[@]}" | grep '^|' || true
     echo
     printf '%s\n' "${REPORT[@]}" | grep -v '^|' || true
-    for run in 1 2; do
+    for run in 1 2 4; do
         if [[ -f $WORK/health-$run.log ]]; then
             printf '\nHealthcheck while run %s trained (every 10 s):\n\n```\n' "$run"
             cat "$WORK/health-$run.log"
