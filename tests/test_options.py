@@ -92,6 +92,18 @@ def test_a_node_swarm_option_is_the_dht_swarm_config_field(option, source):
         assert field_help(node_field) == field_help(swarm_field)
 
 
+def test_node_arguments_stay_importable_from_every_module_that_offered_them():
+    import sapo.node
+    from sapo.node import arguments, options, runner
+
+    # NodeArguments is defined in sapo.node.arguments; scripts import it from the parser's module, the runner or the
+    # package, as before it moved.
+    for name in ("NodeArguments", "default_task_names"):
+        assert getattr(options, name) is getattr(runner, name) is getattr(sapo.node, name) is getattr(arguments, name)
+    assert options.REWARD_NAMES is arguments.REWARD_NAMES
+    assert type(parse_node_options([]).node) is arguments.NodeArguments
+
+
 def test_sampler_and_source_policy_names_come_from_one_list_each():
     choices = {f.name: f.metadata["choices"] for f in dataclasses.fields(SAPOConfig) if "choices" in f.metadata}
     assert choices["sampling_strategy"] == [*SAMPLERS, *SAMPLER_ALIASES]

@@ -41,7 +41,7 @@ def test_trl_names_take_trls_meaning(tmp_path):
 
 def test_dataset_name_beside_dataset_is_the_old_label_with_a_warning(tmp_path, caplog):
     data = _jsonl(tmp_path / "doubling.jsonl")
-    with caplog.at_level(logging.WARNING, logger="sapo.node.options"):
+    with caplog.at_level(logging.WARNING, logger="sapo.node.arguments"):
         node = parse_node_options(["--dataset", str(data), "--dataset_name", "doubling"]).node
     assert (node.dataset, node.dataset_label) == (str(data), "doubling")
     warnings = [r.getMessage() for r in caplog.records]

@@ -11,8 +11,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from sapo.node.arguments import NodeArguments, default_task_names  # noqa: F401  (importable from here, as before)
 from sapo.node.errors import ErrorLimitReached, JoinError, NodeError  # noqa: F401  (importable from here, as before)
-from sapo.node.options import NodeArguments, default_task_names  # noqa: F401  (importable from here, as before)
 
 logger = logging.getLogger(__name__)
 
