@@ -89,6 +89,30 @@ def test_a_replay_setting_runs_apart_with_its_nodes_replaying_instead_of_reading
     assert bench.run_identity(config, 2, 2, 0, replay=True) == {**bench.run_identity(config, 2, 2, 0), "replay": "only"}
 
 
+def test_the_archived_runs_of_a_registered_experiment_are_found_as_this_codes_runs(bench, tmp_path):
+    """Experiment 3's runs, made by its frozen commit and archived with their completion markers, keep their directory,
+    identity and command under this code: sapo_table skips and reports them instead of running them again."""
+    from benchmarks.results_archive import ARCHIVE, read_members
+
+    experiment = Path("campaign/replay_generalist_precision")
+    members = read_members(ARCHIVE / "campaign_replay_generalist_precision.tar.xz")
+    markers = {Path(n).parent: json.loads(data) for n, data in members.items() if n.endswith("/run-complete.json")}
+    runs = tmp_path / "runs"
+    argv = ["--profile", "cpu-hard-equal", "--settings", "8/0,4/4,4/4r", "--seeds", "10", "--runs-dir", str(runs),
+            "--results-dir", str(tmp_path), "--", "--bf16", "false", "--eval_on_start", "false"]  # fmt: skip
+    config = bench.build_config(*bench.parse_args(argv))
+    for label in config["settings"]:
+        i, j = bench.scale_setting(label, config["groups_per_step"])
+        replay = bench.is_replay(label)
+        run_dir = bench.run_dir_of(runs, config["profile"], i, j, 10, replay)
+        marker = markers[experiment / run_dir.relative_to(runs)]  # KeyError: the run's directory was renamed
+        assert bench.run_identity(config, i, j, 10, replay) == marker["identity"]
+        frozen_dir = marker["command"][marker["command"].index("--run-dir") + 1]
+        command = [arg.replace(frozen_dir, str(run_dir)) for arg in marker["command"]]
+        assert bench.swarm_command(config, i, j, 10, run_dir, replay)[1:] == command[1:]  # all but the interpreter
+    assert len(config["settings"]) == 3
+
+
 def test_equal_peers_specialists_and_the_generalist_are_evaluated_on_the_same_questions(bench):
     """Experiment 3 compares them question by question: one task mix, one held-out set."""
     from benchmarks.sapo_table_profiles import node_configs, profiles
