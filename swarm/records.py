@@ -5,17 +5,23 @@ text. Peers publish groups in *records* (the groups of one publish call) and adv
 in small *index entries*. Nothing but text, numbers and booleans crosses the wire: no tensors, no
 pickle. Every decoder here is strict: an unknown key, a wrong type or a size over the configured
 limits raises :class:`RecordRejected` with a reason from :data:`REJECT_REASONS`, so callers can
-count rejections by kind instead of crashing on them.
+count rejections by kind instead of crashing on them. The checks are a typed schema, msgspec Structs
+(:func:`_schema`), applied to the unpacked msgpack.
 """
 
-from __future__ import annotations
-
+# No `from __future__ import annotations` here: msgspec reads the annotations of the Structs that _schema builds,
+# and they name that function's local types (the limits), which only evaluated annotations can.
+import functools
 import math
+import re
+import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Annotated, Any, NamedTuple
 
 import msgpack
+import msgspec
+from msgspec import UNSET, Meta, Struct, UnsetType
 
 WIRE_VERSION = 1
 """Version of the wire format below; a peer rejects records of any other version."""
@@ -367,95 +373,124 @@ def _expect_list(obj: Any, where: str, max_items: int, reason: str) -> list[Any]
     return obj
 
 
-def _expect_scalar(obj: Any, where: str, limits: RecordLimits) -> Scalar:
-    if obj is None or isinstance(obj, bool):
-        return obj
-    if isinstance(obj, int):
-        return _expect_int(obj, where)
-    if isinstance(obj, float):
-        if not math.isfinite(obj):
-            raise RecordRejected("schema", f"{where} must be finite")
-        return obj
-    if isinstance(obj, str):
-        return _expect_str(obj, where, limits.max_metadata_value_chars)
-    raise RecordRejected("schema", f"{where} must be a string, number, boolean or null, got {type(obj).__name__}")
-
-
-def _expect_flat_map(obj: Any, where: str, limits: RecordLimits, allow_lists: bool) -> dict[str, Any]:
-    if not isinstance(obj, dict):
-        raise RecordRejected("schema", f"{where} must be a map, got {type(obj).__name__}")
-    if len(obj) > limits.max_metadata_items:
-        raise RecordRejected("field_too_long", f"{where} has {len(obj)} entries > {limits.max_metadata_items}")
-    out: dict[str, Any] = {}
-    for key, value in obj.items():
-        _expect_str(key, f"{where} key", limits.max_field_chars)
-        if allow_lists and isinstance(value, list):
-            items = _expect_list(value, f"{where}[{key!r}]", limits.max_metadata_items, "field_too_long")
-            out[key] = [_expect_scalar(v, f"{where}[{key!r}]", limits) for v in items]
-        else:
-            out[key] = _expect_scalar(value, f"{where}[{key!r}]", limits)
-    return out
-
-
-_PROVENANCE_KEYS = {"source", "dataset", "config", "seed", "index"}
-_PROVENANCE_OPTIONAL_KEYS = ("version", "key")
-_GROUP_KEYS = {"group_id", "prompt", "completions", "provenance", "metadata", "model", "step", "created_at"}
-_RECORD_KEYS = {"version", "created_at", "groups"}
-_INDEX_KEYS = {"version", "model", "updated_at", "records"}
-_INDEX_OPTIONAL_KEYS = frozenset({"host"})  # entries of peers whose records live in the DHT (or older peers) lack it
+_PROVENANCE_OPTIONAL_KEYS = ("version", "key")  # written only when set: peers that predate them read the rest
 _MAX_HOST_CHARS = 128  # a base58 libp2p peer id is 46-53 characters
+_INT64 = Annotated[int, Meta(ge=-(2**63), le=2**63 - 1)]
+_FINITE = Annotated[float, Meta(ge=-sys.float_info.max, le=sys.float_info.max)]  # the bounds refuse NaN and inf too
+_TIME = Annotated[float, Meta(ge=0, le=sys.float_info.max)]  # seconds since the epoch; an integer reads as a float
+
+
+class _Schema(NamedTuple):
+    """The wire types under one :class:`RecordLimits`."""
+
+    provenance: type[Struct]
+    group: type[Struct]
+    record: type[Struct]
+    index: type[Struct]
+
+
+@functools.lru_cache(maxsize=16)
+def _schema(limits: RecordLimits) -> _Schema:
+    """msgspec Structs of the wire format that refuse unknown keys, with ``limits`` as length constraints (part of a
+    type in msgspec, hence one set of types per limits in use). An optional key reads as UNSET when absent; an
+    explicit null there is refused, as the key's type is a string."""
+    Name = Annotated[str, Meta(max_length=limits.max_field_chars)]  # local types, named as types
+    Value = Annotated[str, Meta(max_length=limits.max_metadata_value_chars)] | _INT64 | _FINITE | bool | None
+    ValueList = Annotated[list[Value], Meta(max_length=limits.max_metadata_items)]
+
+    class WireProvenance(Struct, forbid_unknown_fields=True):
+        source: Name
+        dataset: Name  # the wire key of Provenance.task
+        config: Annotated[dict[Name, Value | ValueList], Meta(max_length=limits.max_metadata_items)]
+        seed: _INT64 | None
+        index: _INT64 | None
+        version: Name | UnsetType = UNSET
+        key: Name | UnsetType = UNSET
+
+    class WireMessage(Struct, forbid_unknown_fields=True):
+        role: Name
+        content: Annotated[str, Meta(max_length=limits.max_prompt_chars)]
+
+    class WireGroup(Struct, forbid_unknown_fields=True):
+        group_id: Name
+        prompt: Annotated[list[WireMessage], Meta(min_length=1, max_length=limits.max_prompt_messages)]
+        completions: Annotated[
+            list[Annotated[str, Meta(max_length=limits.max_completion_chars)]],
+            Meta(max_length=limits.max_completions_per_group),
+        ]
+        provenance: WireProvenance
+        metadata: Annotated[dict[Name, Value], Meta(max_length=limits.max_metadata_items)]
+        model: Name
+        step: _INT64
+        created_at: _TIME
+
+    class WireRecord(Struct, forbid_unknown_fields=True):
+        version: Any  # checked before the schema (_check_version), so that a record of another version says so
+        created_at: _TIME
+        groups: Annotated[list[WireGroup], Meta(max_length=limits.max_groups_per_record)]
+
+    class WireIndexEntry(Struct, forbid_unknown_fields=True):
+        version: Any
+        model: Name
+        updated_at: _TIME
+        records: Annotated[list[tuple[_INT64, _TIME, _INT64]], Meta(max_length=limits.max_index_records)]
+        host: Annotated[str, Meta(max_length=_MAX_HOST_CHARS)] | UnsetType = UNSET  # absent: records in the DHT
+
+    return _Schema(WireProvenance, WireGroup, WireRecord, WireIndexEntry)
+
+
+# The reason for a list or string over its limit, by its path within a record (indices read as "[]"); any other
+# over-long field is field_too_long, and any other violation is schema.
+_LENGTH_REASONS = {
+    "groups": "too_many_groups",
+    "records": "too_many_groups",
+    "completions": "too_many_completions",
+    "completions[]": "completion_too_long",
+    "prompt": "prompt_too_long",
+    "prompt[].content": "prompt_too_long",
+}
+_OVER_LENGTH = re.compile(r"Expected `\w+` of length <= \d+(?: - at (?:`key` in )?`\$(?P<path>[^`]*)`)?")
+
+
+def _convert(obj: Any, kind: type[Struct]) -> Any:
+    """``obj`` (unpacked msgpack, or JSON) as a ``kind``; raises :class:`RecordRejected` naming its first violation."""
+    try:
+        return msgspec.convert(obj, kind)
+    except msgspec.ValidationError as e:
+        # msgspec names a broken limit only in its message ("Expected `str` of length <= 9 - at `$.groups[0].model`"):
+        # matched whole, so that a hostile key's name, which a message quotes, cannot pass for one.
+        over = _OVER_LENGTH.fullmatch(str(e))
+        if over is None:
+            raise RecordRejected("schema", str(e)) from None
+        path = re.sub(r"\[\d+\]", "[]", over["path"] or "").lstrip(".").removeprefix("groups[].")
+        raise RecordRejected(_LENGTH_REASONS.get(path, "field_too_long"), str(e)) from None
+
+
+def _provenance(p: Any) -> Provenance:
+    optional = {name: getattr(p, name) for name in _PROVENANCE_OPTIONAL_KEYS if getattr(p, name) is not UNSET}
+    return Provenance(p.source, p.dataset, p.config, p.seed, p.index, **optional)
+
+
+def _group(g: Any, limits: RecordLimits) -> Group:
+    # The two checks that are not a field's own constraint.
+    prompt_chars = sum(len(m.content) for m in g.prompt)
+    if prompt_chars > limits.max_prompt_chars:
+        raise RecordRejected("prompt_too_long", f"prompt has {prompt_chars} characters > {limits.max_prompt_chars}")
+    if not any(c.strip() for c in g.completions):
+        raise RecordRejected("empty_group", "group has no completions, or only empty ones")
+    prompt = [{"role": m.role, "content": m.content} for m in g.prompt]
+    provenance = _provenance(g.provenance)
+    return Group(g.group_id, prompt, g.completions, provenance, g.metadata, g.model, g.step, g.created_at)
 
 
 def provenance_from_wire(obj: Any, limits: RecordLimits = RecordLimits()) -> Provenance:
     """Validate and build a :class:`Provenance` from its wire form."""
-    p = _expect_map(obj, _PROVENANCE_KEYS, "provenance", optional=frozenset(_PROVENANCE_OPTIONAL_KEYS))
-    optional = {
-        name: _expect_str(p[name], f"provenance.{name}", limits.max_field_chars)
-        for name in _PROVENANCE_OPTIONAL_KEYS
-        if name in p
-    }
-    return Provenance(
-        source=_expect_str(p["source"], "provenance.source", limits.max_field_chars),
-        task=_expect_str(p["dataset"], "provenance.dataset", limits.max_field_chars),
-        config=_expect_flat_map(p["config"], "provenance.config", limits, allow_lists=True),
-        seed=_expect_int(p["seed"], "provenance.seed", optional=True),
-        index=_expect_int(p["index"], "provenance.index", optional=True),
-        **optional,
-    )
+    return _provenance(_convert(obj, _schema(limits).provenance))
 
 
 def group_from_wire(obj: Any, limits: RecordLimits = RecordLimits()) -> Group:
     """Validate and build a :class:`Group` from its wire form; raises :class:`RecordRejected`."""
-    g = _expect_map(obj, _GROUP_KEYS, "group")
-    messages = _expect_list(g["prompt"], "group.prompt", limits.max_prompt_messages, "prompt_too_long")
-    prompt, prompt_chars = [], 0
-    for message in messages:
-        m = _expect_map(message, {"role", "content"}, "prompt message")
-        role = _expect_str(m["role"], "prompt message role", limits.max_field_chars)
-        content = _expect_str(m["content"], "prompt message content", limits.max_prompt_chars, "prompt_too_long")
-        prompt_chars += len(content)
-        prompt.append({"role": role, "content": content})
-    if not prompt:
-        raise RecordRejected("schema", "group.prompt has no messages")
-    if prompt_chars > limits.max_prompt_chars:
-        raise RecordRejected("prompt_too_long", f"prompt has {prompt_chars} characters > {limits.max_prompt_chars}")
-    completions = _expect_list(
-        g["completions"], "group.completions", limits.max_completions_per_group, "too_many_completions"
-    )
-    for c in completions:
-        _expect_str(c, "completion", limits.max_completion_chars, "completion_too_long")
-    if not any(c.strip() for c in completions):
-        raise RecordRejected("empty_group", "group has no completions, or only empty ones")
-    return Group(
-        group_id=_expect_str(g["group_id"], "group.group_id", limits.max_field_chars),
-        prompt=prompt,
-        completions=list(completions),
-        provenance=provenance_from_wire(g["provenance"], limits),
-        metadata=_expect_flat_map(g["metadata"], "group.metadata", limits, allow_lists=False),
-        model=_expect_str(g["model"], "group.model", limits.max_field_chars),
-        step=_expect_int(g["step"], "group.step"),
-        created_at=_expect_time(g["created_at"], "group.created_at"),
-    )
+    return _group(_convert(obj, _schema(limits).group), limits)
 
 
 def _check_version(obj: dict[str, Any], where: str) -> None:
@@ -468,39 +503,17 @@ def decode_record(data: bytes, limits: RecordLimits = RecordLimits()) -> GroupRe
     """Decode and validate a record; the only outcomes are a :class:`GroupRecord` or :class:`RecordRejected`."""
     obj = _unpack(data, limits)
     _check_version(obj, "record")
-    r = _expect_map(obj, _RECORD_KEYS, "record")
-    groups = _expect_list(r["groups"], "record.groups", limits.max_groups_per_record, "too_many_groups")
-    return GroupRecord(
-        groups=[group_from_wire(g, limits) for g in groups],
-        created_at=_expect_time(r["created_at"], "record.created_at"),
-        version=WIRE_VERSION,
-    )
+    r = _convert(obj, _schema(limits).record)
+    return GroupRecord(groups=[_group(g, limits) for g in r.groups], created_at=r.created_at, version=WIRE_VERSION)
 
 
 def decode_index_entry(data: bytes, limits: RecordLimits = RecordLimits()) -> IndexEntry:
     """Decode and validate an index entry; raises :class:`RecordRejected`."""
     obj = _unpack(data, limits)
     _check_version(obj, "index entry")
-    e = _expect_map(obj, _INDEX_KEYS, "index entry", optional=_INDEX_OPTIONAL_KEYS)
-    refs = []
-    for item in _expect_list(e["records"], "index.records", limits.max_index_records, "too_many_groups"):
-        ref = _expect_list(item, "index record reference", 3, "schema")
-        if len(ref) != 3:
-            raise RecordRejected("schema", "an index record reference is [seq, created_at, num_groups]")
-        refs.append(
-            RecordRef(
-                seq=_expect_int(ref[0], "index seq"),
-                created_at=_expect_time(ref[1], "index created_at"),
-                num_groups=_expect_int(ref[2], "index num_groups"),
-            )
-        )
-    return IndexEntry(
-        model=_expect_str(e["model"], "index.model", limits.max_field_chars),
-        records=refs,
-        updated_at=_expect_time(e["updated_at"], "index.updated_at"),
-        version=WIRE_VERSION,
-        host=None if "host" not in e else _expect_str(e["host"], "index.host", _MAX_HOST_CHARS),
-    )
+    e = _convert(obj, _schema(limits).index)
+    host = None if e.host is UNSET else e.host
+    return IndexEntry(e.model, [RecordRef(*ref) for ref in e.records], e.updated_at, WIRE_VERSION, host)
 
 
 def validate_group(group: Group, limits: RecordLimits = RecordLimits()) -> Group:

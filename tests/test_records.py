@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from swarm.records import (
     REJECT_REASONS,
     WIRE_VERSION,
+    Group,
     GroupRecord,
     IndexEntry,
     Provenance,
@@ -23,7 +24,9 @@ from swarm.records import (
     describe_sizes,
     encode_index_entry,
     encode_record,
+    group_from_wire,
     group_to_wire,
+    provenance_from_wire,
     provenance_to_wire,
     validate_group,
 )
@@ -61,6 +64,92 @@ def test_record_round_trip():
 def test_index_entry_round_trip():
     entry = IndexEntry(model="m", records=[RecordRef(seq=5, created_at=2.5, num_groups=4)], updated_at=3.0)
     assert decode_index_entry(encode_index_entry(entry)) == entry
+
+
+# ------------------------------------------------------------------------------------------------
+# compatibility: bytes written by the previous release (the hand-written decoder, commit 5d671b3), kept as they were
+# packed, so that a change of decoder or encoder cannot silently split the swarm between releases
+
+PREVIOUS_RECORD = bytes.fromhex(
+    "83a776657273696f6e01aa637265617465645f6174cb41da4a4538600000a667726f7570739288a867726f75705f6964a431372d30a6"
+    "70726f6d70749282a4726f6c65a673797374656da7636f6e74656e74af416e737765722062726965666c792e82a4726f6c65a4757365"
+    "72a7636f6e74656e74d920576861742069732032202b20323f2068c3a96c6c6f20e29c9320e697a5e69cacab636f6d706c6574696f6e"
+    "7392a134bc4974206973203c623e343c2f623e20e29c9320e697a5e69cace8aa9eaa70726f76656e616e636585a6736f75726365ad72"
+    "6561736f6e696e675f67796da764617461736574b062617369635f61726974686d65746963a6636f6e66696785a96d696e5f7465726d"
+    "7302a5726174696fcb3fe0000000000000a4666c6167c3a46e6f6e65c0a56d697865649501a162c0cb4004000000000000c2a4736565"
+    "64d3ffffff0000000000a5696e64657803a86d6574616461746186a6616e73776572a134a573636f7265cb3fd0000000000000a16efd"
+    "a3626967cf4000000000000000a26f6bc2a178c0a56d6f64656ca474696e79a473746570cf0000010000000000aa637265617465645f"
+    "6174cb41da4a453810000088a867726f75705f6964a431382d31a670726f6d70749182a4726f6c65a475736572a7636f6e74656e74a1"
+    "71ab636f6d706c6574696f6e7392a0a3206120aa70726f76656e616e636587a6736f75726365a764617461736574a764617461736574"
+    "a567736d386ba6636f6e66696780a473656564c0a5696e646578c0a776657273696f6ea3312e32a36b6579a6616231326364a86d6574"
+    "616461746180a56d6f64656ca0a47374657000aa637265617465645f6174cb0000000000000000"
+)
+PREVIOUS_INDEX_ENTRY = bytes.fromhex(
+    "84a776657273696f6e01a56d6f64656ca474696e79aa757064617465645f6174cb41da4a4538800000a77265636f726473929305cb41"
+    "da4a4538600000029304cb000000000000000001"
+)
+PREVIOUS_SERVED_ENTRY = bytes.fromhex(
+    "85a776657273696f6e01a56d6f64656ca16daa757064617465645f6174cb4008000000000000a77265636f72647390a4686f7374d931"
+    "313244334b6f6f574578616d706c65486f7374506565724964303030303030303030303030303030303030303030303030"
+)
+
+
+def previous_release_values() -> tuple[GroupRecord, IndexEntry, IndexEntry]:
+    """What the bytes above hold: every scalar type, non-ASCII text, 64-bit integers, a provenance with and without
+    the optional keys (peers before task sources write neither), an index entry with and without ``host``."""
+    full = Group(
+        group_id="17-0",
+        prompt=[
+            {"role": "system", "content": "Answer briefly."},
+            {"role": "user", "content": "What is 2 + 2? héllo ✓ 日本"},
+        ],
+        completions=["4", "It is <b>4</b> ✓ 日本語"],
+        provenance=Provenance(
+            "reasoning_gym",
+            "basic_arithmetic",
+            {"min_terms": 2, "ratio": 0.5, "flag": True, "none": None, "mixed": [1, "b", None, 2.5, False]},
+            seed=-(2**40),
+            index=3,
+        ),
+        metadata={"answer": "4", "score": 0.25, "n": -3, "big": 2**62, "ok": False, "x": None},
+        model="tiny",
+        step=2**40,
+        created_at=1764300000.25,
+    )
+    sourced = Group(
+        group_id="18-1",
+        prompt=[{"role": "user", "content": "q"}],
+        completions=["", " a "],
+        provenance=Provenance("dataset", "gsm8k", {}, None, None, version="1.2", key="ab12cd"),
+        metadata={},
+        model="",
+        step=0,
+        created_at=0.0,
+    )
+    return (
+        GroupRecord(groups=[full, sourced], created_at=1764300001.5),
+        IndexEntry("tiny", [RecordRef(5, 1764300001.5, 2), RecordRef(4, 0.0, 1)], updated_at=1764300002.0),
+        IndexEntry("m", [], updated_at=3.0, host="12D3KooWExampleHostPeerId000000000000000000000000"),
+    )
+
+
+def test_previous_release_bytes_decode_to_the_same_values_and_are_written_the_same():
+    record, entry, served = previous_release_values()
+    assert decode_record(PREVIOUS_RECORD) == record
+    assert decode_index_entry(PREVIOUS_INDEX_ENTRY) == entry and decode_index_entry(PREVIOUS_SERVED_ENTRY) == served
+    assert decode_record(PREVIOUS_RECORD).groups[0].metadata["ok"] is False  # a boolean stays one, not 0
+    assert encode_record(record) == PREVIOUS_RECORD
+    assert encode_index_entry(entry) == PREVIOUS_INDEX_ENTRY and encode_index_entry(served) == PREVIOUS_SERVED_ENTRY
+
+
+def test_integer_times_read_as_floats():
+    """A packer that writes a whole number of seconds as an integer: read as the float it means."""
+    obj = {**wire_record(created_at=5), "created_at": 7}
+    record = decode_record(pack(obj))
+    assert (record.created_at, record.groups[0].created_at) == (7.0, 5.0)
+    assert isinstance(record.created_at, float) and isinstance(record.groups[0].created_at, float)
+    entry = decode_index_entry(pack({"version": WIRE_VERSION, "model": "m", "updated_at": 2, "records": [[1, 3, 2]]}))
+    assert entry.updated_at == 2.0 and entry.records == [RecordRef(1, 3.0, 2)]
 
 
 def test_unknown_reason_is_a_programming_error():
@@ -101,6 +190,65 @@ def test_limits_must_be_positive_integers():
 )
 def test_each_rejection_reason(data, reason):
     assert reason_of(data) == reason
+
+
+def provenance_changed(**changes) -> dict:
+    return {**group_to_wire(make_group("g"))["provenance"], **changes}
+
+
+LONG, VALUE = "x" * 1025, "v" * 8193  # one over max_field_chars and max_metadata_value_chars
+
+
+@pytest.mark.parametrize(
+    ("group_changes", "reason"),
+    [
+        ({"group_id": LONG}, "field_too_long"),
+        ({"prompt": [{"role": LONG, "content": "q"}]}, "field_too_long"),
+        ({"prompt": [{"role": "user", "content": "q", "name": "x"}]}, "schema"),
+        ({"provenance": provenance_changed(source=LONG)}, "field_too_long"),
+        ({"provenance": provenance_changed(dataset=LONG)}, "field_too_long"),
+        ({"provenance": provenance_changed(version=LONG)}, "field_too_long"),
+        ({"provenance": provenance_changed(key="k" * 1025)}, "field_too_long"),
+        ({"provenance": provenance_changed(version=None)}, "schema"),  # an optional key is a string when present
+        ({"provenance": provenance_changed(seed=2**63)}, "schema"),
+        ({"provenance": {k: v for k, v in provenance_changed().items() if k != "index"}}, "schema"),
+        ({"provenance": provenance_changed(config={LONG: 1})}, "field_too_long"),
+        ({"provenance": provenance_changed(config={"k": VALUE})}, "field_too_long"),
+        ({"provenance": provenance_changed(config={"k": list(range(33))})}, "field_too_long"),
+        ({"provenance": provenance_changed(config={str(i): i for i in range(33)})}, "field_too_long"),
+        ({"provenance": provenance_changed(config={"k": [[1]]})}, "schema"),
+        ({"metadata": {LONG: 1}}, "field_too_long"),
+        ({"metadata": {"k": VALUE}}, "field_too_long"),
+        ({"metadata": {"k": float("inf")}}, "schema"),
+        ({"metadata": {"k": 2**63}}, "schema"),
+        ({"metadata": {"k": b"bytes"}}, "schema"),
+        ({"step": 2**63}, "schema"),
+        ({"created_at": float("inf")}, "schema"),
+        # a hostile key's name is quoted in the decoder's message; it cannot pass for a limit's reason
+        ({"Expected `str` of length <= 1 - at `$.groups[0].completions`": 1}, "schema"),
+    ],
+)
+def test_every_limited_field_names_its_reason(group_changes, reason):
+    assert reason_of(pack(wire_record(**group_changes))) == reason
+    with pytest.raises(RecordRejected) as info:  # the same checks on a group or provenance alone (JSON rows)
+        group_from_wire(wire_record(**group_changes)["groups"][0])
+    assert info.value.reason == reason
+
+
+def test_reasons_of_the_bytes_and_of_an_index_entry():
+    assert reason_of(pack({1: 2})) == "not_msgpack"  # a map key that is not text, as before
+    ok = {"version": WIRE_VERSION, "model": "m", "updated_at": 1.0, "records": [], "host": "h"}
+    for changes, reason in [
+        ({"host": "h" * 129}, "field_too_long"),
+        ({"host": None}, "schema"),
+        ({"model": LONG}, "field_too_long"),
+    ]:
+        with pytest.raises(RecordRejected) as info:
+            decode_index_entry(pack({**ok, **changes}))
+        assert info.value.reason == reason, changes
+    with pytest.raises(RecordRejected) as info:
+        provenance_from_wire(provenance_changed(source=LONG))
+    assert info.value.reason == "field_too_long"
 
 
 def test_prompt_total_over_limit():
