@@ -153,10 +153,13 @@ def question_tasks(held_out: Path) -> list[str]:
 
 
 def paper_label(setting: str) -> str:
-    """``"1-1"`` -> ``"4/4 (run as 1/1)"``: the paper's I/J for a setting scaled down to fewer groups per step."""
-    local, external = (int(x) for x in setting.split("-"))
+    """``"1-1"`` -> ``"4/4 (run as 1/1)"``: the paper's I/J for a setting scaled down to fewer groups per step
+    (``"1-1-replay"``, J filled by self-replay: ``"4/4r (run as 1/1, self-replay)"``)."""
+    replay = setting.endswith("-replay")
+    local, external = (int(x) for x in setting.removesuffix("-replay").split("-"))
     scale = PAPER_GROUPS_PER_STEP // max(1, local + external)
-    return f"{local * scale}/{external * scale} (run as {local}/{external})"
+    label = f"{local * scale}/{external * scale}{'r' if replay else ''} (run as {local}/{external}"
+    return label + (", self-replay)" if replay else ")")
 
 
 def evaluations_by_step(metrics: Path) -> dict[int, dict[str, float]]:

@@ -17,7 +17,10 @@ the same way:
   per task in a window of :data:`RESCUE_WINDOW`, emptied where the node restarted), a check of the flag;
   ``rescues_task/<task>``: the flagged rescues by task;
 - ``usable``: received groups scored with reward spread (what the paper's sampler may choose), and
-  ``steps_with_surplus``: the steps at which more of them arrived than the node had swarm slots (``slots``).
+  ``steps_with_surplus``: the steps at which more of them arrived than the node had swarm slots (``slots``);
+- ``taken_origin/<origin>``: taken groups by where they came from (``swarm``, or ``replay``: the node's own earlier
+  groups), ``lag_sum/<origin>`` their step lags summed; ``fill_ins``: own groups beyond the node's ``local`` a step
+  (slots that neither the swarm nor the replay filled, generated here).
 
 A node that restarts from a checkpoint repeats the steps after it; the repeated steps' first lines describe training
 that was rolled back, so only the last attempt at each step counts (a restart shows as a step lower than the one
@@ -81,9 +84,11 @@ def mean_reward(rewards: Sequence[float | None] | None) -> float:
     return sum(finite) / len(finite) if finite else math.nan
 
 
-def node_counts(records: Sequence[dict[str, Any]], names: dict[str, str], slots: int | None = None) -> Counter:
+def node_counts(
+    records: Sequence[dict[str, Any]], names: dict[str, str], slots: int | None = None, local: int | None = None
+) -> Counter:
     """The counts of one node's lines (module docstring); ``names`` maps a sender to a node name, ``slots`` is the
-    node's swarm slots per step (None: no surplus count)."""
+    node's swarm slots per step (None: no surplus count), ``local`` its own groups a step (None: no fill-in count)."""
     rescued = recount_rescues(records)
     counts: Counter = Counter()
     usable_by_step: Counter = Counter()
@@ -105,6 +110,8 @@ def node_counts(records: Sequence[dict[str, Any]], names: dict[str, str], slots:
             continue
         sender = record.get("sender", "")
         counts["taken"] += 1
+        counts[f"taken_origin/{record['origin']}"] += 1
+        counts[f"lag_sum/{record['origin']}"] += record.get("step_lag") or 0
         counts[f"taken_from/{names.get(sender, f'peer {sender[:12]}')}"] += 1
         counts[f"taken_model/{Path(record.get('model') or '?').name}"] += 1
         counts["taken_reward_sum"] += 0.0 if math.isnan(reward) else reward
@@ -117,6 +124,8 @@ def node_counts(records: Sequence[dict[str, Any]], names: dict[str, str], slots:
     counts["peer_steps"] = len(steps)
     if slots is not None:
         counts["steps_with_surplus"] = sum(1 for step in steps if usable_by_step[step] > slots)
+    if local is not None:
+        counts["fill_ins"] = counts["own_groups"] - local * len(steps)
     return counts
 
 
@@ -137,7 +146,8 @@ def counts_by_node(run_dir: Path) -> dict[str, Counter]:
     run_dir = restored(run_dir)  # group logs packed into results/archive are read from there
     logs = {path.name: read_group_log(path / GROUP_LOG) for path in node_dirs(run_dir)}
     names = peer_names(logs)
-    return {node: node_counts(records, names, node_slots(run_dir / node)) for node, records in logs.items() if records}
+    return {node: node_counts(records, names, node_slots(run_dir / node), node_slots(run_dir / node, "num_local"))
+            for node, records in logs.items() if records}  # fmt: skip
 
 
 def run_counts(run_dir: Path, nodes: Iterable[int] | None = None) -> Counter:
@@ -151,10 +161,11 @@ def run_counts(run_dir: Path, nodes: Iterable[int] | None = None) -> Counter:
     return total
 
 
-def node_slots(node_dir: Path) -> int | None:
-    """The node's swarm slots per step (``num_external`` in its node-run.json), or None where it is not recorded."""
+def node_slots(node_dir: Path, key: str = "num_external") -> int | None:
+    """The node's swarm slots per step (``num_external`` in its node-run.json; ``key="num_local"``: its own groups),
+    or None where it is not recorded."""
     try:
-        return int(json.loads((node_dir / "node-run.json").read_text())["num_external"])
+        return int(json.loads((node_dir / "node-run.json").read_text())[key])
     except (FileNotFoundError, KeyError, TypeError, ValueError):
         return None
 
@@ -204,3 +215,26 @@ def sharing_lines(rows: Sequence[tuple[str, Counter]]) -> list[str]:
     if not rows:
         return ["No node of these runs left a group log (groups.jsonl): nothing to count."]
     return [*SHARING_HEADER, *(sharing_row(label, counts) for label, counts in rows)]
+
+
+SLOTS_HEADER = (
+    "| arm | peer-steps | swarm groups taken / peer-step | replayed groups taken / peer-step | fill-ins / peer-step "
+    "| reward of taken (own groups) | taken with a success | step lag of replayed groups (mean) "
+    "| set aside, by reason |",
+    "|---|---|---|---|---|---|---|---|---|",
+)
+
+
+def slots_lines(rows: Sequence[tuple[str, Counter]]) -> list[str]:
+    """What filled the J slots, per arm (:data:`SLOTS_HEADER`): swarm groups, own replayed groups and fill-ins."""
+    lines = list(SLOTS_HEADER)
+    for label, counts in rows:
+        steps, taken, replayed = counts["peer_steps"], counts["taken"], counts["taken_origin/replay"]
+        per_step = [f"{counts[k] / steps:.2f}" if steps else "-" for k in ("taken_origin/swarm",
+                    "taken_origin/replay", "fill_ins")]  # fmt: skip
+        reward = f"{counts['taken_reward_sum'] / taken:.3f}" if taken else "-"
+        own = f"{counts['own_reward_sum'] / counts['own_groups']:.3f}" if counts["own_groups"] else "-"
+        lag = f"{counts['lag_sum/replay'] / replayed:.1f}" if replayed else "-"
+        lines.append(f"| {label} | {steps:.0f} | {' | '.join(per_step)} | {reward} ({own}) | "
+                     f"{taken_success_text(counts)} | {lag} | {_breakdown(counts, 'dropped/')} |")  # fmt: skip
+    return lines

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import random
 import subprocess
 from collections import Counter
 from pathlib import Path
@@ -316,3 +317,177 @@ def test_a_run_from_a_copy_without_git_is_checked_against_the_registered_node_co
     # a device machine gets the tree without .git: harness.git_state records "<sha> (copy without .git)"
     assert campaign_report.same_node_code(f"{REGISTERED} (copy without .git)", REGISTERED) is True
     assert campaign_report.same_node_code("0" * 40 + " (copy without .git)", REGISTERED) is None
+
+
+FROZEN = "ef19c58078e2a2be58f4445afcca762c01ef8c67"  # experiment 3's node code (Q1, Q2)
+FLOAT32 = ["--bf16", "false", "--eval_on_start", "false"]
+REPLAY_CONTRASTS = campaign_report.REGISTERED["replay_generalist_precision"]
+
+
+def _ends(key: tuple) -> list[list[int]]:
+    """A run's step-60 outcomes, three nodes x 9 questions, drawn once per (profile, setting, seed, precision)."""
+    rng = random.Random(str(key))
+    return [[int(rng.random() < 0.4) for _ in range(9)] for _ in range(3)]
+
+
+def _exp3_run(root: Path, profile: str, setting: str, seed: int, *, commit=FROZEN, float32=True, start=False):
+    """A run as sapo_table writes experiment 3's (layout of results/archive/campaign_replay_generalist_precision):
+    evaluated at step 60 only (``start``: also at 0, as experiment 1's bf16 runs), its group logs filling each step's
+    J slot from the swarm or the replay on even steps and with a fill-in on odd ones."""
+    local = int(setting.split("-")[0])
+    by_step = [{60: row} for row in _ends((profile, setting, seed, "float32" if float32 else "bf16"))]
+    if start:
+        by_step = [{0: [0] * 9, **row} for row in by_step]
+    identity = {"profile": profile, "num_local": local, "num_external": 2 - local, "num_generations": 4,
+                "node_args": FLOAT32 if float32 else ["--eval_questions", "9"]}  # fmt: skip
+    if profile == "cpu-hard-specialists":
+        identity |= {"specialists": True, "tasks": [{"name": task} for task in TASKS]}
+    records = [{"num_local": local, "num_external": 2 - local} for _ in range(3)]
+    if profile == "cpu-hard-specialists":
+        records = [{**record, "tasks": [{"name": task}]} for record, task in zip(records, TASKS, strict=True)]
+    fill = 0.5 if setting != "2-0" else 0.0
+    run = _write_run(root / profile / setting / f"seed-{seed}", by_step, identity, commit, local=local,
+                     node_runs=records, fill=fill)  # fmt: skip
+    origin = "replay" if setting.endswith("replay") else "swarm"
+    for node in range(3):
+        lines = []
+        for step in range(60):
+            sender = f"peer{node}" if origin == "replay" else f"peer{(node + 1) % 3}"
+            if setting != "2-0" and step % 2 == 0:
+                lines.append({**_line(step, origin, "chain_sum", sender, "taken", [1.0, 0.0]), "step_lag": 2})
+            own = local + (setting != "2-0" and step % 2 == 1)
+            lines += [_line(step, "own", "count_bits", f"peer{node}", "own", [0.0, 0.0]) for _ in range(own)]
+        (run / f"node-{node}" / "groups.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+    return run
+
+
+def _mean_rows(rows: list[list[int]]) -> list[float]:
+    return [sum(column) / len(column) for column in zip(*rows, strict=True)]
+
+
+def test_experiment_3_report_from_synthetic_runs(tmp_path, monkeypatch):
+    """Q1 seeds 10 and 11 in all three arms, seed 12 without its self-replay run; Q2's specialists at seed 10; Q3's
+    float32 seeds 3 and 4, seed 5's 4/4 run in bf16 (it does not count), beside experiment 1's bf16 runs (here
+    synthetic, in place of the archived ones). Every registered figure against a hand computation."""
+    runs_dir = tmp_path / "runs"
+    for seed, settings in {
+        10: ("2-0", "1-1", "1-1-replay"),
+        11: ("2-0", "1-1", "1-1-replay"),
+        12: ("2-0", "1-1"),
+    }.items():
+        for setting in settings:
+            _exp3_run(runs_dir, "cpu-hard-equal", setting, seed)
+    _exp3_run(runs_dir, "cpu-hard-specialists", "1-1", 10)
+    bf16 = tmp_path / "experiment-1"
+    for seed in (3, 4, 5):
+        for setting in ("2-0", "1-1"):
+            _exp3_run(
+                runs_dir,
+                "cpu-hard-specialists",
+                setting,
+                seed,
+                commit=REGISTERED,
+                float32=(seed, setting) != (5, "1-1"),
+            )
+            _exp3_run(bf16, "cpu-hard-specialists", setting, seed, commit=REGISTERED, float32=False, start=True)
+    contrasts = tuple(dataclasses.replace(c, experiment=dataclasses.replace(c.experiment, runs_dirs=(bf16,)))
+                      if c.experiment.runs_dirs else c for c in REPLAY_CONTRASTS.contrasts)  # fmt: skip
+    registered = dataclasses.replace(REPLAY_CONTRASTS, contrasts=contrasts)
+    monkeypatch.setitem(campaign_report.REGISTERED, "replay_generalist_precision", registered)
+    start = [1, 0, 0, 0, 0, 0, 0, 0, 0]  # the untrained model: question 0 only
+    step0 = tmp_path / "step0" / "cpu-fp32.json"
+    step0.parent.mkdir()
+    step0.write_text(json.dumps([{"task": t, "correct": bool(c), "score": float(c), "completion": "x"}
+                                 for t, c in zip(QUESTION_TASKS, start, strict=True)]))  # fmt: skip
+    results = tmp_path / "page"
+    data = campaign_report.main(["--experiment", "replay_generalist_precision", str(runs_dir), "--step0",
+                                 str(step0.parent), "--results-dir", str(results)])  # fmt: skip
+
+    def equal(setting, seed):
+        return _mean_rows(_ends(("cpu-hard-equal", setting, seed, "float32")))
+
+    # Q1 primary: swarm minus self-replay, the three peers averaged question by question, seeds 10 and 11 of 4
+    primary = data["contrasts"]["swarm 4/4 minus self-replay 4/4r"]
+    table = [[a - b for a, b in zip(equal("1-1", s), equal("1-1-replay", s), strict=True)] for s in (10, 11)]
+    expected = stats.seeds_and_questions(table)
+    assert primary["pairs"] == [10, 11]
+    over = primary["primary"]["over_seeds"]
+    assert (over["value"], over["ci_low"], over["ci_high"]) == pytest.approx((expected.value, *expected.interval()))
+    assert primary["primary"]["t_over_seeds"]["value"] == pytest.approx(
+        stats.t_over_seeds([sum(r) / 9 for r in table]).value
+    )
+    assert primary["primary"]["verdict"] == "incomplete: 2 of 4 seed pairs, no verdict"
+    assert data["contrasts"]["swarm 4/4 minus alone 8/0"]["pairs"] == [10, 11, 12]
+    # each arm from the step-0 reference; per 100 own completions: 2/0 makes 480 a peer, 1/1 with 0.5 fill-ins 360
+    alone, swarm = data["arms"][campaign_report.ALONE], data["arms"][campaign_report.SWARM]
+    change = {s: sum(equal("2-0", s)) / 9 - 1 / 9 for s in (10, 11, 12)}
+    assert [row["value"] for row in alone["learning"]["per_seed"]] == pytest.approx(list(change.values()))
+    assert alone["learning"]["verdict"] == "incomplete: 3 of 4 seeds, no verdict"
+    per_100 = swarm["per_compute"]["completions"]["per_seed"][0]["value"]
+    assert per_100 == pytest.approx((sum(equal("1-1", 10)) / 9 - 1 / 9) / 3.6)
+    gains = primary["per_compute"]["every task, the three peers averaged"]["completions"]["difference"]
+    assert gains["per_seed"][0]["value"] == pytest.approx(sum(table[0]) / 9 / 3.6)  # both arms make 360
+    # what filled the slots: replayed groups on even steps (lag 2), fill-ins on odd ones
+    replay = data["arms"][campaign_report.REPLAY]["slots"]
+    assert replay["taken_origin/replay"] == replay["fill_ins"] == 2 * 3 * 30 and replay["peer_steps"] == 360
+    assert replay["lag_sum/replay"] == 2 * replay["taken_origin/replay"] and "taken_origin/swarm" not in replay
+    assert swarm["slots"]["taken_origin/swarm"] == 3 * 3 * 30 and alone["slots"]["fill_ins"] == 0  # 2 own a step
+
+    # Q2: the specialists of seed 10 against Q1's alone nodes of seed 10 (the generalists)
+    q2 = data["contrasts"]["specialists 4/4 minus generalists 8/0"]
+    specialists = _ends(("cpu-hard-specialists", "1-1", 10, "float32"))
+    every = [a - b for a, b in zip(_mean_rows(specialists), equal("2-0", 10), strict=True)]
+    assert q2["pairs"] == [10] and q2["primary"]["per_seed"][0]["value"] == pytest.approx(sum(every) / 9)
+    own = [specialists[TASKS.index(task)][q] - equal("2-0", 10)[q] for q, task in enumerate(QUESTION_TASKS)]
+    mine = q2["secondary"]["own task (a generalist's: every task)"]["per_seed"][0]["value"]
+    assert mine == pytest.approx(sum(own) / 9)
+    assert q2["secondary"]["count_bits questions"]["per_seed"][0]["value"] == pytest.approx(sum(every[1::3]) / 3)
+
+    # Q3: float32 seeds 3 and 4 (seed 5's 4/4 ran in bf16), others' tasks, and float32 minus bf16 per seed
+    fp32, bf16_result = (
+        data["contrasts"]["float32: 4/4 minus 8/0"],
+        data["contrasts"]["bf16, experiment 1's runs: 4/4 minus 8/0"],
+    )
+    assert fp32["pairs"] == [3, 4] and bf16_result["pairs"] == [3, 4, 5]
+    assert "not run in float32 (its nodes lack --bf16 false)" in [
+        p for r in data["runs"]["float32: 4/4 minus 8/0"] for p in r["problems"]
+    ]
+
+    def four_minus_eight(seed, precision):
+        ends = {s: _others(_ends(("cpu-hard-specialists", s, seed, precision))) for s in ("1-1", "2-0")}
+        return [a - b for a, b in zip(ends["1-1"], ends["2-0"], strict=True)]
+
+    assert fp32["primary"]["per_seed"][0]["value"] == pytest.approx(sum(four_minus_eight(3, "float32")) / 9)
+    assert bf16_result["primary"]["per_seed"][2]["value"] == pytest.approx(sum(four_minus_eight(5, "bf16")) / 9)
+    float32_minus_bf16 = [
+        a - b for a, b in zip(four_minus_eight(3, "float32"), four_minus_eight(3, "bf16"), strict=True)
+    ]
+    of_differences = bf16_result["of_differences"]
+    assert of_differences["seeds"] == 2 and of_differences["per_seed"][0]["value"] == pytest.approx(
+        sum(float32_minus_bf16) / 9
+    )
+
+    page = (results / "campaign_replay_generalist_precision.md").read_text()
+    assert "**incomplete: 2 of 4 seed pairs** (so far: 10, 11; registered: 10, 11, 12, 13;" in page
+    assert "| primary: specialists 4/4 minus generalists 8/0 | **incomplete: 1 of 4 seed pairs**" in page
+    assert "| self-replay 4/4r (1/1) | 360 | 0.00 | 0.50 | 0.50 |" in page and "pass@1 0.111 on 9 questions" in page
+    assert (results / "campaign_replay_generalist_precision.png").read_bytes()[:4] == b"\x89PNG"
+
+    # at the registered pairs the decision rule decides: Q1's primary registered on seeds 10 and 11 only
+    done = dataclasses.replace(registered, contrasts=(dataclasses.replace(
+        contrasts[0], experiment=dataclasses.replace(contrasts[0].experiment, seeds=(10, 11))),))  # fmt: skip
+    _, complete = campaign_report.analyse_registered([runs_dir], done)
+    low, high = expected.interval()
+    decision = "a gain resolved" if low > 0 else "a loss resolved" if high < 0 else "no difference resolved"
+    assert complete["contrasts"]["swarm 4/4 minus self-replay 4/4r"]["primary"]["verdict"].startswith(decision)
+
+
+def test_a_step0_file_that_is_not_eval_precisions_is_refused_by_name(tmp_path):
+    (tmp_path / "cpu-fp32.json").write_text('{"pass@1": 0.1}')
+    with pytest.raises(SystemExit, match="not benchmarks.eval_precision's per-question file"):
+        campaign_report.read_step0(tmp_path)
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(SystemExit, match="expected one \\*-fp32.json there"):
+        campaign_report.read_step0(tmp_path / "empty")
+    with pytest.raises(SystemExit, match="no such file or folder"):
+        campaign_report.read_step0(tmp_path / "nothing")
