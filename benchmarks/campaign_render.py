@@ -247,7 +247,8 @@ def registered_markdown(registered: Registered, runs: dict[str, list[CampaignRun
     lines = [f"# Campaign, experiment `{registered.name}`: {registered.title}", "",
              f"Pre-registration: `{registered.preregistration}`  ",
              f"Command: `python -m benchmarks.campaign_report {' '.join(argv)}`  ",
-             f"Report code: `{code}`; each run's own commit below. Step 0: {step0}.", "",
+             f"Report code: `{code}`; each run's own commit below. Step 0: {step0}.",
+             f"What shared the machine during each run: `{registered.machine_log}` at the runs' times.", "",
              "| question | contrast | seed pairs |", "|---|---|---|"]  # fmt: skip
     for contrast in registered.contrasts:
         result = data["contrasts"][contrast.experiment.name]
@@ -263,9 +264,11 @@ def registered_markdown(registered: Registered, runs: dict[str, list[CampaignRun
         lines += ["", f"## {question}"]
         for contrast in contrasts:
             experiment, result = contrast.experiment, data["contrasts"][contrast.experiment.name]
-            lines += ["", f"**{'Primary' if contrast.primary else 'Secondary'}: {experiment.name}** "
-                      f"({experiment.primary.name}, step {experiment.step}): {coverage(result, experiment.seeds)}", "",
-                      *contrast_lines(contrast, result)]  # fmt: skip
+            role = "Primary" if contrast.primary else "Secondary (no claim of its own)"
+            lines += ["", f"**{role}: {experiment.name}** ({experiment.primary.name}, step {experiment.step}): "
+                      f"{coverage(result, experiment.seeds)}", "", *contrast_lines(contrast, result)]  # fmt: skip
+            if contrast.decides:
+                lines.append(f"- It decides {contrast.decides}: {result['primary']['verdict']}.")
         arms = arms_of(replace(registered, contrasts=contrasts), runs)
         mine = [(label, data["arms"][label]) for label in arms if label in data["arms"]]
         if mine:
@@ -291,6 +294,12 @@ def registered_markdown(registered: Registered, runs: dict[str, list[CampaignRun
         lines += ["", f"Runs of {question}:", ""]
         lines += run_table([r for _, r in question_runs.values()], contrasts[0].experiment.node_code, paired,
                            lambda run, names=names: names[run.run_dir])  # fmt: skip
+        found = {(names[path], run.seed) for path, (_, run) in question_runs.items()}
+        registered_runs = dict.fromkeys(
+            (label, seed) for c in contrasts for label in c.labels for seed in c.experiment.seeds
+        )
+        lines += [f"| {label} | {seed} | - | - | - | - | not complete (no run-complete.json found) |"
+                  for label, seed in registered_runs if (label, seed) not in found]  # fmt: skip
     lines += ["", f"![curves](campaign_{registered.name}.png)", ""]
     return "\n".join(lines)
 

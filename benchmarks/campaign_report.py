@@ -132,13 +132,15 @@ def _equal(name: str, shared: str, baseline: str) -> Experiment:
 REGISTERED = {
     "replay_generalist_precision": Registered(
         name="replay_generalist_precision", title="the replay, generalist and precision controls",
-        preregistration=EXPERIMENT_3, contrasts=(
+        preregistration=EXPERIMENT_3,
+        machine_log="benchmarks/results/campaign/replay_generalist_precision/shared_machine.log", contrasts=(
             Contrast("Q1, the replay control (3 equal peers)", True,
                      _equal("swarm 4/4 minus self-replay 4/4r", "1-1", "1-1-replay"), (SWARM, REPLAY)),
             Contrast("Q1, the replay control (3 equal peers)", False,
                      _equal("swarm 4/4 minus alone 8/0", "1-1", "2-0"), (SWARM, ALONE)),
             Contrast("Q1, the replay control (3 equal peers)", False,
-                     _equal("self-replay 4/4r minus alone 8/0", "1-1-replay", "2-0"), (REPLAY, ALONE)),
+                     _equal("self-replay 4/4r minus alone 8/0", "1-1-replay", "2-0"), (REPLAY, ALONE),
+                     decides="the default of `replay` (`fill` from the next release if a resolved gain, else `off`)"),
             Contrast("Q2, specialists in a swarm against generalists alone", True, Experiment(
                 name="specialists 4/4 minus generalists 8/0", profile="cpu-hard-specialists", shared="1-1",
                 baseline="2-0", baseline_profile="cpu-hard-equal", secondary=(

@@ -95,13 +95,15 @@ class Experiment:
 class Contrast:
     """One registered comparison of a :class:`Registered` experiment: its question, whether it is the question's
     primary endpoint, its labels for the two sides and, for a difference of differences, the contrast it is set
-    against (``against``: that contrast's ``experiment.name``, this one's figures subtracted from it)."""
+    against (``against``: that contrast's ``experiment.name``, this one's figures subtracted from it); ``decides``:
+    what the registration lets its verdict decide."""
 
     question: str
     primary: bool
     experiment: Experiment
     labels: tuple[str, str]  # the shared side's, the baseline's
     against: str | None = None
+    decides: str = ""
 
 
 @dataclass(frozen=True)
@@ -112,6 +114,7 @@ class Registered:
     title: str
     preregistration: str
     contrasts: tuple[Contrast, ...]
+    machine_log: str = ""  # what shared the machine during each run
 
 
 @dataclass

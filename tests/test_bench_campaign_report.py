@@ -470,6 +470,8 @@ def test_experiment_3_report_from_synthetic_runs(tmp_path, monkeypatch):
     page = (results / "campaign_replay_generalist_precision.md").read_text()
     assert "**incomplete: 2 of 4 seed pairs** (so far: 10, 11; registered: 10, 11, 12, 13;" in page
     assert "| primary: specialists 4/4 minus generalists 8/0 | **incomplete: 1 of 4 seed pairs**" in page
+    assert "| self-replay 4/4r (1/1) | 12 | - | - | - | - | not complete (no run-complete.json found) |" in page
+    assert "It decides the default of `replay` (`fill` from the next release if a resolved gain, else `off`): " in page
     assert "| self-replay 4/4r (1/1) | 360 | 0.00 | 0.50 | 0.50 |" in page and "pass@1 0.111 on 9 questions" in page
     assert (results / "campaign_replay_generalist_precision.png").read_bytes()[:4] == b"\x89PNG"
 
