@@ -28,7 +28,7 @@
 # Environment: IMAGE (localhost/sapo-node:check), BASE_IMAGE (localhost/bookworm-python:3.11), WORK (scratch
 # directory, /tmp/sapo-build-check), CA_BUNDLE (/etc/ssl/certs/ca-certificates.crt), STEPS (2: steps of the first run; the second run trains one more),
 # REBUILD (1: time a rebuild after a source change), KEEP_IMAGE (1), STOP_TIMEOUT (60: the grace `docker run
-# --stop-timeout` gives in the docs), NICE (nice -n 19 ionice -c 3: the
+# --stop-timeout` gives in the docs), STOP_DELAY (4: seconds into a step when run 3 is stopped), NICE (nice -n 19 ionice -c 3: the
 # build and the nodes run at the lowest priority), NODE_ARGS (small settings for both nodes), HOST_PYTHON (the
 # Python of the host node: this clone's .venv/bin/python, made by setup.sh when the clone has no .venv).
 set -euo pipefail
@@ -40,11 +40,12 @@ BASE_IMAGE=${BASE_IMAGE:-localhost/bookworm-python:3.11}
 WORK=${WORK:-/tmp/sapo-build-check}
 STEPS=${STEPS:-2}
 STOP_TIMEOUT=${STOP_TIMEOUT:-60}
+STOP_DELAY=${STOP_DELAY:-4}
 REBUILD=${REBUILD:-1}
 KEEP_IMAGE=${KEEP_IMAGE:-1}
 read -r -a NICE <<<"${NICE:-nice -n 19 ionice -c 3}"
 # Small settings so that a step of the default model takes seconds on a CPU, not minutes.
-read -r -a NODE_ARGS <<<"${NODE_ARGS:---max-completion-length 16 --eval-strategy no --dataset-size 256 --save-steps 1}"
+read -r -a NODE_ARGS <<<"${NODE_ARGS:---max-completion-length 16 --eval-strategy no --dataset-size 256 --save-steps 2}"
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
 # The Python that runs the host node (and the parse checks): one with this project installed. Default: the clone's
 # .venv, which the script makes with setup.sh (the README's install) when the clone has none.
@@ -401,19 +402,26 @@ print(max([int(r.get('sapo/peers', 0)) for r in rows] or [0]), max([int(r.get('s
 
         # Run 3: `docker stop` during a step. Docker sends the image's STOPSIGNAL to the container's PID 1 (the
         # ENTRYPOINT's process: sapo-node) and SIGKILL once the grace has passed; here that process is a host
-        # process of this session (chroot isolation), so the script does the same to it by its id. --save-steps
-        # 1000: no periodic checkpoint in this run, so checkpoint-N is the stop's own.
-        stop_after=$((STEP2 + 1))  # this run's first step ends, then SIGTERM lands in the next one
-        say "run 3: the same volume; SIGTERM once step $stop_after ended, SIGKILL after $STOP_TIMEOUT s"
-        start_image_node 3 $((stop_after + 20)) --save-steps 1000
+        # process of this session (chroot isolation), so the script does the same to it by its id, STOP_DELAY s
+        # after a step ended (inside the next one). That step is one the periodic save skips (a resumed run keeps
+        # the --save-steps of the checkpoint it resumes from: transformers' TrainerState), so its checkpoint can
+        # only be the stop's own.
+        save_every=$(printf '%s\n' "${NODE_ARGS[@]}" | awk 'p == "--save-steps" || p == "--save_steps" { v = $0 } { p = $0 } END { print int(v) }')
+        stop_after=$((STEP2 + 1))
+        while ((save_every > 0 && stop_after % save_every == 0)); do stop_after=$((stop_after + 1)); done
+        say "run 3: the same volume; SIGTERM $STOP_DELAY s after step $stop_after ended, SIGKILL $STOP_TIMEOUT s later"
+        start_image_node 3 $((stop_after + 20))
         start=$(date +%s)
         while kill -0 "$IMAGE_NODE_PID" 2>/dev/null && (($(last_step) < stop_after && $(seconds_since "$start") < 1800)); do
-            sleep 2
+            sleep 1
         done
+        sleep "$STOP_DELAY"
         # sapo-node's process in the run's session (setsid made IMAGE_NODE_PID its id); buildah is its parent.
         node_pid=$(ps -o pid=,comm= -s "$IMAGE_NODE_PID" | awk '$2 == "sapo-node" || $2 ~ /^python/ { print $1; exit }' || true)
-        status="" killed=0 STOP_S=""
+        status="" killed=0 STOP_S="" done_step=0 existed=0
         if [[ -n $node_pid ]] && (($(last_step) >= stop_after)); then
+            done_step=$(last_step)  # the last completed step when the signal is sent
+            [[ -e $WORK/volume/checkpoint-$done_step ]] && existed=1
             stopped=$(date +%s)
             kill -TERM "$node_pid" 2>/dev/null || true
             while kill -0 "$IMAGE_NODE_PID" 2>/dev/null && (($(seconds_since "$stopped") < STOP_TIMEOUT)); do sleep 1; done
@@ -426,19 +434,20 @@ print(max([int(r.get('sapo/peers', 0)) for r in rows] or [0]), max([int(r.get('s
         wait "$IMAGE_NODE_PID" && status=0 || status=$?
         IMAGE_NODE_PID=""
         [[ -n $STOP_S && $killed == 0 && ($status == 0 || $status == 143) ]] && ok=0 || ok=1
-        check "run 3: docker stop during step $((stop_after + 1)) (SIGTERM to sapo-node, grace $STOP_TIMEOUT s): exits 0 or 143 in the grace" $ok \
+        check "run 3: docker stop during step $((done_step + 1)) (SIGTERM to sapo-node, grace $STOP_TIMEOUT s): exits 0 or 143 in the grace" $ok \
             "${STOP_S:-never signalled (the node ended or did not reach step $stop_after; log $WORK/image-node-3.out)}${STOP_S:+ s after SIGTERM}, exit $status$( ((killed)) && echo ', SIGKILLed')"
         ((ok == 0)) || tail -30 "$WORK/image-node-3.out" >&2
-        stop_lines=$(grep -E 'SIGTERM received|checkpoint' "$WORK/volume/node.log" | tail -3 | cut -c1-160 | tr '\n' ' ' || true)
-        [[ -f $WORK/volume/checkpoint-$stop_after/sapo-complete.json ]] && ok=0 || ok=1
-        check "run 3: the stop leaves a complete checkpoint-$stop_after (its last completed step; sapo-complete.json)" $ok "$stop_lines"
+        stop_lines=$(grep -E 'SIGTERM|stopped by|checkpoint' "$WORK/image-node-3.out" | tail -4 | cut -c21-170 | tr '\n' ' ' || true)
+        [[ $done_step -gt 0 && $existed == 0 && -f $WORK/volume/checkpoint-$done_step/sapo-complete.json ]] && ok=0 || ok=1
+        check "run 3: the stop writes a complete checkpoint-$done_step (its last completed step), absent when SIGTERM was sent" $ok \
+            "$( ((existed)) && echo 'it existed before the signal (a periodic save): the stop wrote nothing checked here; ')$stop_lines"
 
         # Run 4: resumes from the stop's checkpoint.
-        say "run 4: the same volume, resumes from checkpoint-$stop_after"
-        run_image_node 4 "$((stop_after + 1))" && ok=0 || ok=$?
-        resumed=$(grep -o "resuming from [^ ]*checkpoint-$stop_after\b" "$WORK/volume/node.log" | tail -1 || true)
+        say "run 4: the same volume, resumes from checkpoint-$done_step"
+        run_image_node 4 "$((done_step + 1))" && ok=0 || ok=$?
+        resumed=$(grep -o "resuming from [^ ]*checkpoint-$done_step\b" "$WORK/image-node-4.out" | tail -1 || true)
         STEP4=$(last_step)
-        [[ $ok == 0 && -n $resumed && $STEP4 == $((stop_after + 1)) ]] && ok=0 || ok=1
+        [[ $ok == 0 && -n $resumed && $STEP4 == $((done_step + 1)) ]] && ok=0 || ok=1
         check "run 4: resumes from the stop's checkpoint and trains on" $ok "${resumed:-no resume line}; last step $STEP4; $RUN_S s"
     fi
     buildah rm "$CTR" >/dev/null && CTR=""
@@ -468,7 +477,9 @@ summary=(
     ""
     "Node settings for both nodes: \`${NODE_ARGS[*]}\`; the image's node ran its image's ENTRYPOINT and CMD"
     "(its --host-maddrs moved from 0.0.0.0 to 127.0.0.1) plus \`--initial-peers <host node> --max-steps N"
-    "--wait-for-peers 1\`, run 1 with N=$STEPS, run 2 on the same volume with N=$((STEPS + 1))."
+    "--wait-for-peers 1\`, run 1 with N=$STEPS, run 2 on the same volume with N=$((STEPS + 1)); run 3 stopped as"
+    "\`docker stop\` stops a container (SIGTERM to sapo-node $STOP_DELAY s into a step, SIGKILL after $STOP_TIMEOUT s), run 4"
+    "resuming from its checkpoint."
     ""
     "| check | result | detail |"
     "|---|---|---|"
