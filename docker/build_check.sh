@@ -30,7 +30,8 @@
 # REBUILD (1: time a rebuild after a source change), KEEP_IMAGE (1), STOP_TIMEOUT (60: the grace `docker run
 # --stop-timeout` gives in the docs), STOP_DELAY (4: seconds into a step when run 3 is stopped), NICE (nice -n 19 ionice -c 3: the
 # build and the nodes run at the lowest priority), NODE_ARGS (small settings for both nodes), HOST_PYTHON (the
-# Python of the host node: this clone's .venv/bin/python, made by setup.sh when the clone has no .venv).
+# Python of the host node: this clone's .venv/bin/python, made by setup.sh when the clone has no .venv and given
+# the dependencies pyproject.toml added since).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -102,11 +103,17 @@ DIRTY=$(git status --porcelain --untracked-files=no 2>/dev/null | awk '{ print $
 
 # ----------------------------------------------------------------------------------------------------
 # the host's Python
-can_run_node() { [[ -x $1 ]] && "$1" -c "import sapo.node.cli, torch" 2>/dev/null; }
+can_run_node() { [[ -x $1 ]] && "$1" -c "import sapo.node.cli, sapo.node.runner, swarm, torch" 2>/dev/null; }
 if ! can_run_node "$HOST_PYTHON" && [[ $HOST_PYTHON == "$ROOT/.venv/bin/python" && ! -e $ROOT/.venv ]]; then
     say "this clone has no .venv: making one with setup.sh for the host node (or set HOST_PYTHON to a Python with"
     say "this project installed)"
     "${NICE[@]}" bash "$ROOT/setup.sh" >"$WORK/setup.log" 2>&1 || { tail -20 "$WORK/setup.log" >&2; exit 2; }
+fi
+if [[ $HOST_PYTHON == "$ROOT/.venv/bin/python" && -x $HOST_PYTHON ]]; then
+    # The clone's own environment: dependencies added to pyproject.toml since setup.sh made it are installed now
+    # (seconds when nothing is missing), so a pulled clone does not run its host node without them.
+    "${NICE[@]}" "$HOST_PYTHON" -m pip install --quiet -e ".[dev]" >"$WORK/pip-update.log" 2>&1 \
+        || { tail -20 "$WORK/pip-update.log" >&2; exit 2; }
 fi
 if ! can_run_node "$HOST_PYTHON"; then
     say "$HOST_PYTHON cannot run sapo-node (import sapo.node.cli, torch failed): set HOST_PYTHON to a Python with"
