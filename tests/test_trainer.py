@@ -288,7 +288,10 @@ def test_heterogeneous_peers_exchange_and_both_train(tmp_path, smollm_tokenizer,
 
 
 @pytest.mark.slow
-def test_default_model_trains_in_a_swarm_of_two(tmp_path):
+def test_default_model_trains_in_a_swarm_of_two(tmp_path, tiny_model_a):
+    """The embedded SmolLM2-135M-Instruct, fully fine-tuned, takes a group another peer published over a real DHT and
+    trains on it. Only text crosses the network, so the publisher is a tiny model with SmolLM2's tokenizer: one copy
+    of the default model (its optimizer steps are what this test pays for) instead of two."""
     from rewards import format_reward, reasoning_gym_reward
     from sapo.models import load_policy
     from sapo.tasks import DEFAULT_TASKS
@@ -306,8 +309,8 @@ def test_default_model_trains_in_a_swarm_of_two(tmp_path):
                                          poll_interval=0.2, index_min_interval=0.2))  # fmt: skip
         swarms.append(second)
         trainers = []
-        for name, swarm in (("a", first), ("b", second)):
-            model, tokenizer = load_policy()
+        for name, swarm, model_dir, steps in (("a", first, tiny_model_a, 2), ("b", second, None, 1)):
+            model, tokenizer = load_policy(model_dir)
             trainers.append(
                 SAPOTrainer(
                     model=model,
@@ -319,7 +322,8 @@ def test_default_model_trains_in_a_swarm_of_two(tmp_path):
                         num_external=1,
                         num_generations=2,
                         per_device_train_batch_size=4,
-                        max_completion_length=24,
+                        max_completion_length=8,  # decoding is most of a step on CPU
+                        max_steps=steps,
                         learning_rate=1e-5,
                         sampling_strategy="uniform",
                     ),
@@ -329,6 +333,7 @@ def test_default_model_trains_in_a_swarm_of_two(tmp_path):
                 )  # fmt: skip
             )
         a, b = trainers
+        assert b.model.num_parameters() > 100_000_000  # the default model, not a tiny one
         before = [p.detach().clone() for p in b.model.parameters()]
         a.train()  # publishes its groups over the DHT
         deadline = time.monotonic() + 60
