@@ -18,6 +18,10 @@ STEPS = 12
 no external group (the plausibility check needs its own groups as reference): two steps ended before the other
 node's first groups (published and polled once a second) arrived, so the clean arm took nothing."""
 
+PAYLOAD_QUESTIONS = 2
+"""Held-out questions the payload's log-likelihood is measured on (each with every wording at every place): a tiny
+random model's figure only has to be a log-probability, and each question costs 15 forward passes per policy."""
+
 
 @pytest.mark.slow
 def test_poisoning_arm_runs_and_reports(tmp_path, tiny_model_a):
@@ -28,6 +32,7 @@ def test_poisoning_arm_runs_and_reports(tmp_path, tiny_model_a):
             "--runs-dir", str(tmp_path / "runs"), "--results-dir", str(tmp_path / "results"),
             "--num_generations", "2", "--per_device_train_batch_size", "4", "--max_completion_length", "8",
             "--dataset_size", "64", "--sampling_strategy", "uniform", "--num_local", "1", "--num_external", "1",
+            "--payload-questions", str(PAYLOAD_QUESTIONS),
         ]
     )  # fmt: skip
     row, clean = report["arms"]
@@ -58,6 +63,7 @@ def test_poisoning_arm_runs_and_reports(tmp_path, tiny_model_a):
         [
             "--arms", "none", "--report-only", "--model", str(tiny_model_a),
             "--runs-dir", str(tmp_path / "runs"), "--results-dir", str(tmp_path / "results"), "--steps", str(STEPS),
+            "--payload-questions", str(PAYLOAD_QUESTIONS),
         ]
     )  # fmt: skip
     assert again["runs_commit"] == report["git_commit"] and again["arms"][0]["figures"]["nodes"] == nodes
