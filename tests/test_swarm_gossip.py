@@ -66,15 +66,18 @@ def test_a_peer_that_left_is_dropped_after_two_missed_announcements_not_at_its_e
 
 
 def test_records_of_a_publisher_that_left_before_the_readers_refill_are_still_fetched(dht_peers):
-    """A publisher announces two records (stored in the DHT) and leaves 20 s later; the readers, whose callers take
-    groups every 40 s, refill only once it has been taken as departed (two missed announcements). Its records outlive
+    """A publisher announces two records (stored in the DHT) and leaves 6 s later; the readers, whose callers take
+    groups every 26 s, refill only once it has been taken as departed (two missed announcements). Its records outlive
     it in the DHT until their ttl, so every reader still fetches both."""
-    pace = 40.0
+    # The publisher lives a few announcements (every 2 s) after publishing; the pace leaves the same 12 s between its
+    # departure (about 8 s after it leaves) and the refill (1 s before the next take) as 20 s and 40 s did.
+    lifetime = 6.0
+    pace = lifetime + 20.0
     readers = [dht_peers(**QUIET_INDEX)]
     readers.append(dht_peers(initial_peers=readers[0].visible_addresses(), **QUIET_INDEX))
     publisher = dht_peers(initial_peers=readers[0].visible_addresses(), serve_records=False, **QUIET_INDEX)
     _hear_each_other([*readers, publisher])
-    for reader in readers:  # the callers' pace: 2 groups every 40 s
+    for reader in readers:  # the callers' pace: 2 groups every `pace` seconds
         assert reader.fetch(2) == []
     time.sleep(pace)
     for reader in readers:
@@ -82,10 +85,10 @@ def test_records_of_a_publisher_that_left_before_the_readers_refill_are_still_fe
     publisher.publish([make_group("first")])
     publisher.publish([make_group("second")])
     wait_until(lambda: all(publisher.peer_id in {p.peer for p in r.peers()} for r in readers), 10)
-    time.sleep(20.0)
+    time.sleep(lifetime)
     publisher.close()
     # Taken as departed about 7 s later (2 missed announcements of 2 s, plus the clock tolerance), before the refill
-    # due 40 s after the last take.
+    # due a pace after the last take.
     wait_until(lambda: all(publisher.peer_id not in {p.peer for p in r.peers()} for r in readers), 30)
     for reader in readers:
         assert reader.readout().counters.get("fetched_records", 0) == 0  # nothing read before the refill
