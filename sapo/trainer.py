@@ -31,7 +31,7 @@ import torch
 from accelerate.utils import broadcast_object_list, gather_object
 from datasets import Dataset
 from transformers.trainer import TRAINER_STATE_NAME
-from transformers.trainer_callback import TrainerState
+from transformers.trainer_callback import TrainerCallback, TrainerState
 from transformers.trainer_utils import TrainOutput, get_last_checkpoint
 from trl.data_utils import is_conversational
 
@@ -62,6 +62,20 @@ SENDERS_FILE = "senders.json"
 FAULT_PAUSE_BEFORE_MARKER = "SAPO_FAULT_PAUSE_BEFORE_MARKER"
 """Environment variable (seconds, for fault-injection tests): pause after a checkpoint's files are written and
 before its completion marker, so that a kill in that window surely leaves a half-written checkpoint."""
+
+
+class _StepsFromArguments(TrainerCallback):
+    """Log, evaluate and save every N steps as this run's arguments say, after a resume too: Trainer reads those
+    intervals from the checkpoint's trainer state, so a node restarted with another `--save_steps` kept the old one."""
+
+    def on_train_begin(self, args: Any, state: TrainerState, control: Any, **kwargs: Any) -> None:
+        before = (state.logging_steps, state.eval_steps, state.save_steps)
+        state.compute_steps(args, state.max_steps)
+        if before != (state.logging_steps, state.eval_steps, state.save_steps):
+            logger.info(
+                "logging, evaluating and saving every %s, %s and %s steps as asked (the checkpoint said %s, %s, %s)",
+                state.logging_steps, state.eval_steps, state.save_steps, *before,
+            )  # fmt: skip
 
 
 class SAPOTrainer(HeldOutEvaluation, TRLBridge):
@@ -145,6 +159,7 @@ class SAPOTrainer(HeldOutEvaluation, TRLBridge):
         )
         # Measured by greedy pass@1 only: GRPOTrainer has no eval set here (see evaluate).
         self.derived_held_out = self.eval_dataset if derived_held_out else None
+        self.add_callback(_StepsFromArguments)
         self.swarm = swarm
         # Every process must agree on whether there is a swarm and on its peer id: they take part in the
         # main process's fetches and publications together, and make the same selection.

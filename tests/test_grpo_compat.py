@@ -287,6 +287,18 @@ def test_training_resumes_from_a_checkpoint(trainer_class, tmp_path, smollm_toke
     assert [h["step"] for h in again.state.log_history if "loss" in h] == [1, 2]  # step 1 from the checkpoint
 
 
+def test_a_resumed_run_saves_at_the_interval_it_is_given_now(tmp_path, smollm_tokenizer):
+    """A node restarted with another `--save_steps` saves at that interval, not at its checkpoint's (Trainer alone
+    keeps the checkpoint's: step 3 would be saved here)."""
+    prompts = _chat(64)
+    first = _trainer(SAPOTrainer, tmp_path, smollm_tokenizer, prompts, max_steps=2, save_strategy="steps", save_steps=1)
+    first.train()
+    again = _trainer(SAPOTrainer, tmp_path, smollm_tokenizer, prompts, max_steps=4, save_strategy="steps", save_steps=5)
+    again.train(resume_from_checkpoint=str(tmp_path / "out" / "checkpoint-2"))
+    assert again.state.global_step == 4 and again.state.save_steps == 5
+    assert not (tmp_path / "out" / "checkpoint-3").exists() and (tmp_path / "out" / "checkpoint-4").is_dir()
+
+
 def test_resuming_a_checkpoint_that_holds_every_step_trains_no_further(tmp_path, smollm_tokenizer):
     """A node killed after its last checkpoint (in its final evaluation, say) resumes from it: the run is complete,
     so nothing is trained past ``max_steps`` (GRPOTrainer, like Trainer, trains a step 3 here: it tests the limit
