@@ -11,6 +11,18 @@ from pathlib import Path
 import pytest
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """Give each xdist worker an equal share of the cores for its math threads, and let OpenMP threads sleep while
+    they wait: the node's own policy (:func:`sapo.speed.threads.share_the_machine`). Two workers on two cores with
+    PyTorch's defaults run four spinning threads, each waiting for threads that are not scheduled. Set before the
+    test modules load torch, so the nodes and examples a test starts inherit it; a value already set is kept."""
+    from sapo.speed.threads import share_the_machine, usable_cores
+
+    # xdist's workers inherit the environment of the process that starts them (this hook runs there first)
+    workers = getattr(config, "workerinput", {}).get("workercount") or getattr(config.option, "numprocesses", None)
+    share_the_machine(threads=max(1, usable_cores() // (workers if isinstance(workers, int) and workers > 0 else 1)))
+
+
 def _cached_dir(request: pytest.FixtureRequest, key: str, build) -> Path:
     """A directory under pytest's cache (.pytest_cache) filled once by ``build(dir)``, atomically."""
     cache = getattr(request.config, "cache", None)  # absent under -p no:cacheprovider
