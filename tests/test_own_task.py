@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 from sapo.group_log import read_group_log
+from sapo.node.cli import main
 from tests.node_fixtures import TINY, _assert_gone, _evaluations, _metrics, _p2pd_pid, _wait
 
 REWARD_MODULE = '''
@@ -137,11 +138,11 @@ def test_a_reward_failing_on_every_row_stops_the_node_saying_why(tmp_path, tiny_
     assert status["phase"] == "stopped: reward errors" and "KeyError: 'unit'" in status["stopped"]
 
 
-def test_a_reward_column_the_data_lacks_is_refused_at_start_with_the_columns_present(tmp_path, tiny_model_a):
+def test_a_reward_column_the_data_lacks_is_refused_at_start_with_the_columns_present(tmp_path, tiny_model_a, capsys):
     data = _write_jsonl(tmp_path / "km.jsonl", [{"question": f"{k} km in m?", "answer": str(1000 * k), "unit": "m"}
                                                 for k in range(20)])  # fmt: skip
     (tmp_path / "my_rewards.py").write_text(REWARD_MODULE)  # reads `units`; the data has `unit`
-    base = [sys.executable, "-m", "sapo.node.cli", "--model", str(tiny_model_a), "--dataset", str(data),
+    base = ["--model", str(tiny_model_a), "--dataset", str(data),
             "--rewards", f"{tmp_path / 'my_rewards.py'}:units_reward", "--status_port", "none"]  # fmt: skip
     for extra, expected in (
         (["--reward_columns", "units", "--output_dir", str(tmp_path / "a")],
@@ -150,12 +151,13 @@ def test_a_reward_column_the_data_lacks_is_refused_at_start_with_the_columns_pre
          "reward units_reward reads column(s) units that the training rows lack; columns present: answer, entry, "
          "prompt, provenance, task, unit"),
     ):  # fmt: skip
-        result = subprocess.run([*base, *extra], capture_output=True, text=True, timeout=300)
-        assert result.returncode == 2, result.stderr[-2000:]
-        assert expected in result.stderr.strip().splitlines()[-1]
+        code = main([*base, *extra])  # in this process, as `sapo-node` runs it: refused before any model loads
+        err = capsys.readouterr().err
+        assert code == 2, err[-2000:]
+        assert expected in err.strip().splitlines()[-1]
 
 
-def test_a_resume_with_another_split_or_other_data_is_refused(tmp_path, tiny_model_a):
+def test_a_resume_with_another_split_or_other_data_is_refused(tmp_path, tiny_model_a, capsys):
     records = [{"question": f"What is {k} + {k}?", "answer": str(2 * k)} for k in range(1, 41)]
     data = _write_jsonl(tmp_path / "doubling.jsonl", records)
     out = tmp_path / "run"
@@ -167,13 +169,14 @@ def test_a_resume_with_another_split_or_other_data_is_refused(tmp_path, tiny_mod
     assert first.returncode == 0, first.stderr[-3000:]
     recorded = json.loads((out / "node-run.json").read_text())["data"]
     assert recorded["split"]["eval_fraction"] == 0.1 and "answer" in recorded["columns"] and recorded["fingerprint"]
-    refused = subprocess.run([*base, "--eval_fraction", "0.3"], capture_output=True, text=True, timeout=300)
-    assert refused.returncode == 2
-    assert "was trained on other data (fingerprint, split differ from node-run.json)" in refused.stderr.splitlines()[-1]
+    # The refusals come before any model loads: run in this process, as `sapo-node` runs them.
+    assert main([*base[3:], "--eval_fraction", "0.3"]) == 2
+    last = capsys.readouterr().err.splitlines()[-1]
+    assert "was trained on other data (fingerprint, split differ from node-run.json)" in last
     _write_jsonl(data, records[:30])
-    refused = subprocess.run(base, capture_output=True, text=True, timeout=300)
-    assert refused.returncode == 2 and "fingerprint" in refused.stderr.splitlines()[-1]
-    assert "--allow_data_change" in refused.stderr.splitlines()[-1]
+    assert main(base[3:]) == 2
+    last = capsys.readouterr().err.splitlines()[-1]
+    assert "fingerprint" in last and "--allow_data_change" in last
 
 
 SOURCE_MODULE = """
@@ -189,7 +192,7 @@ class Add(GeneratorSource):
 """
 
 
-def test_a_users_source_class_runs_from_the_command_line_with_its_arguments_from_yaml(tmp_path, tiny_model_a):
+def test_a_users_source_class_runs_from_the_command_line_with_its_arguments_from_yaml(tmp_path, tiny_model_a, capsys):
     (tmp_path / "my_source.py").write_text(SOURCE_MODULE)
     config = tmp_path / "node.yaml"
     config.write_text(f"source: {tmp_path / 'my_source.py'}:Add\nsource_args:\n  config:\n    top: 9\n")
@@ -204,11 +207,9 @@ def test_a_users_source_class_runs_from_the_command_line_with_its_arguments_from
     assert result.returncode == 0, result.stderr[-3000:]
     assert _metrics(out)[-1]["step"] == 2 and "eval/pass@1" in _evaluations(out)[0]
     assert json.loads((out / "node-run.json").read_text())["data"]["sources"] == ["add 1"]
-    bad = subprocess.run(
-        [sys.executable, "-m", "sapo.node.cli", "--source", f"{tmp_path / 'my_source.py'}:Sub", "--output_dir",
-         str(tmp_path / "bad"), "--status_port", "none"], capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
-    assert bad.returncode == 2 and "has no sapo.sources.TaskSource subclass 'Sub'" in bad.stderr.splitlines()[-1]
+    code = main(["--source", f"{tmp_path / 'my_source.py'}:Sub", "--output_dir", str(tmp_path / "bad"),
+                 "--status_port", "none"])  # fmt: skip
+    assert code == 2 and "has no sapo.sources.TaskSource subclass 'Sub'" in capsys.readouterr().err.splitlines()[-1]
 
 
 def test_the_readmes_own_task_code_runs_as_printed(tmp_path, tiny_model_a, monkeypatch):
