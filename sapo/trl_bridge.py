@@ -5,7 +5,9 @@ rest of the project calls the bridge's public methods (`run_trl_round`, `text_to
 `score_with_trl`, `policy_logps`, `record_metric`, `log_evaluation`, `save_checkpoint`, `load_checkpoint`) and
 overrides its hooks (`sapo_round`, `on_loss_pass`, `on_checkpoint_saved`, `timed`), none of which are TRL's.
 
-Tested with TRL 1.16 (`pyproject.toml` pins `trl>=1.16,<1.17`). What each private name is relied on for:
+Tested TRL versions: 1.16.0 (`pyproject.toml` pins `trl>=1.16,<1.17`), with this project's tests and TRL's own GRPO
+tests run against this class and against `SAPOTrainer` without a swarm (`python -m benchmarks.trl_peer_tests`: the
+same tests pass as with `GRPOTrainer`). What each private name is relied on for:
 
 - `GRPOTrainer._generate_and_score_completions(inputs) -> dict`: called once per generation batch with the rows TRL
   drew; returns the batch the loss reads. Training rounds go to `sapo_round`, which replaces the rows of the external
