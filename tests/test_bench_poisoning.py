@@ -18,6 +18,11 @@ STEPS = 12
 no external group (the plausibility check needs its own groups as reference): two steps ended before the other
 node's first groups (published and polled once a second) arrived, so the clean arm took nothing."""
 
+WAIT_FOR_PEERS_S = 60
+"""How long a node waits for the others before training anyway (the node's default is 300 s). In the clean arm one
+node can list the silent bootstrap peer and the other node, train its 12 tiny steps in a few seconds and leave before
+the other node has listed the bootstrap peer: that node then waited out the whole timeout (seen once in four runs)."""
+
 PAYLOAD_QUESTIONS = 2
 """Held-out questions the payload's log-likelihood is measured on (each with every wording at every place): a tiny
 random model's figure only has to be a log-probability, and each question costs 15 forward passes per policy."""
@@ -32,7 +37,7 @@ def test_poisoning_arm_runs_and_reports(tmp_path, tiny_model_a):
             "--runs-dir", str(tmp_path / "runs"), "--results-dir", str(tmp_path / "results"),
             "--num_generations", "2", "--per_device_train_batch_size", "4", "--max_completion_length", "8",
             "--dataset_size", "64", "--sampling_strategy", "uniform", "--num_local", "1", "--num_external", "1",
-            "--payload-questions", str(PAYLOAD_QUESTIONS),
+            "--payload-questions", str(PAYLOAD_QUESTIONS), "--wait_for_peers_timeout", str(WAIT_FOR_PEERS_S),
         ]
     )  # fmt: skip
     row, clean = report["arms"]
