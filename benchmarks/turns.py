@@ -3,8 +3,10 @@ plain ``trl.GRPOTrainer`` with SAPOTrainer's phase timers around generation and 
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -113,33 +115,25 @@ def train_in_turns(trainers: dict[str, Any], baton: Baton, threads: list[threadi
 
 
 def timed_grpo_trainer_class() -> type:
-    """``trl.GRPOTrainer`` with the same phase timers as SAPOTrainer around generation and scoring."""
-    from trl import GRPOTrainer
+    """``trl.GRPOTrainer``'s own round, with the same phase timers as SAPOTrainer around generation and scoring: the
+    TRL bridge with its default round (TRL's, unchanged) and its `timed` hook measuring."""
+    from sapo.trl_bridge import Phase, TRLBridge
 
-    class TimedGRPOTrainer(GRPOTrainer):
-        def _generate_and_score_completions(self, inputs):
-            if not self.model.training:
-                return super()._generate_and_score_completions(inputs)
-            self._bench_seconds = {}
-            output = super()._generate_and_score_completions(inputs)
+    class TimedGRPOTrainer(TRLBridge):
+        def sapo_round(self, inputs):
+            self._bench_seconds = Counter()
+            output = super().sapo_round(inputs)
             for phase, seconds in self._bench_seconds.items():
-                self._metrics["train"][f"sapo/time/{phase}"].append(seconds)
+                self.record_metric(f"sapo/time/{phase}", seconds)
             return output
 
-        def _timed_call(self, phase, fn, *args):
+        @contextlib.contextmanager
+        def timed(self, phase):
             start = time.perf_counter()
             try:
-                return fn(*args)
+                yield
             finally:
-                seconds = getattr(self, "_bench_seconds", {})
-                seconds[phase] = seconds.get(phase, 0.0) + time.perf_counter() - start
-
-        def _generate(self, prompts):
-            return self._timed_call("generation", super()._generate, prompts)
-
-        def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
-            return self._timed_call(
-                "scoring", super()._calculate_rewards, inputs, prompts, completions, completion_ids_list
-            )
+                if self.phase is Phase.ROUND:  # not TRL's evaluation
+                    self._bench_seconds[phase] += time.perf_counter() - start
 
     return TimedGRPOTrainer

@@ -176,8 +176,11 @@ class TRLBridge(GRPOTrainer):
     def _generate(self, prompts: list):
         """Generate the own rows (kept for publishing); splice in the external rows."""
         round_ = self._round
-        if round_ is None:  # TRL's evaluation, or TRL's round without SAPO's
+        if round_ is None and self.phase is not Phase.ROUND:  # TRL's evaluation, or a direct call
             return super()._generate(prompts)
+        if round_ is None:  # TRL's own round (the default `sapo_round`)
+            with self.timed("generation"):
+                return super()._generate(prompts)
         if not round_.external:
             with self.timed("generation"):
                 result = super()._generate(prompts)

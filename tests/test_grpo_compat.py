@@ -427,3 +427,22 @@ def test_each_generation_speed_up_leaves_an_unknown_generation_kwarg_to_trl(spee
     del model.generate
     assert len(seen) == 2 and set(seen) == {not unknown}
     assert len(_step_asides(caplog, speed_up, "output_logits")) == int(unknown)
+
+
+def test_the_benchmarks_timed_grpo_trainer_times_trl_s_own_round_and_evaluates(tmp_path, smollm_tokenizer):
+    """benchmarks.turns' baseline (TRL's round through the bridge's default `sapo_round`) logs generation and scoring
+    seconds at every step and nothing from an evaluation before the first step."""
+    from benchmarks.turns import timed_grpo_trainer_class
+
+    timed = timed_grpo_trainer_class()
+    CONFIG_OF[timed] = GRPOConfig
+    try:
+        trainer = _trainer(timed, tmp_path, smollm_tokenizer, max_steps=2, eval_strategy="steps", eval_steps=2,
+                           eval_on_start=True, trainer_kwargs={"eval_dataset": _chat(2, 100)})  # fmt: skip
+        trainer.train()
+    finally:
+        del CONFIG_OF[timed]
+    for phase in ("generation", "scoring"):
+        seconds = _logged(trainer, f"sapo/time/{phase}")
+        assert len(seconds) == 2 and all(s > 0 for s in seconds), (phase, seconds)
+    assert len(_logged(trainer, "eval_loss")) == 2
