@@ -238,7 +238,13 @@ class DHTTransport(SwarmTransport):
         return taken
 
     def peers(self) -> list[PeerInfo]:
-        """Other peers whose index entries were seen within the record ttl."""
+        """Other peers heard from (an index entry or an announcement) within the record ttl, departed ones left out.
+
+        A peer counts once it announces itself, records or none: with ``announce`` (the default) it stores its index
+        entry and says "still here" every ``announce_interval``, so a joining reader lists it within a few
+        ``index_min_interval`` (its first index reads) or one ``announce_interval``. A peer with ``announce=False`` (a
+        relay) is never listed.
+        """
         return self.reader.peers()
 
     def neighbours(self) -> int:

@@ -19,9 +19,13 @@ Freshest first, refilled just in time:
 
 What a reader costs per step does not grow with the swarm's size N: records fetched are those taken (O(J)); an
 announcement topic carries about ``topic_peers`` publishers (:mod:`swarm.levels`); the index is read every
-``index_refresh_interval`` (more often only while no record is known to fetch), a few entries per read.
-:meth:`SwarmReader.peers` lists the peers heard from (the topic's and those index reads listed) within the record
-ttl, not the whole swarm.
+``index_refresh_interval`` (more often only while no record is known to fetch, and once more just after joining), a
+few entries per read. :meth:`SwarmReader.peers` lists the peers heard from (the topic's and those index
+reads listed) within the record ttl, not the whole swarm. A peer that publishes nothing is listed once an index read
+finds its entry (rewritten every ``announce_interval``) or its "still here" announcement arrives (one per
+``announce_interval``), so within one ``announce_interval``; in a small swarm within about ``index_min_interval`` of
+joining, since a joining reader whose first read found nobody reads level 0 whole ``index_min_interval`` later
+whether or not other peers' announcements arrive meanwhile.
 """
 
 from __future__ import annotations
@@ -53,6 +57,7 @@ _RETURNED_IDS_KEPT = 100_000  # ids of groups handed out, so a record fetched tw
 _TAKES_KEPT = 6  # take() calls whose interval and size make the caller's pace
 _SPARES = 2  # records of other publishers held ready to hedge a slow fetch with
 _SKEW_WARNINGS_KEPT = 10_000  # senders warned about their clock (each once)
+_JOINING_READS = 2  # index reads a joining reader does whatever arrives: its guess of the level, then level 0 whole
 
 
 class SwarmReader:
@@ -238,7 +243,14 @@ class SwarmReader:
         quiet = config.departed_after_missed * config.announce_interval + config.clock_skew_tolerance
         silent = self._clock.monotonic() - self._last_announcement > quiet
         starving = wanted > 0 and (not self.config.gossip or silent)
-        if since >= self.config.index_refresh_interval or (starving and since >= self.config.index_min_interval):
+        # A joining reader whose first read (a guess of the level) found nobody reads again index_min_interval later
+        # whatever arrives meanwhile: that second read probes level 0 whole, where the peers of a small swarm write.
+        # The first announcement of one peer says nothing of the peers that publish nothing (a bootstrap peer says
+        # "still here" once per announce_interval), which only the index lists; putting the second read off until
+        # index_refresh_interval because of that announcement left them unlisted meanwhile.
+        joining = self.index.reads < _JOINING_READS and self.index.estimated_peers() is None
+        due_early = (starving or joining) and since >= config.index_min_interval
+        if since >= config.index_refresh_interval or due_early:
             self._last_index_read = self._clock.monotonic()
             self.forget_expired()
             await self.index.read(dht)
