@@ -273,8 +273,8 @@ def registered_markdown(registered: Registered, runs: dict[str, list[CampaignRun
         mine = [(label, data["arms"][label]) for label in arms if label in data["arms"]]
         if mine:
             lines += ["", "Each arm from step 0 to the endpoint (a change not resolved is no learning), then its "
-                      "gain per 100 own completions and per hour of training (wall-clock on a shared machine: read "
-                      "with care):", ""]  # fmt: skip
+                      "gain per 100 own completions and per hour of training, as measured (wall-clock on a shared "
+                      "machine: read with care) and modelled alone (below):", ""]  # fmt: skip
             for label, entry in mine:
                 if "learning" not in entry:
                     lines.append(f"- {label}: {'no step 0 known (--step0)' if entry['seeds'] else 'no run counts yet'}")
@@ -300,8 +300,26 @@ def registered_markdown(registered: Registered, runs: dict[str, list[CampaignRun
         )
         lines += [f"| {label} | {seed} | - | - | - | - | not complete (no run-complete.json found) |"
                   for label, seed in registered_runs if (label, seed) not in found]  # fmt: skip
-    lines += ["", f"![curves](campaign_{registered.name}.png)", ""]
+    lines += ["", *machine_lines(registered, data["machine"]), "", f"![curves](campaign_{registered.name}.png)", ""]
     return "\n".join(lines)
+
+
+def machine_lines(registered: Registered, machine: dict[str, Any]) -> list[str]:
+    """How the per-hour-alone figures were modelled: the runs that had the machine alone and each run's slowdown."""
+    lines = ["## Hours on a machine alone (modelled)", ""]
+    if not machine["alone_runs"]:
+        return [*lines, f"No run is marked alone in `{registered.machine_notes or 'the machine notes'}`: per hour "
+                "alone is not reported, only the measured seconds."]  # fmt: skip
+    lines.append(
+        f"Reference: the runs that had the machine alone ({', '.join(machine['alone_runs'])}; "
+        f"`{registered.machine_notes}`), median {machine['reference_update_seconds']:.2f} s a step outside "
+        "generation. A run's seconds alone are its training seconds divided by its slowdown: its own median time "
+        "outside generation (the same update work in every arm) over the reference's (benchmarks.compute_report's "
+        "model; it assumes what shared the machine slowed generation and the update alike). Slowdowns:"
+    )
+    lines += ["", "| run | slowdown |", "|---|---|"]
+    lines += [f"| {key} | {factor:.2f} |" for key, factor in sorted(machine["slowdown"].items())]
+    return lines
 
 
 def plot_registered(registered: Registered, runs: dict[str, list[CampaignRun]], path: Path) -> None:

@@ -15,8 +15,10 @@ Three experiments are registered in ``benchmarks/preregistered/``:
   step 0 from one reference evaluation of the untrained model (``--step0``: ``benchmarks.eval_precision``'s
   per-question file). Q1, 3 equal peers of ``cpu-hard-equal``, seeds 10-13: swarm 4/4 (1/1) minus self-replay 4/4r
   (``1-1-replay``), the primary; swarm and self-replay each minus alone 8/0 (2/0); each arm's learning, its gain per
-  100 own completions and per hour, what filled its slots. Q2: the specialists of ``cpu-hard-specialists`` at 4/4
-  minus Q1's 8/0 nodes as generalists, same seeds, every task; per task, per compute, the specialists' own task. Q3:
+  100 own completions and per hour (as measured, and modelled alone from the runs ``machine_notes.json`` marks
+  alone: :func:`benchmarks.campaign_runs.model_alone`), what filled its slots. Q2: the specialists of
+  ``cpu-hard-specialists`` at 4/4 minus Q1's 8/0 nodes as generalists, same seeds, every task; per task, per
+  compute, the specialists' own task. Q3:
   experiment 1's seeds 3-5 again in float32 on its node code, others' tasks 4/4 minus 8/0, beside experiment 1's
   bf16 runs of those seeds (read from ``results/campaign/specialists``) and float32 minus bf16 per seed.
 
@@ -133,7 +135,8 @@ REGISTERED = {
     "replay_generalist_precision": Registered(
         name="replay_generalist_precision", title="the replay, generalist and precision controls",
         preregistration=EXPERIMENT_3,
-        machine_log="benchmarks/results/campaign/replay_generalist_precision/shared_machine.log", contrasts=(
+        machine_log="benchmarks/results/campaign/replay_generalist_precision/shared_machine.log",
+        machine_notes="benchmarks/results/campaign/replay_generalist_precision/machine_notes.json", contrasts=(
             Contrast("Q1, the replay control (3 equal peers)", True,
                      _equal("swarm 4/4 minus self-replay 4/4r", "1-1", "1-1-replay"), (SWARM, REPLAY)),
             Contrast("Q1, the replay control (3 equal peers)", False,
@@ -247,7 +250,8 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
 def _run_rows(runs: Sequence[CampaignRun]) -> list[dict[str, Any]]:
     return [{"setting": r.setting, "seed": r.seed, "run_dir": str(r.run_dir), "code": r.marker.get("code"),
              "node_code": r.node_code, "problems": r.problems, "completions": r.completions,
-             "seconds": r.seconds} for r in runs]  # fmt: skip
+             "seconds": r.seconds, "update_seconds": r.update_seconds, "alone_seconds": r.alone_seconds}
+            for r in runs]  # fmt: skip
 
 
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:

@@ -10,6 +10,7 @@ interval, with the plain t-interval over the pairs beside it (:func:`benchmarks.
 from __future__ import annotations
 
 import json
+import statistics
 import subprocess
 from collections import Counter
 from collections.abc import Sequence
@@ -17,7 +18,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from benchmarks.compute_report import own_completions, training_lines, training_seconds
+from benchmarks.compute_report import own_completions, training_lines, training_seconds, update_times
 from benchmarks.harness import ROOT
 from benchmarks.held_out_table import RunCurve, over_seeds, question_differences, read_run, verdict
 from benchmarks.results_archive import restored
@@ -115,6 +116,8 @@ class Registered:
     preregistration: str
     contrasts: tuple[Contrast, ...]
     machine_log: str = ""  # what shared the machine during each run
+    machine_notes: str = ""  # JSON: which runs had the machine alone (``{"runs": {"PROFILE/I-J/seed-S": {"alone":
+    # bool, "note": str}}}``), the reference of the modelled per-hour-alone figures
 
 
 @dataclass
@@ -131,6 +134,13 @@ class CampaignRun:
     completions: dict[int, float]  # per node: own completions generated over the run
     seconds: dict[int, float]  # per node: training seconds (step times)
     reward: dict[int, list[float]]  # per node: sapo/local_reward per step
+    update_seconds: float = float("nan")  # median over nodes and steps of the step's time outside generation
+    alone_seconds: dict[int, float] = field(default_factory=dict)  # per node: ``seconds`` modelled alone (if known)
+
+    @property
+    def key(self) -> str:
+        """``"PROFILE/I-J/seed-S"``: the run's name in the machine notes."""
+        return f"{(self.marker.get('identity') or {}).get('profile', '')}/{self.setting}/seed-{self.seed}"
 
     def position(self, step: int) -> int | None:
         """The index of the evaluation at ``step`` (None: not evaluated there)."""
@@ -213,7 +223,7 @@ def read_campaign_run(run_dir: Path, experiment: Experiment, profile: str | None
             problems.append(f"no outcomes of the {experiment.primary.name} at step {step}")
     problems += role_problems(run_dir, curve, experiment)
     local, generations = int(identity.get("num_local", 0)), int(identity.get("num_generations", 0))
-    completions, seconds, reward = {}, {}, {}
+    completions, seconds, reward, update = {}, {}, {}, []
     for node in node_dirs(restored(run_dir)):  # metrics packed into results/archive are read from there
         index, lines = int(node.name.split("-")[1]), training_lines(node / "metrics.jsonl")
         steps = range(1, max(lines, default=0) + 1)
@@ -222,9 +232,10 @@ def read_campaign_run(run_dir: Path, experiment: Experiment, profile: str | None
             continue
         completions[index] = own_completions(lines, steps, local, generations)[-1]
         seconds[index] = training_seconds(lines, steps)[-1]
+        update += update_times(lines, steps) if all("sapo/time/generation" in lines[s] for s in steps) else []
         reward[index] = [float(lines[s].get("sapo/local_reward", float("nan"))) for s in steps]
     return CampaignRun(curve.setting, curve.seed, run_dir, curve, marker, matches, problems, completions, seconds,
-                       reward)  # fmt: skip
+                       reward, statistics.median(update) if update else float("nan"))  # fmt: skip
 
 
 def role_problems(run_dir: Path, curve: RunCurve, experiment: Experiment) -> list[str]:
@@ -325,13 +336,43 @@ def task_breakdown(pairs: dict[int, tuple[CampaignRun, CampaignRun]], measure: M
 
 
 def compute_of(run: CampaignRun, nodes: tuple[int, ...] | None, axis: str) -> float:
-    """Own completions or training seconds per peer over the run (mean over ``nodes``; None: every node)."""
-    values = run.completions if axis == "completions" else run.seconds
+    """Own completions, training seconds or training seconds modelled alone per peer over the run (mean over
+    ``nodes``; None: every node)."""
+    values = {"completions": run.completions, "seconds": run.seconds, "alone_seconds": run.alone_seconds}[axis]
     chosen = [values[i] for i in (nodes if nodes is not None else values)]
     return sum(chosen) / len(chosen)
 
 
-COMPUTE_AXES = {"completions": ("own completions generated per peer", 100.0), "seconds": ("training seconds", 3600.0)}
+COMPUTE_AXES = {
+    "completions": ("own completions generated per peer", 100.0),
+    "seconds": ("training seconds as measured (wall-clock, on a shared machine)", 3600.0),
+    "alone_seconds": ("training seconds, machine alone (modelled)", 3600.0),
+}
+
+
+def compute_axes(runs: Sequence[CampaignRun]) -> list[str]:
+    """The compute axes every run has: seconds modelled alone only once a reference run had the machine alone."""
+    return [axis for axis in COMPUTE_AXES if axis != "alone_seconds" or all(run.alone_seconds for run in runs)]
+
+
+def model_alone(runs: Sequence[CampaignRun], notes: dict[str, Any]) -> dict[str, Any]:
+    """Each run's training seconds as they would have been on a machine to itself (``alone_seconds``), as
+    :mod:`benchmarks.compute_report` models them: a run that shared the machine ran slower by its median time
+    outside generation (the same update work in every arm) over that of the runs the notes mark alone, and its
+    seconds divided by that factor are its seconds alone. Returns the reference and each run's factor (none without
+    a run made alone)."""
+    unique = {run.run_dir: run for run in runs}.values()  # a run two contrasts share is read once for each
+    alone = [run for run in unique if (notes.get(run.key) or {}).get("alone") and run.update_seconds > 0]
+    if not alone:
+        return {"alone_runs": [], "reference_update_seconds": None, "slowdown": {}}
+    reference = statistics.fmean(run.update_seconds for run in alone)
+    slowdown = {}
+    for run in runs:
+        if run.update_seconds > 0:  # nan (no generation times logged) compares False: no alone figure
+            slowdown[run.key] = run.update_seconds / reference
+            run.alone_seconds = {node: seconds / slowdown[run.key] for node, seconds in run.seconds.items()}
+    return {"alone_runs": sorted(run.key for run in alone), "reference_update_seconds": reference,
+            "slowdown": slowdown}  # fmt: skip
 
 
 def gain_per_compute(pairs, measure: Measure, experiment: Experiment) -> dict[str, Any]:
@@ -339,8 +380,9 @@ def gain_per_compute(pairs, measure: Measure, experiment: Experiment) -> dict[st
     hour of training), its mean over seeds, and the shared setting's minus the baseline's, paired by seed and
     question."""
     out: dict[str, Any] = {}
-    for axis, (_, unit) in COMPUTE_AXES.items():
-        entry: dict[str, Any] = {"per": unit}
+    for axis in compute_axes([run for pair in pairs.values() for run in pair]):
+        entry: dict[str, Any] = {"per": COMPUTE_AXES[axis][1]}
+        unit = entry["per"]
         rates: dict[str, dict[int, list[float]]] = {}
         for side, setting in ((0, experiment.shared), (1, experiment.baseline)):
             runs = [pair[side] for pair in pairs.values()]
@@ -454,8 +496,8 @@ def arm_figures(experiment: Experiment, runs: Sequence[CampaignRun]) -> dict[str
         step, measure, registered = experiment.step, experiment.primary, len(experiment.seeds)
         out["learning"] = incomplete(change_over(runs, measure, step), registered, "seeds")
         out["per_compute"] = {axis: incomplete(change_over(runs, measure, step, {
-            run.seed: compute_of(run, experiment.receivers, axis) / unit for run in runs}), registered, "seeds")
-            for axis, (_, unit) in COMPUTE_AXES.items()}  # fmt: skip
+            run.seed: compute_of(run, experiment.receivers, axis) / COMPUTE_AXES[axis][1] for run in runs}),
+            registered, "seeds") for axis in compute_axes(runs)}  # fmt: skip
     slots: Counter = Counter()
     for run in runs:
         slots.update(run_counts(run.run_dir, experiment.receivers))
@@ -468,7 +510,11 @@ def analyse_registered(runs_dirs: Sequence[Path], registered: Registered) -> tup
     arm of the contrasts that report gains per compute, its figures over every run of it that counts
     (:func:`arm_figures`). Returns the runs by contrast and the figures."""
     runs = {c.experiment.name: collect(runs_dirs, c.experiment) for c in registered.contrasts}
+    notes_path = ROOT / registered.machine_notes if registered.machine_notes else None
+    notes = json.loads(notes_path.read_text())["runs"] if notes_path and notes_path.is_file() else {}
     data: dict[str, Any] = {"contrasts": {}, "arms": {}}
+    timed = [run for c in registered.contrasts if c.experiment.per_compute for run in runs[c.experiment.name]]
+    data["machine"] = model_alone(timed, notes)
     for contrast in registered.contrasts:
         experiment = contrast.experiment
         result = analyse(runs[experiment.name], experiment)

@@ -112,6 +112,13 @@ def training_seconds(node: dict[int, dict[str, Any]], steps: range) -> list[floa
     return _cumulative([node[s]["step_time"] for s in steps])
 
 
+def update_times(node: dict[int, dict[str, Any]], steps: range) -> list[float]:
+    """A node's seconds per step outside generation (``step_time`` minus ``sapo/time/generation``): the GRPO update on
+    I + J groups of G completions, the same work in every setting, so its median over a run measures how much what
+    shared the machine slowed the run."""
+    return [node[s]["step_time"] - node[s]["sapo/time/generation"] for s in steps]
+
+
 def read_compute(run_dir: Path, curve: RunCurve, notes: dict[str, Any]) -> RunCompute:
     """The compute figures of one archived run (its held-out ``curve`` already read)."""
     marker = json.loads((run_dir / "run-complete.json").read_text())
@@ -125,7 +132,7 @@ def read_compute(run_dir: Path, curve: RunCurve, notes: dict[str, Any]) -> RunCo
         completions.append(own_completions(node, steps, local, generations))
         seconds.append(training_seconds(node, steps))
         generation += [node[s]["sapo/time/generation"] for s in steps]
-        update += [node[s]["step_time"] - node[s]["sapo/time/generation"] for s in steps]
+        update += update_times(node, steps)
     for s in steps:
         rewards.append(sum(node[s]["sapo/local_reward"] for node in nodes))
     return RunCompute(

@@ -30,7 +30,7 @@ def _line(step, origin, task, sender, outcome, rewards, rescue=False, model="def
 
 
 def _write_run(run: Path, outcomes: list[dict[int, list[int]]], identity: dict, commit=REGISTERED, *, local=2,
-               node_runs: list[dict] | None = None, complete=True, fill=0.0) -> Path:  # fmt: skip
+               node_runs: list[dict] | None = None, complete=True, fill=0.0, step_time=10.0) -> Path:  # fmt: skip
     """A finished sapo_table run: per node metrics (60 training steps, evaluations at 0 and 60), held-out outcomes,
     node-run.json, a group log with its own groups; plus what an archive must leave behind."""
     for node, by_step in enumerate(outcomes):
@@ -45,7 +45,7 @@ def _write_run(run: Path, outcomes: list[dict[int, list[int]]], identity: dict, 
                 solved = by_step[step]
                 lines.append({"step": step, "eval/pass@1": sum(solved) / 9, "eval/pass@1_se": 0.1, "eval/questions": 9})
             if step:
-                lines.append({"step": step, "step_time": 10.0, "sapo/time/generation": 6.0, "sapo/fill_ins": fill,
+                lines.append({"step": step, "step_time": step_time, "sapo/time/generation": 6.0, "sapo/fill_ins": fill,
                               "sapo/local_reward": 0.01 * step})  # fmt: skip
         (folder / "metrics.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
         held_out = [{"step": step, "eval": "eval", "questions": [
@@ -330,7 +330,9 @@ def _ends(key: tuple) -> list[list[int]]:
     return [[int(rng.random() < 0.4) for _ in range(9)] for _ in range(3)]
 
 
-def _exp3_run(root: Path, profile: str, setting: str, seed: int, *, commit=FROZEN, float32=True, start=False):
+def _exp3_run(
+    root: Path, profile: str, setting: str, seed: int, *, commit=FROZEN, float32=True, start=False, step_time=10.0
+):
     """A run as sapo_table writes experiment 3's (layout of results/archive/campaign_replay_generalist_precision):
     evaluated at step 60 only (``start``: also at 0, as experiment 1's bf16 runs), its group logs filling each step's
     J slot from the swarm or the replay on even steps and with a fill-in on odd ones."""
@@ -347,7 +349,7 @@ def _exp3_run(root: Path, profile: str, setting: str, seed: int, *, commit=FROZE
         records = [{**record, "tasks": [{"name": task}]} for record, task in zip(records, TASKS, strict=True)]
     fill = 0.5 if setting != "2-0" else 0.0
     run = _write_run(root / profile / setting / f"seed-{seed}", by_step, identity, commit, local=local,
-                     node_runs=records, fill=fill)  # fmt: skip
+                     node_runs=records, fill=fill, step_time=step_time)  # fmt: skip
     origin = "replay" if setting.endswith("replay") else "swarm"
     for node in range(3):
         lines = []
@@ -375,8 +377,10 @@ def test_experiment_3_report_from_synthetic_runs(tmp_path, monkeypatch):
         11: ("2-0", "1-1", "1-1-replay"),
         12: ("2-0", "1-1"),
     }.items():
-        for setting in settings:
-            _exp3_run(runs_dir, "cpu-hard-equal", setting, seed)
+        for setting in settings:  # seed 10's swarm run shared the machine: 8 s a step outside generation, not 4
+            _exp3_run(
+                runs_dir, "cpu-hard-equal", setting, seed, step_time=14.0 if (seed, setting) == (10, "1-1") else 10.0
+            )
     _exp3_run(runs_dir, "cpu-hard-specialists", "1-1", 10)
     bf16 = tmp_path / "experiment-1"
     for seed in (3, 4, 5):
@@ -392,7 +396,18 @@ def test_experiment_3_report_from_synthetic_runs(tmp_path, monkeypatch):
             _exp3_run(bf16, "cpu-hard-specialists", setting, seed, commit=REGISTERED, float32=False, start=True)
     contrasts = tuple(dataclasses.replace(c, experiment=dataclasses.replace(c.experiment, runs_dirs=(bf16,)))
                       if c.experiment.runs_dirs else c for c in REPLAY_CONTRASTS.contrasts)  # fmt: skip
-    registered = dataclasses.replace(REPLAY_CONTRASTS, contrasts=contrasts)
+    notes = tmp_path / "machine_notes.json"  # seed 10's alone run had the machine to itself
+    notes.write_text(
+        json.dumps(
+            {
+                "runs": {
+                    "cpu-hard-equal/2-0/seed-10": {"alone": True, "note": "alone"},
+                    "cpu-hard-equal/1-1/seed-10": {"alone": False, "note": "beside tests"},
+                }
+            }
+        )
+    )
+    registered = dataclasses.replace(REPLAY_CONTRASTS, contrasts=contrasts, machine_notes=str(notes))
     monkeypatch.setitem(campaign_report.REGISTERED, "replay_generalist_precision", registered)
     start = [1, 0, 0, 0, 0, 0, 0, 0, 0]  # the untrained model: question 0 only
     step0 = tmp_path / "step0" / "cpu-fp32.json"
@@ -425,6 +440,13 @@ def test_experiment_3_report_from_synthetic_runs(tmp_path, monkeypatch):
     assert alone["learning"]["verdict"] == "incomplete: 3 of 4 seeds, no verdict"
     per_100 = swarm["per_compute"]["completions"]["per_seed"][0]["value"]
     assert per_100 == pytest.approx((sum(equal("1-1", 10)) / 9 - 1 / 9) / 3.6)
+    # per hour alone: the swarm run's 840 s a peer at twice the alone run's update time are 420 s alone
+    assert data["machine"]["alone_runs"] == ["cpu-hard-equal/2-0/seed-10"]
+    assert data["machine"]["slowdown"]["cpu-hard-equal/1-1/seed-10"] == pytest.approx(2.0)
+    per_hour_alone = swarm["per_compute"]["alone_seconds"]["per_seed"][0]["value"]
+    assert per_hour_alone == pytest.approx((sum(equal("1-1", 10)) / 9 - 1 / 9) / (420 / 3600))
+    per_hour = swarm["per_compute"]["seconds"]["per_seed"][0]["value"]
+    assert per_hour == pytest.approx((sum(equal("1-1", 10)) / 9 - 1 / 9) / (840 / 3600))
     gains = primary["per_compute"]["every task, the three peers averaged"]["completions"]["difference"]
     assert gains["per_seed"][0]["value"] == pytest.approx(sum(table[0]) / 9 / 3.6)  # both arms make 360
     # what filled the slots: replayed groups on even steps (lag 2), fill-ins on odd ones
@@ -473,7 +495,13 @@ def test_experiment_3_report_from_synthetic_runs(tmp_path, monkeypatch):
     assert "| self-replay 4/4r (1/1) | 12 | - | - | - | - | not complete (no run-complete.json found) |" in page
     assert "It decides the default of `replay` (`fill` from the next release if a resolved gain, else `off`): " in page
     assert "| self-replay 4/4r (1/1) | 360 | 0.00 | 0.50 | 0.50 |" in page and "pass@1 0.111 on 9 questions" in page
+    assert "| cpu-hard-equal/1-1/seed-10 | 2.00 |" in page
     assert (results / "campaign_replay_generalist_precision.png").read_bytes()[:4] == b"\x89PNG"
+    # without a run marked alone no figure per hour alone is made up
+    started = campaign_report.with_step0(registered, campaign_report.read_step0(step0))
+    _, unmodelled = campaign_report.analyse_registered([runs_dir], dataclasses.replace(started, machine_notes=""))
+    assert unmodelled["machine"]["alone_runs"] == []
+    assert "alone_seconds" not in unmodelled["arms"][campaign_report.SWARM]["per_compute"]
 
     # at the registered pairs the decision rule decides: Q1's primary registered on seeds 10 and 11 only
     done = dataclasses.replace(registered, contrasts=(dataclasses.replace(
