@@ -10,30 +10,34 @@ reader later fetches to what was announced. An announcement without records says
 On the wire: msgpack ``[payload, public key, signature]``; ``payload`` is msgpack of a map (see
 :func:`encode_announcement`), the public key is the binary of the sender's OpenSSH RSA key (its identity is
 :func:`swarm.validation.fingerprint` of the OpenSSH form) and the signature is RSA-PSS over
-:func:`signed_bytes`. About 700 bytes with one record.
+:func:`signed_bytes`. About 700 bytes with one record. The payload is checked, once the signature is, by a typed
+schema (msgspec Structs, :func:`_payload_schema`) as a record is in :mod:`swarm.records`.
 """
 
-from __future__ import annotations
-
+# No `from __future__ import annotations` here: msgspec reads the annotations of the Structs that _payload_schema
+# builds, and they name that function's local types (the limits), which only evaluated annotations can.
 import base64
+import dataclasses
 import functools
 import hashlib
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Annotated, Any
 
 import msgpack
 from hivemind.utils.crypto import RSAPrivateKey, RSAPublicKey
+from msgspec import Meta, Struct
 
 from swarm.records import (
+    _INT64,
+    _MAX_HOST_CHARS,
+    _TIME,
     WIRE_VERSION,
     RecordLimits,
     RecordRejected,
     _check_version,
-    _expect_int,
-    _expect_list,
-    _expect_map,
-    _expect_str,
-    _expect_time,
+    _convert,
     _unpack,
 )
 from swarm.validation import fingerprint
@@ -51,7 +55,6 @@ DIGEST_BYTES = 32
 """A record's digest: the SHA-256 of its encoded bytes."""
 
 _SSH_RSA = b"ssh-rsa "
-_PAYLOAD_KEYS = {"version", "model", "updated_at", "host", "records"}
 
 
 @dataclass(frozen=True)
@@ -140,7 +143,7 @@ def encode_announcement(
 
 def decode_announcement(data: bytes, swarm_name: str, limits: RecordLimits = RecordLimits()) -> Announcement:
     """Check and decode an announcement of swarm ``swarm_name``; raises :class:`RecordRejected` (``too_large``,
-    ``not_msgpack``, ``schema``, ``wrong_version``, ``field_too_long``, ``bad_signature``)."""
+    ``not_msgpack``, ``schema``, ``wrong_version``, ``field_too_long``, ``too_many_groups``, ``bad_signature``)."""
     if not isinstance(data, bytes | bytearray) or len(data) > MAX_ANNOUNCEMENT_BYTES:
         raise RecordRejected("too_large", f"announcement of {len(data)} bytes > {MAX_ANNOUNCEMENT_BYTES}")
     envelope = _unpack(bytes(data), limits)
@@ -152,43 +155,73 @@ def decode_announcement(data: bytes, swarm_name: str, limits: RecordLimits = Rec
         raise RecordRejected("bad_signature", "announcement not signed by the key it carries")
     fields = _unpack(payload, limits)
     _check_version(fields, "announcement")
-    fields = _expect_map(fields, _PAYLOAD_KEYS, "announcement")
-    host = fields["host"]
-    records = []
-    for item in _expect_list(fields["records"], "announcement.records", MAX_ANNOUNCED_RECORDS, "schema"):
-        records.append(_announced_record(item, limits))
+    wire = _decode_payload(fields, limits)
     return Announcement(
         sender=fingerprint(public_key),
         public_key=public_key,
-        model=_expect_str(fields["model"], "announcement.model", limits.max_field_chars),
-        updated_at=_expect_time(fields["updated_at"], "announcement.updated_at"),
-        host=None if host is None else _expect_str(host, "announcement.host", 128),
-        records=tuple(records),
+        model=wire.model,
+        updated_at=wire.updated_at,
+        host=wire.host,
+        records=tuple(_announced_record(r, limits) for r in wire.records),
     )
 
 
-def _announced_record(item: object, limits: RecordLimits) -> AnnouncedRecord:
-    ref = _expect_list(item, "announced record", 6, "schema")
-    if len(ref) != 6:
-        raise RecordRejected("schema", "an announced record is [seq, created_at, num_groups, size, digest, tasks]")
-    seq, created_at, num_groups, size, digest, tasks = ref
-    num_groups = _expect_int(num_groups, "announced num_groups")
-    size = _expect_int(size, "announced size")
-    if not 0 < num_groups <= limits.max_groups_per_record:
-        raise RecordRejected("too_many_groups", f"announced record of {num_groups} groups")
-    if not 0 < size <= limits.max_record_bytes:
-        raise RecordRejected("too_large", f"announced record of {size} bytes > {limits.max_record_bytes}")
-    if not isinstance(digest, bytes) or len(digest) != DIGEST_BYTES:
-        raise RecordRejected("schema", "an announced digest is 32 bytes")
-    names = _expect_list(tasks, "announced tasks", MAX_TASKS_PER_RECORD, "field_too_long")
-    return AnnouncedRecord(
-        seq=_expect_int(seq, "announced seq"),
-        created_at=_expect_time(created_at, "announced created_at"),
-        num_groups=num_groups,
-        size=size,
-        digest=digest,
-        tasks=tuple(_expect_str(name, "announced task", limits.max_field_chars) for name in names),
-    )
+@functools.lru_cache(maxsize=16)
+def _payload_schema(limits: RecordLimits) -> type[Struct]:
+    """The msgspec Struct of an announcement's payload under ``limits``, built as :func:`swarm.records._schema` builds
+    a record's: unknown and missing keys refused, the limits as length constraints, an announced record an array of
+    six."""
+    Name = Annotated[str, Meta(max_length=limits.max_field_chars)]
+
+    class WireAnnouncedRecord(Struct, array_like=True, forbid_unknown_fields=True):
+        seq: _INT64
+        created_at: _TIME
+        num_groups: _INT64  # its bounds, the size's and the digest's length are checked by _announced_record
+        size: _INT64
+        digest: bytes
+        tasks: Annotated[list[Name], Meta(max_length=MAX_TASKS_PER_RECORD)]
+
+    class WireAnnouncement(Struct, forbid_unknown_fields=True):
+        version: Any  # checked before the schema (_check_version), so that another version says so
+        model: Name
+        updated_at: _TIME
+        host: Annotated[str, Meta(max_length=_MAX_HOST_CHARS)] | None  # None: the records are in the DHT
+        records: Annotated[list[WireAnnouncedRecord], Meta(max_length=MAX_ANNOUNCED_RECORDS)]
+
+    return WireAnnouncement
+
+
+# More records than MAX_ANNOUNCED_RECORDS make a malformed announcement, not a record of too many groups (the reason
+# swarm.records gives an index entry's list); any other list or string over its limit is field_too_long.
+_LENGTH_REASONS = {"records": "schema"}
+_RECORD_FIELDS = tuple(f.name for f in dataclasses.fields(AnnouncedRecord))  # an announced record's wire order
+# msgspec names an announced record's field by its position ("- at `$.records[0][4]`"); only its own messages, which
+# start "Expected", are read, so that an unknown key's name, which a message quotes, cannot pass for a path.
+_AT_RECORD_FIELD = re.compile(r"Expected .* - at `\$\.records\[(?P<record>\d+)\]\[(?P<field>\d)\](?:\[\d+\])?`")
+
+
+def _decode_payload(fields: Any, limits: RecordLimits) -> Any:
+    """The unpacked payload as its Struct; raises :class:`RecordRejected` naming the field at fault."""
+    try:
+        return _convert(fields, _payload_schema(limits), _LENGTH_REASONS)
+    except RecordRejected as e:
+        at = _AT_RECORD_FIELD.fullmatch(e.detail)
+        named = "" if at is None else f" (announced record {at['record']}'s {_RECORD_FIELDS[int(at['field'])]})"
+        raise RecordRejected(e.reason, f"announcement: {e.detail}{named}") from None
+
+
+def _announced_record(r: Any, limits: RecordLimits) -> AnnouncedRecord:
+    # Checked here rather than as msgspec bounds: _convert reads a reason from a length limit only, and these have
+    # reasons of their own (a digest over 32 bytes is malformed, not a field over its limit).
+    if not 0 < r.num_groups <= limits.max_groups_per_record:
+        bound = limits.max_groups_per_record
+        raise RecordRejected("too_many_groups", f"announced record of {r.num_groups} groups, not in 1..{bound}")
+    if not 0 < r.size <= limits.max_record_bytes:
+        bound = limits.max_record_bytes
+        raise RecordRejected("too_large", f"announced record of {r.size} bytes, not in 1..{bound}")
+    if len(r.digest) != DIGEST_BYTES:
+        raise RecordRejected("schema", f"an announced digest is {DIGEST_BYTES} bytes (SHA-256), got {len(r.digest)}")
+    return AnnouncedRecord(r.seq, r.created_at, r.num_groups, r.size, r.digest, tuple(r.tasks))
 
 
 def _verify(public_key: bytes, data: bytes, signature: bytes) -> bool:

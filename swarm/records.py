@@ -12,7 +12,6 @@ count rejections by kind instead of crashing on them. The checks are a typed sch
 # No `from __future__ import annotations` here: msgspec reads the annotations of the Structs that _schema builds,
 # and they name that function's local types (the limits), which only evaluated annotations can.
 import functools
-import math
 import re
 import sys
 from collections.abc import Mapping, Sequence
@@ -330,49 +329,6 @@ def _unpack(data: Any, limits: RecordLimits) -> Any:
         raise RecordRejected("not_msgpack", f"{type(e).__name__}: {e}") from None
 
 
-def _expect_map(obj: Any, keys: set[str], where: str, optional: frozenset[str] = frozenset()) -> dict[str, Any]:
-    """``obj`` as a map with exactly ``keys``, plus any of ``optional``."""
-    if not isinstance(obj, dict):
-        raise RecordRejected("schema", f"{where} must be a map, got {type(obj).__name__}")
-    keys = keys | (optional & set(obj))
-    if set(obj) != keys:
-        missing, extra = sorted(keys - set(obj)), sorted(map(str, set(obj) - keys))
-        raise RecordRejected("schema", f"{where} keys: missing {missing}, unexpected {extra}")
-    return obj
-
-
-def _expect_str(obj: Any, where: str, max_chars: int, reason: str = "field_too_long") -> str:
-    if not isinstance(obj, str):
-        raise RecordRejected("schema", f"{where} must be a string, got {type(obj).__name__}")
-    if len(obj) > max_chars:
-        raise RecordRejected(reason, f"{where} has {len(obj)} characters > {max_chars}")
-    return obj
-
-
-def _expect_int(obj: Any, where: str, optional: bool = False) -> int | None:
-    if optional and obj is None:
-        return None
-    if not isinstance(obj, int) or isinstance(obj, bool):
-        raise RecordRejected("schema", f"{where} must be an integer, got {type(obj).__name__}")
-    if not -(2**63) <= obj < 2**63:
-        raise RecordRejected("schema", f"{where} is out of the 64-bit range")
-    return obj
-
-
-def _expect_time(obj: Any, where: str) -> float:
-    if not isinstance(obj, int | float) or isinstance(obj, bool) or not math.isfinite(obj) or obj < 0:
-        raise RecordRejected("schema", f"{where} must be a finite non-negative number, got {obj!r}")
-    return float(obj)
-
-
-def _expect_list(obj: Any, where: str, max_items: int, reason: str) -> list[Any]:
-    if not isinstance(obj, list):
-        raise RecordRejected("schema", f"{where} must be a list, got {type(obj).__name__}")
-    if len(obj) > max_items:
-        raise RecordRejected(reason, f"{where} has {len(obj)} items > {max_items}")
-    return obj
-
-
 _PROVENANCE_OPTIONAL_KEYS = ("version", "key")  # written only when set: peers that predate them read the rest
 _MAX_HOST_CHARS = 128  # a base58 libp2p peer id is 46-53 characters
 _INT64 = Annotated[int, Meta(ge=-(2**63), le=2**63 - 1)]
@@ -452,8 +408,9 @@ _LENGTH_REASONS = {
 _OVER_LENGTH = re.compile(r"Expected `\w+` of length <= \d+(?: - at (?:`key` in )?`\$(?P<path>[^`]*)`)?")
 
 
-def _convert(obj: Any, kind: type[Struct]) -> Any:
-    """``obj`` (unpacked msgpack, or JSON) as a ``kind``; raises :class:`RecordRejected` naming its first violation."""
+def _convert(obj: Any, kind: type[Struct], length_reasons: Mapping[str, str] = _LENGTH_REASONS) -> Any:
+    """``obj`` (unpacked msgpack, or JSON) as a ``kind``; raises :class:`RecordRejected` naming its first violation.
+    ``length_reasons``: the reason for a list or string over its limit by its path, as :data:`_LENGTH_REASONS`."""
     try:
         return msgspec.convert(obj, kind)
     except msgspec.ValidationError as e:
@@ -463,7 +420,7 @@ def _convert(obj: Any, kind: type[Struct]) -> Any:
         if over is None:
             raise RecordRejected("schema", str(e)) from None
         path = re.sub(r"\[\d+\]", "[]", over["path"] or "").lstrip(".").removeprefix("groups[].")
-        raise RecordRejected(_LENGTH_REASONS.get(path, "field_too_long"), str(e)) from None
+        raise RecordRejected(length_reasons.get(path, "field_too_long"), str(e)) from None
 
 
 def _provenance(p: Any) -> Provenance:

@@ -4,9 +4,11 @@ reader on an injected clock, a dictionary DHT and in-memory topics (swarm.memory
 from __future__ import annotations
 
 import asyncio
+import base64
 import random
 from typing import Any
 
+import msgpack
 import pytest
 from hivemind.utils.crypto import RSAPrivateKey
 
@@ -16,6 +18,7 @@ from swarm.announcements import (
     decode_announcement,
     encode_announcement,
     record_digest,
+    signed_bytes,
 )
 from swarm.clock import ManualClock
 from swarm.config import DHTTransportConfig
@@ -23,7 +26,7 @@ from swarm.levels import publish_topics, subscribe_topics
 from swarm.memory import DictDHT, MemoryPubsub
 from swarm.publisher import SwarmPublisher
 from swarm.reader import SwarmReader
-from swarm.records import IndexEntry, RecordRef, RecordRejected
+from swarm.records import IndexEntry, RecordLimits, RecordRef, RecordRejected
 from swarm.senders import SenderBook
 from swarm.served import MemoryServedLookup, ServedRecords
 from swarm.transport import SwarmCounters, TimingLog
@@ -110,6 +113,56 @@ def test_an_announcement_round_trips_and_any_change_breaks_its_signature():
         assert e.value.reason == reason
     with pytest.raises(RecordRejected):  # a publisher cannot announce what a receiver would refuse
         encode_announcement(KEY, "sapo", "tiny", 1.8e9, None, [AnnouncedRecord(1, 1.8e9, 0, 10, b"short")])
+
+
+def signed(payload: dict) -> bytes:
+    """An announcement of any payload, signed as encode_announcement signs, so that its schema is what is checked."""
+    packed = msgpack.packb(payload, use_bin_type=True)
+    key_blob = base64.b64decode(KEY.get_public_key().to_bytes()[len(b"ssh-rsa ") :])
+    signature = base64.b64decode(KEY.sign(signed_bytes("sapo", packed)))
+    return msgpack.packb([packed, key_blob, signature], use_bin_type=True)
+
+
+RECORD = [7, 1.8e9, 4, 48000, record_digest(b"record"), ["basic_arithmetic"]]  # seq ... tasks, as on the wire
+
+
+def payload(record: list = RECORD, **changes: Any) -> dict:
+    return {"version": 1, "model": "tiny", "updated_at": 1.8e9, "host": "host-1", "records": [record], **changes}
+
+
+def record_with(position: int, value: Any) -> list:
+    return [value if i == position else field for i, field in enumerate(RECORD)]
+
+
+@pytest.mark.parametrize(
+    ("sent", "reason", "named"),
+    [
+        (payload(version=2), "wrong_version", "version"),
+        (payload(model="m" * 17), "field_too_long", "model"),
+        (payload(host="h" * 129), "field_too_long", "host"),
+        (payload(host=7), "schema", "host"),
+        (payload(updated_at=-1.0), "schema", "updated_at"),
+        (payload(extra=1), "schema", "extra"),
+        ({k: v for k, v in payload().items() if k != "host"}, "schema", "host"),
+        (payload(records=[RECORD] * 5), "schema", "records"),
+        (payload(record_with(0, True)), "schema", "seq"),
+        (payload(record_with(0, 2**63)), "schema", "seq"),
+        (payload(record_with(1, float("nan"))), "schema", "created_at"),
+        (payload(record_with(2, 65)), "too_many_groups", "groups"),
+        (payload(record_with(2, 0)), "too_many_groups", "groups"),
+        (payload(record_with(3, 3 * 2**20 + 1)), "too_large", "bytes"),
+        (payload(record_with(4, b"d" * 31)), "schema", "digest"),
+        (payload(record_with(5, ["t"] * 9)), "field_too_long", "tasks"),
+        (payload(record_with(5, ["t" * 17])), "field_too_long", "task"),
+        (payload(RECORD[:5]), "schema", "record"),
+    ],
+)
+def test_every_announced_field_is_refused_with_its_reason_and_named(sent, reason, named):
+    limits = RecordLimits(max_field_chars=16)
+    assert decode_announcement(signed(payload()), "sapo", limits).records[0].tasks == ("basic_arithmetic",)
+    with pytest.raises(RecordRejected) as e:
+        decode_announcement(signed(sent), "sapo", limits)
+    assert e.value.reason == reason and named in e.value.detail
 
 
 # ------------------------------------------------------------------------------------------------ intake
