@@ -222,6 +222,37 @@ def coverage(result: dict[str, Any], registered: Sequence[int]) -> str:
             "describe these and claim nothing)")  # fmt: skip
 
 
+def _interval(result: dict[str, Any] | None) -> str:
+    """``"+0.009 (-0.347 to +0.365)"``: the mean over the seed pairs with its 95 % interval ("-" without one)."""
+    over = (result or {}).get("over_seeds")
+    return "-" if over is None else f"{over['value']:+.3f} ({over['ci_low']:+.3f} to {over['ci_high']:+.3f})"
+
+
+def glance_lines(registered: Registered, data: dict[str, Any]) -> list[str]:
+    """One row per contrast: its primary measure at the endpoint, its gain per 100 own completions and per hour
+    alone (modelled) from step 0, each the mean over the seed pairs with its 95 % interval, and the verdict."""
+    lines = ["| question | contrast | seed pairs | at the endpoint | gain per 100 own completions | gain per hour "
+             "alone (modelled) | verdict |", "|---|---|---|---|---|---|---|"]  # fmt: skip
+    for contrast in registered.contrasts:
+        experiment = contrast.experiment
+        result = data["contrasts"][experiment.name]
+        axes = result["per_compute"].get(experiment.primary.name, {})
+        per_100, per_hour = (_interval((axes.get(axis) or {}).get("difference")) for axis in ("completions",
+                             "alone_seconds"))  # fmt: skip
+        lines.append(f"| {contrast.question} | {experiment.name} | {len(result['pairs'])} of "
+                     f"{len(experiment.seeds)} | {_interval(result['primary'])} | {per_100} | {per_hour} | "
+                     f"{result['primary']['verdict']} |")  # fmt: skip
+    lines += ["", "| arm | seeds | change from step 0 | per 100 own completions | per hour alone (modelled) | "
+              "learning |", "|---|---|---|---|---|---|"]  # fmt: skip
+    for label, entry in data["arms"].items():
+        if "learning" in entry:
+            compute = entry["per_compute"]
+            lines.append(f"| {label} | {len(entry['seeds'])} | {_interval(entry['learning'])} | "
+                         f"{_interval(compute.get('completions'))} | {_interval(compute.get('alone_seconds'))} | "
+                         f"{entry['learning']['verdict']} |")  # fmt: skip
+    return lines
+
+
 def contrast_lines(contrast: Contrast, result: dict[str, Any]) -> list[str]:
     """A contrast's registered figures: the difference at the endpoint, its secondary measures, its gains per
     compute, and its difference of differences."""
@@ -255,6 +286,14 @@ def registered_markdown(registered: Registered, runs: dict[str, list[CampaignRun
         role = "primary" if contrast.primary else "secondary"
         lines.append(f"| {contrast.question} | {role}: {contrast.experiment.name} | "
                      f"{coverage(result, contrast.experiment.seeds)} |")  # fmt: skip
+    lines += [
+        "",
+        "At a glance (each contrast's measure, the shared side minus the baseline, mean over the seed "
+        "pairs with its 95 % interval over seeds and questions; the sections below give each seed, the plain "
+        "t-interval and the arms one by one):",
+        "",
+        *glance_lines(registered, data),
+    ]
     lines += ["", "Every figure: held-out pass@1 at the endpoint, paired by seed and question "
               "(`benchmarks.stats.seeds_and_questions` on the seeds x questions table of differences, the plain "
               "t-interval over the seed pairs beside it). Decision rule, at the registered seed pairs only: a gain if "

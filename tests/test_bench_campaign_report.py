@@ -496,6 +496,9 @@ def test_experiment_3_report_from_synthetic_runs(tmp_path, monkeypatch):
     assert "It decides the default of `replay` (`fill` from the next release if a resolved gain, else `off`): " in page
     assert "| self-replay 4/4r (1/1) | 360 | 0.00 | 0.50 | 0.50 |" in page and "pass@1 0.111 on 9 questions" in page
     assert "| cpu-hard-equal/1-1/seed-10 | 2.00 |" in page
+    over = primary["primary"]["over_seeds"]  # the glance table repeats the primary's mean and interval
+    assert (f"| swarm 4/4 minus self-replay 4/4r | 2 of 4 | {over['value']:+.3f} ({over['ci_low']:+.3f} to "
+            f"{over['ci_high']:+.3f}) |") in page  # fmt: skip
     assert (results / "campaign_replay_generalist_precision.png").read_bytes()[:4] == b"\x89PNG"
     # without a run marked alone no figure per hour alone is made up
     started = campaign_report.with_step0(registered, campaign_report.read_step0(step0))
