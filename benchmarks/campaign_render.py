@@ -349,12 +349,14 @@ def machine_lines(registered: Registered, machine: dict[str, Any]) -> list[str]:
     if not machine["alone_runs"]:
         return [*lines, f"No run is marked alone in `{registered.machine_notes or 'the machine notes'}`: per hour "
                 "alone is not reported, only the measured seconds."]  # fmt: skip
+    references = "; ".join(f"{arm} {seconds:.2f} s" for arm, seconds in machine["reference_update_seconds"].items())
     lines.append(
         f"Reference: the runs that had the machine alone ({', '.join(machine['alone_runs'])}; "
-        f"`{registered.machine_notes}`), median {machine['reference_update_seconds']:.2f} s a step outside "
-        "generation. A run's seconds alone are its training seconds divided by its slowdown: its own median time "
-        "outside generation (the same update work in every arm) over the reference's (benchmarks.compute_report's "
-        "model; it assumes what shared the machine slowed generation and the update alike). Slowdowns:"
+        f"`{registered.machine_notes}`), their median time a step outside generation per arm ({references}). A "
+        "run's seconds alone are its training seconds divided by its slowdown: its own median time outside "
+        "generation over its arm's reference (over every arm's where its arm has no run made alone; "
+        "benchmarks.compute_report's model: it assumes what shared the machine slowed generation and the update "
+        "alike). Slowdowns:"
     )
     lines += ["", "| run | slowdown |", "|---|---|"]
     lines += [f"| {key} | {factor:.2f} |" for key, factor in sorted(machine["slowdown"].items())]

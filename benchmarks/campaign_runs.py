@@ -356,23 +356,30 @@ def compute_axes(runs: Sequence[CampaignRun]) -> list[str]:
 
 
 def model_alone(runs: Sequence[CampaignRun], notes: dict[str, Any]) -> dict[str, Any]:
-    """Each run's training seconds as they would have been on a machine to itself (``alone_seconds``), as
-    :mod:`benchmarks.compute_report` models them: a run that shared the machine ran slower by its median time
-    outside generation (the same update work in every arm) over that of the runs the notes mark alone, and its
-    seconds divided by that factor are its seconds alone. Returns the reference and each run's factor (none without
-    a run made alone)."""
+    """Each run's training seconds as they would have been on a machine to itself (``alone_seconds``), after
+    :mod:`benchmarks.compute_report`'s model: a run that shared the machine ran slower by its median time outside
+    generation over that of the runs of its arm (profile and setting) that the notes mark alone, and its seconds
+    divided by that factor are its seconds alone. The reference is the arm's own because the work outside generation
+    differs a little between arms (a swarm arm fetches, scores and re-tokenizes the groups it takes); an arm without
+    a run made alone is set against all the runs made alone. Returns the references and each run's factor (none
+    without a run made alone)."""
     unique = {run.run_dir: run for run in runs}.values()  # a run two contrasts share is read once for each
     alone = [run for run in unique if (notes.get(run.key) or {}).get("alone") and run.update_seconds > 0]
     if not alone:
-        return {"alone_runs": [], "reference_update_seconds": None, "slowdown": {}}
-    reference = statistics.fmean(run.update_seconds for run in alone)
+        return {"alone_runs": [], "reference_update_seconds": {}, "slowdown": {}}
+
+    def arm(run: CampaignRun) -> str:
+        return run.key.rsplit("/", 1)[0]
+
+    overall = statistics.fmean(run.update_seconds for run in alone)
+    references = {a: statistics.fmean(r.update_seconds for r in alone if arm(r) == a) for a in map(arm, alone)}
     slowdown = {}
     for run in runs:
         if run.update_seconds > 0:  # nan (no generation times logged) compares False: no alone figure
-            slowdown[run.key] = run.update_seconds / reference
+            slowdown[run.key] = run.update_seconds / references.get(arm(run), overall)
             run.alone_seconds = {node: seconds / slowdown[run.key] for node, seconds in run.seconds.items()}
-    return {"alone_runs": sorted(run.key for run in alone), "reference_update_seconds": reference,
-            "slowdown": slowdown}  # fmt: skip
+    return {"alone_runs": sorted(run.key for run in alone), "reference_update_seconds": {**references,
+            "every arm": overall}, "slowdown": slowdown}  # fmt: skip
 
 
 def gain_per_compute(pairs, measure: Measure, experiment: Experiment) -> dict[str, Any]:
