@@ -4,6 +4,7 @@ its listing, and the archive's pack, read-back and unpack on a scratch tree."""
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import tarfile
 from pathlib import Path
@@ -60,14 +61,38 @@ def test_experiment_2_figures_are_recomputed_from_the_kept_files(campaign):
     assert per_100 in BENCHMARKS_README and alone in BENCHMARKS_README
 
 
+def test_experiment_3_q1_figures_are_recomputed_from_the_kept_files():
+    """Q1's registered contrasts and the arms' learning from the step-0 reference, as README.md's table and
+    benchmarks/README.md's result give them, from the kept runs (their raw files read back from the archive)."""
+    folder = RESULTS / "campaign" / "replay_generalist_precision"
+    registered = campaign_report.REGISTERED["replay_generalist_precision"]
+    q1 = dataclasses.replace(registered, contrasts=registered.contrasts[:3])  # Q2 and Q3 are not run yet
+    step0 = campaign_report.read_step0(folder / "step0")
+    _, data = campaign_report.analyse_registered([folder], campaign_report.with_step0(q1, step0))
+    measure = "every task, the three peers averaged"
+    figures = {}
+    for name in ("swarm 4/4 minus self-replay 4/4r", "swarm 4/4 minus alone 8/0", "self-replay 4/4r minus alone 8/0"):
+        contrast = data["contrasts"][name]
+        assert contrast["pairs"] == [10, 11, 12, 13] and not contrast["interim"]
+        compute = contrast["per_compute"][measure]
+        figures[name] = [_interval(contrast["primary"]), _interval(compute["completions"]["difference"]),
+                         _interval(compute["alone_seconds"]["difference"])]  # fmt: skip
+    swarm_minus_replay, swarm_minus_alone, _ = figures.values()
+    assert swarm_minus_replay[0] == "+0.032 (-0.034 to +0.098"
+    for figure in (swarm_minus_replay[0], *swarm_minus_alone[:2]):  # README.md's table
+        assert figure in README, f"README.md lacks experiment 3's {figure})"
+    assert _interval(data["contrasts"]["swarm 4/4 minus self-replay 4/4r"]["primary"], ci=True) in BENCHMARKS_README
+    arms = [_interval(entry["learning"]) for entry in data["arms"].values()]
+    for figure in [*swarm_minus_replay[1:], *[f for row in list(figures.values())[1:] for f in row], *arms]:
+        assert figure in BENCHMARKS_README, f"benchmarks/README.md lacks experiment 3's {figure})"
+
+
 @pytest.mark.parametrize("profile, figure", [("cpu-hard", "+0.002 (-0.076 to +0.080"),
                                              ("cpu-learn", "-0.014 (-0.167 to +0.138")])  # fmt: skip
 def test_equal_peers_figures_are_recomputed_from_the_archived_runs(profile, figure):
     """Every file of these runs but the completion markers is archived: held_out_table reads them from there."""
     runs = held_out_table.read_profile(RESULTS / "sapo_table_runs" / profile)
     assert _interval(held_out_table.compare(runs, "2-0")["1-1"]) == figure
-    if profile == "cpu-hard":  # the easy tasks' pairs ran on different commits: benchmarks/README.md alone has them
-        assert figure in README
     assert figure.replace("(", "(95 % CI ") in BENCHMARKS_README
 
 
