@@ -90,13 +90,13 @@ def test_a_replay_setting_runs_apart_with_its_nodes_replaying_instead_of_reading
 
 
 def test_the_archived_runs_of_a_registered_experiment_are_found_as_this_codes_runs(bench, tmp_path):
-    """Experiment 3's runs, made by its frozen commit and archived with their completion markers, keep their directory,
+    """Experiment 3's runs, made by its frozen commit and kept with their completion markers, keep their directory,
     identity and command under this code: sapo_table skips and reports them instead of running them again."""
-    from benchmarks.results_archive import ARCHIVE, read_members
+    from benchmarks.harness import RESULTS
 
     experiment = Path("campaign/replay_generalist_precision")
-    members = read_members(ARCHIVE / "campaign_replay_generalist_precision.tar.xz")
-    markers = {Path(n).parent: json.loads(data) for n, data in members.items() if n.endswith("/run-complete.json")}
+    markers = {path.parent.relative_to(RESULTS): json.loads(path.read_text())
+               for path in (RESULTS / experiment).glob("*/*/seed-*/run-complete.json")}  # fmt: skip
     runs = tmp_path / "runs"
     argv = ["--profile", "cpu-hard-equal", "--settings", "8/0,4/4,4/4r", "--seeds", "10", "--runs-dir", str(runs),
             "--results-dir", str(tmp_path), "--", "--bf16", "false", "--eval_on_start", "false"]  # fmt: skip
