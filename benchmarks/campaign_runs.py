@@ -18,7 +18,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from benchmarks.compute_report import own_completions, training_lines, training_seconds, update_times
+from benchmarks.compute_report import own_completions, slowdowns, training_lines, training_seconds, update_times
 from benchmarks.harness import ROOT
 from benchmarks.held_out_table import RunCurve, over_seeds, question_differences, read_run, verdict
 from benchmarks.results_archive import restored
@@ -364,22 +364,13 @@ def model_alone(runs: Sequence[CampaignRun], notes: dict[str, Any]) -> dict[str,
     a run made alone is set against all the runs made alone. Returns the references and each run's factor (none
     without a run made alone)."""
     unique = {run.run_dir: run for run in runs}.values()  # a run two contrasts share is read once for each
-    alone = [run for run in unique if (notes.get(run.key) or {}).get("alone") and run.update_seconds > 0]
-    if not alone:
-        return {"alone_runs": [], "reference_update_seconds": {}, "slowdown": {}}
-
-    def arm(run: CampaignRun) -> str:
-        return run.key.rsplit("/", 1)[0]
-
-    overall = statistics.fmean(run.update_seconds for run in alone)
-    references = {a: statistics.fmean(r.update_seconds for r in alone if arm(r) == a) for a in map(arm, alone)}
-    slowdown = {}
+    alone = {run.key for run in unique if (notes.get(run.key) or {}).get("alone")}
+    references, slowdown = slowdowns({run.key: run.update_seconds for run in unique}, alone,
+                                     arm=lambda key: key.rsplit("/", 1)[0])  # fmt: skip
     for run in runs:
-        if run.update_seconds > 0:  # nan (no generation times logged) compares False: no alone figure
-            slowdown[run.key] = run.update_seconds / references.get(arm(run), overall)
+        if run.key in slowdown:
             run.alone_seconds = {node: seconds / slowdown[run.key] for node, seconds in run.seconds.items()}
-    return {"alone_runs": sorted(run.key for run in alone), "reference_update_seconds": {**references,
-            "every arm": overall}, "slowdown": slowdown}  # fmt: skip
+    return {"alone_runs": sorted(alone & set(slowdown)), "reference_update_seconds": references, "slowdown": slowdown}
 
 
 def gain_per_compute(pairs, measure: Measure, experiment: Experiment) -> dict[str, Any]:

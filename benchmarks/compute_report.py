@@ -32,7 +32,7 @@ from __future__ import annotations
 import json
 import statistics
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -119,6 +119,25 @@ def update_times(node: dict[int, dict[str, Any]], steps: range) -> list[float]:
     return [node[s]["step_time"] - node[s]["sapo/time/generation"] for s in steps]
 
 
+def slowdowns(
+    update_seconds: Mapping[str, float], alone: Collection[str], arm: Callable[[str], str] = lambda key: "every arm"
+) -> tuple[dict[str, float], dict[str, float]]:
+    """The model of a machine alone that this page and :mod:`benchmarks.campaign_runs` share. A run that shared the
+    machine ran slower by its median seconds outside generation (``update_seconds``, by run key) over the mean of
+    those of the runs made alone (the keys in ``alone``) of its arm (``arm`` maps a key to its arm; by default every
+    run is one arm); an arm without a run made alone is set against all of them. Returns the references (by arm, and
+    ``"every arm"``) and each run's slowdown; both empty without a run made alone. Runs without a positive figure
+    (no generation times logged) get no slowdown and serve no reference."""
+    measured = {key: seconds for key, seconds in update_seconds.items() if seconds > 0}  # nan compares False
+    lone = [key for key in measured if key in alone]
+    if not lone:
+        return {}, {}
+    references = {a: statistics.fmean(measured[k] for k in lone if arm(k) == a) for a in {arm(k) for k in lone}}
+    references["every arm"] = statistics.fmean(measured[k] for k in lone)
+    slowdown = {key: seconds / references.get(arm(key), references["every arm"]) for key, seconds in measured.items()}
+    return references, slowdown
+
+
 def read_compute(run_dir: Path, curve: RunCurve, notes: dict[str, Any]) -> RunCompute:
     """The compute figures of one archived run (its held-out ``curve`` already read)."""
     marker = json.loads((run_dir / "run-complete.json").read_text())
@@ -154,14 +173,14 @@ def read_runs(archive: Path) -> list[RunCompute]:
     runs = [
         read_compute(archive / curve.setting / f"seed-{curve.seed}", curve, notes) for curve in read_profile(archive)
     ]
-    alone = [run for run in runs if run.machine.get("alone")]
-    reference = statistics.fmean(run.update_seconds for run in alone) if alone else None
+    alone = {run.key for run in runs if run.machine.get("alone")}
+    _, slowdown = slowdowns({run.key: run.update_seconds for run in runs}, alone)
     for run in runs:
-        run.slowdown = run.update_seconds / reference if reference else 1.0
+        run.slowdown = slowdown.get(run.key, 1.0)
         run.axes = {
             "steps": [float(s) for s in range(len(run.own_completions))],
             "own_completions": run.own_completions,
-            "alone_seconds": [s / run.slowdown for s in run.measured_seconds] if reference else [],
+            "alone_seconds": [s / run.slowdown for s in run.measured_seconds] if slowdown else [],
         }
     return runs
 

@@ -136,3 +136,27 @@ def test_with_per_question_outcomes_the_difference_is_paired_as_in_held_out_tabl
     )
     assert mine["terms"][1]["df"] == 15  # the question term: 16 questions
     assert per_step["t_over_seeds"] == pytest.approx(table["comparison"]["1-1"]["t_over_seeds"])
+
+
+def test_slowdowns_set_each_run_against_the_lone_runs_of_its_arm():
+    """The one model of a machine alone both reports use: a run's slowdown is its time outside generation over the
+    mean of its arm's runs made alone; an arm without one falls back on every lone run; a run without times (nan)
+    gets none; without a lone run there is no model."""
+    seconds = {
+        "a/seed-1": 6.0,
+        "a/seed-2": 9.0,
+        "b/seed-1": 8.0,
+        "b/seed-2": 12.0,
+        "c/seed-1": 14.0,
+        "c/seed-2": math.nan,
+    }
+
+    def arm(key):
+        return key.split("/")[0]
+
+    references, slowdown = compute_report.slowdowns(seconds, {"a/seed-1", "b/seed-1"}, arm=arm)
+    assert references == {"a": 6.0, "b": 8.0, "every arm": 7.0}
+    assert slowdown == {"a/seed-1": 1.0, "a/seed-2": 1.5, "b/seed-1": 1.0, "b/seed-2": 1.5, "c/seed-1": 2.0}
+    _, one_arm = compute_report.slowdowns(seconds, {"a/seed-1", "b/seed-1"})  # compute_report's: one reference
+    assert one_arm["b/seed-2"] == pytest.approx(12.0 / 7.0)
+    assert compute_report.slowdowns(seconds, {"c/seed-2"}) == ({}, {})
