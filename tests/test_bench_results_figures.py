@@ -61,29 +61,36 @@ def test_experiment_2_figures_are_recomputed_from_the_kept_files(campaign):
     assert per_100 in BENCHMARKS_README and alone in BENCHMARKS_README
 
 
-def test_experiment_3_q1_figures_are_recomputed_from_the_kept_files():
-    """Q1's registered contrasts and the arms' learning from the step-0 reference, as README.md's table and
-    benchmarks/README.md's result give them, from the kept runs (their raw files read back from the archive)."""
+def test_experiment_3_q1_and_q2_figures_are_recomputed_from_the_kept_files():
+    """Q1's and Q2's registered contrasts and the arms' learning from the step-0 reference, as README.md's table and
+    benchmarks/README.md's results give them, from the kept runs (their raw files read back from the archive)."""
     folder = RESULTS / "campaign" / "replay_generalist_precision"
     registered = campaign_report.REGISTERED["replay_generalist_precision"]
-    q1 = dataclasses.replace(registered, contrasts=registered.contrasts[:3])  # Q2 and Q3 are not run yet
+    q1_q2 = dataclasses.replace(registered, contrasts=registered.contrasts[:4])  # Q3 is still running
     step0 = campaign_report.read_step0(folder / "step0")
-    _, data = campaign_report.analyse_registered([folder], campaign_report.with_step0(q1, step0))
+    _, data = campaign_report.analyse_registered([folder], campaign_report.with_step0(q1_q2, step0))
     measure = "every task, the three peers averaged"
     figures = {}
-    for name in ("swarm 4/4 minus self-replay 4/4r", "swarm 4/4 minus alone 8/0", "self-replay 4/4r minus alone 8/0"):
-        contrast = data["contrasts"][name]
-        assert contrast["pairs"] == [10, 11, 12, 13] and not contrast["interim"]
-        compute = contrast["per_compute"][measure]
-        figures[name] = [_interval(contrast["primary"]), _interval(compute["completions"]["difference"]),
-                         _interval(compute["alone_seconds"]["difference"])]  # fmt: skip
-    swarm_minus_replay, swarm_minus_alone, _ = figures.values()
+    for contrast in q1_q2.contrasts:
+        result = data["contrasts"][contrast.experiment.name]
+        assert result["pairs"] == [10, 11, 12, 13] and not result["interim"]
+        compute = result["per_compute"][measure]
+        per_compute = [compute[axis]["difference"] for axis in ("completions", "alone_seconds")]
+        figures[contrast.experiment.name] = [_interval(r) for r in (result["primary"], *per_compute)]
+    swarm_minus_replay, swarm_minus_alone, _, specialists_minus_generalists = figures.values()
     assert swarm_minus_replay[0] == "+0.032 (-0.034 to +0.098"
-    for figure in (swarm_minus_replay[0], *swarm_minus_alone[:2]):  # README.md's table
+    assert specialists_minus_generalists[0] == "+0.020 (-0.046 to +0.085"
+    for figure in (swarm_minus_replay[0], *swarm_minus_alone[:2], *specialists_minus_generalists[:2]):  # the table
         assert figure in README, f"README.md lacks experiment 3's {figure})"
-    assert _interval(data["contrasts"]["swarm 4/4 minus self-replay 4/4r"]["primary"], ci=True) in BENCHMARKS_README
+    primaries = ("swarm 4/4 minus self-replay 4/4r", "specialists 4/4 minus generalists 8/0")  # written "(95 % CI"
+    for name in primaries:
+        assert _interval(data["contrasts"][name]["primary"], ci=True) in BENCHMARKS_README
+    q2 = data["contrasts"]["specialists 4/4 minus generalists 8/0"]["secondary"]
+    by_task = [f"{task} questions" for task in ("basic_arithmetic", "count_bits", "chain_sum")]
+    secondary = [_interval(q2[m]) for m in (*by_task, "own task (a generalist's: every task)")]
     arms = [_interval(entry["learning"]) for entry in data["arms"].values()]
-    for figure in [*swarm_minus_replay[1:], *[f for row in list(figures.values())[1:] for f in row], *arms]:
+    every_row = [f for name, row in figures.items() for f in (row[1:] if name in primaries else row)]
+    for figure in [*every_row, *secondary, *arms]:
         assert figure in BENCHMARKS_README, f"benchmarks/README.md lacks experiment 3's {figure})"
 
 
