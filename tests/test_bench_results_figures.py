@@ -4,7 +4,6 @@ its listing, and the archive's pack, read-back and unpack on a scratch tree."""
 
 from __future__ import annotations
 
-import dataclasses
 import io
 import tarfile
 from pathlib import Path
@@ -61,33 +60,46 @@ def test_experiment_2_figures_are_recomputed_from_the_kept_files(campaign):
     assert per_100 in BENCHMARKS_README and alone in BENCHMARKS_README
 
 
-def test_experiment_3_q1_and_q2_figures_are_recomputed_from_the_kept_files():
-    """Q1's and Q2's registered contrasts and the arms' learning from the step-0 reference, as README.md's table and
-    benchmarks/README.md's results give them, from the kept runs (their raw files read back from the archive)."""
+def test_experiment_3_figures_are_recomputed_from_the_kept_files():
+    """Every registered contrast of experiment 3 and the arms' learning from the step-0 reference, as README.md's table
+    and benchmarks/README.md's results give them, from the kept runs (their raw files read back from the archive)."""
     folder = RESULTS / "campaign" / "replay_generalist_precision"
     registered = campaign_report.REGISTERED["replay_generalist_precision"]
-    q1_q2 = dataclasses.replace(registered, contrasts=registered.contrasts[:4])  # Q3 is still running
     step0 = campaign_report.read_step0(folder / "step0")
-    _, data = campaign_report.analyse_registered([folder], campaign_report.with_step0(q1_q2, step0))
+    _, data = campaign_report.analyse_registered([folder], campaign_report.with_step0(registered, step0))
+    for contrast in registered.contrasts:
+        result = data["contrasts"][contrast.experiment.name]
+        assert result["pairs"] == list(contrast.experiment.seeds) and not result["interim"], contrast.experiment.name
+    q1_q2 = [c for c in registered.contrasts if c.experiment.per_compute]
     measure = "every task, the three peers averaged"
     figures = {}
-    for contrast in q1_q2.contrasts:
+    for contrast in q1_q2:
         result = data["contrasts"][contrast.experiment.name]
-        assert result["pairs"] == [10, 11, 12, 13] and not result["interim"]
         compute = result["per_compute"][measure]
         per_compute = [compute[axis]["difference"] for axis in ("completions", "alone_seconds")]
         figures[contrast.experiment.name] = [_interval(r) for r in (result["primary"], *per_compute)]
     swarm_minus_replay, swarm_minus_alone, _, specialists_minus_generalists = figures.values()
+    float32, bf16 = (
+        data["contrasts"][name] for name in ("float32: 4/4 minus 8/0", "bf16, experiment 1's runs: 4/4 minus 8/0")
+    )
     assert swarm_minus_replay[0] == "+0.032 (-0.034 to +0.098"
     assert specialists_minus_generalists[0] == "+0.020 (-0.046 to +0.085"
-    for figure in (swarm_minus_replay[0], *swarm_minus_alone[:2], *specialists_minus_generalists[:2]):  # the table
-        assert figure in README, f"README.md lacks experiment 3's {figure})"
-    primaries = ("swarm 4/4 minus self-replay 4/4r", "specialists 4/4 minus generalists 8/0")  # written "(95 % CI"
-    for name in primaries:
+    assert _interval(float32["primary"]) == "+0.045 (+0.005 to +0.085"
+    table = (
+        swarm_minus_replay[0],
+        *swarm_minus_alone[:2],
+        *specialists_minus_generalists[:2],
+        _interval(float32["primary"]),
+    )
+    for figure in table:
+        assert figure in README.replace("**", ""), f"README.md lacks experiment 3's {figure})"
+    primaries = ("swarm 4/4 minus self-replay 4/4r", "specialists 4/4 minus generalists 8/0", "float32: 4/4 minus 8/0")
+    for name in primaries:  # written "(95 % CI"
         assert _interval(data["contrasts"][name]["primary"], ci=True) in BENCHMARKS_README
     q2 = data["contrasts"]["specialists 4/4 minus generalists 8/0"]["secondary"]
     by_task = [f"{task} questions" for task in ("basic_arithmetic", "count_bits", "chain_sum")]
     secondary = [_interval(q2[m]) for m in (*by_task, "own task (a generalist's: every task)")]
+    secondary += [_interval(bf16["primary"]), _interval(bf16["of_differences"])]  # Q3's, beside its primary
     arms = [_interval(entry["learning"]) for entry in data["arms"].values()]
     every_row = [f for name, row in figures.items() for f in (row[1:] if name in primaries else row)]
     for figure in [*every_row, *secondary, *arms]:
