@@ -404,6 +404,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         raise SystemExit(f"--passes: unknown {', '.join(unknown)}; choose from {', '.join(PASSES)}.")
     import trl
 
+    record = run_record()  # at the start: the code the passes run, even if the tree changes during their hour
     work.mkdir(parents=True, exist_ok=True)
     trl_commit = copy_trl_tests(args.trl.resolve(), work)
     stand_ins = write_stand_ins(work)
@@ -416,7 +417,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     for name in names:
         print(f"{name}: {_counts(results[name])} in {seconds[name]} s", flush=True)
     data = {
-        "run": run_record(), "trl_tests_commit": trl_commit, "trl_version": trl.__version__, "keyword": keyword,
+        "run": record, "trl_tests_commit": trl_commit, "trl_version": trl.__version__, "keyword": keyword,
         "stand_ins": stand_ins, "deselected": DESELECTED, "seconds": seconds,
         "comparison": compare(results), "outcomes": results,
     }  # fmt: skip
