@@ -125,6 +125,7 @@ FROZEN = dict(seeds=(10, 11, 12, 13), step=60, receivers=None, node_code="ef19c5
               per_compute=(EVERY_TASK,))  # fmt: skip
 SWARM, REPLAY, ALONE = "swarm 4/4 (1/1)", "self-replay 4/4r (1/1)", "alone 8/0 (2/0, the generalists)"
 Q3 = dict(seeds=(3, 4, 5), secondary=(), per_compute=(), preregistration=EXPERIMENT_3)
+Q3_FLOAT32 = dict(Q3, per_compute=(OTHERS_TASKS,))  # from the step-0 reference, as every float32 arm (the issue's ask)
 
 
 def _equal(name: str, shared: str, baseline: str) -> Experiment:
@@ -152,7 +153,7 @@ REGISTERED = {
                 **FROZEN), ("specialists 4/4 (1/1)", ALONE)),
             Contrast("Q3, experiment 1 in float32", True, replace(
                 EXPERIMENTS["specialists"], name="float32: 4/4 minus 8/0", precision="float32", eval_on_start=False,
-                **Q3), ("float32 4/4 (1/1)", "float32 8/0 (2/0)")),
+                **Q3_FLOAT32), ("float32 4/4 (1/1)", "float32 8/0 (2/0)")),
             Contrast("Q3, experiment 1 in float32", False, replace(
                 EXPERIMENTS["specialists"], name="bf16, experiment 1's runs: 4/4 minus 8/0",
                 runs_dirs=(RESULTS / "campaign" / "specialists",), **Q3),

@@ -142,6 +142,12 @@ class CampaignRun:
         """``"PROFILE/I-J/seed-S"``: the run's name in the machine notes."""
         return f"{(self.marker.get('identity') or {}).get('profile', '')}/{self.setting}/seed-{self.seed}"
 
+    @property
+    def arm(self) -> str:
+        """``"PROFILE/I-J on COMMIT"``: the runs whose step times are alike (the same work on the same node code)."""
+        commit = str((self.marker.get("code") or {}).get("commit", ""))[:7] or "an unnamed commit"
+        return f"{self.key.rsplit('/', 1)[0]} on {commit}"
+
     def position(self, step: int) -> int | None:
         """The index of the evaluation at ``step`` (None: not evaluated there)."""
         return self.curve.steps.index(step) if step in self.curve.steps else None
@@ -358,15 +364,17 @@ def compute_axes(runs: Sequence[CampaignRun]) -> list[str]:
 def model_alone(runs: Sequence[CampaignRun], notes: dict[str, Any]) -> dict[str, Any]:
     """Each run's training seconds as they would have been on a machine to itself (``alone_seconds``), after
     :mod:`benchmarks.compute_report`'s model: a run that shared the machine ran slower by its median time outside
-    generation over that of the runs of its arm (profile and setting) that the notes mark alone, and its seconds
-    divided by that factor are its seconds alone. The reference is the arm's own because the work outside generation
-    differs a little between arms (a swarm arm fetches, scores and re-tokenizes the groups it takes); an arm without
-    a run made alone is set against all the runs made alone. Returns the references and each run's factor (none
-    without a run made alone)."""
+    generation over that of the runs of its arm (profile, setting and node code) that the notes mark alone, and its
+    seconds divided by that factor are its seconds alone. The reference is the arm's own because the work outside
+    generation differs between arms (a swarm arm fetches, scores and re-tokenizes the groups it takes; another
+    commit's node code does other work); an arm without a run made alone is set against all the runs made alone.
+    Returns the references and each run's factor (none without a run made alone)."""
     unique = {run.run_dir: run for run in runs}.values()  # a run two contrasts share is read once for each
+    arm_of = {run.key: run.arm for run in unique}
+    if len(arm_of) < len(unique):
+        raise ValueError("two timed runs share a name in the machine notes (PROFILE/I-J/seed-S): give them other seeds")
     alone = {run.key for run in unique if (notes.get(run.key) or {}).get("alone")}
-    references, slowdown = slowdowns({run.key: run.update_seconds for run in unique}, alone,
-                                     arm=lambda key: key.rsplit("/", 1)[0])  # fmt: skip
+    references, slowdown = slowdowns({run.key: run.update_seconds for run in unique}, alone, arm=arm_of.__getitem__)
     for run in runs:
         if run.key in slowdown:
             run.alone_seconds = {node: seconds / slowdown[run.key] for node, seconds in run.seconds.items()}

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks import campaign_report, sapo_table, sharing_counts, stats
+from benchmarks import campaign_report, campaign_runs, sapo_table, sharing_counts, stats
 
 REGISTERED = "d74d75596c83a0f8acd5fb1a775de83445212ef5"  # the node code both experiments run on
 OTHER_CODE = "882238b96b9fffa62c0c4eb1ea4bbedb5d7719b2"  # before the group log: other node code
@@ -527,3 +527,26 @@ def test_a_step0_file_that_is_not_eval_precisions_is_refused_by_name(tmp_path):
         campaign_report.read_step0(tmp_path / "empty")
     with pytest.raises(SystemExit, match="no such file or folder"):
         campaign_report.read_step0(tmp_path / "nothing")
+
+
+def _timed_run(profile: str, setting: str, seed: int, commit: str, update_seconds: float) -> campaign_runs.CampaignRun:
+    """A run as model_alone sees it: its name, node code and median step time outside generation."""
+    marker = {"identity": {"profile": profile}, "code": {"commit": commit}}
+    return campaign_runs.CampaignRun(setting, seed, Path(f"/runs/{commit}/{profile}/{setting}/seed-{seed}"), None,
+                                       marker, True, [], {0: 480.0}, {0: 900.0}, {0: []}, update_seconds)  # fmt: skip
+
+
+def test_a_machine_alone_is_modelled_per_arm_and_node_code():
+    """Experiment 3 times runs of one profile and setting on two commits (Q2 on ef19c58, Q3 on d74d755): each run is
+    set against the lone runs of its own node code, whose step takes another time."""
+    q2_alone = _timed_run("cpu-hard-specialists", "1-1", 10, "ef19c58" + "0" * 33, 5.0)
+    q3_alone = _timed_run("cpu-hard-specialists", "1-1", 3, "d74d755" + "0" * 33, 7.0)
+    q3_shared = _timed_run("cpu-hard-specialists", "1-1", 4, "d74d755" + "0" * 33, 14.0)
+    notes = {run.key: {"alone": True} for run in (q2_alone, q3_alone)}
+    machine = campaign_runs.model_alone([q2_alone, q3_alone, q3_shared], notes)
+    assert machine["reference_update_seconds"]["cpu-hard-specialists/1-1 on d74d755"] == 7.0
+    assert machine["slowdown"][q3_shared.key] == 2.0  # against its own code's 7 s, not the pooled 6 s
+    assert q3_shared.alone_seconds == {0: 450.0}
+    twin = _timed_run("cpu-hard-specialists", "1-1", 3, "ef19c58" + "0" * 33, 5.0)  # the same name in the notes
+    with pytest.raises(ValueError, match="share a name in the machine notes"):
+        campaign_runs.model_alone([q3_alone, twin], notes)
