@@ -132,7 +132,7 @@ def slowdowns(
     lone = [key for key in measured if key in alone]
     if not lone:
         return {}, {}
-    references = {a: statistics.fmean(measured[k] for k in lone if arm(k) == a) for a in {arm(k) for k in lone}}
+    references = {a: statistics.fmean(measured[k] for k in lone if arm(k) == a) for a in sorted({arm(k) for k in lone})}
     references["every arm"] = statistics.fmean(measured[k] for k in lone)
     slowdown = {key: seconds / references.get(arm(key), references["every arm"]) for key, seconds in measured.items()}
     return references, slowdown

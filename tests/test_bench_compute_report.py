@@ -156,6 +156,7 @@ def test_slowdowns_set_each_run_against_the_lone_runs_of_its_arm():
 
     references, slowdown = compute_report.slowdowns(seconds, {"a/seed-1", "b/seed-1"}, arm=arm)
     assert references == {"a": 6.0, "b": 8.0, "every arm": 7.0}
+    assert list(references) == ["a", "b", "every arm"]  # in order, so that a re-run writes the same page
     assert slowdown == {"a/seed-1": 1.0, "a/seed-2": 1.5, "b/seed-1": 1.0, "b/seed-2": 1.5, "c/seed-1": 2.0}
     _, one_arm = compute_report.slowdowns(seconds, {"a/seed-1", "b/seed-1"})  # compute_report's: one reference
     assert one_arm["b/seed-2"] == pytest.approx(12.0 / 7.0)
