@@ -18,9 +18,10 @@ Three experiments are registered in ``benchmarks/preregistered/``:
   100 own completions and per hour (as measured, and modelled alone from the runs ``machine_notes.json`` marks
   alone: :func:`benchmarks.campaign_runs.model_alone`), what filled its slots. Q2: the specialists of
   ``cpu-hard-specialists`` at 4/4 minus Q1's 8/0 nodes as generalists, same seeds, every task; per task, per
-  compute, the specialists' own task. Q3:
-  experiment 1's seeds 3-5 again in float32 on its node code, others' tasks 4/4 minus 8/0, beside experiment 1's
-  bf16 runs of those seeds (read from ``results/campaign/specialists``) and float32 minus bf16 per seed.
+  compute, the specialists' own task. Q3: experiment 1's seeds 3-5 again in float32 on its node code, others' tasks
+  4/4 minus 8/0 and its arms' learning and gain per compute from the same step-0 reference (the untrained model
+  scores alike on that code), beside experiment 1's bf16 runs of those seeds (read from
+  ``results/campaign/specialists``) and float32 minus bf16 per seed.
 
 Every figure is paired by seed and question (:mod:`benchmarks.campaign_runs`): a seeds x questions table of
 differences whose mean gets the interval of :func:`benchmarks.stats.seeds_and_questions`, with the plain t-interval
