@@ -15,6 +15,10 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
+import msgspec
+
+from swarm.records import RecordLimits
+
 PINGS = 3
 
 
@@ -128,17 +132,24 @@ async def _announced_versions(
     return sorted(set(peer_versions)), dict(sorted(listed.items()))
 
 
-def announced_entry(value: Any) -> dict[str, Any] | None:
-    """An index entry's fields as its writer packed them (`version`, `host`, ...), read without this node's schema
-    so that an entry of another wire version is read too; None for anything that is not a versioned entry."""
-    import msgpack
+class _AnyVersionEntry(msgspec.Struct):
+    """What the probe reads of an index entry of any wire version; its other keys are skipped, not decoded."""
 
-    if not isinstance(value, bytes):
+    version: int
+    host: str | None = None
+
+
+_ANY_VERSION_ENTRY = msgspec.msgpack.Decoder(_AnyVersionEntry)
+
+
+def announced_entry(value: Any) -> dict[str, Any] | None:
+    """The ``version`` and ``host`` of an index entry as its writer packed them, read without this node's schema so
+    that an entry of another wire version is read too; None for anything that is not a versioned entry. Decoded
+    typed from the bytes, their size checked first, as every peer's bytes are."""
+    if not isinstance(value, bytes) or len(value) > RecordLimits().max_record_bytes:
         return None
     try:
-        entry = msgpack.unpackb(value, raw=False, strict_map_key=False)
-    except Exception:  # hostile or torn bytes: not an entry
+        entry = _ANY_VERSION_ENTRY.decode(value)
+    except (msgspec.DecodeError, RecursionError):  # hostile or torn bytes: not an entry
         return None
-    if not isinstance(entry, dict) or not isinstance(entry.get("version"), int):
-        return None
-    return entry
+    return {"version": entry.version, "host": entry.host}
