@@ -27,10 +27,10 @@ from typing import Annotated, Any
 
 import msgpack
 import msgspec
-from hivemind.utils.crypto import RSAPrivateKey, RSAPublicKey
+from hivemind.utils.crypto import RSAPrivateKey
 from msgspec import Meta, Struct
 
-from swarm.identity import check_key_blob
+from swarm.identity import check_key_blob, public_key_of
 from swarm.records import (
     _INT64,
     _MAX_HOST_CHARS,
@@ -234,11 +234,6 @@ def _announced_record(r: Any, limits: RecordLimits) -> AnnouncedRecord:
 
 def _verify(public_key: bytes, data: bytes, signature: bytes) -> bool:
     try:
-        return _public_key(public_key).verify(data, signature)
+        return public_key_of(public_key).verify(data, signature)
     except Exception:  # a key that does not parse: the announcement is refused, never raised
         return False
-
-
-@functools.lru_cache(maxsize=4096)
-def _public_key(public_key: bytes) -> RSAPublicKey:
-    return RSAPublicKey.from_bytes(public_key)

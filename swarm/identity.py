@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import base64
 import binascii
+import functools
 import os
 
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
-from hivemind.utils.crypto import RSAPrivateKey
+from hivemind.utils.crypto import RSAPrivateKey, RSAPublicKey
 
 from swarm.records import RecordRejected
 
@@ -61,6 +62,12 @@ def check_public_key(public_key: bytes) -> None:
     except binascii.Error:
         raise RecordRejected("bad_key", "a signing key that is not base64") from None
     check_key_blob(blob)
+
+
+@functools.lru_cache(maxsize=4096)
+def public_key_of(public_key: bytes) -> RSAPublicKey:
+    """The key to verify with of an OpenSSH public key that passed :func:`check_public_key` (parsed once per key)."""
+    return RSAPublicKey.from_bytes(public_key)
 
 
 def load_or_create_signing_key(path: str | None) -> RSAPrivateKey:

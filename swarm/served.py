@@ -30,6 +30,8 @@ from swarm.validation import open_served, sign_for_serving
 RECORD_HANDLER = "sapo_swarm.get_record"
 """The libp2p protocol name a publisher answers record requests under."""
 
+_MAX_KEY_BYTES = 1024  # a record key asked for (f"{swarm_name}/records/{sender}/{seq}"); a longer one is not served
+
 
 @dataclass(frozen=True)
 class SignedRecord:
@@ -81,7 +83,8 @@ class ServedRecords:
     async def handle(self, request: BytesValue, context: Any = None) -> BytesValue:
         """The RPC handler: ``request.value`` is a record key; the answer holds the record
         (:func:`encode_answer`), or nothing if this peer does not serve it."""
-        record = self.get(request.value.decode("utf-8", errors="replace"))
+        key = request.value
+        record = None if len(key) > _MAX_KEY_BYTES else self.get(key.decode("utf-8", errors="replace"))
         if record is None:
             self._counters.add("served_misses")
             return BytesValue()

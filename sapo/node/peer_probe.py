@@ -17,8 +17,6 @@ from typing import Any
 
 import msgspec
 
-from swarm.records import RecordLimits
-
 PINGS = 3
 
 
@@ -60,6 +58,8 @@ async def _probe(address: str, swarm_name: str, index_shards: int, timeout: floa
     from hivemind.utils.multiaddr import Multiaddr
 
     from swarm.daemon import close_p2p
+    from swarm.dht_values import TypedDHTSerializer
+    from swarm.records import RecordLimits
 
     peer = PeerID.from_base58(Multiaddr(address)["p2p"])
     p2p = await asyncio.wait_for(
@@ -74,6 +74,7 @@ async def _probe(address: str, swarm_name: str, index_shards: int, timeout: floa
             ),
             timeout,
         )  # fmt: skip
+        node.protocol.serializer = TypedDHTSerializer(RecordLimits().max_record_bytes, lambda reason, detail: None)
         offset, round_trip = await _clock_offset(node, peer, timeout)
         peer_versions, listed = await _announced_versions(node, peer.to_base58(), swarm_name, index_shards, timeout)
         return PeerProbe(address, None, offset, round_trip, peer_versions, listed)
@@ -140,13 +141,14 @@ class _AnyVersionEntry(msgspec.Struct):
 
 
 _ANY_VERSION_ENTRY = msgspec.msgpack.Decoder(_AnyVersionEntry)
+_MAX_ENTRY_BYTES = 1 << 16  # an index entry is a few KB at any version so far
 
 
 def announced_entry(value: Any) -> dict[str, Any] | None:
     """The ``version`` and ``host`` of an index entry as its writer packed them, read without this node's schema so
     that an entry of another wire version is read too; None for anything that is not a versioned entry. Decoded
     typed from the bytes, their size checked first, as every peer's bytes are."""
-    if not isinstance(value, bytes) or len(value) > RecordLimits().max_record_bytes:
+    if not isinstance(value, bytes) or len(value) > _MAX_ENTRY_BYTES:
         return None
     try:
         entry = _ANY_VERSION_ENTRY.decode(value)
