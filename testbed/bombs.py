@@ -166,8 +166,11 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m testbed.bombs", description=__doc__.splitlines()[0])
     parser.add_argument("--kind", choices=KINDS, default="arrays")
     parser.add_argument("--openings-bytes", type=int, default=40_000, help="see decoding_paths")
+    parser.add_argument("--only", default="", help="measure the paths whose name contains this text only")
     args = parser.parse_args(argv)
     for name, call in decoding_paths(args.kind, args.openings_bytes).items():
+        if args.only not in name:
+            continue
         seconds, peak = measure(call)
         print(f"{name:56s} {seconds * 1e3:10.2f} ms {peak:8.2f} MB", flush=True)
 
