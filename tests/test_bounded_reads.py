@@ -343,7 +343,7 @@ def test_a_bomb_in_a_lookups_answer_is_refused_cheaply_and_counted(dht_peers, mo
     victim = dht_peers(wait_timeout=10.0)
     hostile = HostileNode(victim.visible_addresses(), on_p2pd=record_p2pd)
     try:
-        key_id = DHTID.generate(source="sapo/index/0")
+        key_id = DHTID.generate(source="asked/by/this/test/only")  # no background read of the victim asks for it
         hostile.node.protocol.storage.store_subkey(key_id, hostile.marker, b"x", time.time() + 60)
 
         class Bombing:  # the hostile node answers a lookup of a dictionary with a bomb
