@@ -11,9 +11,10 @@ value is one byte string (an owner marker, a signed record or index entry), a di
 protocol's ``serializer`` (:class:`swarm.peer.DHTPeer`), which hivemind reads at each request. Packing is hivemind's
 own.
 
-What remains generic: the bytes that arrive while :meth:`~hivemind.dht.node.DHTNode.create` runs, before the node
-exists to be given this serializer (its bootstrap: an initial peer's answers to the first lookup, and a store sent
-to this peer within that second); the protobuf messages around the values, which protobuf decodes typed.
+A value stored without a dictionary reaches the validator as the bytes that arrived; the protobuf messages around
+values are protobuf's, typed. What hivemind still unpacks generically: whatever arrives while
+:meth:`~hivemind.dht.node.DHTNode.create` runs, before there is a node to give this serializer to (its bootstrap, a
+second or so: an initial peer's answers to the first lookup, and a dictionary stored at this peer meanwhile).
 """
 
 from __future__ import annotations
@@ -31,8 +32,8 @@ from swarm.records import _FINITE, RecordRejected, check_size, decode_typed
 from swarm.validation import MAX_SUBKEY_BYTES
 
 MAX_DICTIONARY_ITEMS = 4096
-"""Subkeys in one dictionary value taken from a peer: an index shard holds a few dozen entries at any swarm size, a
-records key one."""
+"""Subkeys in one dictionary value taken from a peer: an index shard holds about ``index_shard_entries`` at the level
+a reader reads (level 0 lists every peer of a swarm too small for level 1), an honest records key one."""
 
 _DICTIONARY_CODE = 0x50  # hivemind's ext type code of DictionaryDHTValue
 _SIGNATURE_BYTES = 4096  # what a signature adds to a value, with room

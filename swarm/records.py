@@ -335,9 +335,24 @@ def decode_typed(data: Any, decoder: msgspec.msgpack.Decoder, what: str = "recor
     try:
         return decoder.decode(data)
     except msgspec.ValidationError as e:
+        if " - at `" not in str(e) and not _well_formed(data):  # the first value read was not even of its type
+            raise RecordRejected("not_msgpack", f"{what}: not one msgpack value ({e})") from None
         raise _rejection(e, _LENGTH_REASONS, what) from None
     except Exception as e:  # malformed msgpack (DecodeError), nesting past the decoder's depth (RecursionError)
         raise RecordRejected("not_msgpack", f"{what}: {type(e).__name__}: {e}") from None
+
+
+_ANY_VALUE = msgspec.msgpack.Decoder(Raw)  # skips one value whole, allocating nothing: well-formed or not
+
+
+def _well_formed(data: Any) -> bool:
+    """Whether ``data`` is one msgpack value: random bytes usually begin with a valid one of the wrong type, which a
+    typed decoder reports first. Linear in the bytes, in C."""
+    try:
+        _ANY_VALUE.decode(data)
+        return True
+    except Exception:
+        return False
 
 
 _PROVENANCE_OPTIONAL_KEYS = ("version", "key")  # written only when set: peers that predate them read the rest
