@@ -247,6 +247,17 @@ class DHTTransport(SwarmTransport):
         """
         return self.reader.peers()
 
+    def judge(self, sender: str, usable: bool) -> None:
+        """Be told the node's verdict on one group of ``sender``: a sender whose groups are mostly judged usable earns
+        a share of each refill of its own; until then it shares the pool of the senders not judged good
+        (``refill_unjudged_share``, :mod:`swarm.refill`)."""
+        self.reader.judge(sender, usable)
+
+    def refusals(self) -> list[tuple[str, str]]:
+        """Records refused (``rejected/<reason>``) or announced and never served (``never_served``) since the last
+        call, as ``(sender, reason)``, oldest first: each also rested its sender here (:mod:`swarm.senders`)."""
+        return self.reader.refusals()
+
     def neighbours(self) -> int:
         """DHT neighbours now; 0 means this peer is alone and keeps trying to (re)join (``rejoin_interval``)."""
         return self.peer.neighbour_count()
