@@ -48,6 +48,7 @@ from typing import Any
 
 from swarm.clock import SYSTEM_CLOCK, Clock
 from swarm.config import MULTIADDR_FORM, DHTTransportConfig, validate_addresses, validate_multiaddr
+from swarm.fetcher import ReasonedRejections
 from swarm.gossip import GOSSIP_ROUND_SECONDS, Gossip, topic_mates
 from swarm.identity import load_or_create_signing_key
 from swarm.levels import subscribed_shards
@@ -59,7 +60,7 @@ from swarm.reader import SwarmReader
 from swarm.records import Group, ReceivedGroup
 from swarm.served import PeerServedLookup, ServedRecords
 from swarm.transport import PeerInfo, SwarmCounters, SwarmTransport, TimingLog, TransportReadout
-from swarm.validation import RejectionLog, fingerprint, make_record_validator
+from swarm.validation import fingerprint, make_record_validator
 
 logger = logging.getLogger(__name__)
 
@@ -103,7 +104,7 @@ class DHTTransport(SwarmTransport):
         self._check_member()
         self._counters = SwarmCounters()
         self._timings = TimingLog(clock)
-        rejections = RejectionLog(self._counters)
+        rejections = ReasonedRejections(self._counters)  # a refused record strikes its sender with the reason
         validator = make_record_validator(
             signing_key,
             config.swarm_name,
@@ -128,6 +129,7 @@ class DHTTransport(SwarmTransport):
         self.reader = SwarmReader(
             config, public_key, self._counters, self._timings, clock, served=lookup,
             admits=None if membership is None else membership.admits, prior=self.peer.size_prior,
+            validator_rejections=rejections,
         )  # fmt: skip
         self.gossip = None
         if config.gossip:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 from collections.abc import Callable
 from typing import Any, Protocol
 
@@ -75,6 +76,25 @@ class RoundTrip:
         return min(max(self.mean + 4 * self.deviation, floor), ceiling)
 
 
+class ReasonedRejections(RejectionLog):
+    """A :class:`~swarm.validation.RejectionLog` that also remembers, per thread, the reason of the latest rejection it
+    counted: a validator answers yes or no, and a served record it refused strikes its sender with the reason."""
+
+    def __init__(self, counters: SwarmCounters, interval: float = 10.0):
+        super().__init__(counters, interval)
+        self._latest = threading.local()
+
+    def __call__(self, reason: str, detail: str) -> None:
+        """Count one rejection (see :class:`~swarm.validation.RejectionLog`) and remember its reason."""
+        self._latest.reason = reason
+        super().__call__(reason, detail)
+
+    def take_reason(self) -> str | None:
+        """The reason of the latest rejection counted in this thread since the last call, if any."""
+        reason, self._latest.reason = getattr(self._latest, "reason", None), None
+        return reason
+
+
 class RecordFetcher:
     """Fetches chosen records and hands each valid one's bytes to ``on_record``.
 
@@ -87,6 +107,9 @@ class RecordFetcher:
         clock: monotonic time measures durations.
         on_record: called with ``(sender, ref, record bytes)`` for every record that passed the checks (the reader
             decodes it, and strikes its sender if it refuses it).
+        validator_rejections: where the validator that opens served records counts its refusals, if it remembers
+            their reasons (:class:`ReasonedRejections`); a refused record's strike then carries the reason, else
+            ``invalid_record``.
     """
 
     def __init__(
@@ -98,6 +121,7 @@ class RecordFetcher:
         timings: TimingLog,
         clock: Clock = SYSTEM_CLOCK,
         on_record: Callable[[str, RecordRef, bytes], None] = lambda sender, ref, value: None,
+        validator_rejections: ReasonedRejections | None = None,
     ):
         self.config = config
         self.round_trip = RoundTrip()
@@ -108,6 +132,7 @@ class RecordFetcher:
         self._timings = timings
         self._clock = clock
         self._on_record = on_record
+        self._validator_rejections = validator_rejections
 
     def hedge_after(self) -> float:
         """Seconds a served request waits before it is hedged (see the module docstring)."""
@@ -179,9 +204,13 @@ class RecordFetcher:
             self._book.record_missing(sender, ref)
             return False
         self._book.mark_fetched(sender, ref, host)
+        rejections = self._validator_rejections
+        if rejections is not None:
+            rejections.take_reason()
         value = self._served.open(key, owner_marker(public_key), record)
         if value is None:  # the validator refused it and counted why
-            self._book.strike(sender, "bad_signature")
+            reason = rejections.take_reason() if rejections is not None else None
+            self._book.strike(sender, reason or "invalid_record")
             return False
         return self._checked(sender, ref, value)
 

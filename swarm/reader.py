@@ -48,7 +48,7 @@ from typing import Any
 from swarm.announcements import decode_announcement
 from swarm.clock import SYSTEM_CLOCK, Clock
 from swarm.config import DHTTransportConfig
-from swarm.fetcher import DHTLookup, RecordFetcher
+from swarm.fetcher import DHTLookup, ReasonedRejections, RecordFetcher
 from swarm.index_reader import IndexReader
 from swarm.levels import home_topic_shard, subscribed_shards, topic_level_for
 from swarm.records import ReceivedGroup, RecordRef, RecordRejected, decode_record
@@ -84,6 +84,8 @@ class SwarmReader:
         admits: whether a peer id may take part (a closed swarm's membership); ``None``: everyone.
         prior: a rough estimate of the swarm's size from elsewhere (the DHT's routing table), used before the index
             yields one.
+        validator_rejections: where the validator that opens served records counts refusals with their reasons
+            (a refused record strikes its sender with its reason: :class:`~swarm.fetcher.RecordFetcher`).
     """
 
     def __init__(
@@ -97,6 +99,7 @@ class SwarmReader:
         served: ServedLookup | None = None,
         admits: Callable[[str], bool] | None = None,
         prior: Callable[[], float | None] = lambda: None,
+        validator_rejections: ReasonedRejections | None = None,
     ):
         self.config = config
         self._own_public_key = own_public_key
@@ -112,7 +115,9 @@ class SwarmReader:
         self.index = IndexReader(
             config, counters, timings, clock, rng, on_entry=self._take_index_entry, prior=prior, topic=self.topic
         )
-        self.fetcher = RecordFetcher(config, self.book, served, counters, timings, clock, on_record=self._take_value)
+        self.fetcher = RecordFetcher(
+            config, self.book, served, counters, timings, clock, self._take_value, validator_rejections
+        )
         self._cache: list[ReceivedGroup] = []
         self._returned: collections.OrderedDict[tuple[str, str, float], None] = collections.OrderedDict()
         self._takes: collections.deque[tuple[float, int]] = collections.deque(maxlen=_TAKES_KEPT)  # (monotonic, n)

@@ -396,9 +396,9 @@ class SenderBook:
             if self._missing_tries[(sender, ref.seq)] < _MISSING_TRIES:
                 return
             del self._missing_tries[(sender, ref.seq)]
-            self._lost(sender, [ref.seq])
             self._seen_refs[(sender, ref.seq)] = ref.created_at
         self._counters.add("records_missing")
+        self._counters.add("heard_never_fetched")
         if not unreachable:
             self.strike(sender, "never_served")
 
