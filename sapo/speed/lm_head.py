@@ -152,8 +152,9 @@ def completion_positions_only() -> Iterator[None]:
     change between batches (a recompilation on compiled backends), then throws the prompt's scores away; scoring only
     the completion positions gives the same log-probabilities and gradients for a fraction of the LM head's work: the
     same up to rounding where the LM head is trained, since its weight gradient then sums over fewer positions (a
-    product of another shape, which some BLAS kernels sum in another order). Only the choice between TRL's two paths is changed (the name `trl.trainer.utils._use_triton`, which the
-    fused forward reads for that choice alone; the kernels keep their own); TRL's choice is back on exit.
+    product of another shape, which some BLAS kernels sum in another order). Only the choice between TRL's two paths
+    is changed (the name `trl.trainer.utils._use_triton`, which the fused forward reads for that choice alone; the
+    kernels keep their own); TRL's choice is back on exit.
     """
     import trl.trainer.utils as trl_utils
 
