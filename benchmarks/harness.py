@@ -78,7 +78,7 @@ def commit_label(root: Path = ROOT) -> str:
 
 def utc_now() -> str:
     """The date and time now, UTC, ISO 8601 to the second."""
-    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+    return datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
 
 
 def run_record(command: str | None = None) -> dict[str, str]:

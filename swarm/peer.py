@@ -389,7 +389,7 @@ class DHTPeer:
                 p2p = await asyncio.wait_for(daemon.create(**p2p_kwargs), max(1.0, deadline - self._clock.monotonic()))
                 remove_stale_sockets_since(started)  # sockets of failed attempts nobody listens on
                 return p2p
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 raise SwarmJoinError(self._join_failure_message("timed out starting p2pd")) from None
             except Exception as e:
                 retry = config.initial_peers and "bootstrap" in str(e) and self._clock.monotonic() + delay < deadline
