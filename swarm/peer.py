@@ -53,6 +53,7 @@ from swarm.transport import SwarmCounters
 logger = logging.getLogger(__name__)
 
 _KNOWN_PEERS_KEPT = 64  # addresses remembered for rejoining; the oldest go first
+CONNECT_SECONDS = 5.0  # beyond p2pd's own start: its control client connecting and the first ping
 
 
 class SwarmJoinError(RuntimeError):
@@ -385,13 +386,18 @@ class DHTPeer:
         started, delay = time.time(), 1.0  # wall time of the socket files, as in start()
         daemon = PubsubP2P if config.gossip else P2P  # announcements need the daemon's pubsub
         while True:
+            left = max(1.0, deadline - self._clock.monotonic())
             try:
-                p2p = await asyncio.wait_for(daemon.create(**p2p_kwargs), max(1.0, deadline - self._clock.monotonic()))
+                # hivemind's own startup_timeout stops the daemon it started when it is not ready in time; create()
+                # cancelled from outside would leave it running until its P2P object happened to be collected
+                p2p = await asyncio.wait_for(daemon.create(**p2p_kwargs, startup_timeout=left), left + CONNECT_SECONDS)
                 remove_stale_sockets_since(started)  # sockets of failed attempts nobody listens on
                 return p2p
             except TimeoutError:
                 raise SwarmJoinError(self._join_failure_message("timed out starting p2pd")) from None
             except Exception as e:
+                if "failed to start in" in str(e):  # hivemind's startup_timeout (it stopped the daemon)
+                    raise SwarmJoinError(self._join_failure_message("timed out starting p2pd")) from None
                 retry = config.initial_peers and "bootstrap" in str(e) and self._clock.monotonic() + delay < deadline
                 if not retry:
                     if config.initial_peers:

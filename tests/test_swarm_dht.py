@@ -16,7 +16,7 @@ import pytest
 from hivemind.dht.routing import DHTID
 from hivemind.utils.serializer import MSGPackSerializer
 
-from swarm.daemon import ProcessIdentity, socket_is_stale
+from swarm.daemon import ProcessIdentity, is_p2pd, parent_pid, socket_is_stale
 from swarm.dht import DHTTransport, SwarmJoinError
 from swarm.records import GroupRecord, IndexEntry, RecordRef, RecordRejected, encode_index_entry, encode_record
 from swarm.transport import wait_for_groups, wait_for_peers
@@ -340,6 +340,33 @@ def test_unreachable_initial_peer_fails_in_bounded_time():
     # Only dead sockets are a leak: other processes on this machine may be running live p2pd daemons.
     new = [f for f in set(os.listdir("/tmp")) - before if f.startswith("hivemind-")]
     assert not [f for f in new if socket_is_stale(os.path.join("/tmp", f))]
+
+
+def _p2pd_children() -> set[ProcessIdentity]:
+    """The p2pd daemons this test process started that still run."""
+    found = set()
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and parent_pid(int(entry)) == os.getpid() and is_p2pd(int(entry)):
+            daemon = ProcessIdentity.of(int(entry))
+            if daemon is not None and daemon.running():
+                found.add(daemon)
+    return found
+
+
+def test_a_p2pd_that_does_not_start_in_time_is_stopped(monkeypatch):
+    """A daemon that never says it is ready (a machine too busy to start it within join_timeout): the peer fails
+    with a join error and the daemon it started is stopped then, not left running until its hivemind object happens
+    to be garbage collected (what cancelling `P2P.create` from outside did)."""
+    from hivemind.p2p import P2P
+
+    async def never_ready(self, ready, *args, **kwargs):
+        await asyncio.sleep(3600)
+
+    monkeypatch.setattr(P2P, "_read_outputs", never_ready)
+    before = _p2pd_children()
+    with pytest.raises(SwarmJoinError, match="timed out starting p2pd"):
+        DHTTransport(join_timeout=2.0, host_maddrs=[LOCAL])
+    wait_until(lambda: not _p2pd_children() - before, 10, message="(the daemon that did not start still runs)")
 
 
 def test_close_leaves_no_process_or_socket(dht_peers):
