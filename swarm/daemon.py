@@ -115,15 +115,28 @@ def remove_files(paths: Sequence[str]) -> None:
             os.remove(path)
 
 
-def remove_stale_sockets_since(since: float) -> None:
-    """Remove hivemind socket files created after ``since`` that no process listens on.
+def bound_unix_paths() -> set[str]:
+    """The paths of the unix sockets bound now in this network namespace (``/proc/net/unix``): each is held open by
+    a live process, whether or not it listens yet."""
+    try:
+        with open("/proc/net/unix") as f:
+            next(f, None)
+            return {fields[7] for line in f if len(fields := line.split()) >= 8}
+    except OSError:
+        return set()
 
-    A p2pd that exits during startup (e.g. no bootstrap peer answered) leaves its socket file, and
-    hivemind never tells us its name; a socket nobody listens on is garbage whoever made it.
+
+def remove_stale_sockets_since(since: float) -> None:
+    """Remove hivemind socket files created after ``since`` that no process holds.
+
+    A p2pd that exits during startup (e.g. no bootstrap peer answered) leaves its socket file, and hivemind never
+    tells us its name; a socket nobody holds is garbage whoever made it. One that refuses connections may merely be
+    starting (bound, not yet listening: another peer's, of this program or another): it is left while it is bound.
     """
+    bound = bound_unix_paths()
     for path in glob.glob("/tmp/hivemind-p2pd-*.sock") + glob.glob("/tmp/hivemind-p2pclient-*.sock"):
         try:
-            if os.stat(path).st_mtime >= since - 1 and socket_is_stale(path):
+            if os.stat(path).st_mtime >= since - 1 and path not in bound and socket_is_stale(path):
                 os.remove(path)
         except OSError:
             pass

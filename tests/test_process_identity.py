@@ -1,17 +1,20 @@
 """A process is known by its pid and its start time: a pid reused by another process (another program's p2pd
-included) is never claimed, reported or signalled, by the tests' leftover check or by a node's cleanup."""
+included) is never claimed, reported or signalled, by the tests' leftover check or by a node's cleanup; nor is the
+socket file of a daemon that is starting removed as stale."""
 
 from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 
 import pytest
 
-from swarm.daemon import STATE_FILE, ProcessIdentity, cleanup_stale_state
+from swarm.daemon import STATE_FILE, ProcessIdentity, cleanup_stale_state, remove_stale_sockets_since
 from tests.swarm_fixtures import STARTED_P2PD, p2pd_left_behind_checked, record_p2pd
 
 # A process whose command line names p2pd, as a daemon's does, but which sleeps.
@@ -95,3 +98,19 @@ def test_a_node_start_kills_only_the_very_p2pd_its_crashed_run_recorded(own, tmp
     (tmp_path / STATE_FILE).write_text(json.dumps({**state, "p2pd_start": identity.start}))
     cleanup_stale_state(str(tmp_path))  # the very daemon, its parent gone: killed
     assert daemon.wait(timeout=10) == -9 and not os.path.exists(tmp_path / STATE_FILE)
+
+
+def test_a_socket_bound_but_not_yet_listening_is_not_removed_as_stale():
+    """Between its bind and its listen a starting daemon's socket refuses connections; a peer that cleans up after a
+    failed start (of this program or another) must not take it for a dead daemon's file."""
+    path = f"/tmp/hivemind-p2pd-identity-test-{os.getpid()}.sock"
+    since = time.time()
+    starting = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        starting.bind(path)  # not listening: a connect is refused
+        remove_stale_sockets_since(since)
+        assert os.path.exists(path)
+    finally:
+        starting.close()
+    remove_stale_sockets_since(since)  # nobody holds it now: garbage
+    assert not os.path.exists(path)
