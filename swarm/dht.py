@@ -48,6 +48,7 @@ from typing import Any
 
 from swarm.clock import SYSTEM_CLOCK, Clock
 from swarm.config import MULTIADDR_FORM, DHTTransportConfig, validate_addresses, validate_multiaddr
+from swarm.daemon import ProcessIdentity
 from swarm.dht_values import TypedDHTSerializer
 from swarm.fetcher import ReasonedRejections
 from swarm.gossip import GOSSIP_ROUND_SECONDS, Gossip, topic_mates
@@ -208,6 +209,11 @@ class DHTTransport(SwarmTransport):
     def p2pd_pid(self) -> int | None:
         """Process id of this peer's p2pd daemon."""
         return self.peer.p2pd_pid
+
+    @property
+    def p2pd(self) -> ProcessIdentity | None:
+        """This peer's p2pd daemon (pid and start time): once it is gone, its pid may name another process."""
+        return self.peer.p2pd
 
     @property
     def socket_paths(self) -> list[str]:
