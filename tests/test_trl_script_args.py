@@ -260,7 +260,7 @@ def test_trls_prompt_and_solution_columns_are_the_question_and_the_answer(tmp_pa
         ("load_in_4bit: true", "--load_in_4bit true: not supported by sapo-node: leave it out"),
         ("use_dora: true", "--use_dora true: not supported by sapo-node: leave it out"),
         ("reward_model_name_or_path: some/rm", "--reward_model_name_or_path some/rm: not supported by sapo-node"),
-        ("dtype: float64", "invalid choice: 'float64'"),
+        ("dtype: float64", "--dtype float64: invalid choice; use one of auto, bfloat16, float16, float32"),
     ],
 )
 def test_what_trls_model_arguments_ask_and_a_node_does_not_do_is_refused_in_one_line(tmp_path, key, expected):

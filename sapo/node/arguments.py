@@ -377,6 +377,9 @@ class NodeArguments:
     def _refuse_what_trl_asks_and_a_node_does_not_do(self) -> None:
         """TRL's model and script arguments a node cannot honour, refused (one line) where set to anything but TRL's
         default; those it merely does not use are logged at start (:func:`trl_argument_notes`)."""
+        dtypes = _FIELDS["dtype"].metadata["choices"]
+        if self.dtype is not None and self.dtype not in dtypes:  # argparse checks a flag's choices, not a YAML value
+            raise ValueError(f"--dtype {self.dtype}: invalid choice; use one of {', '.join(dtypes)}")
         if self.lora_task_type.upper() != "CAUSAL_LM":
             raise ValueError(f"--lora_task_type {self.lora_task_type}: a policy is a causal LM; use CAUSAL_LM")
         unsupported = {
