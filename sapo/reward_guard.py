@@ -193,7 +193,8 @@ class RewardGuard:
         if self.max_error_rate is not None and failed_recently > self.max_error_rate * self.window:
             raise RewardErrorLimit(
                 f"reward {name} failed on {failed_recently} of its last {self.window} own rows (limit "
-                f"{self.max_error_rate:g} of them); {last}", limit="max_error_rate",
+                f"{self.max_error_rate:g} of them); {last}",
+                limit="max_error_rate",
             ) from error
 
 

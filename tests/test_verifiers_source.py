@@ -229,9 +229,9 @@ def test_a_verifiers_taskset_with_repeats_runs_from_sapo_node(tmp_path, tiny_mod
     out = tmp_path / "run"
     tiny = [a for a in TINY if a not in ("--tasks", "basic_arithmetic")]
     result = subprocess.run(  # the README's command, with the test's tiny settings
-        [sys.executable, "-m", "sapo.node.cli", "--source", f"{path}:Repeats", "--source_args", '{"distinct": 38}',
-         "--rewards", "source", "--model", str(tiny_model_a), "--output_dir", str(out), *tiny, "--max_steps", "1",
-         "--eval_questions", "2", "--status_port", "none"],
+        [sys.executable, "-m", "sapo.node.cli", "--source", f"{path}:Repeats",
+         "--source_args", '{"id": "my-tasks", "distinct": 38}', "--rewards", "source", "--model", str(tiny_model_a),
+         "--output_dir", str(out), *tiny, "--max_steps", "1", "--eval_questions", "2", "--status_port", "none"],
         capture_output=True, text=True, timeout=600,
     )  # fmt: skip
     try:
@@ -240,7 +240,7 @@ def test_a_verifiers_taskset_with_repeats_runs_from_sapo_node(tmp_path, tiny_mod
         log = (out / "node.log").read_text()
         assert "82 repeated task(s) merged into the task they repeat (same key, same data): 38 distinct" in log
         run = json.loads((out / "node-run.json").read_text())
-        assert (run["source"], run["source_args"]) == (f"{path}:Repeats", {"distinct": 38})
-        assert run["data"]["sources"] == [f"verifiers taskset sapo_user_source_repeats.Repeats {_version()} (38 tasks)"]
+        assert (run["source"], run["source_args"]) == (f"{path}:Repeats", {"id": "my-tasks", "distinct": 38})
+        assert run["data"]["sources"] == [f"verifiers taskset my-tasks {_version()} (38 tasks)"]  # named by its id
     finally:
         _assert_gone(_p2pd_pid(out))

@@ -175,7 +175,10 @@ class NodeArguments:
         metadata={
             "help": "Your own task source instead of `tasks` or `dataset`: a `sapo.sources.TaskSource` subclass as "
             "`module:Class` or `path/to/file.py:Class`, built with `source_args`; its `rows()` are the training rows "
-            "(given `size=dataset_size` and `seed` where it takes them), its `held_out()` the held-out questions."
+            "(given `size=dataset_size` and `seed` where it takes them), its `held_out()` the held-out questions "
+            "(each a `datasets.Dataset` or a list of dicts). Or a `verifiers.v1.Taskset` subclass, built with its "
+            "config class from `source_args` (`eval_fraction` of its tasks held out; `--rewards source` scores with "
+            "its reward hooks)."
         },
     )
     source_args: dict | str | None = field(
@@ -217,9 +220,10 @@ class NodeArguments:
     rewards: list[str] = field(
         default_factory=lambda: ["reasoning_gym", "format"],
         metadata={
-            "help": "Reward functions: `reasoning_gym`, `math`, `format`, or your own as `module:function` or "
-            "`path/to/file.py:function` (TRL's signature: prompts, completions, **columns; one float or None per "
-            "completion). Weights: `reward_weights`."
+            "help": "Reward functions: `reasoning_gym`, `math`, `format`, `source` (the `source`'s own reward: a "
+            "verifiers taskset's reward hooks), or your own as `module:function` or `path/to/file.py:function` "
+            "(TRL's signature: prompts, completions, **columns; one float or None per completion). Weights: "
+            "`reward_weights`."
         },
     )
     reward_funcs: list[str] | None = field(
@@ -431,7 +435,7 @@ _FIELDS = {f.name: f for f in dataclasses.fields(NodeArguments)}
 def _reward_of_trl(name: str) -> str:
     """A `reward_funcs` entry as `rewards` names it: this project's names and `module:function` as they are, TRL's
     dotted import path `module.function` as `module:function`; raises ValueError for what cannot be resolved so."""
-    if name in REWARD_NAMES or ":" in name:
+    if name in (*REWARD_NAMES, "source") or ":" in name:
         return name
     if name in _TRL_REWARD_NAMES:
         raise ValueError(

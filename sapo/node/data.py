@@ -132,8 +132,8 @@ def user_source(spec: str, arguments: dict[str, Any] | str | None, eval_fraction
         return _verifiers_source(spec, cls, arguments or {}, eval_fraction)
     if not (inspect.isclass(cls) and issubclass(cls, TaskSource)):
         raise NodeError(
-            f"--source {spec!r}: {where} has no sapo.sources.TaskSource subclass (or verifiers.v1.Taskset subclass) "
-            f"{name!r}"
+            f"--source {spec!r}: {where} has no sapo.sources.TaskSource subclass {name!r} (nor a verifiers.v1.Taskset "
+            "subclass of that name)"
         )
     try:
         return cls(**(arguments or {}))

@@ -201,7 +201,7 @@ class DatasetSource(TaskSource):
                 )
             answer_text = answer if isinstance(answer, str) else json.dumps(answer)
             wanted = self.extra_columns
-            # An answer column of another name (TRL's `solution`) stays under its own name too, for rewards that read it.
+            # An answer column of another name (TRL's `solution`) stays under its name too, for rewards that read it.
             extra_names = [c for c in record if c != self.question_column and c not in _RESERVED]
             columns = {c: record.get(c) for c in (wanted if wanted is not None else extra_names)}
             yield item_key(question, answer), _Item(question, answer_text, columns, prompt)
@@ -313,7 +313,8 @@ def where_they_differ(texts: Sequence[str], width: int = 30) -> list[str]:
     while all(len(t) > start for t in texts) and len({t[start] for t in texts}) == 1:
         start += 1
     start = max(0, start - 10)  # a little of the common part, for context
-    return [("..." if start else "") + t[start : start + width] + ("..." if len(t) > start + width else "") for t in texts]
+    head = "..." if start else ""
+    return [head + t[start : start + width] + ("..." if len(t) > start + width else "") for t in texts]
 
 
 def mix_rows(datasets: Sequence[Any], seed: int = 0) -> Any:
