@@ -236,7 +236,7 @@ def test_a_verifiers_taskset_with_repeats_runs_from_sapo_node(tmp_path, tiny_mod
     )  # fmt: skip
     try:
         assert result.returncode == 0, result.stderr[-3000:]
-        assert _metrics(out)[-1]["step"] == 1 and "rewards/verifiers_Repeats/mean" in _metrics(out)[-1]
+        assert _metrics(out)[-1]["step"] == 1 and "rewards/verifiers_my-tasks/mean" in _metrics(out)[-1]
         log = (out / "node.log").read_text()
         assert "82 repeated task(s) merged into the task they repeat (same key, same data): 38 distinct" in log
         run = json.loads((out / "node-run.json").read_text())

@@ -20,11 +20,31 @@ SOURCE_REWARD = "source"
 _TRL_COLUMNS = {"question": "prompt", "answer": "solution"}
 
 
+def task_specs(names: list[Any]) -> list[Any]:
+    """TaskSpecs for the `tasks` setting: default-mix settings for known names, dict items as given."""
+    from sapo.tasks import DEFAULT_TASKS, TaskSpec, validate_task_names
+
+    defaults = {task.name: task for task in DEFAULT_TASKS}
+    specs = []
+    for item in names:
+        if isinstance(item, dict):
+            unknown = set(item) - {"name", "config", "weight"}
+            if "name" not in item or unknown:
+                raise NodeError(f"a tasks item must be {{name, config, weight}}, got keys {sorted(item)}")
+            specs.append(TaskSpec(item["name"], dict(item.get("config") or {}), float(item.get("weight", 1.0))))
+        else:
+            specs.append(defaults.get(str(item)) or TaskSpec(str(item)))
+    try:
+        validate_task_names(specs)
+    except ValueError as e:
+        raise NodeError(str(e)) from None
+    return specs
+
+
 def build_questions(node: NodeArguments, seed: int, eval_size: int = 1) -> tuple[Any, list[Any]]:
     """The node's training rows (a `datasets.Dataset`) and the task sources it holds: your own task source, your own
     dataset, or the reasoning-gym task mix. A source's rows and held-out rows (the first ``eval_size``) are checked
     here, so that one that returns something else is refused now (one line), not after the swarm started."""
-    from sapo.node.runner import task_specs
     from sapo.sources import DatasetSource, ReasoningGymSource, load_records
 
     if node.source:

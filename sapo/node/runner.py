@@ -19,6 +19,7 @@ from sapo.node.data import (  # noqa: F401  (importable from here, as before)
     claim_data,
     data_identity,
     dataset_splits,
+    task_specs,
     user_source,
 )
 from sapo.node.errors import ErrorLimitReached, JoinError, NodeError, refuse  # noqa: F401  (importable, as before)
@@ -34,27 +35,6 @@ _RUN_IDENTITY_FIELDS = (
 
 # ----------------------------------------------------------------------------------------------------
 # building the parts
-
-
-def task_specs(names: list[Any]) -> list[Any]:
-    """TaskSpecs for the `tasks` setting: default-mix settings for known names, dict items as given."""
-    from sapo.tasks import DEFAULT_TASKS, TaskSpec, validate_task_names
-
-    defaults = {task.name: task for task in DEFAULT_TASKS}
-    specs = []
-    for item in names:
-        if isinstance(item, dict):
-            unknown = set(item) - {"name", "config", "weight"}
-            if "name" not in item or unknown:
-                raise NodeError(f"a tasks item must be {{name, config, weight}}, got keys {sorted(item)}")
-            specs.append(TaskSpec(item["name"], dict(item.get("config") or {}), float(item.get("weight", 1.0))))
-        else:
-            specs.append(defaults.get(str(item)) or TaskSpec(str(item)))
-    try:
-        validate_task_names(specs)
-    except ValueError as e:
-        raise NodeError(str(e)) from None
-    return specs
 
 
 def load_model(node: NodeArguments, use_cpu: bool = False) -> tuple[Any, Any]:
