@@ -18,6 +18,9 @@ from pathlib import Path
 logger = logging.getLogger(__name__)
 
 COMPLETE_MARKER = "sapo-complete.json"
+TOTALS_FILE = "sapo-totals.json"
+"""Beside each checkpoint's files: the run's cumulative counts at that step (`sapo/total/...`), which a resumed run
+counts on from."""
 _CHECKPOINT_RE = re.compile(r"^checkpoint-(\d+)$")
 
 
@@ -40,6 +43,21 @@ def write_atomically(path: str | Path, text: str) -> None:
 def mark_complete(checkpoint_dir: str | Path, step: int) -> None:
     """Declare ``checkpoint_dir`` complete; call only after every file of the checkpoint is written."""
     write_atomically(Path(checkpoint_dir) / COMPLETE_MARKER, json.dumps({"step": step, "time": time.time()}))
+
+
+def write_totals(checkpoint_dir: str | Path, totals: dict) -> None:
+    """Keep ``totals`` (JSON-ready) in ``checkpoint_dir`` (:data:`TOTALS_FILE`)."""
+    write_atomically(Path(checkpoint_dir) / TOTALS_FILE, json.dumps(totals, sort_keys=True))
+
+
+def read_totals(checkpoint_dir: str | Path) -> dict:
+    """The totals kept in ``checkpoint_dir``; empty for a checkpoint without them (an earlier version's) or
+    unreadable ones."""
+    try:
+        saved = json.loads((Path(checkpoint_dir) / TOTALS_FILE).read_text())
+    except (OSError, ValueError):
+        return {}
+    return saved if isinstance(saved, dict) else {}
 
 
 def checkpoints(output_dir: str | Path) -> list[tuple[int, Path, bool]]:

@@ -340,7 +340,7 @@ def held_out_questions(
     ``ValueError`` when there are none: pass ``eval_dataset`` then, or turn evaluation off."""
     from datasets import concatenate_datasets
 
-    from sapo.sources import ReasoningGymSource
+    from sapo.sources import ReasoningGymSource, as_dataset
     from sapo.tasks import build_held_out_dataset, reasoning_gym_tasks_of
 
     if tasks is None:
@@ -351,7 +351,8 @@ def held_out_questions(
     parts = []
     for k, held_out in enumerate(holders):
         share = size // len(holders) + (1 if k < size % len(holders) else 0)
-        rows = held_out(share) if share else []
+        # A source may return a list of dicts (`TaskSource.held_out`): a Dataset from here on.
+        rows = as_dataset(held_out(share), f"{getattr(held_out, '__qualname__', 'held_out')}()") if share else []
         if len(rows):
             parts.append(rows)
     if not parts:

@@ -480,6 +480,19 @@ class Intake:
         taken.records.append(self._record(sender, group, reason, rewards, origin))
         logger.debug("dropped a group of key fingerprint %s (%s): %s", sender, reason, detail)
 
+    def running_totals(self) -> dict[str, Any]:
+        """The cumulative counts (`totals`, `taken_from`, `sender_outcomes`) as JSON-ready mappings: what a checkpoint
+        keeps, so that a resumed run counts on (:meth:`restore_totals`)."""
+        senders = {sender: dict(counts) for sender, counts in self.sender_outcomes.items()}
+        return {"totals": dict(self.totals), "taken_from": dict(self.taken_from), "senders": senders}
+
+    def restore_totals(self, saved: dict[str, Any]) -> None:
+        """Count on from ``saved`` (:meth:`running_totals` of the run being resumed); a missing part is left at 0."""
+        self.totals.update({str(k): int(v) for k, v in (saved.get("totals") or {}).items()})
+        self.taken_from.update({str(k): int(v) for k, v in (saved.get("taken_from") or {}).items()})
+        for sender, counts in (saved.get("senders") or {}).items():
+            self.sender_outcomes.setdefault(str(sender), Counter()).update({str(k): int(v) for k, v in counts.items()})
+
     def _count(self, taken: Taken, reason: str, count: int = 1, detail: str = "") -> None:
         """Count ``count`` groups set aside for ``reason``; the first time a reason appears it is logged (INFO)."""
         if not self.totals[f"dropped/{reason}"]:
@@ -542,11 +555,18 @@ class Intake:
         self._write_log(records)
 
     def _record(
-        self, sender: str, group: Group, outcome: str, rewards: list[float] | None = None, origin: str = SWARM
+        self,
+        sender: str,
+        group: Group,
+        outcome: str,
+        rewards: list[float] | None = None,
+        origin: str = SWARM,
+        task: str | None = None,
     ) -> GroupRecord:
-        """The group log's line for a received (or replayed) group and what happened to it."""
+        """The group log's line for a received (or replayed) group and what happened to it; ``task``: the name this
+        peer's own source gave the item (a dataset held here under another name), else the provenance's."""
         success, spread = reward_summary(rewards, self.args.success_threshold)
-        task = getattr(group.provenance, "task", "") or ""
+        task = task or getattr(group.provenance, "task", "") or ""
         rescue = origin == SWARM and outcome == TAKEN and bool(success) and self.own_success.is_weak(task)
         return GroupRecord(
             step=self._step, origin=origin, group_id=str(group.group_id), task=task, sender=sender,
@@ -556,7 +576,8 @@ class Intake:
         )  # fmt: skip
 
     def _candidate_record(self, candidate: Candidate, outcome: str) -> GroupRecord:
-        return self._record(candidate.sender, candidate.group, outcome, candidate.rewards, candidate.origin)
+        task = candidate.columns.get("task") if isinstance(candidate.columns, dict) else None
+        return self._record(candidate.sender, candidate.group, outcome, candidate.rewards, candidate.origin, task)
 
     def _write_log(self, records: list[GroupRecord]) -> None:
         if self.group_log is not None and self.accelerator.is_main_process and records:

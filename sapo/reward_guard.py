@@ -4,14 +4,16 @@ TRL calls each reward function once per batch; one raising on any row stops the 
 function so that a batch that raises is scored again row by row: the rows that still raise get ``None`` (TRL's "not
 applicable", a NaN reward that weighs nothing), each is logged with the row's item key and the exception, and the
 guard counts them. Past ``max_errors_in_a_row`` failed rows of one function in a row (a reward broken outright rather
-than on some rows) it raises :class:`RewardErrorLimit`, which stops training with that reason.
+than on some rows), or once more than ``max_error_rate`` of one function's last ``window`` own rows failed (a reward
+that always fails on one kind of item, however they interleave), it raises :class:`RewardErrorLimit`, which stops
+training with that reason.
 
 Received groups are scored by the intake, which drops a group whose reward raises (``reward_error``): the guard lets
 those errors through unchanged, so a foreign completion never counts against this peer's own rewards.
 
 Example::
 
-    guard = RewardGuard(max_errors_in_a_row=64)
+    guard = RewardGuard(max_errors_in_a_row=64, max_error_rate=0.5)
     trainer = SAPOTrainer(model, guard.wrap_all([my_reward, format_reward]), config, rows, ...)
     ...
     guard.errors  # own rows a reward function failed on
@@ -27,6 +29,7 @@ import json
 import logging
 import sys
 import threading
+from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
@@ -43,7 +46,12 @@ _LET_THROUGH: contextvars.ContextVar[bool] = contextvars.ContextVar("sapo_reward
 
 
 class RewardErrorLimit(RuntimeError):
-    """A reward function failed on more of this peer's own rows in a row than its guard allows: training stops."""
+    """A reward function failed on more of this peer's own rows than its guard allows (in a row, or as a share of
+    its last rows): training stops. ``limit`` names the guard's argument that was reached."""
+
+    def __init__(self, message: str, limit: str = "max_errors_in_a_row"):
+        super().__init__(message)
+        self.limit = limit
 
 
 @contextlib.contextmanager
@@ -82,19 +90,27 @@ class RewardGuard:
     Args:
         max_errors_in_a_row: how many of this peer's own rows in a row one reward function may fail on before
             :class:`RewardErrorLimit` stops training (None: never).
+        max_error_rate: the share of one reward function's last ``window`` own rows that may fail (judged once it
+            has scored ``window`` rows); more stops training (None: never).
+        window: how many of a function's last own rows ``max_error_rate`` is judged on.
 
     Attributes:
         errors (`int`): own rows a guarded function failed on, over every function.
         last_error (`str | None`): the last failure's row and exception.
     """
 
-    def __init__(self, max_errors_in_a_row: int | None = 64):
+    def __init__(self, max_errors_in_a_row: int | None = 64, max_error_rate: float | None = 0.5, window: int = 256):
         if max_errors_in_a_row is not None and max_errors_in_a_row < 1:
             raise ValueError(f"max_errors_in_a_row must be at least 1 or None, got {max_errors_in_a_row}")
-        self.max_errors_in_a_row = max_errors_in_a_row
+        if max_error_rate is not None and not 0.0 <= max_error_rate < 1.0:
+            raise ValueError(f"max_error_rate must be in [0, 1) or None, got {max_error_rate}")
+        if window < 1:
+            raise ValueError(f"window must be at least 1, got {window}")
+        self.max_errors_in_a_row, self.max_error_rate, self.window = max_errors_in_a_row, max_error_rate, window
         self.errors = 0
         self.last_error: str | None = None
         self._in_a_row: dict[str, int] = {}
+        self._recent: dict[str, deque[bool]] = {}  # per function: whether each of its last `window` own rows failed
         self._lock = threading.Lock()
 
     def wrap_all(self, funcs: Sequence[Any]) -> list[Any]:
@@ -119,7 +135,7 @@ class RewardGuard:
                     raise
                 scores = self._row_by_row(func, name, prompts, completions, columns, e)
             else:
-                self._succeeded(name)
+                self._succeeded(name, len(prompts))
             log_metric = columns.get("log_metric")
             if callable(log_metric):
                 log_metric("sapo/total/reward_errors", float(self.errors))
@@ -150,25 +166,35 @@ class RewardGuard:
             self._failed(name, f"a batch of {n} rows (each scores alone)", batch_error, count=False)
         return scores
 
-    def _succeeded(self, name: str) -> None:
+    def _succeeded(self, name: str, rows: int = 1) -> None:
         with self._lock:
             self._in_a_row[name] = 0
+            self._recent.setdefault(name, deque(maxlen=self.window)).extend([False] * rows)
 
     def _failed(self, name: str, row: str, error: Exception, count: bool = True) -> None:
         with self._lock:
+            recent = self._recent.setdefault(name, deque(maxlen=self.window))
             if count:
                 self.errors += 1
                 self._in_a_row[name] = self._in_a_row.get(name, 0) + 1
+                recent.append(True)
             in_a_row = self._in_a_row.get(name, 0)
+            failed_recently = sum(recent) if len(recent) == self.window else 0
             self.last_error = f"{name} on {row}: {type(error).__name__}: {error}"
         logger.error(
             "reward %s raised on %s, scored as failed (%d reward error(s) so far): %s: %s",
             name, row, self.errors, type(error).__name__, error,
         )  # fmt: skip
+        last = f"last, on {row}: {type(error).__name__}: {error}"
         if self.max_errors_in_a_row is not None and in_a_row >= self.max_errors_in_a_row:
             raise RewardErrorLimit(
-                f"reward {name} failed on {in_a_row} own rows in a row (limit {self.max_errors_in_a_row}); last, on "
-                f"{row}: {type(error).__name__}: {error}"
+                f"reward {name} failed on {in_a_row} own rows in a row (limit {self.max_errors_in_a_row}); {last}"
+            ) from error
+        if self.max_error_rate is not None and failed_recently > self.max_error_rate * self.window:
+            raise RewardErrorLimit(
+                f"reward {name} failed on {failed_recently} of its last {self.window} own rows (limit "
+                f"{self.max_error_rate:g} of them); {last}",
+                limit="max_error_rate",
             ) from error
 
 

@@ -370,9 +370,10 @@ class WeakPromptFirstSampler(DropZeroAdvantageSampler):
 
 
 def task_of(candidate: Candidate) -> str:
-    """The task a candidate's question belongs to, as the trainer names its own groups' task: the provenance's task
-    (a reasoning-gym task, or a question file's name)."""
-    return candidate.group.provenance.task
+    """The task a candidate's question belongs to, as the trainer names its own groups' task: the task this peer's
+    own source re-derived for it (a dataset item held here under another name counts under this peer's name), else
+    the provenance's (a reasoning-gym task, or a question file's name)."""
+    return str(candidate.columns.get("task") or candidate.group.provenance.task)
 
 
 def has_success(rewards: Sequence[float], threshold: float) -> bool:

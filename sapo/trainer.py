@@ -36,7 +36,7 @@ from transformers.trainer_utils import TrainOutput, get_last_checkpoint
 from trl.data_utils import is_conversational
 
 from rewards import completion_text
-from sapo.checkpoints import mark_complete
+from sapo.checkpoints import mark_complete, read_totals, write_totals
 from sapo.config import SAPOConfig
 from sapo.evaluation import held_out_questions
 from sapo.held_out import HeldOutEvaluation
@@ -363,6 +363,8 @@ class SAPOTrainer(HeldOutEvaluation, TRLBridge):
         if resume_from_checkpoint is True:
             resume_from_checkpoint = get_last_checkpoint(self.args.output_dir) or True  # True: Trainer's own error
         done = self._completed_state(resume_from_checkpoint)
+        if isinstance(resume_from_checkpoint, (str, os.PathLike)):
+            self._restore_totals(read_totals(resume_from_checkpoint))
         if done is None:
             result = super().train(resume_from_checkpoint, *args, **kwargs)
         else:
@@ -403,10 +405,25 @@ class SAPOTrainer(HeldOutEvaluation, TRLBridge):
             json.dump({sender: dict(counts) for sender, counts in sorted(self.sender_outcomes.items())}, f, indent=1)
         os.replace(path + ".tmp", path)  # never a torn file, whenever the node is killed
 
+    def _reward_guards(self) -> list[Any]:
+        """The `sapo.reward_guard.RewardGuard`s wrapping this trainer's reward functions (one each at most)."""
+        guards = (getattr(f, "__sapo_reward_guard__", None) for f in self.reward_funcs)
+        return list({id(g): g for g in guards if g is not None}.values())
+
+    def _restore_totals(self, saved: dict[str, Any]) -> None:
+        """Count on from a resumed checkpoint's totals: `sapo/total/...`, per-sender outcomes, reward errors."""
+        self.intake.restore_totals(saved)
+        guards = self._reward_guards()
+        if len(guards) == 1:
+            guards[0].errors += int(saved.get("reward_errors") or 0)
+
     def on_checkpoint_saved(self, folder: str) -> None:
-        """Per-sender outcomes beside the checkpoint, then its completion marker, written last: a checkpoint without
-        it is incomplete."""
+        """Per-sender outcomes and the running totals beside the checkpoint, then its completion marker, written last:
+        a checkpoint without it is incomplete."""
         self._write_sender_outcomes()
+        if self.args.should_save:
+            errors = sum(guard.errors for guard in self._reward_guards())
+            write_totals(folder, {**self.intake.running_totals(), "reward_errors": errors})
         pause = float(os.environ.get(FAULT_PAUSE_BEFORE_MARKER) or 0)
         if pause > 0:  # fault injection (tests): a kill in this window always leaves a half-written checkpoint
             time.sleep(pause)

@@ -5,6 +5,7 @@ and no step is logged twice."""
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import signal
@@ -94,4 +95,27 @@ def test_kill9_at_random_moments_resumes_from_the_newest_complete_checkpoint(tmp
     assert len(set_aside) == caught_mid_write  # each checkpoint the kill left half-written was set aside
     steps = [m["step"] for m in _metrics(out)]
     assert steps == sorted(set(steps))  # no step logged twice across five lives
+    _assert_gone(_p2pd(out))
+
+
+def test_a_restart_skips_the_evaluation_it_already_did_and_counts_its_totals_on(tmp_path, tiny_model_a):
+    from tests.node_fixtures import _evaluations
+
+    out = tmp_path / "node"
+    lives = []
+    for max_steps in (2, 4):  # the second life resumes from checkpoint-2, evaluated already by the first
+        result = subprocess.run(
+            _node_command(tiny_model_a, out, "--max_steps", str(max_steps), "--save_steps", "2", "--eval_steps", "10",
+                          "--eval_questions", "2", "--status_port", "none"),
+            capture_output=True, text=True, timeout=600,
+        )  # fmt: skip
+        assert result.returncode == 0, result.stderr[-3000:]
+        lives.append(result.stderr)
+    assert "resuming from" in lives[1] and "step 2's held-out evaluation is in metrics.jsonl already" in lives[1]
+    assert [e["step"] for e in _evaluations(out)] == [0, 2, 4]  # step 2 evaluated once, by the first life
+    held_out_steps = [json.loads(line)["step"] for line in (out / "held_out.jsonl").read_text().splitlines()]
+    assert held_out_steps == [0, 2, 4]
+    fill_ins = [m["sapo/total/fill_ins"] for m in _metrics(out)]  # alone: one external slot filled in per step
+    published = [m["sapo/total/published_groups"] for m in _metrics(out)]  # two groups of this node per step
+    assert fill_ins == [1, 2, 3, 4] and published == [2, 4, 6, 8]  # counted on from the checkpoint, not from 0
     _assert_gone(_p2pd(out))

@@ -186,12 +186,14 @@ def test_evaluation_of_a_non_procedural_dataset_needs_an_eval_dataset(tmp_path, 
                     train_dataset=dataset, processing_class=tokenizer)  # fmt: skip
 
 
-def test_a_restart_evaluates_its_resume_step_again_without_a_duplicate_line(tmp_path):
+def test_a_restart_keeps_its_resume_steps_evaluation_and_knows_it_is_done(tmp_path):
     path = tmp_path / "metrics.jsonl"
     lines = [{"step": 1, "loss": 0.1}, {"step": 2, "loss": 0.1}, {"step": 2, "eval/pass@1": 0.5}, {"step": 3}]
     path.write_text("".join(json.dumps(line) + "\n" for line in lines))
-    MetricsJsonl(path, resume_step=2)
-    assert [json.loads(line) for line in path.read_text().splitlines()] == lines[:2]
+    metrics = MetricsJsonl(path, resume_step=2)
+    assert [json.loads(line) for line in path.read_text().splitlines()] == lines[:3]
+    assert metrics.evaluated(2) and not metrics.evaluated(1)  # the node does not evaluate step 2 again
+    assert not MetricsJsonl(path, resume_step=1).evaluated(1) and len(path.read_text().splitlines()) == 1
 
 
 def test_sapo_node_eval_prints_a_per_task_table_for_a_model_and_a_lora_adapter(tmp_path, tiny_model_a, capsys):

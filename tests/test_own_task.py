@@ -226,3 +226,97 @@ def test_the_readmes_own_task_code_runs_as_printed(tmp_path, tiny_model_a, monke
     trainer = namespace["trainer"]
     assert trainer.state.global_step == 2
     assert any("eval/pass@1" in entry for entry in trainer.state.log_history)
+
+
+LIST_SOURCE = '''
+from sapo.questions import GroupDropped, question_row
+from sapo.sources import Rederived, TaskSource
+from swarm.records import Provenance
+
+
+class Halves(TaskSource):
+    """Written from docs/extending.md's table: rows() and held_out() return lists of dicts."""
+
+    name, version = "halves", "1"
+
+    def _row(self, n):
+        return question_row(f"What is half of {2 * n}?", str(n), Provenance(self.name, "halves", {}, 0, n, "1"))
+
+    def rows(self, size=1000):
+        return [self._row(n) for n in range(1, min(size, 40) + 1)]
+
+    def held_out(self, size=None):
+        return [self._row(n) for n in range(1000, 1000 + (size or 8))]
+
+    def holds(self, provenance):
+        return provenance.source == self.name
+
+    def rederive(self, provenance, question):
+        row = self._row(provenance.index)
+        if row["prompt"][-1]["content"] != question:
+            raise GroupDropped("question_mismatch", "another question")
+        return Rederived(question, {k: v for k, v in row.items() if k != "prompt"})
+
+
+class Broken(Halves):
+    def held_out(self, size=None):
+        return "not rows"
+'''
+
+
+def test_a_source_class_returning_lists_runs_and_one_returning_anything_else_is_refused_at_start(
+    tmp_path, tiny_model_a, capsys
+):
+    (tmp_path / "halves.py").write_text(LIST_SOURCE)
+    out = tmp_path / "run"
+    tiny = [a for a in TINY if a not in ("--tasks", "basic_arithmetic")]
+    base = ["--model", str(tiny_model_a), *tiny, "--rewards", "math", "--status_port", "none"]
+    result = subprocess.run(
+        [sys.executable, "-m", "sapo.node.cli", *base, "--source", f"{tmp_path / 'halves.py'}:Halves",
+         "--output_dir", str(out), "--max_steps", "1", "--eval_questions", "4"],
+        capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    try:
+        assert result.returncode == 0, result.stderr[-3000:]
+        assert _metrics(out)[-1]["step"] == 1
+        assert [e["eval/questions"] for e in _evaluations(out)] == [4, 4]  # step 0 and the last step, of held_out()
+        run = json.loads((out / "node-run.json").read_text())
+        assert run["source"] == f"{tmp_path / 'halves.py'}:Halves" and "tasks" not in run  # what ran, recorded
+    finally:
+        _assert_gone(_p2pd(out))
+    # Anything but a Dataset or a list of dicts: refused at start, one line, in node.log and status.json too.
+    bad = tmp_path / "bad"
+    code = main([*base, "--source", f"{tmp_path / 'halves.py'}:Broken", "--output_dir", str(bad)])
+    err = capsys.readouterr().err.strip().splitlines()
+    expected = "held_out() returned a str; it must return a datasets.Dataset or a list of dicts (one per row)"
+    assert code == 2 and expected in err[-1] and len(err) == 1, err
+    assert expected in (bad / "node.log").read_text().splitlines()[-1]
+    status = json.loads((bad / "status.json").read_text())
+    assert status["phase"] == "stopped: error" and expected in status["stopped"]
+
+
+def test_every_start_up_refusal_is_one_line_on_stderr_in_node_log_and_in_status_json(tmp_path, tiny_model_a, capsys):
+    (tmp_path / "rewards_with_typo.py").write_text(
+        "def exact(prompts, completions, **kw):\n    return [0.0 for _ in x]\n"
+    )
+    bad_yaml = tmp_path / "bad.yaml"
+    bad_yaml.write_text(f"output_dir: {tmp_path / 'yaml'}\nmax_steps: 2\n  lora_r: [8\n")
+    (tmp_path / "yaml").mkdir()  # the directory a refused command line names is written only where it exists
+    cases = [
+        (["--config", str(bad_yaml)], "yaml", "config file " + str(bad_yaml) + ": not valid YAML: mapping values are "
+         "not allowed here at line 3, column 9"),
+        (["--rewards", "no_such_module:exact"], "module", "reward 'no_such_module:exact': cannot import"),
+        (["--rewards", f"{tmp_path / 'rewards_with_typo.py'}:exakt"], "function", "has no function 'exakt'"),
+        (["--source", "no_such_module:Source"], "source", "--source 'no_such_module:Source': cannot import"),
+        (["--max_steps", "two"], None, "argument --max_steps/--max-steps: invalid int value: 'two'"),
+    ]  # fmt: skip
+    for argv, folder, expected in cases:
+        out = ["--output_dir", str(tmp_path / folder)] if folder and argv[0] != "--config" else []
+        code = main(["--model", str(tiny_model_a), *argv, *out, "--status_port", "none"])
+        err = capsys.readouterr().err.strip().splitlines()
+        assert code == 2 and len(err) == 1 and expected in err[0], (argv, err)
+        if folder is None:
+            continue
+        assert expected in (tmp_path / folder / "node.log").read_text().splitlines()[-1]
+        status = json.loads((tmp_path / folder / "status.json").read_text())
+        assert status["phase"] == "stopped: error" and expected in status["stopped"], status

@@ -75,3 +75,29 @@ def test_a_guarded_reward_raising_on_a_received_group_drops_the_group_and_counts
                        dataset=own, max_steps=1, external_source_policy="trust")  # fmt: skip
     trainer.train()
     assert trainer.swarm_totals["dropped/reward_error"] == 1 and guard.errors == 0
+
+
+def test_a_reward_failing_on_one_kind_of_item_trips_the_rate_limit_though_never_many_in_a_row(caplog):
+    def parses_only_numbers(prompts, completions, answer, **kwargs):
+        if any(not a.isdigit() for a in answer):
+            raise ValueError(f"cannot parse {answer}")
+        return [1.0 for _ in completions]
+
+    # Every batch of 4 rows: 3 items of the kind the reward chokes on, 1 it scores; never 64 failures in a row.
+    mixed = ["x", "y", "7", "z"]
+    guard = RewardGuard(max_errors_in_a_row=64, max_error_rate=0.5, window=16)
+    reward = guard.wrap(parses_only_numbers)
+    with caplog.at_level(logging.CRITICAL):
+        reward(["q"] * 4, ["c"] * 4, answer=mixed)
+        reward(["q"] * 4, ["c"] * 4, answer=mixed)
+        reward(["q"] * 4, ["c"] * 4, answer=mixed)  # 12 rows: the window of 16 is not full yet
+        with pytest.raises(RewardErrorLimit, match=r"failed on 12 of its last 16 own rows \(limit 0.5 of them\)") as e:
+            reward(["q"] * 4, ["c"] * 4, answer=mixed)
+    assert e.value.limit == "max_error_rate"
+    # A quarter of the rows failing stays under the limit: the node goes on.
+    calm = RewardGuard(max_errors_in_a_row=64, max_error_rate=0.5, window=16).wrap(parses_only_numbers)
+    with caplog.at_level(logging.CRITICAL):
+        for _ in range(20):
+            assert calm(["q"] * 4, ["c"] * 4, answer=["1", "x", "2", "3"]) == [1.0, None, 1.0, 1.0]
+    with pytest.raises(ValueError, match=r"max_error_rate must be in \[0, 1\) or None"):
+        RewardGuard(max_error_rate=1.5)

@@ -256,3 +256,38 @@ def test_a_library_user_sets_the_source_error_limit_with_the_sources_given_to_th
     assert trainer.intake.sources.max_source_errors == 3 and trainer.intake.sources.sources[0] is source
     with pytest.raises(ValueError, match="max_source_errors must be >= 0 or None"):
         SourceRegistry([source], max_source_errors=-1)
+
+
+def test_the_same_data_under_two_file_names_is_one_task_to_the_peer_that_takes_it(tiny_model_a, tmp_path):
+    from sapo import SAPOConfig, SAPOTrainer
+    from sapo.group_log import read_group_log
+    from sapo.models import load_policy
+    from swarm import MemorySwarm
+
+    swarm = MemorySwarm(seed=0)
+    trainers = {}
+    for name in ("b", "a"):  # b publishes first; a takes b's groups
+        source = DatasetSource(_write(tmp_path / f"{name}.jsonl", RECORDS), name)
+        model, tokenizer = load_policy(tiny_model_a)
+        config = SAPOConfig(output_dir=str(tmp_path / name), num_local=1, num_external=1, num_generations=2,
+                            per_device_train_batch_size=4, max_completion_length=6, max_steps=1, use_cpu=True,
+                            report_to="none", plausibility_margin=None, sampling_strategy="uniform",
+                            groups_log="groups.jsonl")  # fmt: skip
+        trainers[name] = SAPOTrainer(
+            model, [lambda prompts, completions, **kw: [float(len(c[-1]["content"]) % 3) for c in completions]],
+            config, source.rows(), processing_class=tokenizer, swarm=swarm.join(name), sources=[source],
+        )  # fmt: skip
+        trainers[name].train()
+    received = [g for g in read_group_log(tmp_path / "a" / "groups.jsonl") if g["origin"] == "swarm"]
+    assert any(g["outcome"] == "taken" for g in received), received
+    assert {g["task"] for g in received} == {"a"}  # b's items, held here as a's: counted under this peer's name
+
+
+def test_conflicting_answers_print_where_they_differ():
+    from sapo.sources.dataset import where_they_differ
+
+    reasoning = "Natalia sold 48 clips in April and half as many in May, so 48 + 24 = 72 clips.\n#### "
+    assert where_they_differ([reasoning + "72", reasoning + "73"]) == ["...ps.\n#### 72", "...ps.\n#### 73"]
+    assert where_they_differ(["4", "5"]) == ["4", "5"]
+    long = ["x" * 100 + "a" * 40, "x" * 100 + "b" * 40]
+    assert where_they_differ(long) == ["..." + "x" * 10 + "a" * 20 + "...", "..." + "x" * 10 + "b" * 20 + "..."]

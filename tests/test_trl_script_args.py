@@ -161,3 +161,111 @@ def test_a_runs_recorded_label_keeps_its_key_so_earlier_runs_resume(tmp_path):
         node = parse_node_options(argv).node
         dataset, sources = build_questions(node, seed=0)
         assert data_identity(node, dataset, sources)["split"]["dataset_name"] == label
+
+
+TRL_REWARDS = '''
+def accuracy(completions, solution, **kwargs):
+    """TRL's convention: the reference answer in the `solution` column."""
+    return [float(s in c[-1]["content"]) for c, s in zip(completions, solution)]
+'''
+
+
+def _trl_folder(folder: Path) -> Path:
+    """A dataset in TRL's local form: a folder of train.jsonl and test.jsonl, conversational `prompt`, `solution`."""
+    folder.mkdir()
+    for split, numbers in (("train", range(1, 31)), ("test", range(31, 37))):
+        rows = [{"prompt": [{"role": "user", "content": f"What is {k} + {k}?"}], "solution": str(2 * k)}
+                for k in numbers]  # fmt: skip
+        (folder / f"{split}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return folder
+
+
+def test_a_yaml_in_trls_example_form_runs_unchanged(tmp_path, tiny_model_a):
+    data = _trl_folder(tmp_path / "doubling")
+    (tmp_path / "trl_rewards.py").write_text(TRL_REWARDS)
+    out = tmp_path / "run"
+    config = tmp_path / "grpo.yaml"
+    config.write_text(  # TRL's example form: ModelConfig, ScriptArguments and GRPOConfig keys in one file
+        "# Model arguments\n"
+        f"model_name_or_path: {tiny_model_a}\n"
+        "model_revision: main\n"
+        "dtype: bfloat16\n"
+        "attn_implementation: flash_attention_2\n"
+        "use_peft: true\n"
+        "lora_r: 8\n"
+        "lora_alpha: 16\n"
+        "lora_dropout: 0.05\n"
+        "lora_target_modules: [q_proj, v_proj]\n"
+        "lora_task_type: CAUSAL_LM\n"
+        "# Script arguments\n"
+        f"dataset_name: {data}\n"
+        "dataset_train_split: train\n"
+        "dataset_test_split: test\n"
+        "reward_funcs:\n"
+        "  - trl_rewards.accuracy\n"
+        "# GRPO trainer config\n"
+        f"output_dir: {out}\n"
+        "learning_rate: 1.0e-5\n"
+        "lr_scheduler_type: cosine\n"
+        "max_steps: 2\n"
+        "per_device_train_batch_size: 4\n"
+        "num_generations: 2\n"
+        "max_completion_length: 8\n"
+        "logging_steps: 1\n"
+        "save_strategy: steps\n"
+        "save_steps: 2\n"
+        "report_to: none\n"
+        "seed: 42\n"
+    )
+    tiny = [a for a in TINY if a not in ("--tasks", "basic_arithmetic")]
+    # As the `sapo-node` script runs (no working directory on sys.path: `-P`), from the folder `trl grpo` would run in.
+    result = subprocess.run(
+        [sys.executable, "-P", "-m", "sapo.node.cli", "--config", str(config), *tiny, "--eval_questions", "4",
+         "--status_port", "none"],
+        capture_output=True, text=True, timeout=600, cwd=tmp_path,
+    )  # fmt: skip
+    try:
+        assert result.returncode == 0, result.stderr[-3000:]
+        assert [m["step"] for m in _metrics(out)] == [1, 2]
+        run = json.loads((out / "node-run.json").read_text())
+        assert run["rewards"] == ["trl_rewards:accuracy"] and "solution" in run["data"]["columns"]
+        assert run["data"]["sources"][0].startswith("dataset doubling ")
+        held_out = [json.loads(line) for line in (out / "held_out.jsonl").read_text().splitlines()]
+        assert held_out and all(q["task"] == "doubling" for q in held_out[0]["questions"])
+        log = (out / "node.log").read_text()
+        assert "questions: dataset doubling 1 (36 items)" in log  # both files read: test.jsonl held out
+        assert "--attn_implementation flash_attention_2 is not available here" in log or "flash" not in log
+    finally:
+        _assert_gone(_p2pd(out))
+
+
+def test_trls_prompt_and_solution_columns_are_the_question_and_the_answer(tmp_path):
+    from sapo.node.runner import build_questions
+
+    rows = [{"prompt": f"What is {k} + {k}?", "solution": str(2 * k)} for k in range(1, 21)]
+    data = tmp_path / "plain.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    dataset, [source] = build_questions(parse_node_options(["--dataset", str(data), "--eval_fraction", "0"]).node, 0)
+    first = dataset[0]
+    assert first["prompt"][-1] == {"role": "user", "content": "What is 1 + 1?"}  # a string prompt: the question
+    assert (first["answer"], first["solution"]) == ("2", "2")  # the answer, and TRL's column under its own name
+    named = parse_node_options(["--dataset", str(data), "--answer_column", "solution", "--eval_fraction", "0"]).node
+    assert build_questions(named, 0)[0][0]["solution"] == "2"
+
+
+@pytest.mark.parametrize(
+    ("key", "expected"),
+    [
+        ("lora_task_type: SEQ_CLS", "--lora_task_type SEQ_CLS: a policy is a causal LM; use CAUSAL_LM"),
+        ("load_in_4bit: true", "--load_in_4bit true: not supported by sapo-node: leave it out"),
+        ("use_dora: true", "--use_dora true: not supported by sapo-node: leave it out"),
+        ("reward_model_name_or_path: some/rm", "--reward_model_name_or_path some/rm: not supported by sapo-node"),
+        ("dtype: float64", "--dtype float64: invalid choice; use one of auto, bfloat16, float16, float32"),
+    ],
+)
+def test_what_trls_model_arguments_ask_and_a_node_does_not_do_is_refused_in_one_line(tmp_path, key, expected):
+    config = tmp_path / "grpo.yaml"
+    config.write_text(f"model_name_or_path: m\n{key}\n")
+    with pytest.raises(NodeError) as refused:
+        parse_node_options(["--config", str(config)])
+    assert expected in str(refused.value) and "\n" not in str(refused.value)

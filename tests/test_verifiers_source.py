@@ -150,3 +150,97 @@ def test_sapo_sources_imports_without_verifiers_and_names_the_extra():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "a verifiers taskset needs the verifiers package: pip install 'sapo-swarm[verifiers]'"
+
+
+TASKSET_MODULE = '''
+import verifiers.v1 as vf
+
+
+class SumData(vf.TaskData):
+    answer: str
+
+
+class SumTask(vf.Task[SumData]):
+    @vf.reward
+    async def correct(self, task: SumData, trace: vf.Trace) -> float:
+        return float(task.answer in trace.last_reply)
+
+
+class RepeatsConfig(vf.TasksetConfig):
+    distinct: int = 38
+
+
+class Repeats(vf.Taskset[SumTask, RepeatsConfig]):
+    """120 tasks, each of `distinct` prompts repeated with the same answer (as tasksets built from samples are)."""
+
+    def load(self):
+        for k in range(120):
+            i = k % self.config.distinct
+            yield SumTask(SumData(prompt=f"What is {i} + {i + 1}?", answer=str(2 * i + 1)), self.config.task)
+
+
+class KeyedTask(SumTask):
+    @property
+    def key(self):
+        return "same"  # a class-defined key that names two different tasks
+
+
+class Clashing(vf.Taskset[SumTask]):
+    def load(self):
+        for i in (1, 2):
+            yield KeyedTask(SumData(prompt=f"What is {i} + {i}?", answer=str(2 * i)), self.config.task)
+'''
+
+
+def _version():
+    from verifiers import __version__
+
+    return f"verifiers=={__version__}"
+
+
+def _taskset_module(tmp_path):
+    import importlib.util
+
+    path = tmp_path / "repeats.py"
+    path.write_text(TASKSET_MODULE)
+    spec = importlib.util.spec_from_file_location("repeats_tasksets", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return path, module
+
+
+def test_repeated_tasks_are_merged_and_counted_and_one_key_of_two_tasks_is_refused(tmp_path, caplog):
+    import logging
+
+    _, module = _taskset_module(tmp_path)
+    with caplog.at_level(logging.INFO, logger="sapo.sources.verifiers"):
+        source = VerifiersSource(module.Repeats(module.RepeatsConfig()))
+    assert (source.merged, len(source._items), len(source)) == (82, 38, 38)
+    assert sorted(set(source.rows()["answer"])) == sorted({str(2 * i + 1) for i in range(38)})
+    assert any("82 repeated task(s) merged into the task they repeat" in r.getMessage() for r in caplog.records)
+    with pytest.raises(ValueError, match="two tasks have the key same with different data"):
+        VerifiersSource(module.Clashing(vf.TasksetConfig()))
+
+
+def test_a_verifiers_taskset_with_repeats_runs_from_sapo_node(tmp_path, tiny_model_a):
+    from tests.node_fixtures import TINY, _assert_gone, _metrics, _p2pd
+
+    path, _ = _taskset_module(tmp_path)
+    out = tmp_path / "run"
+    tiny = [a for a in TINY if a not in ("--tasks", "basic_arithmetic")]
+    result = subprocess.run(  # the README's command, with the test's tiny settings
+        [sys.executable, "-m", "sapo.node.cli", "--source", f"{path}:Repeats",
+         "--source_args", '{"id": "my-tasks", "distinct": 38}', "--rewards", "source", "--model", str(tiny_model_a),
+         "--output_dir", str(out), *tiny, "--max_steps", "1", "--eval_questions", "2", "--status_port", "none"],
+        capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    try:
+        assert result.returncode == 0, result.stderr[-3000:]
+        assert _metrics(out)[-1]["step"] == 1 and "rewards/verifiers_my-tasks/mean" in _metrics(out)[-1]
+        log = (out / "node.log").read_text()
+        assert "82 repeated task(s) merged into the task they repeat (same key, same data): 38 distinct" in log
+        run = json.loads((out / "node-run.json").read_text())
+        assert (run["source"], run["source_args"]) == (f"{path}:Repeats", {"id": "my-tasks", "distinct": 38})
+        assert run["data"]["sources"] == [f"verifiers taskset my-tasks {_version()} (38 tasks)"]  # named by its id
+    finally:
+        _assert_gone(_p2pd(out))

@@ -34,17 +34,27 @@ def _swarm_option(name: str, *, source: str | None = None, note: str = "") -> An
     return field(default=swarm_field.default, metadata=metadata)
 
 
+# TRL's ModelConfig, ScriptArguments and `trl grpo` script fields a node reads only to accept or refuse them.
+_TRL_ACCEPTED = (
+    "model_revision", "lora_task_type", "lora_target_parameters", "lora_modules_to_save", "use_rslora", "use_dora",
+    "load_in_8bit", "load_in_4bit", "bnb_4bit_quant_type", "use_bnb_nested_quant", "bnb_4bit_quant_storage",
+    "dataset_streaming", "ignore_bias_buffers", "reward_model_name_or_path",
+)  # fmt: skip
+
 _SECTIONS = {
     "Policy": (
         "model", "model_name_or_path", "use_peft", "lora_r", "lora_alpha", "lora_dropout", "lora_target_modules",
+        "dtype", "attn_implementation",
     ),
     "Questions and rewards": (
         "tasks", "eval_tasks", "dataset", "source", "source_args", "dataset_name", "dataset_label", "dataset_config",
         "dataset_train_split", "dataset_test_split", "question_column", "answer_column", "reward_columns",
-        "eval_fraction", "dataset_size", "rewards", "reward_funcs", "max_reward_errors_in_a_row", "max_source_errors",
-        "allow_data_change",
+        "eval_fraction", "dataset_size", "rewards", "reward_funcs", "max_reward_errors_in_a_row",
+        "max_reward_error_rate", "max_source_errors", "allow_data_change",
     ),
     "Choosing received groups": ("sampler",),
+    "TRL's other model and script arguments (accepted so that a `trl grpo` YAML runs; refused where they ask for "
+    "what a node does not do)": _TRL_ACCEPTED,
     "Swarm (defaults and text of `swarm.dht.DHTTransportConfig`'s fields)": (
         "initial_peers", "host_maddrs", "announce_maddrs", "identity", "swarm_name", "client_mode", "use_auto_relay",
         "join_timeout", "membership_path", "membership_operator",
@@ -89,6 +99,23 @@ class NodeArguments:
         default=None,
         metadata={"help": "Modules that get LoRA adapters (`peft.LoraConfig.target_modules`); `None`: every linear."},
     )
+    dtype: str | None = field(
+        default=None,
+        metadata={
+            "help": "As TRL's `ModelConfig.dtype`: the dtype the policy's weights are loaded in on a GPU (`auto`: the "
+            "checkpoint's). On a CPU the weights stay float32, logged (bf16 compute there follows `bf16`). `None`: "
+            "float32 on a CPU, the checkpoint's on a GPU.",
+            "choices": ["auto", "bfloat16", "float16", "float32"],
+        },
+    )
+    attn_implementation: str | None = field(
+        default=None,
+        metadata={
+            "help": "As TRL's `ModelConfig.attn_implementation` (`eager`, `sdpa`, `flash_attention_2`, ...): set on "
+            "the loaded policy; one this machine lacks (flash attention on a CPU) is logged and the model's default "
+            "kept. `None`: the model's default."
+        },
+    )
     tasks: list[str] = field(
         default_factory=lambda: default_task_names(),
         metadata={
@@ -106,9 +133,11 @@ class NodeArguments:
     dataset: str | None = field(
         default=None,
         metadata={
-            "help": "Your own questions instead of `tasks`: a local .jsonl, .json, .parquet or .csv file, or a folder "
-            "written by datasets' save_to_disk. Items are keyed by their content, so peers holding the same data "
-            "in any order, split or filter verify each other's groups (`sapo.sources.DatasetSource`)."
+            "help": "Your own questions instead of `tasks`: a local .jsonl, .json, .parquet or .csv file, a folder "
+            "written by datasets' save_to_disk, or a folder of such files split by name (TRL's local form: "
+            "train.jsonl, test.jsonl; read by datasets' load_dataset). Items are keyed by their content, so peers "
+            "holding the same data in any order, split or filter verify each other's groups "
+            "(`sapo.sources.DatasetSource`). Its name in figures and provenance is `dataset_label`."
         },
     )
     dataset_name: str | None = field(
@@ -122,8 +151,10 @@ class NodeArguments:
     dataset_label: str | None = field(
         default=None,
         metadata={
-            "help": "The dataset's name, the same on every peer that shares it; `None`: the file or folder name."
-        },  # fmt: skip
+            "help": "The dataset's name (its task in figures and provenance), the same on every peer that shares it; "
+            "`None`: the file or folder name without its extension. Items verify by their content whatever the name: "
+            "a received item this peer holds under another name counts under this peer's name."
+        },
     )
     dataset_config: str | None = field(
         default=None,
@@ -131,12 +162,12 @@ class NodeArguments:
     )
     dataset_train_split: str = field(
         default="train",
-        metadata={"help": "Split of a save_to_disk folder to train on; a file is the train split."},
+        metadata={"help": "Split of a dataset folder to train on; a file is the train split."},
     )
     dataset_test_split: str = field(
         default="test",
         metadata={
-            "help": "Split of a save_to_disk folder held out for evaluation, where the folder has it (never trained "
+            "help": "Split of a dataset folder held out for evaluation, where the folder has it (never trained "
             "on; added to the `eval_fraction` items)."
         },
     )
@@ -145,7 +176,10 @@ class NodeArguments:
         metadata={
             "help": "Your own task source instead of `tasks` or `dataset`: a `sapo.sources.TaskSource` subclass as "
             "`module:Class` or `path/to/file.py:Class`, built with `source_args`; its `rows()` are the training rows "
-            "(given `size=dataset_size` and `seed` where it takes them), its `held_out()` the held-out questions."
+            "(given `size=dataset_size` and `seed` where it takes them), its `held_out()` the held-out questions "
+            "(each a `datasets.Dataset` or a list of dicts). Or a `verifiers.v1.Taskset` subclass, built with its "
+            "config class from `source_args` (`eval_fraction` of its tasks held out; `--rewards source` scores with "
+            "its reward hooks)."
         },
     )
     source_args: dict | str | None = field(
@@ -162,8 +196,21 @@ class NodeArguments:
             "the `SAPOConfig` fields its `config_fields` names). `None`: `sampling_strategy` picks a built-in one."
         },
     )
-    question_column: str = field(default="question", metadata={"help": "Column of `dataset` holding the question."})
-    answer_column: str = field(default="answer", metadata={"help": "Column of `dataset` holding the answer."})
+    question_column: str = field(
+        default="question",
+        metadata={
+            "help": "Column of `dataset` holding the question: a string, or chat messages (the last user message is "
+            "the question). Data without a `question` column but with TRL's `prompt` column use `prompt`."
+        },
+    )
+    answer_column: str = field(
+        default="answer",
+        metadata={
+            "help": "Column of `dataset` holding the answer (the rows' `answer`); a column of another name stays in "
+            "the rows under its own name too, for rewards that read it. Data without an `answer` column but with "
+            "TRL's `solution` column use `solution`."
+        },
+    )
     reward_columns: list[str] | None = field(
         default=None,
         metadata={"help": "Columns of `dataset` handed to the reward functions; `None`: every other column."},
@@ -182,9 +229,10 @@ class NodeArguments:
     rewards: list[str] = field(
         default_factory=lambda: ["reasoning_gym", "format"],
         metadata={
-            "help": "Reward functions: `reasoning_gym`, `math`, `format`, or your own as `module:function` or "
-            "`path/to/file.py:function` (TRL's signature: prompts, completions, **columns; one float or None per "
-            "completion). Weights: `reward_weights`."
+            "help": "Reward functions: `reasoning_gym`, `math`, `format`, `source` (the `source`'s own reward: a "
+            "verifiers taskset's reward hooks), or your own as `module:function` or `path/to/file.py:function` "
+            "(TRL's signature: prompts, completions, **columns; one float or None per completion). Weights: "
+            "`reward_weights`."
         },
     )
     reward_funcs: list[str] | None = field(
@@ -202,6 +250,13 @@ class NodeArguments:
             "one function in a row the node stops, saying why in node.log and status.json. `none`: never stops."
         },
     )
+    max_reward_error_rate: float | None = field(
+        default=0.5,
+        metadata={
+            "help": "The node also stops when more than this share of one reward function's last 256 own rows failed "
+            "(a reward that always fails on one kind of item, however they interleave). `none`: never stops."
+        },
+    )
     allow_data_change: bool = field(
         default=False,
         metadata={
@@ -216,6 +271,35 @@ class NodeArguments:
             "help": "A task source that raises while re-deriving a received item drops that group (`source_error`) "
             "and the node goes on; after this many such errors the node stops, saying why. `none`: never stops."
         },
+    )
+    model_revision: str | None = field(
+        default=None, metadata={"help": "TRL's hub revision of the model; a local model has none: logged, unused."}
+    )
+    lora_task_type: str = field(
+        default="CAUSAL_LM", metadata={"help": "TRL's LoRA task type; a policy is a causal LM: `CAUSAL_LM` only."}
+    )
+    lora_target_parameters: list[str] | None = field(
+        default=None, metadata={"help": "TRL's LoRA target parameters; not supported here: leave it out."}
+    )
+    lora_modules_to_save: list[str] | None = field(
+        default=None, metadata={"help": "TRL's modules trained beside LoRA; not supported here: leave it out."}
+    )
+    use_rslora: bool = field(default=False, metadata={"help": "TRL's rank-stabilized LoRA; not supported here."})
+    use_dora: bool = field(default=False, metadata={"help": "TRL's DoRA; not supported here."})
+    load_in_8bit: bool = field(default=False, metadata={"help": "TRL's 8-bit loading; not supported here."})
+    load_in_4bit: bool = field(default=False, metadata={"help": "TRL's 4-bit loading; not supported here."})
+    bnb_4bit_quant_type: str = field(default="nf4", metadata={"help": "TRL's 4-bit quantization type; unused."})
+    use_bnb_nested_quant: bool = field(default=False, metadata={"help": "TRL's nested 4-bit quantization; unused."})
+    bnb_4bit_quant_storage: str | None = field(default=None, metadata={"help": "TRL's 4-bit storage dtype; unused."})
+    dataset_streaming: bool = field(
+        default=False, metadata={"help": "TRL's streaming of a hub dataset; local data is read whole: logged, unused."}
+    )
+    ignore_bias_buffers: bool = field(
+        default=False, metadata={"help": "TRL's DDP setting for bool buffers; logged, unused."}
+    )
+    reward_model_name_or_path: str | None = field(
+        default=None,
+        metadata={"help": "TRL's reward model; not supported here: score with reward functions (`reward_funcs`)."},
     )
     initial_peers: list[str] = _swarm_option("initial_peers")
     host_maddrs: list[str] = _swarm_option("host_maddrs")
@@ -287,11 +371,12 @@ class NodeArguments:
                 f"--dataset_config {self.dataset_config}: a hub dataset's configuration; sapo-node loads local files "
                 "and folders, which have none: leave it out"
             )
+        self._refuse_what_trl_asks_and_a_node_does_not_do()
         self._resolve_dataset_name()
         if self.dataset and Path(self.dataset).is_file() and self.dataset_train_split != "train":
             raise ValueError(
                 f"--dataset_train_split {self.dataset_train_split}: {self.dataset} is a file, which is the train "
-                "split; name a split of a save_to_disk folder, or leave it out"
+                "split; name a split of a dataset folder, or leave it out"
             )
         if self.reward_funcs is not None:
             rewards = [_reward_of_trl(name) for name in self.reward_funcs]
@@ -301,6 +386,24 @@ class NodeArguments:
                     "different rewards; give one (reward_funcs is TRL's name for rewards)"
                 )
             self.rewards = rewards
+
+    def _refuse_what_trl_asks_and_a_node_does_not_do(self) -> None:
+        """TRL's model and script arguments a node cannot honour, refused (one line) where set to anything but TRL's
+        default; those it merely does not use are logged at start (:func:`trl_argument_notes`)."""
+        dtypes = _FIELDS["dtype"].metadata["choices"]
+        if self.dtype is not None and self.dtype not in dtypes:  # argparse checks a flag's choices, not a YAML value
+            raise ValueError(f"--dtype {self.dtype}: invalid choice; use one of {', '.join(dtypes)}")
+        if self.lora_task_type.upper() != "CAUSAL_LM":
+            raise ValueError(f"--lora_task_type {self.lora_task_type}: a policy is a causal LM; use CAUSAL_LM")
+        unsupported = {
+            "lora_target_parameters": self.lora_target_parameters, "lora_modules_to_save": self.lora_modules_to_save,
+            "use_rslora": self.use_rslora, "use_dora": self.use_dora, "load_in_8bit": self.load_in_8bit,
+            "load_in_4bit": self.load_in_4bit, "reward_model_name_or_path": self.reward_model_name_or_path,
+        }  # fmt: skip
+        for name, value in unsupported.items():
+            if value:
+                fix = "; score with reward functions (--reward_funcs)" if name.startswith("reward") else ""
+                raise ValueError(f"--{name} {_shown(value)}: not supported by sapo-node: leave it out{fix}")
 
     def _resolve_dataset_name(self) -> None:
         """`dataset_name` as TRL reads it (the data), or as this project read it before (the label, deprecated)."""
@@ -330,8 +433,8 @@ class NodeArguments:
         else:
             raise ValueError(
                 f"--dataset_name {name}: no such local file or folder; sapo-node loads only local data (a .jsonl, "
-                ".json, .parquet or .csv file, or a folder written by datasets' save_to_disk): download it and give "
-                "its path"
+                ".json, .parquet or .csv file, a folder of such files, or a folder written by datasets' save_to_disk): "
+                "download it and give its path"
             )
 
 
@@ -341,7 +444,7 @@ _FIELDS = {f.name: f for f in dataclasses.fields(NodeArguments)}
 def _reward_of_trl(name: str) -> str:
     """A `reward_funcs` entry as `rewards` names it: this project's names and `module:function` as they are, TRL's
     dotted import path `module.function` as `module:function`; raises ValueError for what cannot be resolved so."""
-    if name in REWARD_NAMES or ":" in name:
+    if name in (*REWARD_NAMES, "source") or ":" in name:
         return name
     if name in _TRL_REWARD_NAMES:
         raise ValueError(
@@ -355,6 +458,22 @@ def _reward_of_trl(name: str) -> str:
             "(or module.function)"
         )
     return f"{module}:{function}"
+
+
+def trl_argument_notes(node: NodeArguments) -> list[str]:
+    """One line for each TRL argument set that a node accepts but does not use, for the log at start."""
+    notes = []
+    if node.model_revision not in (None, "main"):
+        notes.append(f"--model_revision {node.model_revision}: a local model has no revisions; unused")
+    if node.dataset_streaming:
+        notes.append("--dataset_streaming: local data is read whole; unused")
+    if node.ignore_bias_buffers:
+        notes.append("--ignore_bias_buffers: a distributed-data-parallel setting of TRL's scripts; unused")
+    return notes
+
+
+def _shown(value: Any) -> str:
+    return " ".join(map(str, value)) if isinstance(value, list) else str(value).lower()
 
 
 def default_task_names() -> list[str]:

@@ -206,19 +206,24 @@ class MetricsJsonl(TrainerCallback):
     """Appends one JSON line per logging step to `metrics.jsonl`: the trainer's metrics plus swarm figures.
 
     Lines logged after the step training starts from (the checkpoint being resumed, or step 0 for a run
-    that left no complete checkpoint) are dropped first, and so are evaluation lines of that step (a restarted
-    node evaluates it again on start), so the file never holds two lines of one kind for one step.
+    that left no complete checkpoint) are dropped first, so the file never holds two lines of one kind for one step.
+    The evaluation of that step is kept: a restarted node that finds it (:meth:`evaluated`) does not run it again.
     """
 
     def __init__(self, path: str | Path, resume_step: int | None = None):
         self.path = Path(path)
-        start = resume_step or 0
         kept = []
         if self.path.exists():
+            # No checkpoint: the run starts again at step 0 and keeps nothing (not even step 0's evaluation).
+            start = -1 if resume_step is None else resume_step
             kept = [line for line in self.path.read_text().splitlines() if _kept_on_resume(line, start)]
             self.path.write_text("".join(f"{line}\n" for line in kept))
         self.history: list[dict[str, Any]] = [json.loads(line) for line in kept]
         """The lines kept from earlier runs of this output directory, as records."""
+
+    def evaluated(self, step: int | None) -> bool:
+        """Whether an earlier run of this output directory logged a held-out evaluation of ``step``."""
+        return any(record.get("step") == (step or 0) and is_evaluation_line(record) for record in self.history)
 
     def on_log(self, args, state, control, logs=None, **kwargs):
         if not state.is_world_process_zero or not logs or "train_runtime" in logs:
@@ -234,7 +239,7 @@ def _kept_on_resume(line: str, start: int) -> bool:
         step = record.get("step", float("inf"))
     except (json.JSONDecodeError, AttributeError):
         return False  # a torn last line from a crash
-    return step < start or (step == start and not is_evaluation_line(record))
+    return step <= start
 
 
 class StopRequested(BaseException):

@@ -50,14 +50,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     from sapo.speed.threads import share_the_machine
 
     share_the_machine()  # before anything loads torch: OpenMP reads its thread count and wait policy once
-    from sapo.node.options import config_yaml, parse_node_options
-    from sapo.node.runner import NodeError, run_node
+    from sapo.node.options import config_yaml, output_dir_of, parse_node_options
+    from sapo.node.runner import NodeError, refuse, run_node
 
     try:
         options = parse_node_options(argv)
-    except NodeError as e:
-        print(f"sapo-node: error: {e}", file=sys.stderr)
-        return e.exit_code
+    except NodeError as e:  # one line; in node.log and status.json too where the output directory exists
+        return refuse(e, None if "--print-config" in argv else output_dir_of(argv), create=False)
     except SystemExit as e:  # argparse already said what is wrong (or printed --help)
         return int(e.code or 0)
     if options.print_config:

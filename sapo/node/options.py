@@ -8,6 +8,8 @@ import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
+import yaml
+
 # REWARD_NAMES and default_task_names stay importable from here, where they were defined before NodeArguments moved.
 from sapo.node.arguments import REWARD_NAMES, NodeArguments, default_task_names, field_default  # noqa: F401
 from swarm.field_docs import field_help
@@ -86,7 +88,7 @@ def build_parser() -> Any:
     from trl import TrlParser
 
     from sapo.config import SAPOConfig
-    from sapo.node.help import USAGE, short_help
+    from sapo.node.help import short_help
     from sapo.sampling import sampling_strategy_help
 
     class NodeParser(TrlParser):
@@ -95,14 +97,15 @@ def build_parser() -> Any:
         def format_help(self) -> str:
             return short_help(self)
 
-        def error(self, message: str) -> Any:
-            # argparse prints its usage first, which lists every option (hundreds of lines): one line instead
-            self.exit(2, f"usage: {USAGE}  (sapo-node --help)\nsapo-node: error: {message}\n")
-
         def parse_known_args(self, args: Any = None, namespace: Any = None) -> Any:
             parsed, rest = super().parse_known_args(args, namespace)
             self.given = dict(vars(parsed))
             return parsed, rest
+
+        def error(self, message: str) -> Any:  # one line, as every other refusal (argparse prints its usage first)
+            from sapo.node.errors import NodeError
+
+            raise NodeError(f"{message}; sapo-node --help lists the options")
 
     parser = NodeParser((SAPOConfig, NodeArguments), prog="sapo-node")
     parser.set_defaults(**NODE_DEFAULTS)
@@ -202,10 +205,14 @@ def parse_node_options(argv: Sequence[str]) -> NodeOptions:
         argv = with_user_sampler(argv)
         parser = build_parser()
         args, node = parser.parse_args_and_config(argv)
-    except ValueError as e:
+    except ValueError as e:  # UnicodeDecodeError too: a config file that is not text
         raise NodeError(_explain_parse_error(e)) from None
     except FileNotFoundError as e:
         raise NodeError(f"config file not found: {e.filename}") from None
+    except OSError as e:
+        raise NodeError(f"config file {e.filename}: cannot be read ({e.strerror})") from None
+    except yaml.YAMLError as e:
+        raise NodeError(f"config file {_config_path(argv)}: not valid YAML: {_yaml_problem(e)}") from None
     return NodeOptions(args, node, print_config, parser.given)
 
 
@@ -257,6 +264,53 @@ def _config_file_values(argv: Sequence[str]) -> dict[str, Any]:
     except (OSError, yaml.YAMLError):
         return {}
     return values if isinstance(values, dict) else {}
+
+
+def _config_path(argv: Sequence[str]) -> str | None:
+    """The `--config` file of a command line, or None."""
+    argv = list(argv)
+    return argv[argv.index("--config") + 1] if "--config" in argv[:-1] else None
+
+
+def _yaml_problem(error: Any) -> str:
+    """A YAML error in one line: what is wrong and where (line and column, counted from 1)."""
+    mark = getattr(error, "problem_mark", None)
+    problem = getattr(error, "problem", None) or str(error)
+    where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+    return " ".join(f"{problem}{where}".split())
+
+
+def output_dir_of(argv: Sequence[str]) -> str | None:
+    """Where a node with this command line would write (for a refusal of the command line itself, before it parsed):
+    its `--output_dir` flag or `--set output_dir=...`, else the `--config` file's `output_dir` (read line by line when
+    the file is not valid YAML), else the node's default when the file says none; None when it cannot be told."""
+    import re
+
+    argv = list(argv)
+    found = None
+    for k, arg in enumerate(argv):
+        key, _, value = arg.partition("=")
+        if key in ("--output_dir", "--output-dir"):
+            found = value or (argv[k + 1] if k + 1 < len(argv) else None)
+        elif arg == "--set" and k + 1 < len(argv) and argv[k + 1].startswith("output_dir="):
+            found = argv[k + 1].partition("=")[2]
+    if found:
+        return found
+    config = _config_path(argv)
+    if config is None:
+        return NODE_DEFAULTS["output_dir"]
+    try:
+        text = open(config, encoding="utf-8").read()
+    except (OSError, ValueError):
+        return None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError:
+        match = re.search(r"^output[_-]dir:\s*['\"]?([^'\"#\n]+?)['\"]?\s*(#.*)?$", text, flags=re.M)
+        return match.group(1) if match else None
+    if not isinstance(data, dict):
+        return None
+    return str(data.get("output_dir") or data.get("output-dir") or NODE_DEFAULTS["output_dir"])
 
 
 def full_help() -> str:

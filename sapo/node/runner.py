@@ -11,9 +11,18 @@ import time
 from pathlib import Path
 from typing import Any
 
-from sapo.node.arguments import NodeArguments, default_task_names  # noqa: F401  (importable from here, as before)
-from sapo.node.errors import ErrorLimitReached, JoinError, NodeError  # noqa: F401  (importable from here, as before)
-from sapo.node.user_code import user_reward, user_source  # noqa: F401  (user_source importable from here, as before)
+from sapo.node.arguments import NodeArguments, default_task_names, trl_argument_notes  # noqa: F401  (as before)
+from sapo.node.data import (  # noqa: F401  (importable from here, as before)
+    SOURCE_REWARD,
+    build_questions,
+    build_rewards,
+    claim_data,
+    data_identity,
+    dataset_splits,
+    task_specs,
+    user_source,
+)
+from sapo.node.errors import ErrorLimitReached, JoinError, NodeError, refuse  # noqa: F401  (importable, as before)
 
 logger = logging.getLogger(__name__)
 
@@ -28,116 +37,38 @@ _RUN_IDENTITY_FIELDS = (
 # building the parts
 
 
-def task_specs(names: list[Any]) -> list[Any]:
-    """TaskSpecs for the `tasks` setting: default-mix settings for known names, dict items as given."""
-    from sapo.tasks import DEFAULT_TASKS, TaskSpec, validate_task_names
-
-    defaults = {task.name: task for task in DEFAULT_TASKS}
-    specs = []
-    for item in names:
-        if isinstance(item, dict):
-            unknown = set(item) - {"name", "config", "weight"}
-            if "name" not in item or unknown:
-                raise NodeError(f"a tasks item must be {{name, config, weight}}, got keys {sorted(item)}")
-            specs.append(TaskSpec(item["name"], dict(item.get("config") or {}), float(item.get("weight", 1.0))))
-        else:
-            specs.append(defaults.get(str(item)) or TaskSpec(str(item)))
-    try:
-        validate_task_names(specs)
-    except ValueError as e:
-        raise NodeError(str(e)) from None
-    return specs
-
-
-def build_questions(node: NodeArguments, seed: int) -> tuple[Any, list[Any]]:
-    """The node's training rows and the task sources it holds: your own dataset, or the reasoning-gym task mix."""
-    from sapo.sources import DatasetSource, ReasoningGymSource
-
-    if node.source:
-        if node.dataset:
-            raise NodeError("give --source or --dataset, not both (a source class can read your data itself)")
-        source = user_source(node.source, node.source_args)
-        try:
-            rows = source.rows(**_accepted(source.rows, {"size": node.dataset_size, "seed": seed}))
-        except Exception as e:
-            raise NodeError(f"source {node.source}: rows() raised {type(e).__name__}: {e}") from None
-        if isinstance(rows, list):
-            from datasets import Dataset
-
-            rows = Dataset.from_list(rows)
-        logger.info("questions: %s, %d training rows", source.describe(), len(rows))
-        return rows, [source]
-    if node.dataset:
-        name = node.dataset_label or Path(node.dataset).stem or "dataset"
-        try:
-            train, test = dataset_splits(node)
-            source = DatasetSource(
-                train, name, node.question_column, node.answer_column, columns=node.reward_columns,
-                eval_fraction=node.eval_fraction, eval_data=test,
-            )  # fmt: skip
-        except (FileNotFoundError, ValueError, KeyError) as e:
-            raise NodeError(str(e)) from None
-        logger.info("questions: %s, %d held out for evaluation", source.describe(), len(source.held_out()))
-        return source.rows(), [source]
-    source = ReasoningGymSource(task_specs(node.tasks))
-    return source.rows(size=node.dataset_size, seed=seed), [source]
-
-
-def dataset_splits(node: NodeArguments) -> tuple[Any, Any]:
-    """The data to train on and the test split held out for evaluation (None when there is none): a file is the train
-    split; a folder written by save_to_disk gives `dataset_train_split`, and `dataset_test_split` where it has one."""
-    path = Path(node.dataset)
-    if not path.is_dir():
-        return node.dataset, None
-    from datasets import DatasetDict, load_from_disk
-
-    data = load_from_disk(str(path))
-    if not isinstance(data, DatasetDict):  # one Dataset: the train split
-        return data, None
-    if node.dataset_train_split not in data:
-        raise NodeError(
-            f"{path}: no split {node.dataset_train_split!r} (splits: {', '.join(data)}); choose one with "
-            "--dataset_train_split"
-        )
-    test = data[node.dataset_test_split] if node.dataset_test_split in data else None
-    if node.dataset_test_split == node.dataset_train_split:
-        test = None
-    return data[node.dataset_train_split], test
-
-
-def _accepted(func: Any, offered: dict[str, Any]) -> dict[str, Any]:
-    """The entries of ``offered`` that ``func``'s signature takes by name."""
-    import inspect
-
-    parameters = inspect.signature(func).parameters
-    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()):
-        return offered
-    return {k: v for k, v in offered.items() if k in parameters}
-
-
-def build_rewards(names: list[str]) -> list[Any]:
-    """Reward functions by name, or your own as `module:function` / `path/to/file.py:function`."""
-    from rewards import format_reward, math_reward, reasoning_gym_reward
-
-    known = {"reasoning_gym": reasoning_gym_reward, "math": math_reward, "format": format_reward}
-    if not names:
-        raise NodeError(f"no reward function given; choose from {sorted(known)} or name your own as module:function")
-    return [known[name] if name in known else user_reward(name, known) for name in names]
-
-
-def load_model(node: NodeArguments) -> tuple[Any, Any]:
+def load_model(node: NodeArguments, use_cpu: bool = False) -> tuple[Any, Any]:
     """The policy and tokenizer, with LoRA adapters (on `lora_target_modules`, default every linear) when
-    `lora_r > 0`."""
+    `lora_r > 0`; loaded in `dtype` on a GPU (float32 on a CPU) and with `attn_implementation` where this machine has
+    it (TRL's `ModelConfig` meaning)."""
+    import torch
+
     from sapo.models import LoraSpec, load_policy
 
     lora = None
     if node.lora_r > 0:
         targets = {"target_modules": list(node.lora_target_modules)} if node.lora_target_modules else {}
         lora = LoraSpec(r=node.lora_r, alpha=node.lora_alpha, dropout=node.lora_dropout, **targets)
+    dtype = None  # load_policy's choice: float32 on a CPU, the checkpoint's on a GPU
+    if node.dtype is not None:
+        if use_cpu or not torch.cuda.is_available():
+            if node.dtype != "float32":
+                logger.info("--dtype %s: on a CPU the weights stay float32 (bf16 compute follows --bf16)", node.dtype)
+        else:
+            dtype = "auto" if node.dtype == "auto" else getattr(torch, node.dtype)
     try:
-        return load_policy(None if node.model == "default" else node.model, lora=lora)
+        model, tokenizer = load_policy(None if node.model == "default" else node.model, lora=lora, dtype=dtype)
     except (FileNotFoundError, ValueError, ModuleNotFoundError, OSError) as e:
         raise NodeError(str(e)) from None
+    if node.attn_implementation is not None:
+        try:
+            model.set_attn_implementation(node.attn_implementation)
+        except (ImportError, ValueError, AttributeError) as e:
+            logger.warning(
+                "--attn_implementation %s is not available here (%s); the model keeps %s", node.attn_implementation,
+                " ".join(str(e).split())[:160], getattr(model.config, "_attn_implementation", "its default"),
+            )  # fmt: skip
+    return model, tokenizer
 
 
 def check_addresses(node: NodeArguments) -> None:
@@ -234,65 +165,22 @@ def claim_output_dir(output_dir: Path, identity: dict[str, Any]) -> None:
     """Record which run owns `output_dir`; refuse one that belongs to a run with another config."""
     output_dir.mkdir(parents=True, exist_ok=True)
     marker = output_dir / "node-run.json"
+    from sapo.checkpoints import write_atomically
+
     if marker.exists():
         previous = json.loads(marker.read_text())
-        changed = {k: (previous.get(k), v) for k, v in identity.items() if previous.get(k) != v}
+        # A setting the record lacks (a run of an earlier version) is added, not compared: that run resumes.
+        changed = {k: (previous[k], v) for k, v in identity.items() if k in previous and previous[k] != v}
         if changed:
             detail = "; ".join(f"{k}: {old!r} -> {new!r}" for k, (old, new) in sorted(changed.items()))
             raise NodeError(
                 f"output directory {output_dir} belongs to a run with a different config ({detail}); "
                 "use another --output-dir, or restore that config to resume it"
             )
+        if identity.keys() - previous.keys():
+            write_atomically(marker, json.dumps({**identity, **previous}, indent=1, sort_keys=True))
         return
-    from sapo.checkpoints import write_atomically
-
     write_atomically(marker, json.dumps(identity, indent=1, sort_keys=True))
-
-
-def data_identity(node: NodeArguments, dataset: Any, sources: list[Any]) -> dict[str, Any]:
-    """What a run's data is: a fingerprint of its training items and held-out items (their provenances, in any
-    order), the columns, the split settings and the sources held."""
-    import hashlib
-
-    from sapo.sources import DatasetSource
-
-    digest = hashlib.sha256()
-    for provenance in sorted(str(p) for p in dataset["provenance"]):
-        digest.update(provenance.encode())
-    for source in sources:
-        if isinstance(source, DatasetSource):
-            for row in source.held_out():
-                digest.update(b"held-out:" + str(row["provenance"]).encode())
-    # The label under the key runs recorded it as (`dataset_name`, its name before TRL's meaning), so they resume.
-    split = {"eval_fraction": node.eval_fraction, "question_column": node.question_column,
-             "answer_column": node.answer_column, "reward_columns": node.reward_columns,
-             "dataset_name": node.dataset_label}  # fmt: skip
-    return {
-        "fingerprint": digest.hexdigest()[:32],
-        "columns": sorted(dataset.column_names),
-        "split": split if node.dataset else {},
-        "sources": [source.describe() for source in sources],
-    }
-
-
-def claim_data(output_dir: Path, identity: dict[str, Any], allow_change: bool = False) -> None:
-    """Record the run's data in node-run.json; refuse to resume a run whose data, columns, split or sources differ
-    (a different split could train on items held out before), unless ``allow_change``."""
-    from sapo.checkpoints import write_atomically
-
-    marker = output_dir / "node-run.json"
-    recorded = json.loads(marker.read_text()) if marker.exists() else {}
-    previous = recorded.get("data")
-    if previous is not None and previous != identity:
-        changed = ", ".join(k for k in identity if previous.get(k) != identity[k])
-        if not allow_change:
-            raise NodeError(
-                f"output directory {output_dir} was trained on other data ({changed} differ from node-run.json); "
-                "resume with the same data and split, use another --output-dir, or pass --allow_data_change"
-            )
-        logger.warning("resuming with other data (%s differ from node-run.json): --allow_data_change", changed)
-    if previous != identity:
-        write_atomically(marker, json.dumps({**recorded, "data": identity}, indent=1, sort_keys=True))
 
 
 def quiet_library_progress_bars() -> None:
@@ -309,12 +197,12 @@ def quiet_library_progress_bars() -> None:
 
 
 def run_node(args: Any, node: NodeArguments) -> int:
-    """Run one node until `max_steps` or a signal; returns the process exit code."""
+    """Run one node until `max_steps` or a signal; returns the process exit code. A refusal (:class:`NodeError`) is
+    one line on stderr, in node.log and in status.json (:func:`sapo.node.errors.refuse`)."""
     try:
         return _run(args, node)
     except NodeError as e:
-        print(f"sapo-node: error: {e}", file=sys.stderr)
-        return e.exit_code
+        return refuse(e, args.output_dir)
 
 
 def _run(args: Any, node: NodeArguments) -> int:
@@ -340,20 +228,22 @@ def _run(args: Any, node: NodeArguments) -> int:
     # Cheap checks first: a typo must not cost a model load.
     check_addresses(node)
     try:
-        guard = RewardGuard(node.max_reward_errors_in_a_row)
+        guard = RewardGuard(node.max_reward_errors_in_a_row, node.max_reward_error_rate)
     except ValueError as e:
-        raise NodeError(f"--max_reward_errors_in_a_row: {e}") from None
-    reward_funcs = guard.wrap_all(build_rewards(node.rewards))
+        raise NodeError(f"--max_reward_errors_in_a_row / --max_reward_error_rate: {e}") from None
+    if SOURCE_REWARD in node.rewards and not node.source:
+        raise NodeError(f"--rewards {SOURCE_REWARD} is the reward of a --source (a verifiers taskset's, say): give one")
+    build_rewards(node.rewards)  # each one found now; the source's own once the source is built
     if not node.dataset and not node.source:
         task_specs(node.tasks)
     held_out_tasks = task_specs(node.eval_tasks) if node.eval_tasks else None
     output_dir = Path(args.output_dir)
-    claim_output_dir(
-        output_dir, {k: _plain(getattr(node if hasattr(node, k) else args, k)) for k in _RUN_IDENTITY_FIELDS}
-    )
+    claim_output_dir(output_dir, run_identity(args, node))
     # Removed on the way out: a caller in the same process (a script, a test) keeps no handler on a closed stream.
     log_handlers = setup_logging(output_dir, args.log_level if args.log_level not in ("passive", None) else "info")
     quiet_library_progress_bars()
+    for note in trl_argument_notes(node):
+        logger.info("%s", note)
 
     stop = GracefulStop().install()
     board = StatusBoard(
@@ -372,7 +262,8 @@ def _run(args: Any, node: NodeArguments) -> int:
         resume = latest_complete_checkpoint(output_dir)
         status.set("building questions", _step(resume) or 0)
         with stop.abandonable("loading"):
-            dataset, sources = build_questions(node, seed=args.seed)
+            dataset, sources = build_questions(node, seed=args.seed, eval_size=args.eval_questions)
+            reward_funcs = guard.wrap_all(build_rewards(node.rewards, sources[0]))
             try:
                 check_reward_columns(reward_funcs, dataset.column_names)
             except ValueError as e:
@@ -380,7 +271,7 @@ def _run(args: Any, node: NodeArguments) -> int:
             claim_data(output_dir, data_identity(node, dataset, sources), node.allow_data_change)
             status.set("loading model")
             logger.info("loading model %s", node.model)
-            model, tokenizer = load_model(node)
+            model, tokenizer = load_model(node, use_cpu=bool(args.use_cpu))
         status.set("joining swarm")
         # Not abandoned midway: a join cut short could leave its p2pd daemon behind.
         swarm = start_swarm(node, output_dir, model_name=args.swarm_model_name or model_label(node.model))
@@ -393,6 +284,9 @@ def _run(args: Any, node: NodeArguments) -> int:
         status.set("starting training")
         metrics = MetricsJsonl(output_dir / "metrics.jsonl", resume_step=_step(resume))
         status.replay(metrics.history)
+        if resume is not None and args.eval_on_start and metrics.evaluated(_step(resume)):
+            logger.info("step %d's held-out evaluation is in metrics.jsonl already: not run again", _step(resume))
+            args.eval_on_start = False
         trainer = SAPOTrainer(
             model=model,
             reward_funcs=reward_funcs,
@@ -430,14 +324,24 @@ def _run(args: Any, node: NodeArguments) -> int:
     except (RewardErrorLimit, SourceErrorLimit) as e:
         kind = "reward" if isinstance(e, RewardErrorLimit) else "task source"
         status.set(f"stopped: {kind} errors", stopped=str(e))
-        flag = "max_reward_errors_in_a_row" if kind == "reward" else "max_source_errors"
+        flag = (
+            "max_source_errors"
+            if kind != "reward"
+            else {"max_error_rate": "max_reward_error_rate"}.get(e.limit, "max_reward_errors_in_a_row")
+        )
         message = f"stopping: {e}; fix it and restart (the node resumes from its newest complete checkpoint; --{flag} "
         message += "raises the limit)"
         logger.error("%s", message)
-        raise ErrorLimitReached(message) from None
+        raise ErrorLimitReached(message, recorded=True) from None
     except KeyboardInterrupt:
         logger.warning("aborted: the current step is lost; the newest complete checkpoint is kept")
         return 130
+    except NodeError:
+        raise  # a refusal: run_node says it, in one line
+    except Exception as e:  # not foreseen: the traceback in node.log too, and the status says the node stopped
+        logger.exception("stopping on an unexpected error: %s: %s", type(e).__name__, e)
+        status.set("stopped: error", stopped=f"{type(e).__name__}: {e}")
+        return 1
     finally:
         stop.uninstall()
         if swarm is not None:
@@ -467,6 +371,23 @@ def start_status_page(node: NodeArguments, board: Any, status: Any) -> Any:
     exposure = "this machine only" if server.host in ("127.0.0.1", "localhost", "::1") else "OPEN TO THE NETWORK"
     logger.info("status page: %s (%s; JSON at status.json, Prometheus at metrics)", server.url, exposure)
     return server
+
+
+def run_identity(args: Any, node: NodeArguments) -> dict[str, Any]:
+    """The settings that define a run, as node-run.json records them: the model, rewards and shape of a round, and the
+    questions as given: reasoning-gym `tasks` (not recorded for a `dataset` or `source` run, which does not use
+    them), `dataset`, or `source` with its `source_args`."""
+    identity = {k: _plain(getattr(node if hasattr(node, k) else args, k)) for k in _RUN_IDENTITY_FIELDS}
+    if node.dataset or node.source:
+        del identity["tasks"]
+    arguments = node.source_args
+    if isinstance(arguments, str):
+        try:
+            arguments = json.loads(arguments)
+        except ValueError:
+            pass  # refused when the source is built
+    identity.update(source=node.source, source_args=_plain(arguments))
+    return identity
 
 
 def _step(checkpoint: Path | None) -> int | None:

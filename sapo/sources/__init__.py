@@ -13,6 +13,7 @@ from sapo.sources.base import (
     SourceErrorLimit,
     SourceRegistry,
     TaskSource,
+    as_dataset,
     describe_source_policies,
 )
 from sapo.sources.dataset import DATASET_SOURCE, DatasetSource, item_key, load_records, mix_rows
@@ -32,6 +33,7 @@ __all__ = [
     "TaskSource",
     "VERIFIERS_SOURCE",
     "VerifiersSource",
+    "as_dataset",
     "describe_source_policies",
     "item_key",
     "load_records",

@@ -207,6 +207,22 @@ def _trusted_columns(group: Group) -> dict[str, Any]:
     return reward_columns(str(answer), group.provenance)
 
 
+def as_dataset(rows: Any, what: str) -> Any:
+    """``rows`` (what a source's :meth:`TaskSource.rows` or :meth:`TaskSource.held_out` returned) as a
+    `datasets.Dataset`: a Dataset as is, a list of dicts converted. Raises TypeError, one line naming ``what``, for
+    anything else."""
+    from datasets import Dataset
+
+    if isinstance(rows, Dataset):
+        return rows
+    if isinstance(rows, list | tuple) and all(isinstance(row, dict) for row in rows):
+        return Dataset.from_list([dict(row) for row in rows])
+    kind = type(rows).__name__
+    if isinstance(rows, list | tuple):
+        kind = f"{kind} holding a {type(next(r for r in rows if not isinstance(r, dict))).__name__}"
+    raise TypeError(f"{what} returned a {kind}; it must return a datasets.Dataset or a list of dicts (one per row)")
+
+
 def row_provenances(rows: Sequence[dict[str, Any]]) -> list[Provenance | None]:
     """The provenance of each row (its `provenance` column read back), or None where it has none or it is
     unreadable."""

@@ -22,7 +22,7 @@ from swarm.records import Provenance
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["DATASET_SOURCE", "DatasetSource", "item_key", "load_records", "mix_rows"]
+__all__ = ["DATASET_SOURCE", "DatasetSource", "item_key", "load_folder", "load_records", "mix_rows"]
 
 DATASET_SOURCE = "dataset"
 """The provenance source of dataset items."""
@@ -38,14 +38,34 @@ def item_key(question: str, answer: Any) -> str:
     return digest[:24]
 
 
-def load_records(path: str | Path) -> list[dict[str, Any]]:
-    """The records of a local data file or folder: JSON Lines (`.jsonl`), JSON (`.json`, a list of objects), Parquet
-    (`.parquet`), CSV (`.csv`), or a folder written by `datasets.Dataset.save_to_disk`."""
+def load_folder(path: str | Path) -> Any:
+    """A local data folder as `datasets` reads it: a folder written by `save_to_disk` (a `Dataset` or a `DatasetDict`),
+    else a folder of data files as `datasets.load_dataset(folder)` reads it (TRL's local form: `train.jsonl` and
+    `test.jsonl` are the splits `train` and `test`); raises ValueError (one line) when it is neither."""
     path = Path(path)
-    if path.is_dir():
+    if (path / "dataset_dict.json").is_file() or (path / "state.json").is_file():
         from datasets import load_from_disk
 
-        data = load_from_disk(str(path))
+        return load_from_disk(str(path))
+    from datasets import load_dataset
+
+    try:
+        return load_dataset(str(path))
+    except Exception as e:  # datasets raises several kinds here (no data files, unknown format...): all one answer
+        raise ValueError(
+            f"{path}: neither a folder written by datasets' save_to_disk nor a folder of .jsonl, .json, .parquet or "
+            f".csv files (split by file name: train.jsonl, test.jsonl); datasets said: {type(e).__name__}: "
+            f"{' '.join(str(e).split())[:200]}"
+        ) from None
+
+
+def load_records(path: str | Path) -> list[dict[str, Any]]:
+    """The records of a local data file or folder: JSON Lines (`.jsonl`), JSON (`.json`, a list of objects), Parquet
+    (`.parquet`), CSV (`.csv`), or a folder (:func:`load_folder`: written by `datasets.Dataset.save_to_disk`, or of
+    data files; its `train` split)."""
+    path = Path(path)
+    if path.is_dir():
+        data = load_folder(path)
         if hasattr(data, "keys") and not hasattr(data, "column_names"):  # a DatasetDict: its train split
             if "train" not in data:
                 raise ValueError(f"{path}: a dataset folder with splits {list(data)} and no 'train' split")
@@ -97,7 +117,8 @@ class DatasetSource(TaskSource):
             dataset use the same name; items still verify by content under another name.
         question_column: the column of the question: a string, or chat messages (the last user message is the
             question; the messages are the prompt of own rows). Default `"question"`.
-        answer_column: the column of the reference answer (a string, or any JSON value). Default `"answer"`.
+        answer_column: the column of the reference answer (a string, or any JSON value), the rows' `answer`; a
+            column of another name (TRL's `solution`) stays in the rows under its own name too. Default `"answer"`.
         columns: the other columns handed to the reward functions (looked up locally for swarm rows as for own
             rows); None (default): every other column.
         version: the dataset's version as its peers declare it (default `"1"`): an item a receiver does not hold
@@ -180,7 +201,8 @@ class DatasetSource(TaskSource):
                 )
             answer_text = answer if isinstance(answer, str) else json.dumps(answer)
             wanted = self.extra_columns
-            extra_names = [c for c in record if c not in (self.question_column, self.answer_column, *_RESERVED)]
+            # An answer column of another name (TRL's `solution`) stays under its name too, for rewards that read it.
+            extra_names = [c for c in record if c != self.question_column and c not in _RESERVED]
             columns = {c: record.get(c) for c in (wanted if wanted is not None else extra_names)}
             yield item_key(question, answer), _Item(question, answer_text, columns, prompt)
 
@@ -210,7 +232,7 @@ class DatasetSource(TaskSource):
         if not conflicts:
             return 0
         examples = "; ".join(
-            f"{q[:60]!r}: {' / '.join(repr(self._items[k].answer[:30]) for k in keys[:3])}"
+            f"{q[:60]!r}: {' / '.join(repr(a) for a in where_they_differ([self._items[k].answer for k in keys[:3]]))}"
             for q, keys in list(conflicts.items())[:3]
         )
         logger.warning(
@@ -282,6 +304,17 @@ class DatasetSource(TaskSource):
 
     def describe(self) -> str:
         return f"dataset {self.dataset_name} {self.version} ({len(self._items)} items)"
+
+
+def where_they_differ(texts: Sequence[str], width: int = 30) -> list[str]:
+    """Each of ``texts`` cut to ``width`` characters around where they first differ (the common start elided as
+    `...`), so that answers that share a long start (GSM8K's reasoning before `#### N`) print differently."""
+    start = 0
+    while all(len(t) > start for t in texts) and len({t[start] for t in texts}) == 1:
+        start += 1
+    start = max(0, start - 10)  # a little of the common part, for context
+    head = "..." if start else ""
+    return [head + t[start : start + width] + ("..." if len(t) > start + width else "") for t in texts]
 
 
 def mix_rows(datasets: Sequence[Any], seed: int = 0) -> Any:

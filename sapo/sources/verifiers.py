@@ -69,8 +69,10 @@ class VerifiersSource(TaskSource):
 
     A task's key is its `Task.key` where its class defines one; where the class keeps verifiers' default (the hash
     of the task's data, position included) it is the hash of the data without the position, so that peers holding
-    the taskset in different orders name a task alike. Use :attr:`reward` as a reward function (TRL's signature):
-    it scores each completion of this source's rows with the task's own reward hooks, on this peer's copy.
+    the taskset in different orders name a task alike. Tasks that repeat (one key, the same data) are one item
+    (:attr:`merged` counts the repeats, logged); two tasks of one key with different data are refused. Use
+    :attr:`reward` as a reward function (TRL's signature): it scores each completion of this source's rows with the
+    task's own reward hooks, on this peer's copy.
     """
 
     name = VERIFIERS_SOURCE
@@ -97,10 +99,17 @@ class VerifiersSource(TaskSource):
         self._order: list[str] = []
         self._held_out: list[str] = []
         self.refused: Counter[str] = Counter()  # tasks left out of the rows, by reason
+        self.merged = 0  # tasks that repeat another one (same key, same data): one item
         for task in taskset:
             key = _durable_key(task)
             if key in self._items:
-                raise ValueError(f"{self.taskset_name}: two tasks have the key {key} (keys must be unique)")
+                if _truth(self._items[key].task) != _truth(task):
+                    raise ValueError(
+                        f"{self.taskset_name}: two tasks have the key {key} with different data (prompt, answer or "
+                        "other fields); a task's key must name one task: fix the taskset's `key`"
+                    )
+                self.merged += 1
+                continue
             item = self._item(task)
             self._items[key] = item
             if item.unsupported is not None:
@@ -109,6 +118,11 @@ class VerifiersSource(TaskSource):
                 self._held_out.append(key)
             else:
                 self._order.append(key)
+        if self.merged:
+            logger.info(
+                "%s: %d repeated task(s) merged into the task they repeat (same key, same data): %d distinct task(s)",
+                self.taskset_name, self.merged, len(self._items),
+            )  # fmt: skip
         if self.refused:
             logger.warning(
                 "%s: %d task(s) left out, not scorable offline in a swarm (%s)", self.taskset_name,
@@ -280,6 +294,11 @@ def _durable_key(task: Any) -> str:
     if type(task).key is not Task.key:
         return str(task.key)
     return task_key(task.data.model_dump(mode="json", exclude_none=True, exclude={"idx"}))
+
+
+def _truth(task: Any) -> str:
+    """Everything of a task but its position, as one comparable text: two tasks under one key must agree on it."""
+    return json.dumps(task.data.model_dump(mode="json", exclude={"idx"}), sort_keys=True, default=str)
 
 
 def _prompt_messages(data: Any) -> list[dict[str, str]] | None:
