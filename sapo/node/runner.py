@@ -22,6 +22,9 @@ _RUN_IDENTITY_FIELDS = (
     "lora_target_modules",
 )  # fmt: skip
 
+# Seconds the node gives its swarm transport to leave gracefully before p2pd is killed: with the checkpoint and the
+# process's exit, a stop fits in `docker stop`'s default 10 s grace.
+LEAVE_TIMEOUT = 5.0
 
 # ----------------------------------------------------------------------------------------------------
 # building the parts
@@ -499,15 +502,18 @@ def _run(args: Any, node: NodeArguments) -> int:
         logger.warning("aborted: the current step is lost; the newest complete checkpoint is kept")
         return 130
     finally:
-        stop.uninstall()
-        if swarm is not None:
-            logger.info("leaving the swarm")
-            swarm.close()
-        for handler in (problems, *log_handlers):
-            logging.getLogger().removeHandler(handler)
-            handler.close()
-        if page is not None:
-            page.close()
+        stop.finishing()  # its handlers stay until the end: a second SIGTERM does not cut the leaving short
+        try:
+            if swarm is not None:
+                logger.info("leaving the swarm")
+                swarm.close(timeout=LEAVE_TIMEOUT)
+            for handler in (problems, *log_handlers):
+                logging.getLogger().removeHandler(handler)
+                handler.close()
+            if page is not None:
+                page.close()
+        finally:
+            stop.uninstall()
 
 
 def start_status_page(node: NodeArguments, board: Any, status: Any) -> Any:
