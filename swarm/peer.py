@@ -174,8 +174,8 @@ class DHTPeer:
             remove_stale_sockets_since(started)
             time.sleep(0.5)  # a p2pd that failed its start may still hold its socket for a moment
             remove_stale_sockets_since(started)
-            if isinstance(e, SwarmJoinError | ValueError):
-                raise
+            if isinstance(e, SwarmJoinError | ValueError) or not isinstance(e, Exception):
+                raise  # a stop (KeyboardInterrupt, a signal handler's exception) abandons the join as it is
             raise SwarmJoinError(self._join_failure_message(f"{type(e).__name__}: {e}")) from e
         _LIVE_PEERS.add(self)
 

@@ -260,14 +260,18 @@ def start_swarm(node: NodeArguments, output_dir: Path, model_name: str) -> Any:
             raise JoinError(str(e)) from None
     except ValueError as e:
         raise NodeError(str(e)) from None
-    addresses = swarm.visible_addresses()
-    (output_dir / "address.txt").write_text("\n".join(addresses) + "\n")
-    peer_id = addresses[0].rsplit("/p2p/", 1)[-1] if addresses else "-"
-    print(
-        f"\nsapo-node {peer_id} (key fingerprint {swarm.peer_id}) is in swarm {node.swarm_name!r}. Others join it "
-        "with:", file=sys.stderr,
-    )  # fmt: skip
-    print(f"  sapo-node --initial-peers {' '.join(addresses)}\n", file=sys.stderr, flush=True)
+    try:
+        addresses = swarm.visible_addresses()
+        (output_dir / "address.txt").write_text("\n".join(addresses) + "\n")
+        peer_id = addresses[0].rsplit("/p2p/", 1)[-1] if addresses else "-"
+        print(
+            f"\nsapo-node {peer_id} (key fingerprint {swarm.peer_id}) is in swarm {node.swarm_name!r}. Others join "
+            "it with:", file=sys.stderr,
+        )  # fmt: skip
+        print(f"  sapo-node --initial-peers {' '.join(addresses)}\n", file=sys.stderr, flush=True)
+    except BaseException:  # a stop now (the join is abandonable): the caller never gets the transport to close
+        swarm.close(timeout=LEAVE_TIMEOUT)
+        raise
     return swarm
 
 
@@ -445,9 +449,9 @@ def _run(args: Any, node: NodeArguments) -> int:
             logger.info("loading model %s", node.model)
             model, tokenizer = load_model(node)
         status.set("joining swarm")
-        # Not abandoned midway: a join cut short could leave its p2pd daemon behind.
-        swarm = start_swarm(node, output_dir, model_name=args.swarm_model_name or model_label(node.model))
-        stop.raise_if_requested()
+        # Abandoned midway: the transport kills the p2pd it started (one caught starting exits on its idle timeout).
+        with stop.abandonable("joining the swarm"):
+            swarm = start_swarm(node, output_dir, model_name=args.swarm_model_name or model_label(node.model))
         status.watch(swarm, rejoin_through=list(node.initial_peers), require_swarm=node.require_swarm)
         if node.wait_for_peers > 0:
             status.set(f"waiting for {node.wait_for_peers} peer(s)", patience=node.wait_for_peers_timeout + 60.0)

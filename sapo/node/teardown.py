@@ -43,6 +43,9 @@ def exit_process(code: int, timeout: float = EXIT_TIMEOUT) -> NoReturn:
     for thread in threading.enumerate():
         if thread is not threading.current_thread() and not thread.daemon:
             thread.join(max(0.0, deadline - time.monotonic()))
+    dynamo = sys.modules.get("torch._dynamo.utils")
+    if dynamo is not None:  # its exit handler only logs a table of compile times at INFO, taking seconds to build it
+        atexit.unregister(dynamo.dump_compile_times)
     try:
         atexit._run_exitfuncs()
     finally:
