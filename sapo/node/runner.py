@@ -269,6 +269,12 @@ def start_swarm(node: NodeArguments, output_dir: Path, model_name: str) -> Any:
             "it with:", file=sys.stderr,
         )  # fmt: skip
         print(f"  sapo-node --initial-peers {' '.join(addresses)}\n", file=sys.stderr, flush=True)
+        if not node.announce_maddrs and any(a.startswith(("/ip4/0.0.0.0/", "/ip6/::/")) for a in node.host_maddrs):
+            print(
+                "  These are the addresses this machine sees. Behind NAT or in a container others cannot dial them: "
+                "pass --announce_maddrs /ip4/PUBLIC_IP/tcp/PORT (the address and published port they reach) and "
+                "this node prints that.\n", file=sys.stderr, flush=True,
+            )  # fmt: skip
     except BaseException:  # a stop now (the join is abandonable): the caller never gets the transport to close
         swarm.close(timeout=LEAVE_TIMEOUT)
         raise
