@@ -63,6 +63,17 @@ def _env(stage: list[dict]) -> dict[str, str]:
     return env
 
 
+@pytest.fixture(scope="module")
+def image_env(instructions) -> dict[str, str]:
+    """The environment the image's stage has: its own ENV and those of the stages it starts from."""
+    stages = _stages(instructions)
+    chain, name = [], [i for i in instructions if i["instruction"] == "FROM"][-1]["value"].split()[-1]
+    while name in stages:
+        chain.insert(0, stages[name])
+        name = stages[name][0]["value"].split()[0]
+    return {k: v for stage in chain for k, v in _env(stage).items()}
+
+
 def _pip_installs(command: str) -> list[tuple[tuple[str, ...], frozenset[str]]]:
     """Each `pip install` of a shell command, in order: (its packages, its flags that change what gets
     installed). Output flags (--quiet) and index flags (with their values) are left out."""
@@ -191,14 +202,14 @@ def _repository_file(stage, path: PurePosixPath) -> Path | None:
 # what the image runs
 
 
-def test_entrypoint_is_the_console_script(final_stage):
+def test_entrypoint_is_the_console_script(final_stage, image_env):
     entrypoint = _exec_form(_values(final_stage, "ENTRYPOINT")[-1])
     assert entrypoint == ["sapo-node"]
     scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
     assert "sapo-node" in scripts, "ENTRYPOINT names a console script pyproject.toml does not define"
     # The console script lands in the venv's bin directory, which must be on PATH.
-    path = _env(final_stage).get("PATH", "")
-    venv = _env(final_stage).get("VIRTUAL_ENV")
+    path = image_env.get("PATH", "")
+    venv = image_env.get("VIRTUAL_ENV")
     assert venv and f"{venv}/bin" in path.split(":")
 
 
@@ -211,7 +222,7 @@ def test_runs_as_a_non_root_user(final_stage):
     assert re.search(rf"\buseradd\b[^&]*\b{re.escape(user)}\b", created), f"user {user!r} is never created"
 
 
-def test_the_node_writes_to_the_volume(final_stage):
+def test_the_node_writes_to_the_volume(final_stage, image_env):
     volume = _volume(final_stage)
     cmd = _cmd(final_stage)
     assert _option(cmd, "--output-dir") == [volume], "the default command must write to the volume"
@@ -222,7 +233,7 @@ def test_the_node_writes_to_the_volume(final_stage):
     user = final_stage[_index(final_stage, "USER")]["value"].split(":")[0]
     assert any(re.search(rf"chown\s+{user}\S*\s+{re.escape(volume)}\b", run) for run in _values(final_stage, "RUN"))
     # The baked-in model must not sit under the volume, which would hide it.
-    cache = _env(final_stage).get("SAPO_CACHE_DIR", "")
+    cache = image_env.get("SAPO_CACHE_DIR", "")
     assert cache and not PurePosixPath(cache).is_relative_to(volume)
 
 
@@ -401,7 +412,7 @@ def test_torch_is_pinned_and_cpu_by_default(instructions):
     assert re.search(r'"\$DEVICE" = cpu.*torch\.version\.cuda', torch_run, flags=re.S)
 
 
-def test_build_inputs_stay_out_of_the_image(instructions, final_stage):
+def test_build_inputs_stay_out_of_the_image(instructions, final_stage, image_env):
     """TORCH_WHEELS names a directory of the build context whose wheels pip considers for torch (a machine without
     PyTorch's index), docker/ca a CA bundle for pip: both are copied into the build stage only. The image takes the
     venv and the converted model from the other stages and nothing else, so no wheel, CA bundle, compiler or pip
@@ -423,9 +434,8 @@ def test_build_inputs_stay_out_of_the_image(instructions, final_stage):
     assert not any(
         p and not p.startswith("#") and (default.startswith(p) or "docker/ca".startswith(p)) for p in patterns
     )
-    env = _env(final_stage) | _env(stages["base"])
-    assert _copied_from(final_stage) == {"/opt/venv": "build", env["SAPO_CACHE_DIR"]: "model"}
-    assert env.get("PIP_NO_CACHE_DIR") == "1", "pip's cache would land in the build stage's venv layers"
+    assert _copied_from(final_stage) == {"/opt/venv": "build", image_env["SAPO_CACHE_DIR"]: "model"}
+    assert image_env.get("PIP_NO_CACHE_DIR") == "1", "pip's cache would land in the venv the image copies"
     final_from = [i for i in instructions if i["instruction"] == "FROM"][-1]["value"].split()[0]
     assert final_from == "base", "the image starts from the base stage, not from a stage that holds the build inputs"
 

@@ -24,7 +24,7 @@ _RUN_IDENTITY_FIELDS = (
 
 # Seconds the node gives its swarm transport to leave gracefully before p2pd is killed: with the checkpoint and the
 # process's exit, a stop fits in `docker stop`'s default 10 s grace.
-LEAVE_TIMEOUT = 5.0
+LEAVE_TIMEOUT = 3.0
 
 # ----------------------------------------------------------------------------------------------------
 # building the parts

@@ -11,7 +11,7 @@ import threading
 import time
 from typing import Any, NoReturn
 
-EXIT_TIMEOUT = 3.0
+EXIT_TIMEOUT = 2.0
 """Seconds :func:`exit_process` allows the exit handlers and the threads left running before it exits regardless."""
 
 
