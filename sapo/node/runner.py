@@ -406,6 +406,7 @@ def _run(args: Any, node: NodeArguments) -> int:
         SwarmLog,
     )
     from sapo.node.logs import setup_logging
+    from sapo.node.teardown import freeze_long_lived, thaw
     from sapo.reward_guard import RewardErrorLimit, RewardGuard, check_reward_columns
     from sapo.sources import SourceErrorLimit, SourceRegistry
     from sapo.trainer import SAPOTrainer
@@ -454,6 +455,7 @@ def _run(args: Any, node: NodeArguments) -> int:
             status.set("loading model")
             logger.info("loading model %s", node.model)
             model, tokenizer = load_model(node)
+        freeze_long_lived()  # the swarm's teardown collects garbage: milliseconds, not seconds
         status.set("joining swarm")
         # Abandoned midway: the transport kills the p2pd it started (one caught starting exits on its idle timeout).
         with stop.abandonable("joining the swarm"):
@@ -524,6 +526,7 @@ def _run(args: Any, node: NodeArguments) -> int:
                 page.close()
         finally:
             stop.uninstall()
+            thaw()
 
 
 def start_status_page(node: NodeArguments, board: Any, status: Any) -> Any:
