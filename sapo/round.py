@@ -192,6 +192,15 @@ def splice_rewards(round_: Round, own_scored: torch.Tensor, processes: int, num_
     return rewards
 
 
+def weighted_rewards(rewards_per_func: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+    """The reward of each row (on the CPU): the weighted sum over reward functions, as TRL totals them; NaN (not
+    applicable) terms are left out, and a row no function applies to stays NaN."""
+    rewards_per_func = rewards_per_func.detach().float().cpu()
+    weighted = (rewards_per_func * weights.detach().float().cpu().unsqueeze(0)).nansum(dim=1)
+    weighted[torch.isnan(rewards_per_func).all(dim=1)] = torch.nan
+    return weighted
+
+
 def round_figures(
     round_: Round, outcome: RoundOutcome, slots: int, scored: int, zero_advantage: int, step: int
 ) -> dict[str, float]:

@@ -138,7 +138,7 @@ class SAPOTrainer(HeldOutEvaluation, TRLBridge):
         **kwargs: Any,
     ):
         if args is None:  # as GRPOTrainer names its default output directory
-            name = model if isinstance(model, str) else str(getattr(model.config, "_name_or_path", "") or "model")
+            name = model if isinstance(model, str) else str(getattr(model.config, "name_or_path", "") or "model")
             args = SAPOConfig(f"{name.rstrip('/').split('/')[-1]}-SAPO")
         if not isinstance(args, SAPOConfig):
             raise TypeError(f"SAPOTrainer needs args=SAPOConfig(...), got {type(args).__name__}.")
@@ -184,7 +184,7 @@ class SAPOTrainer(HeldOutEvaluation, TRLBridge):
             sampler=sampler, completion_filter=completion_filter,
             sources=self._sources(train_dataset, sources),
         )  # fmt: skip
-        self.swarm_model_name = args.swarm_model_name or str(getattr(self.model.config, "_name_or_path", "") or "")
+        self.swarm_model_name = args.swarm_model_name or str(getattr(self.model.config, "name_or_path", "") or "")
         self.last_external: list[Any] = []
         self._phase_seconds: Counter[str] = Counter()
 

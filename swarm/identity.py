@@ -7,6 +7,8 @@ import os
 from cryptography.hazmat.primitives import serialization
 from hivemind.utils.crypto import RSAPrivateKey
 
+from swarm.hivemind_bridge import signing_key
+
 
 def load_or_create_signing_key(path: str | None) -> RSAPrivateKey:
     """The RSA signing key stored at ``path`` (PEM, mode 0600), created if missing; fresh if ``path`` is None.
@@ -15,13 +17,11 @@ def load_or_create_signing_key(path: str | None) -> RSAPrivateKey:
     """
     if path is None:
         return RSAPrivateKey()
-    key = RSAPrivateKey.__new__(RSAPrivateKey)  # the class only knows how to generate; wrap a loaded key
     if os.path.exists(path):
         with open(path, "rb") as f:
-            key._private_key = serialization.load_pem_private_key(f.read(), password=None)
-        return key
+            return signing_key(serialization.load_pem_private_key(f.read(), password=None))
     fresh = RSAPrivateKey()
-    pem = fresh._private_key.private_bytes(
+    pem = serialization.load_der_private_key(fresh.to_bytes(), password=None).private_bytes(
         serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
     )
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)

@@ -22,6 +22,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import logging
+import re
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -38,7 +39,7 @@ from swarm.transport import SwarmCounters
 
 logger = logging.getLogger(__name__)
 
-_OWNER_RE = RSASignatureValidator._PUBLIC_KEY_RE  # b"\[owner:(.+?)\]", the marker hivemind verifies
+_OWNER_RE = re.compile(RSASignatureValidator.PUBLIC_KEY_REGEX)  # b"\[owner:(.+?)\]", the marker hivemind verifies
 
 
 def fingerprint(public_key: bytes) -> str:

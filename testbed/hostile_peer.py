@@ -24,6 +24,7 @@ from hivemind.utils.serializer import MSGPackSerializer
 
 from sapo.tasks import TaskSpec
 from swarm.daemon import close_p2p, close_stopped_loop
+from swarm.hivemind_bridge import daemon_process
 from swarm.records import WIRE_VERSION, Group, Provenance, group_to_wire
 from swarm.validation import record_key
 from testbed.tiny_run import tiny_config
@@ -55,7 +56,7 @@ class HostileNode:
             DHTNode.create(node_id=node_id, initial_peers=initial_peers, host_maddrs=[LOCAL], wait_timeout=1)
         )
         if on_p2pd is not None:
-            on_p2pd(self.node.p2p._child.pid, [self.node.p2p._daemon_listen_maddr["unix"]])
+            on_p2pd(daemon_process(self.node.p2p).pid, [self.node.p2p.daemon_listen_maddr["unix"]])
 
     def run(self, coro, timeout: float = 30):
         return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
