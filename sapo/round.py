@@ -230,13 +230,13 @@ def round_figures(
     groups = rewards.view(-1, round_.num_generations).nan_to_num(0.0)
     spread = (groups.amax(dim=1) > groups.amin(dim=1)).repeat_interleave(round_.num_generations)
     masks = {
-        "local_reward": ~is_external,
-        "external_reward": is_external,
-        "local_reward_with_spread": ~is_external & spread,
+        "sapo/local_reward": ~is_external,
+        "sapo/external_reward": is_external,
+        "sapo/local_reward_with_spread": ~is_external & spread,
     }
     for name, mask in masks.items():
         values = rewards[mask]
         values = values[~torch.isnan(values)]
         if values.numel():
-            figures[f"sapo/{name}"] = values.mean().item()
+            figures[name] = values.mean().item()
     return figures
