@@ -8,11 +8,13 @@ file relies on one when it
 - reads, writes or deletes ``x._name``, or names it in a string argument (``getattr(x, "_name")``,
   ``attribute_replaced(x, "_name", ...)``), and its own module does not define ``_name`` itself;
 - imports a private name or module from the library (``from trl.trainer.utils import _use_triton``);
-- defines ``_name`` in a class derived from one of the library's classes (directly or through the project's own
-  classes): an override of, or an attribute that may clobber, the library's own.
+- defines, assigns or reads ``self._name`` in a class derived from one of the library's classes (directly or
+  through the project's own classes) where the library's classes in its MRO define ``_name``: an override of, an
+  attribute that may clobber, or a read of the library's own.
 
-The names a file defines itself (module level, its other classes, ``self._x`` in a class of its own) are its own, so
-``self._lock`` of the project's own class is not TRL's ``_lock``. :func:`private_uses` returns every such use in the
+The names a file defines itself (module level, its classes, ``self._x`` in a class of its own) are its own, so
+``self._lock`` of the project's own class is not TRL's ``_lock``, nor is ``_step`` of a `TrainerCallback` subclass
+(TrainerCallback has none). :func:`private_uses` returns every such use in the
 files it is given, outside the modules allowed to hold them.
 """
 
