@@ -20,6 +20,7 @@ from benchmarks.campaign_runs import (
     compute_of,
     mean_of,
 )
+from benchmarks.campaign_tasks import arm_task_line, glance_cells, task_section, tasks_of
 from benchmarks.harness import pyplot
 from benchmarks.held_out_table import over_seeds_text, paper_label
 from benchmarks.sharing_counts import sharing_lines, slots_lines
@@ -242,14 +243,18 @@ def glance_lines(registered: Registered, data: dict[str, Any]) -> list[str]:
         lines.append(f"| {contrast.question} | {experiment.name} | {len(result['pairs'])} of "
                      f"{len(experiment.seeds)} | {_interval(result['primary'])} | {per_100} | {per_hour} | "
                      f"{result['primary']['verdict']} |")  # fmt: skip
+    by_task = data.get("by_task") or {}
+    tasks = tasks_of(by_task)  # each arm's change per task beside its verdict (exploratory: the section below)
     lines += ["", "| arm | seeds | change from step 0 | per 100 own completions | per hour alone (modelled) | "
-              "learning |", "|---|---|---|---|---|---|"]  # fmt: skip
+              f"learning |{''.join(f' change, {task} (exploratory) |' for task in tasks)}",
+              "|---|---|---|---|---|---|" + "---|" * len(tasks)]  # fmt: skip
     for label, entry in data["arms"].items():
         if "learning" in entry:
             compute = entry["per_compute"]
+            per_task = "".join(f" {c} |" for c in glance_cells(by_task, label)) if tasks else ""
             lines.append(f"| {label} | {len(entry['seeds'])} | {_interval(entry['learning'])} | "
                          f"{_interval(compute.get('completions'))} | {_interval(compute.get('alone_seconds'))} | "
-                         f"{entry['learning']['verdict']} |")  # fmt: skip
+                         f"{entry['learning']['verdict']} |{per_task}")  # fmt: skip
     return lines
 
 
@@ -299,6 +304,8 @@ def registered_markdown(registered: Registered, runs: dict[str, list[CampaignRun
               "t-interval over the seed pairs beside it). Decision rule, at the registered seed pairs only: a gain if "
               "the 95 % interval's lower bound is above 0, a loss if its upper bound is below 0, otherwise no "
               "difference resolved."]  # fmt: skip
+    if data.get("by_task"):
+        lines += ["", *task_section(data["by_task"])]
     for question, contrasts in questions(registered).items():
         lines += ["", f"## {question}"]
         for contrast in contrasts:
@@ -319,6 +326,7 @@ def registered_markdown(registered: Registered, runs: dict[str, list[CampaignRun
                     lines.append(f"- {label}: {'no step 0 known (--step0)' if entry['seeds'] else 'no run counts yet'}")
                     continue
                 lines += result_lines(f"{label}, change", entry["learning"], "seed(s)")
+                lines += arm_task_line(label, data.get("by_task") or {})
                 for axis, result in entry["per_compute"].items():
                     label_axis, unit = COMPUTE_AXES[axis]
                     lines += result_lines(f"{label}, gain per {unit:.0f} {label_axis}", result, "seed(s)")

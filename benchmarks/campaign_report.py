@@ -21,7 +21,9 @@ Three experiments are registered in ``benchmarks/preregistered/``:
   compute, the specialists' own task. Q3: experiment 1's seeds 3-5 again in float32 on its node code, others' tasks
   4/4 minus 8/0 and its arms' learning and gain per compute from the same step-0 reference (the untrained model
   scores alike on that code), beside experiment 1's bf16 runs of those seeds (read from
-  ``results/campaign/specialists``) and float32 minus bf16 per seed.
+  ``results/campaign/specialists``) and float32 minus bf16 per seed. Exploratory, not pre-registered: every arm's
+  change from step 0 and every contrast on each task's questions alone (:mod:`benchmarks.campaign_tasks`), beside
+  each arm's "no learning".
 
 Every figure is paired by seed and question (:mod:`benchmarks.campaign_runs`): a seeds x questions table of
 differences whose mean gets the interval of :func:`benchmarks.stats.seeds_and_questions`, with the plain t-interval
@@ -73,6 +75,7 @@ from benchmarks.campaign_runs import (  # re-exported: the report's names, impor
     same_node_code,
     seed_pairs,
 )
+from benchmarks.campaign_tasks import task_figures
 from benchmarks.harness import RESULTS, commit_label, json_safe
 from benchmarks.results_archive import RAW_RUN_FILES, pack
 
@@ -280,6 +283,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
                 "every arm's start where its runs skip step 0")  # fmt: skip
         registered = experiment if step0 is None else with_step0(experiment, step0)
         by_contrast, data = analyse_registered(runs_dirs, registered)
+        data["by_task"] = task_figures(registered, by_contrast)  # exploratory: beside every arm's "no learning"
         plot_registered(registered, by_contrast, stem.with_suffix(".png"))
         page = registered_markdown(registered, by_contrast, data, code, argv, note)
         data["runs"] = {name: _run_rows(runs) for name, runs in by_contrast.items()}

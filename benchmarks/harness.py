@@ -34,8 +34,20 @@ def meminfo_bytes(key: str = "MemTotal") -> int:
         return 0
 
 
+def cpu_model(cpuinfo: str = "/proc/cpuinfo") -> str:
+    """The CPU's model name and whether it computes bf16 natively, e.g. ``AMD EPYC (native bf16: no)``: a seed is
+    another draw on another CPU model, so runs compared within a seed must share this."""
+    from sapo.speed.devices import cpu_has_native_bf16
+
+    name = platform.processor() or platform.machine()
+    with contextlib.suppress(OSError):
+        with open(cpuinfo) as f:
+            name = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), name)
+    return f"{name} (native bf16: {'yes' if cpu_has_native_bf16(cpuinfo) else 'no'})"
+
+
 def machine() -> str:
-    """One line: host, CPUs, memory, GPU, Python."""
+    """One line: host, CPU model, CPUs, memory, GPU, Python."""
     gpu = "no GPU"
     try:
         import torch
@@ -45,8 +57,8 @@ def machine() -> str:
     except ImportError:
         pass
     return (
-        f"{platform.node()} {platform.machine()}, {os.cpu_count()} CPUs, {meminfo_bytes() / 2**30:.0f} GiB, {gpu}, "
-        f"Python {platform.python_version()}"
+        f"{platform.node()} {platform.machine()}, {cpu_model()}, {os.cpu_count()} CPUs, "
+        f"{meminfo_bytes() / 2**30:.0f} GiB, {gpu}, Python {platform.python_version()}"
     )
 
 

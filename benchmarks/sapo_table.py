@@ -71,6 +71,7 @@ from benchmarks.harness import (
     RESULTS,
     ROOT,
     commit_label,
+    cpu_model,
     git_state,
     json_safe,
     machine,
@@ -137,6 +138,35 @@ def read_complete(run_dir: Path) -> dict[str, Any] | None:
         return json.loads((run_dir / COMPLETE).read_text())
     except (FileNotFoundError, json.JSONDecodeError):
         return None
+
+
+def attempt_cpus(run_dir: Path) -> set[str]:
+    """The CPU models the attempts of the run in ``run_dir`` recorded (none before attempts recorded theirs)."""
+    try:
+        attempts = [json.loads(line) for line in (run_dir / ATTEMPTS).read_text().splitlines()]
+    except FileNotFoundError:
+        return set()
+    return {attempt["cpu"] for attempt in attempts if "cpu" in attempt}
+
+
+def seed_cpus(config: dict[str, Any], seed: int) -> set[str]:
+    """The CPU models that any setting's run of ``seed`` recorded (its attempts, or an archived run's marker)."""
+    cpus: set[str] = set()
+    for label in config["settings"]:
+        num_local, num_external = scale_setting(label, config["groups_per_step"])
+        replay = is_replay(label)
+        run_dir, marker = completed(config, num_local, num_external, seed, replay)
+        cpus |= set((marker or {}).get("cpus", [])) | attempt_cpus(run_dir)
+    return cpus
+
+
+def other_cpu(config: dict[str, Any], seed: int, cpu: str) -> str | None:
+    """Why ``seed``'s runs may not run on ``cpu``: another CPU model ran a setting of that seed (a seed is another
+    draw on another CPU model, so the arms of a seed share one). None: they may."""
+    others = sorted(seed_cpus(config, seed) - {cpu})
+    if not others:
+        return None
+    return f"seed {seed}'s runs ran on {', '.join(others)}, not this machine's {cpu}: run them on that CPU model"
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -218,6 +248,7 @@ def run_all(config: dict[str, Any], write: Any = print) -> dict[str, Any]:
             "sapo_table: the tree has uncommitted changes; commit them first (every run records the commit it ran "
             "on), or pass --allow-dirty for a run that says so"
         )
+    cpu = cpu_model()
     bar = tqdm(total=len(runs), desc=f"sapo_table {config['profile']}", unit="run", dynamic_ncols=True)
     try:
         for label, seed in runs:
@@ -237,6 +268,12 @@ def run_all(config: dict[str, Any], write: Any = print) -> dict[str, Any]:
                 bar.set_postfix_str(f"{name}: complete, skipped")
                 bar.update()
                 continue
+            refusal = other_cpu(config, seed, cpu)
+            if refusal is not None:
+                write(f"{name}: not run: {refusal}")
+                outcome["failed"].append(str(run_dir))
+                bar.update()
+                continue
             write_node_config(run_dir, config)
             command = swarm_command(config, num_local, num_external, seed, run_dir, replay)
             ok = False
@@ -246,7 +283,9 @@ def run_all(config: dict[str, Any], write: Any = print) -> dict[str, Any]:
                 resuming = any(run_dir.glob("node-*/checkpoint-*"))
                 started = time.time()
                 with open(run_dir / ATTEMPTS, "a") as f:
-                    f.write(json.dumps({"started": started, "resuming": resuming, "command": command}) + "\n")
+                    f.write(
+                        json.dumps({"started": started, "resuming": resuming, "command": command, "cpu": cpu}) + "\n"
+                    )
                 write(f"{name}: {'resuming' if resuming else 'starting'} in {run_dir}")
                 code = run_swarm(command, run_dir, write)
                 outcome["started"].append(str(run_dir))
@@ -258,6 +297,7 @@ def run_all(config: dict[str, Any], write: Any = print) -> dict[str, Any]:
                         "last_attempt_seconds": time.time() - started,
                         "attempts": len((run_dir / ATTEMPTS).read_text().splitlines()),
                         "code": tree,
+                        "cpus": sorted(attempt_cpus(run_dir)),
                     }
                     (run_dir / COMPLETE).write_text(json.dumps(marker, indent=1))
                     archive_run(run_dir, archive_of(config, num_local, num_external, seed, replay), marker)

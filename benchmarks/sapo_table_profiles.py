@@ -43,6 +43,11 @@ cpu-hard-equal  Equal peers on the whole hard mix (benchmarks/preregistered/repl
 cpu-hard-generalist  One generalist alone: a single peer of cpu-hard-equal at 8/0 (run as 2/0), trained on the whole
        hard mix and evaluated on the same 512 questions as the specialists of cpu-hard-specialists (node 0 of a
        cpu-hard-equal 8/0 swarm of the same seed runs the same configuration).
+cpu-default-equal  Equal peers where a node learns (benchmarks/preregistered/default_mix_equal.md, experiment 4):
+       the node's defaults (LoRA r = 16 at 2e-4 constant, G = 4 completions of at most 48 tokens, rewards
+       reasoning-gym + format, the default easy task mix) with 3 peers, I + J = 2 (8/0, 4/4 and 4/4r run as 2/0, 1/1
+       and 1/1 by self-replay); 60 steps, a checkpoint every 5; held-out pass@1 on 256 questions of the mix at steps
+       0, 15, 30, 45 and 60; seeds 20-25.
 smoke  Harness check in seconds to a minute: ``--model`` a tiny model directory, 2 peers, 3 steps,
        G = 2 completions of 8 tokens, I + J = 4, one easy task, uniform sampling. Used by the tests.
 """
@@ -172,6 +177,15 @@ def profiles() -> dict[str, Profile]:
             learning_rate=2e-4, lr_scheduler_type="constant", lora_r=16, eval_questions=512, eval_steps=60,
             window=5, max_batch=8, seeds=(10, 11, 12, 13), status_interval=120.0,
             notes=("One peer alone on the whole hard mix (8/0 only), evaluated on the specialists' 512 questions.",),
+        ),
+        "cpu-default-equal": Profile(
+            name="cpu-default-equal", peers=3, groups_per_step=2, num_generations=4, max_completion_length=48,
+            steps=60, save_steps=5, model="default", tasks=None, rewards=("reasoning_gym", "format"),
+            learning_rate=2e-4, lr_scheduler_type="constant", lora_r=16, eval_questions=256, eval_steps=15,
+            window=5, max_batch=8, seeds=(20, 21, 22, 23, 24, 25), status_interval=120.0,
+            notes=("Equal peers on the node's default mix at the node's defaults, where a node alone learns "
+                   "(preregistered/default_mix_equal.md, experiment 4): swarm (4/4), self-replay (4/4r) and alone "
+                   "(8/0) at the same I + J.",),
         ),
         "smoke": Profile(
             name="smoke", peers=2, groups_per_step=4, num_generations=2, max_completion_length=8, steps=3,

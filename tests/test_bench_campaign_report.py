@@ -492,7 +492,41 @@ def test_experiment_3_report_from_synthetic_runs(tmp_path, monkeypatch):
         sum(float32_minus_bf16) / 9
     )
 
+    # per task (exploratory): each arm's change from the step-0 reference on one task's questions, each contrast too
+    by_task = data["by_task"]
+    generalists = by_task["arms"][campaign_report.ALONE]["measures"]["every task, the three peers averaged"]
+    count_bits = {s: [v for v, t in zip(equal("2-0", s), QUESTION_TASKS, strict=True) if t == "count_bits"]
+                  for s in (10, 11, 12)}  # fmt: skip
+    assert generalists["count_bits"]["questions"] == 3 and generalists["count_bits"]["step0"] == 0.0
+    assert [row["value"] for row in generalists["count_bits"]["change"]["per_seed"]] == pytest.approx(
+        [sum(v) / 3 for v in count_bits.values()]  # the untrained model solved no count_bits question
+    )
+    expected_task = stats.seeds_and_questions(list(count_bits.values()))
+    over_task = generalists["count_bits"]["change"]["over_seeds"]
+    assert (over_task["value"], over_task["ci_low"]) == pytest.approx(
+        (expected_task.value, expected_task.interval()[0])
+    )
+    basic = [v - s for v, s, t in zip(equal("2-0", 10), start, QUESTION_TASKS, strict=True) if t == "basic_arithmetic"]
+    assert generalists["basic_arithmetic"]["change"]["per_seed"][0]["value"] == pytest.approx(sum(basic) / 3)
+    q1_task = by_task["contrasts"]["swarm 4/4 minus self-replay 4/4r"]["tasks"]["count_bits"]["difference"]
+    assert [row["value"] for row in q1_task["per_seed"]] == pytest.approx([sum(row[1::3]) / 3 for row in table])
+    # Q3's float32 specialists read on their registered measure (others' tasks), every peer and their own task
+    lone = by_task["arms"]["float32 8/0 (2/0)"]["measures"]
+    assert list(lone) == ["others' tasks", "every peer averaged", "own task"]
+    assert lone["others' tasks"]["chain_sum"]["change"]["per_seed"][0]["value"] == pytest.approx(
+        sum(_others(_ends(("cpu-hard-specialists", "2-0", 3, "float32")))[2::3]) / 3
+    )
+    q3_task = by_task["contrasts"]["float32: 4/4 minus 8/0"]["tasks"]["count_bits"]
+    assert q3_task["difference"]["per_seed"][0]["value"] == pytest.approx(sum(four_minus_eight(3, "float32")[1::3]) / 3)
+    twice = by_task["contrasts"]["bf16, experiment 1's runs: 4/4 minus 8/0"]["tasks"]["count_bits"]["of_differences"]
+    assert twice["per_seed"][0]["value"] == pytest.approx(sum(float32_minus_bf16[1::3]) / 3)
+
     page = (results / "campaign_replay_generalist_precision.md").read_text()
+    assert "## Per task (exploratory, not pre-registered)" in page
+    cells = [generalists[task]["change"]["over_seeds"] for task in TASKS]  # the tasks in question order
+    cells = " | ".join(f"{c['value']:+.3f} ({c['ci_low']:+.3f} to {c['ci_high']:+.3f})" for c in cells)
+    assert f"| incomplete: 3 of 4 seeds, no verdict | {cells} |" in page  # the glance: beside the arm's verdict
+    assert f"| {campaign_report.ALONE} | every task, the three peers averaged | count_bits | 3 | 3 | 0.000 |" in page
     assert "**incomplete: 2 of 4 seed pairs** (so far: 10, 11; registered: 10, 11, 12, 13;" in page
     assert "| primary: specialists 4/4 minus generalists 8/0 | **incomplete: 1 of 4 seed pairs**" in page
     assert "| self-replay 4/4r (1/1) | 12 | - | - | - | - | not complete (no run-complete.json found) |" in page

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks import campaign_report, held_out_table, results_archive
+from benchmarks import campaign_report, campaign_tasks, held_out_table, results_archive
 from benchmarks.harness import RESULTS, ROOT
 
 README = " ".join((ROOT / "README.md").read_text().split())  # one space for every line break
@@ -61,12 +61,14 @@ def test_experiment_2_figures_are_recomputed_from_the_kept_files(campaign):
 
 
 def test_experiment_3_figures_are_recomputed_from_the_kept_files():
-    """Every registered contrast of experiment 3 and the arms' learning from the step-0 reference, as README.md's table
-    and benchmarks/README.md's results give them, from the kept runs (their raw files read back from the archive)."""
+    """Every registered contrast of experiment 3, the arms' learning from the step-0 reference and the per-task figures
+    (exploratory), as README.md's table and benchmarks/README.md's results give them, from the kept runs (their raw
+    files read back from the archive)."""
     folder = RESULTS / "campaign" / "replay_generalist_precision"
     registered = campaign_report.REGISTERED["replay_generalist_precision"]
     step0 = campaign_report.read_step0(folder / "step0")
-    _, data = campaign_report.analyse_registered([folder], campaign_report.with_step0(registered, step0))
+    started = campaign_report.with_step0(registered, step0)
+    runs, data = campaign_report.analyse_registered([folder], started)
     for contrast in registered.contrasts:
         result = data["contrasts"][contrast.experiment.name]
         assert result["pairs"] == list(contrast.experiment.seeds) and not result["interim"], contrast.experiment.name
@@ -98,6 +100,57 @@ def test_experiment_3_figures_are_recomputed_from_the_kept_files():
     every_row = [f for name, row in figures.items() for f in (row[1:] if name in primaries else row)]
     for figure in [*every_row, *secondary, *arms]:
         assert figure in BENCHMARKS_README, f"benchmarks/README.md lacks experiment 3's {figure})"
+
+    # per task (exploratory): benchmarks/README.md's table and the sentences read from it
+    by_task = campaign_tasks.task_figures(started, runs)
+    generalists = by_task["arms"][campaign_report.ALONE]["measures"]["every task, the three peers averaged"]
+    assert _interval(generalists["basic_arithmetic"]["change"]) == "+0.065 (+0.016 to +0.115"
+    assert [round(generalists[t]["step0"], 3) for t in campaign_report.HARD_TASKS] == [0.064, 0.2, 0.094]
+    float32_q3 = by_task["contrasts"]["float32: 4/4 minus 8/0"]["tasks"]
+    bf16_q3 = by_task["contrasts"]["bf16, experiment 1's runs: 4/4 minus 8/0"]["tasks"]
+    assert _interval(float32_q3["count_bits"]["difference"]) == "+0.112 (-0.113 to +0.337"
+    assert _interval(bf16_q3["basic_arithmetic"]["difference"]) == "+0.122 (-0.080 to +0.324"
+    cells = [entry["difference"] for c in by_task["contrasts"].values() for entry in c["tasks"].values()]
+    cells += [entry["of_differences"] for entry in bf16_q3.values()]
+    for label, arm in by_task["arms"].items():  # experiment 1's bf16 arms on their registered measure only
+        measures = list(arm["measures"].values())[: 1 if label.startswith("bf16") else None]
+        cells += [entry["change"] for tasks in measures for entry in tasks.values()]
+    for figure in map(_interval, cells):
+        assert figure in BENCHMARKS_README, f"benchmarks/README.md lacks experiment 3's per-task {figure})"
+    float32_arms = [a for label, a in by_task["arms"].items() if not label.startswith("bf16")]
+    every_peer = [next(v for k, v in a["measures"].items() if k.startswith("every")) for a in float32_arms]
+    fell = sum(m["count_bits"]["change"]["over_seeds"]["value"] < 0 for m in every_peer)
+    rose = sum(m["basic_arithmetic"]["change"]["over_seeds"]["value"] > 0 for m in every_peer)
+    assert (len(every_peer), fell, rose) == (6, 5, 6)
+    assert "basic_arithmetic rose in all six float32 arms" in BENCHMARKS_README
+    assert "count_bits fell in five of the six" in BENCHMARKS_README
+
+
+def test_experiment_3_count_bits_hits_at_step_0_are_answers_of_1():
+    """benchmarks/README.md: every count_bits question the untrained model solves in float32 (the step-0 reference's
+    per-question file) is one whose answer is 1, answered "1", on the held-out questions derived from its config."""
+    import json
+
+    import yaml
+
+    from rewards.extract import extract_answer
+    from sapo.tasks import TaskSpec, build_held_out_dataset
+
+    folder = RESULTS / "campaign" / "replay_generalist_precision" / "step0"
+    rows = json.loads((folder / "cpu-fp32.json").read_text())
+    tasks = [TaskSpec(**item) for item in yaml.safe_load((folder / "node-config.yaml").read_text())["tasks"]]
+    questions = build_held_out_dataset(tasks, size=len(rows))
+    assert questions["task"] == [row["task"] for row in rows]  # the same questions in the same order
+    count_bits = [(row, answer) for row, answer in zip(rows, questions["answer"], strict=True)
+                  if row["task"] == "count_bits"]  # fmt: skip
+    hits = [(row, answer) for row, answer in count_bits if row["correct"]]
+    assert (len(count_bits), len(hits)) == (170, 34)
+    assert {answer for _, answer in hits} == {"1"} and {extract_answer(row["completion"]) for row, _ in hits} == {"1"}
+    assert sum(extract_answer(row["completion"]) == "1" for row, _ in count_bits) == 70
+    assert sum(answer == "1" for _, answer in count_bits) == 58
+    assert "all 34 float32 count_bits hits of the untrained model (of 170) are questions whose answer is 1" in (
+        BENCHMARKS_README
+    )
 
 
 @pytest.mark.parametrize("profile, figure", [("cpu-hard", "+0.002 (-0.076 to +0.080"),

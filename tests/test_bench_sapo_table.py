@@ -293,6 +293,30 @@ def test_unfinished_run_restarts_in_place_and_failures_are_retried(bench, tmp_pa
     assert outcome["skipped"] == [str(unfinished)] and [c[1] for c in calls] == [calls[0][1]] * 2
 
 
+def test_the_runs_of_a_seed_stay_on_one_cpu_model_and_record_it(bench, tmp_path, monkeypatch):
+    config = _config(bench, tmp_path, "--settings", "8/0,4/4", "--seeds", "0,1")
+    started = []
+
+    def fake_swarm(command, run_dir, write):  # the nodes' work, without processes
+        started.append(run_dir)
+        for n in range(config["peers"]):
+            _write_metrics(run_dir / f"node-{n}", [0.1, 0.2, 0.3])
+        return 0
+
+    monkeypatch.setattr(bench, "run_swarm", fake_swarm)
+    monkeypatch.setattr(bench, "cpu_model", lambda: "CPU A (native bf16: no)")
+    seed_0 = bench.run_dir_of(Path(config["runs_dir"]), "smoke", 4, 0, 0)
+    seed_0.mkdir(parents=True)  # seed 0's 8/0 was started, and interrupted, on another CPU model
+    (seed_0 / bench.ATTEMPTS).write_text(json.dumps({"started": 1.0, "cpu": "CPU B (native bf16: yes)"}) + "\n")
+    lines = []
+    outcome = bench.run_all(config, write=lines.append)
+    assert all(run_dir.name == "seed-1" for run_dir in started) and len(started) == 2  # seed 0 waits for CPU B
+    assert len(outcome["failed"]) == 2 and any("seed 0's runs ran on CPU B" in line for line in lines)
+    marker = json.loads((started[0] / bench.COMPLETE).read_text())
+    assert marker["cpus"] == ["CPU A (native bf16: no)"]  # every completed run names its CPU model
+    assert bench.seed_cpus(config, 1) == {"CPU A (native bf16: no)"}
+
+
 def test_a_tree_with_uncommitted_changes_is_refused_unless_allowed(bench, tmp_path, monkeypatch):
     monkeypatch.setattr(bench, "git_state", lambda: {"commit": "abc", "dirty": True})
     config = {**_config(bench, tmp_path, "--seeds", "0"), "allow_dirty": False}

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import time
+from contextlib import nullcontext
 
 import pytest
 import torch
@@ -208,7 +209,9 @@ def test_malformed_external_groups_are_dropped_not_raised(tmp_path, smollm_token
     assert _metric(trainer, "sapo/external_groups") == [1.0]
 
 
-def test_no_external_groups_matches_trl_grpo(tmp_path, smollm_tokenizer):
+def _drop_in_pair(tmp_path, smollm_tokenizer, speedups):
+    """GRPOTrainer and SAPOTrainer (no swarm groups: J = 0) trained two steps from the same arguments, SAPO's with
+    ``speedups``. Returns (TRL's trainer, SAPO's trainer)."""
     from sapo.speed.sampling import inverse_transform_sampling
 
     dataset = _math_dataset()
@@ -240,25 +243,58 @@ def test_no_external_groups_matches_trl_grpo(tmp_path, smollm_tokenizer):
         train_dataset=dataset,
         processing_class=smollm_tokenizer,
     )
-    with inverse_transform_sampling():  # the sampler of the node's CPU generation path: the same draws for a seed
+    # The sampler of SAPO's generation on a CPU (a speed-up), on TRL's side too where SAPO uses it: the same draws.
+    with inverse_transform_sampling() if speedups != "off" else nullcontext():
         trl_trainer.train()
     sapo_trainer = SAPOTrainer(
         model=build_tiny_model(smollm_tokenizer, seed=0),
         reward_funcs=[reward],
-        # TRL's loss pass over whole rows, for bit-equal steps (the pass with each prompt once equals it up to
-        # rounding: tests/test_shared_prompts.py and test_scoring_each_prompt_once_takes_the_same_steps)
+        # TRL's loss pass over whole rows (the pass with each prompt once equals it up to rounding:
+        # tests/test_shared_prompts.py and test_scoring_each_prompt_once_takes_the_same_steps)
         args=SAPOConfig(
-            output_dir=str(tmp_path / "sapo"), num_local=2, num_external=0, scoring_prefill_once=False, **common
-        ),
+            output_dir=str(tmp_path / "sapo"),
+            num_local=2,
+            num_external=0,
+            speedups=speedups,
+            scoring_prefill_once=False,
+            **common,
+        ),  # fmt: skip
         train_dataset=dataset,
         processing_class=smollm_tokenizer,
         swarm=MemorySwarm().join("solo"),
     )
     sapo_trainer.train()
+    assert sapo_trainer.swarm.readout().counters["published_groups"] == 4  # 2 rounds x 2 groups, published all the same
+    return trl_trainer, sapo_trainer
+
+
+def test_no_external_groups_matches_trl_grpo_bit_for_bit(tmp_path, smollm_tokenizer):
+    # With the speed-ups off, SAPOTrainer runs TRL's own generation and loss pass on the same tensor shapes: the same
+    # kernels run on either side, so the steps are bit-equal on every CPU.
+    trl_trainer, sapo_trainer = _drop_in_pair(tmp_path, smollm_tokenizer, "off")
     assert _metric(sapo_trainer, "loss") == _metric(trl_trainer, "loss")
     for a, b in zip(trl_trainer.model.parameters(), sapo_trainer.model.parameters(), strict=True):
         assert torch.equal(a, b)
-    assert sapo_trainer.swarm.readout().counters["published_groups"] == 4  # 2 rounds x 2 groups, published all the same
+
+
+# One Adam step moves a weight by up to the learning rate (1e-2 here); the default speed-ups change only the rounding of
+# the gradients, which moves the weights after two steps by a few 1e-6 at most (measured on an AMD EPYC: 1.9e-6).
+SPEED_UPS_PARAMETER_TOLERANCE = 1e-4
+
+
+def test_no_external_groups_with_default_speedups_matches_trl_grpo(tmp_path, smollm_tokenizer):
+    # The default speed-ups (`speedups="auto"`) score only the completion positions in TRL's fused LM head, among
+    # others. With a trained LM head (tied embeddings, full fine-tuning) its weight gradient is then a sum over fewer
+    # positions: a matrix product of another shape, whose BLAS kernel may sum in another order (bit-equal on the Intel
+    # CPUs of CI, not on an AMD EPYC). The same completions and losses, the weights equal within the stated tolerance.
+    trl_trainer, sapo_trainer = _drop_in_pair(tmp_path, smollm_tokenizer, "auto")
+    for name in ("loss", "num_tokens", "reward", "reward_std"):
+        assert _metric(sapo_trainer, name) == pytest.approx(_metric(trl_trainer, name), rel=1e-5, abs=1e-7), name
+    for a, b in zip(trl_trainer.model.parameters(), sapo_trainer.model.parameters(), strict=True):
+        torch.testing.assert_close(b, a, rtol=0, atol=SPEED_UPS_PARAMETER_TOLERANCE)
+    start = build_tiny_model(sapo_trainer.processing_class, seed=0).parameters()
+    moved = max((a - p).abs().max().item() for a, p in zip(trl_trainer.model.parameters(), start, strict=True))
+    assert moved > 100 * SPEED_UPS_PARAMETER_TOLERANCE  # the tolerance is far below what the two steps changed
 
 
 def test_heterogeneous_peers_exchange_and_both_train(tmp_path, smollm_tokenizer, minilm_tokenizer):

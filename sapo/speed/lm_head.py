@@ -148,10 +148,11 @@ def completion_positions_only() -> Iterator[None]:
 
     Without Triton (a CPU), TRL scores every position, prompt and padding included, so that the tile shapes do not
     change between batches (a recompilation on compiled backends), then throws the prompt's scores away; scoring only
-    the completion positions gives bit-identical log-probabilities and gradients for a fraction of the LM head's
-    work. Only the choice between TRL's two paths is changed
-    (:func:`sapo.speed.patch_point.trl_completion_positions_only`: the kernels keep their own); TRL's choice is back
-    on exit.
+    the completion positions gives the same log-probabilities and gradients for a fraction of the LM head's work: the
+    same up to rounding where the LM head is trained, since its weight gradient then sums over fewer positions (a
+    product of another shape, which some BLAS kernels sum in another order). Only the choice between TRL's two paths
+    is changed (:func:`sapo.speed.patch_point.trl_completion_positions_only`: the kernels keep their own); TRL's
+    choice is back on exit.
     """
     with trl_completion_positions_only():
         yield
