@@ -17,7 +17,9 @@ private hivemind name anywhere else). What each is relied on for:
 - `P2P._make_process_args(*args, **kwargs) -> list[str]`: builds the daemon's command line, a flag per keyword;
   :class:`PubsubP2P` adds ``-pubsub``.
 - `RSAPrivateKey._private_key` (the `cryptography` key it signs with): the class can only generate a key, so a key
-  loaded from a file is wrapped by setting it (:func:`signing_key`).
+  loaded from a file (or made by a test) is wrapped by setting it (:func:`signing_key`).
+- `RSASignatureValidator._serialize_record(record) -> bytes`: the bytes an owner signature signs (the record's key,
+  subkey, value and expiration as hivemind serializes them) (:func:`signed_bytes`).
 """
 
 from __future__ import annotations
@@ -25,6 +27,8 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from hivemind.dht.crypto import RSASignatureValidator
+from hivemind.dht.validation import DHTRecord
 from hivemind.p2p import P2P
 from hivemind.utils.crypto import RSAPrivateKey
 
@@ -35,6 +39,7 @@ __all__ = [
     "daemon_sockets",
     "open_control_connection",
     "release_loop_resources",
+    "signed_bytes",
     "signing_key",
 ]
 
@@ -93,3 +98,8 @@ def signing_key(key: Any) -> RSAPrivateKey:
     wrapped = RSAPrivateKey.__new__(RSAPrivateKey)  # the class only knows how to generate a key
     wrapped._private_key = key
     return wrapped
+
+
+def signed_bytes(validator: RSASignatureValidator, record: DHTRecord) -> bytes:
+    """What hivemind's owner signature of ``record`` signs (``record.value`` without its signature)."""
+    return validator._serialize_record(record)

@@ -25,7 +25,7 @@ from hivemind.utils.serializer import MSGPackSerializer
 
 from sapo.tasks import TaskSpec
 from swarm.daemon import close_p2p, close_stopped_loop
-from swarm.hivemind_bridge import daemon_process
+from swarm.hivemind_bridge import daemon_process, signing_key
 from swarm.records import WIRE_VERSION, Group, Provenance, group_to_wire
 from swarm.validation import record_key
 from testbed.tiny_run import tiny_config
@@ -282,9 +282,7 @@ def odd_key(modulus_bits: int = 2048, exponent_bits: int = 17, seed: int = 0) ->
         d = pow(e, -1, phi)
         public = rsa.RSAPublicNumbers(e, p * q)
         private = rsa.RSAPrivateNumbers(p, q, d, d % (p - 1), d % (q - 1), rsa.rsa_crt_iqmp(p, q), public).private_key()
-    key = RSAPrivateKey.__new__(RSAPrivateKey)  # hivemind's class only generates 2048-bit keys: wrap this one
-    key._private_key = private
-    return key
+    return signing_key(private)  # hivemind's class only generates 2048-bit keys: wrap this one
 
 
 # ------------------------------------------------------------------------------------------------
