@@ -1,7 +1,8 @@
 # syntax=docker/dockerfile:1
 # The sapo-swarm community node: `sapo-node` with the default model (SmolLM2-135M-Instruct) baked in.
 #
-#   docker build -t sapo-node .                         # CPU (python:3.11-slim, CPU build of torch)
+#   docker build -t sapo-node --build-arg TORCH_INDEX_URL=<PyTorch's CPU wheel index> .
+#                                                       # CPU (python:3.11-slim, CPU build of torch)
 #   docker build -t sapo-node:cuda --build-arg DEVICE=cuda .
 #                                                       # NVIDIA GPU (CUDA runtime base, CUDA build of torch);
 #                                                       # run it with --gpus all
@@ -11,14 +12,15 @@
 #   CPU_IMAGE        base of the CPU variant (default python:3.11-slim; any Debian-like image with python3,
 #                    its venv module and useradd).
 #   CUDA_IMAGE       base of the CUDA variant (an nvidia/cuda runtime image; Python comes from its apt).
-#   TORCH_INDEX_URL  the package index torch==2.13.0 and its dependencies come from; default: PyTorch's CPU
-#                    index for DEVICE=cpu (PyPI's torch is the CUDA build and would pull gigabytes of CUDA
-#                    wheels), PyPI for DEVICE=cuda.
+#   TORCH_INDEX_URL  the package index torch==2.13.0 and its dependencies come from (default: none given, pip's
+#                    own configuration decides, PyPI unless the builder configured another). DEVICE=cpu needs
+#                    PyTorch's CPU wheel index here, or a CPU wheel in TORCH_WHEELS: PyPI's torch is the CUDA
+#                    build and would pull gigabytes of CUDA wheels. DEVICE=cuda needs nothing.
 #   TORCH_WHEELS     a directory of the build context whose wheels pip also considers for torch (default
 #                    docker/wheels, empty in the repository). A CPU wheel there (torch-2.13.0+cpu-...whl) is
 #                    taken over the index's torch, so a machine that cannot reach PyTorch's index builds with
-#                    --build-arg TORCH_WHEELS=docker/wheels --build-arg TORCH_INDEX_URL=https://pypi.org/simple
-#                    (docker/build_check.sh does). A CPU image that ends up with a CUDA torch fails to build.
+#                    --build-arg TORCH_WHEELS=docker/wheels and no TORCH_INDEX_URL (docker/build_check.sh does).
+#                    A CPU build with neither stops at once; a CPU image that ends up with a CUDA torch fails.
 #
 # Build secret (optional): ca-bundle, a CA bundle for pip, for a package index or proxy whose certificate the
 # base image does not trust (docker build --secret id=ca-bundle,src=/etc/ssl/certs/ca-certificates.crt .). It is
@@ -72,12 +74,12 @@ RUN --mount=type=cache,target=/root/.cache/pip \
     { [ ! -s /run/secrets/ca-bundle ] || export PIP_CERT=/run/secrets/ca-bundle; } \
     && python3 -m venv /opt/venv \
     && python -m pip install --upgrade pip \
-    && case "${TORCH_INDEX_URL:-$DEVICE}" in \
-         cpu) index=https://download.pytorch.org/whl/cpu ;; \
-         cuda) index=https://pypi.org/simple ;; \
-         *) index="$TORCH_INDEX_URL" ;; \
-       esac \
-    && python -m pip install --find-links /tmp/torch-wheels --index-url "$index" "torch==2.13.0" \
+    && if [ "$DEVICE" = cpu ] && [ -z "$TORCH_INDEX_URL" ] && ! ls /tmp/torch-wheels/torch-*+cpu-*.whl >/dev/null 2>&1; then \
+         echo "DEVICE=cpu needs a CPU build of torch: pass --build-arg TORCH_INDEX_URL=<PyTorch's CPU wheel index>, or put a torch-2.13.0+cpu wheel in docker/wheels (docs/docker.md)" >&2; \
+         exit 1; \
+       fi \
+    && index="" && { [ -z "$TORCH_INDEX_URL" ] || index="--index-url=$TORCH_INDEX_URL"; } \
+    && python -m pip install --find-links /tmp/torch-wheels ${index} "torch==2.13.0" \
     && if [ "$DEVICE" = cpu ]; then \
          python -c "import sys, torch; sys.exit(f'CPU image got torch {torch.__version__}, a CUDA build' if torch.version.cuda else 0)"; \
        fi

@@ -4,7 +4,8 @@
 # project does not need, hence --no-deps). Lines marked "tests only" are not needed to run a node (the Docker image
 # leaves them out).
 # Which torch: from PyPI on Linux x86-64, torch==2.13.0 is the CUDA build (several GB; it also runs on a CPU). For the
-# CPU build set TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu. The last line says which build was installed.
+# CPU build set TORCH_INDEX_URL to PyTorch's CPU wheel index (the one PyTorch's install page gives for pip and CPU);
+# otherwise pip's own configuration chooses the index. The last line says which build was installed.
 set -euo pipefail
 cd "$(dirname "$0")"
 PYTHON=${PYTHON:-python3}

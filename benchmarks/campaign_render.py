@@ -49,9 +49,7 @@ def run_table(runs: Sequence[CampaignRun], node_code: str, paired: set[Path],
         commit = str(code.get("commit", "?"))[:10] + (" (dirty tree)" if code.get("dirty") else "")
         same = {True: "yes", False: "no", None: "unverified"}[run.node_code]
         finished = run.marker.get("finished")
-        when = (
-            datetime.datetime.fromtimestamp(finished, datetime.timezone.utc).strftime("%F %H:%M") if finished else "-"
-        )
+        when = datetime.datetime.fromtimestamp(finished, datetime.UTC).strftime("%F %H:%M") if finished else "-"
         minutes = (run.marker.get("last_attempt_seconds") or float("nan")) / 60
         counts = "; ".join(run.problems) or ("yes" if run.run_dir in paired else "its pair is not complete")
         lines.append(f"| {label(run)} | {run.seed} | {commit} | {same} | {minutes:.0f} | {when} | {counts} |")

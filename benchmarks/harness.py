@@ -8,13 +8,15 @@ import json
 import math
 import os
 import platform
-import signal
 import statistics
 import subprocess
 import sys
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from swarm.daemon import ProcessIdentity
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results"
@@ -90,7 +92,7 @@ def commit_label(root: Path = ROOT) -> str:
 
 def utc_now() -> str:
     """The date and time now, UTC, ISO 8601 to the second."""
-    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+    return datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
 
 
 def run_record(command: str | None = None) -> dict[str, str]:
@@ -167,20 +169,20 @@ def children(pid: int) -> list[int]:
 
 
 def stop_processes(
-    processes: Sequence[subprocess.Popen], grace: float = 30.0, daemons: Iterable[int] = ()
+    processes: Sequence[subprocess.Popen], grace: float = 30.0, daemons: Iterable[ProcessIdentity] = ()
 ) -> list[int | None]:
     """Stop what a benchmark started, by PID: SIGTERM to every running process, SIGKILL to those still running
     ``grace`` seconds later, then SIGKILL to the p2pd daemons they leave behind (their p2pd children, and the
-    ``daemons`` pids given, each checked by name). Returns the exit codes in order."""
+    ``daemons`` given, each by its pid and start time: a pid reused meanwhile names another process). Returns the
+    exit codes in order."""
     from sapo.node.processes import stop_processes as terminate
-    from swarm.daemon import is_p2pd
+    from swarm.daemon import ProcessIdentity, is_p2pd
 
-    leftovers = [*daemons, *(pid for p in processes for pid in children(p.pid) if is_p2pd(pid))]
+    children_now = (ProcessIdentity.of(pid) for p in processes for pid in children(p.pid) if is_p2pd(pid))
+    leftovers = [*daemons, *(d for d in children_now if d is not None)]
     codes = terminate(processes, grace)
-    for pid in leftovers:
-        if is_p2pd(pid):  # only daemons, checked again: the pid may have been reused
-            with contextlib.suppress(OSError):
-                os.kill(pid, signal.SIGKILL)
+    for daemon in leftovers:
+        daemon.kill()  # only the very daemon: nothing if it is gone, whoever has its pid now
     return codes
 
 

@@ -33,7 +33,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import os
 import random
 import signal
 import statistics
@@ -64,7 +63,6 @@ PARTS = ("hostile", "crashes", "soak")
 @contextlib.contextmanager
 def dht_peer_factory() -> Iterator[Any]:
     """``make(**config)`` -> DHTTransport on 127.0.0.1; every peer made is closed (and its p2pd killed) at exit."""
-    from swarm.daemon import pid_alive
     from swarm.dht import DHTTransport
 
     made: list[Any] = []
@@ -81,8 +79,8 @@ def dht_peer_factory() -> Iterator[Any]:
         for peer in made:
             with contextlib.suppress(Exception):
                 peer.close()
-            if peer.p2pd_pid is not None and pid_alive(peer.p2pd_pid):
-                os.kill(peer.p2pd_pid, signal.SIGKILL)
+            if peer.p2pd is not None:
+                peer.p2pd.kill()  # only the very daemon, if it still runs
 
 
 def run_hostile(rounds: int, burst_size: int, workdir: Path) -> dict[str, Any]:

@@ -310,12 +310,15 @@ def delivery_summary(
 def run_swarm(n: int, args: argparse.Namespace) -> dict[str, Any]:
     """Start ``n`` peers over worker processes and the observers, run the steps, aggregate; always stops every
     process."""
+    from swarm.daemon import ProcessIdentity
+
     workers = min(n, 4)
     per_worker = [n // workers + (1 if i < n % workers else 0) for i in range(workers)]
     interval = interval_for(n, args)
     duration = duration_for(interval, args)
     procs: list[subprocess.Popen] = []
     p2pd_pids: list[int] = []
+    daemons: list[Any] = []  # the same daemons by identity, read while they run: what the last resort may kill
     observer_pids: set[int] = set()
 
     def spawn(index: int, count: int, initial: str | None, role: str = "--worker") -> subprocess.Popen:
@@ -352,6 +355,7 @@ def run_swarm(n: int, args: argparse.Namespace) -> dict[str, Any]:
         for proc in procs:
             pids = json.loads(read_line(proc, "READY"))
             p2pd_pids += pids
+            daemons += [d for d in map(ProcessIdentity.of, pids) if d is not None]
             if proc is watcher:
                 observer_pids.update(pids)
         startup = time.monotonic() - started
@@ -373,7 +377,7 @@ def run_swarm(n: int, args: argparse.Namespace) -> dict[str, Any]:
         for proc in procs:
             proc.wait(timeout=60)
     finally:
-        stop_processes(procs, grace=20, daemons=p2pd_pids)  # the daemons of a worker that died, as a last resort
+        stop_processes(procs, grace=20, daemons=daemons)  # the daemons of a worker that died, as a last resort
 
     def merged(section: str, key: str) -> list[float]:
         return [v for r in results for v in r[section].get(key, [])]

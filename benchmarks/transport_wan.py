@@ -192,11 +192,13 @@ def draw_links(count: int, rng: random.Random, loss: float) -> list[Link]:
 
 def run_swarm(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
     """Make the hosts and switch, run the workers through the phases; always removes what it made."""
+    from swarm.daemon import ProcessIdentity
+
     publishers, total = args.hosts, args.hosts + args.observers
     links = draw_links(total, random.Random(args.seed), args.loss)
     hosts = Hosts(total, userspace=True)
     procs: list[subprocess.Popen] = []
-    daemons: list[int] = []
+    daemons: list[Any] = []  # each worker's daemons by identity, read while they run: what the last resort may kill
     logs = workdir / "logs"
     logs.mkdir(parents=True, exist_ok=True)
 
@@ -239,7 +241,7 @@ def run_swarm(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
         for i in range(1, total):
             spawn(i, address)
         for proc in procs:
-            daemons += json.loads(read_line(proc, "READY"))
+            daemons += [d for d in map(ProcessIdentity.of, json.loads(read_line(proc, "READY"))) if d is not None]
         startup = time.monotonic() - started
         print(f"{total} peers joined in {startup:.0f} s", flush=True)
 

@@ -3,7 +3,7 @@
 #
 #   sudo bash docker/build_check.sh [LOG.md]       # e.g. benchmarks/results/docker_build_check.md
 #
-# Root, Debian's packages (buildah, podman, debootstrap) and PyPI are all it needs:
+# Root, Debian's packages (buildah, podman, debootstrap) and a package index (pip's configuration) are all it needs:
 #   0. parse checks of both variants (tests/test_dockerfile.py; the CUDA image cannot be built here: its base
 #      comes from a registry);
 #   1. installs buildah, podman and debootstrap when missing;
@@ -11,7 +11,7 @@
 #      venv module, pip and ca-certificates, by debootstrap; a stand-in for python:3.11-slim), once: skipped
 #      when the image exists;
 #   3. puts the host's CPU torch wheel in docker/wheels (pip's own lookup, pinned to a +cpu build: never the
-#      CUDA build) and builds the image with `buildah bud` (TORCH_WHEELS=docker/wheels, the rest from PyPI),
+#      CUDA build) and builds the image with `buildah bud` (TORCH_WHEELS=docker/wheels, the rest from pip's index),
 #      then rebuilds it after a source change to time the layer cache;
 #   4. runs it with `buildah from` + `buildah run` (`podman run` fails in some sandboxes): a sapo-node on the
 #      host (outside the image, 127.0.0.1) and the image's sapo-node, started with the image's own ENTRYPOINT
@@ -31,7 +31,9 @@
 # --stop-timeout` gives in the docs), STOP_DELAY (4: seconds into a step when run 3 is stopped), NICE (nice -n 19 ionice -c 3: the
 # build and the nodes run at the lowest priority), NODE_ARGS (small settings for both nodes), HOST_PYTHON (the
 # Python of the host node: this clone's .venv/bin/python, made by setup.sh when the clone has no .venv and given
-# the dependencies pyproject.toml added since).
+# the dependencies pyproject.toml added since), TORCH_INDEX_URL (PyTorch's CPU wheel index, where the host's pip
+# finds no CPU torch wheel by its own configuration; not given to the image, which takes the wheel from
+# docker/wheels and the rest from pip's configuration).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -167,12 +169,13 @@ BASE_SIZE=$(podman image inspect --format '{{.Size}}' "$BASE_IMAGE")
 TORCH_PIN=$(grep -oE 'torch==[0-9][0-9a-z.]*' setup.sh | head -1)
 mkdir -p docker/wheels
 if ! ls docker/wheels/"torch-${TORCH_PIN#torch==}+cpu"-*.whl >/dev/null 2>&1; then
-    # The +cpu pin can only match a CPU build (a local find-links directory or PyTorch's CPU index); the
-    # host's pip configuration decides where it looks.
+    # The +cpu pin can only match a CPU build (a local find-links directory or PyTorch's CPU wheel index, given
+    # as TORCH_INDEX_URL); the host's pip configuration decides where else it looks.
     say "fetching ${TORCH_PIN}+cpu into docker/wheels"
+    torch_index=()
+    if [ -n "${TORCH_INDEX_URL:-}" ]; then torch_index=(--extra-index-url "$TORCH_INDEX_URL"); fi
     "${NICE[@]}" "$HOST_PYTHON" -m pip download --quiet --no-deps --only-binary=:all: --python-version 3.11 \
-        --retries 1 --timeout 20 --extra-index-url https://download.pytorch.org/whl/cpu \
-        -d docker/wheels "${TORCH_PIN}+cpu"
+        --retries 1 --timeout 20 "${torch_index[@]}" -d docker/wheels "${TORCH_PIN}+cpu"
 fi
 TORCH_WHEEL=$(basename "$(ls docker/wheels/"torch-${TORCH_PIN#torch==}+cpu"-*.whl | head -1)")
 
@@ -201,7 +204,6 @@ build() {  # build CONTEXT TAG LOGFILE
         --skip-unused-stages=false \
         --build-arg CPU_IMAGE="$BASE_IMAGE" --build-arg CUDA_IMAGE="$BASE_IMAGE" \
         --build-arg TORCH_WHEELS=docker/wheels \
-        --build-arg TORCH_INDEX_URL=https://pypi.org/simple \
         --secret id=ca-bundle,src="$CA_BUNDLE" \
         -t "$2" "$1" >"$3" 2>&1
 }
@@ -477,7 +479,7 @@ summary=(
     "|---|---|"
     "| base image ($BASE_IMAGE, Debian bookworm minbase + python3) | $(mb "$BASE_SIZE"), $base_note |"
     "| image ($IMAGE) | $(mb "$IMAGE_SIZE") |"
-    "| torch wheel | docker/wheels/$TORCH_WHEEL (TORCH_WHEELS=docker/wheels, TORCH_INDEX_URL=https://pypi.org/simple) |"
+    "| torch wheel | docker/wheels/$TORCH_WHEEL (TORCH_WHEELS=docker/wheels; the index: pip's configuration) |"
     "| build | ${BUILD_S:-} s (RUN/COPY steps run: $BUILD_STEPS; FRESH=${FRESH:-0}: 1 is without buildah's layer cache) |"
     "| rebuild after a source change (swarm/clock.py) | ${REBUILD_S:--} s |"
     "| whole script | $TOTAL_S s |"

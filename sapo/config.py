@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 from trl import GRPOConfig
 
-from sapo.sampling import SAMPLER_ALIASES, SAMPLERS, describe_samplers, sampler_name
+from sapo.sampling import RegisteredSamplers, sampler_name, sampling_strategy_help
 from sapo.sources.base import SOURCE_POLICIES, describe_source_policies
 from sapo.speed.devices import SPEED_UP_FIELDS, device_defaults, round_micro_batch
 from swarm.field_docs import document_fields
@@ -123,10 +123,8 @@ class SAPOConfig(GRPOConfig):
     sampling_strategy: str = field(
         default="drop_zero_advantage",
         metadata={
-            "help": f"How external groups are chosen among the candidates: {describe_samplers()}. Every strategy "
-            "skips this peer's own groups and applies `max_groups_per_peer` and `max_group_age`. Pass a "
-            "`sapo.sampling.ExternalSampler` to `SAPOTrainer(sampler=...)` for anything else.",
-            "choices": [*SAMPLERS, *SAMPLER_ALIASES],
+            "help": sampling_strategy_help(),
+            "choices": RegisteredSamplers(),
         },
     )
     success_threshold: float = field(

@@ -6,7 +6,7 @@ import random
 import time
 from abc import ABC, abstractmethod
 from collections import Counter, deque
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -210,7 +210,8 @@ SAMPLERS: dict[str, type[ExternalSampler]] = {
     "drop_zero_advantage": DropZeroAdvantageSampler,
     "uniform": UniformSampler,
 }
-"""Every sampling strategy by name: the one list that `SAPOConfig.sampling_strategy` accepts and documents."""
+"""Every sampling strategy by name: the one list that `SAPOConfig.sampling_strategy` accepts and documents (read when
+a configuration is built, so a strategy registered before then is accepted)."""
 
 SAMPLER_ALIASES: dict[str, str] = {"paper": "drop_zero_advantage"}
 """Other accepted names: `"paper"` is the SAPO paper's rule, `"drop_zero_advantage"`."""
@@ -221,21 +222,58 @@ def sampler_name(name: str) -> str:
     name = SAMPLER_ALIASES.get(name, name)
     if name not in SAMPLERS:
         raise ValueError(
-            f"sampling_strategy={name!r} is unknown; choose one of {[*SAMPLERS, *SAMPLER_ALIASES]} "
-            "or pass a sapo.sampling.ExternalSampler to SAPOTrainer(sampler=...)."
+            f"sampling_strategy={name!r} is unknown; choose one of {sampler_choices()}, register your own "
+            "(sapo.sampling.register_sampler; sapo-node: --sampler FILE.py:Class) or pass a "
+            "sapo.sampling.ExternalSampler to SAPOTrainer(sampler=...)."
         )
     return name
 
 
+def sampler_choices() -> list[str]:
+    """Every name `SAPOConfig.sampling_strategy` accepts now: the registered strategies (built-in ones and those of
+    :func:`register_sampler`), then the aliases."""
+    return [*SAMPLERS, *SAMPLER_ALIASES]
+
+
+class RegisteredSamplers:
+    """The names `SAPOConfig.sampling_strategy` accepts, read from the registry each time it is asked: argparse's
+    `choices` for that option, so that a parser accepts and lists a strategy registered after `sapo.config` was
+    imported."""
+
+    def __contains__(self, name: object) -> bool:
+        return name in sampler_choices()
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(sampler_choices())
+
+    def __len__(self) -> int:
+        return len(sampler_choices())
+
+    def __repr__(self) -> str:
+        return repr(sampler_choices())
+
+
 def describe_samplers() -> str:
-    """One line per strategy name, from its class docstring: the text `SAPOConfig.sampling_strategy` shows."""
+    """One line per strategy name, from its class's own docstring (a class without one is named by its class name):
+    the text `SAPOConfig.sampling_strategy` shows."""
     aliases = {target: alias for alias, target in SAMPLER_ALIASES.items()}
     parts = []
     for name, cls in SAMPLERS.items():
-        summary = " ".join((cls.__doc__ or "").split())
+        summary = " ".join((cls.__dict__.get("__doc__") or "").split()).rstrip(".")
+        summary = summary[:1].lower() + summary[1:] if summary else f"is `{cls.__name__}` (no docstring)"
         alias = f' (alias `"{aliases[name]}"`)' if name in aliases else ""
-        parts.append(f'`"{name}"`{alias} {summary[0].lower()}{summary[1:].rstrip(".")}')
+        parts.append(f'`"{name}"`{alias} {summary}')
     return "; ".join(parts)
+
+
+def sampling_strategy_help() -> str:
+    """The help of `SAPOConfig.sampling_strategy` for the strategies registered now."""
+    return (
+        f"How external groups are chosen among the candidates: {describe_samplers()}. Every strategy skips this "
+        "peer's own groups and applies `max_groups_per_peer` and `max_group_age`. Register your own with "
+        "`sapo.sampling.register_sampler` (sapo-node: `--sampler`), or pass a `sapo.sampling.ExternalSampler` to "
+        "`SAPOTrainer(sampler=...)`."
+    )
 
 
 def register_sampler(name: str, sampler: type[ExternalSampler]) -> None:

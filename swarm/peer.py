@@ -19,7 +19,6 @@ import contextlib
 import json
 import logging
 import os
-import signal
 import threading
 import time
 import weakref
@@ -37,12 +36,12 @@ from swarm.clock import SYSTEM_CLOCK, Clock
 from swarm.config import DHTTransportConfig
 from swarm.daemon import (
     STATE_FILE,
+    ProcessIdentity,
     cleanup_stale_state,
     close_p2p,
     close_stopped_loop,
     is_p2pd,
     parent_pid,
-    pid_alive,
     remove_files,
     remove_stale_sockets_since,
 )
@@ -54,6 +53,7 @@ from swarm.transport import SwarmCounters
 logger = logging.getLogger(__name__)
 
 _KNOWN_PEERS_KEPT = 64  # addresses remembered for rejoining; the oldest go first
+CONNECT_SECONDS = 5.0  # beyond p2pd's own start: its control client connecting and the first ping
 
 
 class SwarmJoinError(RuntimeError):
@@ -133,6 +133,7 @@ class DHTPeer:
         self.node: DHTNode | None = None
         self._p2p: P2P | None = None
         self._p2pd_pid: int | None = None
+        self._p2pd: ProcessIdentity | None = None
         self._sockets: list[str] = []
         self._visible: list[str] = []
         self._tasks: list[asyncio.Task] = []
@@ -209,6 +210,11 @@ class DHTPeer:
     def p2pd_pid(self) -> int | None:
         """Process id of this peer's p2pd daemon."""
         return self._p2pd_pid
+
+    @property
+    def p2pd(self) -> ProcessIdentity | None:
+        """This peer's p2pd daemon (pid and start time): once it is gone, its pid may name another process."""
+        return self._p2pd
 
     @property
     def socket_paths(self) -> list[str]:
@@ -301,6 +307,8 @@ class DHTPeer:
         self._p2p = await self._create_p2p()
         child = daemon_process(self._p2p)
         self._p2pd_pid = child.pid if child is not None else None
+        # our child: its pid is not reused before we reap it, so the start time read now is its own
+        self._p2pd = ProcessIdentity.of(self._p2pd_pid) if self._p2pd_pid is not None else None
         self._sockets = daemon_sockets(self._p2p)
         self._write_state()
         try:
@@ -387,13 +395,18 @@ class DHTPeer:
         started, delay = time.time(), 1.0  # wall time of the socket files, as in start()
         daemon = PubsubP2P if config.gossip else P2P  # announcements need the daemon's pubsub
         while True:
+            left = max(1.0, deadline - self._clock.monotonic())
             try:
-                p2p = await asyncio.wait_for(daemon.create(**p2p_kwargs), max(1.0, deadline - self._clock.monotonic()))
+                # hivemind's own startup_timeout stops the daemon it started when it is not ready in time; create()
+                # cancelled from outside would leave it running until its P2P object happened to be collected
+                p2p = await asyncio.wait_for(daemon.create(**p2p_kwargs, startup_timeout=left), left + CONNECT_SECONDS)
                 remove_stale_sockets_since(started)  # sockets of failed attempts nobody listens on
                 return p2p
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 raise SwarmJoinError(self._join_failure_message("timed out starting p2pd")) from None
             except Exception as e:
+                if "failed to start in" in str(e):  # hivemind's startup_timeout (it stopped the daemon)
+                    raise SwarmJoinError(self._join_failure_message("timed out starting p2pd")) from None
                 retry = config.initial_peers and "bootstrap" in str(e) and self._clock.monotonic() + delay < deadline
                 if not retry:
                     if config.initial_peers:
@@ -420,9 +433,14 @@ class DHTPeer:
         )
 
     def _write_state(self) -> None:
-        if self.config.state_dir is None or self._p2pd_pid is None:
+        if self.config.state_dir is None or self._p2pd is None:
             return
-        state = {"python_pid": os.getpid(), "p2pd_pid": self._p2pd_pid, "sockets": self._sockets}
+        state = {
+            "python_pid": os.getpid(),
+            "p2pd_pid": self._p2pd.pid,
+            "p2pd_start": self._p2pd.start,
+            "sockets": self._sockets,
+        }
         path = os.path.join(self.config.state_dir, STATE_FILE)
         with open(path + ".tmp", "w") as f:
             json.dump(state, f)
@@ -502,7 +520,7 @@ class DHTPeer:
             await asyncio.sleep(self.config.health_interval)
             child = daemon_process(self._p2p) if self._p2p is not None else None
             dead = child is not None and child.returncode is not None
-            if not dead and self._p2pd_pid is not None and not pid_alive(self._p2pd_pid):
+            if not dead and self._p2pd is not None and not self._p2pd.running():
                 dead = True
             if dead and self._healthy:
                 self._healthy = False
@@ -540,12 +558,11 @@ class DHTPeer:
 
     def _kill_leftovers(self) -> None:
         """Last resort after shutdown: kill our p2pd if it survived, remove our sockets and state file."""
-        pid = self._p2pd_pid
-        if pid is not None and pid_alive(pid) and is_p2pd(pid) and parent_pid(pid) == os.getpid():
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
+        daemon = self._p2pd
+        if daemon is not None and daemon.running() and is_p2pd(daemon.pid) and parent_pid(daemon.pid) == os.getpid():
+            daemon.kill()
             with contextlib.suppress(ChildProcessError, OSError):
-                os.waitpid(pid, 0)
+                os.waitpid(daemon.pid, 0)
         remove_files(self._sockets)
         if self.config.state_dir is not None:
             remove_files([os.path.join(self.config.state_dir, STATE_FILE)])

@@ -251,7 +251,7 @@ class SwarmPublisher:
                 ),
                 config.store_timeout,
             )
-        except asyncio.TimeoutError:
+        except TimeoutError:
             result = {}
             self._counters.add("store_timeouts")
             logger.warning("peer %s: storing %d record(s) timed out", self._peer_id, len(batch))

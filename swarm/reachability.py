@@ -94,7 +94,7 @@ async def can_connect(ip: str, ports: Sequence[int], timeout: float) -> bool:
     for port in ports:
         try:
             _, writer = await asyncio.wait_for(asyncio.open_connection(ip, port), timeout)
-        except (OSError, asyncio.TimeoutError):
+        except (TimeoutError, OSError):
             continue
         writer.close()
         with contextlib.suppress(Exception):

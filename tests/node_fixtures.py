@@ -4,8 +4,6 @@ processes (and their p2pd daemons) that are always stopped by PID."""
 from __future__ import annotations
 
 import json
-import os
-import signal
 import subprocess
 import sys
 import time
@@ -14,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from sapo.node.report import is_evaluation_line
+from swarm.daemon import ProcessIdentity
 
 # Small enough for a 2-core machine: 2 groups of 2 completions per step, short completions.
 TINY = [
@@ -63,25 +62,26 @@ def _wait(condition, timeout: float, what: str, process: subprocess.Popen | None
     raise AssertionError(f"timed out after {timeout} s waiting for {what}")
 
 
-def _p2pd_pid(output_dir: Path) -> int | None:
+def _p2pd(output_dir: Path) -> ProcessIdentity | None:
+    """The running node's p2pd daemon (pid and start time), from the state file the node writes."""
     state = output_dir / "p2pd-state.json"
-    return json.loads(state.read_text()).get("p2pd_pid") if state.exists() else None
+    if not state.exists():
+        return None
+    recorded = json.loads(state.read_text())
+    return ProcessIdentity(recorded["p2pd_pid"], recorded["p2pd_start"])
 
 
-def _assert_gone(pid: int | None, timeout: float = 15.0) -> None:
-    if pid is None:
+def _assert_gone(daemon: ProcessIdentity | None, timeout: float = 15.0) -> None:
+    """Wait until ``daemon`` is gone (a zombie counts as gone); kill it and fail if it outlives ``timeout``."""
+    if daemon is None:
         return
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        try:
-            with open(f"/proc/{pid}/stat") as f:
-                if f.read().split(") ", 1)[1].startswith("Z"):
-                    return  # exited, waiting to be reaped by init
-        except FileNotFoundError:
-            return
+        if not daemon.running():
+            return  # exited (perhaps waiting to be reaped by init); its pid may already be another process's
         time.sleep(0.2)
-    os.kill(pid, signal.SIGKILL)  # never leave it behind, but fail: the node should have stopped it
-    raise AssertionError(f"p2pd {pid} outlived its node")
+    daemon.kill()  # never leave it behind, but fail: the node should have stopped it
+    raise AssertionError(f"p2pd {daemon.pid} outlived its node")
 
 
 @pytest.fixture

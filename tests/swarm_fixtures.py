@@ -1,25 +1,26 @@
 """Helpers and pytest fixtures for swarm tests: groups, bounded waits, DHT peers that are always cleaned up.
 
 Import the fixtures into a test module (``from tests.swarm_fixtures import dht_peers, ...``) or a
-conftest. Every p2pd a fixture starts is recorded in :data:`STARTED_P2PD`, so a module can assert at its
-end that none survived, without touching processes these tests did not start.
+conftest. Every p2pd a fixture starts is recorded in :data:`STARTED_P2PD` by its identity (pid and start time), so
+a module can assert at its end that none of its own survived, without touching processes these tests did not start:
+a pid freed by a stopped daemon is soon another process's, another program's p2pd included.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
-import signal
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 
+from swarm.daemon import ProcessIdentity
 from swarm.records import Group, Provenance
 
-STARTED_P2PD: dict[int, list[str]] = {}
-"""p2pd pid -> its socket files, for every daemon started by these fixtures (and by tests that record theirs)."""
+STARTED_P2PD: dict[ProcessIdentity, list[str]] = {}
+"""p2pd -> its socket files, for every daemon started by these fixtures (and by tests that record theirs)."""
 
 
 def make_group(group_id: str, completion_chars: int = 64, completions: int = 4, **overrides: Any) -> Group:
@@ -52,32 +53,20 @@ def wait_until(condition: Callable[[], Any], timeout: float = 20.0, interval: fl
         time.sleep(interval)
 
 
-def pid_running(pid: int) -> bool:
-    """True if ``pid`` exists and is not a zombie."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except (OSError, IndexError):
-        return False
+def kill_p2pd(daemon: ProcessIdentity) -> None:
+    """SIGKILL ``daemon`` if that very process still runs (never another process that reused its pid)."""
+    if daemon.kill():
+        with contextlib.suppress(ChildProcessError, OSError):
+            os.waitpid(daemon.pid, os.WNOHANG)
 
 
-def kill_p2pd(pid: int) -> None:
-    """SIGKILL ``pid`` if it still runs a p2pd (never another process that reused the pid)."""
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            if b"p2pd" not in f.read():
-                return
-        os.kill(pid, signal.SIGKILL)
-    except (OSError, ProcessLookupError):
-        return
-    with contextlib.suppress(ChildProcessError, OSError):
-        os.waitpid(pid, os.WNOHANG)
-
-
-def record_p2pd(pid: int | None, sockets: list[str] = ()) -> None:
-    """Remember a p2pd started by a test, for the end-of-module check."""
-    if pid is not None:
-        STARTED_P2PD[pid] = list(sockets)
+def record_p2pd(daemon: ProcessIdentity | int | None, sockets: list[str] = ()) -> None:
+    """Remember a p2pd started by a test, for the end-of-module check. A bare pid is read as the process that has it
+    now: pass it while the daemon certainly runs (right after it started)."""
+    if isinstance(daemon, int):
+        daemon = ProcessIdentity.of(daemon)
+    if daemon is not None:
+        STARTED_P2PD[daemon] = list(sockets)
 
 
 FAST = dict(
@@ -102,7 +91,7 @@ def dht_peers() -> Iterator[Callable[..., Any]]:
     def make(**config: Any) -> DHTTransport:
         peer = DHTTransport(**{**FAST, **config})
         created.append(peer)
-        record_p2pd(peer.p2pd_pid, peer.socket_paths)
+        record_p2pd(peer.p2pd, peer.socket_paths)
         return peer
 
     try:
@@ -111,26 +100,40 @@ def dht_peers() -> Iterator[Callable[..., Any]]:
         for peer in created:
             with contextlib.suppress(Exception):
                 peer.close()
-            if peer.p2pd_pid is not None:
-                kill_p2pd(peer.p2pd_pid)  # last resort: close() should have stopped it already
+            if peer.p2pd is not None:
+                kill_p2pd(peer.p2pd)  # last resort: close() should have stopped it already
             for path in peer.socket_paths:
                 with contextlib.suppress(FileNotFoundError):
                     os.remove(path)
 
 
-@pytest.fixture(scope="module")
-def no_p2pd_left_behind() -> Iterator[None]:
-    """Module fixture: at the end, assert no p2pd recorded by these tests still runs and no socket remains."""
+@contextlib.contextmanager
+def p2pd_left_behind_checked(grace: float = 10.0) -> Iterator[None]:
+    """On leaving: assert that no p2pd recorded inside the block still runs ``grace`` s later and no socket of theirs
+    remains; whatever remains is killed (by identity) and removed.
+
+    Only daemons recorded inside the block, each by its pid and start time: a daemon recorded earlier stopped long
+    ago, and its pid may be another program's p2pd by now."""
+    before = set(STARTED_P2PD)
     yield
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline and any(pid_running(pid) for pid in STARTED_P2PD):
+    mine = {daemon: paths for daemon, paths in STARTED_P2PD.items() if daemon not in before}
+    deadline = time.monotonic() + grace
+    while time.monotonic() < deadline and any(daemon.running() for daemon in mine):
         time.sleep(0.1)
-    alive = [pid for pid in STARTED_P2PD if pid_running(pid)]
-    for pid in alive:
-        kill_p2pd(pid)
-    sockets = [path for paths in STARTED_P2PD.values() for path in paths if os.path.exists(path)]
+    alive = [daemon for daemon in mine if daemon.running()]
+    for daemon in alive:
+        kill_p2pd(daemon)
+    sockets = [path for paths in mine.values() for path in paths if os.path.exists(path)]
     for path in sockets:
         with contextlib.suppress(FileNotFoundError):
             os.remove(path)
     assert not alive, f"p2pd processes left running: {alive}"
     assert not sockets, f"socket files left behind: {sockets}"
+
+
+@pytest.fixture(scope="module")
+def no_p2pd_left_behind() -> Iterator[None]:
+    """Module fixture: at the end, assert no p2pd this module's tests started still runs and no socket remains
+    (see :func:`p2pd_left_behind_checked`)."""
+    with p2pd_left_behind_checked():
+        yield

@@ -16,7 +16,7 @@ import torch
 
 from sapo.checkpoints import COMPLETE_MARKER, checkpoints, latest_complete_checkpoint
 from sapo.trainer import FAULT_PAUSE_BEFORE_MARKER
-from tests.node_fixtures import _assert_gone, _metrics, _node_command, _p2pd_pid, _wait, started  # noqa: F401
+from tests.node_fixtures import _assert_gone, _metrics, _node_command, _p2pd, _wait, started  # noqa: F401
 
 
 def _last_step(out: Path) -> int:
@@ -64,7 +64,7 @@ def test_kill9_at_random_moments_resumes_from_the_newest_complete_checkpoint(tmp
             half_written = _catch_a_checkpoint_write(out, node)
         else:
             time.sleep(rng.uniform(0.0, 6.0))  # generation, scoring, a publish, a save: wherever it falls
-        p2pd = _p2pd_pid(out)
+        p2pd = _p2pd(out)
         node.send_signal(signal.SIGKILL)
         node.wait(timeout=30)
         killed = True
@@ -94,4 +94,4 @@ def test_kill9_at_random_moments_resumes_from_the_newest_complete_checkpoint(tmp
     assert len(set_aside) == caught_mid_write  # each checkpoint the kill left half-written was set aside
     steps = [m["step"] for m in _metrics(out)]
     assert steps == sorted(set(steps))  # no step logged twice across five lives
-    _assert_gone(_p2pd_pid(out))
+    _assert_gone(_p2pd(out))

@@ -12,15 +12,11 @@ import json
 import re
 import shlex
 import subprocess
+import tomllib
 from pathlib import Path, PurePosixPath
 
 import dockerfile_parse
 import pytest
-
-try:
-    import tomllib
-except ModuleNotFoundError:  # Python 3.10
-    tomllib = pytest.importorskip("tomli")
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCKERFILE = ROOT / "Dockerfile"
@@ -352,11 +348,18 @@ def test_torch_is_pinned_and_cpu_by_default(instructions, final_stage):
     deps = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
     torch_req = next(Requirement(d) for d in deps if Requirement(d).name == "torch")
     assert torch_req.specifier.contains(torch_specs[0].split("==")[1])
-    # DEVICE defaults to cpu; on cpu torch comes from PyTorch's CPU index, on cuda from PyPI (its CUDA build).
+    # DEVICE defaults to cpu. The index is the builder's: TORCH_INDEX_URL when given, else pip's own configuration;
+    # the Dockerfile names none. A CPU build given neither a CPU index nor a CPU wheel stops before downloading.
     assert _args(instructions).get("DEVICE") == "cpu"
+    assert _args(instructions).get("TORCH_INDEX_URL") == ""
+    assert "://" not in DOCKERFILE.read_text(), "the Dockerfile writes a URL: leave the index to the builder"
     torch_run = next(r for r in _values(final_stage, "RUN") if "torch==" in r)
-    assert re.search(r"\bcpu\)\s*index=https://download\.pytorch\.org/whl/cpu\b", torch_run)
-    assert re.search(r"\bcuda\)\s*index=https://pypi\.org/simple\b", torch_run)
+    assert re.search(r'\[ -z "\$TORCH_INDEX_URL" \] \|\| index="--index-url=\$TORCH_INDEX_URL"', torch_run)
+    assert re.search(r"pip install .*\$\{index\} \"torch==", torch_run)
+    early = re.search(
+        r'if \[ "\$DEVICE" = cpu \] && \[ -z "\$TORCH_INDEX_URL" \] && ! ls (\S+)\+cpu-\*\.whl.*?exit 1', torch_run
+    )
+    assert early and early.start() < torch_run.index("pip install --find-links"), "no early stop for a CPU build"
     # A CPU build that ends up with a CUDA torch (from the index or a wheel directory) fails.
     assert re.search(r'"\$DEVICE" = cpu.*torch\.version\.cuda', torch_run, flags=re.S)
 

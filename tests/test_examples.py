@@ -8,16 +8,17 @@ import ast
 import contextlib
 import os
 import re
-import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
+from swarm.daemon import ProcessIdentity
 from testbed.hostile_peer import honest_group
 from tests.swarm_fixtures import dht_peers, no_p2pd_left_behind, wait_until  # noqa: F401
 
@@ -26,40 +27,44 @@ pytestmark = pytest.mark.usefixtures("no_p2pd_left_behind")
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 
 
-def _session_members(session: int) -> list[int]:
-    """PIDs of live processes in the session an example was started in (it and its p2pd daemons)."""
+def _session_members(session: int) -> list[ProcessIdentity]:
+    """Live processes in the session an example was started in (it, its peer processes, their p2pd daemons). The
+    session's leader stays unreaped until run_example ends, so its pid, the session's id, names no other session."""
     members = []
     for entry in os.listdir("/proc"):
         if entry.isdigit():
-            with contextlib.suppress(OSError, IndexError):
+            with contextlib.suppress(OSError, IndexError, ValueError):
                 fields = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
                 if int(fields[3]) == session and fields[0] != "Z":
-                    members.append(int(entry))
+                    members.append(ProcessIdentity(int(entry), int(fields[19])))
     return members
+
+
+def _exited(pid: int) -> bool:
+    """True once child ``pid`` has exited; it is left unreaped (a zombie keeps its pid)."""
+    return os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
 
 
 def run_example(argv: list[str], cwd: Path, timeout: float = 600) -> str:
     """Run an example in a session of its own and return its output. Whatever happens, nothing of that session
     (the example, its peer processes, their p2pd) survives; and a finished example must have left nothing."""
-    process = subprocess.Popen(
-        argv, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
-    )
-    try:
+    with tempfile.TemporaryFile("w+") as log:
+        process = subprocess.Popen(argv, cwd=cwd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         try:
-            output, _ = process.communicate(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            output = f"(timed out after {timeout} s)"
-        deadline = time.monotonic() + 15
-        while _session_members(process.pid) and time.monotonic() < deadline:
-            time.sleep(0.2)
-        leftovers = _session_members(process.pid)
-    finally:
-        for pid in _session_members(process.pid):
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-        if process.poll() is None:
-            process.kill()
-            process.wait(timeout=30)
+            deadline = time.monotonic() + timeout
+            while not _exited(process.pid) and time.monotonic() < deadline:
+                time.sleep(0.2)
+            timed_out = not _exited(process.pid)
+            deadline = time.monotonic() + 15
+            while _session_members(process.pid) and time.monotonic() < deadline:
+                time.sleep(0.2)
+            leftovers = [member.pid for member in _session_members(process.pid)]
+        finally:
+            for member in _session_members(process.pid):
+                member.kill()
+            process.wait(timeout=30)  # reaped last: until now the session's id could not be reused
+        log.seek(0)
+        output = log.read() + (f"\n(timed out after {timeout} s)" if timed_out else "")
     assert process.returncode == 0, f"{argv[1:3]} exited {process.returncode}:\n{output[-4000:]}"
     assert not leftovers, f"{argv[1:3]} left processes behind: {leftovers}"
     return output

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from testbed.netns import Hosts
-from tests.node_fixtures import _assert_gone, _metrics, _node_command, _p2pd_pid, _wait, started  # noqa: F401
+from tests.node_fixtures import _assert_gone, _metrics, _node_command, _p2pd, _wait, started  # noqa: F401
 
 pytestmark = pytest.mark.slow
 
@@ -84,7 +84,7 @@ def test_three_hosts_survive_a_cut_link_and_the_bootstrap_peers_death(tmp_path, 
         node = subprocess.Popen(["ip", "netns", "exec", hosts.names[i], *command], stdout=log, stderr=log)
         started.append(node)  # `ip netns exec` execs the node: this is the node's PID
         _wait(lambda: (outs[i] / "address.txt").exists(), 120, f"host{i} to join", node)
-        p2pd[i] = _p2pd_pid(outs[i])
+        p2pd[i] = _p2pd(outs[i])
         return node
 
     nodes = [start(0, [])]
@@ -115,5 +115,5 @@ def test_three_hosts_survive_a_cut_link_and_the_bootstrap_peers_death(tmp_path, 
         node.send_signal(signal.SIGTERM)
     for node in nodes[1:]:
         assert node.wait(timeout=120) == 0
-    for pid in p2pd.values():
-        _assert_gone(pid)
+    for daemon in p2pd.values():
+        _assert_gone(daemon)

@@ -18,7 +18,7 @@ import yaml
 from sapo.checkpoints import COMPLETE_MARKER, latest_complete_checkpoint
 from sapo.node.cli import main
 from sapo.node.runner import default_task_names
-from tests.node_fixtures import TINY, _assert_gone, _metrics, _node_command, _p2pd_pid, _wait, started  # noqa: F401
+from tests.node_fixtures import TINY, _assert_gone, _metrics, _node_command, _p2pd, _wait, started  # noqa: F401
 
 # ----------------------------------------------------------------------------------------------------
 # configuration and errors (in-process: fast)
@@ -154,7 +154,7 @@ def test_node_run_leaves_metrics_and_checkpoints_then_resumes_after_kill9(tmp_pa
     started.append(node)
     _wait(lambda: (out / "address.txt").exists(), 180, "the swarm address", node)
     _wait(lambda: len(_metrics(out)) >= 3, 300, "three steps", node)
-    p2pd = _p2pd_pid(out)
+    p2pd = _p2pd(out)
     node.send_signal(signal.SIGKILL)
     node.wait(timeout=30)
     _assert_gone(p2pd)
@@ -173,7 +173,7 @@ def test_node_run_leaves_metrics_and_checkpoints_then_resumes_after_kill9(tmp_pa
     steps = [m["step"] for m in _metrics(out)]
     assert steps == sorted(set(steps)) and steps[-1] == resumed_from + 2  # no step logged twice
     assert (out / "final" / "adapter_config.json").exists()  # a node trains LoRA adapters by default
-    _assert_gone(_p2pd_pid(out))
+    _assert_gone(_p2pd(out))
 
     # killed after its last checkpoint (in its final evaluation, say), the node finishes without training more
     third = subprocess.run(
@@ -184,7 +184,7 @@ def test_node_run_leaves_metrics_and_checkpoints_then_resumes_after_kill9(tmp_pa
     assert "nothing left to train" in third.stderr
     assert max(m["step"] for m in _metrics(out)) == resumed_from + 2
     assert latest_complete_checkpoint(out).name == f"checkpoint-{resumed_from + 2}"
-    _assert_gone(_p2pd_pid(out))
+    _assert_gone(_p2pd(out))
 
 
 def _health(out: Path) -> tuple[int, str]:
@@ -212,7 +212,7 @@ def test_sigterm_checkpoints_leaves_and_exits_zero_with_tensorboard_logs(tmp_pat
     finally:
         node.send_signal(signal.SIGCONT)
     assert _health(out)[0] == 0
-    p2pd = _p2pd_pid(out)
+    p2pd = _p2pd(out)
     node.send_signal(signal.SIGTERM)
     assert node.wait(timeout=300) == 0
     assert _health(out)[0] == 1

@@ -12,7 +12,7 @@ import subprocess
 import urllib.request
 from pathlib import Path
 
-from tests.node_fixtures import _assert_gone, _metrics, _node_command, _p2pd_pid, _wait, started  # noqa: F401
+from tests.node_fixtures import _assert_gone, _metrics, _node_command, _p2pd, _wait, started  # noqa: F401
 
 
 def _free_port() -> int:
@@ -77,7 +77,7 @@ def test_a_node_with_a_dead_bootstrap_peer_trains_then_joins_it_when_it_comes_up
     assert "joined the swarm" in (tmp_path / "node.log").read_text()
 
     # every peer leaves mid-run: the node keeps training, alone, and says so
-    boot_p2pd = _p2pd_pid(boot_out)
+    boot_p2pd = _p2pd(boot_out)
     boot.send_signal(signal.SIGTERM)
     assert boot.wait(timeout=300) == 0
     _assert_gone(boot_p2pd)
@@ -85,7 +85,7 @@ def test_a_node_with_a_dead_bootstrap_peer_trains_then_joins_it_when_it_comes_up
     steps = len(_metrics(out))
     _wait(lambda: len(_metrics(out)) > steps + 1, 120, "the node to keep training alone", node)
 
-    p2pd = _p2pd_pid(out)
+    p2pd = _p2pd(out)
     node.send_signal(signal.SIGTERM)
     assert node.wait(timeout=300) == 0
     _assert_gone(p2pd)

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from sapo.checkpoints import latest_complete_checkpoint
 from sapo.node.callbacks import FAULT_PAUSE_IN_OPTIMIZER_STEP
-from tests.node_fixtures import _assert_gone, _evaluations, _metrics, _node_command, _p2pd_pid, _wait, started  # noqa: F401
+from tests.node_fixtures import _assert_gone, _evaluations, _metrics, _node_command, _p2pd, _wait, started  # noqa: F401
 
 STOP_WITHIN_S = 10.0
 # Long enough that the node is surely still in the phase when the signal lands (a tiny random model rarely ends a
@@ -43,7 +43,7 @@ def _wait_for_phase(out: Path, phase: str, node: subprocess.Popen, timeout: floa
 
 def _stop(node: subprocess.Popen, out: Path, log: Path) -> str:
     """SIGTERM `node`; assert it exits 0 within the bound, said it leaves the swarm, and stopped its p2pd."""
-    p2pd = _p2pd_pid(out)
+    p2pd = _p2pd(out)
     sent = time.monotonic()
     node.send_signal(signal.SIGTERM)
     try:

@@ -106,12 +106,52 @@ def test_node_arguments_stay_importable_from_every_module_that_offered_them():
 
 def test_sampler_and_source_policy_names_come_from_one_list_each():
     choices = {f.name: f.metadata["choices"] for f in dataclasses.fields(SAPOConfig) if "choices" in f.metadata}
-    assert choices["sampling_strategy"] == [*SAMPLERS, *SAMPLER_ALIASES]
+    assert list(choices["sampling_strategy"]) == [*SAMPLERS, *SAMPLER_ALIASES]
     assert choices["external_source_policy"] == list(SOURCE_POLICIES)
     docs = parameter_docs(SAPOConfig)
     assert all(f'`"{name}"`' in docs["sampling_strategy"] for name in choices["sampling_strategy"])
     assert all(f'`"{name}"`' in docs["external_source_policy"] for name in SOURCE_POLICIES)
     assert SAPOConfig.__dataclass_fields__["sampling_strategy"].default in SAMPLERS
+
+
+def test_the_parser_accepts_a_strategy_registered_after_sapo_config_was_imported(monkeypatch):
+    """`sampling_strategy`'s choices are the live registry: what is registered after import is accepted, listed in
+    the help and refused no more; what is not registered is refused in one line."""
+    import sapo.sampling
+
+    monkeypatch.setattr(sapo.sampling, "SAMPLERS", dict(SAMPLERS))
+
+    class Late(DropZeroAdvantageSampler):
+        pass
+
+    sapo.sampling.register_sampler("late", Late)
+    assert "late" in SAPOConfig.__dataclass_fields__["sampling_strategy"].metadata["choices"]
+    assert parse_node_options(["--sampling_strategy", "late"]).args.sampling_strategy == "late"
+    assert '`"late"` is `Late` (no docstring)' in _squash_spaces(full_help())
+
+
+def _squash_spaces(text: str) -> str:
+    return " ".join(text.split())
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--sampling_strategy", "best"], "argument --sampling_strategy/--sampling-strategy: invalid choice: 'best'"),
+        (["--replay", "sometimes"], "argument --replay: invalid choice: 'sometimes'"),
+        (["--speedups", "fast"], "argument --speedups: invalid choice: 'fast'"),
+        (["--num_local", "two"], "argument --num_local/--num-local: invalid int value: 'two'"),
+    ],
+)
+def test_an_invalid_value_is_one_usage_line_and_one_error_line(capsys, argv, message):
+    """argparse prints its usage before its error, and the node's usage would list every option (hundreds of lines):
+    the node prints one usage line instead."""
+    from sapo.node.cli import main
+
+    assert main(argv) == 2
+    usage, error = capsys.readouterr().err.splitlines()
+    assert usage.startswith("usage: sapo-node ") and usage.endswith("(sapo-node --help)")
+    assert error.startswith("sapo-node: error: ") and message in error
 
 
 def test_paper_is_an_alias_of_drop_zero_advantage():

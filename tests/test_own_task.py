@@ -13,7 +13,7 @@ from pathlib import Path
 
 from sapo.group_log import read_group_log
 from sapo.node.cli import main
-from tests.node_fixtures import TINY, _assert_gone, _evaluations, _metrics, _p2pd_pid, _wait
+from tests.node_fixtures import TINY, _assert_gone, _evaluations, _metrics, _p2pd, _wait
 
 REWARD_MODULE = '''
 def units_reward(prompts, completions, answer, units, **kwargs):
@@ -123,7 +123,7 @@ def test_a_reward_raising_on_a_fifth_of_own_rows_is_counted_and_the_node_goes_on
         if node.poll() is None:
             node.kill()
             node.wait(timeout=30)
-    _assert_gone(_p2pd_pid(out))
+    _assert_gone(_p2pd(out))
 
 
 def test_a_reward_failing_on_every_row_stops_the_node_saying_why(tmp_path, tiny_model_a):

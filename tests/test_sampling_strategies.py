@@ -104,3 +104,21 @@ def test_a_strategy_takes_the_config_fields_it_declares_and_a_registered_one_is_
         register_sampler("uniform", Picky)
     with pytest.raises(TypeError, match="ExternalSampler subclass"):
         register_sampler("not_a_sampler", object)
+
+
+def test_a_strategy_without_a_docstring_is_described_by_its_class_name(monkeypatch):
+    """`describe_samplers` builds `sampling_strategy`'s help (at `sapo.config`'s import too): a registered class with
+    no docstring of its own is listed by name, not an error."""
+    from sapo import sampling
+
+    monkeypatch.setattr(sampling, "SAMPLERS", dict(sampling.SAMPLERS))
+
+    class Bare(sampling.UniformSampler):
+        pass
+
+    sampling.register_sampler("bare", Bare)
+    text = sampling.describe_samplers()
+    assert text.endswith('`"bare"` is `Bare` (no docstring)')
+    assert '`"uniform"` samples uniformly among the eligible candidates' in text  # its own docstring, not Bare's
+    assert "bare" in sampling.RegisteredSamplers() and list(sampling.RegisteredSamplers())[-2:] == ["bare", "paper"]
+    assert '`"bare"`' in sampling.sampling_strategy_help()

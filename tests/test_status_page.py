@@ -23,7 +23,7 @@ from sapo.node.about import sapo_version
 from sapo.node.board import BoardLogHandler, StatusBoard
 from sapo.node.web import StatusServer, node_app
 from swarm.memory import MemorySwarm
-from tests.node_fixtures import _evaluations, _metrics, _node_command, _p2pd_pid, _wait, started  # noqa: F401
+from tests.node_fixtures import _evaluations, _metrics, _node_command, _p2pd, _wait, started  # noqa: F401
 from tests.swarm_fixtures import make_group
 
 HOSTILE = '<script>alert("x")</script>'
@@ -348,7 +348,7 @@ def test_a_running_nodes_page_renders_its_logged_figures_in_chromium(tmp_path, t
     browse(browser, url, tmp_path, screenshot=shot)
     assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 10_000
 
-    p2pd = _p2pd_pid(out)
+    p2pd = _p2pd(out)
     node.send_signal(signal.SIGTERM)
     assert node.wait(timeout=300) == 0
     from tests.node_fixtures import _assert_gone

@@ -8,7 +8,6 @@ import dataclasses
 import json
 import os
 import random
-import signal
 import subprocess
 import sys
 import time
@@ -17,7 +16,7 @@ import pytest
 from hivemind.dht.routing import DHTID
 from hivemind.utils.serializer import MSGPackSerializer
 
-from swarm.daemon import socket_is_stale
+from swarm.daemon import ProcessIdentity, is_p2pd, parent_pid, socket_is_stale
 from swarm.dht import DHTTransport, SwarmJoinError
 from swarm.records import GroupRecord, IndexEntry, RecordRef, RecordRejected, encode_index_entry, encode_record
 from swarm.transport import wait_for_groups, wait_for_peers
@@ -26,10 +25,8 @@ from testbed.hostile_peer import HostileNode
 from tests.swarm_fixtures import (  # noqa: F401
     STARTED_P2PD,
     dht_peers,
-    kill_p2pd,
     make_group,
     no_p2pd_left_behind,
-    pid_running,
     record_p2pd,
     wait_until,
 )
@@ -211,7 +208,7 @@ def test_killed_peers_do_not_stop_the_others(dht_peers):
     collect(d, [], 1)
 
     # a peer dies mid-run (its p2pd is killed): it reports it, the others go on
-    os.kill(c.p2pd_pid, signal.SIGKILL)
+    assert c.p2pd.kill()
     wait_until(lambda: not c.healthy(), 10)
     assert c.readout().counters["p2pd_deaths"] == 1
     assert c.fetch(4) == []  # never raises
@@ -222,7 +219,7 @@ def test_killed_peers_do_not_stop_the_others(dht_peers):
     assert ids(collect(d, [], 1)) == {(b.peer_id, "b1")}
 
     # the bootstrap peer dies: joined peers keep publishing and fetching
-    os.kill(boot.p2pd_pid, signal.SIGKILL)
+    assert boot.p2pd.kill()
     wait_until(lambda: not boot.healthy(), 10)
     d.publish([make_group("d1")])
     b.publish([make_group("b2")])
@@ -345,15 +342,42 @@ def test_unreachable_initial_peer_fails_in_bounded_time():
     assert not [f for f in new if socket_is_stale(os.path.join("/tmp", f))]
 
 
+def _p2pd_children() -> set[ProcessIdentity]:
+    """The p2pd daemons this test process started that still run."""
+    found = set()
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and parent_pid(int(entry)) == os.getpid() and is_p2pd(int(entry)):
+            daemon = ProcessIdentity.of(int(entry))
+            if daemon is not None and daemon.running():
+                found.add(daemon)
+    return found
+
+
+def test_a_p2pd_that_does_not_start_in_time_is_stopped(monkeypatch):
+    """A daemon that never says it is ready (a machine too busy to start it within join_timeout): the peer fails
+    with a join error and the daemon it started is stopped then, not left running until its hivemind object happens
+    to be garbage collected (what cancelling `P2P.create` from outside did)."""
+    from hivemind.p2p import P2P
+
+    async def never_ready(self, ready, *args, **kwargs):
+        await asyncio.sleep(3600)
+
+    monkeypatch.setattr(P2P, "_read_outputs", never_ready)
+    before = _p2pd_children()
+    with pytest.raises(SwarmJoinError, match="timed out starting p2pd"):
+        DHTTransport(join_timeout=2.0, host_maddrs=[LOCAL])
+    wait_until(lambda: not _p2pd_children() - before, 10, message="(the daemon that did not start still runs)")
+
+
 def test_close_leaves_no_process_or_socket(dht_peers):
     a = dht_peers()
     b = dht_peers(initial_peers=a.visible_addresses())
     for peer in (a, b):
-        pid, sockets = peer.p2pd_pid, peer.socket_paths
-        assert pid_running(pid)
+        daemon, sockets = peer.p2pd, peer.socket_paths
+        assert daemon.running()
         peer.close()
         peer.close()  # idempotent
-        assert not pid_running(pid)
+        assert not daemon.running()
         assert not any(os.path.exists(path) for path in sockets)
         assert not peer.healthy()
         with pytest.raises(RuntimeError):
@@ -408,14 +432,15 @@ def test_state_dir_cleans_up_after_kill_9(dht_peers, tmp_path):
         pid = int(child.stdout.readline())
         with open(os.path.join(state_dir, "p2pd-state.json")) as f:
             state = json.load(f)
-        record_p2pd(pid, state["sockets"])
-        assert state["p2pd_pid"] == pid and state["python_pid"] == child.pid
+        daemon = ProcessIdentity(pid, state["p2pd_start"])
+        record_p2pd(daemon, state["sockets"])
+        assert daemon.running() and state["python_pid"] == child.pid
     finally:
         child.kill()
         child.wait(10)
     # the next start with the same state_dir removes whatever the killed run left (p2pd, sockets)
     peer = dht_peers(state_dir=state_dir)
-    assert not pid_running(pid)
+    assert not daemon.running()
     assert not any(os.path.exists(path) for path in state["sockets"])
     peer.close()
     assert not os.path.exists(os.path.join(state_dir, "p2pd-state.json"))

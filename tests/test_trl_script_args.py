@@ -14,7 +14,7 @@ import pytest
 
 from sapo.node.errors import NodeError
 from sapo.node.options import config_yaml, parse_node_options
-from tests.node_fixtures import TINY, _assert_gone, _metrics, _p2pd_pid
+from tests.node_fixtures import TINY, _assert_gone, _metrics, _p2pd
 
 
 def _jsonl(path: Path, count: int = 20) -> Path:
@@ -145,7 +145,7 @@ def test_a_trl_grpo_config_on_a_local_dataset_runs_a_node(tmp_path, tiny_model_a
         adapter = json.loads((out / "final" / "adapter_config.json").read_text())
         assert adapter["r"] == 8 and sorted(adapter["target_modules"]) == ["q_proj", "v_proj"]
     finally:
-        _assert_gone(_p2pd_pid(out))
+        _assert_gone(_p2pd(out))
 
 
 def test_a_runs_recorded_label_keeps_its_key_so_earlier_runs_resume(tmp_path):

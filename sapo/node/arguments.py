@@ -44,6 +44,7 @@ _SECTIONS = {
         "eval_fraction", "dataset_size", "rewards", "reward_funcs", "max_reward_errors_in_a_row", "max_source_errors",
         "allow_data_change",
     ),
+    "Choosing received groups": ("sampler",),
     "Swarm (defaults and text of `swarm.dht.DHTTransportConfig`'s fields)": (
         "initial_peers", "host_maddrs", "announce_maddrs", "identity", "swarm_name", "client_mode", "use_auto_relay",
         "join_timeout", "membership_path", "membership_operator",
@@ -151,6 +152,14 @@ class NodeArguments:
         default=None,
         metadata={
             "help": "Keyword arguments of `source`'s class: a mapping in the YAML file, or JSON on the command line."
+        },
+    )
+    sampler: str | None = field(
+        default=None,
+        metadata={
+            "help": "Your own sampling strategy: a `sapo.sampling.ExternalSampler` subclass as `module:Class` or "
+            "`path/to/file.py:Class`, registered under its class name and used as `sampling_strategy` (its options: "
+            "the `SAPOConfig` fields its `config_fields` names). `None`: `sampling_strategy` picks a built-in one."
         },
     )
     question_column: str = field(default="question", metadata={"help": "Column of `dataset` holding the question."})

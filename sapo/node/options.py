@@ -86,13 +86,18 @@ def build_parser() -> Any:
     from trl import TrlParser
 
     from sapo.config import SAPOConfig
-    from sapo.node.help import short_help
+    from sapo.node.help import USAGE, short_help
+    from sapo.sampling import sampling_strategy_help
 
     class NodeParser(TrlParser):
         given: dict[str, Any] = {}
 
         def format_help(self) -> str:
             return short_help(self)
+
+        def error(self, message: str) -> Any:
+            # argparse prints its usage first, which lists every option (hundreds of lines): one line instead
+            self.exit(2, f"usage: {USAGE}  (sapo-node --help)\nsapo-node: error: {message}\n")
 
         def parse_known_args(self, args: Any = None, namespace: Any = None) -> Any:
             parsed, rest = super().parse_known_args(args, namespace)
@@ -103,6 +108,9 @@ def build_parser() -> Any:
     parser.set_defaults(**NODE_DEFAULTS)
     _accept_none(parser, (SAPOConfig, NodeArguments))
     _accept_auto(parser)
+    for action in parser._actions:
+        if action.dest == "sampling_strategy":
+            action.help = sampling_strategy_help()  # with the strategies registered by now (--sampler)
     return parser
 
 
@@ -189,15 +197,66 @@ def parse_node_options(argv: Sequence[str]) -> NodeOptions:
     argv = [a for a in argv if a != "--print-config"]
     list_fields = {f.name for f in dataclasses.fields(NodeArguments) if str(f.type).startswith("list")}
     list_fields |= {"report_to", "reward_weights"}
-    parser = build_parser()
     try:
         argv = expand_set_options(argv, list_fields)
+        argv = with_user_sampler(argv)
+        parser = build_parser()
         args, node = parser.parse_args_and_config(argv)
     except ValueError as e:
         raise NodeError(_explain_parse_error(e)) from None
     except FileNotFoundError as e:
         raise NodeError(f"config file not found: {e.filename}") from None
     return NodeOptions(args, node, print_config, parser.given)
+
+
+def with_user_sampler(argv: list[str]) -> list[str]:
+    """Load and register the sampling strategy `--sampler` names (on the command line, else in the `--config` file)
+    before the configuration is parsed, so that `sampling_strategy` accepts it; ``argv`` with `sampling_strategy` set
+    to it unless given. A `sampling_strategy` that names another strategy is a NodeError."""
+    from sapo.node.errors import NodeError
+    from sapo.node.user_code import user_sampler
+    from sapo.sampling import sampler_name
+
+    from_file = _config_file_values(argv)
+    spec = _flag_value(argv, "sampler") or from_file.get("sampler")
+    if not spec:
+        return argv
+    name = user_sampler(str(spec))
+    strategy = _flag_value(argv, "sampling_strategy") or from_file.get("sampling_strategy")
+    if strategy is None:
+        return [*argv, "--sampling_strategy", name]
+    if sampler_name(str(strategy)) != name:
+        raise NodeError(
+            f"--sampler {spec} is the strategy {name!r} but sampling_strategy is {strategy!r}: give only one of them"
+        )
+    return argv
+
+
+def _flag_value(argv: Sequence[str], name: str) -> str | None:
+    """The last value given to option ``name`` in ``argv`` (`--a_b V`, `--a-b V` or `--a_b=V`); None if absent."""
+    spellings = {f"--{name}", f"--{name.replace('_', '-')}"}
+    value = None
+    for i, arg in enumerate(argv):
+        flag, equals, rest = arg.partition("=")
+        if flag in spellings:
+            value = rest if equals else (argv[i + 1] if i + 1 < len(argv) else None)
+    return value
+
+
+def _config_file_values(argv: Sequence[str]) -> dict[str, Any]:
+    """The mapping in the `--config` file ``argv`` names; empty when there is none or it does not read as one (the
+    parser then says what is wrong with it)."""
+    import yaml
+
+    path = _flag_value(argv, "config")
+    if not path:
+        return {}
+    try:
+        with open(path) as f:
+            values = yaml.safe_load(f)
+    except (OSError, yaml.YAMLError):
+        return {}
+    return values if isinstance(values, dict) else {}
 
 
 def full_help() -> str:
@@ -264,8 +323,10 @@ def config_yaml(options: NodeOptions) -> str:
     import yaml
 
     from sapo.config import SAPOConfig
+    from sapo.sampling import sampling_strategy_help
 
     helps = {f.name: field_help(f) for cls in (SAPOConfig, NodeArguments) for f in dataclasses.fields(cls)}
+    helps["sampling_strategy"] = sampling_strategy_help()  # with the strategies registered by now, as --help-all
     entries = []
     for key, value in effective_config(options).items():
         comment = [f"# {line}" for line in textwrap.wrap(helps.get(key, ""), width=110, break_on_hyphens=False)]

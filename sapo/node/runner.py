@@ -13,6 +13,7 @@ from typing import Any
 
 from sapo.node.arguments import NodeArguments, default_task_names  # noqa: F401  (importable from here, as before)
 from sapo.node.errors import ErrorLimitReached, JoinError, NodeError  # noqa: F401  (importable from here, as before)
+from sapo.node.user_code import user_reward, user_source  # noqa: F401  (user_source importable from here, as before)
 
 logger = logging.getLogger(__name__)
 
@@ -104,53 +105,6 @@ def dataset_splits(node: NodeArguments) -> tuple[Any, Any]:
     return data[node.dataset_train_split], test
 
 
-def user_source(spec: str, arguments: dict[str, Any] | str | None) -> Any:
-    """The task source `spec` names (`module:Class` or `path/to/file.py:Class`), built with ``arguments`` (a mapping,
-    or JSON text); raises NodeError saying what is wrong."""
-    import inspect
-
-    from sapo.sources import TaskSource
-
-    if isinstance(arguments, str):
-        try:
-            arguments = json.loads(arguments)
-        except ValueError as e:
-            raise NodeError(f"--source_args must be a JSON object, got {arguments!r} ({e})") from None
-    if arguments is not None and not isinstance(arguments, dict):
-        raise NodeError(f"--source_args must be a mapping of keyword arguments, got {type(arguments).__name__}")
-    where, _, name = spec.rpartition(":")
-    if not where or not name:
-        raise NodeError(f"--source {spec!r}: name a class as module:Class or path/to/file.py:Class")
-    module = _user_module(where, f"--source {spec!r}", "sapo_user_source")
-    cls = getattr(module, name, None)
-    if not (inspect.isclass(cls) and issubclass(cls, TaskSource)):
-        raise NodeError(f"--source {spec!r}: {where} has no sapo.sources.TaskSource subclass {name!r}")
-    try:
-        return cls(**(arguments or {}))
-    except Exception as e:
-        raise NodeError(f"--source {spec!r}: {name}(**source_args) raised {type(e).__name__}: {e}") from None
-
-
-def _user_module(where: str, what: str, prefix: str) -> Any:
-    """The module a user names, ``path/to/file.py`` or an importable ``module``; NodeError (``what`` first) when it
-    cannot be loaded."""
-    import importlib
-    import importlib.util
-
-    try:
-        if not where.endswith(".py"):
-            return importlib.import_module(where)
-        path = Path(where)
-        if not path.is_file():
-            raise NodeError(f"{what}: file {path} not found")
-        module_spec = importlib.util.spec_from_file_location(f"{prefix}_{path.stem}", path)
-        module = importlib.util.module_from_spec(module_spec)
-        module_spec.loader.exec_module(module)
-        return module
-    except ImportError as e:
-        raise NodeError(f"{what}: cannot import {where!r} ({e}); is it on PYTHONPATH?") from None
-
-
 def _accepted(func: Any, offered: dict[str, Any]) -> dict[str, Any]:
     """The entries of ``offered`` that ``func``'s signature takes by name."""
     import inspect
@@ -168,21 +122,7 @@ def build_rewards(names: list[str]) -> list[Any]:
     known = {"reasoning_gym": reasoning_gym_reward, "math": math_reward, "format": format_reward}
     if not names:
         raise NodeError(f"no reward function given; choose from {sorted(known)} or name your own as module:function")
-    return [known[name] if name in known else _user_reward(name, known) for name in names]
-
-
-def _user_reward(spec: str, known: dict[str, Any]) -> Any:
-    """The function `spec` names (`module:function` or `file.py:function`), checked to be callable."""
-
-    where, _, name = spec.rpartition(":")
-    if not where or not name:
-        raise NodeError(f"unknown reward function {spec!r}; choose from {sorted(known)} or name your own as "
-                        "module:function or path/to/file.py:function")  # fmt: skip
-    module = _user_module(where, f"reward {spec!r}", "sapo_user_rewards")
-    function = getattr(module, name, None)
-    if not callable(function):
-        raise NodeError(f"reward {spec!r}: {where} has no function {name!r}")
-    return function
+    return [known[name] if name in known else user_reward(name, known) for name in names]
 
 
 def load_model(node: NodeArguments) -> tuple[Any, Any]:
