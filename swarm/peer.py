@@ -222,6 +222,11 @@ class DHTPeer:
         return list(self._sockets)
 
     @property
+    def loop(self) -> asyncio.AbstractEventLoop:
+        """The event loop this peer runs on, in its own thread (submit with `asyncio.run_coroutine_threadsafe`)."""
+        return self._loop
+
+    @property
     def p2p(self) -> P2P:
         """This peer's hivemind :class:`~hivemind.p2p.P2P` (its p2pd client); use it on the peer's event loop."""
         assert self._p2p is not None, "the peer has not started"

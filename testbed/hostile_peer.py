@@ -134,7 +134,7 @@ def announce_identities(peer: Any, keys: list[RSAPrivateKey], pause: float = 0.0
     sent = 0
     for key in keys:
         data = encode_announcement(key, peer.config.swarm_name, "sybil", time.time(), None, [])
-        sent += asyncio.run_coroutine_threadsafe(peer.gossip.announce(data), peer.peer._loop).result(10)
+        sent += asyncio.run_coroutine_threadsafe(peer.gossip.announce(data), peer.peer.loop).result(10)
         time.sleep(pause)  # GossipSub queues a few dozen messages per peer: a burst beyond that is dropped
     return sent
 
