@@ -1,8 +1,8 @@
 """What one announcement costs on GossipSub: network bytes per message per subscriber and delivery latency, by topic
 size, on real p2pd daemons on loopback.
 
-For each topic size T, T daemons with pubsub (``swarm.pubsub.PubsubP2P``) join through the first one, connect in a
-ring as well, and subscribe to one topic; after the mesh has formed, they publish ``--messages`` real announcements
+For each topic size T, T daemons with pubsub (``swarm.hivemind_bridge.PubsubP2P``) join through the first one, connect
+in a ring as well, and subscribe to one topic; after the mesh has formed, they publish ``--messages`` real announcements
 (signed by ``swarm.announcements``, one record listed: the size a peer sends) in turn over ``--seconds``. The TCP
 bytes of all their sockets (``ss``), less the idle traffic measured just before, over the messages and subscribers,
 are the network bytes one subscriber costs per announcement: GossipSub's flood publish and mesh forwarding send each
@@ -46,7 +46,8 @@ async def measure(size: int, messages: int, seconds: float, idle_seconds: float 
     from hivemind.utils.multiaddr import Multiaddr
 
     from swarm.daemon import close_p2p
-    from swarm.pubsub import PubsubP2P, publish, subscribe, topic_peers
+    from swarm.hivemind_bridge import PubsubP2P, connect, daemon_process
+    from swarm.pubsub import publish, subscribe, topic_peers
 
     data = announcement_bytes()
     daemons: list[Any] = []
@@ -61,7 +62,7 @@ async def measure(size: int, messages: int, seconds: float, idle_seconds: float 
         for left, right in zip(daemons, daemons[1:] + daemons[:1], strict=True):
             if left is not right:
                 addrs = [a.decapsulate(Multiaddr(f"/p2p/{right.peer_id}")) for a in await right.get_visible_maddrs()]
-                await left._client.connect(right.peer_id, addrs)
+                await connect(left, right.peer_id, addrs)
         sent_at: dict[bytes, float] = {}
 
         async def read(subscription: Any) -> None:
@@ -78,7 +79,7 @@ async def measure(size: int, messages: int, seconds: float, idle_seconds: float 
                 break
             await asyncio.sleep(0.5)
         await asyncio.sleep(2.0)  # a heartbeat or two: the mesh settles
-        pids = {p2p._child.pid for p2p in daemons}
+        pids = {daemon_process(p2p).pid for p2p in daemons}
         before = tcp_sockets(pids)
         await asyncio.sleep(idle_seconds)
         idle = _tcp_total(tcp_sockets(pids)) - _tcp_total(before)
@@ -133,7 +134,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         "# What an announcement costs on GossipSub (p2pd, loopback)",
         "",
         *record_lines(report),
-        f"Setup: T daemons (swarm.pubsub.PubsubP2P) joined through the first and connected in a ring, one topic; "
+        "Setup: T daemons (swarm.hivemind_bridge.PubsubP2P) joined through the first and connected in a ring, "
+        f"one topic; "
         f"{args.messages} real announcements ({runs[0]['message_bytes'] if runs else '-'} bytes: one record, signed) "
         f"published in turn over {args.seconds:g} s; TCP bytes of every socket (ss) less the idle rate.",
         "",

@@ -222,7 +222,7 @@ def solo_config(args: Any, model: Any) -> Any:
     from sapo import SAPOConfig
 
     if args is None:
-        name = model if isinstance(model, str) else model.config._name_or_path
+        name = model if isinstance(model, str) else model.config.name_or_path
         args = GRPOConfig(f"{name.split('/')[-1]}-GRPO")
     if isinstance(args, SAPOConfig):
         return args

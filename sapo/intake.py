@@ -49,6 +49,7 @@ from sapo.plausibility import PlausibilityCheck, floor_mask
 from sapo.probe import PolicyProbe
 from sapo.questions import GroupDropped
 from sapo.replay import ReplayBuffer
+from sapo.round import weighted_rewards
 from sapo.sampling import SWARM, Candidate, ExternalSampler, OwnSuccess, Selection, make_sampler
 from sapo.sources import SourceRegistry
 from sapo.standing import SenderStanding
@@ -582,12 +583,3 @@ class Intake:
     def _write_log(self, records: list[GroupRecord]) -> None:
         if self.group_log is not None and self.accelerator.is_main_process and records:
             self.group_log.write(records)
-
-
-def weighted_rewards(rewards_per_func: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
-    """The reward of each row (on the CPU): the weighted sum over reward functions, as TRL totals them; NaN (not
-    applicable) terms are left out, and a row no function applies to stays NaN."""
-    rewards_per_func = rewards_per_func.detach().float().cpu()
-    weighted = (rewards_per_func * weights.detach().float().cpu().unsqueeze(0)).nansum(dim=1)
-    weighted[torch.isnan(rewards_per_func).all(dim=1)] = torch.nan
-    return weighted

@@ -192,6 +192,15 @@ def splice_rewards(round_: Round, own_scored: torch.Tensor, processes: int, num_
     return rewards
 
 
+def weighted_rewards(rewards_per_func: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+    """The reward of each row (on the CPU): the weighted sum over reward functions, as TRL totals them; NaN (not
+    applicable) terms are left out, and a row no function applies to stays NaN."""
+    rewards_per_func = rewards_per_func.detach().float().cpu()
+    weighted = (rewards_per_func * weights.detach().float().cpu().unsqueeze(0)).nansum(dim=1)
+    weighted[torch.isnan(rewards_per_func).all(dim=1)] = torch.nan
+    return weighted
+
+
 def round_figures(
     round_: Round, outcome: RoundOutcome, slots: int, scored: int, zero_advantage: int, step: int
 ) -> dict[str, float]:
@@ -221,13 +230,13 @@ def round_figures(
     groups = rewards.view(-1, round_.num_generations).nan_to_num(0.0)
     spread = (groups.amax(dim=1) > groups.amin(dim=1)).repeat_interleave(round_.num_generations)
     masks = {
-        "local_reward": ~is_external,
-        "external_reward": is_external,
-        "local_reward_with_spread": ~is_external & spread,
+        "sapo/local_reward": ~is_external,
+        "sapo/external_reward": is_external,
+        "sapo/local_reward_with_spread": ~is_external & spread,
     }
     for name, mask in masks.items():
         values = rewards[mask]
         values = values[~torch.isnan(values)]
         if values.numel():
-            figures[f"sapo/{name}"] = values.mean().item()
+            figures[name] = values.mean().item()
     return figures

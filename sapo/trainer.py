@@ -81,6 +81,30 @@ class _StepsFromArguments(TrainerCallback):
 class SAPOTrainer(HeldOutEvaluation, TRLBridge):
     """GRPO on a mix of locally generated groups and groups sampled from a swarm of peers (SAPO).
 
+    Example:
+
+    ```python
+    >>> from rewards import reasoning_gym_reward
+    >>> from sapo import SAPOConfig, SAPOTrainer
+    >>> from sapo.models import load_policy
+    >>> from sapo.sources import ReasoningGymSource
+    >>> from swarm.dht import DHTTransport, DHTTransportConfig
+
+    >>> model, tokenizer = load_policy()  # the embedded SmolLM2-135M-Instruct
+    >>> tasks = ReasoningGymSource(["basic_arithmetic", "chain_sum"])
+    >>> swarm = DHTTransport(DHTTransportConfig(initial_peers=["/ip4/203.0.113.7/tcp/31337/p2p/Qm..."]))
+    >>> trainer = SAPOTrainer(
+    ...     model=model,
+    ...     reward_funcs=reasoning_gym_reward,
+    ...     args=SAPOConfig(output_dir="out", num_local=4, num_external=4),  # 4 own groups, 4 from the swarm
+    ...     train_dataset=tasks.rows(size=1000),
+    ...     processing_class=tokenizer,
+    ...     swarm=swarm,
+    ... )
+    >>> trainer.train()
+    >>> swarm.close()
+    ```
+
     Everything `trl.GRPOTrainer` accepts is accepted here, plus:
 
     Args:
@@ -103,7 +127,8 @@ class SAPOTrainer(HeldOutEvaluation, TRLBridge):
             `train_dataset` draws from. A task specialist evaluated on a whole mix passes the mix.
 
     Without a swarm (or with `num_external=0`) it trains as GRPOTrainer does, on the same batches, with TRL's
-    evaluation (held-out pass@1 added on eval rows of questions, see `evaluate`), and says so in one log line.
+    evaluation (held-out pass@1 added on eval rows of questions, see `evaluate`), and says so in one log line. What it
+    logs beside TRL's figures (`sapo/...`, `swarm/...`, `eval/pass@1`, ...) is listed in docs/metrics.md.
 
     With several processes (`accelerate launch --num_processes N`), the node is one swarm peer: pass the swarm on
     the main process and `None` on the others. The main process fetches candidates for every process (each verifies
@@ -138,7 +163,7 @@ class SAPOTrainer(HeldOutEvaluation, TRLBridge):
         **kwargs: Any,
     ):
         if args is None:  # as GRPOTrainer names its default output directory
-            name = model if isinstance(model, str) else str(getattr(model.config, "_name_or_path", "") or "model")
+            name = model if isinstance(model, str) else str(getattr(model.config, "name_or_path", "") or "model")
             args = SAPOConfig(f"{name.rstrip('/').split('/')[-1]}-SAPO")
         if not isinstance(args, SAPOConfig):
             raise TypeError(f"SAPOTrainer needs args=SAPOConfig(...), got {type(args).__name__}.")
@@ -184,7 +209,7 @@ class SAPOTrainer(HeldOutEvaluation, TRLBridge):
             sampler=sampler, completion_filter=completion_filter,
             sources=self._sources(train_dataset, sources),
         )  # fmt: skip
-        self.swarm_model_name = args.swarm_model_name or str(getattr(self.model.config, "_name_or_path", "") or "")
+        self.swarm_model_name = args.swarm_model_name or str(getattr(self.model.config, "name_or_path", "") or "")
         self.last_external: list[Any] = []
         self._phase_seconds: Counter[str] = Counter()
 

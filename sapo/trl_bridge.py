@@ -20,7 +20,8 @@ same tests pass as with `GRPOTrainer`). What each private name is relied on for:
   spliced in (`sapo.round.splice_rewards`); `score_with_trl` runs TRL's own version on received completions.
 - `GRPOTrainer._compute_loss(model, inputs)`: the loss of one micro-batch; the loss phase, and which rows are external.
 - `GRPOTrainer._generate_single_turn(prompt_ids, images, multimodal_fields, ...)`: the transformers generation call,
-  run inside the generation speed-ups (`sapo.speed`).
+  run inside the generation speed-ups (`sapo.speed`); `GRPOTrainer._is_vlm` (set by `__init__`: the model is a
+  vision-language model) tells them to step aside.
 - `GRPOTrainer._get_per_token_logps_and_entropies(model, input_ids, attention_mask, logits_to_keep, batch_size=,
   compute_entropy=) -> (logps, entropies, ...)`: run inside the loss-pass speed-ups; the loss pass's statistics of own
   completions feed the plausibility reference (`on_loss_pass`).
@@ -30,6 +31,10 @@ same tests pass as with `GRPOTrainer`). What each private name is relied on for:
 - `GRPOTrainer.log` names its figures `train` or `eval` by `model.training`: `log_evaluation` logs in eval mode.
 - `Trainer._save_checkpoint(model, trial)`, `Trainer._get_output_dir(trial)`, `Trainer._load_from_checkpoint(path)`:
   a checkpoint's folder, completed by `on_checkpoint_saved`; a finished run's checkpoint loaded.
+
+The speed-ups replace a few private names of TRL and transformers for one context (TRL's fused LM head, transformers'
+attention registry); they are named in `sapo/speed/patch_point.py` alone, with what each is relied on for. No other
+module names a private name of TRL or transformers (`tests/test_trl_bridge.py` looks for any).
 
 The phase of a call (a training round, the loss pass, an evaluation) is set where it starts (`training_step`,
 `_compute_loss`, `prediction_step`) and read from :attr:`TRLBridge.phase`, never from `model.training` or
@@ -49,8 +54,15 @@ import torch
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 from trl import GRPOTrainer
 
-from sapo.intake import weighted_rewards
-from sapo.round import EXTERNAL_COLUMN, Generation, Round, RoundOutcome, splice_generation, splice_rewards
+from sapo.round import (
+    EXTERNAL_COLUMN,
+    Generation,
+    Round,
+    RoundOutcome,
+    splice_generation,
+    splice_rewards,
+    weighted_rewards,
+)
 from sapo.speed import SpeedUps
 
 TESTED_TRL = "1.16"
@@ -68,7 +80,8 @@ OVERRIDDEN = (
 """TRL's and Trainer's private methods overridden here."""
 
 READ = ("_tokenize_prompts", "_get_output_dir", "_load_from_checkpoint")
-"""Their private methods called here (and `_tokenizer` and `_metrics`, attributes set by `GRPOTrainer.__init__`)."""
+"""Their private methods called here (and `_tokenizer`, `_metrics` and `_is_vlm`, attributes set by
+`GRPOTrainer.__init__`)."""
 
 
 def missing_trl_names(trainer_class: type = GRPOTrainer) -> list[str]:
@@ -249,7 +262,7 @@ class TRLBridge(GRPOTrainer):
 
     def _generate_single_turn(self, prompt_ids, images, multimodal_fields, *args, **kwargs):
         """TRL's generation of the own rows, inside the speed-ups that apply to it (`sapo.speed`)."""
-        with SpeedUps.of(self).generation(self, images, multimodal_fields):
+        with SpeedUps.of(self).generation(self, images, multimodal_fields, vision=self._is_vlm):
             return super()._generate_single_turn(prompt_ids, images, multimodal_fields, *args, **kwargs)
 
     # ------------------------------------------------------------------------------------------------

@@ -183,15 +183,11 @@ async def close_p2p(p2p: Any) -> None:
     transport open; left to the garbage collector after the loop closed, both raise "Event loop is closed". Call
     this while the loop still runs.
     """
+    from swarm.hivemind_bridge import release_loop_resources  # here: the rest of this module needs no hivemind
+
     with contextlib.suppress(Exception):
         await asyncio.wait_for(p2p.shutdown(), 10)
-    control = getattr(getattr(p2p, "_client", None), "control", None)  # p2pclient.Client -> ControlClient
-    pending = [task for task in (getattr(control, "_read_task", None), getattr(control, "_write_task", None)) if task]
-    if pending:
-        await asyncio.wait(pending, timeout=2)
-    transport = getattr(getattr(p2p, "_child", None), "_transport", None)
-    if transport is not None:
-        transport.close()
+    await release_loop_resources(p2p)
 
 
 def close_stopped_loop(loop: asyncio.AbstractEventLoop, timeout: float = 5.0) -> None:

@@ -20,6 +20,7 @@ from collections.abc import Callable
 from typing import Any
 
 from swarm.config import DHTTransportConfig
+from swarm.hivemind_bridge import connect
 from swarm.levels import home_topic_shard, publish_topics, subscribe_topics
 from swarm.pubsub import Subscription, publish, subscribe
 from swarm.transport import SwarmCounters
@@ -36,7 +37,7 @@ class Gossip:
 
     Args:
         config: the swarm's name and the topic settings.
-        p2p: returns the running peer's :class:`~swarm.pubsub.PubsubP2P`.
+        p2p: returns the running peer's :class:`~swarm.hivemind_bridge.PubsubP2P`.
         peer: this peer's id (its home topics are hashes of it).
         topic_level: returns the topic level this peer's estimate of N gives (the reader's).
         on_announcement: called with ``(data, publisher's libp2p id)`` for every message of a subscribed topic.
@@ -113,7 +114,7 @@ class Gossip:
 
         for host in [host for host in hosts if host not in connected][:_DIALS_PER_ROUND]:
             try:
-                await asyncio.wait_for(p2p._client.connect(PeerID.from_base58(host), []), self.config.wait_timeout)
+                await asyncio.wait_for(connect(p2p, PeerID.from_base58(host), []), self.config.wait_timeout)
                 self._counters.add("topic_dials")
             except Exception as e:  # gone, or unreachable: its announcements come through others
                 self._counters.add("topic_dial_failures")

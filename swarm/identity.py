@@ -12,6 +12,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 from hivemind.utils.crypto import RSAPrivateKey, RSAPublicKey
 
+from swarm.hivemind_bridge import signing_key
 from swarm.records import RecordRejected
 
 KEY_BITS = 2048
@@ -80,7 +81,6 @@ def load_or_create_signing_key(path: str | None) -> RSAPrivateKey:
     """
     if path is None:
         return RSAPrivateKey()
-    key = RSAPrivateKey.__new__(RSAPrivateKey)  # the class only knows how to generate; wrap a loaded key
     if os.path.exists(path):
         with open(path, "rb") as f:
             loaded = serialization.load_pem_private_key(f.read(), password=None)
@@ -93,10 +93,9 @@ def load_or_create_signing_key(path: str | None) -> RSAPrivateKey:
                 f"signing key {path} is not an RSA-{KEY_BITS} key with exponent {PUBLIC_EXPONENT}, the only kind "
                 "other peers accept: move it away and start again (a new key is created there)"
             )
-        key._private_key = loaded
-        return key
+        return signing_key(loaded)
     fresh = RSAPrivateKey()
-    pem = fresh._private_key.private_bytes(
+    pem = serialization.load_der_private_key(fresh.to_bytes(), password=None).private_bytes(
         serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
     )
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)

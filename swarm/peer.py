@@ -45,8 +45,8 @@ from swarm.daemon import (
     remove_files,
     remove_stale_sockets_since,
 )
+from swarm.hivemind_bridge import PubsubP2P, connect, daemon_process, daemon_sockets
 from swarm.levels import size_from_distances
-from swarm.pubsub import PubsubP2P
 from swarm.served import RECORD_HANDLER, ServedRecords
 from swarm.transport import SwarmCounters
 
@@ -225,6 +225,11 @@ class DHTPeer:
         return list(self._sockets)
 
     @property
+    def loop(self) -> asyncio.AbstractEventLoop:
+        """The event loop this peer runs on, in its own thread (submit with `asyncio.run_coroutine_threadsafe`)."""
+        return self._loop
+
+    @property
     def p2p(self) -> P2P:
         """This peer's hivemind :class:`~hivemind.p2p.P2P` (its p2pd client); use it on the peer's event loop."""
         assert self._p2p is not None, "the peer has not started"
@@ -308,10 +313,11 @@ class DHTPeer:
             os.makedirs(config.state_dir, exist_ok=True)
             cleanup_stale_state(config.state_dir)
         self._p2p = await self._create_p2p()
-        self._p2pd_pid = self._p2p._child.pid if self._p2p._child is not None else None
+        child = daemon_process(self._p2p)
+        self._p2pd_pid = child.pid if child is not None else None
         # our child: its pid is not reused before we reap it, so the start time read now is its own
         self._p2pd = ProcessIdentity.of(self._p2pd_pid) if self._p2pd_pid is not None else None
-        self._sockets = [self._p2p._daemon_listen_maddr["unix"], self._p2p._client_listen_maddr["unix"]]
+        self._sockets = daemon_sockets(self._p2p)
         self._write_state()
         try:
             self.node = await asyncio.wait_for(
@@ -494,7 +500,7 @@ class DHTPeer:
 
         async def dial_and_ping(peer_id: Any, addrs: list[Any]) -> Any:
             with contextlib.suppress(Exception):
-                await asyncio.wait_for(p2p._client.connect(peer_id, addrs), self.config.wait_timeout)
+                await asyncio.wait_for(connect(p2p, peer_id, addrs), self.config.wait_timeout)
             return await node.protocol.call_ping(peer_id)
 
         answers = await asyncio.gather(
@@ -520,7 +526,7 @@ class DHTPeer:
         """Report p2pd death: hivemind itself fails silently when its daemon dies under a live node."""
         while True:
             await asyncio.sleep(self.config.health_interval)
-            child = self._p2p._child if self._p2p is not None else None
+            child = daemon_process(self._p2p) if self._p2p is not None else None
             dead = child is not None and child.returncode is not None
             if not dead and self._p2pd is not None and not self._p2pd.running():
                 dead = True
@@ -540,7 +546,7 @@ class DHTPeer:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(hook(), 5)
         await cancel_until_done(self._tasks, timeout=5)
-        child = self._p2p._child if self._p2p is not None else None
+        child = daemon_process(self._p2p) if self._p2p is not None else None
         if self.node is not None and child is not None and child.returncode is None:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(self.node.shutdown(), 5)

@@ -2,8 +2,9 @@
 
 hivemind's bundled ``p2pd`` has GossipSub (its ``-pubsub`` flag; GossipSub is the default router) and its control
 protocol has publish and subscribe requests, but hivemind never passes the flag and its Python client has no pubsub
-calls. :class:`PubsubP2P` is hivemind's :class:`~hivemind.p2p.P2P` whose daemon runs pubsub, and the functions below
-speak the daemon's pubsub requests (each on its own control connection, as the daemon expects):
+calls. :class:`~swarm.hivemind_bridge.PubsubP2P` is hivemind's :class:`~hivemind.p2p.P2P` whose daemon runs
+pubsub (in the bridge to hivemind's internals: it overrides one), and the functions below speak the daemon's pubsub
+requests (each on its own control connection, as the daemon expects):
 
 - :func:`publish`: one ``PUBLISH`` request; the daemon signs the message with the peer's libp2p key and sends it to
   the topic's mesh (or, on a topic this peer is not subscribed to, to a few peers it knows are);
@@ -23,26 +24,15 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from typing import Any
 
 from hivemind.p2p import P2P, PeerID
 from hivemind.p2p.p2p_daemon_bindings.utils import raise_if_failed, read_unsigned_varint, write_pbmsg
 from hivemind.proto import p2pd_pb2
 
+from swarm.hivemind_bridge import open_control_connection
+
 MAX_MESSAGE_BYTES = 1 << 16
 """The largest pubsub message read from the daemon; a larger one is skipped (the daemon allows up to 1 MiB)."""
-
-
-class PubsubP2P(P2P):
-    """hivemind's :class:`~hivemind.p2p.P2P` whose ``p2pd`` runs libp2p pubsub with the GossipSub router.
-
-    Created like :class:`~hivemind.p2p.P2P` (``await PubsubP2P.create(...)``); everything else is unchanged.
-    """
-
-    @staticmethod
-    def _make_process_args(*args: Any, **kwargs: Any) -> list[str]:
-        # hivemind builds the daemon's command line here; pubsub is one more of its flags
-        return P2P._make_process_args(*args, **kwargs, pubsub=True)
 
 
 @dataclass(frozen=True)
@@ -65,7 +55,7 @@ async def _request(
 ) -> tuple[p2pd_pb2.Response, asyncio.StreamReader, asyncio.StreamWriter]:
     """Open a control connection, send one pubsub request, read the daemon's answer (raises on an error answer);
     the connection stays open for the caller."""
-    reader, writer = await p2p._client.control.daemon_connector.open_connection()
+    reader, writer = await open_control_connection(p2p)
     try:
         await write_pbmsg(writer, p2pd_pb2.Request(type=p2pd_pb2.Request.PUBSUB, pubsub=request))
         response = p2pd_pb2.Response()

@@ -41,6 +41,7 @@ from hivemind.utils.crypto import RSAPrivateKey
 from hivemind.utils.serializer import MSGPackSerializer
 from msgspec.msgpack import Decoder
 
+from swarm.hivemind_bridge import signed_bytes
 from swarm.identity import KEY_BITS, check_public_key, public_key_of
 from swarm.records import RecordLimits, RecordRejected, check_size, decode_index_entry, decode_record, decode_typed
 from swarm.transport import SwarmCounters
@@ -137,7 +138,7 @@ class OwnerSignatureValidator(RSASignatureValidator):
         try:
             public_key = subkey_owner(record.subkey)
             value, signature = split_signature(record.value)
-            signed = self._serialize_record(dataclasses.replace(record, value=value))
+            signed = signed_bytes(self, dataclasses.replace(record, value=value))
             if not public_key_of(public_key).verify(signed, signature):
                 raise RecordRejected("bad_signature", "signature not made by the subkey's owner")
             return True

@@ -25,6 +25,7 @@ from hivemind.utils.serializer import MSGPackSerializer
 
 from sapo.tasks import TaskSpec
 from swarm.daemon import close_p2p, close_stopped_loop
+from swarm.hivemind_bridge import daemon_process, signing_key
 from swarm.records import WIRE_VERSION, Group, Provenance, group_to_wire
 from swarm.validation import record_key
 from testbed.tiny_run import tiny_config
@@ -57,7 +58,7 @@ class HostileNode:
             DHTNode.create(node_id=node_id, initial_peers=initial_peers, host_maddrs=[LOCAL], wait_timeout=1)
         )
         if on_p2pd is not None:
-            on_p2pd(self.node.p2p._child.pid, [self.node.p2p._daemon_listen_maddr["unix"]])
+            on_p2pd(daemon_process(self.node.p2p).pid, [self.node.p2p.daemon_listen_maddr["unix"]])
 
     def run(self, coro, timeout: float = 30):
         return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
@@ -133,7 +134,7 @@ def announce_identities(peer: Any, keys: list[RSAPrivateKey], pause: float = 0.0
     sent = 0
     for key in keys:
         data = encode_announcement(key, peer.config.swarm_name, "sybil", time.time(), None, [])
-        sent += asyncio.run_coroutine_threadsafe(peer.gossip.announce(data), peer.peer._loop).result(10)
+        sent += asyncio.run_coroutine_threadsafe(peer.gossip.announce(data), peer.peer.loop).result(10)
         time.sleep(pause)  # GossipSub queues a few dozen messages per peer: a burst beyond that is dropped
     return sent
 
@@ -296,9 +297,7 @@ def odd_key(modulus_bits: int = 2048, exponent_bits: int = 17, seed: int = 0) ->
         d = pow(e, -1, phi)
         public = rsa.RSAPublicNumbers(e, p * q)
         private = rsa.RSAPrivateNumbers(p, q, d, d % (p - 1), d % (q - 1), rsa.rsa_crt_iqmp(p, q), public).private_key()
-    key = RSAPrivateKey.__new__(RSAPrivateKey)  # hivemind's class only generates 2048-bit keys: wrap this one
-    key._private_key = private
-    return key
+    return signing_key(private)  # hivemind's class only generates 2048-bit keys: wrap this one
 
 
 # ------------------------------------------------------------------------------------------------

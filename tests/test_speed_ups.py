@@ -143,3 +143,19 @@ def test_every_replacement_is_installed_during_its_call_only(tmp_path, smollm_to
     assert generating and all(s["torch.multinomial"] and not s["trl _use_triton"] for s in generating)
     assert _patches(model) == before  # and nothing is left installed
     assert all(p.dtype == torch.float32 for p in model.parameters())
+
+
+def test_the_generation_speed_ups_step_aside_for_a_vision_language_model(tmp_path, smollm_tokenizer):
+    """The bridge tells the speed-ups whether TRL deems the model a vision-language one; for such a model none of the
+    generation speed-ups runs (TRL's own generation does), and the reason is said."""
+    trainer = SAPOTrainer(
+        model=build_tiny_model(smollm_tokenizer, seed=0),
+        reward_funcs=[lambda completions, **kw: [0.0] * len(completions)],
+        args=tiny_config(tmp_path, num_local=2, num_external=0, max_steps=1, bf16=True),
+        train_dataset=_dataset(),
+        processing_class=smollm_tokenizer,
+    )
+    speed = SpeedUps.of(trainer)
+    assert speed.generation_speed_ups(trainer, vision=False)  # a text model: they run
+    assert speed.generation_speed_ups(trainer, vision=True) == []
+    assert any(line.endswith(": a vision-language model or images") for line in speed.announced)

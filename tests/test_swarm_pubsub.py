@@ -12,7 +12,8 @@ import pytest
 from hivemind.utils.multiaddr import Multiaddr
 
 from swarm.daemon import close_p2p
-from swarm.pubsub import PubsubP2P, publish, subscribe, topic_peers
+from swarm.hivemind_bridge import PubsubP2P
+from swarm.pubsub import publish, subscribe, topic_peers
 from tests.swarm_fixtures import no_p2pd_left_behind, record_p2pd  # noqa: F401
 
 pytestmark = pytest.mark.usefixtures("no_p2pd_left_behind")

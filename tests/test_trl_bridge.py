@@ -10,6 +10,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from tests.private_names import private_uses, project_files
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -32,19 +34,98 @@ def test_a_trl_without_a_needed_name_is_refused_with_what_it_lacks_and_what_to_i
         check_trl(OlderTRL)
 
 
-def test_only_the_bridge_names_trl_private_methods_and_attributes():
-    from sapo.trl_bridge import OVERRIDDEN, READ
+TRL = ("trl", "transformers")
+BRIDGE, PATCH_POINT = "sapo/trl_bridge.py", "sapo/speed/patch_point.py"
+ALLOWED = {
+    BRIDGE: None,  # any: each one it uses is listed in its docstring (below)
+    PATCH_POINT: {
+        "_ChunkedLogProbFunction": "TRL's fused LM head's autograd function, replaced for one context by the CPU one "
+        "of sapo.speed.lm_head",
+        "_use_triton": "TRL's fused forward's choice of its compact path (completion positions only), forced for one "
+        "context",
+        "_attn_implementation": "the attention a model's config names, float32 SDPA for one context",
+        "_global_mapping": "transformers' attention and mask registries, float32 SDPA registered for one context",
+    },
+    "sapo/speed/precision.py": {
+        "_version": "torch.Tensor._version (a tensor's in-place version counter, which keeps a cached bf16 copy "
+        "valid); transformers happens to define a `_version` too",
+    },
+}
+"""Who may use a private name of TRL or transformers, and which (each with why); nobody else may use any."""
 
-    names = [*OVERRIDDEN, *READ, "_tokenizer", "_metrics"]
-    pattern = re.compile(r"\b(" + "|".join(map(re.escape, names)) + r")\b")
-    found = {}
-    for path in sorted((ROOT / "sapo").rglob("*.py")):
-        if path.name == "trl_bridge.py":
-            continue
-        hits = [n + 1 for n, line in enumerate(path.read_text().splitlines()) if pattern.search(line)]
-        if hits:
-            found[str(path.relative_to(ROOT))] = hits
-    assert found == {}, f"TRL's private names outside sapo/trl_bridge.py (file: lines): {found}"
+
+def _trl_scanned() -> list[Path]:
+    # swarm/ never imports trl or transformers (tests/test_layering.py), and the private hivemind names of its bridge
+    # (`_client`, ...) are spelled like some of transformers'
+    return [path for path in project_files() if path.relative_to(ROOT).parts[0] != "swarm"]
+
+
+def test_no_module_outside_the_bridge_and_the_patch_point_uses_a_private_name_of_trl_or_transformers():
+    uses = private_uses(_trl_scanned(), TRL, ALLOWED)
+    assert uses == [], (
+        "private names of TRL or transformers outside sapo/trl_bridge.py and sapo/speed/patch_point.py (move them "
+        "behind the bridge, or into the patch point with a line saying what it relies on): " + "; ".join(map(str, uses))
+    )
+
+
+def test_the_bridge_and_the_patch_point_list_every_private_name_they_use():
+    import sapo.speed.patch_point
+    import sapo.trl_bridge
+
+    for path, module in ((BRIDGE, sapo.trl_bridge), (PATCH_POINT, sapo.speed.patch_point)):
+        used = {use.name for use in private_uses([ROOT / path], TRL)}
+        listed = set(re.findall(r"\b_[A-Za-z]\w*", module.__doc__))
+        assert used and used <= listed, f"{path} uses {sorted(used - listed)} without listing them in its docstring"
+    patched = {use.name for use in private_uses([ROOT / PATCH_POINT], TRL)}
+    assert patched == set(ALLOWED[PATCH_POINT])  # the allow-list says no more than the patch point uses
+
+
+def test_the_guard_finds_private_names_of_trl_and_transformers_it_was_not_told_about(tmp_path):
+    """A new module using TRL's or transformers' private names in each way a module can is caught, naming the file,
+    line, name and how; the project's own private names (spelled like some of TRL's) are left alone."""
+    new = tmp_path / "sapo" / "new_feature.py"
+    new.parent.mkdir()
+    new.write_text(
+        "from transformers import TrainerCallback\n"
+        "from trl import GRPOTrainer\n"
+        "from trl.trainer.utils import _ChunkedLogProbFunction\n"  # 3
+        "\n"
+        "\n"
+        "def model_name(model):\n"
+        "    return model.config._name_or_path\n"  # 7
+        "\n"
+        "\n"
+        "def is_vision(trainer):\n"
+        "    return getattr(trainer, '_is_vlm', False)\n"  # 11
+        "\n"
+        "\n"
+        "class Mine(GRPOTrainer):\n"  # 14
+        "    def _prepare_inputs(self, inputs):\n"
+        "        self._metrics = {}\n"  # 16
+        "        return self._tokenizer(inputs)\n"  # 17
+        "\n"
+        "\n"
+        "class Own:\n"  # the project's own class: its `_metrics` and `_step` are its own
+        "    def __init__(self):\n"
+        "        self._metrics, self._step = {}, 0\n"
+        "\n"
+        "    def read(self):\n"
+        "        return self._metrics, self._step\n"
+        "\n"
+        "\n"
+        "class Progress(TrainerCallback):\n"  # TrainerCallback has no `_step`: the callback's own
+        "    def on_step_end(self, args, state, control, **kwargs):\n"
+        "        self._step = state.global_step\n"
+    )
+    found = {(use.line, use.name, use.how) for use in private_uses([*_trl_scanned(), new], TRL, ALLOWED)}
+    assert found == {
+        (3, "_ChunkedLogProbFunction", "import"),
+        (7, "_name_or_path", "attribute"),
+        (11, "_is_vlm", "string"),
+        (14, "_prepare_inputs", "override in Mine"),
+        (16, "_metrics", "assigned in Mine"),
+        (17, "_tokenizer", "attribute"),
+    }
 
 
 def test_the_round_module_imports_without_trl():

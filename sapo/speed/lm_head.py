@@ -13,8 +13,8 @@ summing biases training).
 :func:`lean_cpu_lm_head` puts it in TRL's place for the calls it covers (a CPU, a frozen LM head without bias or
 logit soft-capping, the log-probabilities and entropies GRPO asks for); every other call is TRL's own.
 :func:`completion_positions_only` makes TRL's fused head score only the completion positions on every device, as it
-does on CUDA. Both are tied to the pinned TRL minor version (`trl.trainer.utils._ChunkedLogProbFunction` and
-`_use_triton`, the names TRL's fused forward reads) and put TRL's own back on exit.
+does on CUDA. Both replace a name TRL's fused forward reads (through :mod:`sapo.speed.patch_point`, tied to the pinned
+TRL minor version) and put TRL's own back on exit.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from typing import Any
 
 import torch
 
-from sapo.speed.scoped import attribute_replaced
+from sapo.speed.patch_point import trl_chunked_log_prob, trl_completion_positions_only
 
 __all__ = ["CpuChunkedLogProb", "completion_positions_only", "lean_cpu_lm_head"]
 
@@ -137,9 +137,7 @@ class _CpuOrTrl:
 def lean_cpu_lm_head() -> Iterator[None]:
     """Within the context, TRL's fused LM head computes on a CPU with :class:`CpuChunkedLogProb` (module docstring);
     other devices and other outputs keep TRL's function, which is back on exit."""
-    import trl.trainer.utils as trl_utils
-
-    with attribute_replaced(trl_utils, "_ChunkedLogProbFunction", _CpuOrTrl(trl_utils._ChunkedLogProbFunction)):
+    with trl_chunked_log_prob(_CpuOrTrl):
         yield
 
 
@@ -153,10 +151,8 @@ def completion_positions_only() -> Iterator[None]:
     the completion positions gives the same log-probabilities and gradients for a fraction of the LM head's work: the
     same up to rounding where the LM head is trained, since its weight gradient then sums over fewer positions (a
     product of another shape, which some BLAS kernels sum in another order). Only the choice between TRL's two paths
-    is changed (the name `trl.trainer.utils._use_triton`, which the fused forward reads for that choice alone; the
-    kernels keep their own); TRL's choice is back on exit.
+    is changed (:func:`sapo.speed.patch_point.trl_completion_positions_only`: the kernels keep their own); TRL's
+    choice is back on exit.
     """
-    import trl.trainer.utils as trl_utils
-
-    with attribute_replaced(trl_utils, "_use_triton", lambda device: True):
+    with trl_completion_positions_only():
         yield

@@ -22,7 +22,8 @@ from typing import Any
 import torch
 from torch.utils.weak import WeakIdKeyDictionary
 
-from sapo.speed.scoped import attribute_replaced, entry_added, forwards_replaced
+from sapo.speed.patch_point import attention_implementation, attention_replaced
+from sapo.speed.scoped import forwards_replaced
 
 __all__ = [
     "FLOAT32_SDPA",
@@ -157,18 +158,12 @@ def float32_attention(model: torch.nn.Module) -> Iterator[None]:
     """Within the context, a model that attends with transformers' ``"sdpa"`` attends in float32 (the rest of the
     pass keeps its autocast); any other attention implementation is left as it is. On exit the model's config says
     ``"sdpa"`` again and the float32 function is no longer in transformers' attention registries."""
-    config = getattr(model, "config", None)
-    if config is None or getattr(config, "_attn_implementation", None) != "sdpa":
+    if attention_implementation(model) != "sdpa":
         yield
         return
-    from transformers import AttentionInterface
-    from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+    from transformers.masking_utils import sdpa_mask
 
-    with (
-        entry_added(AttentionInterface._global_mapping, FLOAT32_SDPA, _sdpa_in_float32),
-        entry_added(AttentionMaskInterface._global_mapping, FLOAT32_SDPA, sdpa_mask),  # the causal masks SDPA takes
-        attribute_replaced(config, "_attn_implementation", FLOAT32_SDPA),
-    ):
+    with attention_replaced(model, FLOAT32_SDPA, _sdpa_in_float32, sdpa_mask):  # the causal masks SDPA takes
         yield
 
 

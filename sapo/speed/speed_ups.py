@@ -108,10 +108,12 @@ class SpeedUps:
     # generation
 
     @contextlib.contextmanager
-    def generation(self, trainer: Any, images: Any = None, multimodal_fields: Any = None) -> Iterator[None]:
+    def generation(
+        self, trainer: Any, images: Any = None, multimodal_fields: Any = None, vision: bool = False
+    ) -> Iterator[None]:
         """The context to run TRL's generation call in (`sapo.trl_bridge`): each speed-up that is on and supports
-        this call."""
-        names = self.generation_speed_ups(trainer, images, multimodal_fields)
+        this call (``vision``: the trainer's model is a vision-language model; default False)."""
+        names = self.generation_speed_ups(trainer, images, multimodal_fields, vision)
         model = trainer.accelerator.unwrap_model(trainer.model_wrapped) if names else None
         merge, bf16 = "generation_merge_adapters" in names, "bf16 weights" in names
         prefill, sample = "generation_prefill_once" in names, "generation_inverse_transform_sampling" in names
@@ -122,8 +124,11 @@ class SpeedUps:
         ):
             yield
 
-    def generation_speed_ups(self, trainer: Any, images: Any = None, multimodal_fields: Any = None) -> list[str]:
-        """The generation speed-ups that run for this call of TRL's generation (each one on, and supporting it)."""
+    def generation_speed_ups(
+        self, trainer: Any, images: Any = None, multimodal_fields: Any = None, vision: bool = False
+    ) -> list[str]:
+        """The generation speed-ups that run for this call of TRL's generation (each one on, and supporting it;
+        ``vision``: the trainer's model is a vision-language model, default False)."""
         cpu = trainer.accelerator.device.type == "cpu"
         wanted = {
             "generation_prefill_once": self.prefill_once,
@@ -134,7 +139,7 @@ class SpeedUps:
         names = [name for name, on in wanted.items() if on]
         if not names:
             return []
-        refusal = _generation_refusal(trainer, images, multimodal_fields)
+        refusal = _generation_refusal(trainer, images, multimodal_fields, vision)
         if refusal is not None:
             self.step_aside(", ".join(names), refusal)
             return []
@@ -216,7 +221,7 @@ class SpeedUps:
         return {"merge_adapters": self.merge_adapters, "bf16": self.on and self.bf16}
 
 
-def _generation_refusal(trainer: Any, images: Any, multimodal_fields: Any) -> str | None:
+def _generation_refusal(trainer: Any, images: Any, multimodal_fields: Any, vision: bool) -> str | None:
     """Why no generation speed-up applies to this call of TRL's generation (None: they may)."""
     from accelerate.utils import DistributedType
 
@@ -224,7 +229,7 @@ def _generation_refusal(trainer: Any, images: Any, multimodal_fields: Any) -> st
         return "generation by vLLM or continuous batching"
     if trainer.accelerator.distributed_type in (DistributedType.DEEPSPEED, DistributedType.FSDP):
         return "a sharded model (DeepSpeed ZeRO or FSDP)"
-    if getattr(trainer, "_is_vlm", False) or images is not None or multimodal_fields:
+    if vision or images is not None or multimodal_fields:
         return "a vision-language model or images"
     unknown = sorted(set(getattr(trainer.args, "generation_kwargs", None) or {}) - KNOWN_GENERATION_KWARGS)
     if unknown:

@@ -1,0 +1,105 @@
+"""The bridge to hivemind's internals: every private name of hivemind (and of its p2pd client) the swarm relies on.
+
+hivemind 1.1.12 (`pyproject.toml` pins it) has no public way to do the few things below; the rest of `swarm` calls
+these functions, so that a hivemind upgrade is this module's work (`tests/test_swarm_hivemind_bridge.py` finds a
+private hivemind name anywhere else). What each is relied on for:
+
+- `P2P._client` (the daemon's `p2pclient.Client`), its `connect(peer_id, addrs)`: dials a peer through the daemon, with
+  no DHT lookup (:func:`connect`); its `control.daemon_connector.open_connection()`: a fresh connection to the daemon's
+  control socket, on which a pubsub request is sent (:func:`open_control_connection`).
+- `P2P._client.control._read_task`, `_write_task`: the control client's connection tasks, cancelled by `shutdown`
+  without being awaited (:func:`release_loop_resources`).
+- `P2P._child` (the daemon's `asyncio.subprocess.Process`, None when it was not started here): its pid and exit code
+  (:func:`daemon_process`), and asyncio's `Process._transport`, which `shutdown` leaves open
+  (:func:`release_loop_resources`).
+- `P2P._client_listen_maddr`: the Unix socket the daemon answers this client on (`daemon_listen_maddr`, the other one,
+  is public) (:func:`daemon_sockets`).
+- `P2P._make_process_args(*args, **kwargs) -> list[str]`: builds the daemon's command line, a flag per keyword;
+  :class:`PubsubP2P` adds ``-pubsub``.
+- `RSAPrivateKey._private_key` (the `cryptography` key it signs with): the class can only generate a key, so a key
+  loaded from a file (or made by a test) is wrapped by setting it (:func:`signing_key`).
+- `RSASignatureValidator._serialize_record(record) -> bytes`: the bytes an owner signature signs (the record's key,
+  subkey, value and expiration as hivemind serializes them) (:func:`signed_bytes`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from hivemind.dht.crypto import RSASignatureValidator
+from hivemind.dht.validation import DHTRecord
+from hivemind.p2p import P2P
+from hivemind.utils.crypto import RSAPrivateKey
+
+__all__ = [
+    "PubsubP2P",
+    "connect",
+    "daemon_process",
+    "daemon_sockets",
+    "open_control_connection",
+    "release_loop_resources",
+    "signed_bytes",
+    "signing_key",
+]
+
+TESTED_HIVEMIND = "1.1.12"
+"""The hivemind version this bridge is tested with."""
+
+
+class PubsubP2P(P2P):
+    """hivemind's :class:`~hivemind.p2p.P2P` whose ``p2pd`` runs libp2p pubsub with the GossipSub router
+    (:mod:`swarm.pubsub` speaks its requests).
+
+    Created like :class:`~hivemind.p2p.P2P` (``await PubsubP2P.create(...)``); everything else is unchanged.
+    """
+
+    @staticmethod
+    def _make_process_args(*args: Any, **kwargs: Any) -> list[str]:
+        # hivemind builds the daemon's command line here; pubsub is one more of its flags
+        return P2P._make_process_args(*args, **kwargs, pubsub=True)
+
+
+async def connect(p2p: P2P, peer_id: Any, addrs: list[Any]) -> None:
+    """Dial ``peer_id`` at ``addrs`` (multiaddrs; none: the addresses the daemon knows) through ``p2p``'s daemon."""
+    await p2p._client.connect(peer_id, addrs)
+
+
+async def open_control_connection(p2p: P2P) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    """A new connection to ``p2p``'s daemon control socket (one request per connection, as the daemon expects)."""
+    return await p2p._client.control.daemon_connector.open_connection()
+
+
+def daemon_process(p2p: P2P) -> asyncio.subprocess.Process | None:
+    """The ``p2pd`` process ``p2p`` started (its ``pid``, ``returncode``); None when it runs on another's daemon."""
+    return p2p._child
+
+
+def daemon_sockets(p2p: P2P) -> list[str]:
+    """The Unix socket files of ``p2p``: the daemon's control socket and the one its client listens on."""
+    return [p2p.daemon_listen_maddr["unix"], p2p._client_listen_maddr["unix"]]
+
+
+async def release_loop_resources(p2p: Any, timeout: float = 2.0) -> None:
+    """After ``p2p.shutdown()``: wait (up to ``timeout`` seconds) for the control client's connection tasks hivemind
+    cancelled without awaiting, and close the daemon's subprocess transport it leaves open; left to the garbage
+    collector after the loop closed, both raise "Event loop is closed". Anything missing is skipped."""
+    control = getattr(getattr(p2p, "_client", None), "control", None)  # p2pclient.Client -> ControlClient
+    pending = [task for task in (getattr(control, "_read_task", None), getattr(control, "_write_task", None)) if task]
+    if pending:
+        await asyncio.wait(pending, timeout=timeout)
+    transport = getattr(getattr(p2p, "_child", None), "_transport", None)
+    if transport is not None:
+        transport.close()
+
+
+def signing_key(key: Any) -> RSAPrivateKey:
+    """hivemind's signing key around ``key``, an RSA private key of `cryptography` (e.g. one loaded from PEM)."""
+    wrapped = RSAPrivateKey.__new__(RSAPrivateKey)  # the class only knows how to generate a key
+    wrapped._private_key = key
+    return wrapped
+
+
+def signed_bytes(validator: RSASignatureValidator, record: DHTRecord) -> bytes:
+    """What hivemind's owner signature of ``record`` signs (``record.value`` without its signature)."""
+    return validator._serialize_record(record)
