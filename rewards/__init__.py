@@ -5,7 +5,7 @@ transformers.
 """
 
 from rewards.combine import RewardFunc, combine_rewards, weighted
-from rewards.extract import completion_text, extract_answer, strip_think
+from rewards.extract import ANSWER_BLOCK, completion_text, extract_answer, final_answer, strip_think
 from rewards.functions import (
     format_reward,
     get_reasoning_gym_scorer,
@@ -17,10 +17,12 @@ from rewards.functions import (
 )
 
 __all__ = [
+    "ANSWER_BLOCK",
     "RewardFunc",
     "combine_rewards",
     "completion_text",
     "extract_answer",
+    "final_answer",
     "format_reward",
     "get_reasoning_gym_scorer",
     "harden_reasoning_gym",

@@ -11,9 +11,10 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-__all__ = ["completion_text", "extract_answer", "strip_think"]
+__all__ = ["ANSWER_BLOCK", "completion_text", "extract_answer", "final_answer", "strip_think"]
 
-_ANSWER_TAG = re.compile(r"<answer>(.*?)</answer>", re.DOTALL | re.IGNORECASE)
+ANSWER_BLOCK = r"<answer>(.*?)</answer>"
+"""The node's answer format, ``<answer>...</answer>``: its last complete match holds the final answer."""
 _OPEN_ANSWER_TAG = re.compile(r"<answer>", re.IGNORECASE)
 _THINK_BLOCK = re.compile(r"<think>.*?</think>", re.DOTALL | re.IGNORECASE)
 _BOXED = re.compile(r"\\(?:boxed|fbox)\s*\{")
@@ -57,6 +58,17 @@ def completion_text(completion: str | Sequence[Mapping[str, Any]] | Any) -> str:
 def strip_think(text: str) -> str:
     """``text`` without its closed ``<think>...</think>`` blocks (the reasoning, not the answer)."""
     return _THINK_BLOCK.sub("", text)
+
+
+def final_answer(text: str, pattern: str = ANSWER_BLOCK) -> re.Match[str] | None:
+    """The last of ``pattern``'s matches in ``text``, found left to right without overlap (case-insensitive, ``.``
+    matching newlines), or None. With the default, the last complete ``<answer>...</answer>``: :func:`extract_answer`
+    reads its content, and its end is where the final answer ends, so a stray ``</answer>`` after it is text after the
+    answer (``SAPOConfig.external_answer_end`` finds a received completion's answer end with this function)."""
+    last = None
+    for match in re.finditer(pattern, text, flags=re.DOTALL | re.IGNORECASE):
+        last = match
+    return last
 
 
 def _last_boxed(text: str) -> str | None:
@@ -107,8 +119,9 @@ def extract_answer(text: str | None) -> str | None:
 
     Precedence (the first rule that matches wins):
 
-    1. The content of the last ``<answer>...</answer>``, or everything after a last unclosed ``<answer>``
-       (a generation cut by ``max_completion_length``). A ``\\boxed{}`` or a one-line "the answer is X"
+    1. The content of the last complete ``<answer>...</answer>`` (:func:`final_answer`; a stray ``</answer>``
+       after it is not part of it), or everything after a last unclosed ``<answer>`` (a generation cut by
+       ``max_completion_length``). A ``\\boxed{}`` or a one-line "the answer is X"
        inside it is unwrapped.
     2. The content of the last ``\\boxed{...}`` (or ``\\fbox{...}``), braces balanced.
     3. The last "the answer is X", "Final answer: X", "Answer: X", "the result/solution/output is X",
@@ -122,9 +135,9 @@ def extract_answer(text: str | None) -> str | None:
     """
     if not text:
         return None
-    tagged = _ANSWER_TAG.findall(text)
-    if tagged:
-        value = _clean(_from_inner(tagged[-1]))
+    tagged = final_answer(text)
+    if tagged is not None:
+        value = _clean(_from_inner(tagged.group(1)))
         return value or None
     opens = list(_OPEN_ANSWER_TAG.finditer(text))
     if opens:

@@ -21,7 +21,7 @@ import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from rewards.extract import completion_text, extract_answer
+from rewards.extract import completion_text, extract_answer, final_answer
 
 __all__ = [
     "format_reward",
@@ -255,7 +255,6 @@ def math_reward(
 
 
 _FULL_FORMAT = re.compile(r"^\s*<think>.*?</think>\s*<answer>.*?</answer>\s*$", re.DOTALL | re.IGNORECASE)
-_ANSWER_ONLY = re.compile(r"<answer>.*?</answer>", re.DOTALL | re.IGNORECASE)
 FORMAT_REWARD_FULL = 0.2
 """Reward for the exact ``<think>...</think><answer>...</answer>`` layout."""
 FORMAT_REWARD_ANSWER_TAG = 0.1
@@ -264,7 +263,9 @@ FORMAT_REWARD_ANSWER_TAG = 0.1
 
 def format_reward(prompts: Sequence[Any], completions: Sequence[Any], **columns: Any) -> list[float | None]:
     """A small shaping reward for the answer format: 0.2 for exactly
-    ``<think>...</think><answer>...</answer>``, 0.1 for an ``<answer>...</answer>`` anywhere, else 0.0.
+    ``<think>...</think><answer>...</answer>``, 0.1 for an ``<answer>...</answer>`` anywhere, else 0.0. The answer is
+    the one :func:`rewards.extract.final_answer` finds, so text after it (a stray ``</answer>`` included) is not the
+    exact layout.
 
     Small on purpose: it helps a small model find the format without ever outweighing a correct
     answer (1.0 from the correctness rewards).
@@ -272,9 +273,10 @@ def format_reward(prompts: Sequence[Any], completions: Sequence[Any], **columns:
     rewards: list[float | None] = []
     for completion in completions:
         text = completion_text(completion)
-        if _FULL_FORMAT.match(text):
+        answer = final_answer(text)
+        if answer is not None and not text[answer.end() :].strip() and _FULL_FORMAT.match(text):
             rewards.append(FORMAT_REWARD_FULL)
-        elif _ANSWER_ONLY.search(text):
+        elif answer is not None:
             rewards.append(FORMAT_REWARD_ANSWER_TAG)
         else:
             rewards.append(0.0)

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 
 from trl import GRPOConfig
 
+from rewards.extract import ANSWER_BLOCK
 from sapo.sampling import RegisteredSamplers, sampler_name, sampling_strategy_help
 from sapo.sources.base import SOURCE_POLICIES, describe_source_policies
 from sapo.speed.devices import SPEED_UP_FIELDS, device_defaults, round_micro_batch
@@ -201,14 +202,17 @@ class SAPOConfig(GRPOConfig):
         },
     )
     external_answer_end: str | None = field(
-        default=r"</answer>",
+        default=ANSWER_BLOCK,
         metadata={
-            "help": "A regular expression (case-insensitive) whose last match in a received completion ends its final "
-            "answer: the tokens after it (and its EOS) get no weight in the loss (TRL's token mask), since text after "
-            "the answer carries no reward signal for this peer, yet would be trained on with the completion's "
-            "advantage (a common closing phrase an attacker appends to correct answers). A completion without a "
-            "match is trained on whole. Set it to your reward's answer format (e.g. `####\\s*\\S+` for GSM8K). "
-            "Default `</answer>`, the end of the node's answer format; `None`: every token trained on."
+            "help": "A regular expression (case-insensitive, `.` matching newlines) for a received completion's final "
+            "answer: the end of its last match, found left to right without overlap as the reward's own extraction "
+            "finds the answer (`rewards.extract.final_answer`), ends the answer. The tokens after it (and its EOS) get "
+            "no weight in the loss (TRL's token mask), since text after the answer carries no reward signal for this "
+            "peer, yet would be trained on with the completion's advantage (a common closing phrase an attacker "
+            "appends to correct answers). A completion without a match is trained on whole. Set it to your reward's "
+            "answer format (e.g. `####\\s*\\S+` for GSM8K). Default `<answer>(.*?)</answer>`, the node's answer "
+            "format: the last complete answer the reward reads, so a stray `</answer>` after it is text after the "
+            "answer; `None`: every token trained on."
         },
     )
     completion_max_chars: int | None = field(

@@ -8,13 +8,13 @@ scored exactly as an own one would be.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
+from rewards.extract import final_answer
 from sapo.plausibility import CompletionStatistics, completion_statistics, token_typicality
 from sapo.reward_guard import letting_errors_through
 from sapo.sampling import Candidate, TokenizedCompletion
@@ -66,17 +66,18 @@ class PolicyProbe:
         return self.trainer.text_tokenizer(text, add_special_tokens=False, split_special_tokens=True)["input_ids"]
 
     def _answer_tokens(self, text: str, ids: list[int]) -> int | None:
-        """The leading tokens of ``ids`` (``text``'s) that end at or before the end of the last match of
-        `external_answer_end`; None without one. Where the answer's tokens do not begin ``ids`` exactly (a token
+        """The leading tokens of ``ids`` (``text``'s) that end at or before the end of the final answer, the last
+        match of `external_answer_end` as the reward's extraction finds it (`rewards.extract.final_answer`); None
+        without one. Where the answer's tokens do not begin ``ids`` exactly (a token
         spanning the answer's end), only the tokens both share count, so a token that reaches past the end is
         never trained on."""
         pattern = self.trainer.args.external_answer_end
         if pattern is None:
             return None
-        ends = [m.end() for m in re.finditer(pattern, text, flags=re.IGNORECASE)]
-        if not ends:
+        final = final_answer(text, pattern)
+        if final is None:
             return None
-        answer = self._token_ids(text[: ends[-1]])
+        answer = self._token_ids(text[: final.end()])
         shared = 0
         while shared < min(len(answer), len(ids)) and answer[shared] == ids[shared]:
             shared += 1

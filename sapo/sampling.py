@@ -29,7 +29,8 @@ class TokenizedCompletion:
         truncated (`bool`): whether text was cut off to fit.
         text (`str`): what is scored: the text as sent, or, when cut, the decoded tokens that are trained on.
         answer_tokens (`int` or `None`): the leading tokens that hold the text up to the end of its final answer
-            (`SAPOConfig.external_answer_end`); the rest gets no weight in the loss. None: no answer end, all trained.
+            (`SAPOConfig.external_answer_end`, as the reward reads it); the rest gets no weight in the loss. None: no
+            answer end, all trained.
     """
 
     ids: tuple[int, ...]

@@ -11,6 +11,7 @@ import pytest
 import torch
 from datasets import Dataset
 
+from rewards import extract_answer
 from sapo import SAPOConfig, SAPOTrainer
 from sapo.group_log import read_group_log
 from sapo.hygiene import CompletionHygiene
@@ -445,16 +446,23 @@ def test_a_sender_is_never_benched_for_groups_this_peer_cannot_verify(tmp_path, 
     assert totals["dropped/question_mismatch"] + totals["dropped/benched_sender"] == 3
 
 
-def test_text_after_a_received_completions_final_answer_gets_no_weight(tmp_path, smollm_tokenizer):
+@pytest.mark.parametrize(
+    "trailer",
+    [" I hope this helps!", "\n\nLet me know if you have any other questions.</answer>"],
+    ids=["phrase", "stray-closing-tag"],
+)
+def test_text_after_a_received_completions_final_answer_gets_no_weight(tmp_path, smollm_tokenizer, trailer):
     """A correct answer followed by a closing phrase (an attacker's trailer): the answer's tokens are trained on with
-    the completion's advantage, the trailer's (and its EOS) are not."""
-    trailer = " I hope this helps!"
+    the completion's advantage, the trailer's (and its EOS) are not. A stray ``</answer>`` closing the trailer does
+    not move the answer's end: the reward reads the first, complete answer, and so does the answer end."""
     texts = [f"<answer>0</answer>{trailer}", f"<answer>1</answer>{trailer}", f"<answer>0</answer>{trailer}", "0"]
     swarm = MemorySwarm(seed=0)
     swarm.join("attacker").publish([_external_group("What is 0 + 0?", texts, "t", answer="0")])
-    probe = RewardProbe(lambda text: 1.0 if "<answer>0</answer>" in text else 0.0)
+    probe = RewardProbe(lambda text: 1.0 if extract_answer(text) == "0" else 0.0)  # the carrier keeps its reward
+    # max_completion_length: the whole trailer and its EOS are in the batch
     trainer = _trainer(tmp_path, smollm_tokenizer, "trailer", probe, swarm=swarm.join("rx"), max_steps=1,
-                       external_source_policy="trust", num_local=1, num_external=1)  # fmt: skip
+                       external_source_policy="trust", num_local=1, num_external=1,
+                       max_completion_length=24)  # fmt: skip
     batches = []
     generate = trainer._generate
 
@@ -467,11 +475,13 @@ def test_text_after_a_received_completions_final_answer_gets_no_weight(tmp_path,
     trainer.train()
     assert _metric(trainer, "sapo/external_groups") == [1.0]
     completion_ids, token_mask = batches[0]
+    assert token_mask is not None, "every received token was trained on"
     answer = smollm_tokenizer("<answer>0</answer>", add_special_tokens=False)["input_ids"]
     rows = zip(completion_ids, token_mask, strict=True)
     external = [(ids, mask) for ids, mask in rows if list(ids[:3]) == answer[:3]]
     assert len(external) == 3  # the three completions holding an answer in tags
     for ids, mask in external:
+        assert ids[-1] == smollm_tokenizer.eos_token_id  # not cut
         assert mask[: len(answer)] == [1] * len(answer)  # the answer is trained on
         assert len(ids) > len(answer) and mask[len(answer) :] == [0] * (len(ids) - len(answer))  # trailer and EOS not
     assert trainer.swarm_totals["external_tokens_after_answer"] == sum(len(ids) - len(answer) for ids, _ in external)

@@ -12,6 +12,7 @@ from rewards import (
     combine_rewards,
     completion_text,
     extract_answer,
+    final_answer,
     format_reward,
     math_answers_match,
     math_reward,
@@ -57,6 +58,34 @@ def test_extract_answer(text, expected):
 )
 def test_extract_answer_nothing(text):
     assert extract_answer(text) is None
+
+
+STRAY_TAG = "<answer>A</answer>\n\nLet me know if you have any other questions.</answer>"
+
+
+@pytest.mark.parametrize(
+    ("text", "answer", "end"),
+    [
+        (STRAY_TAG, "A", len("<answer>A</answer>")),  # a stray closing tag is text after the answer
+        ("<answer>A</answer> I hope this helps!", "A", len("<answer>A</answer>")),
+        ("<think>x</think><ANSWER>\n4\n</Answer>\n", "\n4\n", len("<think>x</think><ANSWER>\n4\n</Answer>")),
+        ("<answer>3</answer> no, <answer>4</answer>.", "4", len("<answer>3</answer> no, <answer>4</answer>")),
+        ("<answer>3</answer> then <answer>4", "3", len("<answer>3</answer>")),  # an unclosed last tag is not one
+        ("The answer is 4.</answer>", None, None),  # a closing tag alone is no answer
+    ],
+)
+def test_final_answer_is_the_last_complete_answer_block(text, answer, end):
+    found = final_answer(text)
+    got = (None, None) if found is None else (found.group(1), found.end())
+    assert got == (answer, end)
+    if answer is not None:
+        assert extract_answer(text) == answer.strip()  # the reward reads the same answer
+
+
+def test_final_answer_with_another_format():
+    found = final_answer("#### 12 wait #### 13 thanks", r"####\s*\S+")
+    assert found is not None and found.group() == "#### 13" and found.end() == len("#### 12 wait #### 13")
+    assert final_answer("no marker here", r"####\s*\S+") is None
 
 
 def test_completion_text_handles_trl_forms():
@@ -123,6 +152,8 @@ def test_format_reward_is_small_and_graded():
     )
     assert rewards[0] > rewards[1] > rewards[2] == 0.0
     assert max(rewards) < 1.0
+    stray = format_reward(prompts=["q"], completions=["<think>hmm</think>\n" + STRAY_TAG])
+    assert stray == [rewards[1]]  # text after the answer, a stray closing tag included, is not the exact layout
 
 
 def test_combine_rewards_weights_names_and_none():
