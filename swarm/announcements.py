@@ -26,19 +26,24 @@ from dataclasses import dataclass, field
 from typing import Annotated, Any
 
 import msgpack
-from hivemind.utils.crypto import RSAPrivateKey, RSAPublicKey
+import msgspec
+from hivemind.utils.crypto import RSAPrivateKey
 from msgspec import Meta, Struct
 
+from swarm.identity import check_key_blob, public_key_of
 from swarm.records import (
     _INT64,
     _MAX_HOST_CHARS,
     _TIME,
+    _VERSION,
     WIRE_VERSION,
     RecordLimits,
     RecordRejected,
-    _check_version,
-    _convert,
-    _unpack,
+    _refuse_repeated_keys,
+    _rejection,
+    check_claimed_groups,
+    check_size,
+    decode_typed,
 )
 from swarm.validation import fingerprint
 
@@ -143,19 +148,16 @@ def encode_announcement(
 
 def decode_announcement(data: bytes, swarm_name: str, limits: RecordLimits = RecordLimits()) -> Announcement:
     """Check and decode an announcement of swarm ``swarm_name``; raises :class:`RecordRejected` (``too_large``,
-    ``not_msgpack``, ``schema``, ``wrong_version``, ``field_too_long``, ``too_many_groups``, ``bad_signature``)."""
-    if not isinstance(data, bytes | bytearray) or len(data) > MAX_ANNOUNCEMENT_BYTES:
-        raise RecordRejected("too_large", f"announcement of {len(data)} bytes > {MAX_ANNOUNCEMENT_BYTES}")
-    envelope = _unpack(bytes(data), limits)
-    if not isinstance(envelope, list) or len(envelope) != 3 or not all(isinstance(x, bytes) for x in envelope):
-        raise RecordRejected("schema", "an announcement is [payload, public key, signature], all bytes")
-    payload, key_blob, signature = envelope
+    ``not_msgpack``, ``schema``, ``bad_key``, ``bad_signature``, ``wrong_version``, ``field_too_long``,
+    ``too_many_groups``). In order: its size, its envelope (three byte strings, decoded typed), the key's size and
+    exponent (:func:`swarm.identity.check_key_blob`), the signature, and only then the payload."""
+    check_size(data, MAX_ANNOUNCEMENT_BYTES, "announcement")
+    payload, key_blob, signature = decode_typed(data, _ENVELOPE, "announcement")
+    check_key_blob(key_blob)  # before verifying: what a check costs is not the sender's to choose
     public_key = _SSH_RSA + base64.b64encode(key_blob)
     if not _verify(public_key, signed_bytes(swarm_name, payload), base64.b64encode(signature)):
         raise RecordRejected("bad_signature", "announcement not signed by the key it carries")
-    fields = _unpack(payload, limits)
-    _check_version(fields, "announcement")
-    wire = _decode_payload(fields, limits)
+    wire = _decode_payload(payload, limits)
     return Announcement(
         sender=fingerprint(public_key),
         public_key=public_key,
@@ -166,11 +168,14 @@ def decode_announcement(data: bytes, swarm_name: str, limits: RecordLimits = Rec
     )
 
 
+_ENVELOPE = msgspec.msgpack.Decoder(tuple[bytes, bytes, bytes])  # [payload, public key, signature]
+
+
 @functools.lru_cache(maxsize=16)
-def _payload_schema(limits: RecordLimits) -> type[Struct]:
-    """The msgspec Struct of an announcement's payload under ``limits``, built as :func:`swarm.records._schema` builds
-    a record's: unknown and missing keys refused, the limits as length constraints, an announced record an array of
-    six."""
+def _payload_schema(limits: RecordLimits) -> msgspec.msgpack.Decoder:
+    """The decoder of an announcement's payload under ``limits``, its msgspec Struct built as
+    :func:`swarm.records._schema` builds a record's: unknown and missing keys refused, the limits as length
+    constraints, an announced record an array of six."""
     Name = Annotated[str, Meta(max_length=limits.max_field_chars)]
 
     class WireAnnouncedRecord(Struct, array_like=True, forbid_unknown_fields=True):
@@ -182,13 +187,13 @@ def _payload_schema(limits: RecordLimits) -> type[Struct]:
         tasks: Annotated[list[Name], Meta(max_length=MAX_TASKS_PER_RECORD)]
 
     class WireAnnouncement(Struct, forbid_unknown_fields=True):
-        version: Any  # checked before the schema (_check_version), so that another version says so
+        version: _VERSION
         model: Name
         updated_at: _TIME
         host: Annotated[str, Meta(max_length=_MAX_HOST_CHARS)] | None  # None: the records are in the DHT
         records: Annotated[list[WireAnnouncedRecord], Meta(max_length=MAX_ANNOUNCED_RECORDS)]
 
-    return WireAnnouncement
+    return msgspec.msgpack.Decoder(WireAnnouncement)
 
 
 # More records than MAX_ANNOUNCED_RECORDS make a malformed announcement, not a record of too many groups (the reason
@@ -200,22 +205,25 @@ _RECORD_FIELDS = tuple(f.name for f in dataclasses.fields(AnnouncedRecord))  # a
 _AT_RECORD_FIELD = re.compile(r"Expected .* - at `\$\.records\[(?P<record>\d+)\]\[(?P<field>\d)\](?:\[\d+\])?`")
 
 
-def _decode_payload(fields: Any, limits: RecordLimits) -> Any:
-    """The unpacked payload as its Struct; raises :class:`RecordRejected` naming the field at fault."""
+def _decode_payload(payload: bytes, limits: RecordLimits) -> Any:
+    """The payload, decoded typed, as its Struct; raises :class:`RecordRejected` naming the field at fault."""
     try:
-        return _convert(fields, _payload_schema(limits), _LENGTH_REASONS)
-    except RecordRejected as e:
-        at = _AT_RECORD_FIELD.fullmatch(e.detail)
+        wire = _payload_schema(limits).decode(payload)
+    except msgspec.ValidationError as e:
+        rejection = _rejection(e, _LENGTH_REASONS)
+        at = _AT_RECORD_FIELD.fullmatch(rejection.detail)
         named = "" if at is None else f" (announced record {at['record']}'s {_RECORD_FIELDS[int(at['field'])]})"
-        raise RecordRejected(e.reason, f"announcement: {e.detail}{named}") from None
+        raise RecordRejected(rejection.reason, f"announcement: {rejection.detail}{named}") from None
+    except Exception as e:  # malformed msgpack, nesting past the decoder's depth
+        raise RecordRejected("not_msgpack", f"announcement payload: {type(e).__name__}: {e}") from None
+    _refuse_repeated_keys(payload, {})
+    return wire
 
 
 def _announced_record(r: Any, limits: RecordLimits) -> AnnouncedRecord:
-    # Checked here rather than as msgspec bounds: _convert reads a reason from a length limit only, and these have
+    # Checked here rather than as msgspec bounds: _rejection reads a reason from a length limit only, and these have
     # reasons of their own (a digest over 32 bytes is malformed, not a field over its limit).
-    if not 0 < r.num_groups <= limits.max_groups_per_record:
-        bound = limits.max_groups_per_record
-        raise RecordRejected("too_many_groups", f"announced record of {r.num_groups} groups, not in 1..{bound}")
+    check_claimed_groups(r.num_groups, limits, "announced record")
     if not 0 < r.size <= limits.max_record_bytes:
         bound = limits.max_record_bytes
         raise RecordRejected("too_large", f"announced record of {r.size} bytes, not in 1..{bound}")
@@ -226,11 +234,6 @@ def _announced_record(r: Any, limits: RecordLimits) -> AnnouncedRecord:
 
 def _verify(public_key: bytes, data: bytes, signature: bytes) -> bool:
     try:
-        return _public_key(public_key).verify(data, signature)
+        return public_key_of(public_key).verify(data, signature)
     except Exception:  # a key that does not parse: the announcement is refused, never raised
         return False
-
-
-@functools.lru_cache(maxsize=4096)
-def _public_key(public_key: bytes) -> RSAPublicKey:
-    return RSAPublicKey.from_bytes(public_key)

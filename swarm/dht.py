@@ -48,6 +48,7 @@ from typing import Any
 
 from swarm.clock import SYSTEM_CLOCK, Clock
 from swarm.config import MULTIADDR_FORM, DHTTransportConfig, validate_addresses, validate_multiaddr
+from swarm.dht_values import TypedDHTSerializer
 from swarm.gossip import GOSSIP_ROUND_SECONDS, Gossip, topic_mates
 from swarm.identity import load_or_create_signing_key
 from swarm.levels import subscribed_shards
@@ -115,7 +116,8 @@ class DHTTransport(SwarmTransport):
             max_ttl=config.record_ttl + config.clock_skew_tolerance + 60.0,
             index_max_level=config.index_max_level,
         )
-        self.peer = DHTPeer(config, validator, self._peer_id, self._counters, clock)
+        values = TypedDHTSerializer(config.limits.max_record_bytes, rejections)
+        self.peer = DHTPeer(config, validator, self._peer_id, self._counters, clock, value_serializer=values)
         # A peer others cannot dial (client mode) stores its records in the DHT instead of serving them.
         self.served = None
         if config.serve_records and not config.client_mode:

@@ -26,7 +26,7 @@ from typing import Any
 from hivemind.dht.validation import DHTRecord, RecordValidatorBase
 from hivemind.utils.crypto import RSAPrivateKey, RSAPublicKey
 
-from swarm.validation import fingerprint, owner_public_key
+from swarm.validation import fingerprint, subkey_owner
 
 _PEER_ID = re.compile(r"[0-9a-f]{16}")
 
@@ -151,11 +151,9 @@ class MembershipValidator(RecordValidatorBase):
 
     def validate(self, record: DHTRecord) -> bool:
         """True if the record's owner (its subkey's key) is a member."""
-        from hivemind.utils.serializer import MSGPackSerializer
-
         try:
-            public_key = owner_public_key(MSGPackSerializer.loads(record.subkey))
-        except Exception:
+            public_key = subkey_owner(record.subkey)
+        except Exception:  # refused by the owner signature check already, which counts it
             public_key = None
         if public_key is None or not self._admits(fingerprint(public_key)):
             self._on_reject("not_member", "record of a peer outside the swarm's membership")

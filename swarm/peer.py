@@ -108,6 +108,8 @@ class DHTPeer:
         label: this peer's name in log lines (its record identity).
         counters: where deaths, rejoins and background errors are counted.
         clock: monotonic time spaces the neighbour checks.
+        value_serializer: what the DHT node decodes other peers' values with in place of hivemind's generic one
+            (:class:`swarm.dht_values.TypedDHTSerializer`); ``None``: hivemind's.
     """
 
     def __init__(
@@ -117,9 +119,11 @@ class DHTPeer:
         label: str,
         counters: SwarmCounters,
         clock: Clock = SYSTEM_CLOCK,
+        value_serializer: Any = None,
     ):
         self.config = config
         self._validator = record_validator
+        self._value_serializer = value_serializer
         self._label = label
         self._counters = counters
         self._clock = clock
@@ -329,9 +333,9 @@ class DHTPeer:
             self._tasks.append(asyncio.create_task(self._repeat(job, first_after)))
         self._tasks.append(asyncio.create_task(self._watchdog()))
 
-    def _create_node(self, initial_peers: list[str] | None, client_mode: bool) -> Awaitable[DHTNode]:
+    async def _create_node(self, initial_peers: list[str] | None, client_mode: bool) -> DHTNode:
         config = self.config
-        return DHTNode.create(
+        node = await DHTNode.create(
             p2p=self._p2p,
             initial_peers=initial_peers,
             record_validator=self._validator,
@@ -345,6 +349,10 @@ class DHTPeer:
             bucket_size=config.dht_bucket_size,
             ensure_bootstrap_success=initial_peers is not None,
         )
+        if self._value_serializer is not None:
+            # The protocol reads this attribute at each request: from here on, not during the bootstrap above.
+            node.protocol.serializer = self._value_serializer
+        return node
 
     async def become_client(self) -> None:
         """Go on in client mode (for a peer others cannot dial): a new DHT node in client mode on the same p2pd takes

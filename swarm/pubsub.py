@@ -78,10 +78,17 @@ async def _request(
 
 
 async def _read_frame(reader: asyncio.StreamReader, max_bytes: int) -> bytes:
-    """One varint-delimited frame of the control protocol; a frame over ``max_bytes`` is read and dropped (``b""``)."""
+    """One varint-delimited frame of the control protocol; a frame over ``max_bytes`` is skipped in pieces, never
+    held whole, and read as ``b""``."""
     size = await read_unsigned_varint(reader)
-    data = await reader.readexactly(size)
-    return data if size <= max_bytes else b""
+    if size <= max_bytes:
+        return await reader.readexactly(size)
+    while size > 0:
+        skipped = await reader.read(min(size, max_bytes))
+        if not skipped:
+            raise asyncio.IncompleteReadError(b"", size)
+        size -= len(skipped)
+    return b""
 
 
 async def _close(writer: asyncio.StreamWriter) -> None:

@@ -17,9 +17,10 @@ import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any
+from typing import Annotated, Any
 
 import msgpack
+import msgspec
 from google.protobuf.wrappers_pb2 import BytesValue
 
 from swarm.transport import SwarmCounters
@@ -40,14 +41,32 @@ def encode_ports(ports: Sequence[int]) -> bytes:
     return msgpack.packb([int(port) for port in ports[:_MAX_PORTS]])
 
 
+_PORTS = msgspec.msgpack.Decoder(
+    Annotated[list[Annotated[int, msgspec.Meta(ge=1, le=65535)]], msgspec.Meta(min_length=1, max_length=_MAX_PORTS)]
+)
+_VERDICT = msgspec.msgpack.Decoder(bool)
+_MAX_MESSAGE_BYTES = 64  # four ports are 13 bytes packed
+
+
 def decode_ports(data: bytes) -> list[int]:
-    """The ports of a dial-back request; raises ``ValueError`` on anything else."""
-    ports = msgpack.unpackb(data[:256], raw=False)
-    if not isinstance(ports, list) or not 0 < len(ports) <= _MAX_PORTS:
-        raise ValueError("a dial-back request is a list of 1 to 4 ports")
-    if not all(isinstance(port, int) and not isinstance(port, bool) and 0 < port < 65536 for port in ports):
-        raise ValueError("a dial-back port is an integer in [1, 65535]")
-    return ports
+    """The ports of a dial-back request, decoded typed; raises ``ValueError`` on anything else."""
+    if len(data) > _MAX_MESSAGE_BYTES:
+        raise ValueError(f"a dial-back request of {len(data)} bytes: it is a list of 1 to 4 ports")
+    try:
+        return _PORTS.decode(data)
+    except (msgspec.DecodeError, RecursionError) as e:
+        raise ValueError(f"a dial-back request is a list of 1 to 4 ports in [1, 65535]: {e}") from None
+
+
+def decode_verdict(data: bytes) -> bool:
+    """A dial-back answer: whether the peer asked could connect (a msgpack boolean, decoded typed); raises
+    ``ValueError`` on anything else."""
+    if len(data) > _MAX_MESSAGE_BYTES:
+        raise ValueError(f"a dial-back answer of {len(data)} bytes is no boolean")
+    try:
+        return _VERDICT.decode(data)
+    except (msgspec.DecodeError, RecursionError) as e:
+        raise ValueError(f"a dial-back answer is a boolean: {e}") from None
 
 
 def tcp_ports(maddrs: Sequence[Any]) -> list[int]:
@@ -165,7 +184,7 @@ class DialBack:
                 ),
                 3 * self._timeout,
             )
-            return bool(msgpack.unpackb(answer.value)) if answer.value else None
+            return decode_verdict(answer.value) if answer.value else None
         except Exception as e:
             logger.debug("dial-back request to %s failed: %r", peer, e)
             return None

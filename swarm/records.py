@@ -6,7 +6,9 @@ in small *index entries*. Nothing but text, numbers and booleans crosses the wir
 pickle. Every decoder here is strict: an unknown key, a wrong type or a size over the configured
 limits raises :class:`RecordRejected` with a reason from :data:`REJECT_REASONS`, so callers can
 count rejections by kind instead of crashing on them. The checks are a typed schema, msgspec Structs
-(:func:`_schema`), applied to the unpacked msgpack.
+(:func:`_schema`): a peer's bytes are decoded into them in one typed pass, with their size checked first, so a hostile
+input is refused before it costs more than its own bytes (no generic unpack into Python objects, whose garbage a
+few MiB of empty arrays make take seconds); a map that repeats a key is refused too (:func:`_refuse_repeated_keys`).
 """
 
 # No `from __future__ import annotations` here: msgspec reads the annotations of the Structs that _schema builds,
@@ -16,19 +18,19 @@ import re
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Annotated, Any, NamedTuple
+from typing import Annotated, Any, Literal, NamedTuple
 
 import msgpack
 import msgspec
-from msgspec import UNSET, Meta, Struct, UnsetType
+from msgspec import UNSET, Meta, Raw, Struct, UnsetType
 
 WIRE_VERSION = 1
 """Version of the wire format below; a peer rejects records of any other version."""
 
 REJECT_REASONS = (
     "not_msgpack",  # bytes that do not decode as one msgpack object
-    "wrong_version",  # a record of another wire version
-    "schema",  # wrong keys or types
+    "wrong_version",  # a record of another wire version (the version is the integer WIRE_VERSION, nothing else)
+    "schema",  # wrong keys or types, or a map that repeats a key
     "too_large",  # over max_record_bytes
     "too_many_groups",  # over max_groups_per_record
     "too_many_completions",  # over max_completions_per_group
@@ -37,6 +39,7 @@ REJECT_REASONS = (
     "field_too_long",  # a name, provenance or metadata field over its limit
     "empty_group",  # no completions, or every completion is empty
     "bad_signature",  # owner marker or signature missing or wrong (DHT layer)
+    "bad_key",  # a signing key other than RSA-2048 with exponent 65537, refused before any signature check
     "expired",  # older than the reader's maximum age, or expired in the DHT
     "ttl_too_long",  # stored to expire later than the swarm's record ttl allows (would outlive expiry)
     "clock_skew",  # created in the future beyond the tolerated clock difference
@@ -316,17 +319,40 @@ def encode_index_entry(entry: IndexEntry, limits: RecordLimits = RecordLimits())
 # decoding and validation
 
 
-def _unpack(data: Any, limits: RecordLimits) -> Any:
+def check_size(data: Any, max_bytes: int, what: str = "record") -> None:
+    """Refuse (:class:`RecordRejected`) anything but bytes of at most ``max_bytes``: the check every decoder of a
+    peer's bytes makes before it reads them."""
     if not isinstance(data, bytes | bytearray | memoryview):
-        raise RecordRejected("schema", f"expected bytes, got {type(data).__name__}")
-    if len(data) > limits.max_record_bytes:
-        raise RecordRejected("too_large", f"{len(data)} bytes > max_record_bytes={limits.max_record_bytes}")
+        raise RecordRejected("schema", f"{what}: expected bytes, got {type(data).__name__}")
+    if len(data) > max_bytes:
+        raise RecordRejected("too_large", f"{what} of {len(data)} bytes > {max_bytes}")
+
+
+def decode_typed(data: Any, decoder: msgspec.msgpack.Decoder, what: str = "record") -> Any:
+    """``data`` decoded in one typed pass by ``decoder`` (msgspec, with the wire type); its size is the caller's to
+    check first (:func:`check_size`). Raises :class:`RecordRejected`: ``not_msgpack`` for bytes that are no msgpack,
+    else the reason of the first violation of the type (:func:`_rejection`)."""
     try:
-        # unpackb bounds every container by the input length, so a hostile payload cannot make us
-        # allocate more than its own size allows; the size was checked above.
-        return msgpack.unpackb(bytes(data), raw=False, strict_map_key=True, use_list=True)
-    except Exception as e:  # msgpack raises assorted errors on hostile input; all mean the same here
-        raise RecordRejected("not_msgpack", f"{type(e).__name__}: {e}") from None
+        return decoder.decode(data)
+    except msgspec.ValidationError as e:
+        if " - at `" not in str(e) and not _well_formed(data):  # the first value read was not even of its type
+            raise RecordRejected("not_msgpack", f"{what}: not one msgpack value ({e})") from None
+        raise _rejection(e, _LENGTH_REASONS, what) from None
+    except Exception as e:  # malformed msgpack (DecodeError), nesting past the decoder's depth (RecursionError)
+        raise RecordRejected("not_msgpack", f"{what}: {type(e).__name__}: {e}") from None
+
+
+_ANY_VALUE = msgspec.msgpack.Decoder(Raw)  # skips one value whole, allocating nothing: well-formed or not
+
+
+def _well_formed(data: Any) -> bool:
+    """Whether ``data`` is one msgpack value: random bytes usually begin with a valid one of the wrong type, which a
+    typed decoder reports first. Linear in the bytes, in C."""
+    try:
+        _ANY_VALUE.decode(data)
+        return True
+    except Exception:
+        return False
 
 
 _PROVENANCE_OPTIONAL_KEYS = ("version", "key")  # written only when set: peers that predate them read the rest
@@ -334,22 +360,26 @@ _MAX_HOST_CHARS = 128  # a base58 libp2p peer id is 46-53 characters
 _INT64 = Annotated[int, Meta(ge=-(2**63), le=2**63 - 1)]
 _FINITE = Annotated[float, Meta(ge=-sys.float_info.max, le=sys.float_info.max)]  # the bounds refuse NaN and inf too
 _TIME = Annotated[float, Meta(ge=0, le=sys.float_info.max)]  # seconds since the epoch; an integer reads as a float
+_VERSION = Literal[WIRE_VERSION]  # the integer itself: true, 1.0 or "1" are refused (msgspec keeps bool apart from int)
 
 
 class _Schema(NamedTuple):
-    """The wire types under one :class:`RecordLimits`."""
+    """The wire types under one :class:`RecordLimits`, and the decoders of a record and an index entry."""
 
     provenance: type[Struct]
     group: type[Struct]
     record: type[Struct]
     index: type[Struct]
+    record_decoder: msgspec.msgpack.Decoder
+    index_decoder: msgspec.msgpack.Decoder
 
 
 @functools.lru_cache(maxsize=16)
 def _schema(limits: RecordLimits) -> _Schema:
     """msgspec Structs of the wire format that refuse unknown keys, with ``limits`` as length constraints (part of a
     type in msgspec, hence one set of types per limits in use). An optional key reads as UNSET when absent; an
-    explicit null there is refused, as the key's type is a string."""
+    explicit null there is refused, as the key's type is a string. msgspec checks a length from its header, before
+    it reads what the container holds."""
     Name = Annotated[str, Meta(max_length=limits.max_field_chars)]  # local types, named as types
     Value = Annotated[str, Meta(max_length=limits.max_metadata_value_chars)] | _INT64 | _FINITE | bool | None
     ValueList = Annotated[list[Value], Meta(max_length=limits.max_metadata_items)]
@@ -381,18 +411,25 @@ def _schema(limits: RecordLimits) -> _Schema:
         created_at: _TIME
 
     class WireRecord(Struct, forbid_unknown_fields=True):
-        version: Any  # checked before the schema (_check_version), so that a record of another version says so
+        version: _VERSION  # written first: a record of another version is refused as such before its other keys
         created_at: _TIME
         groups: Annotated[list[WireGroup], Meta(max_length=limits.max_groups_per_record)]
 
     class WireIndexEntry(Struct, forbid_unknown_fields=True):
-        version: Any
+        version: _VERSION
         model: Name
         updated_at: _TIME
         records: Annotated[list[tuple[_INT64, _TIME, _INT64]], Meta(max_length=limits.max_index_records)]
         host: Annotated[str, Meta(max_length=_MAX_HOST_CHARS)] | UnsetType = UNSET  # absent: records in the DHT
 
-    return _Schema(WireProvenance, WireGroup, WireRecord, WireIndexEntry)
+    return _Schema(
+        WireProvenance,
+        WireGroup,
+        WireRecord,
+        WireIndexEntry,
+        msgspec.msgpack.Decoder(WireRecord),
+        msgspec.msgpack.Decoder(WireIndexEntry),
+    )
 
 
 # The reason for a list or string over its limit, by its path within a record (indices read as "[]"); any other
@@ -406,21 +443,65 @@ _LENGTH_REASONS = {
     "prompt[].content": "prompt_too_long",
 }
 _OVER_LENGTH = re.compile(r"Expected `\w+` of length <= \d+(?: - at (?:`key` in )?`\$(?P<path>[^`]*)`)?")
+_AT_VERSION = re.compile(r"(?:Expected `\w+`, got `\w+`|Invalid enum value .*) - at `\$\.version`")
+
+
+def _rejection(e: msgspec.ValidationError, length_reasons: Mapping[str, str], what: str = "") -> RecordRejected:
+    """The :class:`RecordRejected` of a msgspec violation: its first one, named. ``length_reasons``: the reason for a
+    list or string over its limit by its path, as :data:`_LENGTH_REASONS`."""
+    message = f"{what}: {e}" if what else str(e)
+    # msgspec names a broken limit only in its message ("Expected `str` of length <= 9 - at `$.groups[0].model`"):
+    # matched whole, so that a hostile key's name, which a message quotes, cannot pass for one.
+    if _AT_VERSION.fullmatch(str(e)):
+        return RecordRejected("wrong_version", f"{message}; this peer speaks version {WIRE_VERSION}")
+    over = _OVER_LENGTH.fullmatch(str(e))
+    if over is None:
+        return RecordRejected("schema", message)
+    path = re.sub(r"\[\d+\]", "[]", over["path"] or "").lstrip(".").removeprefix("groups[].")
+    return RecordRejected(length_reasons.get(path, "field_too_long"), message)
 
 
 def _convert(obj: Any, kind: type[Struct], length_reasons: Mapping[str, str] = _LENGTH_REASONS) -> Any:
-    """``obj`` (unpacked msgpack, or JSON) as a ``kind``; raises :class:`RecordRejected` naming its first violation.
-    ``length_reasons``: the reason for a list or string over its limit by its path, as :data:`_LENGTH_REASONS`."""
+    """``obj`` (this peer's own values: JSON rows, groups in memory) as a ``kind``; raises :class:`RecordRejected`
+    naming its first violation. A peer's bytes go through :func:`decode_typed` instead."""
     try:
         return msgspec.convert(obj, kind)
     except msgspec.ValidationError as e:
-        # msgspec names a broken limit only in its message ("Expected `str` of length <= 9 - at `$.groups[0].model`"):
-        # matched whole, so that a hostile key's name, which a message quotes, cannot pass for one.
-        over = _OVER_LENGTH.fullmatch(str(e))
-        if over is None:
-            raise RecordRejected("schema", str(e)) from None
-        path = re.sub(r"\[\d+\]", "[]", over["path"] or "").lstrip(".").removeprefix("groups[].")
-        raise RecordRejected(length_reasons.get(path, "field_too_long"), str(e)) from None
+        raise _rejection(e, length_reasons) from None
+
+
+# Where a record's maps are, for _refuse_repeated_keys: a dict is a map (the shapes of some of its keys' values), a
+# one-item list an array of that shape.
+_RECORD_MAPS: dict[str, Any] = {"groups": [{"prompt": [{}], "provenance": {"config": {}}, "metadata": {}}]}
+_RAW_MAP = msgspec.msgpack.Decoder(dict[str, Raw])
+_RAW_ARRAY = msgspec.msgpack.Decoder(list[Raw])
+
+
+def _refuse_repeated_keys(data: Any, maps: Any, path: str = "$") -> None:
+    """Refuse a map of ``data`` that repeats a key (msgspec keeps the last one, another decoder may keep the first: a
+    signed record must read one way). ``maps`` says where the maps are (:data:`_RECORD_MAPS`); ``data`` has passed
+    its typed decode, so what is walked here is bounded by the limits: a map at a time, its values kept as raw
+    slices of ``data``, and its key count read from its header."""
+    if isinstance(maps, list):
+        for i, item in enumerate(_RAW_ARRAY.decode(data)):
+            _refuse_repeated_keys(item, maps[0], f"{path}[{i}]")
+        return
+    entries = _RAW_MAP.decode(data)
+    if len(entries) != _map_size(data):
+        raise RecordRejected("schema", f"a map repeats a key - at `{path}`")
+    for key, inner in maps.items():
+        if key in entries:
+            _refuse_repeated_keys(entries[key], inner, f"{path}.{key}")
+
+
+def _map_size(data: Any) -> int:
+    """The entry count in the header of the msgpack map ``data`` starts with (-1: not a map)."""
+    head = memoryview(data)[:5].tobytes()
+    if 0x80 <= head[0] <= 0x8F:  # fixmap
+        return head[0] & 0x0F
+    if head[0] in (0xDE, 0xDF):  # map 16, map 32
+        return int.from_bytes(head[1 : 3 if head[0] == 0xDE else 5], "big")
+    return -1
 
 
 def _provenance(p: Any) -> Provenance:
@@ -450,25 +531,30 @@ def group_from_wire(obj: Any, limits: RecordLimits = RecordLimits()) -> Group:
     return _group(_convert(obj, _schema(limits).group), limits)
 
 
-def _check_version(obj: dict[str, Any], where: str) -> None:
-    version = obj.get("version") if isinstance(obj, dict) else None
-    if isinstance(obj, dict) and version != WIRE_VERSION:
-        raise RecordRejected("wrong_version", f"{where} version {version!r}, this peer speaks {WIRE_VERSION}")
+def check_claimed_groups(num_groups: int, limits: RecordLimits, what: str) -> None:
+    """Refuse a record reference (announced, or in an index entry) whose claimed group count is not in
+    1..``max_groups_per_record``: a claim no record could keep."""
+    if not 0 < num_groups <= limits.max_groups_per_record:
+        bound = limits.max_groups_per_record
+        raise RecordRejected("too_many_groups", f"{what} of {num_groups} groups, not in 1..{bound}")
 
 
 def decode_record(data: bytes, limits: RecordLimits = RecordLimits()) -> GroupRecord:
     """Decode and validate a record; the only outcomes are a :class:`GroupRecord` or :class:`RecordRejected`."""
-    obj = _unpack(data, limits)
-    _check_version(obj, "record")
-    r = _convert(obj, _schema(limits).record)
+    check_size(data, limits.max_record_bytes)
+    r = decode_typed(data, _schema(limits).record_decoder)
+    _refuse_repeated_keys(data, _RECORD_MAPS)
     return GroupRecord(groups=[_group(g, limits) for g in r.groups], created_at=r.created_at, version=WIRE_VERSION)
 
 
 def decode_index_entry(data: bytes, limits: RecordLimits = RecordLimits()) -> IndexEntry:
-    """Decode and validate an index entry; raises :class:`RecordRejected`."""
-    obj = _unpack(data, limits)
-    _check_version(obj, "index entry")
-    e = _convert(obj, _schema(limits).index)
+    """Decode and validate an index entry; raises :class:`RecordRejected`. Its record references are bounded as an
+    announcement's are (:func:`check_claimed_groups`)."""
+    check_size(data, limits.max_record_bytes, "index entry")
+    e = decode_typed(data, _schema(limits).index_decoder, "index entry")
+    _refuse_repeated_keys(data, {})
+    for seq, _, num_groups in e.records:
+        check_claimed_groups(num_groups, limits, f"index entry's record {seq}")
     host = None if e.host is UNSET else e.host
     return IndexEntry(e.model, [RecordRef(*ref) for ref in e.records], e.updated_at, WIRE_VERSION, host)
 

@@ -19,15 +19,18 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 import msgpack
+import msgspec
 from google.protobuf.wrappers_pb2 import BytesValue
 
 from swarm.clock import SYSTEM_CLOCK, Clock
-from swarm.records import RecordRejected
+from swarm.records import _TIME, RecordRejected, check_size, decode_typed
 from swarm.transport import SwarmCounters
 from swarm.validation import open_served, sign_for_serving
 
 RECORD_HANDLER = "sapo_swarm.get_record"
 """The libp2p protocol name a publisher answers record requests under."""
+
+_MAX_KEY_BYTES = 1024  # a record key asked for (f"{swarm_name}/records/{sender}/{seq}"); a longer one is not served
 
 
 @dataclass(frozen=True)
@@ -80,7 +83,8 @@ class ServedRecords:
     async def handle(self, request: BytesValue, context: Any = None) -> BytesValue:
         """The RPC handler: ``request.value`` is a record key; the answer holds the record
         (:func:`encode_answer`), or nothing if this peer does not serve it."""
-        record = self.get(request.value.decode("utf-8", errors="replace"))
+        key = request.value
+        record = None if len(key) > _MAX_KEY_BYTES else self.get(key.decode("utf-8", errors="replace"))
         if record is None:
             self._counters.add("served_misses")
             return BytesValue()
@@ -97,22 +101,17 @@ def encode_answer(record: SignedRecord) -> bytes:
 
 def decode_answer(data: bytes, max_bytes: int) -> SignedRecord | None:
     """The record of an answer (``None``: the publisher does not serve it); raises :class:`RecordRejected` on an
-    answer that is no record or is larger than ``max_bytes``."""
+    answer that is no record or is larger than ``max_bytes``. Only the envelope is decoded here, typed (a byte string
+    and a time): the record inside stays the signed bytes, decoded only once its signature has been checked
+    (:meth:`ServedLookup.open`)."""
     if not data:
         return None
-    if len(data) > max_bytes:
-        raise RecordRejected("too_large", f"served record of {len(data)} bytes > {max_bytes}")
-    try:
-        value, expiration_time = msgpack.unpackb(data, raw=False, strict_map_key=True)
-    except Exception as e:  # hostile bytes raise assorted errors; all mean the same here
-        raise RecordRejected("not_msgpack", f"served record: {type(e).__name__}: {e}") from None
-    if (
-        not isinstance(value, bytes)
-        or not isinstance(expiration_time, int | float)
-        or isinstance(expiration_time, bool)
-    ):
-        raise RecordRejected("schema", "a served record is [bytes, expiration time]")
-    return SignedRecord(value, float(expiration_time))
+    check_size(data, max_bytes, "served record")
+    value, expiration_time = decode_typed(data, _ANSWER, "served record")
+    return SignedRecord(value, expiration_time)
+
+
+_ANSWER = msgspec.msgpack.Decoder(tuple[bytes, _TIME])  # [signed value, expiration time]
 
 
 class ServedLookup(Protocol):

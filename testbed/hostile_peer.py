@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
+import math
 import random
 import threading
 import time
@@ -40,11 +41,12 @@ class HostileNode:
         initial_peers: list[str],
         on_p2pd: Callable[[int, list[str]], None] | None = None,
         nearest_to: str | None = None,
+        key: RSAPrivateKey | None = None,
     ):
         """Join through ``initial_peers``; ``on_p2pd(pid, sockets)`` is told of the p2pd daemon it starts (a test
         uses it to check that the daemon is gone at the end). With ``nearest_to``, the node's DHT id is that key's, so
-        every lookup of the key asks this node first."""
-        self.key = RSAPrivateKey()
+        every lookup of the key asks this node first. ``key``: what it signs with (default: a fresh swarm key)."""
+        self.key = key or RSAPrivateKey()
         self.signer = RSASignatureValidator(self.key)
         self.marker = self.signer.local_public_key
         self.loop = asyncio.new_event_loop()
@@ -257,6 +259,31 @@ def victim_marker(victim: Any) -> bytes:
 
 def random_bytes(n: int, seed: int = 0) -> bytes:
     return random.Random(seed).randbytes(n)
+
+
+def odd_key(modulus_bits: int = 2048, exponent_bits: int = 17, seed: int = 0) -> RSAPrivateKey:
+    """A working RSA signing key of any modulus size and a public exponent of ``exponent_bits`` bits (17: 65537):
+    what a peer that picks what verifying its signatures costs signs with (2040 bits take ~10 ms a check against
+    ~0.2 ms for 65537)."""
+    from cryptography.hazmat.primitives.asymmetric import rsa
+
+    base = rsa.generate_private_key(public_exponent=65537, key_size=modulus_bits)
+    if exponent_bits == 17:
+        private = base
+    else:
+        numbers = base.private_numbers()
+        p, q = numbers.p, numbers.q
+        phi, rng = (p - 1) * (q - 1), random.Random(seed)
+        while True:
+            e = rng.getrandbits(exponent_bits) | (1 << (exponent_bits - 1)) | 1
+            if math.gcd(e, phi) == 1:
+                break
+        d = pow(e, -1, phi)
+        public = rsa.RSAPublicNumbers(e, p * q)
+        private = rsa.RSAPrivateNumbers(p, q, d, d % (p - 1), d % (q - 1), rsa.rsa_crt_iqmp(p, q), public).private_key()
+    key = RSAPrivateKey.__new__(RSAPrivateKey)  # hivemind's class only generates 2048-bit keys: wrap this one
+    key._private_key = private
+    return key
 
 
 # ------------------------------------------------------------------------------------------------

@@ -236,7 +236,7 @@ def test_every_limited_field_names_its_reason(group_changes, reason):
 
 
 def test_reasons_of_the_bytes_and_of_an_index_entry():
-    assert reason_of(pack({1: 2})) == "not_msgpack"  # a map key that is not text, as before
+    assert reason_of(pack({1: 2})) == "schema"  # a map key that is not text: msgpack, of the wrong type
     ok = {"version": WIRE_VERSION, "model": "m", "updated_at": 1.0, "records": [], "host": "h"}
     for changes, reason in [
         ({"host": "h" * 129}, "field_too_long"),

@@ -15,6 +15,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
+import msgspec
+
 PINGS = 3
 
 
@@ -56,6 +58,8 @@ async def _probe(address: str, swarm_name: str, index_shards: int, timeout: floa
     from hivemind.utils.multiaddr import Multiaddr
 
     from swarm.daemon import close_p2p
+    from swarm.dht_values import TypedDHTSerializer
+    from swarm.records import RecordLimits
 
     peer = PeerID.from_base58(Multiaddr(address)["p2p"])
     p2p = await asyncio.wait_for(
@@ -70,6 +74,7 @@ async def _probe(address: str, swarm_name: str, index_shards: int, timeout: floa
             ),
             timeout,
         )  # fmt: skip
+        node.protocol.serializer = TypedDHTSerializer(RecordLimits().max_record_bytes, lambda reason, detail: None)
         offset, round_trip = await _clock_offset(node, peer, timeout)
         peer_versions, listed = await _announced_versions(node, peer.to_base58(), swarm_name, index_shards, timeout)
         return PeerProbe(address, None, offset, round_trip, peer_versions, listed)
@@ -128,17 +133,25 @@ async def _announced_versions(
     return sorted(set(peer_versions)), dict(sorted(listed.items()))
 
 
-def announced_entry(value: Any) -> dict[str, Any] | None:
-    """An index entry's fields as its writer packed them (`version`, `host`, ...), read without this node's schema
-    so that an entry of another wire version is read too; None for anything that is not a versioned entry."""
-    import msgpack
+class _AnyVersionEntry(msgspec.Struct):
+    """What the probe reads of an index entry of any wire version; its other keys are skipped, not decoded."""
 
-    if not isinstance(value, bytes):
+    version: int
+    host: str | None = None
+
+
+_ANY_VERSION_ENTRY = msgspec.msgpack.Decoder(_AnyVersionEntry)
+_MAX_ENTRY_BYTES = 1 << 16  # an index entry is a few KB at any version so far
+
+
+def announced_entry(value: Any) -> dict[str, Any] | None:
+    """The ``version`` and ``host`` of an index entry as its writer packed them, read without this node's schema so
+    that an entry of another wire version is read too; None for anything that is not a versioned entry. Decoded
+    typed from the bytes, their size checked first, as every peer's bytes are."""
+    if not isinstance(value, bytes) or len(value) > _MAX_ENTRY_BYTES:
         return None
     try:
-        entry = msgpack.unpackb(value, raw=False, strict_map_key=False)
-    except Exception:  # hostile or torn bytes: not an entry
+        entry = _ANY_VERSION_ENTRY.decode(value)
+    except (msgspec.DecodeError, RecursionError):  # hostile or torn bytes: not an entry
         return None
-    if not isinstance(entry, dict) or not isinstance(entry.get("version"), int):
-        return None
-    return entry
+    return {"version": entry.version, "host": entry.host}

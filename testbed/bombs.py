@@ -1,0 +1,179 @@
+"""msgpack bombs: a few MiB that a generic unpacker turns into millions of Python objects (seconds of garbage
+collection, hundreds of MB), shaped for each path that reads a peer's bytes; and what each path spends on one.
+
+``python -m testbed.bombs`` prints, per path, the seconds and the tracemalloc peak one bomb costs the decoder this
+checkout has (run it with ``PYTHONPATH`` at another checkout to measure that one's).
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import time
+import tracemalloc
+from collections.abc import Callable
+from typing import Any
+
+import msgpack
+
+BOMB_BYTES = 3 * 2**20 - 4096
+"""A bomb's size: under the default ``max_record_bytes`` (3 MiB), with room for the envelope around it."""
+
+KINDS = ("arrays", "maps", "nested")
+"""``arrays``: one array of empty arrays (the costliest for msgpack's unpacker); ``maps``: one array of empty maps;
+``nested``: maps nested as deep as the bytes allow."""
+
+
+def bomb(kind: str = "arrays", size: int = BOMB_BYTES) -> bytes:
+    """One msgpack value of ``size`` bytes of ``kind`` (:data:`KINDS`)."""
+    if kind == "nested":
+        return b"\x81\xa0" * ((size - 1) // 2) + b"\xc0"  # {"": {"": ... nil}}
+    if kind not in KINDS:
+        raise ValueError(f"bomb kind {kind!r} is not one of {KINDS}")
+    count = size - 5
+    return b"\xdd" + count.to_bytes(4, "big") + (b"\x90" if kind == "arrays" else b"\x80") * count
+
+
+def inside(fields: dict[str, Any], key: str, kind: str = "arrays", size: int = BOMB_BYTES) -> bytes:
+    """The map ``fields`` packed with a bomb as the value of ``key``, ``size`` bytes in all: what a decoder reads
+    as a record, an index entry or an announcement's payload."""
+    head = msgpack.packb({**fields, key: None}, use_bin_type=True)[:-1]  # the map up to the value of `key`
+    return head + bomb(kind, size - len(head))
+
+
+def record_bomb(kind: str = "arrays", size: int = BOMB_BYTES) -> bytes:
+    """A record whose ``groups`` is a bomb."""
+    return inside({"version": 1, "created_at": 1.0}, "groups", kind, size)
+
+
+def index_bomb(kind: str = "arrays", size: int = BOMB_BYTES) -> bytes:
+    """An index entry whose ``records`` is a bomb."""
+    return inside({"version": 1, "model": "m", "updated_at": 1.0}, "records", kind, size)
+
+
+def dictionary_bomb(kind: str = "arrays", size: int = BOMB_BYTES) -> bytes:
+    """A DHT dictionary value (hivemind's ext type 0x50) whose items are a bomb."""
+    body = b"\x93\xcb\x7f\xf0\x00\x00\x00\x00\x00\x00\xcb" + b"\x00" * 8  # [inf, 0.0, <items>]
+    items = bomb(kind, size - len(body) - 6)
+    return b"\xc9" + (len(body) + len(items)).to_bytes(4, "big") + b"\x50" + body + items
+
+
+def subkey_bomb(public_key: bytes, kind: str = "arrays", size: int = BOMB_BYTES) -> bytes:
+    """A serialized DHT subkey: an array holding a real owner marker of ``public_key``, then a bomb."""
+    marker = msgpack.packb(b"[owner:" + public_key + b"]", use_bin_type=True)
+    rest = bomb(kind, size - len(marker) - 5)
+    return b"\xdd" + (2).to_bytes(4, "big") + marker + rest
+
+
+# ------------------------------------------------------------------------------------------------
+# the measurement
+
+
+def signature_openings(size: int = BOMB_BYTES) -> bytes:
+    """A DHT value of ``size`` bytes of repeated ``[signature:`` openings: hivemind's signature regex takes time
+    quadratic in their count (40 KB: seconds)."""
+    return b"[signature:" * (size // 11)
+
+
+def decoding_paths(kind: str, openings_bytes: int = 40_000) -> dict[str, Callable[[], Any]]:
+    """Each path that reads a peer's bytes, fed a bomb of ``kind``, as the decoders of this checkout run it;
+    ``openings_bytes``: the size of the value of :func:`signature_openings` (small enough for a quadratic check)."""
+    from hivemind.dht.routing import DHTID
+    from hivemind.dht.validation import DHTRecord
+    from hivemind.utils.crypto import RSAPrivateKey
+    from hivemind.utils.serializer import MSGPackSerializer
+
+    from sapo.node.peer_probe import announced_entry
+    from swarm.announcements import decode_announcement, signed_bytes
+    from swarm.membership import MembershipValidator
+    from swarm.reachability import decode_ports
+    from swarm.records import RecordLimits, decode_index_entry, decode_record
+    from swarm.served import decode_answer
+    from swarm.validation import OwnerSignatureValidator, SwarmSchemaValidator, owner_marker
+
+    try:  # this checkout's DHT serializer: the typed one where there is one, else hivemind's
+        from swarm.dht_values import TypedDHTSerializer
+
+        serializer: Any = TypedDHTSerializer(RecordLimits().max_record_bytes, lambda reason, detail: None)
+    except ImportError:
+        serializer = MSGPackSerializer
+
+    def ignore(reason: str, detail: str) -> None:
+        pass
+
+    key = RSAPrivateKey()
+    record_id = DHTID.generate(source="sapo/records/x/1").to_bytes()
+    schema = SwarmSchemaValidator("sapo", 8, RecordLimits(), ignore, index_max_level=10)
+    members = MembershipValidator(lambda peer: True, ignore)
+    record, index, raw = record_bomb(kind), index_bomb(kind), bomb(kind)
+    owner = OwnerSignatureValidator(key, ignore)
+    marker = MSGPackSerializer.dumps(owner_marker(key.get_public_key().to_bytes()))
+    openings = DHTRecord(record_id, marker, signature_openings(openings_bytes), 1e12)
+    forged = DHTRecord(record_id, marker, MSGPackSerializer.dumps(record) + b"[signature:" + b"A" * 344 + b"]", 1e12)
+    stored = DHTRecord(record_id, MSGPackSerializer.dumps(b"s"), MSGPackSerializer.dumps(record), 1e12)
+    subkey = subkey_bomb(key.get_public_key().to_bytes(), kind)
+    with_subkey = DHTRecord(record_id, subkey, b"v", 1e12)
+    dictionary = dictionary_bomb(kind)
+    payload = inside({"version": 1}, "model", kind, 1200)  # signed: the payload is read once the signature passed
+    key_blob = base64.b64decode(key.get_public_key().to_bytes()[len(b"ssh-rsa ") :])
+    signature = base64.b64decode(key.sign(signed_bytes("sapo", payload)))
+    announcement = msgpack.packb([payload, key_blob, signature], use_bin_type=True)
+
+    def refused(call: Callable[[], Any]) -> Callable[[], Any]:
+        def run() -> Any:
+            try:
+                return call()
+            except Exception as e:  # a refusal is the expected outcome; its cost is what is measured
+                return type(e).__name__
+
+        return run
+
+    return {
+        "record (decode_record)": refused(lambda: decode_record(record)),
+        "index entry (decode_index_entry)": refused(lambda: decode_index_entry(index)),
+        "DHT store value (schema validator)": refused(lambda: schema.validate(stored)),
+        f"DHT value of {openings_bytes // 1000} KB of '[signature:' (owner validator)": refused(
+            lambda: owner.validate(openings)
+        ),
+        "DHT store value, forged signature (owner validator)": refused(lambda: owner.validate(forged)),
+        "DHT subkey (membership validator)": refused(lambda: members.validate(with_subkey)),
+        "DHT subkey (hivemind's serializer)": refused(lambda: serializer.loads(subkey)),
+        "DHT dictionary (hivemind's serializer)": refused(lambda: serializer.loads(dictionary)),
+        "served answer (decode_answer)": refused(lambda: decode_answer(raw, 2**30)),
+        "announcement of 3 MiB": refused(lambda: decode_announcement(raw, "sapo")),
+        "announcement payload of 1.2 KB, signed": refused(lambda: decode_announcement(announcement, "sapo")),
+        "dial-back request (decode_ports)": refused(lambda: decode_ports(raw)),
+        "doctor's index read (announced_entry)": refused(lambda: announced_entry(index)),
+    }
+
+
+def measure(call: Callable[[], Any]) -> tuple[float, float]:
+    """(seconds, tracemalloc peak in MB) of one ``call``: timed untraced, then traced for its peak."""
+    started = time.perf_counter()
+    call()
+    seconds = time.perf_counter() - started
+    tracemalloc.start()
+    try:
+        call()
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    return seconds, peak / 1e6
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Print the cost of one bomb per path (see the module docstring)."""
+    parser = argparse.ArgumentParser(prog="python -m testbed.bombs", description=__doc__.splitlines()[0])
+    parser.add_argument("--kind", choices=KINDS, default="arrays")
+    parser.add_argument("--openings-bytes", type=int, default=40_000, help="see decoding_paths")
+    parser.add_argument("--only", default="", help="measure the paths whose name contains this text only")
+    args = parser.parse_args(argv)
+    for name, call in decoding_paths(args.kind, args.openings_bytes).items():
+        if args.only not in name:
+            continue
+        seconds, peak = measure(call)
+        print(f"{name:56s} {seconds * 1e3:10.2f} ms {peak:8.2f} MB", flush=True)
+
+
+if __name__ == "__main__":
+    main()
