@@ -2,7 +2,10 @@
 
 One round's intake (:meth:`Intake.take`), in order:
 
-1. fetch candidate groups (the main process fetches for every process); stale ones are set aside unread;
+1. fetch candidate groups (the main process fetches for every process); stale ones are set aside unread; the records
+   the transport refused or never got served since the last round (`SwarmTransport.refusals`) count against their
+   senders' standing after this round's own verdicts, as groups refused here do (and every verdict is told to the
+   transport, `SwarmTransport.judge`, which gives a sender judged good a share of its refills of its own);
 2. sender standing: the groups of a benched sender are set aside unread;
 3. re-derive the truth: the group's source re-derives the question and the reward columns (:mod:`sapo.sources`), and
    the prompt trained on is written here around it;
@@ -165,6 +168,7 @@ class Intake:
             self.group_log = GroupLog(path, max_bytes=args.groups_log_max_bytes)
         self._step = 0
         self._rounds = 0  # rounds with a swarm, for the periodic summary
+        self._refusals: list[tuple[str, str]] = []  # the transport's, taken with this round's fetch
 
     # ------------------------------------------------------------------------------------------------
     # one round
@@ -201,6 +205,7 @@ class Intake:
             if candidate.origin == SWARM:
                 self._record_standing(candidate.sender, True, time.time())
                 self._mask_after_answer(candidate)
+        self._count_refusals()
         # An equal share for every process (each trains on the same number of own rows); a remainder is filled in.
         per_process = len(chosen) // processes
         taken.chosen = chosen[: per_process * processes]
@@ -231,7 +236,7 @@ class Intake:
         sampled, checked for plausibility)."""
         pool_size = self.args.external_pool_size or 4 * self.args.num_external
         with timed("swarm_fetch"):
-            received, fetched_at = self._fetch(pool_size)
+            received, fetched_at, self._refusals = self._fetch(pool_size)
         fresh = []
         for item in received:  # stale groups are set aside before scoring: they cost nothing
             if self.sampler.is_stale(item.group, fetched_at):
@@ -286,13 +291,14 @@ class Intake:
             ", ".join(f"{k} {v}" for k, v in sorted(drops.items(), key=lambda kv: -kv[1])) or "none",
         )  # fmt: skip
 
-    def _fetch(self, pool_size: int) -> tuple[list[Any], float]:
-        """Candidates from the swarm and the time they were fetched: the main process's, on every process."""
+    def _fetch(self, pool_size: int) -> tuple[list[Any], float, list[tuple[str, str]]]:
+        """Candidates from the swarm, the time they were fetched and the transport's refusals since the last fetch:
+        the main process's, on every process."""
         if self.accelerator.num_processes == 1:
-            return self.swarm.fetch(pool_size), time.time()
+            return self.swarm.fetch(pool_size), time.time(), self.swarm.refusals()
         fetched = [None]
         if self.accelerator.is_main_process:
-            fetched = [(self.swarm.fetch(pool_size), time.time())]
+            fetched = [(self.swarm.fetch(pool_size), time.time(), self.swarm.refusals())]
         return broadcast_object_list(fetched, from_process=0)[0]
 
     def _judge(self, sender: str, group: Group, now: float, probe: PolicyProbe, taken: Taken) -> Candidate | None:
@@ -481,8 +487,22 @@ class Intake:
         taken.dropped[reason] += count
         self.totals[f"dropped/{reason}"] += count
 
-    def _record_standing(self, sender: str, usable: bool, now: float) -> None:
-        """Note one outcome of a sender's group in its standing (if standing is on); log when that benches it."""
+    def _count_refusals(self) -> None:
+        """The records the transport refused or never got served (taken with this round's fetch): each is a drop in
+        its sender's standing, counted as `transport_refusals` and per sender as `refused/<reason>`. They count after
+        the round's own verdicts, so a sender's groups already fetched are judged on what they are first."""
+        refusals, self._refusals = self._refusals, []
+        now = time.time()
+        for sender, reason in refusals:
+            self.totals["transport_refusals"] += 1
+            self.sender_outcomes.setdefault(sender, Counter())[f"refused/{reason}"] += 1
+            self._record_standing(sender, False, now, tell_transport=False)  # the transport counted it already
+
+    def _record_standing(self, sender: str, usable: bool, now: float, tell_transport: bool = True) -> None:
+        """Note one outcome of a sender's group in its standing (if standing is on), and tell the transport (the main
+        process's) so that its refills follow the node's verdicts; log when that benches it."""
+        if tell_transport and self.swarm is not None:
+            self.swarm.judge(sender, usable)
         seconds = None if self.standing is None else self.standing.record(sender, usable, now)
         if seconds is None:
             return

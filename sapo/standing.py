@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
-from collections import defaultdict, deque
+from collections import OrderedDict, deque
 from dataclasses import dataclass
 
 MAX_BENCH_SECONDS = 24 * 3600.0
 """The longest a sender is benched, however often it was benched before."""
+
+MAX_SENDERS = 10_000
+"""Senders whose record is kept (identities are free: the memory of them is bounded); beyond it, the one heard of
+longest ago is forgotten, a benched one only when every one is benched."""
 
 
 @dataclass
@@ -22,7 +26,7 @@ class SenderStanding:
     A sender with at least ``drop_limit`` drops among them is benched: its groups are set aside unread (counted as
     ``benched_sender``) for ``bench_seconds``, twice as long each further time it is benched (at most a day), and its
     record starts over. Zero-advantage groups are not drops (honest peers send them); only groups this node refused
-    are.
+    are. At most :data:`MAX_SENDERS` senders are remembered.
 
     Args:
         drop_limit: drops within the window that bench a sender.
@@ -38,7 +42,7 @@ class SenderStanding:
         self.drop_limit = drop_limit
         self.window = window
         self.bench_seconds = bench_seconds
-        self._records: defaultdict[str, _Record] = defaultdict(lambda: _Record(deque(maxlen=window)))
+        self._records: OrderedDict[str, _Record] = OrderedDict()  # least recently noted first
 
     def is_benched(self, sender: str, now: float) -> bool:
         """True while ``sender`` serves its bench time."""
@@ -48,7 +52,11 @@ class SenderStanding:
     def record(self, sender: str, usable: bool, now: float) -> float | None:
         """Note one received group of ``sender``; returns the seconds it is now benched for if this outcome benched
         it, else None."""
-        record = self._records[sender]
+        record = self._records.pop(sender, None) or _Record(deque(maxlen=self.window))
+        self._records[sender] = record
+        if len(self._records) > MAX_SENDERS:
+            forget = next((s for s, r in self._records.items() if now >= r.benched_until), next(iter(self._records)))
+            del self._records[forget]
         record.outcomes.append(usable)
         if record.outcomes.count(False) < self.drop_limit:
             return None

@@ -36,6 +36,10 @@ _SECTIONS = {
         "index_min_interval", "index_shards_per_poll", "index_shard_entries", "index_staleness", "rejoin_interval",
         "rejoin_max_interval", "fetch_timeout", "clock_skew_tolerance",
     ),
+    "An open swarm's bounds": (
+        "refill_sender_share", "refill_unjudged_share", "max_unknown_senders", "max_senders_per_host",
+        "fetch_heard_within", "fetch_retry_after",
+    ),
     "Process hygiene": (
         "state_dir", "health_interval", "check_reachability",
     ),
@@ -362,6 +366,55 @@ class DHTTransportConfig:
         default=3.0,
         metadata={"help": "Seconds a record may be dated in the future; later ones are rejected as clock_skew."},
     )
+    refill_sender_share: float = field(
+        default=0.5,
+        metadata={
+            "help": "The share of a refill's groups one sender's records may cover (at least one group; swarm.refill): "
+            "a record is counted with the groups it claims, at most this share of the refill for its sender, so a "
+            "sender claiming many groups does not end the refill before other senders' records are fetched. "
+            "Groups still wanted once every sender had its share go to senders judged good, beyond it."
+        },
+    )
+    refill_unjudged_share: float = field(
+        default=0.25,
+        metadata={
+            "help": "The share of a refill's groups that the senders not yet judged good (the node's verdicts on their "
+            "groups, swarm.senders) cover together while a sender judged good offers a record (at least one group, "
+            "never all): fresh identities cost nothing to make, so a thousand of them take no more than one. It is "
+            "reserved for them, so that a newcomer is fetched, judged and earns a share of its own."
+        },
+    )
+    max_unknown_senders: int = field(
+        default=256,
+        metadata={
+            "help": "Senders not judged good that the reader keeps in its book (about 2 KB each). A new one beyond it "
+            "evicts the least useful (counted as evicted_senders): one that stands badly, then one never judged, the "
+            "one heard from longest ago first. Senders judged good are kept while they are heard from."
+        },
+    )
+    max_senders_per_host: int = field(
+        default=4,
+        metadata={
+            "help": "Identities (record keys) one libp2p host may make known by announcements (a peer announces one); "
+            "a further one is refused as rejected/too_many_identities while the others are in the book. 0: no cap."
+        },
+    )
+    fetch_heard_within: float = field(
+        default=10.0,
+        metadata={
+            "help": "Seconds after which a heard record that the next refill would fetch is fetched at once, rather "
+            "than just before the caller's next fetch(): a served record lives only while its publisher serves it. "
+            "Records heard and never fetched are counted as heard_never_fetched."
+        },
+    )
+    fetch_retry_after: float = field(
+        default=1.0,
+        metadata={
+            "help": "Seconds before a host serving a sender judged good is asked again after a failed request, "
+            "doubling with each failure in a row up to 30 s (a host not judged good waits 30 s); also the first rest "
+            "of a sender after a strike (a record refused or never served), doubling with each of its recent strikes."
+        },
+    )
     state_dir: str | None = field(
         default=None,
         metadata={
@@ -391,9 +444,18 @@ class DHTTransportConfig:
             )
         for name in ("index_shards", "index_shard_entries", "prefetch_groups", "max_cached_groups",
                      "max_pending_publishes", "dht_num_replicas", "dht_record_lookup_workers",
-                     "dht_lookup_beam", "dht_bucket_size", "topic_peers", "departed_after_missed"):  # fmt: skip
+                     "dht_lookup_beam", "dht_bucket_size", "topic_peers", "departed_after_missed",
+                     "max_unknown_senders"):  # fmt: skip
             if getattr(self, name) < 1:
                 raise ValueError(f"{name}={getattr(self, name)}: it must be a positive number")
+        for name in ("refill_sender_share", "refill_unjudged_share"):
+            if not 0 < getattr(self, name) <= 1:
+                raise ValueError(f"{name}={getattr(self, name)}: it must be in (0, 1]")
+        for name in ("fetch_heard_within", "fetch_retry_after"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"{name}={getattr(self, name)}: it must be a positive number of seconds")
+        if self.max_senders_per_host < 0:
+            raise ValueError(f"max_senders_per_host={self.max_senders_per_host}: it must be 0 (no cap) or more")
         if not 0 <= self.index_max_level <= 16:
             raise ValueError(f"index_max_level={self.index_max_level}: it must be in [0, 16]")
         if self.subscribe_topics < 0:

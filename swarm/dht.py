@@ -49,6 +49,7 @@ from typing import Any
 from swarm.clock import SYSTEM_CLOCK, Clock
 from swarm.config import MULTIADDR_FORM, DHTTransportConfig, validate_addresses, validate_multiaddr
 from swarm.dht_values import TypedDHTSerializer
+from swarm.fetcher import ReasonedRejections
 from swarm.gossip import GOSSIP_ROUND_SECONDS, Gossip, topic_mates
 from swarm.identity import load_or_create_signing_key
 from swarm.levels import subscribed_shards
@@ -60,7 +61,7 @@ from swarm.reader import SwarmReader
 from swarm.records import Group, ReceivedGroup
 from swarm.served import PeerServedLookup, ServedRecords
 from swarm.transport import PeerInfo, SwarmCounters, SwarmTransport, TimingLog, TransportReadout
-from swarm.validation import RejectionLog, fingerprint, make_record_validator
+from swarm.validation import fingerprint, make_record_validator
 
 logger = logging.getLogger(__name__)
 
@@ -104,7 +105,7 @@ class DHTTransport(SwarmTransport):
         self._check_member()
         self._counters = SwarmCounters()
         self._timings = TimingLog(clock)
-        rejections = RejectionLog(self._counters)
+        rejections = ReasonedRejections(self._counters)  # a refused record strikes its sender with the reason
         validator = make_record_validator(
             signing_key,
             config.swarm_name,
@@ -130,6 +131,7 @@ class DHTTransport(SwarmTransport):
         self.reader = SwarmReader(
             config, public_key, self._counters, self._timings, clock, served=lookup,
             admits=None if membership is None else membership.admits, prior=self.peer.size_prior,
+            validator_rejections=rejections,
         )  # fmt: skip
         self.gossip = None
         if config.gossip:
@@ -248,6 +250,17 @@ class DHTTransport(SwarmTransport):
         relay) is never listed.
         """
         return self.reader.peers()
+
+    def judge(self, sender: str, usable: bool) -> None:
+        """Be told the node's verdict on one group of ``sender``: a sender whose groups are mostly judged usable earns
+        a share of each refill of its own; until then it shares the pool of the senders not judged good
+        (``refill_unjudged_share``, :mod:`swarm.refill`)."""
+        self.reader.judge(sender, usable)
+
+    def refusals(self) -> list[tuple[str, str]]:
+        """Records refused (``rejected/<reason>``) or announced and never served (``never_served``) since the last
+        call, as ``(sender, reason)``, oldest first: each also rested its sender here (:mod:`swarm.senders`)."""
+        return self.reader.refusals()
 
     def neighbours(self) -> int:
         """DHT neighbours now; 0 means this peer is alone and keeps trying to (re)join (``rejoin_interval``)."""

@@ -9,12 +9,18 @@ whatever arrives is kept. A slow or departed publisher then costs a reader one r
 the hedge time plus ``wait_timeout``; a request still running then (a DHT lookup of a record stored by a client-mode
 peer may take up to ``fetch_timeout``) finishes in the background, its record not chosen again meanwhile, so that a
 slow lookup never holds up the next refill.
+
+What a fetch says of a record's sender goes to the reader's book (:mod:`swarm.senders`): an answer that is refused
+(malformed, not signed by the sender, not the record announced) is a strike of its sender at once; a record its host
+answered without, or no DHT replica held, is retried a few times and then a strike (never served); a host that does
+not answer at all rests, and its sender is not blamed (the network, or a peer that left).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 from collections.abc import Callable
 from typing import Any, Protocol
 
@@ -70,6 +76,25 @@ class RoundTrip:
         return min(max(self.mean + 4 * self.deviation, floor), ceiling)
 
 
+class ReasonedRejections(RejectionLog):
+    """A :class:`~swarm.validation.RejectionLog` that also remembers, per thread, the reason of the latest rejection it
+    counted: a validator answers yes or no, and a served record it refused strikes its sender with the reason."""
+
+    def __init__(self, counters: SwarmCounters, interval: float = 10.0):
+        super().__init__(counters, interval)
+        self._latest = threading.local()
+
+    def __call__(self, reason: str, detail: str) -> None:
+        """Count one rejection (see :class:`~swarm.validation.RejectionLog`) and remember its reason."""
+        self._latest.reason = reason
+        super().__call__(reason, detail)
+
+    def take_reason(self) -> str | None:
+        """The reason of the latest rejection counted in this thread since the last call, if any."""
+        reason, self._latest.reason = getattr(self._latest, "reason", None), None
+        return reason
+
+
 class RecordFetcher:
     """Fetches chosen records and hands each valid one's bytes to ``on_record``.
 
@@ -80,7 +105,11 @@ class RecordFetcher:
         counters: where fetch failures, hedges and rejections are counted.
         timings: where each fetch round's duration (``fetch``) and each served request's (``served_fetch``) go.
         clock: monotonic time measures durations.
-        on_record: called with ``(sender, record bytes)`` for every record that passed the checks.
+        on_record: called with ``(sender, ref, record bytes)`` for every record that passed the checks (the reader
+            decodes it, and strikes its sender if it refuses it).
+        validator_rejections: where the validator that opens served records counts its refusals, if it remembers
+            their reasons (:class:`ReasonedRejections`); a refused record's strike then carries the reason, else
+            ``invalid_record``.
     """
 
     def __init__(
@@ -91,7 +120,8 @@ class RecordFetcher:
         counters: SwarmCounters,
         timings: TimingLog,
         clock: Clock = SYSTEM_CLOCK,
-        on_record: Callable[[str, bytes], None] = lambda sender, value: None,
+        on_record: Callable[[str, RecordRef, bytes], None] = lambda sender, ref, value: None,
+        validator_rejections: ReasonedRejections | None = None,
     ):
         self.config = config
         self.round_trip = RoundTrip()
@@ -102,6 +132,7 @@ class RecordFetcher:
         self._timings = timings
         self._clock = clock
         self._on_record = on_record
+        self._validator_rejections = validator_rejections
 
     def hedge_after(self) -> float:
         """Seconds a served request waits before it is hedged (see the module docstring)."""
@@ -153,25 +184,33 @@ class RecordFetcher:
                 self._served.get_served(host, key), self.config.wait_timeout
             )
         except RecordRejected as e:
-            self._book.mark_fetched(sender, ref)  # a malformed answer is not asked for again
+            self._book.mark_fetched(sender, ref, host)  # a malformed answer is not asked for again
             self._reject(e.reason, f"record of {sender} served by {host}: {e.detail}")
+            self._book.strike(sender, e.reason)
             return False
-        except Exception as e:  # the publisher left or is unreachable: its refs rest, then are retried a few times
+        except Exception as e:  # the publisher left or is unreachable: its host rests, then is retried a few times
             self._counters.add("fetch_failures")
-            self._book.rest(host)
-            self._book.record_missing(sender, ref)
+            self._book.rest(host, sender)
+            self._book.record_missing(sender, ref, unreachable=True)
             logger.debug("fetching a record from %s failed: %r", host, e)
             return False
         seconds = self._clock.monotonic() - started
         self.round_trip.add(seconds)
         self._timings.record("served_fetch", seconds)
         public_key = self._book.public_key(sender)
-        if record is None or public_key is None:
+        if public_key is None:  # forgotten meanwhile (evicted from a full book)
+            return False
+        if record is None:  # its host answered without it: retried, then a strike (announced, never served)
             self._book.record_missing(sender, ref)
             return False
-        self._book.mark_fetched(sender, ref)
+        self._book.mark_fetched(sender, ref, host)
+        rejections = self._validator_rejections
+        if rejections is not None:
+            rejections.take_reason()
         value = self._served.open(key, owner_marker(public_key), record)
         if value is None:  # the validator refused it and counted why
+            reason = rejections.take_reason() if rejections is not None else None
+            self._book.strike(sender, reason or "invalid_record")
             return False
         return self._checked(sender, ref, value)
 
@@ -180,8 +219,9 @@ class RecordFetcher:
         digest = self._book.digest(sender, ref.seq)
         if digest is not None and (not isinstance(value, bytes) or record_digest(value) != digest):
             self._reject("digest_mismatch", f"record {ref.seq} of {sender} is not the one it announced")
+            self._book.strike(sender, "digest_mismatch")
             return False
-        self._on_record(sender, value)
+        self._on_record(sender, ref, value)
         return True
 
     async def _fetch_from_dht(self, dht: DHTLookup, chosen: list[Choice]) -> None:
@@ -211,10 +251,12 @@ class RecordFetcher:
         )
         results: dict[str, Any] = {}
         for chunk, outcome in zip(chunks, outcomes, strict=True):
-            if isinstance(outcome, BaseException):
+            if isinstance(outcome, BaseException):  # the lookup itself failed: the network, not the sender
                 self._counters.add("fetch_failures")
                 logger.debug("record lookup failed: %r", outcome)
-                outcome = dict.fromkeys(chunk)
+                for key in chunk:
+                    self._book.record_missing(keys[key].sender, keys[key].ref, unreachable=True)
+                continue
             results.update(outcome)
         for key, found in results.items():
             self._take_found(keys[key], found)

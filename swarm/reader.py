@@ -16,6 +16,12 @@ Freshest first, refilled just in time:
   publisher's newest first, across publishers: :meth:`swarm.senders.SenderBook.choose`) a lead time before the next
   call is due (``refill_lead``, or twice the hedge time of a fetch if longer). Before it knows the caller's pace,
   it keeps ``prefetch_groups`` cached. Groups fetched but not taken stay behind the fresher ones, as a reserve.
+- the refill is fair (:mod:`swarm.refill`): what a sender claims (its record's group count, its date) never takes
+  more than its share, and senders not yet judged good (:meth:`SwarmReader.judge`) share a small pool;
+- a served record lives only while its publisher serves it: a record the next refill would fetch that was heard
+  ``fetch_heard_within`` seconds ago is fetched at once, rather than at the refill just before the caller's next
+  call (its publisher may have left by then); it counts towards that refill. Records heard and never fetched are
+  counted (``heard_never_fetched``).
 
 What a reader costs per step does not grow with the swarm's size N: records fetched are those taken (O(J)); an
 announcement topic carries about ``topic_peers`` publishers (:mod:`swarm.levels`); the index is read every
@@ -42,7 +48,7 @@ from typing import Any
 from swarm.announcements import decode_announcement
 from swarm.clock import SYSTEM_CLOCK, Clock
 from swarm.config import DHTTransportConfig
-from swarm.fetcher import DHTLookup, RecordFetcher
+from swarm.fetcher import DHTLookup, ReasonedRejections, RecordFetcher
 from swarm.index_reader import IndexReader
 from swarm.levels import home_topic_shard, subscribed_shards, topic_level_for
 from swarm.records import ReceivedGroup, RecordRef, RecordRejected, decode_record
@@ -78,6 +84,8 @@ class SwarmReader:
         admits: whether a peer id may take part (a closed swarm's membership); ``None``: everyone.
         prior: a rough estimate of the swarm's size from elsewhere (the DHT's routing table), used before the index
             yields one.
+        validator_rejections: where the validator that opens served records counts refusals with their reasons
+            (a refused record strikes its sender with its reason: :class:`~swarm.fetcher.RecordFetcher`).
     """
 
     def __init__(
@@ -91,6 +99,7 @@ class SwarmReader:
         served: ServedLookup | None = None,
         admits: Callable[[str], bool] | None = None,
         prior: Callable[[], float | None] = lambda: None,
+        validator_rejections: ReasonedRejections | None = None,
     ):
         self.config = config
         self._own_public_key = own_public_key
@@ -106,7 +115,9 @@ class SwarmReader:
         self.index = IndexReader(
             config, counters, timings, clock, rng, on_entry=self._take_index_entry, prior=prior, topic=self.topic
         )
-        self.fetcher = RecordFetcher(config, self.book, served, counters, timings, clock, on_record=self._take_value)
+        self.fetcher = RecordFetcher(
+            config, self.book, served, counters, timings, clock, self._take_value, validator_rejections
+        )
         self._cache: list[ReceivedGroup] = []
         self._returned: collections.OrderedDict[tuple[str, str, float], None] = collections.OrderedDict()
         self._takes: collections.deque[tuple[float, int]] = collections.deque(maxlen=_TAKES_KEPT)  # (monotonic, n)
@@ -134,7 +145,7 @@ class SwarmReader:
                     self._counters.reject("expired")
                 else:
                     fresh.append(item)
-            fresh.sort(key=lambda item: -item.group.created_at)
+            fresh.sort(key=lambda item: -min(item.group.created_at, now))  # no precedence for a date ahead of ours
             taken, self._cache = fresh[:max_groups], fresh[max_groups:]
             for item in taken:
                 self._returned[_group_id(item)] = None
@@ -255,7 +266,14 @@ class SwarmReader:
             self.forget_expired()
             await self.index.read(dht)
         wait = self.until_refill()
-        if wanted <= 0 or wait > self.config.poll_interval:
+        if wanted <= 0:
+            return
+        if wait > self.config.poll_interval:
+            # Not due yet; but a record of the refill's plan heard fetch_heard_within ago may leave with its publisher
+            # before the refill: fetch those now (they count towards it).
+            chosen, spares = self.book.choose(wanted, _SPARES, urgent_only=True)
+            if chosen:
+                await self.fetcher.fetch(dht, chosen, spares)
             return
         await asyncio.sleep(wait)  # due within this poll: at the moment it is due, not up to a poll late
         wanted = self.wanted()
@@ -294,6 +312,14 @@ class SwarmReader:
         """Drop bookkeeping about records and peers older than the record ttl (memory stays bounded)."""
         self.book.forget_expired()
 
+    def judge(self, sender: str, usable: bool) -> None:
+        """The node's verdict on one group of ``sender`` (:meth:`swarm.senders.SenderBook.judge`)."""
+        self.book.judge(sender, usable)
+
+    def refusals(self) -> list[tuple[str, str]]:
+        """Strikes since the last call, ``(sender, reason)`` (:meth:`swarm.senders.SenderBook.refusals`)."""
+        return self.book.refusals()
+
     # ------------------------------------------------------------------------------ what arrives
 
     def take_announcement(self, data: bytes, from_host: str) -> bool:
@@ -323,7 +349,10 @@ class SwarmReader:
         if now - announcement.updated_at > config.record_ttl:
             self._reject("expired", f"announcement of {sender} is {now - announcement.updated_at:.0f} s old")
             return False
-        if self.book.take_announcement(announcement):
+        new = self.book.take_announcement(announcement, from_host)
+        if new is None:  # one host announcing identity after identity (refused and counted by the book)
+            return False
+        if new:
             logger.info(
                 "key fingerprint %s heard from key fingerprint %s (model %r)", self._label, sender, announcement.model
             )
@@ -355,18 +384,27 @@ class SwarmReader:
             logger.info("key fingerprint %s found key fingerprint %s (model %r)", self._label, sender, entry.model)
         return True
 
-    def _take_value(self, sender: str, value: Any) -> None:
-        """Decode one record of ``sender`` (its signature already checked) and cache its fresh groups."""
+    def _take_value(self, sender: str, ref: RecordRef, value: Any) -> None:
+        """Decode one record of ``sender`` (its signature already checked) and cache its fresh groups; a record
+        refused is a strike of its sender (:meth:`swarm.senders.SenderBook.strike`), and so is one that does not hold
+        the groups its sender claimed for it (``claim_mismatch``: the claim scheduled the refill)."""
         config = self.config
         self._counters.add("fetched_bytes", len(value) if isinstance(value, bytes) else 0)
         try:
             record = decode_record(value, config.limits)
         except RecordRejected as e:
             self._reject(e.reason, f"record of {sender}: {e.detail}")
+            self.book.strike(sender, e.reason)
+            return
+        if len(record.groups) != ref.num_groups:
+            self._reject("claim_mismatch", f"record {ref.seq} of {sender} holds {len(record.groups)} groups, "
+                                           f"claimed {ref.num_groups}")  # fmt: skip
+            self.book.strike(sender, "claim_mismatch")
             return
         now = self._clock.time()
         if record.created_at > now + config.clock_skew_tolerance:
             self._clock_skew(sender, record.created_at - now)
+            self.book.strike(sender, "clock_skew")
             return
         self._counters.add("fetched_records")
         accepted = []

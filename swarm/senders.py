@@ -1,13 +1,31 @@
 """What a reader knows of the other peers: their records (from index entries and announcements), when it last heard
-from each, which went silent or do not answer, and which records to fetch next, freshest first across publishers.
+from each, which went silent or do not answer, how each stands, and which records to fetch next.
 
 A peer is heard from when an announcement of it arrives (:mod:`swarm.announcements`) or an index read lists an
 entry it wrote. A peer heard from by announcements is *departed* once it missed ``departed_after_missed`` of them:
 silent for that many times its announcement period (:func:`announcement_period`: a publisher says "still here"
 whenever it was silent that long) plus the clock tolerance; a peer known from the index alone is forgotten when its
-entry expires. A departed peer's records are not chosen and it is not listed;
-it is back as soon as it is heard from again. A publisher whose served record could not be fetched *rests*: its
-records are not chosen for a while (``_UNREACHABLE_SECONDS``), or until it is heard from after the failure.
+entry expires. A departed peer's records are not chosen and it is not listed; the records it served are counted as
+heard and never fetched. It is back as soon as it is heard from again.
+
+Standing. Identities are free (a key each), so what a sender says earns it nothing until it is checked:
+
+- a sender is *judged good* once the node's verdicts on its groups (:meth:`SenderBook.judge`) are mostly usable; only
+  then does it have a share of a refill of its own (:mod:`swarm.refill`), the others sharing a small pool;
+- a record refused (malformed, not the one announced, a broken claim), or announced and then never served (the
+  host answered without it, or a DHT lookup never found it), is a *strike*: it counts against its sender as a
+  refused group does, rests the sender (1 s, doubling with each strike among its last ``_STANDING_WINDOW``
+  outcomes, at most ``_UNREACHABLE_SECONDS``), and is handed to the node (:meth:`SenderBook.refusals`) so that its
+  own sender standing sees it too;
+- a host whose request failed (unreachable, timed out: the network, or a peer that left) rests: from
+  ``fetch_retry_after`` seconds, doubling with each failure in a row, when its sender was judged good, and
+  ``_UNREACHABLE_SECONDS`` otherwise, or until it is heard from after the failure (unless its sender stands badly);
+- the senders not judged good are at most ``max_unknown_senders`` (the least useful is forgotten first: one that
+  stands badly, then one never judged, the one heard from longest ago first), and at most
+  ``max_senders_per_host`` of them may be announced by one libp2p host.
+
+A record heard and never fetched (given up, trimmed, expired, gone with its publisher, or its sender forgotten) is
+counted as ``heard_never_fetched``.
 """
 
 from __future__ import annotations
@@ -16,19 +34,22 @@ import collections
 import logging
 import random
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from swarm.announcements import Announcement
 from swarm.clock import SYSTEM_CLOCK, Clock
 from swarm.config import DHTTransportConfig
 from swarm.records import IndexEntry, RecordRef
+from swarm.refill import Offer, plan_refill
 from swarm.transport import PeerInfo, SwarmCounters
 
 logger = logging.getLogger(__name__)
 
 _MISSING_TRIES = 3  # polls a listed record may be missing (its store still travelling) before it is given up
-_UNREACHABLE_SECONDS = 30.0  # a publisher whose served record could not be fetched is not asked again this long
+_UNREACHABLE_SECONDS = 30.0  # the longest rest of a host or a sender; a host not judged good rests this long at once
+_STANDING_WINDOW = 10  # a sender's latest outcomes (node verdicts and strikes) that make its standing
+_REFUSALS_KEPT = 10_000  # strikes waiting for the node to take them (a flood loses the oldest, not memory)
 _GAPS_KEPT = 3  # gaps between a peer's announcements that make its announcement period
 _MIN_PERIOD = 10.0  # seconds: the shortest announcement period (announcements may come in bursts)
 
@@ -60,6 +81,11 @@ class SenderState:
         announced_at (`collections.deque[float]`): this peer's wall times of its last announcements' arrivals.
         digests (`dict[int, bytes]`): announced digests of its records, by sequence number.
         departed (`bool`): it missed ``departed_after_missed`` announcements (see the module docstring).
+        heard (`dict[int, float]`): this peer's wall time at which each of its records was first heard of.
+        outcomes (`collections.deque[bool]`): its latest outcomes: True a group judged usable, False a group judged
+            bad or a strike.
+        rest_until (`float`): monotonic time before which its records are not chosen (after a strike).
+        origin (`str` or `None`): the libp2p host whose announcement first made it known.
     """
 
     public_key: bytes
@@ -71,6 +97,20 @@ class SenderState:
     announced_at: collections.deque[float] = field(default_factory=lambda: collections.deque(maxlen=_GAPS_KEPT + 1))
     digests: dict[int, bytes] = field(default_factory=dict)
     departed: bool = False
+    heard: dict[int, float] = field(default_factory=dict)
+    outcomes: collections.deque[bool] = field(default_factory=lambda: collections.deque(maxlen=_STANDING_WINDOW))
+    rest_until: float = 0.0
+    origin: str | None = None
+
+    def judged_good(self) -> bool:
+        """Most of its latest outcomes are usable groups (it has a share of a refill of its own)."""
+        good = self.outcomes.count(True)
+        return good > 0 and good > len(self.outcomes) - good
+
+    def stands_badly(self) -> bool:
+        """Most of its latest outcomes are bad groups or strikes."""
+        bad = self.outcomes.count(False)
+        return bad > len(self.outcomes) - bad
 
 
 @dataclass(frozen=True)
@@ -83,11 +123,12 @@ class Choice:
 
 
 class SenderBook:
-    """The other peers a reader knows and their records (thread-safe).
+    """The other peers a reader knows, their records and their standing (thread-safe).
 
     Args:
-        config: intervals, ttl, how many refs a peer keeps listed, how many missed announcements mean departure.
-        counters: where departures, returns and given-up records are counted.
+        config: intervals, ttl, how many refs a peer keeps listed, how many missed announcements mean departure, the
+            refill's shares, the bounds of the book and the retry wait.
+        counters: where departures, returns, given-up records, strikes and records never fetched are counted.
         clock: wall time for every date here; monotonic time for rests.
         rng: breaks ties between records of the same date (publishers that published at the same moment).
     """
@@ -110,16 +151,21 @@ class SenderBook:
         self._in_flight: set[tuple[str, int]] = set()  # records being fetched now: not chosen again meanwhile
         # host -> (monotonic time it may be asked again, wall time of the failure)
         self._unreachable: dict[str, tuple[float, float]] = {}
+        self._host_failures: collections.Counter[str] = collections.Counter()  # failed requests in a row, by host
+        self._by_origin: dict[str, set[str]] = {}  # libp2p host -> the senders its announcements made known
+        self._refusals: collections.deque[tuple[str, str]] = collections.deque(maxlen=_REFUSALS_KEPT)
 
     # ------------------------------------------------------------------------------ what arrives
 
     def take_index_entry(self, sender: str, public_key: bytes, entry: IndexEntry) -> bool:
         """Take a (checked) index entry of ``sender``; True if it was not known before."""
+        now = self._clock.time()
         with self._lock:
             state = self._senders.get(sender)
             new = state is None
             if state is None:
-                state = self._senders[sender] = SenderState(public_key, entry.model, entry.updated_at, entry.updated_at)
+                state = SenderState(public_key, entry.model, entry.updated_at, entry.updated_at)
+                self._admit(sender, state)
             if entry.updated_at >= state.last_seen:  # an older copy (another level's, a stale replica) is not news
                 state.model, state.last_seen = entry.model, entry.updated_at
                 state.host = entry.host
@@ -127,21 +173,28 @@ class SenderBook:
             # may list older ones that no announcement carried (a record's ref never changes)
             for ref in entry.records:
                 state.refs.setdefault(ref.seq, ref)
-            self._trim(state)
+                state.heard.setdefault(ref.seq, now)
+            self._trim(sender, state)
             self._heard(sender, state, entry.updated_at, entry.host)
         return new
 
-    def take_announcement(self, announcement: Announcement) -> bool:
-        """Take a (checked) announcement; True if its sender was not known before."""
+    def take_announcement(self, announcement: Announcement, origin: str | None = None) -> bool | None:
+        """Take a (checked) announcement that libp2p host ``origin`` published; True if its sender was not known
+        before, None if it was refused: a new sender while ``origin`` already made ``max_senders_per_host`` known
+        (counted as ``rejected/too_many_identities``)."""
         now = self._clock.time()
         sender = announcement.sender
         with self._lock:
             state = self._senders.get(sender)
             new = state is None
             if state is None:
-                state = self._senders[sender] = SenderState(
-                    announcement.public_key, announcement.model, announcement.updated_at, now
-                )
+                cap = self.config.max_senders_per_host
+                if origin is not None and cap and len(self._by_origin.get(origin, ())) >= cap:
+                    self._counters.reject("too_many_identities")
+                    return None
+                state = SenderState(announcement.public_key, announcement.model, announcement.updated_at, now)
+                state.origin = origin
+                self._admit(sender, state)
             if announcement.updated_at >= state.last_seen:
                 state.model, state.last_seen, state.host = (
                     announcement.model,
@@ -151,28 +204,64 @@ class SenderBook:
             for record in announcement.records:
                 state.refs[record.seq] = RecordRef(record.seq, record.created_at, record.num_groups)
                 state.digests[record.seq] = record.digest
-            self._trim(state)
+                state.heard.setdefault(record.seq, now)
+            self._trim(sender, state)
             state.announced_at.append(now)
             self._heard(sender, state, now, announcement.host)
         return new
 
-    def _trim(self, state: SenderState) -> None:
+    def _admit(self, sender: str, state: SenderState) -> None:
+        """Add a sender never seen before; if the senders not judged good are then more than
+        ``max_unknown_senders``, forget the least useful of them (counted as ``evicted_senders``)."""
+        self._senders[sender] = state
+        if state.origin is not None:
+            self._by_origin.setdefault(state.origin, set()).add(sender)
+        unknown = [(name, other) for name, other in self._senders.items() if not other.judged_good()]
+        if len(unknown) <= self.config.max_unknown_senders:
+            return
+        # least useful first: standing badly, then never judged, then heard from longest ago
+        name, _ = min(unknown, key=lambda item: (item[1].stands_badly() is False, bool(item[1].outcomes),
+                                                 item[1].heard_at))  # fmt: skip
+        self._forget(name)
+        self._counters.add("evicted_senders")
+
+    def _forget(self, sender: str) -> None:
+        """Drop ``sender`` and count its records never fetched."""
+        state = self._senders.pop(sender)
+        self._lost(sender, state.refs)
+        if state.origin is not None:
+            known = self._by_origin.get(state.origin, set())
+            known.discard(sender)
+            if not known:
+                self._by_origin.pop(state.origin, None)
+
+    def _lost(self, sender: str, seqs: Iterable[int]) -> None:
+        """Records of ``sender`` that will not be fetched: the ones never fetched are counted."""
+        lost = [seq for seq in seqs if (sender, seq) not in self._seen_refs and (sender, seq) not in self._in_flight]
+        if lost:
+            self._counters.add("heard_never_fetched", len(lost))
+
+    def _trim(self, sender: str, state: SenderState) -> None:
         """Keep the newest ``2 * index_records`` refs of a peer (the rest could never be the freshest choice)."""
         keep = 2 * self.config.index_records
         if len(state.refs) > keep:
-            for seq in sorted(state.refs)[:-keep]:
+            dropped = sorted(state.refs)[:-keep]
+            self._lost(sender, dropped)
+            for seq in dropped:
                 del state.refs[seq]
                 state.digests.pop(seq, None)
+                state.heard.pop(seq, None)
 
     def _heard(self, sender: str, state: SenderState, at: float, host: str | None) -> None:
-        """Word from ``sender`` dated ``at``: it is not departed, and a rest of its host from before ends."""
+        """Word from ``sender`` dated ``at``: it is not departed, and a rest of its host from before ends (unless it
+        stands badly: a sender that keeps announcing what it never serves is not asked again at each announcement)."""
         state.heard_at = max(state.heard_at, at)
         if state.departed and not self._silent(state, self._clock.time()):
             state.departed = False
             self._counters.add("returned_senders")
             logger.info("key fingerprint %s is back", sender)
         rest = self._unreachable.get(host) if host is not None else None
-        if rest is not None and at > rest[1]:  # heard from after our request failed: it is back
+        if rest is not None and at > rest[1] and not state.stands_badly():  # heard from after the failure: back
             del self._unreachable[host]
 
     # ------------------------------------------------------------------------------ departures
@@ -200,6 +289,13 @@ class SenderBook:
                 if self._silent(state, now, since):
                     state.departed = True
                     marked.append(sender)
+            live_hosts = {state.host for state in self._senders.values() if not state.departed}
+            for sender in marked:  # the records it served left with it (unless a live peer serves from its host)
+                state = self._senders[sender]
+                if state.host is not None and state.host not in live_hosts:
+                    self._lost(sender, state.refs)
+                    for seq, ref in state.refs.items():
+                        self._seen_refs.setdefault((sender, seq), ref.created_at)
         for sender in marked:
             self._counters.add("departed_senders")
             logger.info(
@@ -209,56 +305,54 @@ class SenderBook:
 
     # ------------------------------------------------------------------------------ choosing and fetching
 
-    def choose(self, need: int, spares: int = 0) -> tuple[list[Choice], list[Choice]]:
-        """Unseen fresh records to fetch for ``need`` groups, freshest first across publishers: every publisher's
-        newest unseen record in order of its date, then every publisher's next one, and so on; and up to ``spares``
-        more records of other publishers (to hedge a slow fetch with). Records of resting hosts are left out, and
-        so are a departed publisher's records that left with it: those it served itself, unless another publisher
-        heard from (not departed) serves from the same host. Its records stored in the DHT live on until their ttl
-        and stay choosable: a publisher that announced its records and left before this reader's next refill
-        (which comes once per step of its caller) would otherwise never have them read."""
-        now = self._clock.time()
-        oldest, newest = now - self.config.record_ttl, now + self.config.clock_skew_tolerance
+    def choose(self, need: int, spares: int = 0, urgent_only: bool = False) -> tuple[list[Choice], list[Choice]]:
+        """Unseen fresh records to fetch for ``need`` groups, by the fair refill of :mod:`swarm.refill` (each
+        sender's share bounded, the senders not judged good sharing a pool, round-robin across senders freshest
+        first, a date counting at most as now); and up to ``spares`` more records of other publishers (to hedge a
+        slow fetch with), those of senders judged good first. ``urgent_only``: of that plan, only the records heard
+        ``fetch_heard_within`` seconds ago or more (no spares): the refill would fetch them, and they may leave with
+        their publisher before it is due. Records of resting hosts and senders are left out, and so are a departed
+        publisher's records that left with it: those it served itself, unless another publisher heard from (not
+        departed) serves from the same host. Its records stored in the DHT live on until their ttl and stay
+        choosable: a publisher that announced its records and left before this reader's next refill (which comes
+        once per step of its caller) would otherwise never have them read."""
+        config = self.config
+        now, monotonic = self._clock.time(), self._clock.monotonic()
+        oldest, newest = now - config.record_ttl, now + config.clock_skew_tolerance
         resting = self.resting_hosts()
+        offers: dict[str, list[Offer[Choice]]] = {}
         with self._lock:
             live_hosts = {state.host for state in self._senders.values() if not state.departed}
-            per_peer = {
-                sender: sorted(
-                    (
-                        ref
-                        for seq, ref in state.refs.items()
-                        if (sender, seq) not in self._seen_refs
-                        and (sender, seq) not in self._in_flight
-                        and oldest <= ref.created_at <= newest
-                    ),
-                    key=lambda ref: -ref.created_at,
-                )
-                for sender, state in self._senders.items()
-                if (state.host is None or state.host not in resting)
-                and (not state.departed or state.host is None or state.host in live_hosts)
-            }
-            hosts = {sender: state.host for sender, state in self._senders.items()}
-        order = list(per_peer)
+            for sender, state in self._senders.items():
+                if state.host in resting or state.rest_until > monotonic:
+                    continue
+                if state.departed and state.host is not None and state.host not in live_hosts:
+                    continue
+                trusted = state.judged_good()
+                mine = [
+                    Offer(Choice(sender, ref, state.host), sender, ref.num_groups, min(ref.created_at, now),
+                          now - state.heard.get(seq, now) >= config.fetch_heard_within, trusted)
+                    for seq, ref in state.refs.items()
+                    if (sender, seq) not in self._seen_refs and (sender, seq) not in self._in_flight
+                    and oldest <= ref.created_at <= newest
+                ]  # fmt: skip
+                if mine:
+                    offers[sender] = mine
+        order = list(offers)
         self._rng.shuffle(order)  # ties of date go to a random publisher, not always the same one
-        per_peer = {sender: per_peer[sender] for sender in order}
-        rounds: list[list[Choice]] = []
-        while any(per_peer.values()):
-            heads = [Choice(sender, refs.pop(0), hosts[sender]) for sender, refs in per_peer.items() if refs]
-            rounds.append(sorted(heads, key=lambda choice: -choice.ref.created_at))
-        chosen: list[Choice] = []
-        expected = 0
-        ordered = [choice for round_ in rounds for choice in round_]
-        while ordered and expected < need:
-            choice = ordered.pop(0)
-            chosen.append(choice)
-            expected += max(1, choice.ref.num_groups)
-        taken_from = {choice.sender for choice in chosen}
+        chosen, others = plan_refill(
+            {sender: offers[sender] for sender in order}, need, config.refill_sender_share,
+            config.refill_unjudged_share,
+        )  # fmt: skip
+        if urgent_only:
+            return [offer.item for offer in chosen if offer.urgent], []
+        taken_from = {offer.sender for offer in chosen}
         spare: list[Choice] = []
-        for choice in ordered:  # one per publisher, none of the chosen ones': a hedge goes to another publisher
-            if len(spare) < spares and choice.sender not in taken_from:
-                spare.append(choice)
-                taken_from.add(choice.sender)
-        return chosen, spare
+        for offer in sorted(others, key=lambda offer: not offer.trusted):  # one per publisher, none of the chosen's
+            if len(spare) < spares and offer.sender not in taken_from:
+                spare.append(offer.item)
+                taken_from.add(offer.sender)
+        return [offer.item for offer in chosen], spare
 
     def has_candidates(self) -> bool:
         """True if some unseen fresh record that :meth:`choose` would fetch is known."""
@@ -284,15 +378,19 @@ class SenderBook:
             else:
                 self._in_flight.discard((choice.sender, choice.ref.seq))
 
-    def mark_fetched(self, sender: str, ref: RecordRef) -> None:
-        """``ref`` arrived (or is not to be asked for again): it is not chosen again."""
+    def mark_fetched(self, sender: str, ref: RecordRef, host: str | None = None) -> None:
+        """``ref`` arrived (or is not to be asked for again): it is not chosen again; ``host`` answered."""
         with self._lock:
             self._seen_refs[(sender, ref.seq)] = ref.created_at
             self._missing_tries.pop((sender, ref.seq), None)
+            if host is not None:
+                self._host_failures.pop(host, None)
 
-    def record_missing(self, sender: str, ref: RecordRef) -> None:
-        """Not there yet (a store still travelling) or lost: retried a few polls, then given up (counted as
-        ``records_missing``)."""
+    def record_missing(self, sender: str, ref: RecordRef, unreachable: bool = False) -> None:
+        """Not there yet (a store still travelling), lost, or its host did not answer (``unreachable``): retried a
+        few polls, then given up (counted as ``records_missing`` and ``heard_never_fetched``). Given up after an
+        answer without it (the host did not serve it, no DHT replica had it), it is a strike of its sender
+        (``never_served``); a host that could not be reached says nothing of the sender (the network, or it left)."""
         with self._lock:
             self._missing_tries[(sender, ref.seq)] += 1
             if self._missing_tries[(sender, ref.seq)] < _MISSING_TRIES:
@@ -300,20 +398,73 @@ class SenderBook:
             del self._missing_tries[(sender, ref.seq)]
             self._seen_refs[(sender, ref.seq)] = ref.created_at
         self._counters.add("records_missing")
+        self._counters.add("heard_never_fetched")
+        if not unreachable:
+            self.strike(sender, "never_served")
 
-    def rest(self, host: str) -> None:
-        """``host`` did not answer: its records are not chosen for ``_UNREACHABLE_SECONDS`` or until it is heard
-        from again."""
+    def rest(self, host: str, sender: str | None = None) -> None:
+        """A request to ``host`` (serving ``sender``'s records) failed: its records are not chosen for a while (see
+        the module docstring) or until it is heard from again."""
         with self._lock:
-            self._unreachable[host] = (self._clock.monotonic() + _UNREACHABLE_SECONDS, self._clock.time())
+            state = self._senders.get(sender) if sender is not None else None
+            self._host_failures[host] += 1
+            seconds = _UNREACHABLE_SECONDS
+            if state is not None and state.judged_good():  # an honest host is retried soon: a failure under load
+                seconds = min(seconds, self.config.fetch_retry_after * 2 ** (self._host_failures[host] - 1))
+            self._unreachable[host] = (self._clock.monotonic() + seconds, self._clock.time())
 
     def resting_hosts(self) -> set[str]:
-        """Hosts whose last request failed within ``_UNREACHABLE_SECONDS`` and that were not heard from since."""
+        """Hosts whose last request failed within their rest and that were not heard from since."""
         now = self._clock.monotonic()
         with self._lock:
             for host in [host for host, (until, _) in self._unreachable.items() if until <= now]:
                 del self._unreachable[host]
             return set(self._unreachable)
+
+    # ------------------------------------------------------------------------------ standing
+
+    def judge(self, sender: str, usable: bool) -> None:
+        """The node's verdict on one group of ``sender``: usable (it was trained on) or bad (refused by a check). A
+        sender whose latest outcomes are mostly usable is judged good (:meth:`SenderState.judged_good`)."""
+        with self._lock:
+            state = self._senders.get(sender)
+            if state is not None:
+                state.outcomes.append(usable)
+
+    def strike(self, sender: str, reason: str) -> None:
+        """A record of ``sender`` was refused (``reason``: the rejection's) or never served: it counts against the
+        sender (counted as ``sender_strikes``), rests it, and is handed to the node by :meth:`refusals`."""
+        with self._lock:
+            self._refusals.append((sender, reason))
+            state = self._senders.get(sender)
+            if state is not None:
+                state.outcomes.append(False)
+                strikes = state.outcomes.count(False)
+                seconds = min(_UNREACHABLE_SECONDS, self.config.fetch_retry_after * 2 ** (strikes - 1))
+                state.rest_until = self._clock.monotonic() + seconds
+        self._counters.add("sender_strikes")
+
+    def refusals(self) -> list[tuple[str, str]]:
+        """The strikes since the last call, as ``(sender, reason)``, oldest first (at most ``_REFUSALS_KEPT``)."""
+        with self._lock:
+            taken = list(self._refusals)
+            self._refusals.clear()
+        return taken
+
+    def standing(self, sender: str) -> str:
+        """``"good"`` (judged good), ``"bad"`` (stands badly), ``"unjudged"``, or ``"unknown"`` (not in the book)."""
+        with self._lock:
+            state = self._senders.get(sender)
+            if state is None:
+                return "unknown"
+            return "good" if state.judged_good() else "bad" if state.stands_badly() else "unjudged"
+
+    def resting(self, sender: str) -> bool:
+        """True while ``sender``'s records are not chosen: it rests after a strike, or its host after a failure."""
+        resting = self.resting_hosts()
+        with self._lock:
+            state = self._senders.get(sender)
+            return state is not None and (state.rest_until > self._clock.monotonic() or state.host in resting)
 
     # ------------------------------------------------------------------------------ listing and forgetting
 
@@ -341,16 +492,30 @@ class SenderBook:
         """Drop bookkeeping older than the record ttl, so that a long-running peer's memory stays bounded."""
         horizon = self._clock.time() - self.config.record_ttl - self.config.clock_skew_tolerance
         with self._lock:
+            for sender in [s for s, state in self._senders.items() if max(state.last_seen, state.heard_at) < horizon]:
+                self._forget(sender)
+            for sender, state in self._senders.items():  # expired records of the peers still heard from
+                expired = [seq for seq, ref in state.refs.items() if ref.created_at < horizon]
+                self._lost(sender, expired)
+                for seq in expired:
+                    del state.refs[seq]
+                    state.digests.pop(seq, None)
+                    state.heard.pop(seq, None)
             for ref in [ref for ref, created_at in self._seen_refs.items() if created_at < horizon]:
                 del self._seen_refs[ref]
-            for sender in [s for s, state in self._senders.items() if max(state.last_seen, state.heard_at) < horizon]:
-                del self._senders[sender]
+            hosts = {state.host for state in self._senders.values()}
+            for host in [host for host in self._host_failures if host not in hosts]:
+                del self._host_failures[host]
 
     def gauges(self) -> dict[str, float]:
-        """Peers known and departed, refs remembered as fetched."""
+        """Peers known, departed, judged good and not (``unknown_senders``, the bounded part of the book), refs
+        remembered as fetched."""
         with self._lock:
+            good = sum(state.judged_good() for state in self._senders.values())
             return {
                 "known_senders": float(len(self._senders)),
                 "departed_senders": float(sum(state.departed for state in self._senders.values())),
+                "good_senders": float(good),
+                "unknown_senders": float(len(self._senders) - good),
                 "seen_refs": float(len(self._seen_refs)),
             }

@@ -142,6 +142,18 @@ class SwarmTransport(ABC):
         """False once closed, or when this peer can no longer publish or fetch."""
         return self.readout().healthy
 
+    def judge(self, sender: str, usable: bool) -> None:
+        """Be told the node's verdict on one group of ``sender``: usable (trained on) or bad (refused by the node's
+        checks). A transport that schedules its fetches by sender (:class:`swarm.dht.DHTTransport`) gives a sender a
+        share of its own once its groups were judged good; this one ignores it."""
+        return None
+
+    def refusals(self) -> list[tuple[str, str]]:
+        """The records of other peers this transport refused or never got served since the last call, as
+        ``(sender, reason)``, so that the node's sender standing counts them as it counts the groups it refused
+        itself; a transport that never refuses a sender's record returns none."""
+        return []
+
     def ready_groups(self) -> int | None:
         """How many groups of others :meth:`fetch` would return at once; ``None`` for a transport that looks them up
         when fetch is called (nothing is held in advance)."""

@@ -116,11 +116,26 @@ def unchecked_record(groups: list[Any], created_at: float | None = None) -> byte
     return msgpack.packb(wire, use_bin_type=True)
 
 
-def publish_unchecked(peer: Any, data: bytes, num_groups: int = 1) -> None:
+def publish_unchecked(peer: Any, data: bytes, num_groups: int = 1, created_at: float | None = None) -> None:
     """Queue raw record bytes on a :class:`swarm.dht.DHTTransport` as if they had passed ``publish()``'s checks:
-    the peer signs and stores them with the real protocol, and advertises them in its index entry."""
-    peer.publisher.queue_encoded(data, num_groups, time.time())
+    the peer signs and stores them with the real protocol, and advertises them in its index entry and announcement
+    as holding ``num_groups`` groups, dated ``created_at`` (default: now), whatever they hold (an inflated claim)."""
+    peer.publisher.queue_encoded(data, num_groups, time.time() if created_at is None else created_at)
     peer.peer.wake("publish")
+
+
+def announce_identities(peer: Any, keys: list[RSAPrivateKey], pause: float = 0.02) -> int:
+    """Have :class:`swarm.dht.DHTTransport` ``peer`` announce "still here" once under each of ``keys`` on its
+    announcement topics: one libp2p host making a fresh identity per key, as an attacker's peer does for the price of
+    a key. Returns how many announcements went out."""
+    from swarm.announcements import encode_announcement
+
+    sent = 0
+    for key in keys:
+        data = encode_announcement(key, peer.config.swarm_name, "sybil", time.time(), None, [])
+        sent += asyncio.run_coroutine_threadsafe(peer.gossip.announce(data), peer.peer._loop).result(10)
+        time.sleep(pause)  # GossipSub queues a few dozen messages per peer: a burst beyond that is dropped
+    return sent
 
 
 def poisoned_groups(rows: list[dict[str, Any]], marker: str = "POISON") -> dict[str, tuple[Group | dict, str]]:

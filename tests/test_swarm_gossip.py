@@ -73,8 +73,10 @@ def test_records_of_a_publisher_that_left_before_the_readers_refill_are_still_fe
     # departure (about 8 s after it leaves) and the refill (1 s before the next take) as 20 s and 40 s did.
     lifetime = 6.0
     pace = lifetime + 20.0
-    readers = [dht_peers(**QUIET_INDEX)]
-    readers.append(dht_peers(initial_peers=readers[0].visible_addresses(), **QUIET_INDEX))
+    # fetch_heard_within beyond the pace: the refill, not an early fetch of records heard a while ago, reads them
+    late = dict(fetch_heard_within=600.0, **QUIET_INDEX)
+    readers = [dht_peers(**late)]
+    readers.append(dht_peers(initial_peers=readers[0].visible_addresses(), **late))
     publisher = dht_peers(initial_peers=readers[0].visible_addresses(), serve_records=False, **QUIET_INDEX)
     _hear_each_other([*readers, publisher])
     for reader in readers:  # the callers' pace: 2 groups every `pace` seconds

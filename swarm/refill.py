@@ -1,0 +1,118 @@
+"""A fair refill: which of the records heard to fetch for a number of groups, so that what a sender claims never
+takes more than its share.
+
+A refill wants ``need`` groups. Records are offered by their senders with a claimed group count and a date; both are
+the sender's word, and a sender may lie in either (a record dated ahead of this peer's clock, a record claiming 64
+groups that holds one). So:
+
+- **Every sender's share is bounded.** A record is credited towards the need with its claimed group count, but one
+  sender's records are credited with at most ``refill_sender_share`` of the need in all (at least one group): a
+  claim of many groups cannot cover the refill, the next sender's record is fetched too. A claim the record then
+  breaks is refused (``rejected/claim_mismatch``) and counts against its sender.
+- **Senders not judged good share a small pool.** A sender earns a share of its own once the node judged its groups
+  good (:meth:`swarm.senders.SenderBook.judge`); while a sender judged good offers a record, all the others together
+  are credited with at most ``refill_unjudged_share`` of the need (at least one group, never all of it), so that a
+  thousand fresh identities take no more of a refill than one. The pool is reserved: a newcomer is fetched, judged,
+  and can earn its share even when the senders judged good publish more than this peer takes. With no sender judged
+  good yet (a node that has not judged, a transport used alone) there is no one to protect and the pool is the
+  whole need.
+- **Round-robin by freshness.** Each sender offers its records in turn, one per round (its freshest, then its next),
+  the records of a round freshest first; a record's date counts at most as this peer's now, so dating a record
+  ahead (within the clock tolerance) buys no precedence.
+- **Work-conserving for the good.** Need still uncovered once every share is spent goes to the senders judged good,
+  beyond their share (the same order): one good publisher alone still fills a refill.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from dataclasses import dataclass
+from typing import Generic, TypeVar
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Offer(Generic[T]):
+    """One record a sender offers to a refill.
+
+    Parameters:
+        item: what the caller fetches if it is chosen (a :class:`swarm.senders.Choice`).
+        sender (`str`): its sender.
+        claimed (`int`): the groups its sender claims it holds.
+        date (`float`): its date, at most the reader's now.
+        urgent (`bool`): heard ``fetch_heard_within`` seconds ago or more and still unfetched (a poll before the
+            refill is due fetches such records of the refill's plan at once: :meth:`swarm.senders.SenderBook.choose`).
+        trusted (`bool`): its sender was judged good (its own share; else the unjudged pool).
+    """
+
+    item: T
+    sender: str
+    claimed: int
+    date: float
+    urgent: bool
+    trusted: bool
+
+
+def _order(offer: Offer) -> float:
+    """The freshest first."""
+    return -offer.date
+
+
+def share(need: int, fraction: float) -> int:
+    """The groups a share of ``fraction`` of a refill for ``need`` groups credits: at least one."""
+    return max(1, math.ceil(need * fraction))
+
+
+def round_robin(by_sender: dict[str, list[Offer]]) -> list[Offer]:
+    """Every sender's offers in turn, one per round, each round freshest first (the order of ``by_sender`` breaks
+    ties: shuffle it)."""
+    queues = {sender: sorted(offers, key=_order) for sender, offers in by_sender.items()}
+    ordered: list[Offer] = []
+    depth = 0
+    while True:
+        heads = [offers[depth] for offers in queues.values() if depth < len(offers)]
+        if not heads:
+            return ordered
+        ordered += sorted(heads, key=_order)
+        depth += 1
+
+
+def plan_refill(
+    by_sender: dict[str, list[Offer]], need: int, sender_share: float, unjudged_share: float
+) -> tuple[list[Offer], list[Offer]]:
+    """The offers to fetch for ``need`` groups (see the module docstring), in the round-robin's order, and the others
+    in that order (spares to hedge a slow fetch with)."""
+    ordered = round_robin(by_sender)
+    if need <= 0:
+        return [], ordered
+    per_sender = share(need, sender_share)
+    # The pool is reserved for the unjudged, but never the whole refill while a good sender has a record to offer.
+    pool = need
+    if any(offer.trusted for offer in ordered):
+        pool = min(share(need, unjudged_share), need - 1)
+    credited: Counter[str] = Counter()
+    taken: set[int] = set()
+
+    def take(offers: list[Offer], budget: int, within_share: bool) -> int:
+        spent = 0
+        for offer in offers:
+            room = budget - spent
+            if room <= 0:
+                break
+            if within_share:
+                room = min(room, per_sender - credited[offer.sender])
+            if room <= 0 or id(offer) in taken:
+                continue
+            credit = min(max(1, offer.claimed), room)
+            taken.add(id(offer))
+            credited[offer.sender] += credit
+            spent += credit
+        return spent
+
+    trusted = [offer for offer in ordered if offer.trusted]
+    covered = take([offer for offer in ordered if not offer.trusted], pool, within_share=True)
+    covered += take(trusted, need - covered, within_share=True)
+    take(trusted, need - covered, within_share=False)  # what is left of the need: the good beyond their share
+    return [offer for offer in ordered if id(offer) in taken], [offer for offer in ordered if id(offer) not in taken]

@@ -1,0 +1,284 @@
+"""An open swarm's bounds on what one cheap peer can make a reader spend, on real DHT peers (p2pd with GossipSub) on
+loopback: a claim covers at most its sender's share of a refill, refused and unserved records rest their sender and
+reach the node's standing, the book of unknown identities stays bounded, and a heard record is fetched while its
+publisher still serves it. The rules themselves are also checked on the reader's book alone, on an injected clock."""
+
+# ruff: noqa: F811  (pytest fixtures imported from tests.swarm_fixtures are redefined as arguments)
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+import time
+
+import pytest
+from hivemind.utils.crypto import RSAPrivateKey
+
+from swarm.announcements import AnnouncedRecord, Announcement
+from swarm.clock import ManualClock
+from swarm.config import DHTTransportConfig
+from swarm.senders import SenderBook
+from swarm.transport import SwarmCounters
+from testbed.hostile_peer import announce_identities, publish_unchecked, unchecked_record
+from tests.swarm_fixtures import dht_peers, make_group, no_p2pd_left_behind, wait_until  # noqa: F401
+
+pytestmark = pytest.mark.usefixtures("no_p2pd_left_behind")
+
+QUIET_INDEX = dict(index_refresh_interval=600.0)  # after its first read, a peer reads the index only if starving
+
+
+def _hears(reader, *others) -> None:
+    wanted = {other.peer_id for other in others}
+    wait_until(lambda: wanted <= {p.peer for p in reader.peers()}, 30, message="(the peers never heard of each other)")
+    wait_until(lambda: reader.readout().counters.get("announcements_received", 0) >= 2, 30)
+
+
+def _ids(items) -> list[str]:
+    return [item.group.group_id for item in items]
+
+
+# ------------------------------------------------------------------------------------------------ real peers
+
+
+def test_an_inflated_claim_dated_ahead_does_not_take_the_refill_from_an_honest_publisher(dht_peers):
+    """An attacker publishes, 10 times a second, records dated 2 s ahead that claim 8 groups and hold one, faster than
+    the victim refills (about twice a second here): before the fair refill, each refill took the attacker's freshest
+    record alone (its date beats every honest one, its claim covers the need), and the honest publisher's records
+    were not fetched while the flood lasted."""
+    # the victim reads the index every second too, and the honest peer waits longer on its announcements: a loaded
+    # machine may lose one, and the test is of the refill, not of announcements
+    victim = dht_peers(prefetch_groups=4, poll_interval=1.0)
+    honest = dht_peers(initial_peers=victim.visible_addresses(), wait_timeout=5.0, **QUIET_INDEX)
+    attacker = dht_peers(initial_peers=victim.visible_addresses(), **QUIET_INDEX)
+    _hears(victim, honest, attacker)
+    stop = threading.Event()
+
+    def flood() -> None:
+        n = 0
+        while not stop.is_set():
+            ahead = time.time() + 2.0
+            record = unchecked_record([make_group(f"inflated-{n}", created_at=ahead)], created_at=ahead)
+            publish_unchecked(attacker, record, num_groups=8, created_at=ahead)
+            n += 1
+            time.sleep(0.1)
+
+    flooding = threading.Thread(target=flood, daemon=True)
+    flooding.start()
+    got: list = []
+    try:
+        time.sleep(1.0)  # the flood is on before the honest records come
+        published = [f"honest-{n}" for n in range(6)]
+        for group_id in published:
+            honest.publish([make_group(group_id)])
+            time.sleep(0.3)
+        # the caller takes 4 groups at a time; every honest group arrives while the flood goes on
+        wait_until(lambda: got.extend(victim.fetch(4)) or set(published) <= set(_ids(got)), 30, interval=0.5,
+                   message=f"(taken: {sorted(g for g in _ids(got) if g.startswith('honest'))}, "
+                           f"{victim.readout().counters})")  # fmt: skip
+        assert flooding.is_alive()
+    finally:
+        stop.set()
+        flooding.join(10)
+    counters = victim.readout().counters
+    assert counters["rejected/claim_mismatch"] >= 1  # a record that breaks its claim is refused...
+    assert victim.reader.book.standing(attacker.peer_id) == "bad"  # ...and counts against its sender
+    assert "claim_mismatch" in {reason for sender, reason in victim.refusals() if sender == attacker.peer_id}
+    assert victim.reader.book.standing(honest.peer_id) == "unjudged"  # no strike against the honest publisher
+
+
+def test_refused_and_unserved_records_rest_their_publisher_and_reach_the_nodes_sender_standing(
+    tmp_path, smollm_tokenizer, dht_peers
+):
+    """A liar publishes records the transport refuses (empty completions); a ghost announces records and then never
+    serves them. Each refusal rests its sender in the transport, and the node's intake counts it against the sender:
+    both are benched by the node's standing without one of their groups reaching it."""
+    from sapo import SAPOTrainer
+    from sapo.models import build_tiny_model
+    from sapo.tasks import build_reasoning_gym_dataset
+    from testbed.hostile_peer import TASKS
+    from testbed.tiny_run import tiny_config
+
+    victim = dht_peers(**QUIET_INDEX)
+    liar = dht_peers(initial_peers=victim.visible_addresses(), **QUIET_INDEX)
+    ghost = dht_peers(initial_peers=victim.visible_addresses(), **QUIET_INDEX)
+    _hears(victim, liar, ghost)
+    ghost.served.get = lambda key: None  # announces each record, then answers every request without it
+    for n in range(3):  # one at a time: an announcement lists the newest two records
+        publish_unchecked(liar, unchecked_record([dataclasses.replace(make_group(f"empty-{n}"), completions=[""] * 4)]))
+        ghost.publish([make_group(f"ghost-{n}")])
+        for peer in (liar, ghost):
+            wait_until(lambda peer=peer, n=n: peer.readout().counters.get("published_records", 0) == n + 1, 20)
+    book = victim.reader.book
+    # three strikes: the liar stands badly and rests (4 s after its third)
+    wait_until(lambda: victim.readout().counters.get("rejected/empty_group", 0) == 3, 30)
+    assert book.standing(liar.peer_id) == "bad" and book.resting(liar.peer_id)
+    # each ghost record is asked for a few times, then given up as never served
+    wait_until(lambda: victim.readout().counters.get("records_missing", 0) == 3, 30, message=str(victim.readout()))
+    assert book.standing(ghost.peer_id) == "bad"
+    counters = victim.readout().counters
+    assert counters["sender_strikes"] == 6 and counters["heard_never_fetched"] == 3  # the ghost's three
+
+    def no_reward(prompts, completions, **columns):
+        return [0.0] * len(completions)
+
+    rows = build_reasoning_gym_dataset(TASKS, size=8, seed=5)
+    trainer = SAPOTrainer(
+        model=build_tiny_model(smollm_tokenizer, seed=0),
+        reward_funcs=[no_reward],
+        args=tiny_config(
+            tmp_path / "node",
+            num_local=1,
+            num_external=1,
+            max_steps=1,
+            plausibility_margin=None,
+            sender_drop_limit=3,
+            sender_window=5,
+        ),  # fmt: skip
+        train_dataset=rows,
+        processing_class=smollm_tokenizer,
+        swarm=victim,
+    )
+    trainer.train()
+    standing, now = trainer.intake.standing, time.time()
+    assert standing.is_benched(liar.peer_id, now) and standing.is_benched(ghost.peer_id, now)
+    assert trainer.sender_outcomes[liar.peer_id]["refused/empty_group"] == 3
+    assert trainer.sender_outcomes[ghost.peer_id]["refused/never_served"] == 3
+    assert trainer.swarm_totals["transport_refusals"] == 6 and trainer.swarm_totals["benched_senders"] == 2
+    assert liar.peer_id not in trainer.taken_from and ghost.peer_id not in trainer.taken_from
+
+
+def test_one_host_announcing_many_identities_is_capped_and_the_book_of_unknown_ones_stays_bounded(dht_peers):
+    """A real peer announces "still here" under 24 fresh keys. A reader with the default cap takes 4 identities from
+    one libp2p host; one without the cap keeps at most max_unknown_senders identities not judged good, forgetting the
+    least useful first, and keeps the honest publisher its node judged good (whose records it still fetches)."""
+    capped = dht_peers(**QUIET_INDEX)
+    bounded = dht_peers(initial_peers=capped.visible_addresses(), max_senders_per_host=0, max_unknown_senders=8,
+                        **QUIET_INDEX)  # fmt: skip
+    honest = dht_peers(initial_peers=capped.visible_addresses(), **QUIET_INDEX)
+    sybil = dht_peers(initial_peers=capped.visible_addresses(), **QUIET_INDEX)
+    for reader in (capped, bounded):
+        _hears(reader, honest, sybil)
+    bounded.judge(honest.peer_id, True)  # the node trained on one of its groups
+    keys = [RSAPrivateKey() for _ in range(24)]
+    assert announce_identities(sybil, keys) == 24
+
+    # the capped reader: the sybil host's own identity and 3 more, the other 21 refused
+    wait_until(lambda: capped.readout().counters.get("rejected/too_many_identities", 0) == 21, 30,
+               message=str(capped.readout().counters))  # fmt: skip
+    assert capped.readout().gauges["known_senders"] == 3 + 3  # honest, bounded, the sybil and 3 of its keys
+    # the bounded reader: 26 identities not judged good (capped, the sybil's own and its 24 keys) for 8 places; the
+    # honest peers among them announce every 2 s and may come back, each evicting another
+    wait_until(lambda: bounded.readout().counters.get("evicted_senders", 0) >= 26 - 8, 30,
+               message=str(bounded.readout().counters))  # fmt: skip
+    gauges = bounded.readout().gauges
+    assert gauges["unknown_senders"] == 8 and gauges["good_senders"] == 1
+    assert honest.peer_id in bounded.reader.book.senders()
+    honest.publish([make_group("after-the-flood")])
+    got: list = []
+    wait_until(lambda: got.extend(bounded.fetch(4)) or "after-the-flood" in _ids(got), 20)
+
+
+def test_a_loaded_reader_fetches_a_record_served_for_ten_seconds_and_counts_one_it_never_could(dht_peers):
+    """The reader's caller takes 4 groups every 14 s (a slow step): the refill just before its next take comes after
+    a publisher that served its record for 10 s left. The record, heard and waiting, is fetched while it is served; one
+    whose publisher left after 1 s is lost, and counted as heard and never fetched."""
+    step = 14.0
+    reader = dht_peers(fetch_heard_within=3.0, **QUIET_INDEX)
+    publisher = dht_peers(initial_peers=reader.visible_addresses(), **QUIET_INDEX)
+    brief = dht_peers(initial_peers=reader.visible_addresses(), **QUIET_INDEX)
+    _hears(reader, publisher, brief)
+    assert reader.fetch(4) == []
+    time.sleep(step)
+    assert reader.fetch(4) == []  # the reader knows its caller's pace now: 4 groups every 14 s
+    last_take = time.monotonic()
+    publisher.publish([make_group("served-for-10-s")])
+    brief.publish([make_group("served-for-1-s")])
+    time.sleep(1.0)
+    brief.close()
+    time.sleep(9.0)
+    publisher.close()
+    time.sleep(max(0.0, last_take + step - time.monotonic()))
+    assert _ids(reader.fetch(4)) == ["served-for-10-s"]  # none lost of a publisher that served while it was waited on
+    wait_until(lambda: reader.readout().counters.get("heard_never_fetched", 0) == 1, 30)
+    assert reader.readout().counters["heard_never_fetched"] == 1
+
+
+# ------------------------------------------------------------------------------------------------ the book's rules
+
+
+def _announce(book: SenderBook, sender: str, now: float, *records: tuple[int, float, int], host: str = "") -> None:
+    """``sender`` announces records ``(seq, created_at, num_groups)``, served from ``host`` (default: its own)."""
+    host = host or f"host-of-{sender}"
+    announced = tuple(AnnouncedRecord(seq, at, groups, 100, b"d" * 32) for seq, at, groups in records)
+    book.take_announcement(Announcement(sender, b"key-" + sender.encode(), "m", now, host, announced), origin=host)
+
+
+def test_a_claim_covers_at_most_its_senders_share_and_a_date_ahead_buys_no_precedence():
+    clock = ManualClock()
+    book, now = SenderBook(DHTTransportConfig(), SwarmCounters(), clock), clock.time()
+    _announce(book, "inflated", now, (1, now + 2.0, 8))  # 2 s ahead, claims 8 groups
+    _announce(book, "honest", now, (1, now - 1.0, 1))
+    chosen, _ = book.choose(4)
+    assert {choice.sender for choice in chosen} == {"inflated", "honest"}  # the claim covered half the refill
+    # judged good, a sender's records are round-robin with the others', freshest first, beyond its share if needed
+    book.judge("honest", True)
+    _announce(book, "honest", now, (2, now - 0.5, 1), (3, now - 0.2, 1))
+    assert [(c.sender, c.ref.seq) for c in book.choose(4)[0]] == [("inflated", 1), ("honest", 3), ("honest", 2),
+                                                                  ("honest", 1)]  # fmt: skip
+
+
+def test_senders_not_judged_good_share_a_pool_while_one_judged_good_offers_records():
+    clock = ManualClock()
+    book, now = SenderBook(DHTTransportConfig(), SwarmCounters(), clock), clock.time()
+    for n in range(10):
+        _announce(book, f"stranger-{n}", now, (1, now, 4))
+    assert len(book.choose(16)[0]) == 4  # no one judged good: every sender's share, no pool
+    _announce(book, "honest", now - 5, (1, now - 5, 4), (2, now - 4, 4))
+    book.judge("honest", True)
+    chosen = book.choose(16)[0]  # the pool: a quarter of 16 groups, one stranger's record of 4
+    assert sum(choice.sender.startswith("stranger") for choice in chosen) == 1
+    assert sorted(choice.ref.seq for choice in chosen if choice.sender == "honest") == [1, 2]
+
+
+def test_three_thousand_fresh_identities_leave_the_book_bounded_and_keep_the_senders_judged_good():
+    clock, counters = ManualClock(), SwarmCounters()
+    book = SenderBook(DHTTransportConfig(), counters, clock)  # max_unknown_senders: 256
+    _announce(book, "honest", clock.time(), (1, clock.time(), 4))
+    book.judge("honest", True)
+    for n in range(3000):  # one host each: the cap per host does not help here
+        clock.advance(0.01)
+        _announce(book, f"sybil-{n}", clock.time(), (1, clock.time(), 8))
+        if n % 50 == 0:  # a newcomer that keeps announcing, as an honest peer does
+            _announce(book, "newcomer", clock.time())
+    senders = book.senders()
+    assert len(senders) == 1 + 256 and "honest" in senders and "newcomer" in senders
+    assert counters.snapshot()["evicted_senders"] == 3001 - 256
+    assert book.gauges()["unknown_senders"] == 256
+
+
+def test_a_host_judged_good_is_retried_soon_after_a_failure_and_a_stranger_after_30_s():
+    clock = ManualClock()
+    book, now = SenderBook(DHTTransportConfig(), SwarmCounters(), clock), clock.time()
+    _announce(book, "honest", now, (1, now, 1))
+    _announce(book, "stranger", now, (1, now, 1))
+    book.judge("honest", True)
+    book.rest("host-of-honest", "honest")
+    book.rest("host-of-stranger", "stranger")
+    clock.advance(1.5)
+    assert [choice.sender for choice in book.choose(4)[0]] == ["honest"]
+    book.rest("host-of-honest", "honest")  # failed again: 2 s
+    clock.advance(1.5)
+    assert book.choose(4)[0] == []
+    clock.advance(29)
+    assert {choice.sender for choice in book.choose(4)[0]} == {"honest", "stranger"}
+
+
+def test_a_record_waiting_longer_than_fetch_heard_within_is_fetched_before_the_refill_is_due():
+    clock = ManualClock()
+    book, now = SenderBook(DHTTransportConfig(fetch_heard_within=10.0), SwarmCounters(), clock), clock.time()
+    _announce(book, "early", now, (1, now, 1))
+    clock.advance(8)
+    _announce(book, "late", clock.time(), (1, clock.time(), 1))
+    assert book.choose(4, urgent_only=True)[0] == []
+    clock.advance(3)  # the early record waited 11 s, the late one 3 s
+    assert [choice.sender for choice in book.choose(4, urgent_only=True)[0]] == ["early"]
