@@ -220,8 +220,7 @@ class SenderBook:
         if len(unknown) <= self.config.max_unknown_senders:
             return
         # least useful first: standing badly, then never judged, then heard from longest ago
-        name, _ = min(unknown, key=lambda item: (item[1].stands_badly() is False, bool(item[1].outcomes),
-                                                 item[1].heard_at))  # fmt: skip
+        name, _ = min(unknown, key=lambda item: (not item[1].stands_badly(), bool(item[1].outcomes), item[1].heard_at))
         self._forget(name)
         self._counters.add("evicted_senders")
 
