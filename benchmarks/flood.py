@@ -19,8 +19,8 @@ Per condition it reports honest groups reaching the intake and trained per step,
 stall of the victim transport's event loop (a coroutine on that loop waking every 10 ms records its lateness), the
 process's peak RSS, and the transport's rejects by reason; then issue 61's targets, pass or fail.
 
-    python -m benchmarks.flood                  # about 7 minutes on 2 loaded cores; writes benchmarks/results/flood.{json,md}
-    python -m benchmarks.flood --steps 2 --rounds 1 --out /tmp/flood   # a quick look
+    python -m benchmarks.flood     # about 15 minutes on 2 loaded cores; writes benchmarks/results/flood.{json,md}
+    python -m benchmarks.flood --steps 2 --rounds 1 --idle-seconds 0 --out /tmp/flood   # a quick look
 """
 
 from __future__ import annotations
@@ -364,9 +364,12 @@ def step_callback(honest: str, watch: Any) -> Any:
     return Steps()
 
 
-def run_condition(attack: bool, tokenizer: Any, workdir: Path, settings: FloodSettings) -> dict[str, Any]:
+def run_condition(
+    attack: bool, tokenizer: Any, workdir: Path, settings: FloodSettings, idle_seconds: float = 0.0
+) -> dict[str, Any]:
     """One condition: a fresh victim and honest peer (and, with ``attack``, the hostile peer's process); the victim
-    trains ``steps`` steps; every peer and p2pd is stopped at the end, also on failure."""
+    trains ``steps`` steps (with ``idle_seconds``, it trains nothing and the loops are watched that long); every peer
+    and p2pd is stopped at the end, also on failure."""
     from sapo import SAPOTrainer
     from sapo.models import build_tiny_model
     from sapo.tasks import build_reasoning_gym_dataset
@@ -414,24 +417,28 @@ def run_condition(attack: bool, tokenizer: Any, workdir: Path, settings: FloodSe
             watches.update(transport=LoopWatch(victim.peer._loop), reference=LoopWatch())
 
         steps = step_callback(honest.peer_id, watch)
-        trainer = SAPOTrainer(
-            model=build_tiny_model(tokenizer, seed=0),
-            reward_funcs=[ExactAnswer()],
-            args=tiny_config(
-                workdir,
-                num_local=1,
-                num_external=settings.num_external,
-                max_steps=settings.steps,
-                logging_steps=1,
-                max_completion_length=16,
-            ),
-            train_dataset=dataset,
-            processing_class=tokenizer,
-            swarm=victim,
-            callbacks=[steps],
-        )
-        steps.trainer = trainer
-        trainer.train()
+        if idle_seconds:  # no training: what the flood alone costs the transport's loop
+            watch()
+            time.sleep(idle_seconds)
+        else:
+            trainer = SAPOTrainer(
+                model=build_tiny_model(tokenizer, seed=0),
+                reward_funcs=[ExactAnswer()],
+                args=tiny_config(
+                    workdir,
+                    num_local=1,
+                    num_external=settings.num_external,
+                    max_steps=settings.steps,
+                    logging_steps=1,
+                    max_completion_length=16,
+                ),
+                train_dataset=dataset,
+                processing_class=tokenizer,
+                swarm=victim,
+                callbacks=[steps],
+            )
+            steps.trainer = trainer
+            trainer.train()
         stalls = {name: w.stop() for name, w in watches.items()}
         counters = victim.readout().counters
     finally:
@@ -557,6 +564,16 @@ def report_lines(data: dict[str, Any]) -> list[str]:
     for name, target in data["targets"].items():
         value = "n/a" if target["value"] is None else f"{target['value']:.3g}"
         lines.append(f"| {name} | {value} | {'pass' if target['pass'] else '**FAIL**'} |")
+    if data.get("without_training"):
+        idle = data["without_training"]
+        lines += ["", "## The same without training", "",
+                  "Each condition again with a fresh victim that trains nothing, its loops watched for "
+                  f"{data['settings']['idle_seconds']:.0f} s: the transport loop with neither the training "
+                  "thread's GIL nor its load.", "", "| loop | clean | under attack |", "|---|---|---|"]  # fmt: skip
+        for loop in ("transport", "reference"):
+            stalls = [idle[condition]["loop_stall"][loop] for condition in ("clean", "attack")]
+            cells = [f"{x['longest_s'] * 1000:.0f} ms longest, {x['over_100ms']} over 100 ms" for x in stalls]
+            lines.append(f"| {loop} | {cells[0]} | {cells[1]} |")
     lines += ["", "## What the hostile peer sent", "", "| what | count |", "|---|---|"]
     lines += [f"| {name} | {count} |" for name, count in sorted(attack["attacker_sent"].items())]
     lines += [
@@ -591,6 +608,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--steps", type=int, default=defaults.steps, help="training steps per condition")
     parser.add_argument("--rounds", type=int, default=2, help="rounds of each condition, alternating")
     parser.add_argument("--attack-seconds", type=float, default=defaults.attack_seconds, help="longest attack")
+    parser.add_argument("--idle-seconds", type=float, default=40.0,
+                        help="then each condition this long without training (0: not run)")  # fmt: skip
     parser.add_argument("--bomb-interval", type=float, default=defaults.bomb_interval, help="seconds between bombs")
     parser.add_argument("--tokenizer", default=None, help="a saved SmolLM2 tokenizer directory (default: the GGUF's)")
     parser.add_argument("--out", type=Path, default=RESULTS, help="where flood.{json,md} go")
@@ -605,11 +624,15 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         for n in range(args.rounds):
             for name in rounds:
                 rounds[name].append(run_condition(name == "attack", tokenizer, Path(workdir) / f"{name}-{n}", settings))
+        # each condition again without training: the training thread's GIL and load out of the loop's figure
+        idle = {name: run_condition(name == "attack", tokenizer, Path(workdir) / f"{name}-idle", settings,
+                                    args.idle_seconds) for name in rounds} if args.idle_seconds else {}  # fmt: skip
     conditions = {name: summarize(runs) for name, runs in rounds.items()}
     data = {
         "run": record,
-        "settings": {**dataclasses.asdict(settings), "rounds": args.rounds},
+        "settings": {**dataclasses.asdict(settings), "rounds": args.rounds, "idle_seconds": args.idle_seconds},
         "conditions": conditions,
+        "without_training": idle,
     }
     data["targets"] = targets(conditions["clean"], conditions["attack"])
     lines = report_lines(data)

@@ -11,8 +11,8 @@ from swarm.daemon import is_p2pd
 
 
 def test_the_flood_benchmark_reports_both_conditions_and_the_attack_really_happened(tmp_path, smollm_tokenizer_dir):
-    data = flood.main(["--steps", "2", "--rounds", "1", "--attack-seconds", "8", "--bomb-interval", "1",
-                       "--tokenizer", str(smollm_tokenizer_dir), "--out", str(tmp_path)])  # fmt: skip
+    tiny = ["--steps", "2", "--rounds", "1", "--attack-seconds", "8", "--bomb-interval", "1", "--idle-seconds", "2"]
+    data = flood.main([*tiny, "--tokenizer", str(smollm_tokenizer_dir), "--out", str(tmp_path)])
     assert json.loads((tmp_path / "flood.json").read_text())["targets"].keys() == data["targets"].keys()
     page = (tmp_path / "flood.md").read_text()
     assert "## Targets" in page and "shared" in page and data["run"]["git_commit"] in page
@@ -25,6 +25,9 @@ def test_the_flood_benchmark_reports_both_conditions_and_the_attack_really_happe
             assert condition[key] >= 0, key
         assert condition["rounds"][0]["loop_stall"]["transport"]["wakes"] > 0  # the watch ran on the transport loop
         assert not any(is_p2pd(pid) for r in condition["rounds"] for pid in r["p2pd_pids"])
+    for condition in data["without_training"].values():  # the loops watched again with no training
+        assert condition["steps"] == [] and condition["loop_stall"]["transport"]["wakes"] > 0
+    assert "## The same without training" in page
     # the hostile peer flooded: forged stores by the hundred, bombs, inflated claims, fresh identities...
     sent = attack["attacker_sent"]
     assert sent["forged_store_values"] >= 500 and sent["bombs"] >= 2 and sent["bombs/store_record"] >= 1
