@@ -425,3 +425,20 @@ def poisoned_rows_trained(trained: list[tuple[str, float]], marker: str = "POISO
 def wrong_answer(true: str) -> str:
     """An answer that is not ``true``: what a liar claims."""
     return str(int(true) + 1) if true.lstrip("-").isdigit() else true + "0"
+
+
+def store_raw(hostile: HostileNode, peer_id: Any, key: str, tag: bytes, value: bytes, expiration: float) -> list[bool]:
+    """One store RPC from ``hostile`` to the libp2p peer ``peer_id`` with the subkey bytes ``tag`` as they are (a bomb
+    may sit in the subkey, which hivemind's own call would serialize): the peer's answers."""
+    from hivemind.proto import dht_pb2
+
+    request = dht_pb2.StoreRequest(
+        keys=[DHTID.generate(source=key).to_bytes()],
+        subkeys=[tag],
+        values=[value],
+        expiration_time=[expiration],
+        in_cache=[False],
+        peer=hostile.node.protocol.node_info,
+    )
+    stub = hostile.node.protocol.get_stub(peer_id)
+    return list(hostile.run(stub.rpc_store(request, timeout=20)).store_ok)

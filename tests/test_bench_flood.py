@@ -1,0 +1,37 @@
+"""benchmarks.flood in a tiny mode: a real training node, honest peer and hostile peer process on 127.0.0.1 for a few
+seconds; the report has its figures and targets, the hostile peer really flooded and bombed the victim, and every
+p2pd is gone at the end. No timing is asserted: the figures are the benchmark's, not the test's."""
+
+from __future__ import annotations
+
+import json
+
+from benchmarks import flood
+from swarm.daemon import is_p2pd
+
+
+def test_the_flood_benchmark_reports_both_conditions_and_the_attack_really_happened(tmp_path, smollm_tokenizer_dir):
+    tiny = ["--steps", "2", "--rounds", "1", "--attack-seconds", "8", "--bomb-interval", "1", "--idle-seconds", "2"]
+    data = flood.main([*tiny, "--tokenizer", str(smollm_tokenizer_dir), "--out", str(tmp_path)])
+    assert json.loads((tmp_path / "flood.json").read_text())["targets"].keys() == data["targets"].keys()
+    page = (tmp_path / "flood.md").read_text()
+    assert "## Targets" in page and "shared" in page and data["run"]["git_commit"] in page
+    assert len(data["targets"]) == 4 and all(isinstance(t["pass"], bool) for t in data["targets"].values())
+    clean, attack = data["conditions"]["clean"], data["conditions"]["attack"]
+    for condition in (clean, attack):
+        assert condition["steps"] == 2
+        for key in ("honest_reached_per_step", "honest_trained_per_step", "step_time_median_s", "loop_stall_max_s",
+                    "reference_loop_stall_max_s", "rss_peak_mb"):  # fmt: skip
+            assert condition[key] >= 0, key
+        assert condition["rounds"][0]["loop_stall"]["transport"]["wakes"] > 0  # the watch ran on the transport loop
+        assert not any(is_p2pd(pid) for r in condition["rounds"] for pid in r["p2pd_pids"])
+    for condition in data["without_training"].values():  # the loops watched again with no training
+        assert condition["steps"] == [] and condition["loop_stall"]["transport"]["wakes"] > 0
+    assert "## The same without training" in page
+    # the hostile peer flooded: forged stores by the hundred, bombs, inflated claims, fresh identities...
+    sent = attack["attacker_sent"]
+    assert sent["forged_store_values"] >= 500 and sent["bombs"] >= 2 and sent["bombs/store_record"] >= 1
+    assert sent["inflated_records"] >= 1 and sent["fresh_identities"] >= 1 and sent["forged_announcements"] >= 1
+    # ...and the victim refused it, by reason; the clean victim refused nothing
+    assert attack["rejects"]["bad_signature"] >= 100 and clean["rejects"].get("bad_signature", 0) == 0
+    assert attack["rejects"].get("too_many_groups", 0) >= 1  # the record bomb, decoded typed and refused
