@@ -84,6 +84,7 @@ def attacker(addresses: list[str], victim: str, settings: FloodSettings, ready: 
     from hivemind.utils.crypto import RSAPrivateKey
 
     from swarm.dht import DHTTransport
+    from swarm.hivemind_bridge import daemon_process
     from testbed.hostile_peer import HostileNode, unchecked_record
 
     raw = HostileNode(addresses)
@@ -91,7 +92,7 @@ def attacker(addresses: list[str], victim: str, settings: FloodSettings, ready: 
     sent: Counter[str] = Counter()
     try:
         hostile = DHTTransport(model_name="hostile", initial_peers=addresses)
-        out.put(("p2pd", [raw.node.p2p._child.pid, hostile.p2pd_pid]))
+        out.put(("p2pd", [daemon_process(raw.node.p2p).pid, hostile.p2pd_pid]))
         keys = [RSAPrivateKey() for _ in range(settings.identities)]
         ready.set()
         peer_id = PeerID.from_base58(victim)

@@ -47,6 +47,7 @@ def load_model(node: NodeArguments, use_cpu: bool = False) -> tuple[Any, Any]:
     import torch
 
     from sapo.models import LoraSpec, load_policy
+    from sapo.speed.patch_point import attention_implementation
 
     lora = None
     if node.lora_r > 0:
@@ -69,7 +70,7 @@ def load_model(node: NodeArguments, use_cpu: bool = False) -> tuple[Any, Any]:
         except (ImportError, ValueError, AttributeError) as e:
             logger.warning(
                 "--attn_implementation %s is not available here (%s); the model keeps %s", node.attn_implementation,
-                " ".join(str(e).split())[:160], getattr(model.config, "_attn_implementation", "its default"),
+                " ".join(str(e).split())[:160], attention_implementation(model) or "its default",
             )  # fmt: skip
     return model, tokenizer
 
