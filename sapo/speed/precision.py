@@ -84,12 +84,14 @@ def linear_weights_in(model: torch.nn.Module, dtype: torch.dtype, frozen_only: b
 
 
 def _can_pack() -> bool:
-    """Whether this PyTorch computes linear layers with oneDNN-packed bf16 weights (x86 builds with mkldnn)."""
+    """Whether this PyTorch computes linear layers with oneDNN-packed bf16 weights on this CPU: x86 builds with mkldnn,
+    on a CPU whose oneDNN has a bf16 path (AVX-512 or AMX; on an AVX2-only CPU the reorder refuses bf16)."""
     ops = torch.ops.mkldnn
     return (
         torch.backends.mkldnn.is_available()
         and hasattr(ops, "_reorder_linear_weight")
         and hasattr(ops, "_linear_pointwise")
+        and getattr(ops, "_is_mkldnn_bf16_supported", lambda: False)()
     )
 
 
