@@ -122,7 +122,9 @@ def test_float32_attention_leaves_other_attention_implementations_alone(smollm_t
         assert model.config._attn_implementation == "eager"
 
 
-@pytest.mark.skipif(not _can_pack(), reason="no oneDNN bf16 path on this PyTorch or CPU (packing is then skipped, tested below)")
+@pytest.mark.skipif(
+    not _can_pack(), reason="no oneDNN bf16 path on this PyTorch or CPU (packing is then skipped, tested below)"
+)
 def test_packed_bf16_linears_give_autocast_s_logits_bit_for_bit_and_restore_the_layers(smollm_tokenizer):
     model = _lora_model(smollm_tokenizer)
     ids = torch.tensor([smollm_tokenizer("What is 2 + 3? It is five.")["input_ids"]] * 3)
