@@ -480,7 +480,7 @@ summary=(
     "|---|---|"
     "| base image ($BASE_IMAGE, Debian bookworm minbase + python3) | $(mb "$BASE_SIZE"), $base_note |"
     "| image ($IMAGE) | $(mb "$IMAGE_SIZE") |"
-    "| torch wheel | docker/wheels/$TORCH_WHEEL (TORCH_WHEELS=docker/wheels, TORCH_INDEX_URL=https://pypi.org/simple) |"
+    "| torch wheel | docker/wheels/$TORCH_WHEEL (TORCH_WHEELS=docker/wheels; the index: pip's configuration) |"
     "| build | ${BUILD_S:-} s (RUN/COPY steps run: $BUILD_STEPS; FRESH=${FRESH:-0}: 1 is without buildah's layer cache) |"
     "| rebuild after a source change (swarm/clock.py) | ${REBUILD_S:--} s |"
     "| whole script | $TOTAL_S s |"
