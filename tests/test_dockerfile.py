@@ -263,6 +263,11 @@ def test_docker_scripts_are_valid_bash():
         assert script.read_text().startswith("#!/usr/bin/env bash"), f"{script.name} needs a bash shebang"
         result = subprocess.run(["bash", "-n", str(script)], capture_output=True, text=True)
         assert result.returncode == 0, f"bash -n {script.name}: {result.stderr}"
+    import sys
+
+    for script in sorted((ROOT / "docker").glob("*.py")):  # run by a host's python3: the standard library only
+        result = subprocess.run([sys.executable, "-I", str(script), "--help"], capture_output=True, text=True)
+        assert result.returncode == 0 and "usage:" in result.stdout, f"{script.name} --help: {result.stderr}"
 
 
 # ----------------------------------------------------------------------------------------------------
