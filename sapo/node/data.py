@@ -10,6 +10,7 @@ from typing import Any
 
 from sapo.node.arguments import NodeArguments
 from sapo.node.errors import NodeError
+from sapo.node.user_code import user_module
 
 logger = logging.getLogger(__name__)
 
@@ -146,7 +147,7 @@ def user_source(spec: str, arguments: dict[str, Any] | str | None, eval_fraction
     where, _, name = spec.rpartition(":")
     if not where or not name:
         raise NodeError(f"--source {spec!r}: name a class as module:Class or path/to/file.py:Class")
-    module = _user_module(where, f"--source {spec!r}", "sapo_user_source")
+    module = user_module(where, f"--source {spec!r}", "sapo_user_source")
     cls = getattr(module, name, None)
     if inspect.isclass(cls) and _is_taskset(cls):
         return _verifiers_source(spec, cls, arguments or {}, eval_fraction)
@@ -188,30 +189,6 @@ def _verifiers_source(spec: str, cls: type, arguments: dict[str, Any], eval_frac
         return VerifiersSource(taskset, eval_fraction=eval_fraction)
     except (TypeError, ValueError) as e:
         raise NodeError(f"--source {spec!r}: {e}") from None
-
-
-def _user_module(where: str, what: str, prefix: str) -> Any:
-    """The module a user names, ``path/to/file.py`` or an importable ``module`` (looked up in the working directory
-    too, as `trl grpo` does); NodeError (``what`` first) when it cannot be loaded."""
-    import importlib
-    import importlib.util
-    import os
-    import sys
-
-    try:
-        if not where.endswith(".py"):
-            if os.getcwd() not in sys.path:
-                sys.path.append(os.getcwd())  # after the installed packages: a local file never shadows one
-            return importlib.import_module(where)
-        path = Path(where)
-        if not path.is_file():
-            raise NodeError(f"{what}: file {path} not found")
-        module_spec = importlib.util.spec_from_file_location(f"{prefix}_{path.stem}", path)
-        module = importlib.util.module_from_spec(module_spec)
-        module_spec.loader.exec_module(module)
-        return module
-    except ImportError as e:
-        raise NodeError(f"{what}: cannot import {where!r} ({e}); is it on PYTHONPATH?") from None
 
 
 def _accepted(func: Any, offered: dict[str, Any]) -> dict[str, Any]:
@@ -261,7 +238,7 @@ def _user_reward(spec: str, known: dict[str, Any]) -> Any:
     if not where or not name:
         raise NodeError(f"unknown reward function {spec!r}; choose from {sorted(known)}, {SOURCE_REWARD} (the "
                         "--source's own), or name your own as module:function or path/to/file.py:function")  # fmt: skip
-    module = _user_module(where, f"reward {spec!r}", "sapo_user_rewards")
+    module = user_module(where, f"reward {spec!r}", "sapo_user_rewards")
     function = getattr(module, name, None)
     if not callable(function):
         raise NodeError(f"reward {spec!r}: {where} has no function {name!r}")

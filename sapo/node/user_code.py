@@ -1,9 +1,9 @@
-"""A user's own code named by a node option as `module:name` or `path/to/file.py:name`: source, rewards, sampler."""
+"""A user's own code named by a node option as `module:name` or `path/to/file.py:name`: the module loader the
+source, reward and sampler options share, and the sampler's."""
 
 from __future__ import annotations
 
 import inspect
-import json
 from pathlib import Path
 from typing import Any
 
@@ -20,13 +20,17 @@ def user_object(spec: str, what: str, prefix: str, form: str) -> tuple[str, str,
 
 
 def user_module(where: str, what: str, prefix: str) -> Any:
-    """The module a user names, ``path/to/file.py`` or an importable ``module``; NodeError (``what`` first) when it
-    cannot be loaded."""
+    """The module a user names, ``path/to/file.py`` or an importable ``module`` (looked up in the working directory
+    too, as `trl grpo` does); NodeError (``what`` first) when it cannot be loaded."""
     import importlib
     import importlib.util
+    import os
+    import sys
 
     try:
         if not where.endswith(".py"):
+            if os.getcwd() not in sys.path:
+                sys.path.append(os.getcwd())  # after the installed packages: a local file never shadows one
             return importlib.import_module(where)
         path = Path(where)
         if not path.is_file():
@@ -37,40 +41,6 @@ def user_module(where: str, what: str, prefix: str) -> Any:
         return module
     except ImportError as e:
         raise NodeError(f"{what}: cannot import {where!r} ({e}); is it on PYTHONPATH?") from None
-
-
-def user_source(spec: str, arguments: dict[str, Any] | str | None) -> Any:
-    """The task source `spec` names (`module:Class` or `path/to/file.py:Class`), built with ``arguments`` (a mapping,
-    or JSON text); raises NodeError saying what is wrong."""
-    from sapo.sources import TaskSource
-
-    if isinstance(arguments, str):
-        try:
-            arguments = json.loads(arguments)
-        except ValueError as e:
-            raise NodeError(f"--source_args must be a JSON object, got {arguments!r} ({e})") from None
-    if arguments is not None and not isinstance(arguments, dict):
-        raise NodeError(f"--source_args must be a mapping of keyword arguments, got {type(arguments).__name__}")
-    what = f"--source {spec!r}"
-    where, name, cls = user_object(spec, what, "sapo_user_source", "a class as module:Class or path/to/file.py:Class")
-    if not (inspect.isclass(cls) and issubclass(cls, TaskSource)):
-        raise NodeError(f"{what}: {where} has no sapo.sources.TaskSource subclass {name!r}")
-    try:
-        return cls(**(arguments or {}))
-    except Exception as e:
-        raise NodeError(f"{what}: {name}(**source_args) raised {type(e).__name__}: {e}") from None
-
-
-def user_reward(spec: str, known: dict[str, Any]) -> Any:
-    """The function `spec` names (`module:function` or `file.py:function`), checked to be callable."""
-    if ":" not in spec:
-        raise NodeError(f"unknown reward function {spec!r}; choose from {sorted(known)} or name your own as "
-                        "module:function or path/to/file.py:function")  # fmt: skip
-    what = f"reward {spec!r}"
-    where, name, function = user_object(spec, what, "sapo_user_rewards", "module:function or path/to/file.py:function")
-    if not callable(function):
-        raise NodeError(f"{what}: {where} has no function {name!r}")
-    return function
 
 
 def user_sampler(spec: str) -> str:
