@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from trl import GRPOConfig
 
 from rewards.extract import ANSWER_BLOCK
+from sapo.config_checks import REPLAY_CHOICES, check_pool_size, check_sapo_fields
 from sapo.sampling import RegisteredSamplers, sampler_name, sampling_strategy_help
 from sapo.sources.base import SOURCE_POLICIES, describe_source_policies
 from sapo.speed.devices import SPEED_UP_FIELDS, device_defaults, round_micro_batch
@@ -60,9 +61,6 @@ _SECTIONS = {
     ),
     "Speed-ups (`sapo.speed`; `None` or `auto`: as `speedups` and the device decide)": ("speedups", *SPEED_UP_FIELDS),
 }
-
-REPLAY_CHOICES = ("off", "fill", "only")
-"""The values of `SAPOConfig.replay`."""
 
 SPEEDUPS_CHOICES = ("auto", "off")
 """The values of `SAPOConfig.speedups`."""
@@ -471,7 +469,7 @@ class SAPOConfig(GRPOConfig):
     )
 
     def __post_init__(self) -> None:
-        self._validate_sapo_fields()
+        check_sapo_fields(self)
         # An alias ("paper") becomes the name it stands for; an unknown name raises a ValueError naming the field.
         self.sampling_strategy = sampler_name(self.sampling_strategy)
         self._resolve_device_defaults()
@@ -520,13 +518,7 @@ class SAPOConfig(GRPOConfig):
                 f"{self.num_generations} = {groups}; leave one of them (or generation_batch_size and "
                 "steps_per_generation) unset so that it is derived."
             )
-        self._check_pool_size()
-
-    def _check_pool_size(self) -> None:
-        if None not in (self.external_pool_size, self.num_external) and self.external_pool_size < self.num_external:
-            raise ValueError(
-                f"external_pool_size={self.external_pool_size} must be at least num_external={self.num_external}."
-            )
+        check_pool_size(self)
 
     def _resolve_device_defaults(self) -> None:
         """Fill the device-dependent fields still at `None` from `device_defaults()`, and the speed-ups' switches from
@@ -546,55 +538,6 @@ class SAPOConfig(GRPOConfig):
             # setting the new name spares a deprecation warning.
             name = "activation_checkpointing" if hasattr(self, "activation_checkpointing") else "gradient_checkpointing"
             setattr(self, name, device["gradient_checkpointing"])
-
-    def _validate_sapo_fields(self) -> None:
-        for name in ("num_local", "num_external"):
-            value = getattr(self, name)
-            if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 0):
-                raise ValueError(f"{name} must be a non-negative integer or None (derived), got {value!r}.")
-        if self.num_local == 0 and self.num_external == 0:
-            raise ValueError("num_local + num_external must be at least 1: a round needs at least one group.")
-        if self.num_generations is None or self.num_generations < 2:
-            raise ValueError(
-                f"num_generations must be at least 2 (advantages are computed within a group), "
-                f"got {self.num_generations!r}."
-            )
-        if self.replay not in REPLAY_CHOICES:
-            raise ValueError(f"replay={self.replay!r} is unknown; choose one of {list(REPLAY_CHOICES)}.")
-        for name in ("replay_max_age", "replay_max_uses"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise ValueError(f"{name} must be a positive integer, got {value!r}.")
-        if self.external_source_policy not in SOURCE_POLICIES:
-            raise ValueError(
-                f"external_source_policy={self.external_source_policy!r} is unknown; "
-                f"choose one of {list(SOURCE_POLICIES)}."
-            )
-        self._check_pool_size()
-        if self.max_groups_per_peer is not None and self.max_groups_per_peer < 1:
-            raise ValueError(f"max_groups_per_peer must be at least 1 or None, got {self.max_groups_per_peer}.")
-        if self.regeneration_timeout is not None and self.regeneration_timeout <= 0:
-            raise ValueError(f"regeneration_timeout must be positive or None, got {self.regeneration_timeout}.")
-        if self.eval_questions < 1:
-            raise ValueError(f"eval_questions must be at least 1, got {self.eval_questions}.")
-        if self.max_group_age is not None and self.max_group_age <= 0:
-            raise ValueError(f"max_group_age must be positive or None, got {self.max_group_age}.")
-        if self.plausibility_margin is not None and self.plausibility_margin < 0:
-            raise ValueError(
-                f"plausibility_margin must be >= 0 nats or None (no check), got {self.plausibility_margin}."
-            )
-        if self.plausibility_span_margin is not None and self.plausibility_span_margin < 0:
-            raise ValueError(
-                "plausibility_span_margin must be >= 0 nats or None (no span test), "
-                f"got {self.plausibility_span_margin}."
-            )
-        for name in ("external_token_floor_before", "external_token_floor_after"):
-            if getattr(self, name) < 0:
-                raise ValueError(f"{name} must be >= 0 tokens, got {getattr(self, name)}.")
-        if self.plausibility_span_tokens < 1:
-            raise ValueError(f"plausibility_span_tokens must be at least 1, got {self.plausibility_span_tokens}.")
-        if self.plausibility_window < 4:
-            raise ValueError(f"plausibility_window must be at least 4 own completions, got {self.plausibility_window}.")
 
     @property
     def groups_per_round(self) -> int:

@@ -25,6 +25,7 @@ __all__ = [
     "question_of",
     "question_row",
     "reward_columns",
+    "system_messages",
 ]
 
 DEFAULT_SYSTEM_PROMPT = (
@@ -93,3 +94,14 @@ def question_row(
 ) -> dict[str, Any]:
     """One row: the chat ``prompt`` around ``question`` and the :data:`REWARD_COLUMNS` (:func:`reward_columns`)."""
     return {"prompt": question_messages(question, system_prompt), **reward_columns(answer, provenance, entry)}
+
+
+def system_messages(train_dataset: Any) -> list[dict[str, str]]:
+    """The system messages of a trainer's own prompts (its first row's), or none for a plain-text or empty dataset
+    (or one that is not a `datasets.Dataset`)."""
+    from datasets import Dataset
+
+    if not isinstance(train_dataset, Dataset) or len(train_dataset) == 0:
+        return []
+    prompt = train_dataset[0].get("prompt")
+    return [dict(m) for m in prompt if m.get("role") == "system"] if isinstance(prompt, list) else []

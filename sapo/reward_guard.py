@@ -198,6 +198,12 @@ class RewardGuard:
             ) from error
 
 
+def reward_guards(funcs: Sequence[Any]) -> list[RewardGuard]:
+    """The `RewardGuard`s wrapping ``funcs`` (a trainer's reward functions), each once."""
+    guards = (getattr(f, "__sapo_reward_guard__", None) for f in funcs)
+    return list({id(g): g for g in guards if g is not None}.values())
+
+
 def _is_module(func: Any) -> bool:
     torch = sys.modules.get("torch")
     return torch is not None and isinstance(func, torch.nn.Module)

@@ -29,7 +29,6 @@ from typing import Any
 
 import torch
 from accelerate.utils import broadcast_object_list, gather_object
-from datasets import Dataset
 from transformers.trainer import TRAINER_STATE_NAME
 from transformers.trainer_callback import TrainerCallback, TrainerState
 from transformers.trainer_utils import TrainOutput, get_last_checkpoint
@@ -44,7 +43,9 @@ from sapo.hygiene import CompletionFilter
 from sapo.intake import Intake
 from sapo.probe import PolicyProbe
 from sapo.publication import group_id, own_groups, publish, row_provenance
+from sapo.questions import system_messages
 from sapo.replay import own_candidates
+from sapo.reward_guard import reward_guards
 from sapo.round import Round, RoundOutcome, build_round, round_figures
 from sapo.sampling import ExternalSampler
 from sapo.sources import SourceRegistry, TaskSource
@@ -205,7 +206,7 @@ class SAPOTrainer(HeldOutEvaluation, TRLBridge):
             logger.info("no swarm given: SAPOTrainer trains as a local GRPO learner (pass swarm=... to join peers)")
         self.intake = Intake(
             args, swarm, self._uses_swarm, peer_id, self.accelerator, self.reward_weights,
-            system_messages=_system_messages(train_dataset),  # this node's own, around every external question
+            system_messages=system_messages(train_dataset),  # this node's own, around every external question
             sampler=sampler, completion_filter=completion_filter,
             sources=self._sources(train_dataset, sources),
         )  # fmt: skip
@@ -410,10 +411,8 @@ class SAPOTrainer(HeldOutEvaluation, TRLBridge):
     def _close_completed_run(self, checkpoint: str, state: TrainerState) -> TrainOutput:
         logger.info("%s holds all %d steps: nothing left to train", checkpoint, self.args.max_steps)
         self.load_checkpoint(checkpoint)
-        state.is_local_process_zero, state.is_world_process_zero = (
-            self.is_local_process_zero(),
-            self.is_world_process_zero(),
-        )
+        state.is_local_process_zero = self.is_local_process_zero()
+        state.is_world_process_zero = self.is_world_process_zero()
         self.state = state
         self.control = self.callback_handler.on_train_begin(self.args, self.state, self.control)
         if self.args.eval_on_start:  # as Trainer evaluates a resumed run's first step
@@ -430,15 +429,10 @@ class SAPOTrainer(HeldOutEvaluation, TRLBridge):
             json.dump({sender: dict(counts) for sender, counts in sorted(self.sender_outcomes.items())}, f, indent=1)
         os.replace(path + ".tmp", path)  # never a torn file, whenever the node is killed
 
-    def _reward_guards(self) -> list[Any]:
-        """The `sapo.reward_guard.RewardGuard`s wrapping this trainer's reward functions (one each at most)."""
-        guards = (getattr(f, "__sapo_reward_guard__", None) for f in self.reward_funcs)
-        return list({id(g): g for g in guards if g is not None}.values())
-
     def _restore_totals(self, saved: dict[str, Any]) -> None:
         """Count on from a resumed checkpoint's totals: `sapo/total/...`, per-sender outcomes, reward errors."""
         self.intake.restore_totals(saved)
-        guards = self._reward_guards()
+        guards = reward_guards(self.reward_funcs)
         if len(guards) == 1:
             guards[0].errors += int(saved.get("reward_errors") or 0)
 
@@ -447,18 +441,10 @@ class SAPOTrainer(HeldOutEvaluation, TRLBridge):
         a checkpoint without it is incomplete."""
         self._write_sender_outcomes()
         if self.args.should_save:
-            errors = sum(guard.errors for guard in self._reward_guards())
+            errors = sum(guard.errors for guard in reward_guards(self.reward_funcs))
             write_totals(folder, {**self.intake.running_totals(), "reward_errors": errors})
         pause = float(os.environ.get(FAULT_PAUSE_BEFORE_MARKER) or 0)
         if pause > 0:  # fault injection (tests): a kill in this window always leaves a half-written checkpoint
             time.sleep(pause)
         if self.args.should_save:
             mark_complete(folder, self.state.global_step)
-
-
-def _system_messages(train_dataset: Any) -> list[dict[str, str]]:
-    """The system messages of this node's own prompts (its first row's), or none for a plain-text dataset."""
-    if not isinstance(train_dataset, Dataset) or len(train_dataset) == 0:
-        return []
-    prompt = train_dataset[0].get("prompt")
-    return [dict(m) for m in prompt if m.get("role") == "system"] if isinstance(prompt, list) else []
