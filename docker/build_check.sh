@@ -4,7 +4,7 @@
 #   sudo bash docker/build_check.sh [LOG.md]       # e.g. benchmarks/results/docker_build_check.md
 #
 # Root, Debian's packages (buildah, podman, debootstrap) and PyPI are all it needs:
-#   0. parse checks of both variants (tests/test_dockerfile.py; the CUDA image cannot be built here: its base
+#   0. parse checks of both variants (tests/test_dockerfile*.py; the CUDA image cannot be built here: its base
 #      comes from a registry);
 #   1. installs buildah, podman and debootstrap when missing;
 #   2. makes a local base image, localhost/bookworm-python:3.11 (Debian bookworm minbase with python3, its
@@ -125,8 +125,9 @@ note "Host node's Python: $HOST_PYTHON ($("$HOST_PYTHON" --version 2>&1))"
 # ----------------------------------------------------------------------------------------------------
 # 0. parse checks (both variants)
 if [[ -x $HOST_PYTHON ]] && "$HOST_PYTHON" -c "import pytest, dockerfile_parse" 2>/dev/null; then
-    out=$("${NICE[@]}" "$HOST_PYTHON" -m pytest -q -p no:cacheprovider tests/test_dockerfile.py 2>&1) && ok=0 || ok=1
-    check "parse checks, CPU and CUDA variants (tests/test_dockerfile.py)" $ok "$(tail -1 <<<"$out")"
+    parse_checks=(tests/test_dockerfile.py tests/test_dockerfile_run.py)
+    out=$("${NICE[@]}" "$HOST_PYTHON" -m pytest -q -p no:cacheprovider "${parse_checks[@]}" 2>&1) && ok=0 || ok=1
+    check "parse checks, CPU and CUDA variants (tests/test_dockerfile*.py)" $ok "$(tail -1 <<<"$out")"
 else
     say "no $HOST_PYTHON with pytest: parse checks skipped (bash setup.sh makes one)"
 fi
