@@ -116,13 +116,11 @@ def run_condition(
     """One condition: a fresh victim and honest peer (and, with ``attack``, the hostile peer's process); the victim
     trains ``steps`` steps (with ``idle_seconds``, it trains nothing and the loops are watched that long); every peer
     and p2pd is stopped at the end, also on failure."""
-    from sapo import SAPOTrainer
-    from sapo.models import build_tiny_model
     from sapo.tasks import build_reasoning_gym_dataset
     from swarm.daemon import is_p2pd
     from swarm.dht import DHTTransport
     from testbed.hostile_peer import TASKS, ExactAnswer, honest_group
-    from testbed.tiny_run import tiny_config
+    from testbed.tiny_run import tiny_trainer
 
     dataset = build_reasoning_gym_dataset(TASKS, size=64, seed=5)
     rows = list(dataset)
@@ -167,22 +165,11 @@ def run_condition(
             watch()
             time.sleep(idle_seconds)
         else:
-            trainer = SAPOTrainer(
-                model=build_tiny_model(tokenizer, seed=0),
-                reward_funcs=[ExactAnswer()],
-                args=tiny_config(
-                    workdir,
-                    num_local=1,
-                    num_external=settings.num_external,
-                    max_steps=settings.steps,
-                    logging_steps=1,
-                    max_completion_length=16,
-                ),
-                train_dataset=dataset,
-                processing_class=tokenizer,
-                swarm=victim,
-                callbacks=[steps],
-            )
+            trainer = tiny_trainer(
+                workdir, tokenizer, [ExactAnswer()], dataset, victim, callbacks=[steps],
+                num_local=1, num_external=settings.num_external, max_steps=settings.steps, logging_steps=1,
+                max_completion_length=16,
+            )  # fmt: skip
             steps.trainer = trainer
             trainer.train()
         stalls = {name: w.stop() for name, w in watches.items()}

@@ -41,7 +41,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -51,36 +51,15 @@ from benchmarks.harness import (
     utc_now,
     write_report,
 )
-from benchmarks.soak import SOAK_RECORD_TTL, TINY_NODE, run_soak, soak_plot, soak_result
+from benchmarks.soak import SOAK_RECORD_TTL, run_soak, soak_plot, soak_result, tiny_node_command
 
 PARTS = ("hostile", "crashes", "soak")
+RELIABILITY_PEERS = {"poll_interval": 0.2, "index_refresh_interval": 1.0, "index_min_interval": 0.2}
+"""The DHTTransport settings of the hostile rounds' peers (faster polls and index reads than a node's)."""
 
 
 # ------------------------------------------------------------------------------------------------
 # hostile peers
-
-
-@contextlib.contextmanager
-def dht_peer_factory() -> Iterator[Any]:
-    """``make(**config)`` -> DHTTransport on 127.0.0.1; every peer made is closed (and its p2pd killed) at exit."""
-    from swarm.dht import DHTTransport
-
-    made: list[Any] = []
-
-    def make(**config: Any) -> Any:
-        fast = {"poll_interval": 0.2, "index_refresh_interval": 1.0, "index_min_interval": 0.2}
-        peer = DHTTransport(**{**fast, **config})
-        made.append(peer)
-        return peer
-
-    try:
-        yield make
-    finally:
-        for peer in made:
-            with contextlib.suppress(Exception):
-                peer.close()
-            if peer.p2pd is not None:
-                peer.p2pd.kill()  # only the very daemon, if it still runs
 
 
 def run_hostile(rounds: int, burst_size: int, workdir: Path) -> dict[str, Any]:
@@ -89,6 +68,7 @@ def run_hostile(rounds: int, burst_size: int, workdir: Path) -> dict[str, Any]:
     from transformers import AutoTokenizer
 
     from sapo.models import default_model_path, prepare_tokenizer
+    from testbed.dht_peers import dht_peer_factory
     from testbed.hostile_peer import hostile_round, poisoned_rows_trained
 
     tokenizer = prepare_tokenizer(AutoTokenizer.from_pretrained(default_model_path()))
@@ -97,7 +77,7 @@ def run_hostile(rounds: int, burst_size: int, workdir: Path) -> dict[str, Any]:
     out: dict[str, Any] = {"rounds": [], "crashes": 0, "poisoned_rows_trained": 0}
     for index in tqdm(range(rounds), desc="hostile rounds", unit="round"):
         try:
-            with dht_peer_factory() as make:
+            with dht_peer_factory(RELIABILITY_PEERS) as make:
                 outcome = hostile_round(workdir / f"hostile-{index}", tokenizer, make, burst_size=burst_size)
         except Exception as e:  # an honest node that raises has crashed: count it, keep measuring
             out["crashes"] += 1
@@ -164,16 +144,7 @@ def run_crashes(kills: int, model_dir: Path, workdir: Path, seed: int = 0) -> di
 
     out_dir = workdir / "crash-node"
     rng = random.Random(seed)
-    command = [
-        sys.executable,
-        "-m",
-        "sapo.node.cli",
-        "--model",
-        str(model_dir),
-        "--output_dir",
-        str(out_dir),
-        *TINY_NODE,
-    ]
+    command = tiny_node_command(model_dir, out_dir)
     faults = []
     expected = None
     faults_exit = None

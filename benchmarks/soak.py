@@ -18,6 +18,14 @@ TINY_NODE = [
     "--max_completion_length", "8", "--dataset_size", "64", "--tasks", "basic_arithmetic",
     "--sampling_strategy", "uniform",
 ]  # fmt: skip
+"""A tiny node's settings (2 groups of 2 completions per step, completions of 8 tokens): small enough for 2 cores."""
+
+
+def tiny_node_command(model_dir: str | Path, output_dir: str | Path, *extra: str) -> list[str]:
+    """The command line of one sapo-node on ``model_dir`` writing into ``output_dir`` at :data:`TINY_NODE`'s settings,
+    ``extra`` after them."""
+    return [sys.executable, "-m", "sapo.node.cli", "--model", str(model_dir), "--output_dir", str(output_dir),
+            *TINY_NODE, *extra]  # fmt: skip
 
 
 def _node_pids(run_dir: Path, peers: int) -> dict[str, tuple[int | None, int | None]]:

@@ -28,7 +28,7 @@ from swarm.daemon import close_p2p, close_stopped_loop
 from swarm.hivemind_bridge import daemon_process, signing_key
 from swarm.records import WIRE_VERSION, Group, Provenance, group_to_wire
 from swarm.validation import record_key
-from testbed.tiny_run import tiny_config
+from testbed.tiny_run import tiny_trainer
 
 LOCAL = "/ip4/127.0.0.1/tcp/0"
 TASKS = [TaskSpec("basic_arithmetic", {"min_terms": 2, "max_terms": 2, "min_digits": 1, "max_digits": 1})]
@@ -350,8 +350,6 @@ def hostile_round(
     the trainer, the expected counter of each kind, every trained row, the burst's figures. ``on_p2pd`` is told
     of the raw node's p2pd daemon (see :class:`HostileNode`).
     """
-    from sapo import SAPOTrainer
-    from sapo.models import build_tiny_model
     from sapo.tasks import build_reasoning_gym_dataset
 
     rows = list(build_reasoning_gym_dataset(TASKS, size=32, seed=5))
@@ -375,26 +373,23 @@ def hostile_round(
             time.sleep(0.1)
 
         reward = ExactAnswer()
-        trainer = SAPOTrainer(
-            model=build_tiny_model(tokenizer, seed=0),
-            reward_funcs=[reward],
-            args=tiny_config(
-                workdir / "honest",
-                num_local=1,
-                num_external=3,
-                max_steps=steps,
-                learning_rate=1e-2,
-                logging_steps=1,
-                sampling_strategy="uniform",
-                external_pool_size=16,
-                regeneration_timeout=3.0,  # the expensive config is given up after 3 s
-                # every published completion fits whole (the tagged ones are ~20 tokens): a longer one would be cut
-                # and scored as cut, losing its <answer> and the truth-versus-lie rewards this round checks
-                max_completion_length=32,
-            ),
-            train_dataset=build_reasoning_gym_dataset(TASKS, size=32, seed=5),
-            processing_class=tokenizer,
-            swarm=honest,
+        trainer = tiny_trainer(
+            workdir / "honest",
+            tokenizer,
+            [reward],
+            build_reasoning_gym_dataset(TASKS, size=32, seed=5),
+            honest,
+            num_local=1,
+            num_external=3,
+            max_steps=steps,
+            learning_rate=1e-2,
+            logging_steps=1,
+            sampling_strategy="uniform",
+            external_pool_size=16,
+            regeneration_timeout=3.0,  # the expensive config is given up after 3 s
+            # every published completion fits whole (the tagged ones are ~20 tokens): a longer one would be cut
+            # and scored as cut, losing its <answer> and the truth-versus-lie rewards this round checks
+            max_completion_length=32,
         )
         trainer.train()
     finally:

@@ -5,35 +5,21 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
+from benchmarks.soak import TINY_NODE, tiny_node_command
 from sapo.node.report import is_evaluation_line
 from swarm.daemon import ProcessIdentity
 
 # Small enough for a 2-core machine: 2 groups of 2 completions per step, short completions.
-TINY = [
-    "--num_local", "1", "--num_external", "1", "--num_generations", "2", "--per_device_train_batch_size", "4",
-    "--max_completion_length", "8", "--dataset_size", "64", "--tasks", "basic_arithmetic",
-    "--sampling_strategy", "uniform", "--join_timeout", "20",
-]  # fmt: skip
+TINY = [*TINY_NODE, "--join_timeout", "20"]
 
 
 def _node_command(model_dir: Path, output_dir: Path, *extra: str) -> list[str]:
-    return [
-        sys.executable,
-        "-m",
-        "sapo.node.cli",
-        "--model",
-        str(model_dir),
-        "--output_dir",
-        str(output_dir),
-        *TINY,
-        *extra,
-    ]
+    return tiny_node_command(model_dir, output_dir, "--join_timeout", "20", *extra)
 
 
 def _lines(output_dir: Path) -> list[dict]:

@@ -18,6 +18,7 @@ import pytest
 
 from swarm.daemon import ProcessIdentity
 from swarm.records import Group, Provenance
+from testbed.dht_peers import dht_peer_factory, kill_p2pd
 
 STARTED_P2PD: dict[ProcessIdentity, list[str]] = {}
 """p2pd -> its socket files, for every daemon started by these fixtures (and by tests that record theirs)."""
@@ -53,13 +54,6 @@ def wait_until(condition: Callable[[], Any], timeout: float = 20.0, interval: fl
         time.sleep(interval)
 
 
-def kill_p2pd(daemon: ProcessIdentity) -> None:
-    """SIGKILL ``daemon`` if that very process still runs (never another process that reused its pid)."""
-    if daemon.kill():
-        with contextlib.suppress(ChildProcessError, OSError):
-            os.waitpid(daemon.pid, os.WNOHANG)
-
-
 def record_p2pd(daemon: ProcessIdentity | int | None, sockets: list[str] = ()) -> None:
     """Remember a p2pd started by a test, for the end-of-module check. A bare pid is read as the process that has it
     now: pass it while the daemon certainly runs (right after it started)."""
@@ -83,28 +77,10 @@ FAST = dict(
 
 @pytest.fixture
 def dht_peers() -> Iterator[Callable[..., Any]]:
-    """Factory of DHTTransport peers (fast settings); every peer is closed, and its p2pd killed, at teardown."""
-    from swarm.dht import DHTTransport
-
-    created: list[DHTTransport] = []
-
-    def make(**config: Any) -> DHTTransport:
-        peer = DHTTransport(**{**FAST, **config})
-        created.append(peer)
-        record_p2pd(peer.p2pd, peer.socket_paths)
-        return peer
-
-    try:
+    """Factory of DHTTransport peers (fast settings), each recorded for the end-of-module check; every peer is closed,
+    and its p2pd killed, at teardown."""
+    with dht_peer_factory(FAST, on_start=lambda peer: record_p2pd(peer.p2pd, peer.socket_paths)) as make:
         yield make
-    finally:
-        for peer in created:
-            with contextlib.suppress(Exception):
-                peer.close()
-            if peer.p2pd is not None:
-                kill_p2pd(peer.p2pd)  # last resort: close() should have stopped it already
-            for path in peer.socket_paths:
-                with contextlib.suppress(FileNotFoundError):
-                    os.remove(path)
 
 
 @contextlib.contextmanager

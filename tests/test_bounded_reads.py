@@ -20,7 +20,6 @@ from google.protobuf.wrappers_pb2 import BytesValue
 from hivemind.dht.routing import DHTID
 from hivemind.dht.storage import DictionaryDHTValue
 from hivemind.dht.validation import DHTRecord
-from hivemind.proto import dht_pb2
 from hivemind.utils.crypto import RSAPrivateKey, RSAPublicKey
 from hivemind.utils.serializer import MSGPackSerializer
 
@@ -52,7 +51,7 @@ from testbed.bombs import (
     signature_openings,
     subkey_bomb,
 )
-from testbed.hostile_peer import HostileNode, odd_key
+from testbed.hostile_peer import HostileNode, odd_key, store_raw
 from tests.swarm_fixtures import dht_peers, make_group, no_p2pd_left_behind, record_p2pd, wait_until  # noqa: F401
 
 SECONDS = 0.5  # a generic unpack of the bomb took 1.4-10 s; a typed decode refuses it in about a millisecond
@@ -278,21 +277,6 @@ def on_loop(peer: Any, coroutine: Any, timeout: float = 30) -> Any:
     return asyncio.run_coroutine_threadsafe(coroutine, peer.peer._loop).result(timeout)
 
 
-def store_raw(hostile: HostileNode, victim: Any, key: str, tag: bytes, value: bytes, expiration: float) -> Any:
-    """One store RPC from ``hostile`` to ``victim`` with the subkey bytes ``tag`` as they are (hivemind's own call
-    serializes them): the victim's answer, or the error it raised."""
-    request = dht_pb2.StoreRequest(
-        keys=[DHTID.generate(source=key).to_bytes()],
-        subkeys=[tag],
-        values=[value],
-        expiration_time=[expiration],
-        in_cache=[False],
-        peer=hostile.node.protocol.node_info,
-    )
-    stub = hostile.node.protocol.get_stub(victim.peer.libp2p_peer_id)
-    return list(hostile.run(stub.rpc_store(request, timeout=20)).store_ok)
-
-
 pytestmark = pytest.mark.usefixtures("no_p2pd_left_behind")
 
 
@@ -325,7 +309,7 @@ def test_bombs_stored_at_a_peer_are_refused_cheaply_and_counted(dht_peers, monke
             )
             before = victim.readout().counters.get(f"rejected/{reason}", 0)
             try:
-                outcome = store_raw(hostile, victim, key, tag, sent, expiration)
+                outcome = store_raw(hostile, victim.peer.libp2p_peer_id, key, tag, sent, expiration)
             except Exception as e:  # the victim's handler raised: hivemind answers the store with an error
                 outcome = e
             assert outcome == [False] or isinstance(outcome, Exception), (name, outcome)
@@ -333,7 +317,7 @@ def test_bombs_stored_at_a_peer_are_refused_cheaply_and_counted(dht_peers, monke
             assert watch.bounded(), (name, watch.calls)
             monkeypatch.undo()
         honest = hostile.signed(key, hostile.marker, good, expiration)
-        assert store_raw(hostile, victim, key, dumps(hostile.marker), honest, expiration) == [True]
+        assert store_raw(hostile, victim.peer.libp2p_peer_id, key, dumps(hostile.marker), honest, expiration) == [True]
         assert victim.healthy()
     finally:
         hostile.close()

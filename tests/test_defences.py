@@ -28,7 +28,7 @@ from sapo.standing import SenderStanding
 from sapo.tasks import TaskSpec, build_reasoning_gym_dataset
 from swarm import Group, MemorySwarm, Provenance
 from swarm.records import provenance_from_wire
-from testbed.tiny_run import tiny_config
+from testbed.tiny_run import tiny_config, tiny_trainer
 from tests.trainer_fixtures import RewardProbe, _external_group, _metric, _trainer
 
 
@@ -91,24 +91,12 @@ def test_trainer_drops_unhygienic_groups_and_benches_their_sender(tmp_path, smol
     def exact(prompts, completions, answer, **kw):
         return [float(f"<answer>{a}</answer>" in c[0]["content"]) for c, a in zip(completions, answer, strict=True)]
 
-    trainer = SAPOTrainer(
-        model=build_tiny_model(smollm_tokenizer, seed=0),
-        reward_funcs=[exact],
-        args=tiny_config(
-            tmp_path / "out",
-            num_local=1,
-            num_external=1,
-            max_steps=1,
-            external_pool_size=8,
-            completion_forbidden_patterns=[r"https?://"],
-            sender_drop_limit=2,
-            sender_window=5,
-            plausibility_margin=None,  # hygiene and standing alone (the check would refuse step 1's groups)
-        ),  # fmt: skip
-        train_dataset=dataset,
-        processing_class=smollm_tokenizer,
-        swarm=swarm.join("honest"),
-    )
+    trainer = tiny_trainer(
+        tmp_path / "out", smollm_tokenizer, [exact], dataset, swarm.join("honest"),
+        num_local=1, num_external=1, max_steps=1, external_pool_size=8, completion_forbidden_patterns=[r"https?://"],
+        sender_drop_limit=2, sender_window=5,
+        plausibility_margin=None,  # hygiene and standing alone (the check would refuse step 1's groups)
+    )  # fmt: skip
     trainer.train()
     totals = trainer.swarm_totals
     # Two of the attacker's groups fail hygiene and bench it; its third is set aside unread (order is random).

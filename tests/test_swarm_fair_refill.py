@@ -92,11 +92,9 @@ def test_refused_and_unserved_records_rest_their_publisher_and_reach_the_nodes_s
     """A liar publishes records the transport refuses (empty completions); a ghost announces records and then never
     serves them. Each refusal rests its sender in the transport, and the node's intake counts it against the sender:
     both are benched by the node's standing without one of their groups reaching it."""
-    from sapo import SAPOTrainer
-    from sapo.models import build_tiny_model
     from sapo.tasks import build_reasoning_gym_dataset
     from testbed.hostile_peer import TASKS
-    from testbed.tiny_run import tiny_config
+    from testbed.tiny_run import tiny_trainer
 
     victim = dht_peers(**QUIET_INDEX)
     liar = dht_peers(initial_peers=victim.visible_addresses(), **QUIET_INDEX)
@@ -122,22 +120,10 @@ def test_refused_and_unserved_records_rest_their_publisher_and_reach_the_nodes_s
         return [0.0] * len(completions)
 
     rows = build_reasoning_gym_dataset(TASKS, size=8, seed=5)
-    trainer = SAPOTrainer(
-        model=build_tiny_model(smollm_tokenizer, seed=0),
-        reward_funcs=[no_reward],
-        args=tiny_config(
-            tmp_path / "node",
-            num_local=1,
-            num_external=1,
-            max_steps=1,
-            plausibility_margin=None,
-            sender_drop_limit=3,
-            sender_window=5,
-        ),  # fmt: skip
-        train_dataset=rows,
-        processing_class=smollm_tokenizer,
-        swarm=victim,
-    )
+    trainer = tiny_trainer(
+        tmp_path / "node", smollm_tokenizer, [no_reward], rows, victim,
+        num_local=1, num_external=1, max_steps=1, plausibility_margin=None, sender_drop_limit=3, sender_window=5,
+    )  # fmt: skip
     trainer.train()
     standing, now = trainer.intake.standing, time.time()
     assert standing.is_benched(liar.peer_id, now) and standing.is_benched(ghost.peer_id, now)
