@@ -158,7 +158,7 @@ def run_condition(
         threading.Thread(target=publish, daemon=True).start()
 
         def watch() -> None:
-            watches.update(transport=LoopWatch(victim.peer._loop), reference=LoopWatch())
+            watches.update(transport=LoopWatch(victim.peer.loop), reference=LoopWatch())
 
         steps = step_callback(honest.peer_id, watch)
         if idle_seconds:  # no training: what the flood alone costs the transport's loop

@@ -263,4 +263,4 @@ def _identities(hostile: Any, keys: list, settings: FloodSettings, done: Any, se
 
 
 def _on_loop(peer: Any, coroutine: Any, timeout: float = 10) -> Any:
-    return asyncio.run_coroutine_threadsafe(coroutine, peer.peer._loop).result(timeout)
+    return asyncio.run_coroutine_threadsafe(coroutine, peer.peer.loop).result(timeout)

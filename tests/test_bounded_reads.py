@@ -274,7 +274,7 @@ def test_a_signing_key_file_of_another_shape_is_refused_with_a_clear_error(tmp_p
 
 def on_loop(peer: Any, coroutine: Any, timeout: float = 30) -> Any:
     """Run ``coroutine`` on a DHTTransport's event loop (where its DHT node and p2p live)."""
-    return asyncio.run_coroutine_threadsafe(coroutine, peer.peer._loop).result(timeout)
+    return asyncio.run_coroutine_threadsafe(coroutine, peer.peer.loop).result(timeout)
 
 
 pytestmark = pytest.mark.usefixtures("no_p2pd_left_behind")
