@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import gc
 import glob
 import json
@@ -67,17 +68,25 @@ class ProcessIdentity:
         same process."""
         try:
             fd = os.pidfd_open(self.pid)
-        except OSError:
-            return False  # gone (or a platform without pidfds: then never signal on a guess)
+        except OSError as e:
+            # gone; or no pidfd to be had (out of file descriptors, a platform without them): never signal on a guess
+            return _not_signalled(self, e)
         try:
             if start_time(self.pid) != self.start:
                 return False
             signal.pidfd_send_signal(fd, sig)
             return True
-        except OSError:
-            return False
+        except OSError as e:
+            return _not_signalled(self, e)
         finally:
             os.close(fd)
+
+
+def _not_signalled(process: ProcessIdentity, error: OSError) -> bool:
+    """False; a reason other than the process being gone is logged (it leaves a process running)."""
+    if error.errno != errno.ESRCH:
+        logger.warning("could not signal process %d: %s", process.pid, error)
+    return False
 
 
 def is_p2pd(pid: int) -> bool:

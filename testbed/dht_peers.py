@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import time
 from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -14,11 +15,14 @@ if TYPE_CHECKING:
     from swarm.dht import DHTTransport
 
 
-def kill_p2pd(daemon: ProcessIdentity) -> None:
-    """SIGKILL ``daemon`` if that very process still runs (never another process that reused its pid)."""
+def kill_p2pd(daemon: ProcessIdentity, timeout: float = 5.0) -> None:
+    """SIGKILL ``daemon`` if that very process still runs (never another process that reused its pid), and wait up to
+    ``timeout`` s until it no longer runs. Its exit status is left to whoever started it (hivemind's child watcher, a
+    test's ``Popen``): reaping it here would leave them a lost status (``Popen.wait`` then reads 0)."""
     if daemon.kill():
-        with contextlib.suppress(ChildProcessError, OSError):
-            os.waitpid(daemon.pid, os.WNOHANG)
+        deadline = time.monotonic() + timeout
+        while daemon.running() and time.monotonic() < deadline:
+            time.sleep(0.02)
 
 
 @contextlib.contextmanager
