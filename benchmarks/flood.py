@@ -30,6 +30,7 @@ import argparse
 import asyncio
 import contextlib
 import dataclasses
+import gc
 import multiprocessing
 import os
 import signal
@@ -42,6 +43,7 @@ from typing import Any
 from benchmarks.flood_attack import FloodSettings, attacker
 from benchmarks.flood_report import report_lines, summarize, targets
 from benchmarks.harness import RESULTS, rss_mb, run_record, write_report
+from sapo.collector import long_lived_frozen
 
 # ------------------------------------------------------------------------------------------------ the victim
 
@@ -77,6 +79,29 @@ class LoopWatch:
             self._loop.call_soon_threadsafe(self._loop.stop)
         late = self.late or [0.0]
         return {"longest_s": max(late), "over_100ms": sum(x > 0.1 for x in late), "wakes": len(self.late)}
+
+
+class CollectorPauses:
+    """The garbage collector's pauses in this process while watched: each holds the interpreter's lock, so every
+    event loop of the process waits it out."""
+
+    def __init__(self) -> None:
+        self.pauses: list[float] = []
+        self._began = 0.0
+        gc.callbacks.append(self._on_collection)
+
+    def _on_collection(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self._began = time.perf_counter()
+        else:
+            self.pauses.append(time.perf_counter() - self._began)
+
+    def stop(self) -> dict[str, float]:
+        """Stop watching; the longest pause, the count over 100 ms and the number of collections."""
+        with contextlib.suppress(ValueError):
+            gc.callbacks.remove(self._on_collection)
+        pauses = self.pauses or [0.0]
+        return {"longest_s": max(pauses), "over_100ms": sum(x > 0.1 for x in pauses), "collections": len(self.pauses)}
 
 
 def step_callback(honest: str, watch: Any) -> Any:
@@ -158,12 +183,13 @@ def run_condition(
         threading.Thread(target=publish, daemon=True).start()
 
         def watch() -> None:
-            watches.update(transport=LoopWatch(victim.peer.loop), reference=LoopWatch())
+            watches.update(transport=LoopWatch(victim.peer.loop), reference=LoopWatch(), collector=CollectorPauses())
 
         steps = step_callback(honest.peer_id, watch)
         if idle_seconds:  # no training: what the flood alone costs the transport's loop
-            watch()
-            time.sleep(idle_seconds)
+            with long_lived_frozen():  # as in a node (and in a trainer's train()): the libraries out of every scan
+                watch()
+                time.sleep(idle_seconds)
         else:
             trainer = tiny_trainer(
                 workdir, tokenizer, [ExactAnswer()], dataset, victim, callbacks=[steps],
@@ -197,6 +223,7 @@ def run_condition(
                 with contextlib.suppress(OSError):
                     os.kill(pid, signal.SIGKILL)
     return {
+        "load_average": os.getloadavg()[0],
         "steps": steps.rows,
         "honest_published": published[0],
         "loop_stall": stalls,
@@ -232,6 +259,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--bomb-interval", type=float, default=defaults.bomb_interval, help="seconds between bombs")
     parser.add_argument("--tokenizer", default=None, help="a saved SmolLM2 tokenizer directory (default: the GGUF's)")
     parser.add_argument("--out", type=Path, default=RESULTS, help="where flood.{json,md} go")
+    parser.add_argument("--beside", default=None, help="what else ran on the machine, for the report")
     args = parser.parse_args(argv)
     settings = dataclasses.replace(
         defaults, steps=args.steps, attack_seconds=args.attack_seconds, bomb_interval=args.bomb_interval
@@ -249,6 +277,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     conditions = {name: summarize(runs) for name, runs in rounds.items()}
     data = {
         "run": record,
+        "beside": args.beside,
         "settings": {**dataclasses.asdict(settings), "rounds": args.rounds, "idle_seconds": args.idle_seconds},
         "conditions": conditions,
         "without_training": idle,

@@ -33,6 +33,8 @@ def summarize(rounds: list[dict[str, Any]]) -> dict[str, Any]:
         "loop_stalls_over_100ms": sum(r["loop_stall"]["transport"]["over_100ms"] for r in rounds),
         "reference_loop_stall_max_s": max(r["loop_stall"]["reference"]["longest_s"] for r in rounds),
         "reference_loop_stalls_over_100ms": sum(r["loop_stall"]["reference"]["over_100ms"] for r in rounds),
+        "collector_pause_max_s": max(r["loop_stall"].get("collector", {}).get("longest_s", 0.0) for r in rounds),
+        "load_average_max": max(r.get("load_average", 0.0) for r in rounds),
         "rss_peak_mb": max(row["rss_mb"] for r in rounds for row in r["steps"]),
         "rejects": dict(sorted(total("rejects").items())),
         "attacker_sent": dict(sorted(total("attacker_sent").items())),
@@ -77,17 +79,20 @@ def report_lines(data: dict[str, Any]) -> list[str]:
             1000,
         ),
         ("reference loop stalls over 100 ms", "reference_loop_stalls_over_100ms", "{}"),
+        ("longest garbage-collector pause in the process (ms)", "collector_pause_max_s", "{:.0f}", 1000),
+        ("highest 1-minute load average at a round's end", "load_average_max", "{:.1f}"),
         ("peak RSS of the process (MB)", "rss_peak_mb", "{:.0f}"),
     ]
     lines = ["# Flood: a training node clean and under one hostile peer (issue 61)", "", *record_lines(data["run"]), ""]
     lines += [
-        "The machine was shared: a long experiment and other helpers' tests ran beside this run on its 2 cores, so the "
-        "step times and loop stalls carry their load as well as the attack's. The conditions alternate (clean, attack, "
+        f"Beside this run: {data.get('beside') or 'not recorded'}. The step times and loop stalls carry the machine's "
+        "load as well as the attack's (the load average is in the table). The conditions alternate (clean, attack, "
         "clean, ...; each round a fresh victim, honest peer and attacker) so that a change of load falls on both. The "
         "step time is the median over every step but each round's first (the trainer's start-up); loop stalls are "
         "watched from the end of the first step. The reference loop, an event loop with nothing on it in the victim's "
         "process, shows what the machine and the interpreter alone cost a loop (the OS scheduler, the GIL held by the "
-        "training thread).",
+        "training thread). The trainer leaves what is alive when it starts training out of the garbage collector's "
+        "scans (sapo.collector), as a node does before it joins the swarm; the collector's longest pause is shown.",
         "",
         f"Settings: {data['settings']}",
         "",
@@ -107,10 +112,12 @@ def report_lines(data: dict[str, Any]) -> list[str]:
                   "Each condition again with a fresh victim that trains nothing, its loops watched for "
                   f"{data['settings']['idle_seconds']:.0f} s: the transport loop with neither the training "
                   "thread's GIL nor its load.", "", "| loop | clean | under attack |", "|---|---|---|"]  # fmt: skip
-        for loop in ("transport", "reference"):
+        for loop in ("transport", "reference", "collector"):
             stalls = [idle[condition]["loop_stall"][loop] for condition in ("clean", "attack")]
             cells = [f"{x['longest_s'] * 1000:.0f} ms longest, {x['over_100ms']} over 100 ms" for x in stalls]
-            lines.append(f"| {loop} | {cells[0]} | {cells[1]} |")
+            lines.append(
+                f"| {'garbage collector (its pauses)' if loop == 'collector' else loop} | {cells[0]} | {cells[1]} |"
+            )
     lines += ["", "## What the hostile peer sent", "", "| what | count |", "|---|---|"]
     lines += [f"| {name} | {count} |" for name, count in sorted(attack["attacker_sent"].items())]
     lines += [

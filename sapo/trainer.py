@@ -36,6 +36,7 @@ from trl.data_utils import is_conversational
 
 from rewards import completion_text
 from sapo.checkpoints import mark_complete, read_totals, write_totals
+from sapo.collector import long_lived_frozen
 from sapo.config import SAPOConfig
 from sapo.evaluation import held_out_questions
 from sapo.held_out import HeldOutEvaluation
@@ -380,7 +381,8 @@ class SAPOTrainer(HeldOutEvaluation, TRLBridge):
     # checkpoints
 
     def train(self, resume_from_checkpoint: str | bool | None = None, *args: Any, **kwargs: Any) -> Any:
-        """TRL's training loop; at its end, the per-sender outcomes are written to `output_dir`/senders.json.
+        """TRL's training loop; at its end, the per-sender outcomes are written to `output_dir`/senders.json. What is
+        alive when it starts is left out of the garbage collector's scans while it trains (:mod:`sapo.collector`).
 
         A checkpoint that already holds `max_steps` steps (a run killed after its last checkpoint, during its final
         evaluation say) is loaded, evaluated where `eval_on_start` asks, and trained no further: Trainer tests the
@@ -391,10 +393,11 @@ class SAPOTrainer(HeldOutEvaluation, TRLBridge):
         done = self._completed_state(resume_from_checkpoint)
         if isinstance(resume_from_checkpoint, (str, os.PathLike)):
             self._restore_totals(read_totals(resume_from_checkpoint))
-        if done is None:
-            result = super().train(resume_from_checkpoint, *args, **kwargs)
-        else:
-            result = self._close_completed_run(str(resume_from_checkpoint), done)
+        with long_lived_frozen():  # a full garbage collection would stall the swarm transport's loop
+            if done is None:
+                result = super().train(resume_from_checkpoint, *args, **kwargs)
+            else:
+                result = self._close_completed_run(str(resume_from_checkpoint), done)
         self._write_sender_outcomes()
         return result
 
