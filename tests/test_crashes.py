@@ -1,6 +1,7 @@
 """kill -9 a node at random moments, and in the middle of a checkpoint write (every time: the node pauses before
 the completion marker): every restart resumes from the newest complete checkpoint, never from a half-written one,
-and no step is logged twice."""
+no step is logged twice, the run ends with its LoRA adapters saved, and a restart after the last checkpoint trains
+nothing more."""
 # ruff: noqa: F811  (the started fixture imported from tests.node_fixtures is redefined as an argument)
 
 from __future__ import annotations
@@ -67,6 +68,7 @@ def test_kill9_at_random_moments_resumes_from_the_newest_complete_checkpoint(tmp
         started.append(node)
         first = _last_step(out)
         _wait(lambda first=first: _last_step(out) > first, 300, "a new step", node)
+        assert (out / "address.txt").exists()  # the swarm address others join through, written before training
         if expected_resume is not None:  # the previous kill's newest complete checkpoint, nothing else
             assert f"resuming from {expected_resume}" in log.read_text()
         elif killed:  # killed while writing its first checkpoint: it starts over, from nothing
@@ -95,6 +97,7 @@ def test_kill9_at_random_moments_resumes_from_the_newest_complete_checkpoint(tmp
     )  # fmt: skip
     assert final.returncode == 0, final.stderr[-3000:]
     assert f"resuming from {expected_resume}" in final.stderr, final.stderr[:3000]
+    assert (out / "final" / "adapter_config.json").exists()  # a node trains LoRA adapters by default
     # The optimizer state was restored with the weights: Adam has counted every step since the first life (a resume
     # that loaded only the weights would count 2 here).
     optimizer = torch.load(out / f"checkpoint-{resumed_step + 2}" / "optimizer.pt", weights_only=True)
@@ -104,7 +107,18 @@ def test_kill9_at_random_moments_resumes_from_the_newest_complete_checkpoint(tmp
     assert caught_mid_write >= 2  # both mid-checkpoint kills left one
     assert len(set_aside) == caught_mid_write  # each checkpoint the kill left half-written was set aside
     steps = [m["step"] for m in _metrics(out)]
-    assert steps == sorted(set(steps))  # no step logged twice across four lives
+    assert steps == sorted(set(steps)) and steps[-1] == resumed_step + 2  # no step logged twice across four lives
+    _assert_gone(_p2pd(out))
+
+    # killed after its last checkpoint (in its final evaluation, say), the node finishes without training more
+    again = subprocess.run(
+        _node_command(tiny_model_a, out, "--max_steps", str(resumed_step + 2), "--save_steps", "1", *NO_EVALUATION),
+        capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "nothing left to train" in again.stderr
+    assert max(m["step"] for m in _metrics(out)) == resumed_step + 2
+    assert latest_complete_checkpoint(out).name == f"checkpoint-{resumed_step + 2}"
     _assert_gone(_p2pd(out))
 
 
