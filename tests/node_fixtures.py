@@ -16,6 +16,9 @@ from swarm.daemon import ProcessIdentity
 
 # Small enough for a 2-core machine: 2 groups of 2 completions per step, short completions.
 TINY = [*TINY_NODE, "--join_timeout", "20"]
+# No held-out evaluation (a node evaluates at step 0, or at the step it resumed from, and every 10 steps otherwise):
+# for tests that assert nothing about it.
+NO_EVALUATION = ["--eval_on_start", "false", "--eval_steps", "1000"]
 
 
 def _node_command(model_dir: Path, output_dir: Path, *extra: str) -> list[str]:

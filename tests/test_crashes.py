@@ -1,6 +1,7 @@
 """kill -9 a node at random moments, and in the middle of a checkpoint write (every time: the node pauses before
 the completion marker): every restart resumes from the newest complete checkpoint, never from a half-written one,
-and no step is logged twice."""
+no step is logged twice, the run ends with its LoRA adapters saved, and a restart after the last checkpoint trains
+nothing more."""
 # ruff: noqa: F811  (the started fixture imported from tests.node_fixtures is redefined as an argument)
 
 from __future__ import annotations
@@ -17,7 +18,15 @@ import torch
 
 from sapo.checkpoints import COMPLETE_MARKER, checkpoints, latest_complete_checkpoint
 from sapo.trainer import FAULT_PAUSE_BEFORE_MARKER
-from tests.node_fixtures import _assert_gone, _metrics, _node_command, _p2pd, _wait, started  # noqa: F401
+from tests.node_fixtures import (  # noqa: F401
+    NO_EVALUATION,
+    _assert_gone,
+    _metrics,
+    _node_command,
+    _p2pd,
+    _wait,
+    started,
+)
 
 
 def _last_step(out: Path) -> int:
@@ -46,17 +55,20 @@ def test_kill9_at_random_moments_resumes_from_the_newest_complete_checkpoint(tmp
     expected_resume: Path | None = None
     killed = False
     caught_mid_write = 0
-    for attempt, moment in enumerate(["mid_checkpoint", "random", "mid_checkpoint", "random"]):
+    # Three lives: a random kill between two mid-checkpoint kills, so each kind of kill is resumed from (the final
+    # run resumes from the second mid-checkpoint kill) and two half-written checkpoints are set aside.
+    for attempt, moment in enumerate(["mid_checkpoint", "random", "mid_checkpoint"]):
         log = tmp_path / f"attempt{attempt}.log"
         # Mid-checkpoint: the node waits 60 s between a checkpoint's files and its marker, so the kill lands there.
         pause = {FAULT_PAUSE_BEFORE_MARKER: "60"} if moment == "mid_checkpoint" else {}
         node = subprocess.Popen(
-            _node_command(tiny_model_a, out, "--max_steps", "1000", "--save_steps", "1"),
+            _node_command(tiny_model_a, out, "--max_steps", "1000", "--save_steps", "1", *NO_EVALUATION),
             stdout=subprocess.DEVNULL, stderr=open(log, "w"), env={**os.environ, **pause},
         )  # fmt: skip
         started.append(node)
         first = _last_step(out)
         _wait(lambda first=first: _last_step(out) > first, 300, "a new step", node)
+        assert (out / "address.txt").exists()  # the swarm address others join through, written before training
         if expected_resume is not None:  # the previous kill's newest complete checkpoint, nothing else
             assert f"resuming from {expected_resume}" in log.read_text()
         elif killed:  # killed while writing its first checkpoint: it starts over, from nothing
@@ -77,14 +89,15 @@ def test_kill9_at_random_moments_resumes_from_the_newest_complete_checkpoint(tmp
             assert not (half_written / COMPLETE_MARKER).exists() and expected_resume != half_written
         assert _last_step(out) - _step_of(expected_resume) <= 1  # at most one step lost
 
-    assert expected_resume is not None  # four lives of at least one step each left a complete checkpoint
+    assert expected_resume is not None  # three lives of at least one step each left a complete checkpoint
     resumed_step = _step_of(expected_resume)
     final = subprocess.run(
-        _node_command(tiny_model_a, out, "--max_steps", str(resumed_step + 2), "--save_steps", "1"),
+        _node_command(tiny_model_a, out, "--max_steps", str(resumed_step + 2), "--save_steps", "1", *NO_EVALUATION),
         capture_output=True, text=True, timeout=600,
     )  # fmt: skip
     assert final.returncode == 0, final.stderr[-3000:]
     assert f"resuming from {expected_resume}" in final.stderr, final.stderr[:3000]
+    assert (out / "final" / "adapter_config.json").exists()  # a node trains LoRA adapters by default
     # The optimizer state was restored with the weights: Adam has counted every step since the first life (a resume
     # that loaded only the weights would count 2 here).
     optimizer = torch.load(out / f"checkpoint-{resumed_step + 2}" / "optimizer.pt", weights_only=True)
@@ -94,7 +107,18 @@ def test_kill9_at_random_moments_resumes_from_the_newest_complete_checkpoint(tmp
     assert caught_mid_write >= 2  # both mid-checkpoint kills left one
     assert len(set_aside) == caught_mid_write  # each checkpoint the kill left half-written was set aside
     steps = [m["step"] for m in _metrics(out)]
-    assert steps == sorted(set(steps))  # no step logged twice across five lives
+    assert steps == sorted(set(steps)) and steps[-1] == resumed_step + 2  # no step logged twice across four lives
+    _assert_gone(_p2pd(out))
+
+    # killed after its last checkpoint (in its final evaluation, say), the node finishes without training more
+    again = subprocess.run(
+        _node_command(tiny_model_a, out, "--max_steps", str(resumed_step + 2), "--save_steps", "1", *NO_EVALUATION),
+        capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "nothing left to train" in again.stderr
+    assert max(m["step"] for m in _metrics(out)) == resumed_step + 2
+    assert latest_complete_checkpoint(out).name == f"checkpoint-{resumed_step + 2}"
     _assert_gone(_p2pd(out))
 
 

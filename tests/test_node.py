@@ -1,5 +1,5 @@
-"""sapo-node as a user meets it: errors with fixes, a run that leaves metrics and checkpoints, kill -9 and
-resume, SIGTERM, a local swarm of three processes, and the report. Tiny models, real DHT on 127.0.0.1."""
+"""sapo-node as a user meets it: errors with fixes, SIGTERM, a local swarm of three processes, and the report (a run's
+metrics and checkpoints, kill -9 and resume: tests/test_crashes.py). Tiny models, real DHT on 127.0.0.1."""
 # ruff: noqa: F811  (the started fixture imported from tests.node_fixtures is redefined as an argument)
 
 from __future__ import annotations
@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from sapo.checkpoints import COMPLETE_MARKER, latest_complete_checkpoint
+from sapo.checkpoints import latest_complete_checkpoint
 from sapo.node.cli import main
 from sapo.node.runner import default_task_names
-from tests.node_fixtures import TINY, _assert_gone, _metrics, _node_command, _p2pd, _wait, started  # noqa: F401
+from tests.node_fixtures import NO_EVALUATION, TINY, _assert_gone, _metrics, _node_command, _p2pd, _wait, started  # noqa: F401
 
 # ----------------------------------------------------------------------------------------------------
 # configuration and errors (in-process: fast)
@@ -145,48 +145,6 @@ def test_unreachable_initial_peer_with_require_swarm_fails_after_its_join_timeou
 # running nodes (subprocesses, as a user runs them)
 
 
-def test_node_run_leaves_metrics_and_checkpoints_then_resumes_after_kill9(tmp_path, tiny_model_a, started):
-    out = tmp_path / "node"
-    node = subprocess.Popen(
-        _node_command(tiny_model_a, out, "--max_steps", "40", "--save_steps", "2"),
-        stdout=subprocess.DEVNULL, stderr=open(tmp_path / "first.log", "w"),
-    )  # fmt: skip
-    started.append(node)
-    _wait(lambda: (out / "address.txt").exists(), 180, "the swarm address", node)
-    _wait(lambda: len(_metrics(out)) >= 3, 300, "three steps", node)
-    p2pd = _p2pd(out)
-    node.send_signal(signal.SIGKILL)
-    node.wait(timeout=30)
-    _assert_gone(p2pd)
-    before = latest_complete_checkpoint(out)
-    assert before is not None and (before / COMPLETE_MARKER).exists()
-    last_logged = max(m["step"] for m in _metrics(out))
-    resumed_from = int(before.name.split("-")[1])
-    assert last_logged - resumed_from <= 2  # lost at most one checkpoint interval
-
-    second = subprocess.run(
-        _node_command(tiny_model_a, out, "--max_steps", str(resumed_from + 2), "--save_steps", "2"),
-        capture_output=True, text=True, timeout=600,
-    )  # fmt: skip
-    assert second.returncode == 0, second.stderr[-3000:]
-    assert f"resuming from {before}" in second.stderr
-    steps = [m["step"] for m in _metrics(out)]
-    assert steps == sorted(set(steps)) and steps[-1] == resumed_from + 2  # no step logged twice
-    assert (out / "final" / "adapter_config.json").exists()  # a node trains LoRA adapters by default
-    _assert_gone(_p2pd(out))
-
-    # killed after its last checkpoint (in its final evaluation, say), the node finishes without training more
-    third = subprocess.run(
-        _node_command(tiny_model_a, out, "--max_steps", str(resumed_from + 2), "--save_steps", "2"),
-        capture_output=True, text=True, timeout=600,
-    )  # fmt: skip
-    assert third.returncode == 0, third.stderr[-3000:]
-    assert "nothing left to train" in third.stderr
-    assert max(m["step"] for m in _metrics(out)) == resumed_from + 2
-    assert latest_complete_checkpoint(out).name == f"checkpoint-{resumed_from + 2}"
-    _assert_gone(_p2pd(out))
-
-
 def _health(out: Path) -> tuple[int, str]:
     """`sapo-node health --output-dir OUT`, as a supervisor runs it: (exit code, first line)."""
     result = subprocess.run([sys.executable, "-m", "sapo.node.cli", "health", "--output-dir", str(out)],
@@ -200,7 +158,8 @@ def test_sigterm_checkpoints_leaves_and_exits_zero_with_tensorboard_logs(tmp_pat
     out = tmp_path / "node"
     log = tmp_path / "node.log"
     node = subprocess.Popen(
-        _node_command(tiny_model_a, out, "--max_steps", "1000", "--save_steps", "1000", "--report_to", "tensorboard"),
+        _node_command(tiny_model_a, out, "--max_steps", "1000", "--save_steps", "1000", "--report_to", "tensorboard",
+                      *NO_EVALUATION),
         stdout=subprocess.DEVNULL, stderr=open(log, "w"),
     )  # fmt: skip
     started.append(node)

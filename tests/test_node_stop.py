@@ -18,13 +18,21 @@ from pathlib import Path
 from sapo.checkpoints import COMPLETE_MARKER, checkpoints, latest_complete_checkpoint
 from sapo.node.callbacks import FAULT_PAUSE_IN_OPTIMIZER_STEP
 from sapo.trainer import FAULT_PAUSE_BEFORE_MARKER
-from tests.node_fixtures import _assert_gone, _evaluations, _metrics, _node_command, _p2pd, _wait, started  # noqa: F401
+from tests.node_fixtures import (  # noqa: F401
+    NO_EVALUATION,
+    _assert_gone,
+    _evaluations,
+    _metrics,
+    _node_command,
+    _p2pd,
+    _wait,
+    started,
+)
 
 STOP_WITHIN_S = 10.0
 # Long enough that the node is surely still in the phase when the signal lands (a tiny random model rarely ends a
 # completion early), short enough for a 2-core machine.
 LONG_COMPLETIONS = ["--max_completion_length", "1500"]
-NO_EVALUATION = ["--eval_on_start", "false", "--eval_steps", "1000"]
 
 
 def _phase(out: Path) -> str | None:
