@@ -85,6 +85,8 @@ def imports_frozen() -> Iterator[None]:
     the loop closed; over all those objects one costs 1-4 s on 2 busy cores, i.e. most of a swarm test's teardown.
     What is frozen was collected first and existed before any of the module's peers, so none of it is garbage bound
     to a peer's loop: those collections still find everything they exist to find."""
+    import swarm.dht  # noqa: F401  (hivemind, and torch with it: what the peers would import, frozen too)
+
     gc.collect()
     gc.freeze()
     try:
