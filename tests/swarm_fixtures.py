@@ -9,6 +9,7 @@ a pid freed by a stopped daemon is soon another process's, another program's p2p
 from __future__ import annotations
 
 import contextlib
+import gc
 import os
 import time
 from collections.abc import Callable, Iterator
@@ -75,6 +76,25 @@ FAST = dict(
 """DHTTransport settings that make tests fast on loopback."""
 
 
+@contextlib.contextmanager
+def imports_frozen() -> Iterator[None]:
+    """Inside the block, the objects alive when it starts (torch, transformers, hivemind: ~500k) are left out of
+    garbage collections (``gc.freeze``).
+
+    Every peer's close runs a full collection so that no unreachable transport of its event loop is finalized after
+    the loop closed; over all those objects one costs 1-4 s on 2 busy cores, i.e. most of a swarm test's teardown.
+    What is frozen was collected first and existed before any of the module's peers, so none of it is garbage bound
+    to a peer's loop: those collections still find everything they exist to find."""
+    import swarm.dht  # noqa: F401  (hivemind, and torch with it: what the peers would import, frozen too)
+
+    gc.collect()
+    gc.freeze()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
+
+
 @pytest.fixture
 def dht_peers() -> Iterator[Callable[..., Any]]:
     """Factory of DHTTransport peers (fast settings), each recorded for the end-of-module check; every peer is closed,
@@ -110,6 +130,7 @@ def p2pd_left_behind_checked(grace: float = 10.0) -> Iterator[None]:
 @pytest.fixture(scope="module")
 def no_p2pd_left_behind() -> Iterator[None]:
     """Module fixture: at the end, assert no p2pd this module's tests started still runs and no socket remains
-    (see :func:`p2pd_left_behind_checked`)."""
-    with p2pd_left_behind_checked():
+    (see :func:`p2pd_left_behind_checked`); meanwhile what was alive before the module is frozen out of garbage
+    collections (see :func:`imports_frozen`)."""
+    with p2pd_left_behind_checked(), imports_frozen():
         yield

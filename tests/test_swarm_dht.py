@@ -233,6 +233,8 @@ def test_hostile_writer_is_rejected_and_counted(dht_peers):
     b = dht_peers(initial_peers=a.visible_addresses())
     # the hostile node is the nearest to a's index key: the late peer's lookups of that key ask it first
     hostile = HostileNode(a.visible_addresses(), on_p2pd=record_p2pd, nearest_to=a.publisher.index_key)
+    # a deadline, not a wait: the 3.5 MB store took over the node's 1 s RPC timeout on 2 busy cores (answer None)
+    hostile.node.protocol.wait_timeout = 10.0
     try:
         a.publish([make_group("a1")])
         wait_until(lambda: a.readout().counters.get("published_records"))

@@ -14,6 +14,8 @@ from tests.swarm_fixtures import dht_peers, make_group, no_p2pd_left_behind, wai
 pytestmark = pytest.mark.usefixtures("no_p2pd_left_behind")
 
 QUIET_INDEX = dict(index_refresh_interval=600.0)  # after its first read, a peer reads the index only if starving
+# A departure is taken after two missed announcements plus the clock tolerance: 3 s with these, not 2 x 2 s + 3 s
+QUICK_DEPARTURE = dict(announce_interval=1.0, clock_skew_tolerance=1.0)
 
 
 def _hear_each_other(peers: list) -> None:
@@ -55,29 +57,31 @@ def test_fetch_hands_out_the_newest_groups_first(dht_peers):
 
 
 def test_a_peer_that_left_is_dropped_after_two_missed_announcements_not_at_its_entrys_expiry(dht_peers):
-    a = dht_peers(model_name="A", **QUIET_INDEX)
-    b = dht_peers(initial_peers=a.visible_addresses(), **QUIET_INDEX)
-    # b has heard a's announcements (every 2 s when idle), not only read its index entry
+    a = dht_peers(model_name="A", **QUIET_INDEX, **QUICK_DEPARTURE)
+    b = dht_peers(initial_peers=a.visible_addresses(), **QUIET_INDEX, **QUICK_DEPARTURE)
+    # b has heard a's announcements (every 1 s when idle), not only read its index entry
     wait_until(lambda: b.readout().counters.get("announcements_received", 0) >= 3, 30)
     a.publish([make_group("last")])
     a.close()  # its index entry lives for the record ttl (600 s), well beyond this wait
-    wait_until(lambda: a.peer_id not in {p.peer for p in b.peers()}, 30)  # two missed announcements (2 x 2 s)
+    wait_until(lambda: a.peer_id not in {p.peer for p in b.peers()}, 30)  # two missed announcements (2 x 1 s)
     assert b.readout().counters["departed_senders"] == 1
 
 
 def test_records_of_a_publisher_that_left_before_the_readers_refill_are_still_fetched(dht_peers):
-    """A publisher announces two records (stored in the DHT) and leaves 6 s later; the readers, whose callers take
-    groups every 26 s, refill only once it has been taken as departed (two missed announcements). Its records outlive
+    """A publisher announces two records (stored in the DHT) and leaves 3 s later; the readers, whose callers take
+    groups every 18 s, refill only once it has been taken as departed (two missed announcements). Its records outlive
     it in the DHT until their ttl, so every reader still fetches both."""
-    # The publisher lives a few announcements (every 2 s) after publishing; the pace leaves the same 12 s between its
-    # departure (about 8 s after it leaves) and the refill (1 s before the next take) as 20 s and 40 s did.
-    lifetime = 6.0
-    pace = lifetime + 20.0
+    # The publisher lives a few announcements (every 1 s) after publishing; the pace leaves about 10 s between its
+    # departure (about 4 s after it leaves) and the refill (1 s before the next take), as 26 s did with 2 s ones.
+    lifetime = 3.0
+    pace = lifetime + 15.0
     # fetch_heard_within beyond the pace: the refill, not an early fetch of records heard a while ago, reads them
-    late = dict(fetch_heard_within=600.0, **QUIET_INDEX)
+    late = dict(fetch_heard_within=600.0, **QUIET_INDEX, **QUICK_DEPARTURE)
     readers = [dht_peers(**late)]
     readers.append(dht_peers(initial_peers=readers[0].visible_addresses(), **late))
-    publisher = dht_peers(initial_peers=readers[0].visible_addresses(), serve_records=False, **QUIET_INDEX)
+    publisher = dht_peers(
+        initial_peers=readers[0].visible_addresses(), serve_records=False, **QUIET_INDEX, **QUICK_DEPARTURE
+    )
     _hear_each_other([*readers, publisher])
     for reader in readers:  # the callers' pace: 2 groups every `pace` seconds
         assert reader.fetch(2) == []
@@ -89,7 +93,7 @@ def test_records_of_a_publisher_that_left_before_the_readers_refill_are_still_fe
     wait_until(lambda: all(publisher.peer_id in {p.peer for p in r.peers()} for r in readers), 10)
     time.sleep(lifetime)
     publisher.close()
-    # Taken as departed about 7 s later (2 missed announcements of 2 s, plus the clock tolerance), before the refill
+    # Taken as departed about 3 s later (2 missed announcements of 1 s, plus the clock tolerance), before the refill
     # due a pace after the last take.
     wait_until(lambda: all(publisher.peer_id not in {p.peer for p in r.peers()} for r in readers), 30)
     for reader in readers:

@@ -7,8 +7,10 @@ import asyncio
 import base64
 import random
 from collections import Counter
+from collections.abc import Coroutine, Iterator
 from typing import Any
 
+import pytest
 from hivemind.utils import ValueWithExpiration
 from hivemind.utils.crypto import RSAPrivateKey
 
@@ -30,6 +32,23 @@ from swarm.validation import (
     record_key,
 )
 from tests.swarm_fixtures import make_group
+
+_RUNNER: asyncio.Runner | None = None
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _event_loop() -> Iterator[None]:
+    global _RUNNER
+    with asyncio.Runner() as runner:
+        _RUNNER = runner
+        yield
+    _RUNNER = None
+
+
+def run(coro: Coroutine[Any, Any, Any]) -> Any:
+    """Run ``coro`` to its end on this module's event loop: one loop for every step, since a fresh one per step (as
+    ``asyncio.run`` makes) was most of the large swarms' time."""
+    return _RUNNER.run(coro)
 
 
 class Peer:
@@ -65,10 +84,10 @@ class Peer:
 
     def publish(self, *group_ids: str, created_at: float) -> None:
         self.publisher.queue([make_group(g, created_at=created_at) for g in group_ids])
-        asyncio.run(self.publisher.flush(self.dht))
+        run(self.publisher.flush(self.dht))
 
     def poll(self) -> None:
-        asyncio.run(self.reader.poll(self.dht))
+        run(self.reader.poll(self.dht))
 
 
 def test_a_reader_takes_each_published_group_once_and_lists_its_sender():
@@ -148,7 +167,7 @@ def test_a_poll_reads_a_few_index_shards_in_rotation_and_fetches_only_what_the_c
     for n, writer in enumerate(writers):  # a new record each, listed by the index
         writer.publish(f"w{n}c", f"w{n}d", created_at=clock.time())
     for _ in range(4):  # every shard once: the reader knows them all
-        asyncio.run(reader.reader.read_index(dht))
+        run(reader.reader.read_index(dht))
     dht.reads.clear()
     reader.reader.take(2)
     reader.reader.take(2)  # the caller now takes 2 groups per step
@@ -185,7 +204,7 @@ class Writer:
 
     def publish(self, *group_ids: str, created_at: float) -> None:
         self.publisher.queue([make_group(g, created_at=created_at) for g in group_ids])
-        asyncio.run(self.publisher.flush(self.dht))
+        run(self.publisher.flush(self.dht))
 
 
 def _index_reads(dht: DictDHT) -> list[list[str]]:
@@ -420,7 +439,7 @@ def test_a_reader_whose_prior_is_far_off_finds_a_small_swarm_by_probing_outside_
         writer.publish(f"w{n}", created_at=clock.time())
     reader = SwarmReader(config, key, SwarmCounters(), TimingLog(clock), clock, rng, prior=lambda: 1000.0)
     for _ in range(8):
-        asyncio.run(reader.poll(dht))
+        run(reader.poll(dht))
         clock.advance(3)
     assert {p.peer for p in reader.peers()} == {w.peer_id for w in writers}
     assert reader.estimated_peers() is not None and reader.estimated_peers() <= 4 and reader.topic_level() == 0
