@@ -9,7 +9,7 @@ CPU seconds of this one-thread process (the steadier measure on a shared machine
 and gradients are compared exactly. ``--profile`` adds each configuration's heaviest operators (torch.profiler).
 
     python -m benchmarks.loss_pass --reps 3 --profile     # the default model, about 2 minutes of one core
-    python -m benchmarks.loss_pass --quick                # a tiny model: a smoke test
+    python -m benchmarks.loss_pass --quick                # a tiny model on a small batch: a smoke test
 
 Writes ``loss_pass.{json,md}`` into ``--output-dir`` (default benchmarks/results), naming the commit.
 """
@@ -26,6 +26,8 @@ from typing import Any
 from benchmarks.harness import RESULTS, record_lines, run_record, write_report
 
 ROWS, PROMPT, COMPLETION = 8, 72, 48
+QUICK_BATCH = (4, 16, 8)
+"""Rows, prompt and completion tokens of ``--quick``'s batch: a smoke test's, enough for the left padding of 10."""
 
 
 def build(quick: bool, model_dir: str | None) -> Any:
@@ -41,16 +43,19 @@ def build(quick: bool, model_dir: str | None) -> Any:
     return model.train()
 
 
-def batch(vocab: int, seed: int = 0) -> tuple[Any, Any, Any]:
-    """Token ids, attention mask (half the rows left-padded by 10) and labels (completion positions only)."""
+def batch(
+    vocab: int, seed: int = 0, rows: int = ROWS, prompt: int = PROMPT, completion: int = COMPLETION
+) -> tuple[Any, Any, Any]:
+    """Token ids, attention mask (half the rows left-padded by 10) and labels (completion positions only); the
+    default node's batch unless told."""
     import torch
 
     generator = torch.Generator().manual_seed(seed)
-    ids = torch.randint(10, vocab - 1, (ROWS, PROMPT + COMPLETION), generator=generator)
+    ids = torch.randint(10, vocab - 1, (rows, prompt + completion), generator=generator)
     mask = torch.ones_like(ids)
-    mask[: ROWS // 2, :10] = 0
+    mask[: rows // 2, :10] = 0
     labels = ids.masked_fill(mask == 0, -100)
-    labels[:, :-COMPLETION] = -100
+    labels[:, :-completion] = -100
     return ids, mask, labels
 
 
@@ -79,7 +84,7 @@ def loss_pass(
     start = time.process_time()
     with scoring, precision, node_way, lora, head:
         out = model(input_ids=ids, attention_mask=mask, labels=labels, fused_lm_head=True)
-    log_probs = out.log_probs[:, -COMPLETION:]
+    log_probs = out.log_probs[:, -int((labels[-1] != -100).sum()) :]  # the last row is not padded
     middle = time.process_time()
     log_probs.sum().backward()
     end = time.process_time()
@@ -106,7 +111,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
     torch.set_num_threads(1)
     model = build(args.quick, args.model)
-    inputs = batch(model.config.vocab_size)
+    shape = QUICK_BATCH if args.quick else (ROWS, PROMPT, COMPLETION)
+    inputs = batch(model.config.vocab_size, 0, *shape)
     bf16 = {"auto": cpu_has_native_bf16(), "on": True, "off": False}[args.bf16]
     # (bf16, completion positions only, as the node, fused LoRA, lean LM head)
     configs = [(low, compact, False, False, False) for low in ([False, True] if bf16 else [False])
@@ -136,15 +142,18 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     }
     profiles = {name[c]: profile_table(model, inputs, *c[:2]) for c in configs if not c[2]} if args.profile else {}
     return {"configs": list(samples), "samples": samples, "medians": medians, "same_results": same,
-            "profiles": profiles, "native_bf16": cpu_has_native_bf16(), "quick": args.quick}  # fmt: skip
+            "profiles": profiles, "native_bf16": cpu_has_native_bf16(), "quick": args.quick,
+            "batch": dict(zip(("rows", "prompt", "completion"), shape, strict=True))}  # fmt: skip
 
 
 def report_lines(data: dict[str, Any], record: dict[str, str]) -> list[str]:
     """The result page."""
     base = data["medians"][data["configs"][0]]
     base_total = base["forward"] + base["backward"]
+    shape = data.get("batch", {"rows": ROWS, "prompt": PROMPT, "completion": COMPLETION})  # reports before "batch"
     lines = ["# The training pass alone (`python -m benchmarks.loss_pass`)", "", *record_lines(record), "",
-             f"{ROWS} rows of {PROMPT} prompt and {COMPLETION} completion tokens (half the rows left-padded by 10), "
+             f"{shape['rows']} rows of {shape['prompt']} prompt and {shape['completion']} completion tokens "
+             "(half the rows left-padded by 10), "
              f"{'a tiny model' if data['quick'] else 'SmolLM2-135M-Instruct'} with LoRA r=16, TRL's fused LM head "
              "(log-probabilities and entropies, as GRPO asks; the gradient of the log-probabilities); "
              f"one thread, CPU seconds, medians of {len(data['samples'][data['configs'][0]])} interleaved "
@@ -167,7 +176,9 @@ def report_lines(data: dict[str, Any], record: dict[str, str]) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.loss_pass", description=__doc__.split("\n")[0])
-    parser.add_argument("--quick", action="store_true", help="a tiny random model: a smoke test")
+    rows, prompt, completion = QUICK_BATCH
+    quick_help = f"a tiny random model on {rows} rows of {prompt} + {completion} tokens: a smoke test"
+    parser.add_argument("--quick", action="store_true", help=quick_help)
     parser.add_argument("--model", default=None, help="a local model directory (default: the embedded SmolLM2-135M)")
     parser.add_argument("--reps", type=int, default=3, help="interleaved repetitions per configuration (default 3)")
     parser.add_argument("--bf16", choices=("auto", "on", "off"), default="auto",

@@ -39,6 +39,10 @@ def best_seconds(fn, min_seconds: float = 0.3, repeats: int = 3, sync: Any = Non
     return best
 
 
+QUICK_TIMING = {"min_seconds": 0.02, "repeats": 1}
+""":func:`best_seconds`'s settings for a smoke test: a figure above zero, not a steady one."""
+
+
 def sync_for(device: str) -> Any:
     """What waits for ``device``'s queued work: ``torch.cuda.synchronize`` on a GPU, None on the CPU."""
     import torch
@@ -46,24 +50,27 @@ def sync_for(device: str) -> Any:
     return torch.cuda.synchronize if device == "cuda" else None
 
 
-def matmul_rate(rows: int, k: int, n: int, dtype: Any, device: str = "cpu") -> float:
-    """GFLOP/s of ``(rows x k) @ (k x n)`` in ``dtype`` on ``device``, as a linear layer computes it."""
+def matmul_rate(rows: int, k: int, n: int, dtype: Any, device: str = "cpu", quick: bool = False) -> float:
+    """GFLOP/s of ``(rows x k) @ (k x n)`` in ``dtype`` on ``device``, as a linear layer computes it; ``quick``: one
+    short timing (:data:`QUICK_TIMING`), a smoke test's."""
     import torch
 
+    timing = QUICK_TIMING if quick else {}
     if device == "cpu":
         x, w = torch.randn(rows, k).to(dtype), torch.randn(n, k).to(dtype)
-        return 2 * rows * k * n / best_seconds(lambda: torch.nn.functional.linear(x, w)) / 1e9
+        return 2 * rows * k * n / best_seconds(lambda: torch.nn.functional.linear(x, w), **timing) / 1e9
     x, w = torch.randn(rows, k, device=device).to(dtype), torch.randn(n, k, device=device).to(dtype)
-    seconds = best_seconds(lambda: torch.nn.functional.linear(x, w), min_seconds=0.1, sync=sync_for(device))
+    timing = {"min_seconds": 0.1, **timing}
+    seconds = best_seconds(lambda: torch.nn.functional.linear(x, w), sync=sync_for(device), **timing)
     return 2 * rows * k * n / seconds / 1e9
 
 
-def read_bandwidth(megabytes: int = 256) -> float:
-    """GB/s of reading a float32 tensor of ``megabytes`` (a sum over it)."""
+def read_bandwidth(megabytes: int = 256, quick: bool = False) -> float:
+    """GB/s of reading a float32 tensor of ``megabytes`` (a sum over it); ``quick``: one short timing."""
     import torch
 
     x = torch.ones(megabytes * 2**20 // 4)
-    return x.numel() * 4 / best_seconds(x.sum) / 1e9
+    return x.numel() * 4 / best_seconds(x.sum, **(QUICK_TIMING if quick else {})) / 1e9
 
 
 def copy_bandwidth(megabytes: int = 512, device: str = "cuda") -> float:
@@ -85,17 +92,20 @@ def model_shapes(config: Any) -> dict[str, tuple[int, int, int]]:
             "down": (f, h, layers), "lm_head": (h, config.vocab_size, 1)}  # fmt: skip
 
 
-def machine_limits(config: Any, rows: dict[str, int], dtypes: list[Any], device: str = "cpu") -> dict[str, Any]:
+def machine_limits(
+    config: Any, rows: dict[str, int], dtypes: list[Any], device: str = "cpu", quick: bool = False
+) -> dict[str, Any]:
     """Matmul rates at the model's shapes for each row count of ``rows`` (and a large shape), and memory bandwidth:
-    on the CPU of reading, on a GPU of a device-to-device copy (bytes read and written)."""
-    bandwidth = read_bandwidth() if device == "cpu" else copy_bandwidth(device=device)
+    on the CPU of reading, on a GPU of a device-to-device copy (bytes read and written); ``quick``: each timed once
+    and briefly (:data:`QUICK_TIMING`), a smoke test's figures."""
+    bandwidth = read_bandwidth(quick=quick) if device == "cpu" else copy_bandwidth(device=device)
     out: dict[str, Any] = {"bandwidth_gb_s": bandwidth, "rates_gflop_s": {}}
     for dtype in dtypes:
         name = str(dtype).replace("torch.", "")
-        rates = {"large 1024^3": matmul_rate(1024, 1024, 1024, dtype, device)}
+        rates = {"large 1024^3": matmul_rate(1024, 1024, 1024, dtype, device, quick)}
         for phase, m in rows.items():
             for kind, (k, n, _) in model_shapes(config).items():
-                rates[f"{phase} {kind}"] = matmul_rate(m, k, n, dtype, device)
+                rates[f"{phase} {kind}"] = matmul_rate(m, k, n, dtype, device, quick)
         out["rates_gflop_s"][name] = rates
     return out
 

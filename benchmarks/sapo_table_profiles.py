@@ -49,7 +49,8 @@ cpu-default-equal  Equal peers where a node learns (benchmarks/preregistered/def
        and 1/1 by self-replay); 60 steps, a checkpoint every 5; held-out pass@1 on 256 questions of the mix at steps
        0, 15, 30, 45 and 60; seeds 20-25.
 smoke  Harness check in seconds to a minute: ``--model`` a tiny model directory, 2 peers, 3 steps,
-       G = 2 completions of 8 tokens, I + J = 4, one easy task, uniform sampling. Used by the tests.
+       G = 2 completions of 8 tokens, I + J = 4, one easy task, uniform sampling, held-out pass@1 on 4 questions.
+       Used by the tests.
 """
 
 from __future__ import annotations
@@ -190,7 +191,7 @@ def profiles() -> dict[str, Profile]:
         "smoke": Profile(
             name="smoke", peers=2, groups_per_step=4, num_generations=2, max_completion_length=8, steps=3,
             save_steps=2, model=None, tasks=None, rewards=("reasoning_gym", "format"), sampling_strategy="uniform",
-            dataset_size=64, status_interval=5.0, window=2, seeds=(0,),
+            dataset_size=64, status_interval=5.0, window=2, seeds=(0,), eval_questions=4,
         ),
     }  # fmt: skip
 

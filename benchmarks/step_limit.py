@@ -411,7 +411,9 @@ def summarize_steps(records: list[dict[str, float]], swarm_groups: int, warmup: 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """Command-line options."""
     parser = argparse.ArgumentParser(prog="python -m benchmarks.step_limit", description=__doc__.split("\n")[0])
-    parser.add_argument("--quick", action="store_true", help="a tiny random model and 2 steps: a smoke test")
+    parser.add_argument(
+        "--quick", action="store_true", help="a tiny random model, 2 steps and brief machine timings: a smoke test"
+    )
     parser.add_argument("--model", default=None, help="model directory (default: the embedded SmolLM2-135M)")
     parser.add_argument(
         "--device",
@@ -514,7 +516,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         print(f"step_limit: measuring the machine ({where})", flush=True)
         shape_rows = {"decode": len(rows), "prefill": PROMPTS * prompt, "train": len(rows) * (prompt + NEW_TOKENS)}
         dtypes = [torch.float32, *([torch.bfloat16] if bf16 else [])]
-        limits = machine_limits(config, shape_rows, dtypes, device)
+        limits = machine_limits(config, shape_rows, dtypes, device, quick=args.quick)
         print("step_limit: generation variants", flush=True)
         generation = time_generation(lora, tokenizer, rows, args.reps, bf16, not args.skip_continuous_batching,
                                      device)  # fmt: skip

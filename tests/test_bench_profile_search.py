@@ -45,11 +45,11 @@ def test_summary_learns_only_beyond_two_paired_standard_errors():
 
 
 def test_timing_runs_without_evaluation(tmp_path, tiny_model_a):
-    argv = ["--timing", "3", "--settings", "lora-mix-small", "--results-dir", str(tmp_path),
+    argv = ["--timing", "2", "--settings", "lora-mix-small", "--results-dir", str(tmp_path),
             "--model", str(tiny_model_a)]  # fmt: skip
     assert profile_search.main(argv) == 0
     run = json.loads((tmp_path / "profile_search" / "timing" / "lora-mix-small.json").read_text())
-    assert run["evaluations"] == {} and len(run["history"]) == 3
+    assert run["evaluations"] == {} and len(run["history"]) == 2  # one entry per step
 
 
 def test_the_bf16_check_pairs_each_seed_by_question_and_bounds_the_mean_over_seeds():

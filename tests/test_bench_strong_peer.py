@@ -11,6 +11,9 @@ from pathlib import Path
 
 import pytest
 
+CHECK = ["--new-tokens", "4"]
+"""The merge check's greedy answers: 4 tokens each (24 by default) show that the merged model generates."""
+
 
 @pytest.fixture(scope="module")
 def bench():
@@ -45,7 +48,7 @@ def adapter(tiny_model_a, tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def strong_model(strong_peer, adapter, tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("strong") / "model"
-    strong_peer.main(["--adapter", str(adapter), "--out", str(out)])
+    strong_peer.main(["--adapter", str(adapter), "--out", str(out), *CHECK])
     return out
 
 
@@ -113,7 +116,7 @@ def test_a_trained_node_becomes_a_stronger_peer_only_past_its_preregistered_test
     (learned / "metrics.jsonl").write_text('{"step": 300, "loss": 0.1}\n')
     (learned.parent / "run-complete.json").write_text("{}\n")
     out, kept = tmp_path / "model", tmp_path / "archive"
-    record = strong_peer.main(["--run", str(learned), "--out", str(out), "--archive", str(kept)])
+    record = strong_peer.main(["--run", str(learned), "--out", str(out), "--archive", str(kept), *CHECK])
     test = record["qualification"]
     assert test["stronger"] and test["step"] == 300 and test["questions"] == 64
     assert test["pass_at_1"] == {"0": 8 / 64, "300": 24 / 64}
@@ -127,7 +130,7 @@ def test_a_trained_node_becomes_a_stronger_peer_only_past_its_preregistered_test
     }
     assert json.loads((kept / strong_peer.RECORD).read_text())["digest"] == record["digest"]
     # the archive alone makes the same model folder, byte for byte
-    again = strong_peer.main(["--adapter", str(kept / "adapter"), "--out", str(tmp_path / "again")])
+    again = strong_peer.main(["--adapter", str(kept / "adapter"), "--out", str(tmp_path / "again"), *CHECK])
     assert again["digest"] == record["digest"]
 
     # a gain inside its interval (two more right of 64) is not a stronger peer: refused, nothing written
