@@ -45,7 +45,8 @@ def test_two_nodes_share_a_users_dataset_in_different_orders_and_a_split(tmp_pat
     result = subprocess.run(
         [sys.executable, "-m", "sapo.node.cli", "local-swarm", "--peers", "2", "--run-dir", str(run_dir),
          "--status-interval", "5", *configs, "--model", str(tiny_model_a), *tiny,
-         "--rewards", f"{tmp_path / 'my_rewards.py'}:units_reward", "--max_steps", "30", "--save_steps", "30"],
+         "--rewards", f"{tmp_path / 'my_rewards.py'}:units_reward", "--max_steps", "30", "--save_steps", "30",
+         "--eval_steps", "30"],  # evaluated at the start and the end only
         capture_output=True, text=True, timeout=900,
     )  # fmt: skip
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
