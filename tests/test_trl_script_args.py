@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from sapo.node.cli import main
 from sapo.node.errors import NodeError
 from sapo.node.options import config_yaml, parse_node_options
 from tests.node_fixtures import TINY, _assert_gone, _metrics, _p2pd
@@ -110,7 +111,7 @@ def test_a_trl_style_config_prints_and_reads_back_the_same(tmp_path):
     assert config_yaml(again) == printed
 
 
-def test_a_trl_grpo_config_on_a_local_dataset_runs_a_node(tmp_path, tiny_model_a):
+def test_a_trl_grpo_config_on_a_local_dataset_runs_a_node(tmp_path, tiny_model_a, capsys):
     data = _jsonl(tmp_path / "doubling.jsonl", 40)
     out = tmp_path / "run"
     config = tmp_path / "grpo.yaml"
@@ -131,12 +132,10 @@ def test_a_trl_grpo_config_on_a_local_dataset_runs_a_node(tmp_path, tiny_model_a
         "eval_on_start: false\n"
     )
     tiny = [a for a in TINY if a not in ("--tasks", "basic_arithmetic")]  # the dataset replaces the tasks
-    result = subprocess.run(
-        [sys.executable, "-m", "sapo.node.cli", "--config", str(config), *tiny, "--status_port", "none"],
-        capture_output=True, text=True, timeout=600,
-    )  # fmt: skip
+    code = main(["--config", str(config), *tiny, "--status_port", "none"])  # in this process, as `sapo-node` runs it
+    err = capsys.readouterr().err
     try:
-        assert result.returncode == 0, result.stderr[-3000:]
+        assert code == 0, err[-3000:]
         assert [m["step"] for m in _metrics(out)] == [1, 2]
         run = json.loads((out / "node-run.json").read_text())
         assert (run["model"], run["lora_r"], run["rewards"]) == (str(tiny_model_a), 8, ["math"])
