@@ -16,6 +16,9 @@ from sapo import SAPOConfig, SAPOTrainer
 from sapo.models import build_tiny_model
 from sapo.speed.devices import SPEED_UP_FIELDS
 from sapo.tasks import TaskSpec, build_held_out_dataset
+from tests.trainer_fixtures import frozen_heap, tiny_model  # noqa: F401  (frozen_heap: a fixture)
+
+pytestmark = pytest.mark.usefixtures("frozen_heap")
 
 CONFIG_OF = {GRPOTrainer: GRPOConfig, SAPOTrainer: SAPOConfig}
 TRAINERS = pytest.mark.parametrize("trainer_class", [GRPOTrainer, SAPOTrainer], ids=["grpo", "sapo"])
@@ -53,7 +56,7 @@ def _trainer(
     trainer_class, tmp_path, tokenizer, train_dataset=None, trainer_kwargs=None, reward=text_reward, **overrides
 ):
     return trainer_class(
-        model=build_tiny_model(tokenizer, seed=0),
+        model=tiny_model(tokenizer),
         reward_funcs=[reward],
         args=_config(CONFIG_OF[trainer_class], tmp_path, **overrides),
         train_dataset=train_dataset if train_dataset is not None else _chat(8),

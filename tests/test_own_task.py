@@ -45,7 +45,8 @@ def test_two_nodes_share_a_users_dataset_in_different_orders_and_a_split(tmp_pat
     result = subprocess.run(
         [sys.executable, "-m", "sapo.node.cli", "local-swarm", "--peers", "2", "--run-dir", str(run_dir),
          "--status-interval", "5", *configs, "--model", str(tiny_model_a), *tiny,
-         "--rewards", f"{tmp_path / 'my_rewards.py'}:units_reward", "--max_steps", "30", "--save_steps", "30"],
+         "--rewards", f"{tmp_path / 'my_rewards.py'}:units_reward", "--max_steps", "30", "--save_steps", "30",
+         "--eval_steps", "30"],  # evaluated at the start and the end only
         capture_output=True, text=True, timeout=900,
     )  # fmt: skip
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
@@ -126,13 +127,14 @@ def test_a_reward_raising_on_a_fifth_of_own_rows_is_counted_and_the_node_goes_on
     _assert_gone(_p2pd(out))
 
 
-def test_a_reward_failing_on_every_row_stops_the_node_saying_why(tmp_path, tiny_model_a):
+def test_a_reward_failing_on_every_row_stops_the_node_saying_why(tmp_path, tiny_model_a, capsys):
     command, out = _alone(tmp_path, tiny_model_a, "broken", "broken_reward", "--max_steps", "20",
                           "--max_reward_errors_in_a_row", "4")  # fmt: skip
-    result = subprocess.run(command, capture_output=True, text=True, timeout=600)
-    assert result.returncode == 4, result.stderr[-3000:]
+    code = main(command[3:])  # in this process, as `sapo-node` runs it (the test is about the node, not the process)
+    err = capsys.readouterr().err
+    assert code == 4, err[-3000:]
     reason = "stopping: reward broken_reward failed on 4 own rows in a row (limit 4)"
-    assert reason in result.stderr.strip().splitlines()[-1]  # the last line the operator sees
+    assert reason in err.strip().splitlines()[-1]  # the last line the operator sees
     assert reason in (out / "node.log").read_text()
     status = json.loads((out / "status.json").read_text())
     assert status["phase"] == "stopped: reward errors" and "KeyError: 'unit'" in status["stopped"]
@@ -162,19 +164,20 @@ def test_a_resume_with_another_split_or_other_data_is_refused(tmp_path, tiny_mod
     data = _write_jsonl(tmp_path / "doubling.jsonl", records)
     out = tmp_path / "run"
     tiny = [a for a in TINY if a not in ("--tasks", "basic_arithmetic")]
-    base = [sys.executable, "-m", "sapo.node.cli", "--model", str(tiny_model_a), "--output_dir", str(out), *tiny,
-            "--dataset", str(data), "--rewards", "math", "--eval_strategy", "no", "--eval_on_start", "false",
-            "--status_port", "none", "--max_steps", "1", "--save_steps", "1"]  # fmt: skip
-    first = subprocess.run(base, capture_output=True, text=True, timeout=600)
-    assert first.returncode == 0, first.stderr[-3000:]
+    base = ["--model", str(tiny_model_a), "--output_dir", str(out), *tiny, "--dataset", str(data), "--rewards",
+            "math", "--eval_strategy", "no", "--eval_on_start", "false", "--status_port", "none", "--max_steps", "1",
+            "--save_steps", "1"]  # fmt: skip
+    # Each run in this process, as `sapo-node` runs it (the refusals come before any model loads).
+    assert main(base) == 0, capsys.readouterr().err[-3000:]
+    capsys.readouterr()
+    _assert_gone(_p2pd(out))
     recorded = json.loads((out / "node-run.json").read_text())["data"]
     assert recorded["split"]["eval_fraction"] == 0.1 and "answer" in recorded["columns"] and recorded["fingerprint"]
-    # The refusals come before any model loads: run in this process, as `sapo-node` runs them.
-    assert main([*base[3:], "--eval_fraction", "0.3"]) == 2
+    assert main([*base, "--eval_fraction", "0.3"]) == 2
     last = capsys.readouterr().err.splitlines()[-1]
     assert "was trained on other data (fingerprint, split differ from node-run.json)" in last
     _write_jsonl(data, records[:30])
-    assert main(base[3:]) == 2
+    assert main(base) == 2
     last = capsys.readouterr().err.splitlines()[-1]
     assert "fingerprint" in last and "--allow_data_change" in last
 
@@ -198,13 +201,14 @@ def test_a_users_source_class_runs_from_the_command_line_with_its_arguments_from
     config.write_text(f"source: {tmp_path / 'my_source.py'}:Add\nsource_args:\n  config:\n    top: 9\n")
     out = tmp_path / "run"
     tiny = [a for a in TINY if a not in ("--tasks", "basic_arithmetic")]
-    result = subprocess.run(
-        [sys.executable, "-m", "sapo.node.cli", "--config", str(config), "--model", str(tiny_model_a), "--output_dir",
-         str(out), *tiny, "--rewards", "math", "--max_steps", "2", "--save_steps", "2", "--eval_steps", "100",
-         "--eval_questions", "4", "--status_port", "none"],
-        capture_output=True, text=True, timeout=600,
+    code = main(  # in this process, as `sapo-node` runs it
+        ["--config", str(config), "--model", str(tiny_model_a), "--output_dir", str(out), *tiny, "--rewards", "math",
+         "--max_steps", "2", "--save_steps", "2", "--eval_steps", "100", "--eval_questions", "4", "--status_port",
+         "none"]
     )  # fmt: skip
-    assert result.returncode == 0, result.stderr[-3000:]
+    assert code == 0, capsys.readouterr().err[-3000:]
+    capsys.readouterr()
+    _assert_gone(_p2pd(out))
     assert _metrics(out)[-1]["step"] == 2 and "eval/pass@1" in _evaluations(out)[0]
     assert json.loads((out / "node-run.json").read_text())["data"]["sources"] == ["add 1"]
     code = main(["--source", f"{tmp_path / 'my_source.py'}:Sub", "--output_dir", str(tmp_path / "bad"),
@@ -271,13 +275,12 @@ def test_a_source_class_returning_lists_runs_and_one_returning_anything_else_is_
     out = tmp_path / "run"
     tiny = [a for a in TINY if a not in ("--tasks", "basic_arithmetic")]
     base = ["--model", str(tiny_model_a), *tiny, "--rewards", "math", "--status_port", "none"]
-    result = subprocess.run(
-        [sys.executable, "-m", "sapo.node.cli", *base, "--source", f"{tmp_path / 'halves.py'}:Halves",
-         "--output_dir", str(out), "--max_steps", "1", "--eval_questions", "4"],
-        capture_output=True, text=True, timeout=600,
-    )  # fmt: skip
+    # in this process, as `sapo-node` runs it
+    code = main([*base, "--source", f"{tmp_path / 'halves.py'}:Halves", "--output_dir", str(out), "--max_steps", "1",
+                 "--eval_questions", "4"])  # fmt: skip
+    err = capsys.readouterr().err
     try:
-        assert result.returncode == 0, result.stderr[-3000:]
+        assert code == 0, err[-3000:]
         assert _metrics(out)[-1]["step"] == 1
         assert [e["eval/questions"] for e in _evaluations(out)] == [4, 4]  # step 0 and the last step, of held_out()
         run = json.loads((out / "node-run.json").read_text())

@@ -14,13 +14,24 @@ import pytest
 import torch
 
 from sapo import SAPOTrainer
-from sapo.models import build_tiny_model
 from sapo.probe import PolicyProbe
 from sapo.questions import GroupDropped
 from sapo.sources import SourceRegistry
 from sapo.tasks import TaskSpec, build_reasoning_gym_dataset
 from swarm import Group, MemorySwarm, Provenance
-from tests.trainer_fixtures import G, RewardProbe, _args, _external_group, _math_dataset, _metric, _trainer
+from tests.trainer_fixtures import (  # noqa: F401  (frozen_heap: a fixture)
+    G,
+    RewardProbe,
+    _args,
+    _external_group,
+    _math_dataset,
+    _metric,
+    _trainer,
+    frozen_heap,
+    tiny_model,
+)
+
+pytestmark = pytest.mark.usefixtures("frozen_heap")
 
 
 def test_external_step_changes_weights_and_uses_local_rewards(tmp_path, smollm_tokenizer):
@@ -196,7 +207,7 @@ def test_malformed_external_groups_are_dropped_not_raised(tmp_path, smollm_token
     from sapo.sources import ReasoningGymSource
 
     trainer = SAPOTrainer(  # it holds reasoning-gym: the unknown task is judged by its own copy, and dropped
-        model=build_tiny_model(smollm_tokenizer, seed=0), reward_funcs=[probe],
+        model=tiny_model(smollm_tokenizer), reward_funcs=[probe],
         args=_args(tmp_path, "bad", external_source_policy="trust", max_steps=1), train_dataset=_math_dataset(),
         processing_class=smollm_tokenizer, swarm=swarm.join("rx"), sources=[ReasoningGymSource(["chain_sum"])],
     )  # fmt: skip
@@ -385,7 +396,7 @@ def test_an_external_completion_is_scored_on_the_tokens_it_is_trained_on(tmp_pat
 def test_completions_log_keeps_every_completion_the_node_generates(tmp_path, smollm_tokenizer):
     tasks = [TaskSpec("basic_arithmetic", {"min_terms": 2, "max_terms": 2, "min_digits": 1, "max_digits": 1})]
     trainer = SAPOTrainer(
-        model=build_tiny_model(smollm_tokenizer, seed=0),
+        model=tiny_model(smollm_tokenizer),
         reward_funcs=[RewardProbe(lambda t: float(len(t) % 2))],
         args=_args(
             tmp_path,

@@ -15,7 +15,19 @@ from trl import GRPOConfig, GRPOTrainer
 from sapo import SAPOConfig, SAPOTrainer
 from sapo.models import build_tiny_model
 from swarm import MemorySwarm
-from tests.trainer_fixtures import G, RewardProbe, _args, _external_group, _math_dataset, _metric, _trainer
+from tests.trainer_fixtures import (  # noqa: F401  (frozen_heap: a fixture)
+    G,
+    RewardProbe,
+    _args,
+    _external_group,
+    _math_dataset,
+    _metric,
+    _trainer,
+    frozen_heap,
+    tiny_model,
+)
+
+pytestmark = pytest.mark.usefixtures("frozen_heap")
 
 
 def _drop_in_pair(tmp_path, smollm_tokenizer, speedups):
@@ -46,7 +58,7 @@ def _drop_in_pair(tmp_path, smollm_tokenizer, speedups):
         disable_tqdm=True,
     )
     trl_trainer = GRPOTrainer(
-        model=build_tiny_model(smollm_tokenizer, seed=0),
+        model=tiny_model(smollm_tokenizer),
         reward_funcs=[reward],
         args=GRPOConfig(output_dir=str(tmp_path / "trl"), **common),
         train_dataset=dataset,
@@ -56,7 +68,7 @@ def _drop_in_pair(tmp_path, smollm_tokenizer, speedups):
     with inverse_transform_sampling() if speedups != "off" else nullcontext():
         trl_trainer.train()
     sapo_trainer = SAPOTrainer(
-        model=build_tiny_model(smollm_tokenizer, seed=0),
+        model=tiny_model(smollm_tokenizer),
         reward_funcs=[reward],
         # TRL's loss pass over whole rows (the pass with each prompt once equals it up to rounding:
         # tests/test_shared_prompts.py and test_scoring_each_prompt_once_takes_the_same_steps)
@@ -122,7 +134,7 @@ def test_a_reward_model_scores_external_groups_so_the_paper_sampler_keeps_them(t
     completions = ["banana", "apple pie with cream", "42", "a long answer about cherries and plums"]
     sender.publish([_external_group("What is 0 + 0?", completions, f"g{i}", answer="0") for i in range(4)])
     trainer = SAPOTrainer(
-        model=build_tiny_model(smollm_tokenizer, seed=0),
+        model=tiny_model(smollm_tokenizer),
         reward_funcs=[reward_model],
         reward_processing_classes=[smollm_tokenizer],
         args=_args(tmp_path, "rm", external_source_policy="trust", max_steps=1),

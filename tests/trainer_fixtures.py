@@ -1,12 +1,17 @@
 """Helpers of the trainer tests: tiny SAPO configs, a question set, a reward that records what is trained on, groups
-as a peer publishes them."""
+as a peer publishes them, and what the trainer test modules share: a tiny model built once per tokenizer and seed
+(each test trains its own copy), and a garbage collector that leaves the libraries' objects out of its scans."""
 
 from __future__ import annotations
 
+import copy
+import functools
+import gc
 import json
 import time
 from collections import Counter
 
+import pytest
 from datasets import Dataset
 
 from sapo import SAPOConfig, SAPOTrainer
@@ -15,6 +20,32 @@ from swarm import Group, Provenance
 from testbed.tiny_run import tiny_config
 
 G = 4  # completions per group in these tests
+
+
+@functools.cache
+def _pristine_tiny_model(tokenizer, seed: int):
+    return build_tiny_model(tokenizer, seed=seed)
+
+
+def tiny_model(tokenizer, seed: int = 0):
+    """A fresh copy of ``build_tiny_model(tokenizer, seed=seed)``: the same weights, built once per tokenizer and seed
+    (a fresh build initialises a 49,152-word embedding each time), so no test sees another's training."""
+    return copy.deepcopy(_pristine_tiny_model(tokenizer, seed))
+
+
+@pytest.fixture(scope="module")
+def frozen_heap():
+    """The objects alive when the module starts (torch, transformers, TRL, the session's tokenizers) frozen out of the
+    garbage collector's scans for the module's tests: every ``Trainer.train()`` runs a full collection (accelerate's
+    ``free_memory``), which otherwise walks them all, tenths of a second a call. Thawed after the module unless
+    something else froze them first."""
+    from sapo.node.teardown import freeze_long_lived, thaw
+
+    ours = gc.get_freeze_count() == 0
+    freeze_long_lived()
+    yield
+    if ours:
+        thaw()
 
 
 def _args(tmp_path, name: str, **overrides) -> SAPOConfig:
@@ -94,7 +125,7 @@ def _external_group(question: str, completions: list[str], gid: str, provenance=
 
 def _trainer(tmp_path, tokenizer, name, reward, swarm=None, dataset=None, seed=0, **overrides):
     trainer = SAPOTrainer(
-        model=build_tiny_model(tokenizer, seed=seed),
+        model=tiny_model(tokenizer, seed=seed),
         reward_funcs=[reward],
         args=_args(tmp_path, name, **overrides),
         train_dataset=dataset if dataset is not None else _math_dataset(),
