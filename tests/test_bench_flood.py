@@ -15,15 +15,16 @@ def test_the_flood_benchmark_reports_both_conditions_and_the_attack_really_happe
     data = flood.main([*tiny, "--tokenizer", str(smollm_tokenizer_dir), "--out", str(tmp_path)])
     assert json.loads((tmp_path / "flood.json").read_text())["targets"].keys() == data["targets"].keys()
     page = (tmp_path / "flood.md").read_text()
-    assert "## Targets" in page and "shared" in page and data["run"]["git_commit"] in page
+    assert "## Targets" in page and "Beside this run: not recorded" in page and data["run"]["git_commit"] in page
     assert len(data["targets"]) == 4 and all(isinstance(t["pass"], bool) for t in data["targets"].values())
     clean, attack = data["conditions"]["clean"], data["conditions"]["attack"]
     for condition in (clean, attack):
         assert condition["steps"] == 2
         for key in ("honest_reached_per_step", "honest_trained_per_step", "step_time_median_s", "loop_stall_max_s",
-                    "reference_loop_stall_max_s", "rss_peak_mb"):  # fmt: skip
+                    "reference_loop_stall_max_s", "collector_pause_max_s", "rss_peak_mb"):  # fmt: skip
             assert condition[key] >= 0, key
         assert condition["rounds"][0]["loop_stall"]["transport"]["wakes"] > 0  # the watch ran on the transport loop
+        assert condition["rounds"][0]["loop_stall"]["collector"]["collections"] > 0  # and saw the collector's pauses
         assert not any(is_p2pd(pid) for r in condition["rounds"] for pid in r["p2pd_pids"])
     for condition in data["without_training"].values():  # the loops watched again with no training
         assert condition["steps"] == [] and condition["loop_stall"]["transport"]["wakes"] > 0
