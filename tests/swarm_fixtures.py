@@ -9,7 +9,6 @@ a pid freed by a stopped daemon is soon another process's, another program's p2p
 from __future__ import annotations
 
 import contextlib
-import gc
 import os
 import time
 from collections.abc import Callable, Iterator
@@ -86,13 +85,10 @@ def imports_frozen() -> Iterator[None]:
     What is frozen was collected first and existed before any of the module's peers, so none of it is garbage bound
     to a peer's loop: those collections still find everything they exist to find."""
     import swarm.dht  # noqa: F401  (hivemind, and torch with it: what the peers would import, frozen too)
+    from sapo.collector import long_lived_frozen
 
-    gc.collect()
-    gc.freeze()
-    try:
+    with long_lived_frozen(collect_first=True):
         yield
-    finally:
-        gc.unfreeze()
 
 
 @pytest.fixture

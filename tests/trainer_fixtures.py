@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import copy
 import functools
-import gc
 import json
 import time
 from collections import Counter
@@ -15,6 +14,7 @@ import pytest
 from datasets import Dataset
 
 from sapo import SAPOConfig, SAPOTrainer
+from sapo.collector import long_lived_frozen
 from sapo.models import build_tiny_model
 from swarm import Group, Provenance
 from testbed.tiny_run import tiny_config
@@ -39,13 +39,8 @@ def frozen_heap():
     garbage collector's scans for the module's tests: every ``Trainer.train()`` runs a full collection (accelerate's
     ``free_memory``), which otherwise walks them all, tenths of a second a call. Thawed after the module unless
     something else froze them first."""
-    from sapo.node.teardown import freeze_long_lived, thaw
-
-    ours = gc.get_freeze_count() == 0
-    freeze_long_lived()
-    yield
-    if ours:
-        thaw()
+    with long_lived_frozen(collect_first=True):
+        yield
 
 
 def _args(tmp_path, name: str, **overrides) -> SAPOConfig:
