@@ -42,7 +42,7 @@ from typing import Any
 
 from benchmarks.flood_attack import FloodSettings, attacker
 from benchmarks.flood_report import report_lines, summarize, targets
-from benchmarks.harness import RESULTS, rss_mb, run_record, write_report
+from benchmarks.harness import RESULTS, cpu_seconds, rss_mb, run_record, write_report
 from sapo.collector import long_lived_frozen
 
 # ------------------------------------------------------------------------------------------------ the victim
@@ -117,6 +117,7 @@ def step_callback(honest: str, watch: Any) -> Any:
 
         def on_step_begin(self, args, state, control, **kwargs):
             self._began = time.perf_counter()
+            self._began_cpu = time.thread_time()  # the training thread's own work, apart from waiting for a core
 
         def on_step_end(self, args, state, control, **kwargs):
             outcomes = self.trainer.sender_outcomes.get(honest, Counter())
@@ -124,6 +125,7 @@ def step_callback(honest: str, watch: Any) -> Any:
             self.rows.append(
                 {
                     "seconds": time.perf_counter() - self._began,
+                    "thread_cpu_s": time.thread_time() - self._began_cpu,
                     "rss_mb": rss_mb(os.getpid()) or 0.0,
                     "honest_reached": reached,
                     "honest_trained": self.trainer.taken_from.get(honest, 0),
@@ -182,8 +184,14 @@ def run_condition(
             hostile_p2pd = out.get(timeout=30)[1]
         threading.Thread(target=publish, daemon=True).start()
 
+        roles = {"benchmark process (victim and honest peer)": [os.getpid()], "victim's p2pd": [victim.p2pd_pid],
+                 "honest peer's p2pd": [honest.p2pd_pid],
+                 "hostile peer (process and p2pds)": [process.pid, *hostile_p2pd] if process else []}  # fmt: skip
+        cpu_window: dict[str, Any] = {}
+
         def watch() -> None:
             watches.update(transport=LoopWatch(victim.peer.loop), reference=LoopWatch(), collector=CollectorPauses())
+            cpu_window.update(began=time.monotonic(), cpu={role: role_cpu(pids) for role, pids in roles.items()})
 
         steps = step_callback(honest.peer_id, watch)
         if idle_seconds:  # no training: what the flood alone costs the transport's loop
@@ -199,6 +207,8 @@ def run_condition(
             steps.trainer = trainer
             trainer.train()
         stalls = {name: w.stop() for name, w in watches.items()}
+        seconds = time.monotonic() - cpu_window["began"]
+        cpu_shares = {role: (role_cpu(pids) - cpu_window["cpu"][role]) / seconds for role, pids in roles.items()}
         counters = victim.readout().counters
     finally:
         stop.set()
@@ -227,11 +237,17 @@ def run_condition(
         "steps": steps.rows,
         "honest_published": published[0],
         "loop_stall": stalls,
+        "cpu_cores": cpu_shares,
         "rejects": {k.removeprefix("rejected/"): v for k, v in sorted(counters.items()) if k.startswith("rejected/")},
         "counters": {k: v for k, v in sorted(counters.items()) if not k.startswith("rejected/")},
         "attacker_sent": sent,
         "p2pd_pids": p2pd,
     }
+
+
+def role_cpu(pids: list[int | None]) -> float:
+    """CPU seconds (user + system) used so far by the running processes ``pids`` together."""
+    return sum(cpu_seconds(pid) for pid in pids if pid is not None)
 
 
 def load_tokenizer(path: str | None) -> Any:

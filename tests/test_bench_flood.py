@@ -29,6 +29,11 @@ def test_the_flood_benchmark_reports_both_conditions_and_the_attack_really_happe
     for condition in data["without_training"].values():  # the loops watched again with no training
         assert condition["steps"] == [] and condition["loop_stall"]["transport"]["wakes"] > 0
     assert "## The same without training" in page
+    # who used the cores: the training thread worked in each step; the hostile peer's processes only under attack
+    hostile = "hostile peer (process and p2pds)"
+    assert clean["step_thread_cpu_median_s"] > 0 and attack["step_thread_cpu_median_s"] > 0
+    assert clean["cpu_cores"][hostile] == 0 and attack["cpu_cores"][hostile] > 0
+    assert attack["cpu_cores"]["victim's p2pd"] > 0 and "## Who used the cores" in page
     # the hostile peer flooded: forged stores by the hundred, bombs, inflated claims, fresh identities...
     sent = attack["attacker_sent"]
     assert sent["forged_store_values"] >= 500 and sent["bombs"] >= 2 and sent["bombs/store_record"] >= 1
