@@ -61,6 +61,7 @@ from swarm.reachability import DIAL_BACK_HANDLER, DialBack, tcp_ports
 from swarm.reader import SwarmReader
 from swarm.records import Group, ReceivedGroup
 from swarm.served import PeerServedLookup, ServedRecords
+from swarm.store_gate import StoreGate
 from swarm.transport import PeerInfo, SwarmCounters, SwarmTransport, TimingLog, TransportReadout
 from swarm.validation import fingerprint, make_record_validator
 
@@ -106,7 +107,9 @@ class DHTTransport(SwarmTransport):
         self._check_member()
         self._counters = SwarmCounters()
         self._timings = TimingLog(clock)
-        rejections = ReasonedRejections(self._counters)  # a refused record strikes its sender with the reason
+        # a refused record strikes its sender with the reason; a refused stored value, the libp2p peer that sent it
+        store_gate = self.store_gate = StoreGate(self._counters)
+        rejections = ReasonedRejections(self._counters, on_refusal=store_gate.refused)
         validator = make_record_validator(
             signing_key,
             config.swarm_name,
@@ -119,7 +122,9 @@ class DHTTransport(SwarmTransport):
             index_max_level=config.index_max_level,
         )
         values = TypedDHTSerializer(config.limits.max_record_bytes, rejections)
-        self.peer = DHTPeer(config, validator, self._peer_id, self._counters, clock, value_serializer=values)
+        self.peer = DHTPeer(
+            config, validator, self._peer_id, self._counters, clock, value_serializer=values, store_gate=store_gate
+        )
         # A peer others cannot dial (client mode) stores its records in the DHT instead of serving them.
         self.served = None
         if config.serve_records and not config.client_mode:

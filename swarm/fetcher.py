@@ -78,16 +78,20 @@ class RoundTrip:
 
 class ReasonedRejections(RejectionLog):
     """A :class:`~swarm.validation.RejectionLog` that also remembers, per thread, the reason of the latest rejection it
-    counted: a validator answers yes or no, and a served record it refused strikes its sender with the reason."""
+    counted: a validator answers yes or no, and a served record it refused strikes its sender with the reason.
+    ``on_refusal`` is called at each rejection too (:meth:`swarm.store_gate.StoreGate.refused`)."""
 
-    def __init__(self, counters: SwarmCounters, interval: float = 10.0):
+    def __init__(self, counters: SwarmCounters, interval: float = 10.0, on_refusal: Callable[[], None] | None = None):
         super().__init__(counters, interval)
         self._latest = threading.local()
+        self._on_refusal = on_refusal
 
     def __call__(self, reason: str, detail: str) -> None:
         """Count one rejection (see :class:`~swarm.validation.RejectionLog`) and remember its reason."""
         self._latest.reason = reason
         super().__call__(reason, detail)
+        if self._on_refusal is not None:
+            self._on_refusal()
 
     def take_reason(self) -> str | None:
         """The reason of the latest rejection counted in this thread since the last call, if any."""

@@ -18,6 +18,8 @@ private hivemind name anywhere else). What each is relied on for:
   :class:`PubsubP2P` adds ``-pubsub``.
 - `RSAPrivateKey._private_key` (the `cryptography` key it signs with): the class can only generate a key, so a key
   loaded from a file (or made by a test) is wrapped by setting it (:func:`signing_key`).
+- `ServicerBase._get_handle_name(namespace, method_name) -> str`: the protocol name a DHT node's `rpc_store` handler is
+  registered under (``"DHTProtocol.rpc_store"``), to be replaced by a gated one (:func:`gate_store_handler`).
 - `RSASignatureValidator._serialize_record(record) -> bytes`: the bytes an owner signature signs (the record's key,
   subkey, value and expiration as hivemind serializes them) (:func:`signed_bytes`).
 """
@@ -30,6 +32,7 @@ from typing import Any
 from hivemind.dht.crypto import RSASignatureValidator
 from hivemind.dht.validation import DHTRecord
 from hivemind.p2p import P2P
+from hivemind.proto import dht_pb2
 from hivemind.utils.crypto import RSAPrivateKey
 
 __all__ = [
@@ -37,6 +40,7 @@ __all__ = [
     "connect",
     "daemon_process",
     "daemon_sockets",
+    "gate_store_handler",
     "open_control_connection",
     "release_loop_resources",
     "signed_bytes",
@@ -91,6 +95,22 @@ async def release_loop_resources(p2p: Any, timeout: float = 2.0) -> None:
     transport = getattr(getattr(p2p, "_child", None), "_transport", None)
     if transport is not None:
         transport.close()
+
+
+async def gate_store_handler(node: Any, wrap: Any) -> None:
+    """Replace the store handler of ``node`` (a server-mode ``DHTNode``) with ``wrap(rpc_store, refuse_all)``, where
+    ``refuse_all(request)`` answers a store request "not stored" for each of its values (see
+    :meth:`swarm.store_gate.StoreGate.wrap`). A client-mode node answers no requests: nothing to replace."""
+    protocol = node.protocol
+    if protocol.client_mode:
+        return
+
+    def refuse_all(request: Any) -> Any:
+        return dht_pb2.StoreResponse(store_ok=[False] * len(request.keys), peer=protocol.node_info)
+
+    name = type(protocol)._get_handle_name(None, "rpc_store")
+    await protocol.p2p.remove_protobuf_handler(name)
+    await protocol.p2p.add_protobuf_handler(name, wrap(protocol.rpc_store, refuse_all), dht_pb2.StoreRequest)
 
 
 def signing_key(key: Any) -> RSAPrivateKey:

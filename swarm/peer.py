@@ -45,9 +45,10 @@ from swarm.daemon import (
     remove_files,
     remove_stale_sockets_since,
 )
-from swarm.hivemind_bridge import PubsubP2P, connect, daemon_process, daemon_sockets
+from swarm.hivemind_bridge import PubsubP2P, connect, daemon_process, daemon_sockets, gate_store_handler
 from swarm.levels import size_from_distances
 from swarm.served import RECORD_HANDLER, ServedRecords
+from swarm.store_gate import StoreGate
 from swarm.transport import SwarmCounters
 
 logger = logging.getLogger(__name__)
@@ -110,6 +111,8 @@ class DHTPeer:
         clock: monotonic time spaces the neighbour checks.
         value_serializer: what the DHT node decodes other peers' values with in place of hivemind's generic one
             (:class:`swarm.dht_values.TypedDHTSerializer`); ``None``: hivemind's.
+        store_gate: what stands in front of this node's store handler (:class:`swarm.store_gate.StoreGate`: a peer
+            whose stored values are mostly refused rests); ``None``: hivemind's handler alone.
     """
 
     def __init__(
@@ -120,8 +123,10 @@ class DHTPeer:
         counters: SwarmCounters,
         clock: Clock = SYSTEM_CLOCK,
         value_serializer: Any = None,
+        store_gate: StoreGate | None = None,
     ):
         self.config = config
+        self._store_gate = store_gate
         self._validator = record_validator
         self._value_serializer = value_serializer
         self._label = label
@@ -369,6 +374,8 @@ class DHTPeer:
         if self._value_serializer is not None:
             # The protocol reads this attribute at each request: from here on, not during the bootstrap above.
             node.protocol.serializer = self._value_serializer
+        if self._store_gate is not None:
+            await gate_store_handler(node, self._store_gate.wrap)
         return node
 
     async def become_client(self) -> None:

@@ -46,6 +46,7 @@ REJECT_REASONS = (
     "digest_mismatch",  # a fetched record is not the one its sender announced
     "not_member",  # from a peer outside a closed swarm's membership
     "wrong_host",  # an announcement published by another libp2p peer than the host it names
+    "sender_rested",  # stored by a libp2p peer resting after its stores were mostly refused, refused unverified
 )
 
 Scalar = str | int | float | bool | None

@@ -422,17 +422,21 @@ def wrong_answer(true: str) -> str:
     return str(int(true) + 1) if true.lstrip("-").isdigit() else true + "0"
 
 
-def store_raw(hostile: HostileNode, peer_id: Any, key: str, tag: bytes, value: bytes, expiration: float) -> list[bool]:
+def store_raw(
+    hostile: HostileNode, peer_id: Any, key: str, tag: bytes, value: bytes, expiration: float, copies: int = 1
+) -> list[bool]:
     """One store RPC from ``hostile`` to the libp2p peer ``peer_id`` with the subkey bytes ``tag`` as they are (a bomb
-    may sit in the subkey, which hivemind's own call would serialize): the peer's answers."""
+    may sit in the subkey, which hivemind's own call would serialize): the peer's answers. With ``copies``, the
+    request holds the value that many times, under ``key`` and then keys ``key/1``, ``key/2``, ..."""
     from hivemind.proto import dht_pb2
 
+    keys = [key, *(f"{key}/{n}" for n in range(1, copies))]
     request = dht_pb2.StoreRequest(
-        keys=[DHTID.generate(source=key).to_bytes()],
-        subkeys=[tag],
-        values=[value],
-        expiration_time=[expiration],
-        in_cache=[False],
+        keys=[DHTID.generate(source=k).to_bytes() for k in keys],
+        subkeys=[tag] * copies,
+        values=[value] * copies,
+        expiration_time=[expiration] * copies,
+        in_cache=[False] * copies,
         peer=hostile.node.protocol.node_info,
     )
     stub = hostile.node.protocol.get_stub(peer_id)

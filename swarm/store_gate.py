@@ -1,0 +1,135 @@
+"""Bounds what one transport peer's store requests make this node verify: a peer whose stores are mostly refused rests.
+
+hivemind's DHT answers a store request by validating every value in it (decoding, an RSA signature check): about
+0.1-0.3 ms of this node's CPU a value, and a request may hold many values. An honest peer stores its own signed
+records and the ones it looked up (checked by its own validators), so its values are refused rarely; a peer that
+sends forged or oversized values by the thousand makes this node spend on each. :class:`StoreGate` sits in front of
+the store handler: it counts, per libp2p peer (the sender the transport authenticated, which a forger cannot choose,
+unlike the ``[owner:...]`` key a value claims), the values its requests held and those the validators refused. A peer
+with at least ``min_refused`` refusals in a window of ``window`` seconds, at least half of its values, rests: its
+store requests are then answered "not stored" without a value being decoded or verified (counted as
+``rejected/sender_rested``), for ``rest`` seconds, doubling on each rest up to :data:`MAX_REST_SECONDS`. The book
+holds at most ``max_senders`` peers (the oldest not resting leave first), so fresh libp2p identities cannot grow it.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from swarm.transport import SwarmCounters
+
+MAX_REST_SECONDS = 600.0
+"""The longest rest of a peer whose stores keep being refused."""
+
+STORE_SENDER: contextvars.ContextVar[str | None] = contextvars.ContextVar("store_sender", default=None)
+"""The libp2p id (base58) of the peer whose store request is being validated, while it is; the validators' refusals
+are counted against it (:meth:`StoreGate.refused`)."""
+
+
+@dataclass
+class _SenderBook:
+    window_began: float
+    values: int = 0
+    refused: int = 0
+    rests: int = 0
+    rests_until: float = 0.0
+
+
+class StoreGate:
+    """Per-sender accounting of store requests, and the rest of a sender whose values are mostly refused.
+
+    Parameters:
+        counters: where ``rejected/sender_rested`` (values refused unverified) and ``store_senders_rested`` go.
+        min_refused: refusals within one window that can start a rest (if they are at least half of its values).
+        window: seconds over which a sender's values and refusals are counted.
+        rest: a sender's first rest in seconds; each further rest doubles it, up to :data:`MAX_REST_SECONDS`.
+        max_senders: the most senders the book holds.
+        clock: monotonic seconds (tests pass their own).
+    """
+
+    def __init__(
+        self,
+        counters: SwarmCounters,
+        min_refused: int = 32,
+        window: float = 10.0,
+        rest: float = 30.0,
+        max_senders: int = 4096,
+        clock: Callable[[], float] = time.monotonic,
+    ):
+        self.counters = counters
+        self.min_refused = min_refused
+        self.window = window
+        self.rest = rest
+        self.max_senders = max_senders
+        self._clock = clock
+        self._book: dict[str, _SenderBook] = {}
+
+    def __len__(self) -> int:
+        """How many senders the book holds."""
+        return len(self._book)
+
+    def resting(self, sender: str) -> bool:
+        """Whether ``sender``'s store requests are refused unverified now."""
+        entry = self._book.get(sender)
+        return entry is not None and entry.rests_until > self._clock()
+
+    def refused(self) -> None:
+        """Count one value refused by a validator against the sender whose store request is being validated (none
+        outside a store request: a lookup's answers are this node's own request)."""
+        sender = STORE_SENDER.get()
+        if sender is not None:
+            self._entry(sender).refused += 1
+
+    def wrap(self, rpc_store: Callable[[Any, Any], Awaitable[Any]], refuse_all: Callable[[Any], Any]) -> Any:
+        """A store handler around ``rpc_store(request, context)``: a resting sender's request is answered
+        ``refuse_all(request)`` (nothing decoded or verified); any other is validated with :data:`STORE_SENDER` set,
+        then judged (:meth:`judge`)."""
+
+        async def gated_store(request: Any, context: Any) -> Any:
+            sender = context.remote_id.to_base58()
+            values = len(request.keys)
+            if self.resting(sender):
+                self.counters.reject("sender_rested", values)
+                return refuse_all(request)
+            token = STORE_SENDER.set(sender)
+            try:
+                return await rpc_store(request, context)
+            finally:
+                STORE_SENDER.reset(token)
+                self.judge(sender, values)
+
+        return gated_store
+
+    def judge(self, sender: str, values: int) -> None:
+        """After one of ``sender``'s store requests (``values`` values, its refusals counted): start a rest when its
+        window's refusals reach ``min_refused`` and half of its values."""
+        entry = self._entry(sender)
+        entry.values += values
+        if entry.refused >= self.min_refused and 2 * entry.refused >= entry.values:
+            entry.rests += 1
+            entry.rests_until = self._clock() + min(self.rest * 2 ** (entry.rests - 1), MAX_REST_SECONDS)
+            entry.window_began, entry.values, entry.refused = entry.rests_until, 0, 0
+            self.counters.add("store_senders_rested")
+
+    def _entry(self, sender: str) -> _SenderBook:
+        now = self._clock()
+        entry = self._book.get(sender)
+        if entry is None:
+            if len(self._book) >= self.max_senders:
+                self._evict(now)
+            entry = self._book[sender] = _SenderBook(window_began=now)
+        elif now - entry.window_began > self.window:
+            entry.window_began, entry.values, entry.refused = now, 0, 0
+        return entry
+
+    def _evict(self, now: float) -> None:
+        """Drop the oldest entry not resting (every entry rests: the oldest)."""
+        for sender, entry in self._book.items():
+            if entry.rests_until <= now:
+                del self._book[sender]
+                return
+        del self._book[next(iter(self._book))]
