@@ -19,6 +19,7 @@ Per condition it reports honest groups reaching the intake and trained per step,
 stall of the victim transport's event loop (a coroutine on that loop waking every 10 ms records its lateness), the
 process's peak RSS, and the transport's rejects by reason; then issue 61's targets, pass or fail
 (:mod:`benchmarks.flood_report`). This module runs the victim and the honest peer, each condition and the command.
+Run as a command, it first sets OpenMP's threads as `sapo-node` does (:func:`sapo.speed.threads.share_the_machine`).
 
     python -m benchmarks.flood     # about 15 minutes on 2 loaded cores; writes benchmarks/results/flood.{json,md}
     python -m benchmarks.flood --steps 2 --rounds 1 --idle-seconds 0 --out /tmp/flood   # a quick look
@@ -294,6 +295,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     data = {
         "run": record,
         "beside": args.beside,
+        "openmp": {name: os.environ.get(name, "not set") for name in ("OMP_NUM_THREADS", "OMP_WAIT_POLICY")},
         "settings": {**dataclasses.asdict(settings), "rounds": args.rounds, "idle_seconds": args.idle_seconds},
         "conditions": conditions,
         "without_training": idle,
@@ -306,4 +308,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
 
 if __name__ == "__main__":
+    from sapo.speed.threads import share_the_machine
+
+    share_the_machine()  # first thing, as sapo-node does: the victim's OpenMP threads sleep while they wait
     main()

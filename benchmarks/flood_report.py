@@ -104,6 +104,9 @@ def report_lines(data: dict[str, Any]) -> list[str]:
         "",
         f"Settings: {data['settings']}",
         "",
+        f"The victim's OpenMP threads: {data.get('openmp', 'not recorded')} (`python -m benchmarks.flood` sets them "
+        "as `sapo-node` does, sapo.speed.threads: threads that wait for work sleep instead of spinning).",
+        "",
         "| | clean | under attack |",
         "|---|---|---|",
     ]
