@@ -11,6 +11,7 @@ image converts at build time and uninstalls it).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib
 import importlib.util
@@ -21,6 +22,7 @@ import re
 import shutil
 import struct
 import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -280,18 +282,47 @@ def _converted_copy(gguf: Path, target: Path, source: dict[str, Any]) -> Path:
     return target
 
 
-def _convert_gguf(gguf: Path, out: Path, name: str, source: dict[str, Any]) -> None:
+@contextlib.contextmanager
+def _gguf_read_once() -> Iterator[None]:
+    """Within the block, the gguf package's reader of a file is made once: transformers reads a GGUF file's metadata
+    (its whole vocabulary, field by field) anew for the config, the tokenizer and the weights, which for Gemma 3's
+    262,144 words took most of a conversion's minutes. The reader only reads, so sharing it changes nothing read."""
+    import gguf
+
+    original, readers = gguf.GGUFReader, {}
+
+    def shared_reader(path: Any, mode: str = "r") -> Any:
+        key = (os.fspath(path), mode)
+        if key not in readers:
+            readers[key] = original(path, mode)
+        return readers[key]
+
+    gguf.GGUFReader = shared_reader
+    try:
+        yield
+    finally:
+        gguf.GGUFReader = original
+
+
+def _read_gguf_model(gguf: Path) -> tuple[Any, Any]:
+    """The model (dequantized to float32) and prepared tokenizer a GGUF file holds, as transformers reads them."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    tokenizer = prepare_tokenizer(AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name))
-    try:
-        model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
-    except ValueError as e:
-        raise ValueError(
-            f"transformers cannot load {gguf} as a causal language model ({e}); pass a GGUF file of a decoder model "
-            "such as Llama, Qwen2 or Gemma 3, or a Hugging Face model directory"
-        ) from e
+    with _gguf_read_once():
+        tokenizer = prepare_tokenizer(AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name))
+        try:
+            model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
+        except ValueError as e:
+            raise ValueError(
+                f"transformers cannot load {gguf} as a causal language model ({e}); pass a GGUF file of a decoder "
+                "model such as Llama, Qwen2 or Gemma 3, or a Hugging Face model directory"
+            ) from e
+    return model, tokenizer
+
+
+def _convert_gguf(gguf: Path, out: Path, name: str, source: dict[str, Any]) -> None:
+    model, tokenizer = _read_gguf_model(gguf)
     # The weights are already dequantized to float32; only these markers make save_pretrained refuse.
     model.hf_quantizer = None
     if hasattr(model, "is_quantized"):

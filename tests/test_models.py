@@ -103,7 +103,13 @@ def test_default_model_converts_loads_generates_and_is_reused(tmp_path, monkeypa
     stale = tmp_path / "models" / models.DEFAULT_MODEL_NAME
     stale.mkdir(parents=True)
     (stale / "config.json").write_text("{}")  # an interrupted conversion from an older run
-    path = models.default_model_path()
+    import gguf
+
+    reads, read = [], gguf.GGUFReader
+    with pytest.MonkeyPatch.context() as counted:
+        counted.setattr(gguf, "GGUFReader", lambda *args, **kwargs: reads.append(args) or read(*args, **kwargs))
+        path = models.default_model_path()
+    assert len(reads) == 1  # the file's metadata (its whole vocabulary) read once for config, tokenizer and weights
     assert path == stale and json.loads((path / models._MARKER).read_text())["version"] == models._CONVERSION_VERSION
     assert sorted(p.name for p in path.parent.iterdir()) == [models.DEFAULT_MODEL_NAME]  # no temp dir left
     weights = path / "model.safetensors"
