@@ -1,0 +1,96 @@
+"""Where the test suite spends its CPU: a pytest plugin recording each test's wall time, its process's CPU and the CPU
+of the child processes it started and reaped, and a report of the records by test file.
+
+    SUITE_PROFILE_LOG=/tmp/suite .venv/bin/python -m pytest -q -n 2 --dist loadfile -p benchmarks.suite_profile
+    python -m benchmarks.suite_profile /tmp/suite          # the test files by CPU, then the 30 costliest tests
+
+A test's CPU is read from ``getrusage`` around its setup, call and teardown: its own process (every thread) and the
+children reaped meanwhile (a node, an example, a local swarm and what they reaped in turn); a child left running past
+the test, or never reaped, is not counted. Records are appended as JSON lines to ``$SUITE_PROFILE_LOG.tests``, one
+per test, by every xdist worker; without ``SUITE_PROFILE_LOG`` the plugin records nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import time
+from collections import defaultdict
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+
+def _cpu(who: int) -> float:
+    usage = resource.getrusage(who)
+    return usage.ru_utime + usage.ru_stime
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    """Record one test's wall time, own CPU and reaped children's CPU (setup, call and teardown together)."""
+    log = os.environ.get("SUITE_PROFILE_LOG")
+    began = time.monotonic(), _cpu(resource.RUSAGE_SELF), _cpu(resource.RUSAGE_CHILDREN)
+    yield
+    if log:
+        record = {
+            "test": item.nodeid,
+            "wall": time.monotonic() - began[0],
+            "self_cpu": _cpu(resource.RUSAGE_SELF) - began[1],
+            "children_cpu": _cpu(resource.RUSAGE_CHILDREN) - began[2],
+            "worker": os.environ.get("PYTEST_XDIST_WORKER"),
+        }
+        with open(f"{log}.tests", "a") as f:
+            f.write(json.dumps(record) + "\n")
+
+
+def by_file(records: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
+    """Per test file: tests, wall seconds, own CPU and children's CPU summed, costliest (own + children) first."""
+    files: dict[str, dict[str, float]] = defaultdict(
+        lambda: {"tests": 0, "wall": 0.0, "self_cpu": 0.0, "children_cpu": 0.0}
+    )
+    for record in records:
+        totals = files[record["test"].split("::")[0]]
+        totals["tests"] += 1
+        for key in ("wall", "self_cpu", "children_cpu"):
+            totals[key] += record[key]
+    return dict(sorted(files.items(), key=lambda item: -(item[1]["self_cpu"] + item[1]["children_cpu"])))
+
+
+def report_lines(records: list[dict[str, Any]], top: int = 30) -> list[str]:
+    """The page: totals, the test files by CPU, then the ``top`` costliest tests."""
+    cpu = sum(r["self_cpu"] + r["children_cpu"] for r in records)
+    children = sum(r["children_cpu"] for r in records)
+    lines = [f"{len(records)} tests: {cpu:.0f} CPU s, {children:.0f} of them in child processes", ""]
+    lines += ["| test file | tests | wall s | own CPU s | children's CPU s |", "|---|---|---|---|---|"]
+    for name, t in by_file(records).items():
+        lines.append(f"| {name} | {t['tests']:.0f} | {t['wall']:.0f} | {t['self_cpu']:.0f} | {t['children_cpu']:.0f} |")
+    lines += ["", "| test | wall s | own CPU s | children's CPU s |", "|---|---|---|---|"]
+    for r in sorted(records, key=lambda r: -(r["self_cpu"] + r["children_cpu"]))[:top]:
+        lines.append(f"| {r['test']} | {r['wall']:.0f} | {r['self_cpu']:.0f} | {r['children_cpu']:.0f} |")
+    return lines
+
+
+def main(argv: list[str] | None = None) -> list[str]:
+    """Print the page of the records under a ``SUITE_PROFILE_LOG`` prefix; returns its lines."""
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.suite_profile", description=__doc__.splitlines()[0])
+    parser.add_argument("log", type=Path, help="the SUITE_PROFILE_LOG the suite ran with")
+    parser.add_argument("--top", type=int, default=30, help="how many of the costliest tests to list")
+    args = parser.parse_args(argv)
+    path = Path(f"{args.log}.tests")
+    if not path.is_file():
+        parser.error(
+            f"{path} does not exist: run the suite with SUITE_PROFILE_LOG={args.log} and -p benchmarks.suite_profile"
+        )
+    records = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    lines = report_lines(records, args.top)
+    print("\n".join(lines))
+    return lines
+
+
+if __name__ == "__main__":
+    main()
