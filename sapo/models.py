@@ -27,6 +27,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from sapo.gguf_header import NotGGUF, string_field
+
 __all__ = [
     "CHATML_TEMPLATE",
     "DEFAULT_MODEL_NAME",
@@ -62,9 +64,6 @@ _MODEL_ARGUMENT = (  # what --model and load_policy take, for error messages
     "(None) for the embedded SmolLM2-135M-Instruct"
 )
 
-_GGUF_MAGIC = b"GGUF"
-_GGUF_SCALARS = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q", 11: "<q", 12: "<d"}
-_GGUF_STRING, _GGUF_ARRAY = 8, 9
 
 CHATML_TEMPLATE = (
     "{% for message in messages %}"
@@ -350,51 +349,20 @@ def _convert_gguf(gguf: Path, out: Path, name: str, source: dict[str, Any]) -> N
 
 def gguf_architecture(path: str | Path) -> str:
     """The architecture a GGUF file declares (``general.architecture``: ``"llama"``, ``"gemma3"``, ...), read from its
-    header alone (milliseconds: transformers' reader parses the whole vocabulary first). Raises ``ValueError`` for a
-    file that is not GGUF or is damaged."""
-    path = Path(path)
-    with path.open("rb") as f:
-        if f.read(4) != _GGUF_MAGIC:
-            raise ValueError(
-                f"{path} is not a GGUF file (it does not start with the bytes 'GGUF'); pass {_MODEL_ARGUMENT}"
-            )
-        try:
-            _version, _tensors, entries = struct.unpack("<IQQ", f.read(20))
-            for _ in range(entries):
-                key = _read_gguf_string(f)
-                (kind,) = struct.unpack("<I", f.read(4))
-                if key == "general.architecture" and kind == _GGUF_STRING:
-                    return _read_gguf_string(f)
-                _skip_gguf_value(f, kind)
-        except (struct.error, ValueError, UnicodeDecodeError) as e:
-            raise ValueError(f"{path} is a damaged GGUF file ({e}); download or assemble it again") from e
-    raise ValueError(f"{path} declares no general.architecture, so no loader knows its layout; pass {_MODEL_ARGUMENT}")
-
-
-def _read_gguf_string(f: Any) -> str:
-    (length,) = struct.unpack("<Q", f.read(8))
-    if length > 1 << 16:  # keys and architecture names are short; more means a damaged or foreign file
-        raise ValueError(f"a {length}-byte name in the header")
-    data = f.read(length)
-    if len(data) < length:
-        raise ValueError("the file ends inside its header")
-    return data.decode("utf-8")
-
-
-def _skip_gguf_value(f: Any, kind: int) -> None:
-    if kind in _GGUF_SCALARS:
-        f.seek(struct.calcsize(_GGUF_SCALARS[kind]), os.SEEK_CUR)
-    elif kind == _GGUF_STRING:
-        f.seek(struct.unpack("<Q", f.read(8))[0], os.SEEK_CUR)
-    elif kind == _GGUF_ARRAY:
-        item_kind, count = struct.unpack("<IQ", f.read(12))
-        if item_kind in _GGUF_SCALARS:
-            f.seek(count * struct.calcsize(_GGUF_SCALARS[item_kind]), os.SEEK_CUR)
-        else:
-            for _ in range(count):
-                _skip_gguf_value(f, item_kind)
-    else:
-        raise ValueError(f"unknown value type {kind} in the header")
+    header alone (:mod:`sapo.gguf_header`). Raises ``ValueError`` for a file that is not GGUF or is damaged."""
+    try:
+        architecture = string_field(path, "general.architecture")
+    except NotGGUF:
+        raise ValueError(
+            f"{path} is not a GGUF file (it does not start with the bytes 'GGUF'); pass {_MODEL_ARGUMENT}"
+        ) from None
+    except (struct.error, ValueError, UnicodeDecodeError) as e:
+        raise ValueError(f"{path} is a damaged GGUF file ({e}); download or assemble it again") from e
+    if architecture is None:
+        raise ValueError(
+            f"{path} declares no general.architecture, so no loader knows its layout; pass {_MODEL_ARGUMENT}"
+        )
+    return architecture
 
 
 def _check_gguf_architecture(path: Path, architecture: str) -> None:

@@ -43,25 +43,25 @@ def _gguf_tokenizer_metadata(path: Path) -> tuple[set[str], list[str], dict[str,
     262,144 words)."""
     import struct
 
-    from sapo.models import _read_gguf_string, _skip_gguf_value
+    from sapo.gguf_header import read_string, skip_value
 
     keys, tokens, special = set(), [], {}
     with path.open("rb") as f:
         assert f.read(4) == b"GGUF"
         _version, _tensors, entries = struct.unpack("<IQQ", f.read(20))
         for _ in range(entries):
-            key = _read_gguf_string(f)
+            key = read_string(f)
             (kind,) = struct.unpack("<I", f.read(4))
             keys.add(key)
             if key == "tokenizer.ggml.tokens":
                 _item_kind, count = struct.unpack("<IQ", f.read(12))
-                tokens = [_read_gguf_string(f) for _ in range(count)]
+                tokens = [read_string(f) for _ in range(count)]
             elif key.startswith("tokenizer.ggml.") and key.endswith("_token_id") and kind == 4:  # uint32
                 (special[key.removeprefix("tokenizer.ggml.").removesuffix("_token_id")],) = struct.unpack(
                     "<I", f.read(4)
                 )
             else:
-                _skip_gguf_value(f, kind)
+                skip_value(f, kind)
     return keys, tokens, special
 
 
