@@ -30,12 +30,9 @@ def summarize(rounds: list[dict[str, Any]]) -> dict[str, Any]:
         "honest_trained_per_step": sum(r["steps"][-1]["honest_trained"] for r in rounds) / steps,
         "step_time_median_s": statistics.median(durations),
         "step_thread_cpu_median_s": statistics.median(
-            [row.get("thread_cpu_s", 0.0) for r in rounds for row in r["steps"][1:]] or [0.0]
+            [row["thread_cpu_s"] for r in rounds for row in r["steps"][1:]] or [0.0]
         ),
-        "cpu_cores": {
-            role: statistics.mean(r.get("cpu_cores", {}).get(role, 0.0) for r in rounds)
-            for role in dict.fromkeys(role for r in rounds for role in r.get("cpu_cores", {}))
-        },
+        "cpu_cores": {role: statistics.mean(r["cpu_cores"][role] for r in rounds) for role in rounds[0]["cpu_cores"]},
         "loop_stall_max_s": max(r["loop_stall"]["transport"]["longest_s"] for r in rounds),
         "loop_stalls_over_100ms": sum(r["loop_stall"]["transport"]["over_100ms"] for r in rounds),
         "reference_loop_stall_max_s": max(r["loop_stall"]["reference"]["longest_s"] for r in rounds),
@@ -113,15 +110,12 @@ def report_lines(data: dict[str, Any]) -> list[str]:
     for label, key, fmt, *scale in rows:
         factor = scale[0] if scale else 1
         lines.append(f"| {label} | {fmt.format(clean[key] * factor)} | {fmt.format(attack[key] * factor)} |")
-    if clean.get("cpu_cores"):
-        lines += ["", "## Who used the cores", "",
-                  "CPU seconds a second (1.0 = one core of the 2) over the measured steps, by process, mean of the "
-                  "rounds: what the victim's step competes with. The hostile peer would be another machine in a real "
-                  "swarm; here it shares the victim's cores.", "", "| processes | clean | under attack |",
-                  "|---|---|---|"]  # fmt: skip
-        for role in dict.fromkeys([*clean["cpu_cores"], *attack["cpu_cores"]]):
-            cells = [f"{c['cpu_cores'].get(role, 0.0):.2f}" for c in (clean, attack)]
-            lines.append(f"| {role} | {cells[0]} | {cells[1]} |")
+    lines += ["", "## Who used the cores", "",
+              "CPU seconds a second (1.0 = one core of the 2) over the measured steps, by process, mean of the rounds: "
+              "what the victim's step competes with. The hostile peer would be another machine in a real swarm; here "
+              "it shares the victim's cores.", "", "| processes | clean | under attack |", "|---|---|---|"]  # fmt: skip
+    for role in clean["cpu_cores"]:  # every condition has the same roles (the hostile peer's at 0 when clean)
+        lines.append(f"| {role} | {clean['cpu_cores'][role]:.2f} | {attack['cpu_cores'][role]:.2f} |")
     lines += ["", "## Targets", "", "| target | figure | |", "|---|---|---|"]
     for name, target in data["targets"].items():
         value = "n/a" if target["value"] is None else f"{target['value']:.3g}"

@@ -38,6 +38,10 @@ class _SenderBook:
     rests: int = 0
     rests_until: float = 0.0
 
+    def start_window(self, at: float) -> None:
+        """Count this sender's values and refusals afresh from ``at``."""
+        self.window_began, self.values, self.refused = at, 0, 0
+
 
 class StoreGate:
     """Per-sender accounting of store requests, and the rest of a sender whose values are mostly refused.
@@ -112,7 +116,7 @@ class StoreGate:
         if entry.refused >= self.min_refused and 2 * entry.refused >= entry.values:
             entry.rests += 1
             entry.rests_until = self._clock() + min(self.rest * 2 ** (entry.rests - 1), MAX_REST_SECONDS)
-            entry.window_began, entry.values, entry.refused = entry.rests_until, 0, 0
+            entry.start_window(entry.rests_until)  # what it sends while resting is not counted
             self.counters.add("store_senders_rested")
 
     def _entry(self, sender: str) -> _SenderBook:
@@ -123,7 +127,7 @@ class StoreGate:
                 self._evict(now)
             entry = self._book[sender] = _SenderBook(window_began=now)
         elif now - entry.window_began > self.window:
-            entry.window_began, entry.values, entry.refused = now, 0, 0
+            entry.start_window(now)
         return entry
 
     def _evict(self, now: float) -> None:
