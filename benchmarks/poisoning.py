@@ -115,6 +115,7 @@ def node_command(args: argparse.Namespace, arm: str, seed: int, index: int, run_
 def run_arm(args: argparse.Namespace, arm: str, seed: int) -> Path:
     """One swarm: the attacker and ``args.honest`` nodes until they finish; returns the run directory."""
     from sapo.node.local_swarm import shared_cores_env
+    from sapo.node.warm_start import WarmStarter, start_node_process
     from sapo.tasks import DEFAULT_TASKS
     from swarm.dht import DHTTransport, DHTTransportConfig
     from testbed.payload_attack import PayloadAttacker
@@ -135,7 +136,9 @@ def run_arm(args: argparse.Namespace, arm: str, seed: int) -> Path:
         places=args.places,
         pool=attack_pool(args, seed),
     )
-    processes: list[subprocess.Popen] = []
+    env = shared_cores_env(args.honest)
+    starter = WarmStarter(env)  # the honest nodes' libraries imported once, not per node
+    processes: list = []
     try:
         if arm not in ATTACK_FREE_ARMS:
             attacker.start()
@@ -144,9 +147,7 @@ def run_arm(args: argparse.Namespace, arm: str, seed: int) -> Path:
             log = open(run_dir / f"node-{index}.out", "w")  # noqa: SIM115 - closed with the process below
             command = node_command(args, arm, seed, index, run_dir, peer)
             processes.append(
-                subprocess.Popen(
-                    command, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT, env=shared_cores_env(args.honest)
-                )
+                start_node_process(command, starter=starter, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT, env=env)
             )
         deadline = time.monotonic() + args.timeout
         while any(p.poll() is None for p in processes) and time.monotonic() < deadline:
@@ -157,6 +158,7 @@ def run_arm(args: argparse.Namespace, arm: str, seed: int) -> Path:
     finally:
         attacker.stop()
         stop_processes(processes, grace=60)
+        starter.close()
         transport.close()
     (run_dir / "attacker.json").write_text(
         json.dumps(

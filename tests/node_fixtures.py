@@ -5,13 +5,18 @@ from __future__ import annotations
 
 import json
 import subprocess
+import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
 
 from benchmarks.soak import TINY_NODE, tiny_node_command
+from sapo.node.callbacks import FAULT_PAUSE_IN_OPTIMIZER_STEP
 from sapo.node.report import is_evaluation_line
+from sapo.node.warm_start import WarmProcess, WarmStarter, start_node_process
+from sapo.trainer import FAULT_PAUSE_BEFORE_MARKER
 from swarm.daemon import ProcessIdentity
 
 # Small enough for a 2-core machine: 2 groups of 2 completions per step, short completions.
@@ -23,6 +28,35 @@ NO_EVALUATION = ["--eval_on_start", "false", "--eval_steps", "1000"]
 
 def _node_command(model_dir: Path, output_dir: Path, *extra: str) -> list[str]:
     return tiny_node_command(model_dir, output_dir, "--join_timeout", "20", *extra)
+
+
+# Made at import, before any test changes the environment: nodes meant for this worker's environment start warm
+# (the fault-injection switches are read when the fault's moment comes, not at import).
+_STARTER = WarmStarter(varying=frozenset({FAULT_PAUSE_IN_OPTIMIZER_STEP, FAULT_PAUSE_BEFORE_MARKER}))
+
+
+def start_node(command: Sequence, *, warm: bool = True, **popen_kwargs) -> subprocess.Popen | WarmProcess:
+    """Start a `sapo-node` command: forked warm from this worker's server (sapo.node.warm_start) where the command and
+    its environment allow, for tests whose subject is what the node does, not how its process starts (``warm=False``
+    for those); cold otherwise. ``popen_kwargs``: stdout, stderr, env, cwd, start_new_session."""
+    return start_node_process(command, starter=_STARTER if warm else None, **popen_kwargs)
+
+
+def run_node(command: Sequence, *, timeout: float, warm: bool = True, **popen_kwargs) -> subprocess.CompletedProcess:
+    """Run a `sapo-node` command to its end (:func:`start_node`) and return its exit code and output (text), as
+    ``subprocess.run(command, capture_output=True, text=True, timeout=timeout)`` does; killed after ``timeout``."""
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        process = start_node(command, warm=warm, stdout=out, stderr=err, **popen_kwargs)
+        try:
+            code = process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+            raise
+        out.seek(0)
+        err.seek(0)
+        text = [stream.read().decode(errors="replace") for stream in (out, err)]
+    return subprocess.CompletedProcess(list(command), code, *text)
 
 
 def _lines(output_dir: Path) -> list[dict]:

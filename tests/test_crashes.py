@@ -25,6 +25,8 @@ from tests.node_fixtures import (  # noqa: F401
     _node_command,
     _p2pd,
     _wait,
+    run_node,
+    start_node,
     started,
 )
 
@@ -61,7 +63,7 @@ def test_kill9_at_random_moments_resumes_from_the_newest_complete_checkpoint(tmp
         log = tmp_path / f"attempt{attempt}.log"
         # Mid-checkpoint: the node waits 60 s between a checkpoint's files and its marker, so the kill lands there.
         pause = {FAULT_PAUSE_BEFORE_MARKER: "60"} if moment == "mid_checkpoint" else {}
-        node = subprocess.Popen(
+        node = start_node(
             _node_command(tiny_model_a, out, "--max_steps", "1000", "--save_steps", "1", *NO_EVALUATION),
             stdout=subprocess.DEVNULL, stderr=open(log, "w"), env={**os.environ, **pause},
         )  # fmt: skip
@@ -91,9 +93,9 @@ def test_kill9_at_random_moments_resumes_from_the_newest_complete_checkpoint(tmp
 
     assert expected_resume is not None  # three lives of at least one step each left a complete checkpoint
     resumed_step = _step_of(expected_resume)
-    final = subprocess.run(
+    final = run_node(
         _node_command(tiny_model_a, out, "--max_steps", str(resumed_step + 2), "--save_steps", "1", *NO_EVALUATION),
-        capture_output=True, text=True, timeout=600,
+        timeout=600,
     )  # fmt: skip
     assert final.returncode == 0, final.stderr[-3000:]
     assert f"resuming from {expected_resume}" in final.stderr, final.stderr[:3000]
@@ -111,9 +113,9 @@ def test_kill9_at_random_moments_resumes_from_the_newest_complete_checkpoint(tmp
     _assert_gone(_p2pd(out))
 
     # killed after its last checkpoint (in its final evaluation, say), the node finishes without training more
-    again = subprocess.run(
+    again = run_node(
         _node_command(tiny_model_a, out, "--max_steps", str(resumed_step + 2), "--save_steps", "1", *NO_EVALUATION),
-        capture_output=True, text=True, timeout=600,
+        timeout=600,
     )  # fmt: skip
     assert again.returncode == 0, again.stderr[-3000:]
     assert "nothing left to train" in again.stderr
@@ -128,10 +130,10 @@ def test_a_restart_skips_the_evaluation_it_already_did_and_counts_its_totals_on(
     out = tmp_path / "node"
     lives = []
     for max_steps in (2, 4):  # the second life resumes from checkpoint-2, evaluated already by the first
-        result = subprocess.run(
+        result = run_node(
             _node_command(tiny_model_a, out, "--max_steps", str(max_steps), "--save_steps", "2", "--eval_steps", "10",
                           "--eval_questions", "2", "--status_port", "none"),
-            capture_output=True, text=True, timeout=600,
+            timeout=600,
         )  # fmt: skip
         assert result.returncode == 0, result.stderr[-3000:]
         lives.append(result.stderr)

@@ -18,7 +18,18 @@ import yaml
 from sapo.checkpoints import latest_complete_checkpoint
 from sapo.node.cli import main
 from sapo.node.runner import default_task_names
-from tests.node_fixtures import NO_EVALUATION, TINY, _assert_gone, _metrics, _node_command, _p2pd, _wait, started  # noqa: F401
+from tests.node_fixtures import (  # noqa: F401
+    NO_EVALUATION,
+    TINY,
+    _assert_gone,
+    _metrics,
+    _node_command,
+    _p2pd,
+    _wait,
+    run_node,
+    start_node,
+    started,
+)
 
 # ----------------------------------------------------------------------------------------------------
 # configuration and errors (in-process: fast)
@@ -157,7 +168,7 @@ def test_sigterm_checkpoints_leaves_and_exits_zero_with_tensorboard_logs(tmp_pat
     progress bar; `sapo-node health` says healthy while it trains, unhealthy while it is frozen and once it left."""
     out = tmp_path / "node"
     log = tmp_path / "node.log"
-    node = subprocess.Popen(
+    node = start_node(
         _node_command(tiny_model_a, out, "--max_steps", "1000", "--save_steps", "1000", "--report_to", "tensorboard",
                       *NO_EVALUATION),
         stdout=subprocess.DEVNULL, stderr=open(log, "w"),
@@ -200,11 +211,11 @@ def test_local_swarm_exchanges_groups_and_report_draws_the_plot(tmp_path, tiny_m
     mix, own = tmp_path / "evaluate-on-a-mix.yaml", tmp_path / "evaluate-on-own-tasks.yaml"
     mix.write_text("eval_tasks: [basic_arithmetic, chain_sum]\neval_questions: 4\n")
     own.write_text("eval_questions: 4\n")
-    result = subprocess.run(
+    result = run_node(
         [sys.executable, "-m", "sapo.node.cli", "local-swarm", "--peers", "3", "--run-dir", str(run_dir),
          "--status-interval", "5", "--node-config", str(mix), "--node-config", str(own),
          "--model", str(tiny_model_a), *TINY, "--max_steps", "30", "--save_steps", "15"],
-        capture_output=True, text=True, timeout=900,
+        timeout=900,
     )  # fmt: skip
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     taken = {}

@@ -12,7 +12,7 @@ import subprocess
 import urllib.request
 from pathlib import Path
 
-from tests.node_fixtures import NO_EVALUATION, _assert_gone, _metrics, _node_command, _p2pd, _wait, started  # noqa: F401
+from tests.node_fixtures import NO_EVALUATION, _assert_gone, _metrics, _node_command, _p2pd, _wait, start_node, started  # noqa: F401
 
 
 def _free_port() -> int:
@@ -51,7 +51,7 @@ def test_a_node_with_a_dead_bootstrap_peer_trains_then_joins_it_when_it_comes_up
     probe.close()
 
     out = tmp_path / "node"
-    node = subprocess.Popen(
+    node = start_node(
         _node_command(tiny_model_a, out, "--max_steps", "100000", "--save_steps", "100000", "--seed", "1",
                       "--join_timeout", "5", "--status_port", "0", *NO_EVALUATION, "--initial_peers", *address),
         stdout=subprocess.DEVNULL, stderr=open(tmp_path / "node.log", "w"),
@@ -64,7 +64,7 @@ def test_a_node_with_a_dead_bootstrap_peer_trains_then_joins_it_when_it_comes_up
     log = (tmp_path / "node.log").read_text()
     assert "no initial peer answered: training alone" in log
 
-    boot = subprocess.Popen(
+    boot = start_node(
         _node_command(tiny_model_a, boot_out, "--max_steps", "100000", "--save_steps", "100000", "--seed", "2",
                       "--host_maddrs", listen, "--status_port", "0", *NO_EVALUATION),
         stdout=subprocess.DEVNULL, stderr=open(tmp_path / "bootstrap.log", "w"),

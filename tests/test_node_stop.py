@@ -26,6 +26,7 @@ from tests.node_fixtures import (  # noqa: F401
     _node_command,
     _p2pd,
     _wait,
+    start_node,
     started,
 )
 
@@ -76,11 +77,14 @@ def _stop(node: subprocess.Popen, out: Path, log: Path, joined: bool = True) -> 
     return text
 
 
-def _start(out: Path, log: Path, model: Path, started: list, *extra: str, env: dict | None = None) -> subprocess.Popen:
-    node = subprocess.Popen(
-        _node_command(model, out, "--max_steps", "1000", "--save_steps", "1000", *extra),
-        stdout=subprocess.DEVNULL, stderr=open(log, "w"), env={**os.environ, **(env or {})},
-    )  # fmt: skip
+def _start(
+    out: Path, log: Path, model: Path, started: list, *extra: str, env: dict | None = None, warm: bool = True
+) -> subprocess.Popen:
+    with open(log, "w") as stderr:
+        node = start_node(
+            _node_command(model, out, "--max_steps", "1000", "--save_steps", "1000", *extra),
+            stdout=subprocess.DEVNULL, stderr=stderr, env={**os.environ, **(env or {})}, warm=warm,
+        )  # fmt: skip
     started.append(node)
     return node
 
@@ -136,7 +140,7 @@ def test_sigterm_in_generation_optimizer_step_and_evaluation_keeps_the_last_comp
 def test_sigterm_while_starting_and_while_joining_exits_within_seconds(tmp_path, tiny_model_a, started):
     # 1. While it imports its libraries (before the node's own handlers): exit 0 at once, nothing written.
     out, log = tmp_path / "starting", tmp_path / "starting.err"
-    node = _start(out, log, tiny_model_a, started)
+    node = _start(out, log, tiny_model_a, started, warm=False)  # its subject is the start: a cold process
     time.sleep(1.0)  # the interpreter is up; torch and transformers take seconds more to import
     assert node.poll() is None and not (out / "status.json").exists()
     _stop(node, out, log, joined=False)

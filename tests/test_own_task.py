@@ -13,7 +13,7 @@ from pathlib import Path
 
 from sapo.group_log import read_group_log
 from sapo.node.cli import main
-from tests.node_fixtures import TINY, _assert_gone, _evaluations, _metrics, _p2pd, _wait
+from tests.node_fixtures import TINY, _assert_gone, _evaluations, _metrics, _p2pd, _wait, run_node, start_node
 
 REWARD_MODULE = '''
 def units_reward(prompts, completions, answer, units, **kwargs):
@@ -42,12 +42,12 @@ def test_two_nodes_share_a_users_dataset_in_different_orders_and_a_split(tmp_pat
         configs += ["--node-config", str(config)]
     run_dir = tmp_path / "run"
     tiny = [a for a in TINY if a not in ("--tasks", "basic_arithmetic")]  # the dataset replaces the tasks
-    result = subprocess.run(
+    result = run_node(
         [sys.executable, "-m", "sapo.node.cli", "local-swarm", "--peers", "2", "--run-dir", str(run_dir),
          "--status-interval", "5", *configs, "--model", str(tiny_model_a), *tiny,
          "--rewards", f"{tmp_path / 'my_rewards.py'}:units_reward", "--max_steps", "30", "--save_steps", "30",
          "--eval_steps", "30"],  # evaluated at the start and the end only
-        capture_output=True, text=True, timeout=900,
+        timeout=900,
     )  # fmt: skip
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     for i in range(2):
@@ -100,7 +100,7 @@ def test_a_reward_raising_on_a_fifth_of_own_rows_is_counted_and_the_node_goes_on
     import urllib.request
 
     command, out = _alone(tmp_path, tiny_model_a, "flaky", "picky_reward", "--max_steps", "1000")
-    node = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    node = start_node(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         log = out / "node.log"
         _wait(lambda: log.exists() and "raised on" in log.read_text(), 300, "a reward error in node.log", node)

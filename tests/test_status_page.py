@@ -23,7 +23,7 @@ from sapo.node.about import sapo_version
 from sapo.node.board import BoardLogHandler, StatusBoard
 from sapo.node.web import StatusServer, node_app
 from swarm.memory import MemorySwarm
-from tests.node_fixtures import _evaluations, _metrics, _node_command, _p2pd, _wait, started  # noqa: F401
+from tests.node_fixtures import _evaluations, _metrics, _node_command, _p2pd, _wait, start_node, started  # noqa: F401
 from tests.swarm_fixtures import make_group
 
 HOSTILE = '<script>alert("x")</script>'
@@ -307,7 +307,7 @@ def test_the_page_draws_own_against_swarm_reward_groups_per_step_and_pass_at_1_p
 def test_a_running_nodes_page_renders_its_logged_figures_in_chromium(tmp_path, tiny_model_a, started):
     browser = chromium()
     out = tmp_path / "node"
-    node = subprocess.Popen(
+    node = start_node(
         _node_command(tiny_model_a, out, "--max_steps", "1000", "--save_steps", "1000", "--eval_steps", "2",
                       "--eval_questions", "8", "--status_port", "0"),
         stdout=subprocess.DEVNULL, stderr=open(tmp_path / "node.log", "w"),

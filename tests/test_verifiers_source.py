@@ -223,16 +223,16 @@ def test_repeated_tasks_are_merged_and_counted_and_one_key_of_two_tasks_is_refus
 
 
 def test_a_verifiers_taskset_with_repeats_runs_from_sapo_node(tmp_path, tiny_model_a):
-    from tests.node_fixtures import TINY, _assert_gone, _metrics, _p2pd
+    from tests.node_fixtures import TINY, _assert_gone, _metrics, _p2pd, run_node
 
     path, _ = _taskset_module(tmp_path)
     out = tmp_path / "run"
     tiny = [a for a in TINY if a not in ("--tasks", "basic_arithmetic")]
-    result = subprocess.run(  # the README's command, with the test's tiny settings
+    result = run_node(  # the README's command, with the test's tiny settings
         [sys.executable, "-m", "sapo.node.cli", "--source", f"{path}:Repeats",
          "--source_args", '{"id": "my-tasks", "distinct": 38}', "--rewards", "source", "--model", str(tiny_model_a),
          "--output_dir", str(out), *tiny, "--max_steps", "1", "--eval_questions", "2", "--status_port", "none"],
-        capture_output=True, text=True, timeout=600,
+        timeout=600,
     )  # fmt: skip
     try:
         assert result.returncode == 0, result.stderr[-3000:]

@@ -16,6 +16,7 @@ from sapo.node.processes import stop_processes
 from sapo.node.report import is_evaluation_line
 from sapo.node.runner import NodeError
 from sapo.node.status import read_status
+from sapo.node.warm_start import WarmProcess, WarmStarter, start_node_process
 
 
 def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
@@ -231,10 +232,11 @@ def main(argv: list[str]) -> int:
     run_dir = Path(args.run_dir or f"runs/local-swarm-{time.strftime('%Y%m%d-%H%M%S')}").resolve()
     run_dir.mkdir(parents=True, exist_ok=True)
     env = shared_cores_env(args.peers)
-    processes: list[subprocess.Popen] = []
+    starter = WarmStarter(env)  # the nodes share one environment: their libraries are imported once, not per node
+    processes: list[subprocess.Popen | WarmProcess] = []
     logs = []
 
-    def start(index: int, initial_peers: list[str]) -> subprocess.Popen:
+    def start(index: int, initial_peers: list[str]) -> subprocess.Popen | WarmProcess:
         out_dir = run_dir / f"node-{index}"
         out_dir.mkdir(parents=True, exist_ok=True)
         (out_dir / "address.txt").unlink(missing_ok=True)
@@ -242,7 +244,7 @@ def main(argv: list[str]) -> int:
         logs.append(log)
         config = args.node_config[index % len(args.node_config)] if args.node_config else None
         command = node_command(index, run_dir, args.seed, node_args, initial_peers, args.peers, config)
-        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env)
+        process = start_node_process(command, starter=starter, stdout=log, stderr=subprocess.STDOUT, env=env)
         processes.append(process)
         print(f"local-swarm: node-{index} started (pid {process.pid}), output in {out_dir}", flush=True)
         return process
@@ -290,6 +292,7 @@ def main(argv: list[str]) -> int:
         return 2 if isinstance(e, NodeError) else 1
     finally:
         stop_processes(processes, grace=120)  # every node we started is stopped, by its PID, whatever happened
+        starter.close()
         for log in logs:
             log.close()
         if bootstrap is not None:
