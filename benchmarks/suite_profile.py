@@ -6,7 +6,9 @@ of the child processes it started and reaped, and a report of the records by tes
 
 A test's CPU is read from ``getrusage`` around its setup, call and teardown: its own process (every thread) and the
 children reaped meanwhile (a node, an example, a local swarm and what they reaped in turn); a child left running past
-the test, or never reaped, is not counted. Records are appended as JSON lines to ``$SUITE_PROFILE_LOG.tests``, one
+the test, or never reaped, is not counted. A node forked warm (`sapo.node.warm_start`) is its server's child, not the
+test's: its CPU counts when the server is reaped, at the worker's end, outside every test (the file totals miss it;
+`/usr/bin/time` around the whole run does not). Records are appended as JSON lines to ``$SUITE_PROFILE_LOG.tests``, one
 per test, by every xdist worker; without ``SUITE_PROFILE_LOG`` the plugin records nothing.
 """
 

@@ -102,7 +102,10 @@ if __name__ == "__main__":
     # `small`: a 2-layer model with SmolLM2's tokenizer and random weights, written once to a temp dir.
     models = [str(save_tiny_model(tempfile.mkdtemp(prefix="small-"))) if m == "small" else m for m in args.models]
 
-    ctx = mp.get_context("spawn")  # fresh interpreters: each peer owns its torch threads and its p2pd
+    # Each peer a process of its own (its own torch threads, its own p2pd), forked from a server that imported this
+    # script's libraries once: a fresh interpreter per peer would import them again (10-15 CPU s each).
+    ctx = mp.get_context("forkserver")
+    ctx.set_forkserver_preload(["__main__"])
     address, ready, results = ctx.Queue(), ctx.Barrier(len(models)), ctx.Queue()
     peers = [
         ctx.Process(target=run_peer, args=(i, m, args.steps, args.smoke, address, ready, results))

@@ -283,24 +283,31 @@ def _converted_copy(gguf: Path, target: Path, source: dict[str, Any]) -> Path:
 
 @contextlib.contextmanager
 def _gguf_read_once() -> Iterator[None]:
-    """Within the block, the gguf package's reader of a file is made once: transformers reads a GGUF file's metadata
-    (its whole vocabulary, field by field) anew for the config, the tokenizer and the weights, which for Gemma 3's
-    262,144 words took most of a conversion's minutes. The reader only reads, so sharing it changes nothing read."""
+    """Within the block, the gguf package's reader of a file and its tensor-name map of an architecture are each made
+    once: transformers reads a GGUF file's metadata (its whole vocabulary, field by field) anew for the config, the
+    tokenizer and the weights, which for Gemma 3's 262,144 words took most of a conversion's minutes, and builds the
+    same name map anew for every module of the model (397 times for SmolLM2, a third of its conversion). Both are
+    only read, so sharing them changes nothing read."""
     import gguf
 
-    original, readers = gguf.GGUFReader, {}
+    reader, name_map, readers, maps = gguf.GGUFReader, gguf.get_tensor_name_map, {}, {}
 
     def shared_reader(path: Any, mode: str = "r") -> Any:
         key = (os.fspath(path), mode)
         if key not in readers:
-            readers[key] = original(path, mode)
+            readers[key] = reader(path, mode)
         return readers[key]
 
-    gguf.GGUFReader = shared_reader
+    def shared_name_map(arch: Any, n_blocks: int) -> Any:
+        if (arch, n_blocks) not in maps:
+            maps[arch, n_blocks] = name_map(arch, n_blocks)
+        return maps[arch, n_blocks]
+
+    gguf.GGUFReader, gguf.get_tensor_name_map = shared_reader, shared_name_map
     try:
         yield
     finally:
-        gguf.GGUFReader = original
+        gguf.GGUFReader, gguf.get_tensor_name_map = reader, name_map
 
 
 def _read_gguf_model(gguf: Path) -> tuple[Any, Any]:

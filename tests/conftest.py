@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import shutil
+import sys
 import tempfile
 from pathlib import Path
 
@@ -21,6 +22,14 @@ def pytest_configure(config: pytest.Config) -> None:
     # xdist's workers inherit the environment of the process that starts them (this hook runs there first)
     workers = getattr(config, "workerinput", {}).get("workercount") or getattr(config.option, "numprocesses", None)
     share_the_machine(threads=max(1, usable_cores() // (workers if isinstance(workers, int) and workers > 0 else 1)))
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """End this worker's warm starter's server (tests/node_fixtures.py) and reap it, so that the CPU of the nodes it
+    forked is counted in this process's children, as a cold node's is."""
+    fixtures = sys.modules.get("tests.node_fixtures")
+    if fixtures is not None:
+        fixtures._STARTER.close()
 
 
 def _cached_dir(request: pytest.FixtureRequest, key: str, build) -> Path:

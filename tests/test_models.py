@@ -105,11 +105,13 @@ def test_default_model_converts_loads_generates_and_is_reused(tmp_path, monkeypa
     (stale / "config.json").write_text("{}")  # an interrupted conversion from an older run
     import gguf
 
-    reads, read = [], gguf.GGUFReader
+    reads, read, maps, name_map = [], gguf.GGUFReader, [], gguf.get_tensor_name_map
     with pytest.MonkeyPatch.context() as counted:
         counted.setattr(gguf, "GGUFReader", lambda *args, **kwargs: reads.append(args) or read(*args, **kwargs))
+        counted.setattr(gguf, "get_tensor_name_map", lambda *args: maps.append(args) or name_map(*args))
         path = models.default_model_path()
     assert len(reads) == 1  # the file's metadata (its whole vocabulary) read once for config, tokenizer and weights
+    assert len(maps) == 1  # one tensor-name map for the model, not one per module
     assert path == stale and json.loads((path / models._MARKER).read_text())["version"] == models._CONVERSION_VERSION
     assert sorted(p.name for p in path.parent.iterdir()) == [models.DEFAULT_MODEL_NAME]  # no temp dir left
     weights = path / "model.safetensors"
