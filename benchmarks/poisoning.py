@@ -137,7 +137,7 @@ def run_arm(args: argparse.Namespace, arm: str, seed: int) -> Path:
         pool=attack_pool(args, seed),
     )
     env = shared_cores_env(args.honest)
-    starter = WarmStarter(env)  # the honest nodes' libraries imported once, not per node
+    starter = WarmStarter.shared() or WarmStarter(env)  # the honest nodes' libraries imported once, not per node
     processes: list = []
     try:
         if arm not in ATTACK_FREE_ARMS:

@@ -31,8 +31,10 @@ def _node_command(model_dir: Path, output_dir: Path, *extra: str) -> list[str]:
 
 
 # Made at import, before any test changes the environment: nodes meant for this worker's environment start warm
-# (the fault-injection switches are read when the fault's moment comes, not at import).
-_STARTER = WarmStarter(varying=frozenset({FAULT_PAUSE_IN_OPTIMIZER_STEP, FAULT_PAUSE_BEFORE_MARKER}))
+# (the fault-injection switches are read when the fault's moment comes, not at import). Shared: the local swarms and
+# benchmarks the tests start fork their nodes from this server too. Started now, while the worker collects.
+_STARTER = WarmStarter(varying=frozenset({FAULT_PAUSE_IN_OPTIMIZER_STEP, FAULT_PAUSE_BEFORE_MARKER}), share=True)
+_STARTER.prepare()
 
 
 def start_node(command: Sequence, *, warm: bool = True, **popen_kwargs) -> subprocess.Popen | WarmProcess:

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from sapo.node.warm_start import WarmProcess, WarmStarter, start_node_process
+from sapo.node.warm_start import SHARED, WarmProcess, WarmStarter, WarmStartRefused, start_node_process
 from tests.node_fixtures import _node_command
 
 CLI = [sys.executable, "-m", "sapo.node.cli"]
@@ -18,7 +18,7 @@ CLI = [sys.executable, "-m", "sapo.node.cli"]
 
 @pytest.fixture(scope="module")
 def starter():
-    made = WarmStarter()
+    made = WarmStarter({k: v for k, v in os.environ.items() if k != "SAPO_READ_LATER"}, frozenset({"SAPO_READ_LATER"}))
     yield made
     made.close()
 
@@ -56,16 +56,23 @@ def test_a_signal_ends_a_warm_process_and_wait_times_out_like_popen(starter, tmp
     assert node.wait(60) == -signal.SIGKILL
 
 
-def test_only_a_node_command_in_the_starters_environment_starts_warm(starter, tmp_path):
+def test_only_a_node_command_in_the_servers_environment_starts_warm(starter, tmp_path, monkeypatch):
     assert isinstance(start_node_process([*CLI, "--version"], starter=starter, stdout=subprocess.DEVNULL), WarmProcess)
     other = {**os.environ, "PYTHONPATH": str(tmp_path)}  # read at interpreter start: the fork would ignore it
+    with pytest.raises(WarmStartRefused, match="differs"):
+        starter.start(["--version"], env=other)
     cold = start_node_process([*CLI, "--version"], starter=starter, env=other, stdout=subprocess.DEVNULL)
     assert isinstance(cold, subprocess.Popen) and cold.wait(120) == 0
     script = start_node_process([sys.executable, "-c", "pass"], starter=starter)
     assert isinstance(script, subprocess.Popen) and script.wait(60) == 0
-    with pytest.raises(ValueError, match="start the process cold"):
-        starter.start(["--version"], env=other)
-    # what a test may change, and variables the starter was told are read only after import
-    assert starter.serves({**starter.env, "PYTEST_CURRENT_TEST": "another test"})
-    assert not starter.serves({**starter.env, "SAPO_FAULT_X": "1"})
-    assert WarmStarter(starter.env, varying=frozenset({"SAPO_FAULT_X"})).serves({**starter.env, "SAPO_FAULT_X": "1"})
+    # a variable the starter declared read after import, and one a test may change, do not matter
+    declared = {**os.environ, "SAPO_READ_LATER": "1", "PYTEST_CURRENT_TEST": "another"}
+    assert starter.start(["--version"], env=declared, stdout=subprocess.DEVNULL).wait(120) == 0
+
+    # a process that finds SAPO_WARM_START uses that server: no server of its own
+    monkeypatch.setenv(SHARED, starter.address)
+    shared = WarmStarter.shared()
+    assert shared is not None and shared.address == starter.address
+    assert isinstance(start_node_process([*CLI, "--version"], stdout=subprocess.DEVNULL), WarmProcess)
+    monkeypatch.delenv(SHARED)
+    assert WarmStarter.shared() is None

@@ -232,7 +232,10 @@ def main(argv: list[str]) -> int:
     run_dir = Path(args.run_dir or f"runs/local-swarm-{time.strftime('%Y%m%d-%H%M%S')}").resolve()
     run_dir.mkdir(parents=True, exist_ok=True)
     env = shared_cores_env(args.peers)
-    starter = WarmStarter(env)  # the nodes share one environment: their libraries are imported once, not per node
+    # The nodes share one environment: their libraries are imported once, not per node (by the server of a program
+    # that started this one, where it shares one).
+    starter = WarmStarter.shared() or WarmStarter(env)
+    starter.prepare()
     processes: list[subprocess.Popen | WarmProcess] = []
     logs = []
 

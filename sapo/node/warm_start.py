@@ -4,10 +4,14 @@ A node process spends its first 10-15 CPU seconds importing torch, transformers,
 program that starts several nodes on one machine (`sapo-node local-swarm`, a benchmark, the test suite) can pay that
 once: a :class:`WarmStarter` runs a small server process (``python -m sapo.node.warm_start``) that imports
 :data:`NODE_MODULES` and then forks one child per request; the child runs ``sapo-node ARGS`` exactly as ``python -m
-sapo.node.cli ARGS`` would, with the output files, working directory and session it was asked for, its own PID and
-its own exit code (which the server reports back). OpenMP reads its settings once, when torch is loaded: every
-process a starter starts runs in the starter's environment, fixed when its server starts; :func:`start_node_process`
-starts any other command, or one meant for another environment, cold.
+sapo.node.cli ARGS`` would, with the output files, environment, working directory and session it was asked for, its
+own PID and its own exit code (which the server reports back).
+
+OpenMP and several libraries read their environment once, at import: the server serves only requests whose
+environment is its own, but for :data:`VARYING` and the variables its starter declared read later; any other
+request is refused and :func:`start_node_process` starts that command cold. A starter made with ``share=True`` names
+its server's socket in ``SAPO_WARM_START`` for the processes this one starts (a node, a local swarm, a benchmark),
+whose own starts then go to the same server (:meth:`WarmStarter.shared`): one server for the whole tree.
 """
 
 from __future__ import annotations
@@ -18,18 +22,20 @@ import json
 import os
 import runpy
 import select
+import shutil
 import signal
 import socket
 import struct
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import traceback
 from collections.abc import Mapping, Sequence
 from typing import IO
 
-__all__ = ["NODE_MODULES", "VARYING", "WarmProcess", "WarmStarter", "start_node_process"]
+__all__ = ["NODE_MODULES", "SHARED", "VARYING", "WarmProcess", "WarmStartRefused", "WarmStarter", "start_node_process"]
 
 NODE_MODULES = (
     "sapo.node.options",
@@ -42,64 +48,74 @@ NODE_MODULES = (
 )
 """The modules the server imports before it forks: what a node imports before its first step."""
 
-VARYING = frozenset({"PYTEST_CURRENT_TEST"})
-"""Variables a process may set otherwise than the starter's environment and still start warm (read by no library
-at import); a starter may be told of more."""
+SHARED = "SAPO_WARM_START"
+"""The environment variable naming a shared server's socket (set by ``WarmStarter(share=True)``)."""
 
-_STATUS = struct.Struct("!qq")  # (pid, exit code): the pid when forked, then the exit code once reaped
-_MAX_REQUEST = 1 << 20
+VARYING = frozenset({"PYTEST_CURRENT_TEST", SHARED})
+"""Variables a process may set otherwise than the server's environment and still start warm (read by no library at
+import); a starter may declare more."""
+
+_THREADS = ("OMP_NUM_THREADS", "OMP_WAIT_POLICY")
+_LENGTH = struct.Struct("!I")
+_STATUS = struct.Struct("!q")  # the pid once forked (0: refused, a reason follows), then the exit code once reaped
+_MAX_REQUEST = 1 << 22
 
 
-def _send(sock: socket.socket, payload: dict, fds: Sequence[int]) -> None:
+class WarmStartRefused(RuntimeError):
+    """The server did not start the process (another environment, or the server is gone): start it cold."""
+
+
+def _send(sock: socket.socket, payload: dict, fds: Sequence[int] = ()) -> None:
     data = json.dumps(payload).encode()
-    sock.sendmsg([struct.pack("!I", len(data)) + data], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds))])
+    rights = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds))] if fds else []
+    sock.sendmsg([_LENGTH.pack(len(data)) + data], rights)
 
 
-def _receive(sock: socket.socket) -> tuple[dict, list[int]] | None:
-    """One request and the descriptors sent with it; None at the end of the stream."""
+def _receive(sock: socket.socket, fds_expected: int) -> tuple[dict, list[int]] | None:
+    """One message and the descriptors sent with it (they come with its first bytes); None if the stream ends
+    first or the message is over :data:`_MAX_REQUEST` bytes."""
     fds = array.array("i")
-    data, ancillary, _, _ = sock.recvmsg(_MAX_REQUEST + 4, socket.CMSG_LEN(8 * fds.itemsize))
+    data, ancillary, _, _ = sock.recvmsg(1 << 16, socket.CMSG_LEN(fds_expected * fds.itemsize))
     for level, kind, item in ancillary:
         if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
             fds.frombytes(item[: len(item) - len(item) % fds.itemsize])
-    if not data:
-        return None
-    (size,) = struct.unpack("!I", data[:4])
-    while len(data) < size + 4:  # a long environment may arrive in parts (the descriptors come with the first)
-        more = sock.recv(size + 4 - len(data))
+    size = _LENGTH.unpack(data[: _LENGTH.size])[0] if len(data) >= _LENGTH.size else _MAX_REQUEST + 1
+    while len(data) < _LENGTH.size + size <= _LENGTH.size + _MAX_REQUEST:
+        more = sock.recv(1 << 16)
         if not more:
-            return None
+            break
         data += more
-    return json.loads(data[4:]), list(fds)
+    if size > _MAX_REQUEST or len(data) != _LENGTH.size + size:
+        for fd in fds:
+            os.close(fd)
+        return None
+    return json.loads(data[_LENGTH.size :]), list(fds)
 
 
 class WarmProcess:
     """A `sapo-node` process started by a :class:`WarmStarter`: the part of :class:`subprocess.Popen` a program
     that starts nodes uses (``pid``, ``poll``, ``wait``, ``returncode``, ``send_signal``, ``terminate``, ``kill``,
-    and ``stdout`` where it asked for a pipe). Its parent is the starter's server, which reports its exit code."""
+    and ``stdout`` where it asked for a pipe). Its parent is the server, which reports its exit code."""
 
-    def __init__(self, status: socket.socket, args: list[str], stdout: IO | None) -> None:
-        self._status = status
+    def __init__(self, connection: socket.socket, args: list[str], stdout: IO | None) -> None:
+        self._connection = connection
         self.args = args
         self.stdout = stdout
         self.stdin = self.stderr = None
         self.returncode: int | None = None
-        (self.pid, _) = self._read(block=True) or (0, 0)
-        if not self.pid:
-            raise RuntimeError("the warm starter's server ended before it started the process")
-
-    def _read(self, block: bool) -> tuple[int, int] | None:
-        if not block and not select.select([self._status], [], [], 0)[0]:
-            return None
-        data = self._status.recv(_STATUS.size, socket.MSG_WAITALL)
-        return _STATUS.unpack(data) if len(data) == _STATUS.size else None
+        data = connection.recv(_STATUS.size, socket.MSG_WAITALL)
+        self.pid = _STATUS.unpack(data)[0] if len(data) == _STATUS.size else 0
+        if self.pid <= 0:
+            reason = connection.recv(4096).decode(errors="replace") if self.pid == 0 else "the server is gone"
+            connection.close()
+            raise WarmStartRefused(reason or "the server is gone")
 
     def poll(self) -> int | None:
         """The exit code if the process ended (minus the signal's number where a signal ended it), else None."""
-        if self.returncode is None and select.select([self._status], [], [], 0)[0]:
-            ended = self._read(block=True)
-            self.returncode = ended[1] if ended else 255  # 255: the server itself was killed
-            self._status.close()
+        if self.returncode is None and select.select([self._connection], [], [], 0)[0]:
+            data = self._connection.recv(_STATUS.size, socket.MSG_WAITALL)
+            self.returncode = _STATUS.unpack(data)[0] if len(data) == _STATUS.size else 255  # 255: server killed
+            self._connection.close()
         return self.returncode
 
     def wait(self, timeout: float | None = None) -> int:
@@ -110,7 +126,7 @@ class WarmProcess:
             left = None if deadline is None else deadline - time.monotonic()
             if left is not None and left <= 0:
                 raise subprocess.TimeoutExpired(self.args, timeout or 0)
-            select.select([self._status], [], [], left)
+            select.select([self._connection], [], [], left)
         return self.returncode  # type: ignore[return-value]
 
     def send_signal(self, sig: int) -> None:
@@ -130,38 +146,51 @@ class WarmProcess:
 class WarmStarter:
     """Starts `sapo-node` processes forked from a server that imported :data:`NODE_MODULES` once.
 
-    ``env`` is the environment of every process it starts (default: this process's when the starter is made), with
-    the thread settings `sapo-node` sets itself before torch loads (:func:`sapo.speed.threads.share_the_machine`:
-    ``OMP_NUM_THREADS`` and ``OMP_WAIT_POLICY``, each unless set). ``varying``: variables, besides :data:`VARYING`,
-    that a process may set otherwise and still start warm, since nothing reads them at import (default none). The
-    server starts with the first :meth:`start` (its imports take the seconds one node's would) and ends at
-    :meth:`close` or with this process; processes it started keep running.
+    ``env``: the server's environment (default: this process's when the starter is made), with the thread settings
+    `sapo-node` sets itself before torch loads (:func:`sapo.speed.threads.share_the_machine`: ``OMP_NUM_THREADS`` and
+    ``OMP_WAIT_POLICY``, each unless set). ``varying``: variables, besides :data:`VARYING`, that a request's
+    environment may set otherwise, since nothing reads them at import (default none). ``share``: name the server's
+    socket in this process's ``SAPO_WARM_START`` once it runs, so that the processes this one starts use the same
+    server (default False). The server starts with the first :meth:`start` (its imports take the seconds one node's
+    would) and ends at :meth:`close` or with this process; the processes it started keep running.
     """
 
-    def __init__(self, env: Mapping[str, str] | None = None, varying: frozenset[str] = frozenset()) -> None:
+    def __init__(
+        self, env: Mapping[str, str] | None = None, varying: frozenset[str] = frozenset(), share: bool = False
+    ) -> None:
         from sapo.speed.threads import PASSIVE_WAITING, usable_cores
 
-        self.varying = VARYING | varying
-        self.env = dict(os.environ if env is None else env)
+        self.env = {name: value for name, value in (os.environ if env is None else env).items() if name != SHARED}
         self.env.setdefault("OMP_NUM_THREADS", str(usable_cores()))
         for name, value in PASSIVE_WAITING.items():
             self.env.setdefault(name, value)
+        self.varying = VARYING | varying
+        self.share = share
+        self._address: str | None = None
         self._server: subprocess.Popen | None = None
-        self._control: socket.socket | None = None
+        self._owner: socket.socket | None = None  # held open: the server ends when it closes
         self._lock = threading.Lock()
 
-    def serves(self, env: Mapping[str, str]) -> bool:
-        """Whether a process meant to run in ``env`` can start warm: the libraries were imported in this starter's
-        environment, so ``env`` must be that one (but for :data:`VARYING`, and the thread settings a node sets
-        itself where ``env`` lacks them)."""
-        return self._imported(self._completed(env)) == self._imported(self.env)
+    @property
+    def address(self) -> str:
+        """The server's socket (starting the server if it is not running yet): what ``SAPO_WARM_START`` names."""
+        return self._ensure_server()
 
-    def _completed(self, env: Mapping[str, str]) -> dict[str, str]:
-        """``env`` with the thread settings a node would set itself where it lacks them."""
-        return {**{name: self.env[name] for name in ("OMP_NUM_THREADS", "OMP_WAIT_POLICY")}, **env}
+    def prepare(self) -> None:
+        """Start the server now rather than at the first :meth:`start` (its imports then run while this process does
+        other work); nothing for a shared server."""
+        self._ensure_server()
 
-    def _imported(self, env: Mapping[str, str]) -> dict[str, str]:
-        return {name: value for name, value in env.items() if name not in self.varying}
+    @classmethod
+    def shared(cls) -> WarmStarter | None:
+        """A starter for the server named in ``SAPO_WARM_START``, or None where none is named."""
+        address = os.environ.get(SHARED)
+        if not address:
+            return None
+        starter = cls.__new__(cls)
+        starter.env, starter.varying, starter.share = {}, VARYING, False
+        starter._address, starter._server, starter._owner, starter._lock = address, None, None, threading.Lock()
+        return starter
 
     def start(
         self,
@@ -175,14 +204,12 @@ class WarmStarter:
     ) -> WarmProcess:
         """Start ``sapo-node ARGS`` forked warm. ``stdout`` and ``stderr`` as for :class:`subprocess.Popen`: None
         (this process's), a file or descriptor, ``subprocess.DEVNULL``, ``subprocess.PIPE`` (stdout only) or
-        ``subprocess.STDOUT`` (stderr only); ``env`` its environment (default the starter's; one it
-        :meth:`serves`, else ValueError); ``cwd`` its working directory (default this process's)."""
-        env = self.env if env is None else self._completed(env)
-        if self._imported(env) != self._imported(self.env):
-            raise ValueError("this environment differs from the warm starter's: start the process cold")
+        ``subprocess.STDOUT`` (stderr only); ``env`` its environment (default this process's); ``cwd`` its working
+        directory (default this process's). Raises :class:`WarmStartRefused` where the server cannot start it
+        (another environment): start it cold then."""
         opened: list[int] = []
         pipe_read = None
-        status, theirs = socket.socketpair()
+        env = dict(os.environ if env is None else env)
         try:
             out = self._fd(stdout, opened, sys.stdout)
             if stdout == subprocess.PIPE:
@@ -195,27 +222,29 @@ class WarmStarter:
                 "env": env,
                 "session": start_new_session,
             }
-            with self._lock:
-                control = self._ensure_server()
-                _send(control, request, [theirs.fileno(), out, err])
-            process = WarmProcess(status, ["sapo-node", *args], os.fdopen(pipe_read, "rb") if pipe_read else None)
+            connection = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            try:
+                connection.connect(self._ensure_server())
+                _send(connection, request, [out, err])
+            except OSError as e:
+                connection.close()
+                raise WarmStartRefused(f"the warm starter's server is not reachable: {e}") from e
+            process = WarmProcess(connection, ["sapo-node", *args], os.fdopen(pipe_read, "rb") if pipe_read else None)
         except BaseException:
-            status.close()
             if pipe_read is not None:
                 os.close(pipe_read)
             raise
         finally:
-            theirs.close()
             for fd in opened:
                 os.close(fd)
         return process
 
     def close(self) -> None:
-        """End the server (the processes it started keep running)."""
+        """End the server this starter started (the processes it started keep running); nothing for a shared one."""
         with self._lock:
-            if self._control is not None:
-                self._control.close()
-                self._control = None
+            if self._owner is not None:
+                self._owner.close()
+                self._owner = None
             if self._server is not None:
                 try:
                     self._server.wait(timeout=10)
@@ -223,31 +252,41 @@ class WarmStarter:
                     self._server.kill()
                     self._server.wait()
                 self._server = None
+                if os.environ.get(SHARED) == self._address:
+                    del os.environ[SHARED]
+                shutil.rmtree(os.path.dirname(self._address or "/nonexistent"), ignore_errors=True)
 
-    def _ensure_server(self) -> socket.socket:
-        if self._control is None or self._server is None or self._server.poll() is not None:
-            ours, theirs = socket.socketpair()
-            self._server = subprocess.Popen(
-                [sys.executable, "-m", "sapo.node.warm_start", str(theirs.fileno())],
-                pass_fds=[theirs.fileno()],
-                env=self.env,
-                stdin=subprocess.DEVNULL,
-            )
-            theirs.close()
-            self._control = ours
-            atexit.register(self.close)
-        return self._control
+    def _ensure_server(self) -> str:
+        with self._lock:
+            if self._server is not None and self._server.poll() is not None:
+                raise OSError(f"the warm starter's server exited with {self._server.returncode}")
+            if self._address is None:
+                self._address = os.path.join(tempfile.mkdtemp(prefix="sapo-warm-"), "server.sock")
+                ours, theirs = socket.socketpair()
+                config = json.dumps({"address": self._address, "varying": sorted(self.varying)})
+                self._server = subprocess.Popen(
+                    [sys.executable, "-m", "sapo.node.warm_start", str(theirs.fileno()), config],
+                    pass_fds=[theirs.fileno()],
+                    env=self.env,
+                    stdin=subprocess.DEVNULL,
+                )
+                theirs.close()
+                self._owner = ours
+                if ours.recv(1) != b"1":  # the server listens (its imports come after)
+                    raise OSError("the warm starter's server did not start")
+                atexit.register(self.close)
+                if self.share:
+                    os.environ[SHARED] = self._address
+            return self._address
 
     @staticmethod
     def _fd(target: int | IO | None, opened: list[int], inherited: IO) -> int:
-        if target is None:
-            return inherited.fileno()
+        if target is None or target in (subprocess.PIPE, subprocess.STDOUT):
+            return inherited.fileno()  # PIPE and STDOUT are replaced by the caller
         if target == subprocess.DEVNULL:
             fd = os.open(os.devnull, os.O_RDWR)
             opened.append(fd)
             return fd
-        if target in (subprocess.PIPE, subprocess.STDOUT):
-            return inherited.fileno()  # replaced by the caller
         return target if isinstance(target, int) else target.fileno()
 
 
@@ -261,88 +300,89 @@ def start_node_process(
     cwd: str | os.PathLike | None = None,
     start_new_session: bool = False,
 ) -> subprocess.Popen | WarmProcess:
-    """Start ``command``: forked warm by ``starter`` where ``command`` is ``[sys.executable, "-m", "sapo.node.cli",
-    ...]`` and its environment (``env``, default this process's) is one the starter serves; otherwise cold, as
-    :class:`subprocess.Popen` starts it."""
+    """Start ``command``: forked warm where it is ``[sys.executable, "-m", "sapo.node.cli", ...]`` and the server of
+    ``starter`` (default: the shared one named in ``SAPO_WARM_START``, if any) serves its environment (``env``,
+    default this process's); otherwise cold, as :class:`subprocess.Popen` starts it."""
     command = [os.fspath(part) for part in command]
-    if (
-        starter is not None
-        and command[:3] == [sys.executable, "-m", "sapo.node.cli"]
-        and starter.serves(os.environ if env is None else env)
-    ):
-        return starter.start(
-            command[3:],
-            stdout=stdout,
-            stderr=stderr,
-            env=os.environ if env is None else env,
-            cwd=cwd,
-            start_new_session=start_new_session,
-        )
+    starter = starter or WarmStarter.shared()
+    if starter is not None and command[:3] == [sys.executable, "-m", "sapo.node.cli"]:
+        try:
+            return starter.start(
+                command[3:], stdout=stdout, stderr=stderr, env=env, cwd=cwd, start_new_session=start_new_session
+            )
+        except WarmStartRefused:
+            pass
     return subprocess.Popen(
-        command,
-        stdout=stdout,
-        stderr=stderr,
-        env=None if env is None else dict(env),
-        cwd=cwd,
+        command, stdout=stdout, stderr=stderr, env=None if env is None else dict(env), cwd=cwd,
         start_new_session=start_new_session,
-    )
+    )  # fmt: skip
 
 
-# The server: `python -m sapo.node.warm_start FD`.
+# The server: `python -m sapo.node.warm_start OWNER_FD CONFIG`.
 
 
-def _serve(control: socket.socket) -> None:
-    """Fork a node for each request until the control socket ends; report each child's pid, then its exit code."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is for the nodes and the program that started them
+def _imported(env: Mapping[str, str], varying: frozenset[str]) -> dict[str, str]:
+    """What of ``env`` the imports could have read: all but the variables read later."""
+    return {name: value for name, value in env.items() if name not in varying}
+
+
+def _serve(owner: socket.socket, listener: socket.socket, varying: frozenset[str]) -> None:
+    """Fork a node for each request until the owner's connection ends; report each child's pid, then its exit code."""
+    server_env = _imported(os.environ, varying)
     waiting: dict[int, socket.socket] = {}
-    open_ = True
-    while open_ or waiting:
-        if open_ and select.select([control], [], [], 0.1)[0]:
-            received = _receive(control)
-            if received is None:
-                open_ = False  # the starter is gone: nobody is left to tell an exit code
-                waiting.clear()
-                continue
-            request, (status_fd, out, err) = received
-            status = socket.socket(fileno=status_fd)
-            pid = os.fork()
-            if pid == 0:
-                control.close()
-                status.close()
-                _become_node(request, out, err)
-            os.close(out)
-            os.close(err)
-            status.sendall(_STATUS.pack(pid, 0))
-            waiting[pid] = status
-        elif not open_:
-            break
+    while True:
+        ready = select.select([owner, listener], [], [], 0.1)[0]
+        if owner in ready:
+            break  # the starter is gone (or closed it): nobody owns the nodes' exit codes any more
+        if listener in ready:
+            connection, _ = listener.accept()
+            connection.settimeout(30.0)  # a starter that connects and stalls holds the server no longer
+            received = _receive(connection, fds_expected=2)
+            if received is not None:
+                request, fds = received
+                env = {**{name: os.environ[name] for name in _THREADS}, **request["env"]}
+                if len(fds) != 2 or _imported(env, varying) != server_env:
+                    connection.sendall(_STATUS.pack(0) + b"this environment differs from the warm server's")
+                    connection.close()
+                else:
+                    pid = os.fork()
+                    if pid == 0:
+                        for held in (owner, listener, connection, *waiting.values()):
+                            held.close()
+                        _become_node(request, env, *fds)
+                    connection.sendall(_STATUS.pack(pid))
+                    waiting[pid] = connection
+                for fd in fds:
+                    os.close(fd)
+            else:
+                connection.close()
         while waiting:
-            pid, code = os.waitpid(-1, os.WNOHANG)
+            pid, status = os.waitpid(-1, os.WNOHANG)
             if pid == 0:
                 break
-            status = waiting.pop(pid, None)
-            if status is not None:
+            connection = waiting.pop(pid, None)
+            if connection is not None:
                 try:
-                    status.sendall(_STATUS.pack(pid, os.waitstatus_to_exitcode(code)))
+                    connection.sendall(_STATUS.pack(os.waitstatus_to_exitcode(status)))
                 except OSError:
-                    pass  # the starter no longer asks
-                status.close()
+                    pass  # its starter no longer asks
+                connection.close()
 
 
-def _become_node(request: dict, out: int, err: int) -> None:
-    """In the forked child: become ``python -m sapo.node.cli ARGS`` (streams, directory, session, arguments), run
-    it, and end as the interpreter would (non-daemon threads joined, exit handlers run, streams flushed)."""
+def _become_node(request: dict, env: dict[str, str], out: int, err: int) -> None:
+    """In the forked child: become ``python -m sapo.node.cli ARGS`` (streams, environment, directory, session,
+    arguments), run it, and end as the interpreter would (non-daemon threads joined, exit handlers run, streams
+    flushed)."""
     signal.signal(signal.SIGINT, signal.default_int_handler)
     os.dup2(out, 1)
     os.dup2(err, 2)
-    os.close(out)
-    if err != out:
-        os.close(err)
+    for fd in {out, err}:
+        os.close(fd)
     if request["session"]:
         os.setsid()
-    os.chdir(request["cwd"])
     os.environ.clear()
-    os.environ.update(request["env"])
+    os.environ.update(env)
+    os.chdir(request["cwd"])
     sys.path[0] = request["cwd"]  # as `python -m` puts it
     sys.argv = ["-m", *request["args"]]
     numpy = sys.modules.get("numpy")
@@ -381,14 +421,25 @@ def _exit_code(code: object) -> int:
 
 
 def main() -> None:
-    """The server's entry point: import :data:`NODE_MODULES` (after the thread settings, as a node does), serve."""
+    """The server's entry point: listen, import :data:`NODE_MODULES` (after the thread settings, as a node does),
+    then serve until the owner's connection ends."""
     from sapo.speed.threads import share_the_machine
 
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is for the nodes and the program that started them
     share_the_machine()
-    control = socket.socket(fileno=int(sys.argv[1]))
+    owner = socket.socket(fileno=int(sys.argv[1]))
+    config = json.loads(sys.argv[2])
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(config["address"])
+    listener.listen(64)
+    owner.sendall(b"1")
     for module in NODE_MODULES:
         __import__(module)
-    _serve(control)
+    try:
+        _serve(owner, listener, frozenset(config["varying"]))
+    finally:
+        listener.close()
+        os.unlink(config["address"])
 
 
 if __name__ == "__main__":
