@@ -11,6 +11,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -41,10 +42,16 @@ def recorded() -> Iterator[None]:
 
 
 def start(own: list[subprocess.Popen], argv: list[str]) -> tuple[subprocess.Popen, ProcessIdentity]:
+    """Start ``argv`` and return it once its command line shows (Popen returns as soon as exec begins; until the
+    kernel has set the new program's arguments up, /proc shows an empty command line, which on a loaded machine
+    lasts long enough for a check that it is a p2pd to see nothing)."""
     process = subprocess.Popen(argv)
     own.append(process)
     identity = ProcessIdentity.of(process.pid)
     assert identity is not None
+    deadline = time.monotonic() + 30
+    while not Path(f"/proc/{process.pid}/cmdline").read_bytes() and time.monotonic() < deadline:
+        time.sleep(0.01)
     return process, identity
 
 
