@@ -24,6 +24,37 @@ def pytest_configure(config: pytest.Config) -> None:
     share_the_machine(threads=max(1, usable_cores() // (workers if isinstance(workers, int) and workers > 0 else 1)))
 
 
+# Test files that run for minutes (node processes, swarms, examples), longest first: scheduled before the rest, so that
+# no worker is left alone with one of them at the end while the others idle. The README's command keeps this order
+# (`--no-loadscope-reorder`: xdist would otherwise sort files by their number of tests, these few-test files last).
+# Durations: benchmarks/results/suite/ci_run_alone.md.
+LONG_FILES = (
+    "tests/test_two_families.py",
+    "tests/test_examples.py",
+    "tests/test_node_stop.py",
+    "tests/test_model_without_wheel.py",
+    "tests/test_bench_flood.py",
+    "tests/test_bench_profile_search.py",
+    "tests/test_node.py",
+    "tests/test_multihost.py",
+    "tests/test_crashes.py",
+    "tests/test_bench_poisoning.py",
+    "tests/test_node_join.py",
+    "tests/test_trainer.py",
+    "tests/test_bench_sapo_table.py",
+    "tests/test_own_task.py",
+    "tests/test_bench_step_limit.py",
+    "tests/test_swarm_gossip.py",
+    "tests/test_threads.py",
+)
+
+
+def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The files of :data:`LONG_FILES` first, in that order; the others after them, in collection order."""
+    rank = {name: i for i, name in enumerate(LONG_FILES)}
+    items.sort(key=lambda item: rank.get(item.nodeid.split("::")[0], len(LONG_FILES)))
+
+
 def pytest_unconfigure(config: pytest.Config) -> None:
     """End this worker's warm starter's server (tests/node_fixtures.py) and reap it, so that the CPU of the nodes it
     forked is counted in this process's children, as a cold node's is."""

@@ -68,3 +68,12 @@ def test_the_registry_host_check_finds_a_host():
     assert REGISTRY_HOST.search("pip install --index-url https://" + "pypi" + ".org/simple x")
     assert REGISTRY_HOST.search("--extra-index-url https://download" + ".pytorch.org/whl/cpu")
     assert not REGISTRY_HOST.search("set TORCH_INDEX_URL to PyTorch's CPU wheel index; PyPI's torch is the CUDA build")
+
+
+def test_the_long_files_scheduled_first_exist_and_the_command_keeps_their_order():
+    from tests.conftest import LONG_FILES
+
+    missing = [name for name in LONG_FILES if not ROOT.joinpath(name).is_file()]
+    assert not missing, f"tests/conftest.py LONG_FILES names files that do not exist: {missing}"
+    assert len(set(LONG_FILES)) == len(LONG_FILES)
+    assert "--no-loadscope-reorder" in _readme_test_command()  # else xdist puts these few-test files last
