@@ -1,7 +1,8 @@
 """Where the test suite spends its CPU: a pytest plugin recording each test's wall time, its process's CPU and the CPU
 of the child processes it started and reaped, and a report of the records by test file.
 
-    SUITE_PROFILE_LOG=/tmp/suite .venv/bin/python -m pytest -q -n 3 --dist loadfile --no-loadscope-reorder -p benchmarks.suite_profile
+    SUITE_PROFILE_LOG=/tmp/suite .venv/bin/python -m pytest -q -n 3 --dist loadfile --no-loadscope-reorder \
+        -p benchmarks.suite_profile
     python -m benchmarks.suite_profile /tmp/suite          # the test files by CPU, then the 30 costliest tests
 
 A test's CPU is read from ``getrusage`` around its setup, call and teardown: its own process (every thread) and the
