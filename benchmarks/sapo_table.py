@@ -199,11 +199,11 @@ def remove_checkpoints(run_dir: Path) -> None:
 
 def run_swarm(command: list[str], run_dir: Path, write: Any) -> int:
     """Run one local swarm to its end, relaying its status lines; always stops it (SIGTERM by PID, wait)."""
-    from sapo.node.warm_start import start_node_process
+    from sapo.node.warm_start import WarmStarter, start_node_process
 
     log = open(run_dir / "local-swarm.log", "a")
     process = start_node_process(  # warm where a program that started this one shares its server
-        command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=ROOT,
+        command, starter=WarmStarter.shared(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=ROOT,
         start_new_session=True,  # Ctrl-C reaches only this script, which then stops the swarm in order
     )  # fmt: skip
     last = None

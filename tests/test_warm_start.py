@@ -73,6 +73,8 @@ def test_only_a_node_command_in_the_servers_environment_starts_warm(starter, tmp
     monkeypatch.setenv(SHARED, starter.address)
     shared = WarmStarter.shared()
     assert shared is not None and shared.address == starter.address
-    assert isinstance(start_node_process([*CLI, "--version"], stdout=subprocess.DEVNULL), WarmProcess)
+    assert isinstance(start_node_process([*CLI, "--version"], starter=shared, stdout=subprocess.DEVNULL), WarmProcess)
+    unasked = start_node_process([*CLI, "--version"], stdout=subprocess.DEVNULL)  # no starter given: cold
+    assert isinstance(unasked, subprocess.Popen) and unasked.wait(120) == 0
     monkeypatch.delenv(SHARED)
     assert WarmStarter.shared() is None

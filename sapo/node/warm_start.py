@@ -105,8 +105,8 @@ class WarmProcess:
         self.returncode: int | None = None
         data = connection.recv(_STATUS.size, socket.MSG_WAITALL)
         self.pid = _STATUS.unpack(data)[0] if len(data) == _STATUS.size else 0
-        if self.pid <= 0:
-            reason = connection.recv(4096).decode(errors="replace") if self.pid == 0 else "the server is gone"
+        if self.pid == 0:  # refused (a reason follows), or the server ended (nothing follows)
+            reason = connection.recv(4096).decode(errors="replace")
             connection.close()
             raise WarmStartRefused(reason or "the server is gone")
 
@@ -187,9 +187,8 @@ class WarmStarter:
         address = os.environ.get(SHARED)
         if not address:
             return None
-        starter = cls.__new__(cls)
-        starter.env, starter.varying, starter.share = {}, VARYING, False
-        starter._address, starter._server, starter._owner, starter._lock = address, None, None, threading.Lock()
+        starter = cls(env={})  # a client only: the server, and its environment, are another process's
+        starter._address = address
         return starter
 
     def start(
@@ -301,10 +300,9 @@ def start_node_process(
     start_new_session: bool = False,
 ) -> subprocess.Popen | WarmProcess:
     """Start ``command``: forked warm where it is ``[sys.executable, "-m", "sapo.node.cli", ...]`` and the server of
-    ``starter`` (default: the shared one named in ``SAPO_WARM_START``, if any) serves its environment (``env``,
-    default this process's); otherwise cold, as :class:`subprocess.Popen` starts it."""
+    ``starter`` serves its environment (``env``, default this process's); otherwise, and without a starter (the
+    default), cold, as :class:`subprocess.Popen` starts it."""
     command = [os.fspath(part) for part in command]
-    starter = starter or WarmStarter.shared()
     if starter is not None and command[:3] == [sys.executable, "-m", "sapo.node.cli"]:
         try:
             return starter.start(
