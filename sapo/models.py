@@ -11,7 +11,6 @@ image converts at build time and uninstalls it).
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import importlib
 import importlib.util
@@ -22,12 +21,12 @@ import re
 import shutil
 import struct
 import tempfile
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from sapo.gguf_header import NotGGUF, string_field
+from sapo.gguf_read import gguf_read_once
 
 __all__ = [
     "CHATML_TEMPLATE",
@@ -187,7 +186,8 @@ def load_smollm2_tokenizer() -> Any:
         if (converted := cached_default_model_path()) is None:
             raise
         return prepare_tokenizer(AutoTokenizer.from_pretrained(converted))
-    tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    with gguf_read_once():  # the vocabulary read once, not once for the config and again for the tokenizer
+        tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
     return prepare_tokenizer(tokenizer)
 
 
@@ -281,41 +281,12 @@ def _converted_copy(gguf: Path, target: Path, source: dict[str, Any]) -> Path:
     return target
 
 
-@contextlib.contextmanager
-def _gguf_read_once() -> Iterator[None]:
-    """Within the block, the gguf package's reader of a file and its tensor-name map of an architecture are each made
-    once: transformers reads a GGUF file's metadata (its whole vocabulary, field by field) anew for the config, the
-    tokenizer and the weights, which for Gemma 3's 262,144 words took most of a conversion's minutes, and builds the
-    same name map anew for every module of the model (397 times for SmolLM2, a third of its conversion). Both are
-    only read, so sharing them changes nothing read."""
-    import gguf
-
-    reader, name_map, readers, maps = gguf.GGUFReader, gguf.get_tensor_name_map, {}, {}
-
-    def shared_reader(path: Any, mode: str = "r") -> Any:
-        key = (os.fspath(path), mode)
-        if key not in readers:
-            readers[key] = reader(path, mode)
-        return readers[key]
-
-    def shared_name_map(arch: Any, n_blocks: int) -> Any:
-        if (arch, n_blocks) not in maps:
-            maps[arch, n_blocks] = name_map(arch, n_blocks)
-        return maps[arch, n_blocks]
-
-    gguf.GGUFReader, gguf.get_tensor_name_map = shared_reader, shared_name_map
-    try:
-        yield
-    finally:
-        gguf.GGUFReader, gguf.get_tensor_name_map = reader, name_map
-
-
 def _read_gguf_model(gguf: Path) -> tuple[Any, Any]:
     """The model (dequantized to float32) and prepared tokenizer a GGUF file holds, as transformers reads them."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    with _gguf_read_once():
+    with gguf_read_once():
         tokenizer = prepare_tokenizer(AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name))
         try:
             model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)

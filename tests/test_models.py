@@ -104,13 +104,17 @@ def test_default_model_converts_loads_generates_and_is_reused(tmp_path, monkeypa
     stale.mkdir(parents=True)
     (stale / "config.json").write_text("{}")  # an interrupted conversion from an older run
     import gguf
+    from transformers import modeling_gguf_pytorch_utils as gguf_utils
 
-    reads, read, maps, name_map = [], gguf.GGUFReader, [], gguf.get_tensor_name_map
+    reads, read, maps, name_map = [], gguf.gguf_reader.GGUFReader.__init__, [], gguf.get_tensor_name_map
+    loads, load = [], gguf_utils.load_gguf_checkpoint
     with pytest.MonkeyPatch.context() as counted:
-        counted.setattr(gguf, "GGUFReader", lambda *args, **kwargs: reads.append(args) or read(*args, **kwargs))
+        counted.setattr(gguf.gguf_reader.GGUFReader, "__init__", lambda *a, **kw: reads.append(a) or read(*a, **kw))
         counted.setattr(gguf, "get_tensor_name_map", lambda *args: maps.append(args) or name_map(*args))
+        counted.setattr(gguf_utils, "load_gguf_checkpoint", lambda *a, **kw: loads.append(kw) or load(*a, **kw))
         path = models.default_model_path()
     assert len(reads) == 1  # the file's metadata (its whole vocabulary) read once for config, tokenizer and weights
+    assert len(loads) == 2  # parsed into Python values once for config and tokenizer, once more with the weights
     assert len(maps) == 1  # one tensor-name map for the model, not one per module
     assert path == stale and json.loads((path / models._MARKER).read_text())["version"] == models._CONVERSION_VERSION
     assert sorted(p.name for p in path.parent.iterdir()) == [models.DEFAULT_MODEL_NAME]  # no temp dir left
