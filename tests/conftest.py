@@ -31,19 +31,19 @@ def pytest_configure(config: pytest.Config) -> None:
 LONG_FILES = (
     "tests/test_two_families.py",
     "tests/test_examples.py",
-    "tests/test_node_stop.py",
-    "tests/test_model_without_wheel.py",
-    "tests/test_bench_flood.py",
-    "tests/test_bench_profile_search.py",
-    "tests/test_node.py",
     "tests/test_multihost.py",
     "tests/test_crashes.py",
+    "tests/test_node_stop.py",
     "tests/test_bench_poisoning.py",
-    "tests/test_node_join.py",
-    "tests/test_trainer.py",
-    "tests/test_bench_sapo_table.py",
     "tests/test_own_task.py",
+    "tests/test_model_without_wheel.py",
+    "tests/test_node.py",
     "tests/test_bench_step_limit.py",
+    "tests/test_bench_flood.py",
+    "tests/test_node_join.py",
+    "tests/test_bench_sapo_table.py",
+    "tests/test_bench_profile_search.py",
+    "tests/test_trainer.py",
     "tests/test_swarm_gossip.py",
     "tests/test_threads.py",
 )
@@ -60,7 +60,7 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     forked is counted in this process's children, as a cold node's is."""
     fixtures = sys.modules.get("tests.node_fixtures")
     if fixtures is not None:
-        fixtures._STARTER.close()
+        fixtures.STARTER.close()
 
 
 def _cached_dir(request: pytest.FixtureRequest, key: str, build) -> Path:

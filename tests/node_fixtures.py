@@ -24,6 +24,8 @@ TINY = [*TINY_NODE, "--join_timeout", "20"]
 # No held-out evaluation (a node evaluates at step 0, or at the step it resumed from, and every 10 steps otherwise):
 # for tests that assert nothing about it.
 NO_EVALUATION = ["--eval_on_start", "false", "--eval_steps", "1000"]
+PACED = ["--min_step_seconds", "2"]
+"""For nodes that run while a test waits on something else (a join, a cut link): their steps need not be fast."""
 
 
 def _node_command(model_dir: Path, output_dir: Path, *extra: str) -> list[str]:
@@ -33,15 +35,15 @@ def _node_command(model_dir: Path, output_dir: Path, *extra: str) -> list[str]:
 # Made at import, before any test changes the environment: nodes meant for this worker's environment start warm
 # (the fault-injection switches are read when the fault's moment comes, not at import). Shared: the local swarms and
 # benchmarks the tests start fork their nodes from this server too. Started now, while the worker collects.
-_STARTER = WarmStarter(varying=frozenset({FAULT_PAUSE_IN_OPTIMIZER_STEP, FAULT_PAUSE_BEFORE_MARKER}), share=True)
-_STARTER.prepare()
+STARTER = WarmStarter(varying=frozenset({FAULT_PAUSE_IN_OPTIMIZER_STEP, FAULT_PAUSE_BEFORE_MARKER}), share=True)
+STARTER.prepare()
 
 
 def start_node(command: Sequence, *, warm: bool = True, **popen_kwargs) -> subprocess.Popen | WarmProcess:
     """Start a `sapo-node` command: forked warm from this worker's server (sapo.node.warm_start) where the command and
     its environment allow, for tests whose subject is what the node does, not how its process starts (``warm=False``
     for those); cold otherwise. ``popen_kwargs``: stdout, stderr, env, cwd, start_new_session."""
-    return start_node_process(command, starter=_STARTER if warm else None, **popen_kwargs)
+    return start_node_process(command, starter=STARTER if warm else None, **popen_kwargs)
 
 
 def run_node(command: Sequence, *, timeout: float, warm: bool = True, **popen_kwargs) -> subprocess.CompletedProcess:

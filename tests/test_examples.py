@@ -1,5 +1,6 @@
 """Every script in examples/ runs end to end in its smoke mode (tiny models, CPU, real DHT peers, real TRL steps)
-and does what its header promises; a test peer in this process feeds it groups and reads what it publishes."""
+and does what its header promises; a test peer in this process feeds it groups and reads what it publishes.
+heterogeneous_swarm.py runs in tests/test_two_families.py, with Gemma's tokenizer among its peers'."""
 # ruff: noqa: F811  (pytest fixtures imported from tests.swarm_fixtures are redefined as arguments)
 
 from __future__ import annotations
@@ -18,8 +19,10 @@ from pathlib import Path
 
 import pytest
 
+from sapo.node.warm_start import WarmProcess, start_node_process
 from swarm.daemon import ProcessIdentity
 from testbed.hostile_peer import honest_group
+from tests.node_fixtures import STARTER
 from tests.swarm_fixtures import dht_peers, no_p2pd_left_behind, wait_until  # noqa: F401
 
 pytestmark = pytest.mark.usefixtures("no_p2pd_left_behind")
@@ -28,8 +31,10 @@ EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 
 
 def _session_members(session: int) -> list[ProcessIdentity]:
-    """Live processes in the session an example was started in (it, its peer processes, their p2pd daemons). The
-    session's leader stays unreaped until run_example ends, so its pid, the session's id, names no other session."""
+    """Live processes in the session an example was started in (it, its peer processes, their p2pd daemons). A cold
+    example's leader stays unreaped until run_example ends, so its pid, the session's id, names no other session; a
+    warm one's is reaped by its server when it exits, and its pid could name another session only if a new session
+    leader took it within these seconds."""
     members = []
     for entry in os.listdir("/proc"):
         if entry.isdigit():
@@ -40,21 +45,28 @@ def _session_members(session: int) -> list[ProcessIdentity]:
     return members
 
 
-def _exited(pid: int) -> bool:
-    """True once child ``pid`` has exited; it is left unreaped (a zombie keeps its pid)."""
-    return os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
+def _exited(process: subprocess.Popen | WarmProcess) -> bool:
+    """True once ``process`` has exited. A cold one is this process's child and is left unreaped (a zombie keeps its
+    pid, the session's id); a warm one is its server's, which reaps it at once."""
+    if isinstance(process, WarmProcess):
+        return process.poll() is not None
+    return os.waitid(os.P_PID, process.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
 
 
 def run_example(argv: list[str], cwd: Path, timeout: float = 600) -> str:
-    """Run an example in a session of its own and return its output. Whatever happens, nothing of that session
-    (the example, its peer processes, their p2pd) survives; and a finished example must have left nothing."""
+    """Run an example in a session of its own and return its output: ``python SCRIPT ...`` forked warm
+    (`sapo.node.warm_start`, the libraries imported once per worker), any other command cold. Whatever happens,
+    nothing of that session (the example, its peer processes, their p2pd) survives; and a finished example must have
+    left nothing."""
     with tempfile.TemporaryFile("w+") as log:
-        process = subprocess.Popen(argv, cwd=cwd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        process = start_node_process(
+            argv, starter=STARTER, cwd=cwd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        )
         try:
             deadline = time.monotonic() + timeout
-            while not _exited(process.pid) and time.monotonic() < deadline:
+            while not _exited(process) and time.monotonic() < deadline:
                 time.sleep(0.2)
-            timed_out = not _exited(process.pid)
+            timed_out = not _exited(process)
             deadline = time.monotonic() + 15
             while _session_members(process.pid) and time.monotonic() < deadline:
                 time.sleep(0.2)
@@ -62,7 +74,7 @@ def run_example(argv: list[str], cwd: Path, timeout: float = 600) -> str:
         finally:
             for member in _session_members(process.pid):
                 member.kill()
-            process.wait(timeout=30)  # reaped last: until now the session's id could not be reused
+            process.wait(timeout=30)  # a cold one reaped last: until now the session's id could not be reused
         log.seek(0)
         output = log.read() + (f"\n(timed out after {timeout} s)" if timed_out else "")
     assert process.returncode == 0, f"{argv[1:3]} exited {process.returncode}:\n{output[-4000:]}"
@@ -186,23 +198,6 @@ def test_own_sampler_reads_its_declared_option_from_the_config_and_chooses(tmp_p
     assert taken_from(output) == {feeder.peer_id: 1}, output[-3000:]
     dropped = ast.literal_eval(re.search(r"external groups dropped, by reason: (\{.*\})", output).group(1))
     assert dropped.get("no_success", 0) >= 1, dropped  # the sampler's own reason
-
-
-def test_heterogeneous_swarm_peers_with_different_tokenizers_train_on_each_others_groups(
-    tmp_path, tiny_model_a, tiny_model_b
-):
-    # 30 steps: a tiny model's step takes a fraction of a second and groups are polled once a second, so 5 steps could
-    # end before either peer's first group arrived (a red suite run).
-    output = run_example(
-        python("heterogeneous_swarm.py", "--smoke", "--models", str(tiny_model_a), str(tiny_model_b), "--steps", "30"),
-        cwd=tmp_path,
-    )
-    table = {line.split()[0]: line for line in output.splitlines() if re.match(r"peer-\d ", line)}
-    assert set(table) == {"peer-0", "peer-1"}, output[-3000:]
-    for me, other in (("peer-0", "peer-1"), ("peer-1", "peer-0")):
-        steps = int(table[me].split()[2])
-        taken = ast.literal_eval(table[me][table[me].index("{") :])
-        assert steps == 30 and taken.get(other, 0) >= 1, table[me]
 
 
 def test_lora_node_trains_saves_and_reloads_the_adapter(tmp_path, tiny_model_a):

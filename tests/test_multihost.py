@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from testbed.netns import Hosts
-from tests.node_fixtures import _assert_gone, _metrics, _node_command, _p2pd, _wait, started  # noqa: F401
+from tests.node_fixtures import NO_EVALUATION, PACED, _assert_gone, _metrics, _node_command, _p2pd, _wait, started  # noqa: F401
 
 pytestmark = pytest.mark.slow
 
@@ -78,19 +78,24 @@ def test_three_hosts_survive_a_cut_link_and_the_bootstrap_peers_death(tmp_path, 
         command = _node_command(
             tiny_model_a, outs[i], "--max_steps", "100000", "--save_steps", "100000",
             "--host_maddrs", f"/ip4/{hosts.address(i)}/tcp/0", "--swarm_name", "netns",
-            "--seed", str(i), *(["--initial_peers", *initial_peers] if initial_peers else []),
+            "--seed", str(i), *NO_EVALUATION, *PACED, *(["--initial_peers", *initial_peers] if initial_peers else []),
         )  # fmt: skip
         log = open(tmp_path / f"host{i}.log", "w")
         node = subprocess.Popen(["ip", "netns", "exec", hosts.names[i], *command], stdout=log, stderr=log)
         started.append(node)  # `ip netns exec` execs the node: this is the node's PID
-        _wait(lambda: (outs[i] / "address.txt").exists(), 120, f"host{i} to join", node)
-        p2pd[i] = _p2pd(outs[i])
         return node
 
+    def joined(i: int, node: subprocess.Popen) -> None:
+        _wait(lambda: (outs[i] / "address.txt").exists(), 120, f"host{i} to join", node)
+        p2pd[i] = _p2pd(outs[i])
+
     nodes = [start(0, [])]
+    joined(0, nodes[0])
     bootstrap = (outs[0] / "address.txt").read_text().split()
     assert all(hosts.address(0) in a for a in bootstrap)  # it announces its own host's address, nothing else
-    nodes += [start(i, bootstrap) for i in (1, 2)]
+    nodes += [start(i, bootstrap) for i in (1, 2)]  # both join through host 0 at once
+    for i in (1, 2):
+        joined(i, nodes[i])
     _grows(outs, _received, "every host to receive groups of the others", timeout=180)
 
     # host 2's cable is cut: 0 and 1 keep exchanging and training, 2 keeps training alone

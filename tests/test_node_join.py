@@ -12,7 +12,17 @@ import subprocess
 import urllib.request
 from pathlib import Path
 
-from tests.node_fixtures import NO_EVALUATION, _assert_gone, _metrics, _node_command, _p2pd, _wait, start_node, started  # noqa: F401
+from tests.node_fixtures import (
+    NO_EVALUATION,
+    PACED,
+    _assert_gone,
+    _metrics,
+    _node_command,
+    _p2pd,
+    _wait,
+    start_node,
+    started,  # noqa: F401 (a fixture)
+)
 
 
 def _free_port() -> int:
@@ -53,7 +63,8 @@ def test_a_node_with_a_dead_bootstrap_peer_trains_then_joins_it_when_it_comes_up
     out = tmp_path / "node"
     node = start_node(
         _node_command(tiny_model_a, out, "--max_steps", "100000", "--save_steps", "100000", "--seed", "1",
-                      "--join_timeout", "5", "--status_port", "0", *NO_EVALUATION, "--initial_peers", *address),
+                      "--join_timeout", "5", "--rejoin_max_interval", "5", "--status_port", "0", *NO_EVALUATION,
+                      *PACED, "--initial_peers", *address),
         stdout=subprocess.DEVNULL, stderr=open(tmp_path / "node.log", "w"),
     )  # fmt: skip
     started.append(node)
@@ -63,10 +74,11 @@ def test_a_node_with_a_dead_bootstrap_peer_trains_then_joins_it_when_it_comes_up
     assert page["health"]["status"] == "degraded" and address[0] in page["health"]["problems"][0]
     log = (tmp_path / "node.log").read_text()
     assert "no initial peer answered: training alone" in log
+    assert "pacing: each step starts at least 2 s after the previous one began" in log
 
     boot = start_node(
         _node_command(tiny_model_a, boot_out, "--max_steps", "100000", "--save_steps", "100000", "--seed", "2",
-                      "--host_maddrs", listen, "--status_port", "0", *NO_EVALUATION),
+                      "--host_maddrs", listen, "--status_port", "0", *NO_EVALUATION, *PACED),
         stdout=subprocess.DEVNULL, stderr=open(tmp_path / "bootstrap.log", "w"),
     )  # fmt: skip
     started.append(boot)

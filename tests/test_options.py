@@ -14,6 +14,7 @@ from trl import GRPOConfig
 
 import sapo.config
 from sapo.config import SAPOConfig
+from sapo.node.errors import NodeError
 from sapo.node.help import FIRST_SCREEN, names_on_first_screen, option_sections
 from sapo.node.options import _yaml_value, build_parser, config_yaml, full_help, parse_node_args, parse_node_options
 from sapo.node.runner import NodeArguments
@@ -33,6 +34,8 @@ SWARM_OPTIONS = {
     "client_mode": "client_mode",
     "use_auto_relay": "use_auto_relay",
     "join_timeout": "join_timeout",
+    "rejoin_interval": "rejoin_interval",
+    "rejoin_max_interval": "rejoin_max_interval",
 }
 
 
@@ -351,3 +354,19 @@ def test_print_config_on_a_cpu_host_leaves_the_device_to_the_host_that_reads_it(
     assert (on_gpu.args.use_cpu, on_gpu.args.gradient_checkpointing, on_gpu.args.bf16) == (False, True, False)
     assert on_gpu.args.scoring_prefill_once is False  # the GPU's own speed-up defaults
     assert all(on_gpu.given[name] is None for name in DEVICE_FIELDS if name != "bf16")
+
+
+def test_the_step_pace_rests_out_the_remainder_of_each_step_and_refuses_a_negative_one():
+    from sapo.node.callbacks import StepPace
+
+    now, rests = [100.0], []
+    pace = StepPace(10.0, sleep=lambda seconds: rests.append(seconds) or now.__setitem__(0, now[0] + seconds),
+                    clock=lambda: now[0])  # fmt: skip
+    for step_seconds in (3.0, 12.0, 0.5):  # a short step, a long one (no rest after it), a short one
+        pace.on_step_begin(None, None, None)
+        now[0] += step_seconds
+    pace.on_step_begin(None, None, None)
+    assert rests == [7.0, 9.5]  # the first step starts at once; each later one 10 s after the previous began
+    assert parse_node_options(["--min_step_seconds", "2.5"]).node.min_step_seconds == 2.5
+    with pytest.raises(NodeError, match="--min_step_seconds -1.0: give 0"):
+        parse_node_options(["--min_step_seconds", "-1"])

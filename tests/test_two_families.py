@@ -171,25 +171,30 @@ def test_smollm2_and_gemma3_peers_take_each_others_groups(tmp_path, smollm_token
 
 
 @pytest.mark.slow
-def test_the_example_runs_smollm2_and_gemma3_on_real_dht_peers(tmp_path, tiny_model_a, gemma_tokenizer, monkeypatch):
-    """examples/heterogeneous_swarm.py, two processes with their own DHT peers on 127.0.0.1: each takes the other's
-    groups (a tiny Llama with SmolLM2's tokenizer, a tiny Gemma 3 with Gemma's)."""
+def test_the_example_runs_three_tokenizers_on_real_dht_peers(tmp_path, tiny_model_a, tiny_model_b, gemma_tokenizer):
+    """examples/heterogeneous_swarm.py, three processes with their own DHT peers on 127.0.0.1, each with another
+    tokenizer: a tiny Llama with SmolLM2's (byte-level BPE, ChatML), one with MiniLM's WordPiece, a tiny Gemma 3 with
+    Gemma's; each trains 30 steps on its own and the others' groups. (The example's one run in the suite.)"""
     from tests import test_examples
 
     gemma_dir = save_tiny_model(tmp_path / "tiny-gemma3", gemma_tokenizer, seed=2, family="gemma3")
-    monkeypatch.setenv("OMP_NUM_THREADS", "1")
-    # 30 steps, as the example's own test: groups are polled once a second and a tiny step takes a fraction of one.
+    # 30 steps: groups are polled once a second and a tiny step takes a fraction of one, so 5 steps could end before
+    # a peer's first group arrived.
     output = test_examples.run_example(
-        test_examples.python("heterogeneous_swarm.py", "--smoke", "--models", str(tiny_model_a), str(gemma_dir),
-                             "--steps", "30"),
+        test_examples.python("heterogeneous_swarm.py", "--smoke", "--models", str(tiny_model_a), str(tiny_model_b),
+                             str(gemma_dir), "--steps", "30"),
         cwd=tmp_path,
     )  # fmt: skip
     rows = {line.split()[0]: line for line in output.splitlines() if re.match(r"peer-\d ", line)}
-    assert set(rows) == {"peer-0", "peer-1"}, output[-3000:]
-    assert "tiny-gemma3" in rows["peer-1"]
-    for me, other in (("peer-0", "peer-1"), ("peer-1", "peer-0")):
-        taken = ast.literal_eval(rows[me][rows[me].index("{") :])
-        assert taken.get(other, 0) >= 1, rows[me]
+    assert set(rows) == {"peer-0", "peer-1", "peer-2"}, output[-3000:]
+    assert "tiny-gemma3" in rows["peer-2"]
+    taken = {peer: ast.literal_eval(row[row.index("{") :]) for peer, row in rows.items()}
+    assert all(int(row.split()[2]) == 30 for row in rows.values()), rows
+    # Gemma's peer, the slowest, meets many groups of both others; each of the fast ones takes from another peer, and
+    # Gemma's groups reach at least one of them.
+    assert taken["peer-2"].get("peer-0", 0) >= 1 and taken["peer-2"].get("peer-1", 0) >= 1, taken
+    assert all(sum(taken[peer].values()) >= 1 for peer in ("peer-0", "peer-1")), taken
+    assert taken["peer-0"].get("peer-2", 0) + taken["peer-1"].get("peer-2", 0) >= 1, taken
 
 
 @pytest.mark.slow

@@ -78,3 +78,26 @@ def test_only_a_node_command_in_the_servers_environment_starts_warm(starter, tmp
     assert isinstance(unasked, subprocess.Popen) and unasked.wait(120) == 0
     monkeypatch.delenv(SHARED)
     assert WarmStarter.shared() is None
+
+
+def test_a_script_starts_warm_as_python_runs_it(starter, tmp_path):
+    """`python SCRIPT ARGS` forked warm: run as __main__, its arguments, its folder first on the path, the working
+    directory asked for, its exit code; a module beside it imports as it would cold."""
+    (tmp_path / "helper.py").write_text("WORD = 'beside'\n")
+    script = tmp_path / "train.py"
+    script.write_text(
+        "import os, sys\n"
+        "import helper\n"
+        "print(__name__, sys.argv[1:], helper.WORD, os.getcwd(), sys.path[0] == os.path.dirname(__file__))\n"
+        "sys.exit(int(sys.argv[2]))\n"
+    )
+    (tmp_path / "work").mkdir()
+    process = start_node_process(
+        [sys.executable, str(script), "--steps", "3"], starter=starter, stdout=subprocess.PIPE, cwd=tmp_path / "work"
+    )
+    assert isinstance(process, WarmProcess) and process.args[:2] == [sys.executable, str(script)]
+    assert process.wait(120) == 3
+    assert process.stdout.read().decode() == f"__main__ ['--steps', '3'] beside {tmp_path / 'work'} True\n"
+    # `python -m` of any other module, or another program, starts cold
+    cold = start_node_process([sys.executable, "-c", "pass"], starter=starter)
+    assert isinstance(cold, subprocess.Popen) and cold.wait(60) == 0

@@ -57,10 +57,10 @@ _SECTIONS = {
     "what a node does not do)": _TRL_ACCEPTED,
     "Swarm (defaults and text of `swarm.dht.DHTTransportConfig`'s fields)": (
         "initial_peers", "host_maddrs", "announce_maddrs", "identity", "swarm_name", "client_mode", "use_auto_relay",
-        "join_timeout", "membership_path", "membership_operator",
+        "join_timeout", "rejoin_interval", "rejoin_max_interval", "membership_path", "membership_operator",
     ),
     "Waiting for peers": ("wait_for_peers", "wait_for_peers_timeout"),
-    "Staying up": ("require_swarm",),
+    "Staying up": ("require_swarm", "min_step_seconds"),
     "Status page": ("status_port", "status_host"),
 }  # fmt: skip
 
@@ -311,6 +311,8 @@ class NodeArguments:
     client_mode: bool = _swarm_option("client_mode")
     use_auto_relay: bool = _swarm_option("use_auto_relay")
     join_timeout: float = _swarm_option("join_timeout")
+    rejoin_interval: float = _swarm_option("rejoin_interval")
+    rejoin_max_interval: float = _swarm_option("rejoin_max_interval")
     membership_path: str | None = _swarm_option("membership_path")
     membership_operator: str | None = _swarm_option("membership_operator")
     wait_for_peers: int = field(
@@ -329,8 +331,16 @@ class NodeArguments:
         metadata={
             "help": "Exit (code 3) when no initial peer answers within `join_timeout`. By default the node then "
             "trains alone (every slot filled with its own groups), says so in its log, status.json and status page, "
-            "and keeps dialing the initial peers in the background (backing off to once a minute); once one "
-            "answers, it joins and exchange starts without a restart."
+            "and keeps dialing the initial peers in the background (backing off to once every `rejoin_max_interval` "
+            "seconds); once one answers, it joins and exchange starts without a restart."
+        },
+    )
+    min_step_seconds: float = field(
+        default=0.0,
+        metadata={
+            "help": "Start each training step at least this many seconds after the previous one began, resting the "
+            "remainder: on a machine that does other work the node then takes a bounded share of it (a 3-second step "
+            "paced to 10 s keeps it busy 30 % of the time; the swarm's exchange goes on meanwhile). 0: no rest."
         },
     )
     status_port: int | None = field(
@@ -371,6 +381,8 @@ class NodeArguments:
                 f"--dataset_config {self.dataset_config}: a hub dataset's configuration; sapo-node loads local files "
                 "and folders, which have none: leave it out"
             )
+        if not self.min_step_seconds >= 0:
+            raise ValueError(f"--min_step_seconds {self.min_step_seconds}: give 0 (no rest) or more seconds")
         self._refuse_what_trl_asks_and_a_node_does_not_do()
         self._resolve_dataset_name()
         if self.dataset and Path(self.dataset).is_file() and self.dataset_train_split != "train":

@@ -1,4 +1,4 @@
-"""Trainer callbacks of a running node: progress, status file, metrics.jsonl, graceful stop, swarm logs."""
+"""Trainer callbacks of a running node: progress, status file, metrics.jsonl, graceful stop, step pacing, swarm logs."""
 
 from __future__ import annotations
 
@@ -192,6 +192,28 @@ class NodeStatus(TrainerCallback):
 def _per_task(metrics: dict[str, Any]) -> dict[str, float]:
     """Held-out pass@1 per task of an evaluation line (`eval/pass@1/<task>`)."""
     return {k.rsplit("/", 1)[1]: v for k, v in metrics.items() if k.startswith("eval/pass@1/")}
+
+
+class StepPace(TrainerCallback):
+    """Each step starts at least ``min_seconds`` after the previous one began: the node rests out the remainder before
+    it starts the next (``--min_step_seconds``), so on a machine that does other work it takes a bounded share (a
+    3-second step paced to 10 s keeps it busy 30 % of the time). Placed after :class:`GracefulStop`, whose step is
+    abandonable from its beginning: a stop request ends the rest at once."""
+
+    def __init__(self, min_seconds: float, sleep: Any = time.sleep, clock: Any = time.monotonic) -> None:
+        self.min_seconds, self._sleep, self._clock = min_seconds, sleep, clock
+        self._began: float | None = None
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        logger.info("pacing: each step starts at least %g s after the previous one began (min_step_seconds)",
+                    self.min_seconds)  # fmt: skip
+
+    def on_step_begin(self, args, state, control, **kwargs):
+        if self._began is not None:
+            rest = self.min_seconds - (self._clock() - self._began)
+            if rest > 0:
+                self._sleep(rest)
+        self._began = self._clock()
 
 
 class EvaluateAtEnd(TrainerCallback):

@@ -106,6 +106,8 @@ def start_swarm(node: NodeArguments, output_dir: Path, model_name: str) -> Any:
         client_mode=node.client_mode,
         use_auto_relay=node.use_auto_relay,
         join_timeout=node.join_timeout,
+        rejoin_interval=node.rejoin_interval,
+        rejoin_max_interval=node.rejoin_max_interval,
         membership_path=node.membership_path,
         membership_operator=node.membership_operator,
         model_name=model_name,
@@ -231,6 +233,7 @@ def _run(args: Any, node: NodeArguments) -> int:
         MetricsJsonl,
         NodeProgress,
         NodeStatus,
+        StepPace,
         StopRequested,
         SwarmLog,
     )
@@ -312,7 +315,8 @@ def _run(args: Any, node: NodeArguments) -> int:
             swarm=swarm,
             sources=SourceRegistry(sources, max_source_errors=node.max_source_errors),
             held_out_tasks=held_out_tasks,
-            callbacks=[NodeProgress(), metrics, SwarmLog(), status, EvaluateAtEnd(), stop],
+            callbacks=[NodeProgress(), metrics, SwarmLog(), status, EvaluateAtEnd(), stop]
+            + ([StepPace(node.min_step_seconds)] if node.min_step_seconds > 0 else []),
         )
         status.watch(
             swarm, lambda: trainer.sender_outcomes, rejoin_through=list(node.initial_peers),

@@ -5,7 +5,8 @@ program that starts several nodes on one machine (`sapo-node local-swarm`, a ben
 once: a :class:`WarmStarter` runs a small server process (``python -m sapo.node.warm_start``) that imports
 :data:`NODE_MODULES` and then forks one child per request; the child runs ``sapo-node ARGS`` exactly as ``python -m
 sapo.node.cli ARGS`` would, with the output files, environment, working directory and session it was asked for, its
-own PID and its own exit code (which the server reports back).
+own PID and its own exit code (which the server reports back). A script that uses the library (``python SCRIPT
+ARGS``: an example, a training script) starts warm the same way.
 
 OpenMP and several libraries read their environment once, at import: the server serves only requests whose
 environment is its own, but for :data:`VARYING` and the variables its starter declared read later; any other
@@ -200,9 +201,11 @@ class WarmStarter:
         env: Mapping[str, str] | None = None,
         cwd: str | os.PathLike | None = None,
         start_new_session: bool = False,
+        script: str | os.PathLike | None = None,
     ) -> WarmProcess:
-        """Start ``sapo-node ARGS`` forked warm. ``stdout`` and ``stderr`` as for :class:`subprocess.Popen`: None
-        (this process's), a file or descriptor, ``subprocess.DEVNULL``, ``subprocess.PIPE`` (stdout only) or
+        """Start ``sapo-node ARGS`` forked warm, or with ``script`` ``python SCRIPT ARGS`` (a program using the
+        library, e.g. an example). ``stdout`` and ``stderr`` as for :class:`subprocess.Popen`: None (this
+        process's), a file or descriptor, ``subprocess.DEVNULL``, ``subprocess.PIPE`` (stdout only) or
         ``subprocess.STDOUT`` (stderr only); ``env`` its environment (default this process's); ``cwd`` its working
         directory (default this process's). Raises :class:`WarmStartRefused` where the server cannot start it
         (another environment): start it cold then."""
@@ -220,6 +223,7 @@ class WarmStarter:
                 "cwd": os.fspath(cwd or os.getcwd()),
                 "env": env,
                 "session": start_new_session,
+                "script": None if script is None else os.path.abspath(os.fspath(script)),
             }
             connection = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
             try:
@@ -228,7 +232,8 @@ class WarmStarter:
             except OSError as e:
                 connection.close()
                 raise WarmStartRefused(f"the warm starter's server is not reachable: {e}") from e
-            process = WarmProcess(connection, ["sapo-node", *args], os.fdopen(pipe_read, "rb") if pipe_read else None)
+            shown = ["sapo-node"] if script is None else [sys.executable, os.fspath(script)]
+            process = WarmProcess(connection, [*shown, *args], os.fdopen(pipe_read, "rb") if pipe_read else None)
         except BaseException:
             if pipe_read is not None:
                 os.close(pipe_read)
@@ -299,15 +304,17 @@ def start_node_process(
     cwd: str | os.PathLike | None = None,
     start_new_session: bool = False,
 ) -> subprocess.Popen | WarmProcess:
-    """Start ``command``: forked warm where it is ``[sys.executable, "-m", "sapo.node.cli", ...]`` and the server of
-    ``starter`` serves its environment (``env``, default this process's); otherwise, and without a starter (the
-    default), cold, as :class:`subprocess.Popen` starts it."""
+    """Start ``command``: forked warm where it is ``[sys.executable, "-m", "sapo.node.cli", ...]`` or
+    ``[sys.executable, "SCRIPT.py", ...]`` and the server of ``starter`` serves its environment (``env``, default this
+    process's); otherwise, and without a starter (the default), cold, as :class:`subprocess.Popen` starts it."""
     command = [os.fspath(part) for part in command]
-    if starter is not None and command[:3] == [sys.executable, "-m", "sapo.node.cli"]:
+    script = command[1] if len(command) > 1 and command[1].endswith(".py") else None
+    if starter is not None and command[0] == sys.executable and (script or command[1:3] == ["-m", "sapo.node.cli"]):
         try:
             return starter.start(
-                command[3:], stdout=stdout, stderr=stderr, env=env, cwd=cwd, start_new_session=start_new_session
-            )
+                command[2:] if script else command[3:], stdout=stdout, stderr=stderr, env=env, cwd=cwd,
+                start_new_session=start_new_session, script=script,
+            )  # fmt: skip
         except WarmStartRefused:
             pass
     return subprocess.Popen(
@@ -368,9 +375,9 @@ def _serve(owner: socket.socket, listener: socket.socket, varying: frozenset[str
 
 
 def _become_node(request: dict, env: dict[str, str], out: int, err: int) -> None:
-    """In the forked child: become ``python -m sapo.node.cli ARGS`` (streams, environment, directory, session,
-    arguments), run it, and end as the interpreter would (non-daemon threads joined, exit handlers run, streams
-    flushed)."""
+    """In the forked child: become ``python -m sapo.node.cli ARGS`` or ``python SCRIPT ARGS`` (streams, environment,
+    directory, session, arguments), run it, and end as the interpreter would (non-daemon threads joined, exit
+    handlers run, streams flushed)."""
     signal.signal(signal.SIGINT, signal.default_int_handler)
     os.dup2(out, 1)
     os.dup2(err, 2)
@@ -381,14 +388,18 @@ def _become_node(request: dict, env: dict[str, str], out: int, err: int) -> None
     os.environ.clear()
     os.environ.update(env)
     os.chdir(request["cwd"])
-    sys.path[0] = request["cwd"]  # as `python -m` puts it
-    sys.argv = ["-m", *request["args"]]
+    script = request.get("script")
+    sys.path[0] = os.path.dirname(script) if script else request["cwd"]  # as `python SCRIPT` or `python -m` puts it
+    sys.argv = [script or "-m", *request["args"]]
     numpy = sys.modules.get("numpy")
     if numpy is not None:
         numpy.random.seed()  # a fresh process draws its own global numpy state; forks would all share the server's
     code = 0
     try:
-        runpy.run_module("sapo.node.cli", run_name="__main__", alter_sys=True)
+        if script:
+            runpy.run_path(script, run_name="__main__")
+        else:
+            runpy.run_module("sapo.node.cli", run_name="__main__", alter_sys=True)
     except SystemExit as e:
         code = _exit_code(e.code)
     except BaseException:
