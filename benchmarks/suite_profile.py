@@ -3,14 +3,17 @@ of the child processes it started and reaped, and a report of the records by tes
 
     SUITE_PROFILE_LOG=/tmp/suite .venv/bin/python -m pytest -q -n 3 --dist loadfile --no-loadscope-reorder \
         -p benchmarks.suite_profile
-    python -m benchmarks.suite_profile /tmp/suite          # the test files by CPU, then the 30 costliest tests
+    python -m benchmarks.suite_profile /tmp/suite          # the test files by CPU, the 30 costliest tests, then
+                                                           # the tests by the CPU of the processes they started
 
 A test's CPU is read from ``getrusage`` around its setup, call and teardown: its own process (every thread) and the
 children reaped meanwhile (a node, an example, a local swarm and what they reaped in turn); a child left running past
 the test, or never reaped, is not counted. A node forked warm (`sapo.node.warm_start`) is its server's child, not the
-test's: its CPU counts when the server is reaped, at the worker's end, outside every test (the file totals miss it;
-`/usr/bin/time` around the whole run does not). Records are appended as JSON lines to ``$SUITE_PROFILE_LOG.tests``, one
-per test, by every xdist worker; without ``SUITE_PROFILE_LOG`` the plugin records nothing.
+test's, so the plugin also puts ``benchmarks/suite_profile_hook`` first on ``PYTHONPATH``: every Python process the
+suite starts, warm-forked ones included, appends its own CPU and the test that started it to
+``$SUITE_PROFILE_LOG.procs`` at its exit (one killed by a signal, or ending by ``os._exit`` as multiprocessing's
+children do, is missed; non-Python ones such as p2pd are not counted). Records are appended as JSON lines to
+``$SUITE_PROFILE_LOG.tests``, one per test, by every xdist worker; without ``SUITE_PROFILE_LOG`` nothing is recorded.
 """
 
 from __future__ import annotations
@@ -31,6 +34,18 @@ import pytest
 def _cpu(who: int) -> float:
     usage = resource.getrusage(who)
     return usage.ru_utime + usage.ru_stime
+
+
+HOOK = Path(__file__).resolve().parent / "suite_profile_hook"
+"""The folder whose ``sitecustomize`` makes each Python process record its CPU at exit."""
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Put :data:`HOOK` first on the ``PYTHONPATH`` the suite's processes inherit (xdist's workers included)."""
+    if os.environ.get("SUITE_PROFILE_LOG"):
+        paths = os.environ.get("PYTHONPATH", "").split(os.pathsep)
+        if str(HOOK) not in paths:
+            os.environ["PYTHONPATH"] = os.pathsep.join([str(HOOK), *filter(None, paths)])
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -64,8 +79,20 @@ def by_file(records: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
     return dict(sorted(files.items(), key=lambda item: -(item[1]["self_cpu"] + item[1]["children_cpu"])))
 
 
-def report_lines(records: list[dict[str, Any]], top: int = 30) -> list[str]:
-    """The page: totals, the test files by CPU, then the ``top`` costliest tests."""
+def processes_by_test(processes: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
+    """Per test (``None``: outside every test, e.g. a worker or a warm server): the Python processes it started that
+    recorded themselves at exit, and their CPU, costliest first."""
+    tests: dict[str, dict[str, float]] = defaultdict(lambda: {"processes": 0, "cpu": 0.0})
+    for record in processes:
+        totals = tests[(record.get("test") or "").rsplit(" (", 1)[0] or None]
+        totals["processes"] += 1
+        totals["cpu"] += record["cpu"]
+    return dict(sorted(tests.items(), key=lambda item: -item[1]["cpu"]))
+
+
+def report_lines(records: list[dict[str, Any]], top: int = 30, processes: list[dict[str, Any]] = ()) -> list[str]:
+    """The page: totals, the test files by CPU, the ``top`` costliest tests, then, where processes recorded
+    themselves, the ``top`` tests by the CPU of the Python processes they started (warm-forked ones included)."""
     cpu = sum(r["self_cpu"] + r["children_cpu"] for r in records)
     children = sum(r["children_cpu"] for r in records)
     lines = [f"{len(records)} tests: {cpu:.0f} CPU s, {children:.0f} of them in child processes", ""]
@@ -75,6 +102,12 @@ def report_lines(records: list[dict[str, Any]], top: int = 30) -> list[str]:
     lines += ["", "| test | wall s | own CPU s | children's CPU s |", "|---|---|---|---|"]
     for r in sorted(records, key=lambda r: -(r["self_cpu"] + r["children_cpu"]))[:top]:
         lines.append(f"| {r['test']} | {r['wall']:.0f} | {r['self_cpu']:.0f} | {r['children_cpu']:.0f} |")
+    if processes:
+        total = sum(p["cpu"] for p in processes)
+        lines += ["", f"{len(processes)} Python processes recorded themselves: {total:.0f} CPU s", ""]
+        lines += ["| started under | processes | their CPU s |", "|---|---|---|"]
+        for test, t in list(processes_by_test(processes).items())[:top]:
+            lines.append(f"| {test or '(no test: workers, servers)'} | {t['processes']:.0f} | {t['cpu']:.0f} |")
     return lines
 
 
@@ -90,7 +123,9 @@ def main(argv: list[str] | None = None) -> list[str]:
             f"{path} does not exist: run the suite with SUITE_PROFILE_LOG={args.log} and -p benchmarks.suite_profile"
         )
     records = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-    lines = report_lines(records, args.top)
+    procs = Path(f"{args.log}.procs")
+    processes = [json.loads(line) for line in procs.read_text().splitlines() if line.strip()] if procs.is_file() else []
+    lines = report_lines(records, args.top, processes)
     print("\n".join(lines))
     return lines
 

@@ -42,11 +42,17 @@ def test_each_test_is_recorded_with_its_childrens_cpu_and_the_page_ranks_files(t
     assert set(records) == {"test_quick", "test_starts_a_busy_child"}
     busy, quick = records["test_starts_a_busy_child"], records["test_quick"]
     assert busy["children_cpu"] > 0.05 and quick["children_cpu"] == 0 and busy["wall"] >= busy["children_cpu"] * 0.5
+    # The busy child recorded itself at exit (the hook on PYTHONPATH), under the test that started it.
+    processes = [json.loads(line) for line in Path(f"{log}.procs").read_text().splitlines()]
+    (child,) = [p for p in processes if (p["test"] or "").startswith("test_sample.py::test_starts_a_busy_child")]
+    assert child["argv"] == ["-c"] and child["cpu"] > 0.05
     lines = suite_profile.main([str(log), "--top", "1"])
     assert lines[0].startswith("2 tests:") and "| test_sample.py | 2 |" in "\n".join(lines)
-    assert lines[-1].startswith("| test_sample.py::test_starts_a_busy_child |")  # the costliest test alone
+    page = "\n".join(lines)
+    assert "| test_sample.py::test_starts_a_busy_child |" in page  # the costliest test alone
+    assert "Python processes recorded themselves" in page
 
 
 def test_without_the_variable_nothing_is_recorded(tmp_path):
     run_pytest(tmp_path, None)
-    assert not list(tmp_path.glob("*.tests"))
+    assert not list(tmp_path.glob("*.tests")) and not list(tmp_path.glob("*.procs"))
