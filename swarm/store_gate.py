@@ -29,6 +29,10 @@ STORE_SENDER: contextvars.ContextVar[str | None] = contextvars.ContextVar("store
 """The libp2p id (base58) of the peer whose store request is being validated, while it is; the validators' refusals
 are counted against it (:meth:`StoreGate.refused`)."""
 
+_REQUEST_REFUSALS: contextvars.ContextVar[list[int] | None] = contextvars.ContextVar("request_refusals", default=None)
+"""The refusals of the store request being validated, counted into its sender's window with its values once it ends,
+so that a request's refusals and values land in one window even when the window ends while it is validated."""
+
 
 @dataclass
 class _SenderBook:
@@ -82,11 +86,11 @@ class StoreGate:
         return entry is not None and entry.rests_until > self._clock()
 
     def refused(self) -> None:
-        """Count one value refused by a validator against the sender whose store request is being validated (none
-        outside a store request: a lookup's answers are this node's own request)."""
-        sender = STORE_SENDER.get()
-        if sender is not None:
-            self._entry(sender).refused += 1
+        """Count one value refused by a validator against the store request being validated (none outside a store
+        request: a lookup's answers are this node's own request)."""
+        refusals = _REQUEST_REFUSALS.get()
+        if refusals is not None:
+            refusals[0] += 1
 
     def wrap(self, rpc_store: Callable[[Any, Any], Awaitable[Any]], refuse_all: Callable[[Any], Any]) -> Any:
         """A store handler around ``rpc_store(request, context)``: a resting sender's request is answered
@@ -99,20 +103,23 @@ class StoreGate:
             if self.resting(sender):
                 self.counters.reject("sender_rested", values)
                 return refuse_all(request)
-            token = STORE_SENDER.set(sender)
+            token, refusals = STORE_SENDER.set(sender), [0]
+            counting = _REQUEST_REFUSALS.set(refusals)
             try:
                 return await rpc_store(request, context)
             finally:
+                _REQUEST_REFUSALS.reset(counting)
                 STORE_SENDER.reset(token)
-                self.judge(sender, values)
+                self.judge(sender, values, refusals[0])
 
         return gated_store
 
-    def judge(self, sender: str, values: int) -> None:
-        """After one of ``sender``'s store requests (``values`` values, its refusals counted): start a rest when its
-        window's refusals reach ``min_refused`` and half of its values."""
+    def judge(self, sender: str, values: int, refused: int) -> None:
+        """After one of ``sender``'s store requests (``values`` values, ``refused`` of them refused): count them into
+        its window, and start a rest when the window's refusals reach ``min_refused`` and half of its values."""
         entry = self._entry(sender)
         entry.values += values
+        entry.refused += refused
         if entry.refused >= self.min_refused and 2 * entry.refused >= entry.values:
             entry.rests += 1
             entry.rests_until = self._clock() + min(self.rest * 2 ** (entry.rests - 1), MAX_REST_SECONDS)

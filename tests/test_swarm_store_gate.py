@@ -70,6 +70,24 @@ def test_a_sender_whose_values_are_mostly_refused_rests_and_its_rests_double():
     assert not gate.resting("forger")
 
 
+def test_a_requests_refusals_count_in_one_window_even_when_the_window_ends_while_it_is_validated():
+    clock = Clock()
+    gate = StoreGate(SwarmCounters(), min_refused=32, window=10.0, clock=clock)
+    store(gate, "forger", 1, 1)  # its window opens at 100
+
+    async def slow_rpc_store(request, context):  # 40 values refused, the window ending halfway through
+        for i in range(40):
+            if i == 20:
+                clock.now += 10.5
+            gate.refused()
+        return []
+
+    handler = gate.wrap(slow_rpc_store, lambda request: "refused unverified")
+    request = SimpleNamespace(keys=[b"k"] * 40)
+    context = SimpleNamespace(remote_id=SimpleNamespace(to_base58=lambda: "forger"))
+    assert asyncio.run(handler(request, context)) == [] and gate.resting("forger")  # 40 of 40 in the new window
+
+
 def test_an_honest_sender_with_some_refused_values_or_slow_refusals_does_not_rest():
     clock = Clock()
     gate = StoreGate(SwarmCounters(), min_refused=32, window=10.0, clock=clock)
