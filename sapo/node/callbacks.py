@@ -9,7 +9,7 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -198,9 +198,15 @@ class StepPace(TrainerCallback):
     """Each step starts at least ``min_seconds`` after the previous one began: the node rests out the remainder before
     it starts the next (``--min_step_seconds``), so on a machine that does other work it takes a bounded share (a
     3-second step paced to 10 s keeps it busy 30 % of the time). Placed after :class:`GracefulStop`, whose step is
-    abandonable from its beginning: a stop request ends the rest at once."""
+    abandonable from its beginning: a stop request ends the rest at once. ``sleep`` and ``clock``: tests pass their
+    own."""
 
-    def __init__(self, min_seconds: float, sleep: Any = time.sleep, clock: Any = time.monotonic) -> None:
+    def __init__(
+        self,
+        min_seconds: float,
+        sleep: Callable[[float], None] = time.sleep,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.min_seconds, self._sleep, self._clock = min_seconds, sleep, clock
         self._began: float | None = None
 

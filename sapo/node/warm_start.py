@@ -354,7 +354,7 @@ def _serve(owner: socket.socket, listener: socket.socket, varying: frozenset[str
                     if pid == 0:
                         for held in (owner, listener, connection, *waiting.values()):
                             held.close()
-                        _become_node(request, env, *fds)
+                        _become_requested(request, env, *fds)
                     connection.sendall(_STATUS.pack(pid))
                     waiting[pid] = connection
                 for fd in fds:
@@ -374,7 +374,7 @@ def _serve(owner: socket.socket, listener: socket.socket, varying: frozenset[str
                 connection.close()
 
 
-def _become_node(request: dict, env: dict[str, str], out: int, err: int) -> None:
+def _become_requested(request: dict, env: dict[str, str], out: int, err: int) -> None:
     """In the forked child: become ``python -m sapo.node.cli ARGS`` or ``python SCRIPT ARGS`` (streams, environment,
     directory, session, arguments), run it, and end as the interpreter would (non-daemon threads joined, exit
     handlers run, streams flushed)."""
