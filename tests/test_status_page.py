@@ -237,6 +237,20 @@ def test_a_node_stuck_before_its_first_step_is_unhealthy_unless_its_phase_asked_
     assert board.snapshot()["health"]["status"] == "ok"
 
 
+def test_a_paced_node_is_called_stalled_only_after_ten_paced_steps_without_a_step():
+    from sapo.node.board import STALL_MIN_SECONDS, STALL_STEPS
+
+    now = [1_800_000_000.0]
+    paced, unpaced = (StatusBoard(min_step_seconds=pace, clock=lambda: now[0]) for pace in (3600.0, 0.0))
+    for board in (paced, unpaced):
+        board.record_step(1, {"reward": 0.5})  # one step's end: no median step time yet
+    now[0] += STALL_MIN_SECONDS + 60  # a paced node still resting out its hour
+    assert paced.snapshot()["health"]["status"] == "ok" and unpaced.snapshot()["health"]["status"] == "unhealthy"
+    now[0] += STALL_STEPS * 3600.0
+    health = paced.snapshot()["health"]
+    assert health["status"] == "unhealthy" and f"(limit {STALL_STEPS * 3600.0:.0f} s)" in health["problems"][-1]
+
+
 def test_a_resumed_node_plots_the_steps_logged_before_its_restart(tmp_path):
     from sapo.node.callbacks import MetricsJsonl, NodeStatus
 

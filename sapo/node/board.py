@@ -89,6 +89,8 @@ class StatusBoard:
         max_steps: the step the run ends at, if known.
         version: the software version shown (`sapo_build_info`).
         model: the policy's name shown (`sapo_build_info`).
+        min_step_seconds: the node's pace (`--min_step_seconds`, default 0): a paced node is called stalled only
+            after :data:`STALL_STEPS` paced steps without a step's end.
         clock: wall-clock seconds; tests pass a clock they move.
     """
 
@@ -99,9 +101,11 @@ class StatusBoard:
         *,
         version: str = "",
         model: str = "",
+        min_step_seconds: float = 0.0,
         clock: Callable[[], float] = time.time,
     ):
         self._lock = threading.Lock()
+        self._min_step_seconds = min_step_seconds  # the node's pace: steps end at least this far apart
         self._clock = clock
         self._name = node_name
         self._version = version
@@ -279,6 +283,7 @@ class StatusBoard:
                 "phase": self._phase,
                 "phase_since": self._phase_since,
                 "phase_patience": self._phase_patience,
+                "min_step_seconds": self._min_step_seconds,
                 "step": self._step,
                 "steps_done": self._steps_done,
                 "max_steps": self._max_steps,
@@ -319,8 +324,9 @@ def is_number(value: Any) -> bool:
 
 def _health(snap: dict[str, Any]) -> dict[str, Any]:
     """``{"status": "ok" | "degraded" | "unhealthy", "problems": [...]}`` from a snapshot: unhealthy when the swarm
-    transport is down, or when no step ended within the expected time (:data:`STALL_STEPS` median steps and at
-    least :data:`STALL_MIN_SECONDS`; before the first step, :data:`FIRST_STEP_SECONDS` in one phase)."""
+    transport is down, or when no step ended within the expected time (:data:`STALL_STEPS` median steps, or paced
+    steps where the node is paced, and at least :data:`STALL_MIN_SECONDS`; before the first step,
+    :data:`FIRST_STEP_SECONDS` in one phase)."""
     problems: list[str] = []
     status = "ok"
     swarm = snap["swarm"]
@@ -338,7 +344,7 @@ def _health(snap: dict[str, Any]) -> dict[str, Any]:
         problems.append("the swarm transport is down (its p2pd died): restart the node")
     last = snap["last_step_time"]
     if last is not None and not snap["finished"]:
-        limit = max(STALL_MIN_SECONDS, STALL_STEPS * (snap["step_seconds"] or 0.0))
+        limit = max(STALL_MIN_SECONDS, STALL_STEPS * max(snap["step_seconds"] or 0.0, snap["min_step_seconds"]))
         if snap["time"] - last > limit:
             status = "unhealthy"
             problems.append(f"stalled: no step ended for {snap['time'] - last:.0f} s (limit {limit:.0f} s)")

@@ -266,7 +266,7 @@ def _run(args: Any, node: NodeArguments) -> int:
     stop = GracefulStop().install()
     board = StatusBoard(
         node_name=f"sapo-node {output_dir.name}", max_steps=args.max_steps, version=sapo_version(),
-        model=model_label(node.model),
+        model=model_label(node.model), min_step_seconds=node.min_step_seconds,
     )  # fmt: skip
     status = NodeStatus(output_dir, board)
     page = start_status_page(node, board, status)
