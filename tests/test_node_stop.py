@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 from sapo.checkpoints import COMPLETE_MARKER, checkpoints, latest_complete_checkpoint
-from sapo.node.callbacks import FAULT_PAUSE_IN_OPTIMIZER_STEP
+from sapo.node.callbacks import FAULT_PAUSE_IN_OPTIMIZER_STEP, RESTING
 from sapo.trainer import FAULT_PAUSE_BEFORE_MARKER
 from tests.node_fixtures import (  # noqa: F401
     NO_EVALUATION,
@@ -102,9 +102,10 @@ def test_sigterm_while_resting_between_paced_steps_exits_within_seconds(tmp_path
     """`--min_step_seconds`: a stop during the rest before the next step ends it at once, step 1 kept."""
     out, log = tmp_path / "node", tmp_path / "node.err"
     node = _start(out, log, tiny_model_a, started, *NO_EVALUATION, "--min_step_seconds", "600")
-    _wait(lambda: len(_metrics(out)) >= 1, 300, "step 1", node)
-    text = _stop(node, out, log)  # a 600 s rest under way: within seconds all the same
+    _wait_for_phase(out, RESTING, node)  # after step 1, resting out the 600 s
+    text = _stop(node, out, log)  # within seconds all the same
     assert "pacing: each step starts at least 600 s after the previous one began" in text
+    assert "abandoning step 2" in text
     assert [m["step"] for m in _metrics(out)] == [1]
     assert latest_complete_checkpoint(out).name == "checkpoint-1"
 

@@ -359,14 +359,14 @@ def test_print_config_on_a_cpu_host_leaves_the_device_to_the_host_that_reads_it(
 def test_the_step_pace_rests_out_the_remainder_of_each_step_and_refuses_a_negative_one():
     from sapo.node.callbacks import StepPace
 
-    now, rests = [100.0], []
-    pace = StepPace(10.0, sleep=lambda seconds: rests.append(seconds) or now.__setitem__(0, now[0] + seconds),
-                    clock=lambda: now[0])  # fmt: skip
+    now, rests, told = [100.0], [], []
+    pace = StepPace(10.0, on_rest=told.append, clock=lambda: now[0],
+                    sleep=lambda seconds: rests.append(seconds) or now.__setitem__(0, now[0] + seconds))  # fmt: skip
     for step_seconds in (3.0, 12.0, 0.5):  # a short step, a long one (no rest after it), a short one
         pace.on_step_begin(None, None, None)
         now[0] += step_seconds
     pace.on_step_begin(None, None, None)
-    assert rests == [7.0, 9.5]  # the first step starts at once; each later one 10 s after the previous began
+    assert rests == [7.0, 9.5] == told  # the first step starts at once; each later one 10 s after the previous began
     assert parse_node_options(["--min_step_seconds", "2.5"]).node.min_step_seconds == 2.5
     with pytest.raises(NodeError, match="--min_step_seconds -1.0: give 0"):
         parse_node_options(["--min_step_seconds", "-1"])

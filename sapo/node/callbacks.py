@@ -194,20 +194,25 @@ def _per_task(metrics: dict[str, Any]) -> dict[str, float]:
     return {k.rsplit("/", 1)[1]: v for k, v in metrics.items() if k.startswith("eval/pass@1/")}
 
 
+RESTING = "resting (min_step_seconds)"
+"""The phase a paced node shows while it rests out a step's remainder."""
+
+
 class StepPace(TrainerCallback):
     """Each step starts at least ``min_seconds`` after the previous one began: the node rests out the remainder before
     it starts the next (``--min_step_seconds``), so on a machine that does other work it takes a bounded share (a
     3-second step paced to 10 s keeps it busy 30 % of the time). Placed after :class:`GracefulStop`, whose step is
-    abandonable from its beginning: a stop request ends the rest at once. ``sleep`` and ``clock``: tests pass their
-    own."""
+    abandonable from its beginning: a stop request ends the rest at once. ``on_rest(seconds)`` is told each rest
+    before it begins (the node's status shows it); ``sleep`` and ``clock``: tests pass their own."""
 
     def __init__(
         self,
         min_seconds: float,
+        on_rest: Callable[[float], None] | None = None,
         sleep: Callable[[float], None] = time.sleep,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self.min_seconds, self._sleep, self._clock = min_seconds, sleep, clock
+        self.min_seconds, self._on_rest, self._sleep, self._clock = min_seconds, on_rest, sleep, clock
         self._began: float | None = None
 
     def on_train_begin(self, args, state, control, **kwargs):
@@ -218,6 +223,8 @@ class StepPace(TrainerCallback):
         if self._began is not None:
             rest = self.min_seconds - (self._clock() - self._began)
             if rest > 0:
+                if self._on_rest is not None:
+                    self._on_rest(rest)
                 self._sleep(rest)
         self._began = self._clock()
 

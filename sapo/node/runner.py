@@ -228,6 +228,7 @@ def _run(args: Any, node: NodeArguments) -> int:
     from sapo.node.about import model_label, sapo_version
     from sapo.node.board import BoardLogHandler, StatusBoard
     from sapo.node.callbacks import (
+        RESTING,
         EvaluateAtEnd,
         GracefulStop,
         MetricsJsonl,
@@ -318,7 +319,11 @@ def _run(args: Any, node: NodeArguments) -> int:
             # The stop first: a phase is abandonable before the status page shows it (a SIGTERM sent on seeing
             # "evaluating" abandons the evaluation), and before the pace's rest.
             callbacks=[stop, NodeProgress(), metrics, SwarmLog(), status, EvaluateAtEnd()]
-            + ([StepPace(node.min_step_seconds)] if node.min_step_seconds > 0 else []),
+            + (
+                [StepPace(node.min_step_seconds, on_rest=lambda _rest: status.set(RESTING))]
+                if node.min_step_seconds
+                else []
+            ),
         )
         status.watch(
             swarm, lambda: trainer.sender_outcomes, rejoin_through=list(node.initial_peers),
