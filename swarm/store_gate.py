@@ -25,13 +25,20 @@ from swarm.transport import SwarmCounters
 MAX_REST_SECONDS = 600.0
 """The longest rest of a peer whose stores keep being refused."""
 
-STORE_SENDER: contextvars.ContextVar[str | None] = contextvars.ContextVar("store_sender", default=None)
-"""The libp2p id (base58) of the peer whose store request is being validated, while it is; the validators' refusals
-are counted against it (:meth:`StoreGate.refused`)."""
 
-_REQUEST_REFUSALS: contextvars.ContextVar[list[int] | None] = contextvars.ContextVar("request_refusals", default=None)
-"""The refusals of the store request being validated, counted into its sender's window with its values once it ends,
-so that a request's refusals and values land in one window even when the window ends while it is validated."""
+@dataclass
+class StoreRequest:
+    """The store request being validated: its sender (the libp2p id, base58) and the values the validators refused
+    so far (:meth:`StoreGate.refused`). They are counted into the sender's window with the request's values once it
+    ends, so that a request's refusals and values land in one window even when the window ends while it is
+    validated."""
+
+    sender: str
+    refused: int = 0
+
+
+STORE_REQUEST: contextvars.ContextVar[StoreRequest | None] = contextvars.ContextVar("store_request", default=None)
+"""The :class:`StoreRequest` being validated, while it is."""
 
 
 @dataclass
@@ -88,13 +95,13 @@ class StoreGate:
     def refused(self) -> None:
         """Count one value refused by a validator against the store request being validated (none outside a store
         request: a lookup's answers are this node's own request)."""
-        refusals = _REQUEST_REFUSALS.get()
-        if refusals is not None:
-            refusals[0] += 1
+        request = STORE_REQUEST.get()
+        if request is not None:
+            request.refused += 1
 
     def wrap(self, rpc_store: Callable[[Any, Any], Awaitable[Any]], refuse_all: Callable[[Any], Any]) -> Any:
         """A store handler around ``rpc_store(request, context)``: a resting sender's request is answered
-        ``refuse_all(request)`` (nothing decoded or verified); any other is validated with :data:`STORE_SENDER` set,
+        ``refuse_all(request)`` (nothing decoded or verified); any other is validated with :data:`STORE_REQUEST` set,
         then judged (:meth:`judge`)."""
 
         async def gated_store(request: Any, context: Any) -> Any:
@@ -103,14 +110,13 @@ class StoreGate:
             if self.resting(sender):
                 self.counters.reject("sender_rested", values)
                 return refuse_all(request)
-            token, refusals = STORE_SENDER.set(sender), [0]
-            counting = _REQUEST_REFUSALS.set(refusals)
+            validated = StoreRequest(sender)
+            token = STORE_REQUEST.set(validated)
             try:
                 return await rpc_store(request, context)
             finally:
-                _REQUEST_REFUSALS.reset(counting)
-                STORE_SENDER.reset(token)
-                self.judge(sender, values, refusals[0])
+                STORE_REQUEST.reset(token)
+                self.judge(sender, values, validated.refused)
 
         return gated_store
 

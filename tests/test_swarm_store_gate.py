@@ -15,7 +15,7 @@ import pytest
 from hivemind.utils.serializer import MSGPackSerializer
 
 from swarm.records import GroupRecord, encode_record
-from swarm.store_gate import MAX_REST_SECONDS, STORE_SENDER, StoreGate
+from swarm.store_gate import MAX_REST_SECONDS, STORE_REQUEST, StoreGate
 from swarm.transport import SwarmCounters
 from swarm.validation import record_key
 from testbed.hostile_peer import HostileNode, store_raw
@@ -34,7 +34,7 @@ def store(gate: StoreGate, sender: str, values: int, refused: int) -> list[bool]
     """One store request of ``values`` values through ``gate``, its validators refusing the first ``refused``."""
 
     async def rpc_store(request, context):
-        assert STORE_SENDER.get() == sender  # the validators know whom a refusal counts against
+        assert STORE_REQUEST.get().sender == sender  # the validators know whom a refusal counts against
         for _ in range(refused):
             gate.refused()
         return [True] * (values - refused)
