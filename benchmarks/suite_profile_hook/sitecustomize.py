@@ -21,7 +21,7 @@ def _record() -> None:
         "cpu": usage.ru_utime + usage.ru_stime,
     }
     try:
-        with open(f"{os.environ.get('SUITE_PROFILE_LOG', _LOG)}.procs", "a") as f:
+        with open(f"{_LOG}.procs", "a") as f:
             f.write(json.dumps(record) + "\n")
     except OSError:
         pass
