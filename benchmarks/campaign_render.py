@@ -27,6 +27,21 @@ from benchmarks.sharing_counts import sharing_lines, slots_lines
 from benchmarks.stats import t_over_seeds
 
 
+def steps_text(steps: Sequence[int]) -> str:
+    """``"step 60"``, or ``"steps 30 and 60 (their mean)"`` for an endpoint over several evaluations."""
+    if len(steps) == 1:
+        return f"step {steps[0]}"
+    return f"steps {', '.join(map(str, steps[:-1]))} and {steps[-1]} (their mean)"
+
+
+def endpoint_text(experiment: Experiment) -> str:
+    """The endpoint's steps, and the baseline's where they differ."""
+    shared, baseline = experiment.ends()
+    if shared == baseline:
+        return steps_text(shared)
+    return f"{steps_text(shared)} against the baseline at {steps_text(baseline)}"
+
+
 def _estimate(row: dict[str, Any]) -> str:
     return f"{row['value']:+.3f} ± {row['se']:.3f} (95 % CI {row['ci_low']:+.3f} to {row['ci_high']:+.3f})"
 
@@ -80,7 +95,7 @@ def markdown(experiment: Experiment, runs: Sequence[CampaignRun], data: dict[str
         "",
         "Which other work shared the machine during each run: `/work/logs/shared.log` at the times above.",
         "",
-        f"## Primary endpoint: {data['primary']['measure']}, held-out pass@1 at step {experiment.step}, "
+        f"## Primary endpoint: {data['primary']['measure']}, held-out pass@1 at {endpoint_text(experiment)}, "
         f"{shared} minus {base}",
         "",
         *result_lines(data["primary"]["measure"], data["primary"]),
@@ -90,7 +105,7 @@ def markdown(experiment: Experiment, runs: Sequence[CampaignRun], data: dict[str
         "beside it. Decision rule: a gain if the interval's lower bound is above 0, a loss if its upper bound is below "
         "0, otherwise no difference resolved.",
         "",
-        f"## Learning: step 0 to step {experiment.step} (a change not resolved is no learning)",
+        f"## Learning: step 0 to {endpoint_text(experiment)} (a change not resolved is no learning)",
         "",
     ]
     for name, by_setting in data["learning"].items():
@@ -122,17 +137,17 @@ def by_task_lines(experiment: Experiment, by_task: dict[str, dict[str, Any]], pa
     """The exploratory table: each measure on each task's questions, step 0 and the endpoint per seed pair."""
     if not any(by_task.values()):
         return []
-    base, shared, step = paper_label(experiment.baseline), paper_label(experiment.shared), experiment.step
+    base, shared, step = paper_label(experiment.baseline), paper_label(experiment.shared), endpoint_text(experiment)
     lines = ["", "## By task (exploratory, not pre-registered: it claims nothing)", "",
-             f"Held-out pass@1 on each task's questions alone: the mean at step 0, then step {step} per seed pair "
+             f"Held-out pass@1 on each task's questions alone: the mean at step 0, then at {step} per seed pair "
              f"(seeds {', '.join(map(str, pairs))}); the difference paired by seed and question as above.",
-             "", f"| measure | task | questions | {base}: step 0 -> {step} | {shared}: step 0 -> {step} | "
-             f"{shared} minus {base} at step {step} |", "|---|---|---|---|---|---|"]  # fmt: skip
+             "", f"| measure | task | questions | {base}: step 0 -> end | {shared}: step 0 -> end | "
+             f"{shared} minus {base} at the end |", "|---|---|---|---|---|---|"]  # fmt: skip
     for name, tasks in by_task.items():
         for task, entry in tasks.items():
             cells = []
             for setting in (experiment.baseline, experiment.shared):
-                starts, ends = entry[setting][0], entry[setting][step]
+                starts, ends = entry[setting][0], entry[setting]["end"]
                 cells.append(f"{mean_of(starts):.3f} -> {', '.join(f'{v:.3f}' for v in ends)}")
             difference = entry["difference"]
             over = difference.get("over_seeds")
@@ -155,9 +170,9 @@ def arm_panels(axes: Sequence[Any], arms: Sequence[tuple[str, Sequence[CampaignR
         if not runs:
             continue
         colour, measure = (colours or {}).get(label, f"C{index}"), experiment.primary
-        steps = [s for s in (0, experiment.step) if all(run.position(s) is not None for run in runs)]
-        ys = [[mean_of(measure.values(run.curve, run.position(s))) for s in steps] for run in runs]
-        xs = [[compute_of(run, experiment.receivers, "completions") if s else 0.0 for s in steps] for run in runs]
+        steps = sorted(set.intersection(*(set(run.curve.steps) for run in runs)))  # every step all runs evaluated
+        ys = [[mean_of(run.values(measure, s)) for s in steps] for run in runs]
+        xs = [[compute_of(run, experiment.receivers, "completions", s) for s in steps] for run in runs]
         nodes = [experiment.receivers or sorted(run.reward) for run in runs]
         rewards = [moving_average([mean_of(step) for step in zip(*(run.reward[i] for i in chosen), strict=False)], 5)
                    for run, chosen in zip(runs, nodes, strict=True)]  # fmt: skip
@@ -259,10 +274,16 @@ def glance_lines(registered: Registered, data: dict[str, Any]) -> list[str]:
 def contrast_lines(contrast: Contrast, result: dict[str, Any]) -> list[str]:
     """A contrast's registered figures: the difference at the endpoint, its secondary measures, its gains per
     compute, and its difference of differences."""
-    name = contrast.experiment.name
+    experiment = contrast.experiment
+    name = experiment.name
     lines = [*result_lines(name, result["primary"])]
     if not result["pairs"]:
         return lines
+    (shared, baseline), own = experiment.ends(), result.get("own_completions") or {}
+    if shared != baseline and own:
+        lines.append(f"- Own completions generated per peer up to the endpoint (fill-ins included, mean over the seed "
+                     f"pairs): {contrast.labels[0]} {own[experiment.shared]:.0f} at {steps_text(shared)}, "
+                     f"{contrast.labels[1]} {own[experiment.baseline]:.0f} at {steps_text(baseline)}")  # fmt: skip
     for measure, entry in result["secondary"].items():
         lines += result_lines(f"{measure}: {name}", entry)
     for axes in result["per_compute"].values():
@@ -309,7 +330,7 @@ def registered_markdown(registered: Registered, runs: dict[str, list[CampaignRun
         for contrast in contrasts:
             experiment, result = contrast.experiment, data["contrasts"][contrast.experiment.name]
             role = "Primary" if contrast.primary else "Secondary (no claim of its own)"
-            lines += ["", f"**{role}: {experiment.name}** ({experiment.primary.name}, step {experiment.step}): "
+            lines += ["", f"**{role}: {experiment.name}** ({experiment.primary.name}, {endpoint_text(experiment)}): "
                       f"{coverage(result, experiment.seeds)}", "", *contrast_lines(contrast, result)]  # fmt: skip
             if contrast.decides:
                 lines.append(f"- It decides {contrast.decides}: {result['primary']['verdict']}.")

@@ -1,6 +1,6 @@
 """The pre-registered campaign's report: each experiment's endpoints from its run directories, its page and plot.
 
-Three experiments are registered in ``benchmarks/preregistered/``:
+Four experiments are registered in ``benchmarks/preregistered/``:
 
 - ``specialists`` (specialists_replicated.md): 3 specialists of ``--profile cpu-hard-specialists``, 8/0 (run as 2/0)
   against 4/4 (1/1), seeds 3-8. Primary: held-out pass@1 at step 60 on the tasks a peer does not train on ("others'
@@ -24,6 +24,12 @@ Three experiments are registered in ``benchmarks/preregistered/``:
   ``results/campaign/specialists``) and float32 minus bf16 per seed. Exploratory, not pre-registered: every arm's
   change from step 0 and every contrast on each task's questions alone (:mod:`benchmarks.campaign_tasks`), beside
   each arm's "no learning".
+- ``default_mix_equal`` (default_mix_equal.md, experiment 4), every run in float32 on the frozen node code of c908829,
+  3 equal peers of ``--profile cpu-default-equal`` evaluated at steps 0, 15, 30, 45 and 60, seeds 20-25. The endpoint
+  value is per question the mean of steps 30 and 60 (it rewards learning sooner). Primary: swarm 4/4 (1/1) minus
+  self-replay 4/4r (1/1). Secondary: swarm minus alone 8/0 (2/0); swarm at step 60 minus alone at step 30, where each
+  peer has generated the same own groups but for fill-ins (counted beside it): "a swarm beats the same compute
+  alone"; self-replay minus alone; each arm's learning, gains per compute, what filled its slots, per task.
 
 Every figure is paired by seed and question (:mod:`benchmarks.campaign_runs`): a seeds x questions table of
 differences whose mean gets the interval of :func:`benchmarks.stats.seeds_and_questions`, with the plain t-interval
@@ -45,6 +51,7 @@ tree the runs' raw files then move into ``results/archive`` (:mod:`benchmarks.re
     python -m benchmarks.campaign_report --experiment specialists RUNS_DIR [RUNS_DIR ...]
     python -m benchmarks.campaign_report --experiment stronger RUNS_DIR --archive benchmarks/results/campaign
     python -m benchmarks.campaign_report --experiment replay_generalist_precision RUNS_DIR --step0 STEP0/cpu-fp32.json
+    python -m benchmarks.campaign_report --experiment default_mix_equal RUNS_DIR
 """
 
 from __future__ import annotations
@@ -166,6 +173,37 @@ REGISTERED = {
     ),
 }  # fmt: skip
 
+# Experiment 4: 3 equal peers on the default mix at the node's defaults, where a node learns; frozen node code of
+# c908829, every run in float32, evaluated at steps 0, 15, 30, 45 and 60; the endpoint value is the mean of steps 30
+# and 60 (it rewards learning sooner)
+EXPERIMENT_4 = "benchmarks/preregistered/default_mix_equal.md"
+FROZEN_4 = dict(profile="cpu-default-equal", seeds=(20, 21, 22, 23, 24, 25), step=60, receivers=None,
+                node_code="c908829", precision="float32", preregistration=EXPERIMENT_4, primary=EVERY_TASK,
+                secondary=(), endpoint=(30, 60))  # fmt: skip
+SWARM_4, REPLAY_4, ALONE_4 = "swarm 4/4 (1/1)", "self-replay 4/4r (1/1)", "alone 8/0 (2/0)"
+SHARING_4 = "Experiment 4: sharing where a node learns (3 equal peers, the default mix)"
+
+
+def _default_mix(name: str, shared: str, baseline: str, **fields: Any) -> Experiment:
+    return Experiment(name=name, shared=shared, baseline=baseline, **{"per_compute": (EVERY_TASK,), **FROZEN_4,
+                                                                      **fields})  # fmt: skip
+
+
+REGISTERED["default_mix_equal"] = Registered(
+    name="default_mix_equal", title="sharing where a node learns", preregistration=EXPERIMENT_4,
+    machine_log="benchmarks/results/campaign/default_mix_equal/shared_machine.log", contrasts=(
+        Contrast(SHARING_4, True, _default_mix("swarm 1/1 minus self-replay 1/1", "1-1", "1-1-replay"),
+                 (SWARM_4, REPLAY_4), decides="whether a peer's swarm groups make it learn sooner than its own replay"),
+        Contrast(SHARING_4, False, _default_mix("swarm 1/1 minus alone 2/0", "1-1", "2-0"), (SWARM_4, ALONE_4)),
+        Contrast(SHARING_4, False, _default_mix(
+            "swarm 1/1 at step 60 minus alone 2/0 at step 30 (equal own compute)", "1-1", "2-0", per_compute=(),
+            endpoint=(60,), baseline_endpoint=(30,)), (SWARM_4, ALONE_4),
+            decides="whether a swarm beats the same compute alone (a peer that has spent the same own generation)"),
+        Contrast(SHARING_4, False, _default_mix("self-replay 1/1 minus alone 2/0", "1-1-replay", "2-0"),
+                 (REPLAY_4, ALONE_4)),
+    ),
+)  # fmt: skip
+
 
 def with_step0(registered: Registered, step0: tuple[tuple[str, float], ...]) -> Registered:
     """``registered`` with the step-0 reference as the start of every contrast that reports gains from step 0 and
@@ -278,7 +316,9 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     stem = results / f"campaign_{experiment.name}"
     if isinstance(experiment, Registered):
         step0 = None if args.step0 is None else read_step0(args.step0)
-        note = ("no reference given (--step0): learning and gains from step 0 not reported" if step0 is None else
+        own_start = all(c.experiment.eval_on_start for c in experiment.contrasts)
+        note = ("each run's own evaluation at step 0" if step0 is None and own_start else
+                "no reference given (--step0): learning and gains from step 0 not reported" if step0 is None else
                 f"`{args.step0}`, pass@1 {sum(o for _, o in step0) / len(step0):.3f} on {len(step0)} questions, "
                 "every arm's start where its runs skip step 0")  # fmt: skip
         registered = experiment if step0 is None else with_step0(experiment, step0)

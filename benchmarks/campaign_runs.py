@@ -27,6 +27,7 @@ from benchmarks.stats import clustered_mean, paired_difference
 
 NODE_CODE = ("sapo", "swarm", "rewards")
 COMPLETE = "run-complete.json"
+Steps = tuple[int, ...]  # an endpoint: per question, the mean of the outcomes evaluated at these steps
 
 
 @dataclass(frozen=True)
@@ -82,10 +83,18 @@ class Experiment:
     eval_on_start: bool = True  # False: the runs evaluate at ``step`` only, step 0 comes from ``step0``
     step0: tuple[tuple[str, float], ...] | None = None  # per question (task, outcome) of the untrained model
     runs_dirs: tuple[Path, ...] = ()  # where its runs are, whatever the command names (archived originals)
+    endpoint: Steps = ()  # the evaluated steps whose per-question mean is the endpoint value (empty: ``step``)
+    baseline_endpoint: Steps = ()  # the baseline's, where it is read at other steps (empty: ``endpoint``)
 
     def sides(self) -> tuple[tuple[str, str], tuple[str, str]]:
         """``((profile, setting) of the shared side, that of the baseline)``."""
         return (self.profile, self.shared), (self.baseline_profile or self.profile, self.baseline)
+
+    def ends(self) -> tuple[Steps, Steps]:
+        """The endpoint's steps of the shared side and of the baseline (``step`` alone unless registered otherwise;
+        the baseline at other steps: a contrast at equal own compute, such as 1/1 at step 60 against 2/0 at 30)."""
+        shared = self.endpoint or (self.step,)
+        return shared, self.baseline_endpoint or shared
 
     def has_start(self) -> bool:
         """Whether step 0 is known (the runs' own evaluation or a reference): learning and gains need it."""
@@ -135,6 +144,7 @@ class CampaignRun:
     seconds: dict[int, float]  # per node: training seconds (step times)
     reward: dict[int, list[float]]  # per node: sapo/local_reward per step
     update_seconds: float = float("nan")  # median over nodes and steps of the step's time outside generation
+    own_by_step: dict[int, list[float]] = field(default_factory=dict)  # per node: own completions up to each step
     alone_seconds: dict[int, float] = field(default_factory=dict)  # per node: ``seconds`` modelled alone (if known)
 
     @property
@@ -151,6 +161,14 @@ class CampaignRun:
     def position(self, step: int) -> int | None:
         """The index of the evaluation at ``step`` (None: not evaluated there)."""
         return self.curve.steps.index(step) if step in self.curve.steps else None
+
+    def values(self, measure: Measure, steps: int | Steps) -> list[float] | None:
+        """Per question, ``measure``'s mean over the evaluations at ``steps`` (one step: its values as they are);
+        None where one of them is missing."""
+        rows = [measure.values(self.curve, self.position(s)) for s in ((steps,) if isinstance(steps, int) else steps)]
+        if not rows or any(row is None for row in rows):
+            return None
+        return rows[0] if len(rows) == 1 else [sum(column) / len(rows) for column in zip(*rows, strict=True)]
 
 
 Pairs = dict[int, tuple[CampaignRun, CampaignRun]]  # seed -> (shared run, baseline run)
@@ -222,26 +240,28 @@ def read_campaign_run(run_dir: Path, experiment: Experiment, profile: str | None
         started = with_start(curve, experiment.step0)
         curve = started if isinstance(started, RunCurve) else curve
         problems += [] if isinstance(started, RunCurve) else [started]
-    for step in (0, experiment.step) if experiment.eval_on_start else (experiment.step,):
+    needed = sorted({experiment.step, *(s for steps in experiment.ends() for s in steps)})
+    for step in [0, *needed] if experiment.eval_on_start else needed:
         if step not in curve.outcomes:
             problems.append(f"no per-question outcomes at step {step}")
         elif experiment.primary.values(curve, curve.steps.index(step)) is None:
             problems.append(f"no outcomes of the {experiment.primary.name} at step {step}")
     problems += role_problems(run_dir, curve, experiment)
     local, generations = int(identity.get("num_local", 0)), int(identity.get("num_generations", 0))
-    completions, seconds, reward, update = {}, {}, {}, []
+    completions, seconds, reward, update, own_by_step = {}, {}, {}, [], {}
     for node in node_dirs(restored(run_dir)):  # metrics packed into results/archive are read from there
         index, lines = int(node.name.split("-")[1]), training_lines(node / "metrics.jsonl")
         steps = range(1, max(lines, default=0) + 1)
         if not lines or any(s not in lines for s in steps):
             problems.append(f"{node.name} logged no step time for some step")
             continue
-        completions[index] = own_completions(lines, steps, local, generations)[-1]
+        own_by_step[index] = own_completions(lines, steps, local, generations)
+        completions[index] = own_by_step[index][-1]
         seconds[index] = training_seconds(lines, steps)[-1]
         update += update_times(lines, steps) if all("sapo/time/generation" in lines[s] for s in steps) else []
         reward[index] = [float(lines[s].get("sapo/local_reward", float("nan"))) for s in steps]
     return CampaignRun(curve.setting, curve.seed, run_dir, curve, marker, matches, problems, completions, seconds,
-                       reward, statistics.median(update) if update else float("nan"))  # fmt: skip
+                       reward, statistics.median(update) if update else float("nan"), own_by_step)  # fmt: skip
 
 
 def role_problems(run_dir: Path, curve: RunCurve, experiment: Experiment) -> list[str]:
@@ -297,22 +317,23 @@ def decided(result: dict[str, Any], kind: str) -> dict[str, Any]:
     return {**result, "verdict": verdict(result, kind)}
 
 
-def difference_at(pairs: dict[int, tuple[CampaignRun, CampaignRun]], measure: Measure, step: int) -> dict[str, Any]:
-    """The shared setting minus the baseline at ``step``, per seed pair and over them, paired by question."""
+def difference_at(pairs: Pairs, measure: Measure, steps: int | Steps, baseline_steps: int | Steps | None = None):
+    """The shared setting at ``steps`` minus the baseline at ``baseline_steps`` (default: the same), per seed pair
+    and over them, paired by question."""
     per_seed, tables = {}, {}
     for seed, (mine, base) in pairs.items():
-        a = measure.values(mine.curve, mine.position(step))
-        b = measure.values(base.curve, base.position(step))
+        a = mine.values(measure, steps)
+        b = base.values(measure, steps if baseline_steps is None else baseline_steps)
         per_seed[seed], tables[seed] = paired_difference([a], [b]), question_differences(a, b)
     return decided(over_seeds(per_seed, tables), "difference")
 
 
-def change_over(runs: Sequence[CampaignRun], measure: Measure, step: int, per: dict[int, float] | None = None):
-    """Each run's change from step 0 to ``step`` (divided by ``per[seed]`` where given) and its mean over the runs,
+def change_over(runs: Sequence[CampaignRun], measure: Measure, steps: int | Steps, per: dict[int, float] | None = None):
+    """Each run's change from step 0 to ``steps`` (divided by ``per[seed]`` where given) and its mean over the runs,
     paired by question."""
     per_seed, tables = {}, {}
     for run in runs:
-        end, start = measure.values(run.curve, run.position(step)), measure.values(run.curve, run.position(0))
+        end, start = run.values(measure, steps), run.values(measure, 0)
         scale = 1.0 if per is None else 1.0 / per[run.seed]
         end, start = [v * scale for v in end], [v * scale for v in start]
         per_seed[run.seed], tables[run.seed] = paired_difference([end], [start]), question_differences(end, start)
@@ -320,31 +341,35 @@ def change_over(runs: Sequence[CampaignRun], measure: Measure, step: int, per: d
 
 
 def task_breakdown(pairs: dict[int, tuple[CampaignRun, CampaignRun]], measure: Measure, experiment: Experiment):
-    """``measure`` on each task's questions alone: each setting's pass@1 at step 0 and at the endpoint per seed
-    pair, and the shared setting minus the baseline at the endpoint."""
+    """``measure`` on each task's questions alone: each setting's pass@1 at step 0 and at its endpoint per seed pair
+    (keyed ``0`` and ``"end"``), and the shared setting minus the baseline at the endpoint."""
     if not pairs:
         return {}
     seeds = sorted(pairs)
     question_tasks = pairs[seeds[0]][0].curve.question_tasks
+    ends = experiment.ends()
     breakdown = {}
     for task in dict.fromkeys(question_tasks):
         on_task = replace(measure, name=f"{measure.name}, {task}", task=task)
         entry: dict[str, Any] = {"questions": question_tasks.count(task)}
         for side, setting in ((1, experiment.baseline), (0, experiment.shared)):
             runs = [pairs[seed][side] for seed in seeds]
-            entry[setting] = {
-                step: [mean_of(on_task.values(run.curve, run.position(step))) for run in runs]
-                for step in (0, experiment.step)
-            }
-        entry["difference"] = difference_at(pairs, on_task, experiment.step)
+            entry[setting] = {key: [mean_of(run.values(on_task, steps)) for run in runs]
+                              for key, steps in ((0, 0), ("end", ends[side]))}  # fmt: skip
+        entry["difference"] = difference_at(pairs, on_task, *ends)
         breakdown[task] = entry
     return breakdown
 
 
-def compute_of(run: CampaignRun, nodes: tuple[int, ...] | None, axis: str) -> float:
+def compute_of(run: CampaignRun, nodes: tuple[int, ...] | None, axis: str, step: int | None = None) -> float:
     """Own completions, training seconds or training seconds modelled alone per peer over the run (mean over
-    ``nodes``; None: every node)."""
-    values = {"completions": run.completions, "seconds": run.seconds, "alone_seconds": run.alone_seconds}[axis]
+    ``nodes``; None: every node); ``step``: own completions up to that step."""
+    if step is not None:
+        if axis != "completions":
+            raise ValueError(f"compute up to a step is counted in own completions only, not {axis}")
+        values = {node: cumulative[step] for node, cumulative in run.own_by_step.items()}
+    else:
+        values = {"completions": run.completions, "seconds": run.seconds, "alone_seconds": run.alone_seconds}[axis]
     chosen = [values[i] for i in (nodes if nodes is not None else values)]
     return sum(chosen) / len(chosen)
 
@@ -396,8 +421,7 @@ def gain_per_compute(pairs, measure: Measure, experiment: Experiment) -> dict[st
             entry[setting] = change_over(runs, measure, experiment.step, per)
             rates[setting] = {}
             for run in runs:
-                end = measure.values(run.curve, run.position(experiment.step))
-                start = measure.values(run.curve, run.position(0))
+                end, start = run.values(measure, experiment.step), run.values(measure, 0)
                 rates[setting][run.seed] = [(e - s) / per[run.seed] for e, s in zip(end, start, strict=True)]
         per_seed = {seed: paired_difference([rates[experiment.shared][seed]], [rates[experiment.baseline][seed]])
                     for seed in pairs}  # fmt: skip
@@ -424,26 +448,31 @@ def sharing(pairs, experiment: Experiment) -> dict[str, Counter]:
 
 def analyse(runs: Sequence[CampaignRun], experiment: Experiment) -> dict[str, Any]:
     """Every endpoint of the experiment on the seed pairs that count."""
-    pairs = seed_pairs(runs, experiment)
+    pairs, ends = seed_pairs(runs, experiment), experiment.ends()
     data: dict[str, Any] = {
         "pairs": sorted(pairs),
         "registered_pairs": list(experiment.seeds),
         # the decision rule applies to the registered pairs; fewer give a verdict that claims nothing yet
         "interim": len(pairs) < len(experiment.seeds),
-        "primary": {"measure": experiment.primary.name, **difference_at(pairs, experiment.primary, experiment.step)},
+        "primary": {"measure": experiment.primary.name, **difference_at(pairs, experiment.primary, *ends)},
         "learning": {
             m.name: {
-                setting: change_over([pair[side] for pair in pairs.values()], m, experiment.step)
+                setting: change_over([pair[side] for pair in pairs.values()], m, ends[side])
                 for side, setting in ((1, experiment.baseline), (0, experiment.shared))
             }
             for m in ((experiment.primary, *experiment.secondary) if experiment.has_start() else ())
         },
-        "secondary": {m.name: difference_at(pairs, m, experiment.step) for m in experiment.secondary},
+        "secondary": {m.name: difference_at(pairs, m, *ends) for m in experiment.secondary},
         "per_compute": {
             m.name: gain_per_compute(pairs, m, experiment) for m in experiment.per_compute if experiment.has_start()
         },
     }
     data["by_task"] = {m.name: task_breakdown(pairs, m, experiment) for m in experiment.by_task}
+    data["own_completions"] = {  # per peer up to the endpoint's last step, fill-ins included: the compute compared
+        setting: mean_of([compute_of(pair[side], experiment.receivers, "completions", max(ends[side]))
+                          for pair in pairs.values()])
+        for side, setting in ((1, experiment.baseline), (0, experiment.shared)) if pairs
+    }  # fmt: skip
     counts = sharing(pairs, experiment)
     data["sharing"] = {setting: dict(c) for setting, c in counts.items()}  # settings as run, I-J
     shared = counts[experiment.shared]
@@ -462,12 +491,12 @@ def mean_of(values: Sequence[float]) -> float:
 # an experiment of several contrasts
 
 
-def of_differences(first: Pairs, second: Pairs, measure: Measure, step: int) -> dict[str, Any]:
-    """On the seeds both contrasts have, the first's per-question difference at ``step`` minus the second's (a
+def of_differences(first: Pairs, second: Pairs, measure: Measure, steps: int | Steps) -> dict[str, Any]:
+    """On the seeds both contrasts have, the first's per-question difference at ``steps`` minus the second's (a
     difference of differences), per seed and over them."""
     per_seed, tables = {}, {}
     for seed in sorted(first.keys() & second.keys()):
-        one, two = (question_differences(*(measure.values(r.curve, r.position(step)) for r in pair))
+        one, two = (question_differences(*(r.values(measure, steps) for r in pair))
                     for pair in (first[seed], second[seed]))  # fmt: skip
         if one is not None and two is not None and len(one) == len(two):  # else not the same questions
             per_seed[seed], tables[seed] = paired_difference([one], [two]), question_differences(one, two)
@@ -495,12 +524,12 @@ def arms_of(registered: Registered, runs: dict[str, list[CampaignRun]]) -> dict[
 
 
 def arm_figures(experiment: Experiment, runs: Sequence[CampaignRun]) -> dict[str, Any]:
-    """One arm over its runs: its learning (step 0 to the endpoint) and its gain per unit of compute, paired by
-    question, and what filled its slots (group logs summed)."""
+    """One arm over its runs: its learning (step 0 to the experiment's endpoint) and its gain from step 0 to the last
+    step per unit of compute spent up to it, paired by question, and what filled its slots (group logs summed)."""
     out: dict[str, Any] = {"seeds": [run.seed for run in runs]}
     if runs and experiment.has_start():
         step, measure, registered = experiment.step, experiment.primary, len(experiment.seeds)
-        out["learning"] = incomplete(change_over(runs, measure, step), registered, "seeds")
+        out["learning"] = incomplete(change_over(runs, measure, experiment.ends()[0]), registered, "seeds")
         out["per_compute"] = {axis: incomplete(change_over(runs, measure, step, {
             run.seed: compute_of(run, experiment.receivers, axis) / COMPUTE_AXES[axis][1] for run in runs}),
             registered, "seeds") for axis in compute_axes(runs)}  # fmt: skip
@@ -534,7 +563,7 @@ def analyse_registered(runs_dirs: Sequence[Path], registered: Registered) -> tup
             other = next(c.experiment for c in registered.contrasts if c.experiment.name == contrast.against)
             result["of_differences"] = incomplete(of_differences(
                 seed_pairs(runs[other.name], other), seed_pairs(runs[experiment.name], experiment),
-                experiment.primary, experiment.step), registered_pairs)  # fmt: skip
+                experiment.primary, experiment.ends()[0]), registered_pairs)  # fmt: skip
         data["contrasts"][experiment.name] = result
     for label, (contrast, mine) in arms_of(registered, runs).items():
         if contrast.experiment.per_compute:

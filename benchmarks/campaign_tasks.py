@@ -20,6 +20,7 @@ from benchmarks.campaign_runs import (
     Experiment,
     Measure,
     Registered,
+    Steps,
     arms_of,
     change_over,
     difference_at,
@@ -44,9 +45,9 @@ def arm_measures(experiment: Experiment, runs: Sequence[CampaignRun]) -> tuple[M
     return tuple(measures)
 
 
-def level(runs: Sequence[CampaignRun], measure: Measure, step: int) -> float:
-    """Mean pass@1 over the runs of ``measure`` at ``step`` (each run's mean over its questions)."""
-    return mean_of([mean_of(measure.values(run.curve, run.position(step))) for run in runs])
+def level(runs: Sequence[CampaignRun], measure: Measure, steps: int | Steps) -> float:
+    """Mean pass@1 over the runs of ``measure`` at ``steps`` (each run's mean over its questions)."""
+    return mean_of([mean_of(run.values(measure, steps)) for run in runs])
 
 
 def arm_by_task(experiment: Experiment, runs: Sequence[CampaignRun]) -> dict[str, dict[str, Any]]:
@@ -61,8 +62,8 @@ def arm_by_task(experiment: Experiment, runs: Sequence[CampaignRun]) -> dict[str
             out[measure.name][task] = {
                 "questions": runs[0].curve.question_tasks.count(task),
                 "step0": level(runs, on_task, 0),
-                "end": level(runs, on_task, experiment.step),
-                "change": change_over(runs, on_task, experiment.step),
+                "end": level(runs, on_task, experiment.ends()[0]),
+                "change": change_over(runs, on_task, experiment.ends()[0]),
             }
     return out
 
@@ -73,7 +74,7 @@ def task_figures(registered: Registered, runs: dict[str, list[CampaignRun]]) -> 
     arms = {}
     for label, (contrast, mine) in arms_of(registered, runs).items():
         if mine and contrast.experiment.has_start():
-            arms[label] = {"seeds": [run.seed for run in mine], "step": contrast.experiment.step,
+            arms[label] = {"seeds": [run.seed for run in mine], "steps": contrast.experiment.ends()[0],
                            "measures": arm_by_task(contrast.experiment, mine)}  # fmt: skip
     contrasts = {}
     for contrast in registered.contrasts:
@@ -87,10 +88,10 @@ def task_figures(registered: Registered, runs: dict[str, list[CampaignRun]]) -> 
         for task in dict.fromkeys(question_tasks):
             on_task = replace(experiment.primary, task=task)
             entry[task] = {"questions": question_tasks.count(task),
-                           "difference": difference_at(pairs, on_task, experiment.step)}  # fmt: skip
+                           "difference": difference_at(pairs, on_task, *experiment.ends())}  # fmt: skip
             if other is not None:
                 entry[task]["of_differences"] = of_differences(
-                    seed_pairs(runs[other.name], other), pairs, on_task, experiment.step
+                    seed_pairs(runs[other.name], other), pairs, on_task, experiment.ends()[0]
                 )
         contrasts[experiment.name] = {"measure": experiment.primary.name, "against": contrast.against,
                                       "tasks": entry}  # fmt: skip

@@ -233,11 +233,11 @@ def test_stronger_peers_students_endpoint_roles_and_sampler_condition(tmp_path):
     # student 0 had 3 usable groups for 2 slots in steps 0-29: 30 of the students' 120 steps
     assert sharing["steps_with_surplus"] == 30 and data["sampler_condition"] == {
         "share_of_steps_with_surplus": 0.25, "met": False}  # fmt: skip
-    # exploratory: the students on each task's questions (3 each), step 0 and 60 per seed pair, and the difference
+    # exploratory: the students on each task's questions (3 each), step 0 and the endpoint per seed pair, the difference
     chain_sum = data["by_task"]["students (nodes 0 and 2)"]["chain_sum"]
-    assert chain_sum["questions"] == 3 and chain_sum["4-0"] == {0: [0.0], 60: [0.0]}
-    assert chain_sum["2-2"][60] == [pytest.approx(1 / 3)]  # question 2: both students
-    assert data["by_task"]["students (nodes 0 and 2)"]["basic_arithmetic"]["2-2"][60] == [pytest.approx(1 / 2)]
+    assert chain_sum["questions"] == 3 and chain_sum["4-0"] == {0: [0.0], "end": [0.0]}
+    assert chain_sum["2-2"]["end"] == [pytest.approx(1 / 3)]  # question 2: both students
+    assert data["by_task"]["students (nodes 0 and 2)"]["basic_arithmetic"]["2-2"]["end"] == [pytest.approx(1 / 2)]
     assert chain_sum["difference"]["per_seed"][0]["value"] == pytest.approx(1 / 3)
     page = (tmp_path / "page" / "campaign_stronger.md").read_text()
     assert "node-1 (stronger) 60, node-2 (student) 30" in page and "comparison is not due" in page
@@ -584,3 +584,66 @@ def test_a_machine_alone_is_modelled_per_arm_and_node_code():
     twin = _timed_run("cpu-hard-specialists", "1-1", 3, "ef19c58" + "0" * 33, 5.0)  # the same name in the notes
     with pytest.raises(ValueError, match="share a name in the machine notes"):
         campaign_runs.model_alone([q3_alone, twin], notes)
+
+
+EXPERIMENT_4_CODE = "c908829403bf9471e3ac2cfbbd10ab43f6e6042c"  # experiment 4's frozen node code
+EVALUATED = (0, 15, 30, 45, 60)
+
+
+def _exp4_outcomes(setting: str, seed: int) -> list[dict[int, list[int]]]:
+    """A run's outcomes, three nodes x 9 questions at each evaluated step, drawn once per (setting, seed)."""
+    rng = random.Random(f"{setting}/{seed}")
+    return [{step: [int(rng.random() < 0.2 + step / 150) for _ in range(9)] for step in EVALUATED} for _ in range(3)]
+
+
+def test_experiment_4_endpoint_is_the_mean_of_steps_30_and_60_and_equal_compute_reads_other_steps(tmp_path):
+    """Experiment 4's registered readings on synthetic runs of seeds 20 and 21: the endpoint value is, per question,
+    the mean of steps 30 and 60; "a swarm beats the same compute alone" sets the swarm at step 60 against alone at step
+    30 and names the own completions each side generated (fill-ins included); a run not evaluated at step 30 does not
+    count."""
+    runs_dir = tmp_path / "runs"
+    for seed in (20, 21):
+        for setting in ("2-0", "1-1", "1-1-replay"):
+            local = int(setting[0])
+            identity = {"profile": "cpu-default-equal", "num_local": local, "num_external": 2 - local,
+                        "num_generations": 4, "node_args": ["--bf16", "false"]}  # fmt: skip
+            outcomes = _exp4_outcomes(setting, seed)
+            if (setting, seed) == ("1-1-replay", 21):
+                outcomes = [{s: row for s, row in by_step.items() if s != 30} for by_step in outcomes]
+            _write_run(runs_dir / "cpu-default-equal" / setting / f"seed-{seed}", outcomes, identity,
+                       EXPERIMENT_4_CODE, local=local, fill=0.5 if local == 1 else 0.0)  # fmt: skip
+    results = tmp_path / "page"
+    data = campaign_report.main(["--experiment", "default_mix_equal", str(runs_dir), "--results-dir", str(results)])
+
+    def mean_at(setting, seed, steps):
+        rows = _exp4_outcomes(setting, seed)
+        return [sum(rows[n][s][q] for n in range(3) for s in steps) / (3 * len(steps)) for q in range(9)]
+
+    primary = data["contrasts"]["swarm 1/1 minus self-replay 1/1"]
+    assert primary["pairs"] == [20]  # seed 21's self-replay run was not evaluated at step 30
+    assert "no per-question outcomes at step 30" in [p for r in data["runs"]["swarm 1/1 minus self-replay 1/1"]
+                                                      for p in r["problems"]]  # fmt: skip
+    expected = [a - b for a, b in zip(mean_at("1-1", 20, (30, 60)), mean_at("1-1-replay", 20, (30, 60)), strict=True)]
+    assert primary["primary"]["per_seed"][0]["value"] == pytest.approx(sum(expected) / 9)
+    assert primary["primary"]["verdict"] == "incomplete: 1 of 6 seed pairs, no verdict"
+    versus_alone = data["contrasts"]["swarm 1/1 minus alone 2/0"]
+    table = [[a - b for a, b in zip(mean_at("1-1", s, (30, 60)), mean_at("2-0", s, (30, 60)), strict=True)]
+             for s in (20, 21)]  # fmt: skip
+    expected_over = stats.seeds_and_questions(table)
+    over = versus_alone["primary"]["over_seeds"]
+    assert (over["value"], over["ci_low"], over["ci_high"]) == pytest.approx((expected_over.value,
+                                                                               *expected_over.interval()))  # fmt: skip
+    equal_compute = data["contrasts"]["swarm 1/1 at step 60 minus alone 2/0 at step 30 (equal own compute)"]
+    later = [a - b for a, b in zip(mean_at("1-1", 20, (60,)), mean_at("2-0", 20, (30,)), strict=True)]
+    assert equal_compute["primary"]["per_seed"][0]["value"] == pytest.approx(sum(later) / 9)
+    # 1 own group and 0.5 fill-ins of 4 completions a step for 60 steps; 2 own groups for 30 steps
+    assert equal_compute["own_completions"] == {"1-1": pytest.approx(360.0), "2-0": pytest.approx(240.0)}
+    swarm = data["arms"]["swarm 4/4 (1/1)"]
+    start = mean_at("1-1", 20, (0,))
+    change = [a - b for a, b in zip(mean_at("1-1", 20, (30, 60)), start, strict=True)]
+    assert swarm["learning"]["per_seed"][0]["value"] == pytest.approx(sum(change) / 9)
+    page = (results / "campaign_default_mix_equal.md").read_text()
+    assert "(every task, the three peers averaged, steps 30 and 60 (their mean))" in page
+    assert "swarm 4/4 (1/1) 360 at step 60, alone 8/0 (2/0) 240 at step 30" in page
+    assert "Step 0: each run's own evaluation at step 0." in page
+    assert (results / "campaign_default_mix_equal.png").read_bytes()[:4] == b"\x89PNG"
