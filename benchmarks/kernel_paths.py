@@ -7,11 +7,11 @@ off, within a stated tolerance with them on) once per kernel setting this CPU ca
 the two trainers' weights ended apart and how far they moved, so that the tolerance is stated against kernels other
 than this CPU's own:
 
-    python -m benchmarks.kernel_paths                                  # both tests as written, every setting
-    python -m benchmarks.kernel_paths --optim adamw_torch --learning-rate 0.01   # the speed-ups test under Adam
+    python -m benchmarks.kernel_paths                                          # both tests as written
+    python -m benchmarks.kernel_paths --optim adamw_torch_fused --learning-rate 0.01   # the speed-ups test in Adam
 
-Writes ``kernel_paths.{json,md}`` into ``--output-dir`` (default benchmarks/results/suite). The module is also the
-pytest plugin each run loads (``-p benchmarks.kernel_paths``): it wraps the tests' ``_drop_in_pair`` to record the
+Writes ``kernel_paths.{json,md}`` (``kernel_paths_OPTIM_LR`` with arguments) into ``--output-dir`` (default
+benchmarks/results/suite). The module is also the pytest plugin each run loads (``-p benchmarks.kernel_paths``): it wraps the tests' ``_drop_in_pair`` to record the
 weights' distances, and merges ``$SAPO_KERNEL_PATHS_ARGUMENTS`` (JSON) into the speed-ups test's training arguments.
 """
 
@@ -123,7 +123,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     arguments = {k: v for k, v in (("optim", args.optim), ("learning_rate", args.learning_rate)) if v is not None}
     work = args.output_dir / "kernel_paths_work"
     work.mkdir(parents=True, exist_ok=True)
-    record = run_record(None if argv is None else " ".join(["python -m benchmarks.kernel_paths", *argv]))
+    given = sys.argv[1:] if argv is None else argv
+    record = run_record(" ".join(["python -m benchmarks.kernel_paths", *given]))
     settings = []
     for name, environment in KERNEL_SETTINGS.items():
         settings.append(run_setting(name, environment, arguments, work))
@@ -132,7 +133,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         path.unlink()
     work.rmdir()
     data = {**record, "speedups_test_arguments": arguments or "the test's own", "settings": settings}
-    stem = "kernel_paths" + ("_" + "_".join(f"{k}-{v}" for k, v in arguments.items()) if arguments else "")
+    stem = "_".join(["kernel_paths", *map(str, arguments.values())])
     write_report(
         args.output_dir,
         stem,
