@@ -305,8 +305,8 @@ class Intake:
     def _judge(self, sender: str, group: Group, now: float, probe: PolicyProbe, taken: Taken) -> Candidate | None:
         """A candidate, or None: a benched sender's group is set aside unread; one judged bad here (:data:`BAD_GROUP`)
         counts as a drop in its sender's standing, one this peer merely cannot verify or use does not (a candidate
-        counts once the sampler chose it and the plausibility check judged it: a group left in the pool says nothing
-        of its sender, and is fetched again)."""
+        counts once the sampler chose it and the plausibility check judged it: a usable group the sampler leaves
+        unchosen says nothing of its sender; the transport never returns it again, so it is logged `not_chosen`)."""
         if self.standing is not None and self.standing.is_benched(sender, now):
             self._drop(taken, "benched_sender", sender, group, "its recent groups kept being dropped")
             return None
