@@ -18,6 +18,7 @@ import statistics
 from pathlib import Path
 from typing import Any
 
+from benchmarks.results_archive import restored
 from benchmarks.stats import seeds_and_questions, t_over_seeds
 
 PROFILE, ARM, SEEDS = "cpu-default-equal", "2-0", (20, 21)
@@ -51,7 +52,7 @@ def read_gate(runs_dir: Path, seeds: tuple[int, ...] = SEEDS) -> dict[str, Any]:
     for seed in seeds:
         run = runs_dir / PROFILE / ARM / f"seed-{seed}"
         complete &= (run / "run-complete.json").exists()
-        for node in sorted(run.glob("node-*")) if run.exists() else []:
+        for node in sorted(restored(run).glob("node-*")) if run.exists() else []:  # archived files put back
             if not (node / "held_out.jsonl").exists():
                 continue
             steps = node_outcomes(node)

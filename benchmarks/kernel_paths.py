@@ -11,8 +11,9 @@ than this CPU's own:
     python -m benchmarks.kernel_paths --optim adamw_torch_fused --learning-rate 0.01   # the speed-ups test in Adam
 
 Writes ``kernel_paths.{json,md}`` (``kernel_paths_OPTIM_LR`` with arguments) into ``--output-dir`` (default
-benchmarks/results/suite). The module is also the pytest plugin each run loads (``-p benchmarks.kernel_paths``): it wraps the tests' ``_drop_in_pair`` to record the
-weights' distances, and merges ``$SAPO_KERNEL_PATHS_ARGUMENTS`` (JSON) into the speed-ups test's training arguments.
+benchmarks/results/suite). The module is also the pytest plugin each run loads (``-p benchmarks.kernel_paths``): it
+wraps the tests' ``_drop_in_pair`` to record the weights' distances, and merges ``$SAPO_KERNEL_PATHS_ARGUMENTS``
+(JSON) into the speed-ups test's training arguments.
 """
 
 from __future__ import annotations
