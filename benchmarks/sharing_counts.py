@@ -20,7 +20,12 @@ the same way:
   ``steps_with_surplus``: the steps at which more of them arrived than the node had swarm slots (``slots``);
 - ``taken_origin/<origin>``: taken groups by where they came from (``swarm``, or ``replay``: the node's own earlier
   groups), ``lag_sum/<origin>`` their step lags summed; ``fill_ins``: own groups beyond the node's ``local`` a step
-  (slots that neither the swarm nor the replay filled, generated here).
+  (slots that neither the swarm nor the replay filled, generated here);
+- ``fill_ins_held_could_take``: of those fill-ins, how many a usable swarm group the sampler left unchosen at an
+  earlier step could have taken, had the node held such groups (at most :data:`HELD_GROUPS`, each until it is older
+  than :data:`HELD_MAX_AGE` seconds, the node's default ``max_group_age``) instead of dropping them. Read from the
+  logs of a run that dropped them, so an upper bound: a held group would still face this policy's plausibility check,
+  and the run would have trained on other groups from then on.
 
 A node that restarts from a checkpoint repeats the steps after it; the repeated steps' first lines describe training
 that was rolled back, so only the last attempt at each step counts (a restart shows as a step lower than the one
@@ -41,6 +46,7 @@ from sapo.group_log import OWN, TAKEN, read_group_log
 
 GROUP_LOG = "groups.jsonl"
 RESCUE_WINDOW = 8  # a node's default success_window: own groups of a task remembered
+HELD_GROUPS, HELD_MAX_AGE = 4, 600.0  # the counterfactual hold: a node's default pool of 4 x J (J = 1), max_group_age
 
 
 def attempts(records: Sequence[dict[str, Any]]) -> list[list[dict[str, Any]]]:
@@ -126,7 +132,32 @@ def node_counts(
         counts["steps_with_surplus"] = sum(1 for step in steps if usable_by_step[step] > slots)
     if local is not None:
         counts["fill_ins"] = counts["own_groups"] - local * len(steps)
+        counts["fill_ins_held_could_take"] = held_could_fill([records[i] for i in last_attempts(records)], local)
     return counts
+
+
+def held_could_fill(records: Sequence[dict[str, Any]], local: int) -> int:
+    """How many of a node's fill-ins a usable swarm group left unchosen at an earlier step could have taken, had the
+    node held the newest :data:`HELD_GROUPS` of them until they were older than :data:`HELD_MAX_AGE` (module
+    docstring). ``records``: the node's lines that count, in step order."""
+    by_step: dict[int, list[dict[str, Any]]] = {}
+    for record in records:
+        by_step.setdefault(record["step"], []).append(record)
+    held: deque[float] = deque(maxlen=HELD_GROUPS)  # creation times of the held groups, oldest first
+    filled = 0
+    for step in sorted(by_step):
+        lines = by_step[step]
+        now = max(float(r.get("time") or 0.0) for r in lines)
+        while held and now - held[0] > HELD_MAX_AGE:
+            held.popleft()
+        fill_ins = sum(r["origin"] == OWN for r in lines) - local
+        while fill_ins > 0 and held:
+            held.pop()  # the freshest held group takes the slot
+            fill_ins, filled = fill_ins - 1, filled + 1
+        for r in lines:
+            if r["origin"] == "swarm" and r["outcome"] == "not_chosen" and r.get("spread"):
+                held.append(float(r.get("time") or 0.0) - float(r.get("age_seconds") or 0.0))
+    return filled
 
 
 def node_dirs(run_dir: Path) -> list[Path]:
@@ -220,8 +251,8 @@ def sharing_lines(rows: Sequence[tuple[str, Counter]]) -> list[str]:
 SLOTS_HEADER = (
     "| arm | peer-steps | swarm groups taken / peer-step | replayed groups taken / peer-step | fill-ins / peer-step "
     "| reward of taken (own groups) | taken with a success | step lag of replayed groups (mean) "
-    "| set aside, by reason |",
-    "|---|---|---|---|---|---|---|---|---|",
+    "| set aside, by reason | fill-ins a held unchosen swarm group could take |",
+    "|---|---|---|---|---|---|---|---|---|---|",
 )
 
 
@@ -235,6 +266,7 @@ def slots_lines(rows: Sequence[tuple[str, Counter]]) -> list[str]:
         reward = f"{counts['taken_reward_sum'] / taken:.3f}" if taken else "-"
         own = f"{counts['own_reward_sum'] / counts['own_groups']:.3f}" if counts["own_groups"] else "-"
         lag = f"{counts['lag_sum/replay'] / replayed:.1f}" if replayed else "-"
+        held = f"{counts['fill_ins_held_could_take']:.0f} of {counts['fill_ins']:.0f}" if counts["fill_ins"] else "-"
         lines.append(f"| {label} | {steps:.0f} | {' | '.join(per_step)} | {reward} ({own}) | "
-                     f"{taken_success_text(counts)} | {lag} | {_breakdown(counts, 'dropped/')} |")  # fmt: skip
+                     f"{taken_success_text(counts)} | {lag} | {_breakdown(counts, 'dropped/')} | {held} |")  # fmt: skip
     return lines

@@ -647,3 +647,31 @@ def test_experiment_4_endpoint_is_the_mean_of_steps_30_and_60_and_equal_compute_
     assert "swarm 4/4 (1/1) 360 at step 60, alone 8/0 (2/0) 240 at step 30" in page
     assert "Step 0: each run's own evaluation at step 0." in page
     assert (results / "campaign_default_mix_equal.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_fill_ins_a_held_unchosen_group_could_take_are_counted_from_the_logs():
+    """A usable swarm group the sampler left unchosen counts as able to fill a later fill-in while it is young
+    enough; one older than the node's max_group_age by the fill-in's step, or pushed out of the hold, does not."""
+
+    def line(step, origin, outcome, time, age=0.0, spread=True):
+        return {**_line(step, origin, "count_bits", "peer1", outcome, [1.0, 0.0] if spread else [0.0, 0.0]),
+                "time": time, "age_seconds": age}  # fmt: skip
+
+    records = [
+        line(0, "own", "own", 10.0),
+        line(0, "swarm", "taken", 10.0, age=5.0),
+        line(0, "swarm", "not_chosen", 10.0, age=5.0),  # held: created at 5 s
+        line(0, "swarm", "not_chosen", 10.0, age=400.0),  # held: created at -390 s
+        line(0, "swarm", "zero_advantage", 10.0, age=5.0, spread=False),  # never usable
+        line(1, "own", "own", 300.0),
+        line(1, "own", "own", 300.0),  # a fill-in: the freshest held group could take it
+        line(2, "own", "own", 700.0),
+        line(2, "own", "own", 700.0),  # a fill-in: the other held group is 1090 s old by now
+    ]
+    assert sharing_counts.held_could_fill(records, local=1) == 1
+    counts = sharing_counts.node_counts(records, {}, slots=1, local=1)
+    assert (counts["fill_ins"], counts["fill_ins_held_could_take"]) == (2, 1)
+    crowded = [line(0, "own", "own", 10.0)] + [line(0, "swarm", "not_chosen", 10.0) for _ in range(6)]
+    crowded += [line(1, "own", "own", 20.0) for _ in range(8)]  # 7 fill-ins, but at most 4 groups were held
+    assert sharing_counts.held_could_fill(crowded, local=1) == sharing_counts.HELD_GROUPS
+    assert sharing_counts.slots_lines([("arm", counts)])[-1].endswith("| 1 of 2 |")
