@@ -192,7 +192,7 @@ def run_condition(
 
         def watch() -> None:
             watches.update(transport=LoopWatch(victim.peer.loop), reference=LoopWatch(), collector=CollectorPauses())
-            cpu_window.update(began=time.monotonic(), cpu={role: role_cpu(pids) for role, pids in roles.items()})
+            cpu_window.update(began=time.monotonic(), cpu={role: cpu_readings(pids) for role, pids in roles.items()})
 
         steps = step_callback(honest.peer_id, watch)
         if idle_seconds:  # no training: what the flood alone costs the transport's loop
@@ -209,7 +209,7 @@ def run_condition(
             trainer.train()
         stalls = {name: w.stop() for name, w in watches.items()}
         seconds = time.monotonic() - cpu_window["began"]
-        cpu_shares = {role: (role_cpu(pids) - cpu_window["cpu"][role]) / seconds for role, pids in roles.items()}
+        cpu_shares = {role: cpu_since(cpu_window["cpu"][role]) / seconds for role in roles}
         counters = victim.readout().counters
     finally:
         stop.set()
@@ -246,9 +246,16 @@ def run_condition(
     }
 
 
-def role_cpu(pids: list[int | None]) -> float:
-    """CPU seconds (user + system) used so far by the running processes ``pids`` together."""
-    return sum(cpu_seconds(pid) for pid in pids if pid is not None)
+def cpu_readings(pids: list[int | None]) -> dict[int, float]:
+    """CPU seconds (user + system) used so far by each running process of ``pids``."""
+    return {pid: cpu_seconds(pid) for pid in pids if pid is not None}
+
+
+def cpu_since(readings: dict[int, float]) -> float:
+    """CPU seconds the processes of ``readings`` used together since those readings. A process that has ended since
+    counts 0: its CPU can no longer be read (a hostile peer's p2pd may end mid-window), and a sum of ends minus starts
+    would count its whole past as negative."""
+    return sum(max(0.0, cpu_seconds(pid) - before) for pid, before in readings.items())
 
 
 def load_tokenizer(path: str | None) -> Any:

@@ -43,3 +43,24 @@ def test_the_flood_benchmark_reports_both_conditions_and_the_attack_really_happe
     rejects = attack["rejects"]
     assert rejects["bad_signature"] >= 32 and rejects["sender_rested"] >= 100 and not clean["rejects"]
     assert rejects["bad_signature"] + rejects["sender_rested"] >= sent["forged_store_values"] // 2
+
+
+def test_a_process_that_ended_inside_the_cpu_window_counts_zero_not_its_past_as_negative():
+    """The hostile peer's p2pds may end inside the measured window: the role's CPU share stays at least 0 (it was
+    read as -0.136 cores under load when the ended process's past CPU was subtracted)."""
+    import os
+    import subprocess
+    import sys
+
+    work_then_wait = "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.3: pass\ninput()"
+    busy = subprocess.Popen([sys.executable, "-c", work_then_wait], stdin=subprocess.PIPE)
+    try:
+        while flood.cpu_readings([busy.pid])[busy.pid] < 0.25:  # it has a past worth subtracting
+            pass
+        readings = flood.cpu_readings([busy.pid, os.getpid(), None])
+        assert set(readings) == {busy.pid, os.getpid()}
+    finally:
+        busy.communicate(b"\n", timeout=30)  # it ends and is reaped: its CPU can no longer be read
+    spent = sum(range(10_000_000))  # this process works on
+    assert spent > 0 and flood.cpu_since({busy.pid: readings[busy.pid]}) == 0.0
+    assert flood.cpu_since(readings) > 0.0
