@@ -317,7 +317,9 @@ def decided(result: dict[str, Any], kind: str) -> dict[str, Any]:
     return {**result, "verdict": verdict(result, kind)}
 
 
-def difference_at(pairs: Pairs, measure: Measure, steps: int | Steps, baseline_steps: int | Steps | None = None):
+def difference_at(
+    pairs: Pairs, measure: Measure, steps: int | Steps, baseline_steps: int | Steps | None = None
+) -> dict[str, Any]:
     """The shared setting at ``steps`` minus the baseline at ``baseline_steps`` (default: the same), per seed pair
     and over them, paired by question."""
     per_seed, tables = {}, {}
@@ -328,7 +330,9 @@ def difference_at(pairs: Pairs, measure: Measure, steps: int | Steps, baseline_s
     return decided(over_seeds(per_seed, tables), "difference")
 
 
-def change_over(runs: Sequence[CampaignRun], measure: Measure, steps: int | Steps, per: dict[int, float] | None = None):
+def change_over(
+    runs: Sequence[CampaignRun], measure: Measure, steps: int | Steps, per: dict[int, float] | None = None
+) -> dict[str, Any]:
     """Each run's change from step 0 to ``steps`` (divided by ``per[seed]`` where given) and its mean over the runs,
     paired by question."""
     per_seed, tables = {}, {}
