@@ -137,9 +137,9 @@ def by_task_lines(experiment: Experiment, by_task: dict[str, dict[str, Any]], pa
     """The exploratory table: each measure on each task's questions, step 0 and the endpoint per seed pair."""
     if not any(by_task.values()):
         return []
-    base, shared, step = paper_label(experiment.baseline), paper_label(experiment.shared), endpoint_text(experiment)
+    base, shared, end = paper_label(experiment.baseline), paper_label(experiment.shared), endpoint_text(experiment)
     lines = ["", "## By task (exploratory, not pre-registered: it claims nothing)", "",
-             f"Held-out pass@1 on each task's questions alone: the mean at step 0, then at {step} per seed pair "
+             f"Held-out pass@1 on each task's questions alone: the mean at step 0, then at {end} per seed pair "
              f"(seeds {', '.join(map(str, pairs))}); the difference paired by seed and question as above.",
              "", f"| measure | task | questions | {base}: step 0 -> end | {shared}: step 0 -> end | "
              f"{shared} minus {base} at the end |", "|---|---|---|---|---|---|"]  # fmt: skip

@@ -99,7 +99,8 @@ def node_counts(
     counts: Counter = Counter()
     usable_by_step: Counter = Counter()
     steps = set()
-    for i in last_attempts(records):
+    counted = last_attempts(records)
+    for i in counted:
         record = records[i]
         reward = mean_reward(record.get("rewards"))
         if record["origin"] == OWN:
@@ -132,7 +133,7 @@ def node_counts(
         counts["steps_with_surplus"] = sum(1 for step in steps if usable_by_step[step] > slots)
     if local is not None:
         counts["fill_ins"] = counts["own_groups"] - local * len(steps)
-        counts["fill_ins_held_could_take"] = held_could_fill([records[i] for i in last_attempts(records)], local)
+        counts["fill_ins_held_could_take"] = held_could_fill([records[i] for i in counted], local)
     return counts
 
 
