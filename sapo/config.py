@@ -31,6 +31,7 @@ _SECTIONS = {
         "external_pool_size",
         "max_groups_per_peer",
         "max_group_age",
+        "swarm_hold",
     ),
     "Self-replay (`sapo.replay`)": ("replay", "replay_max_age", "replay_max_uses"),
     "Trust": ("external_source_policy", "regeneration_timeout", "external_answer_end"),
@@ -158,6 +159,15 @@ class SAPOConfig(GRPOConfig):
     max_group_age: float | None = field(
         default=600.0,
         metadata={"help": "Seconds after which a received group is too stale to train on. `None`: no bound."},
+    )
+    swarm_hold: int = field(
+        default=0,
+        metadata={
+            "help": "Usable received groups the sampler left unchosen in a round that are kept for the next rounds' "
+            "external slots: the newest `swarm_hold`, each offered again beside the newly fetched ones until it is "
+            "older than `max_group_age` or taken, and judged for plausibility under the policy of the round that "
+            "takes it. 0: an unchosen group is dropped (the transport returns a group once)."
+        },
     )
     replay: str = field(
         default="off",

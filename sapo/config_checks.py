@@ -42,6 +42,9 @@ def check_sapo_fields(config: Any) -> None:
         raise ValueError(f"regeneration_timeout must be positive or None, got {config.regeneration_timeout}.")
     if config.eval_questions < 1:
         raise ValueError(f"eval_questions must be at least 1, got {config.eval_questions}.")
+    hold = config.swarm_hold
+    if not isinstance(hold, int) or isinstance(hold, bool) or hold < 0:
+        raise ValueError(f"swarm_hold must be a non-negative integer (0: keep no unchosen group), got {hold!r}.")
     if config.max_group_age is not None and config.max_group_age <= 0:
         raise ValueError(f"max_group_age must be positive or None, got {config.max_group_age}.")
     if config.plausibility_margin is not None and config.plausibility_margin < 0:

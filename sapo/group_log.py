@@ -20,6 +20,9 @@ OWN = "own"
 TAKEN = "taken"
 """The `outcome` of a received group this node trained on."""
 
+HELD = "held"
+"""The `outcome` of a usable received group left unchosen and kept for a later round (`SAPOConfig.swarm_hold`)."""
+
 
 @dataclass
 class GroupRecord:
@@ -36,7 +39,8 @@ class GroupRecord:
         success (`bool | None`): whether some completion's reward reached the success threshold.
         spread (`bool | None`): whether the rewards differ (a GRPO signal).
         outcome (`str`): `"own"`, `"taken"`, or the reason it was set aside (`stale`, `question_mismatch`,
-            `zero_advantage`, `implausible`, `not_chosen`, ...).
+            `zero_advantage`, `implausible`, `not_chosen`, ...), or `"held"`: usable, left unchosen and kept for a
+            later round (`SAPOConfig.swarm_hold`), so the group may have lines at later steps too.
         age_seconds (`float`): seconds from the group's creation to this judgement.
         step_lag (`int | None`): this node's step minus the sender's step at publication.
         rescue (`bool`): a taken group with a success on a task where this node's own recent groups had none.

@@ -43,7 +43,7 @@ import torch
 from accelerate.utils import broadcast_object_list, gather_object
 
 from sapo.config import SAPOConfig
-from sapo.group_log import OWN, TAKEN, GroupLog, GroupRecord, reward_summary
+from sapo.group_log import HELD, OWN, TAKEN, GroupLog, GroupRecord, reward_summary
 from sapo.hygiene import CompletionFilter, CompletionHygiene
 from sapo.plausibility import PlausibilityCheck, floor_mask
 from sapo.probe import PolicyProbe
@@ -149,6 +149,9 @@ class Intake:
         )
         # this peer's own groups with reward spread, offered to the external slots (`SAPOConfig.replay`)
         self.replay = ReplayBuffer(args.replay_max_age, args.replay_max_uses) if args.replay != "off" else None
+        # usable received groups the sampler left unchosen, offered again in later rounds (`SAPOConfig.swarm_hold`)
+        self.held: list[Candidate] = []
+        self._offered_held: set[int] | None = None  # ids of this round's candidates from the hold; None: not offered
         self.sampler = sampler or make_sampler(
             args.sampling_strategy,
             max_groups_per_peer=args.max_groups_per_peer,
@@ -188,6 +191,7 @@ class Intake:
         group log and the replay's age bound. Every process calls it, in step."""
         processes = self.accelerator.num_processes
         self._step = step
+        self._offered_held = None
         wanted = slots * processes
         from_swarm = self.uses_swarm and self.args.replay != "only"
         if slots == 0 or not (from_swarm or self.replay is not None):
@@ -213,6 +217,7 @@ class Intake:
         rank = self.accelerator.process_index
         taken.share = taken.chosen[rank * per_process : (rank + 1) * per_process]
         received = [c for c in taken.chosen if c.origin == SWARM]
+        self.totals["held_taken"] += sum(id(c) in (self._offered_held or ()) for c in received)
         if self.replay is not None:
             self.replay.taken(taken.chosen)
         self.totals["external_groups"] += len(received)
@@ -223,7 +228,9 @@ class Intake:
         for candidate in received:
             self.sender_outcomes.setdefault(candidate.sender, Counter())["taken"] += 1
         taken.records += [self._candidate_record(c, TAKEN) for c in taken.chosen]
-        taken.records += [self._candidate_record(c, "not_chosen") for c in [*chosen[len(taken.chosen) :], *unused]]
+        left = [*chosen[len(taken.chosen) :], *unused]
+        held = {id(c) for c in self._hold(left)}
+        taken.records += [self._candidate_record(c, HELD if id(c) in held else "not_chosen") for c in left]
         self._write_log(taken.records)
         self._rounds += 1
         if self._rounds % SUMMARY_ROUNDS == 0:
@@ -252,7 +259,31 @@ class Intake:
         taken.zero_advantage = sum(c.has_zero_advantage for c in candidates)
         self.totals["candidates"] += taken.candidates
         self.totals["zero_advantage_candidates"] += taken.zero_advantage
-        return self._choose(candidates, k, probe, timed, taken, fetched_at)
+        return self._choose([*candidates, *self._offer_held(taken, fetched_at)], k, probe, timed, taken, fetched_at)
+
+    def _offer_held(self, taken: Taken, now: float) -> list[Candidate]:
+        """The groups held from earlier rounds, offered to this round's sampler beside the fetched ones (it sets a
+        stale one aside); a sender benched since has its held groups set aside unread."""
+        offered: list[Candidate] = []
+        for candidate in self.held:
+            if self.standing is not None and self.standing.is_benched(candidate.sender, now):
+                self._drop(taken, "benched_sender", candidate.sender, candidate.group, "benched while held")
+            else:
+                offered.append(candidate)
+        self.held = []
+        self._offered_held = {id(c) for c in offered}
+        self.totals["held_offered"] += len(offered)
+        return offered
+
+    def _hold(self, left: list[Candidate]) -> list[Candidate]:
+        """Keep the newest `swarm_hold` of the usable received groups this round left unchosen, for later rounds (the
+        transport returns a group once); the rest are dropped. Returns those held. In a round that did not read the
+        swarm (its held groups were not offered) the hold stays as it was."""
+        if self._offered_held is None:
+            return []
+        received = [c for c in left if c.origin == SWARM]
+        self.held = sorted(received, key=lambda c: c.group.created_at, reverse=True)[: self.args.swarm_hold]
+        return self.held
 
     def _from_replay(
         self, k: int, probe: PolicyProbe, timed: Callable[[str], Any], taken: Taken
@@ -306,7 +337,8 @@ class Intake:
         """A candidate, or None: a benched sender's group is set aside unread; one judged bad here (:data:`BAD_GROUP`)
         counts as a drop in its sender's standing, one this peer merely cannot verify or use does not (a candidate
         counts once the sampler chose it and the plausibility check judged it: a usable group the sampler leaves
-        unchosen says nothing of its sender; the transport never returns it again, so it is logged `not_chosen`)."""
+        unchosen says nothing of its sender; the transport never returns it again, so it is logged `held` when kept for
+        a later round (`SAPOConfig.swarm_hold`), else `not_chosen`)."""
         if self.standing is not None and self.standing.is_benched(sender, now):
             self._drop(taken, "benched_sender", sender, group, "its recent groups kept being dropped")
             return None

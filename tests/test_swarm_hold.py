@@ -1,0 +1,99 @@
+"""Holding the usable received groups a round left unchosen (`SAPOConfig.swarm_hold`): real TRL steps on a MemorySwarm
+whose sender published everything before the first step, so every later slot is filled from the hold or by an own
+group."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections import Counter
+
+import pytest
+from transformers import TrainerCallback
+
+from sapo import SAPOConfig
+from sapo.group_log import read_group_log
+from sapo.node.options import parse_node_options
+from swarm import MemorySwarm
+from tests.trainer_fixtures import RewardProbe, _external_group, _trainer
+
+AGES = [60.0 - 5 * i for i in range(6)]  # group s5 is the newest
+"""Seconds before the run each published group was made."""
+
+
+def _run(tmp_path, tokenizer, name: str, callbacks=(), **fields):
+    """A receiver taking 2 groups a step for 3 steps, from one sender's 6 usable groups, all fetched in the first."""
+    swarm = MemorySwarm(seed=0)
+    groups = []
+    for i, age in enumerate(AGES):
+        group = _external_group("What is 0 + 0?", [f"s{i} x", "bb", "c x", "dd"], f"s{i}", answer="0")
+        groups.append(dataclasses.replace(group, created_at=time.time() - age))
+    swarm.join("sender").publish(groups)
+    probe = RewardProbe(lambda text: 1.0 if "x" in text else 0.0)  # every group has reward spread
+    trainer = _trainer(
+        tmp_path, tokenizer, name, probe, swarm=swarm.join("rx"), max_steps=3, external_source_policy="trust",
+        groups_log="groups.jsonl", sampling_strategy="uniform", **fields,
+    )  # fmt: skip
+    for callback in callbacks:
+        callback.trainer = trainer
+        trainer.add_callback(callback)
+    trainer.train()
+    return trainer, read_group_log(tmp_path / name / "groups.jsonl")
+
+
+def test_unchosen_groups_are_held_newest_first_and_fill_later_slots(tmp_path, smollm_tokenizer):
+    dropped, dropped_log = _run(tmp_path, smollm_tokenizer, "drop")
+    # Without a hold the 4 groups left unchosen in the first step are gone: steps 2 and 3 fill in their slots.
+    assert (dropped.swarm_totals["external_groups"], dropped.swarm_totals["fill_ins"]) == (2, 4)
+    assert Counter(r["outcome"] for r in dropped_log if r["origin"] == "swarm") == {"taken": 2, "not_chosen": 4}
+
+    held, log = _run(tmp_path, smollm_tokenizer, "hold", swarm_hold=3)
+    totals = held.swarm_totals
+    # Step 1 takes 2 and holds the newest 3 of the 4 left; step 2 takes 2 of them and holds the third, which step 3
+    # takes beside one fill-in.
+    assert (totals["external_groups"], totals["fill_ins"]) == (5, 1), dict(totals)
+    assert (totals["held_offered"], totals["held_taken"]) == (4, 3)
+    received = [r for r in log if r["origin"] == "swarm"]
+    by_step = {step: Counter(r["outcome"] for r in received if r["step"] == step) for step in (0, 1, 2)}
+    assert by_step == {0: {"taken": 2, "held": 3, "not_chosen": 1}, 1: {"taken": 2, "held": 1}, 2: {"taken": 1}}
+    taken = Counter(r["group_id"] for r in received if r["outcome"] == "taken")
+    assert len(taken) == 5 and set(taken.values()) == {1}  # each trained on once
+    (dropped_id,) = [r["group_id"] for r in received if r["outcome"] == "not_chosen"]
+    first_held = {r["group_id"] for r in received if r["step"] == 0 and r["outcome"] == "held"}
+    age = {f"s{i}": a for i, a in enumerate(AGES)}
+    assert all(age[dropped_id] > age[g] for g in first_held)  # the oldest of those left was the one dropped
+    assert not held.intake.held  # nothing left over
+
+
+class _AgeTheHold(TrainerCallback):
+    """After the first step, makes every held group older than `max_group_age` (``trainer`` is set once it exists)."""
+
+    trainer = None
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if state.global_step == 1:
+            for candidate in self.trainer.intake.held:
+                candidate.group = dataclasses.replace(candidate.group, created_at=candidate.group.created_at - 1e4)
+
+
+def test_a_held_group_past_max_group_age_is_set_aside_as_stale(tmp_path, smollm_tokenizer):
+    trainer, log = _run(tmp_path, smollm_tokenizer, "stale", callbacks=[_AgeTheHold()], swarm_hold=4)
+    received = [r for r in log if r["origin"] == "swarm"]
+    held = {r["group_id"] for r in received if r["step"] == 0 and r["outcome"] == "held"}
+    assert len(held) == 4
+    # Offered again in step 2, each is set aside by the sampler's one staleness rule and never trained on.
+    assert {r["group_id"] for r in received if r["step"] == 1 and r["outcome"] == "stale"} == held
+    assert not held & {r["group_id"] for r in received if r["outcome"] == "taken"}
+    assert trainer.swarm_totals["dropped/stale"] == 4 and trainer.swarm_totals["held_taken"] == 0
+    assert trainer.swarm_totals["fill_ins"] == 4
+
+
+@pytest.mark.parametrize("value", [-1, 1.5, True])
+def test_a_bad_swarm_hold_is_refused_by_name(tmp_path, value):
+    with pytest.raises(ValueError, match="swarm_hold must be a non-negative integer"):
+        SAPOConfig(str(tmp_path), num_local=1, num_external=1, num_generations=2, swarm_hold=value)
+
+
+def test_sapo_node_takes_swarm_hold():
+    assert parse_node_options(["--swarm_hold", "4"]).args.swarm_hold == 4
+    assert parse_node_options([]).args.swarm_hold == 0
