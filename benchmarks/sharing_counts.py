@@ -11,7 +11,8 @@ the same way:
 - ``judged``: received groups judged; ``taken``: those trained on, by sender (``taken_from/<node-i>``, named by each
   node's own lines) and by sender model (``taken_model/<name>``); ``taken_reward_sum``, ``taken_success``,
   ``taken_spread``: their mean reward under the receiver (summed), and how many held a success or reward spread;
-- ``dropped/<reason>``: received groups set aside, by the reason the node logged;
+- ``dropped/<reason>``: received groups set aside, by the reason the node logged; ``held_lines``: lines of usable
+  groups a node with ``swarm_hold`` kept for a later round, where the group is judged again (counted there, not here);
 - ``rescues``: taken groups the node flagged as rescues (a success on a task where its own last ``success_window``
   groups of that task had none); ``rescues_recounted``: the same recomputed from the lines (own groups' successes
   per task in a window of :data:`RESCUE_WINDOW`, emptied where the node restarted), a check of the flag;
@@ -42,7 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.results_archive import restored
-from sapo.group_log import OWN, TAKEN, read_group_log
+from sapo.group_log import HELD, OWN, TAKEN, read_group_log
 
 GROUP_LOG = "groups.jsonl"
 RESCUE_WINDOW = 8  # a node's default success_window: own groups of a task remembered
@@ -107,6 +108,9 @@ def node_counts(
             steps.add(record["step"])
             counts["own_groups"] += 1
             counts["own_reward_sum"] += 0.0 if math.isnan(reward) else reward
+            continue
+        if record["outcome"] == HELD:  # kept for a later round (`swarm_hold`): judged there, taken or set aside
+            counts["held_lines"] += 1
             continue
         counts["judged"] += 1
         if record.get("spread"):

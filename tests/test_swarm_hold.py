@@ -11,6 +11,7 @@ from collections import Counter
 import pytest
 from transformers import TrainerCallback
 
+from benchmarks import sharing_counts
 from sapo import SAPOConfig
 from sapo.group_log import read_group_log
 from sapo.node.options import parse_node_options
@@ -63,6 +64,10 @@ def test_unchosen_groups_are_held_newest_first_and_fill_later_slots(tmp_path, sm
     age = {f"s{i}": a for i, a in enumerate(AGES)}
     assert all(age[dropped_id] > age[g] for g in first_held)  # the oldest of those left was the one dropped
     assert not held.intake.held  # nothing left over
+    # The campaign's counts read a held line as no verdict: the group is judged where it is taken or set aside.
+    counts = sharing_counts.node_counts(log, {}, slots=2, local=2)
+    assert (counts["taken"], counts["judged"], counts["held_lines"], counts["fill_ins"]) == (5, 6, 4, 1)
+    assert "dropped/held" not in counts and counts["dropped/not_chosen"] == 1
 
 
 class _AgeTheHold(TrainerCallback):
