@@ -281,8 +281,9 @@ class Intake:
         swarm (its held groups were not offered) the hold stays as it was."""
         if self._offered_held is None:
             return []
-        received = [c for c in left if c.origin == SWARM]
-        self.held = sorted(received, key=lambda c: c.group.created_at, reverse=True)[: self.args.swarm_hold]
+        received, now = [c for c in left if c.origin == SWARM], time.time()
+        # newest first, as the reader orders a fetch: a date ahead of this peer's clock gets no precedence
+        self.held = sorted(received, key=lambda c: min(c.group.created_at, now), reverse=True)[: self.args.swarm_hold]
         return self.held
 
     def _from_replay(
