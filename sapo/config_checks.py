@@ -10,12 +10,17 @@ REPLAY_CHOICES = ("off", "fill", "only")
 """The values of `SAPOConfig.replay`."""
 
 
+def _count_at_least(value: Any, least: int) -> bool:
+    """Whether ``value`` is an integer (not a bool) of at least ``least``."""
+    return isinstance(value, int) and not isinstance(value, bool) and value >= least
+
+
 def check_sapo_fields(config: Any) -> None:
     """Check ``config``'s SAPO fields (a `SAPOConfig`, before its round is sized): a ValueError names the first bad
     one, what it got and what it takes."""
     for name in ("num_local", "num_external"):
         value = getattr(config, name)
-        if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 0):
+        if value is not None and not _count_at_least(value, 0):
             raise ValueError(f"{name} must be a non-negative integer or None (derived), got {value!r}.")
     if config.num_local == 0 and config.num_external == 0:
         raise ValueError("num_local + num_external must be at least 1: a round needs at least one group.")
@@ -28,7 +33,7 @@ def check_sapo_fields(config: Any) -> None:
         raise ValueError(f"replay={config.replay!r} is unknown; choose one of {list(REPLAY_CHOICES)}.")
     for name in ("replay_max_age", "replay_max_uses"):
         value = getattr(config, name)
-        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        if not _count_at_least(value, 1):
             raise ValueError(f"{name} must be a positive integer, got {value!r}.")
     if config.external_source_policy not in SOURCE_POLICIES:
         raise ValueError(
@@ -42,9 +47,10 @@ def check_sapo_fields(config: Any) -> None:
         raise ValueError(f"regeneration_timeout must be positive or None, got {config.regeneration_timeout}.")
     if config.eval_questions < 1:
         raise ValueError(f"eval_questions must be at least 1, got {config.eval_questions}.")
-    hold = config.swarm_hold
-    if not isinstance(hold, int) or isinstance(hold, bool) or hold < 0:
-        raise ValueError(f"swarm_hold must be a non-negative integer (0: keep no unchosen group), got {hold!r}.")
+    if not _count_at_least(config.swarm_hold, 0):
+        raise ValueError(
+            f"swarm_hold must be a non-negative integer (0: keep no unchosen group), got {config.swarm_hold!r}."
+        )
     if config.max_group_age is not None and config.max_group_age <= 0:
         raise ValueError(f"max_group_age must be positive or None, got {config.max_group_age}.")
     if config.plausibility_margin is not None and config.plausibility_margin < 0:

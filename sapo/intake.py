@@ -266,7 +266,7 @@ class Intake:
         stale one aside); a sender benched since has its held groups set aside unread."""
         offered: list[Candidate] = []
         for candidate in self.held:
-            if self.standing is not None and self.standing.is_benched(candidate.sender, now):
+            if self._benched(candidate.sender, now):
                 self._drop(taken, "benched_sender", candidate.sender, candidate.group, "benched while held")
             else:
                 offered.append(candidate)
@@ -340,7 +340,7 @@ class Intake:
         counts once the sampler chose it and the plausibility check judged it: a usable group the sampler leaves
         unchosen says nothing of its sender; the transport never returns it again, so it is logged `held` when kept for
         a later round (`SAPOConfig.swarm_hold`), else `not_chosen`)."""
-        if self.standing is not None and self.standing.is_benched(sender, now):
+        if self._benched(sender, now):
             self._drop(taken, "benched_sender", sender, group, "its recent groups kept being dropped")
             return None
         candidate, reason = self._verify_and_score(sender, group, probe, taken)
@@ -428,7 +428,7 @@ class Intake:
         """The next usable candidate of the sampler's reserve for a slot whose group was dropped, or None: a sender
         benched meanwhile (by this round's verdicts) has its reserve groups set aside unread."""
         while (candidate := selection.next_from_reserve(self.sampler.max_groups_per_peer)) is not None:
-            if self.standing is None or not self.standing.is_benched(candidate.sender, time.time()):
+            if not self._benched(candidate.sender, time.time()):
                 return candidate
             selection.chosen.remove(candidate)
             self._drop(taken, "benched_sender", candidate.sender, candidate.group, "benched during this round")
@@ -544,6 +544,10 @@ class Intake:
             self.totals["transport_refusals"] += 1
             self.sender_outcomes.setdefault(sender, Counter())[f"refused/{reason}"] += 1
             self._record_standing(sender, False, now, tell_transport=False)  # the transport counted it already
+
+    def _benched(self, sender: str, now: float) -> bool:
+        """Whether ``sender`` is benched at ``now`` (never with standing off)."""
+        return self.standing is not None and self.standing.is_benched(sender, now)
 
     def _record_standing(self, sender: str, usable: bool, now: float, tell_transport: bool = True) -> None:
         """Note one outcome of a sender's group in its standing (if standing is on), and tell the transport (the main
