@@ -44,6 +44,7 @@ from accelerate.utils import broadcast_object_list, gather_object
 
 from sapo.config import SAPOConfig
 from sapo.group_log import HELD, OWN, TAKEN, GroupLog, GroupRecord, reward_summary
+from sapo.hold import SwarmHold
 from sapo.hygiene import CompletionFilter, CompletionHygiene
 from sapo.plausibility import PlausibilityCheck, floor_mask
 from sapo.probe import PolicyProbe
@@ -150,8 +151,7 @@ class Intake:
         # this peer's own groups with reward spread, offered to the external slots (`SAPOConfig.replay`)
         self.replay = ReplayBuffer(args.replay_max_age, args.replay_max_uses) if args.replay != "off" else None
         # usable received groups the sampler left unchosen, offered again in later rounds (`SAPOConfig.swarm_hold`)
-        self.held: list[Candidate] = []
-        self._offered_held: set[int] | None = None  # ids of this round's candidates from the hold; None: not offered
+        self.hold = SwarmHold(args.swarm_hold)
         self.sampler = sampler or make_sampler(
             args.sampling_strategy,
             max_groups_per_peer=args.max_groups_per_peer,
@@ -191,7 +191,7 @@ class Intake:
         group log and the replay's age bound. Every process calls it, in step."""
         processes = self.accelerator.num_processes
         self._step = step
-        self._offered_held = None
+        self.hold.new_round()
         wanted = slots * processes
         from_swarm = self.uses_swarm and self.args.replay != "only"
         if slots == 0 or not (from_swarm or self.replay is not None):
@@ -217,7 +217,7 @@ class Intake:
         rank = self.accelerator.process_index
         taken.share = taken.chosen[rank * per_process : (rank + 1) * per_process]
         received = [c for c in taken.chosen if c.origin == SWARM]
-        self.totals["held_taken"] += sum(id(c) in (self._offered_held or ()) for c in received)
+        self.totals["held_taken"] += sum(map(self.hold.was_offered, received))
         if self.replay is not None:
             self.replay.taken(taken.chosen)
         self.totals["external_groups"] += len(received)
@@ -229,7 +229,7 @@ class Intake:
             self.sender_outcomes.setdefault(candidate.sender, Counter())["taken"] += 1
         taken.records += [self._candidate_record(c, TAKEN) for c in taken.chosen]
         left = [*chosen[len(taken.chosen) :], *unused]
-        held = {id(c) for c in self._hold(left)}
+        held = {id(c) for c in self.hold.keep(left, time.time())}
         taken.records += [self._candidate_record(c, HELD if id(c) in held else "not_chosen") for c in left]
         self._write_log(taken.records)
         self._rounds += 1
@@ -262,29 +262,16 @@ class Intake:
         return self._choose([*candidates, *self._offer_held(taken, fetched_at)], k, probe, timed, taken, fetched_at)
 
     def _offer_held(self, taken: Taken, now: float) -> list[Candidate]:
-        """The groups held from earlier rounds, offered to this round's sampler beside the fetched ones (it sets a
-        stale one aside); a sender benched since has its held groups set aside unread."""
+        """The groups held from earlier rounds (:mod:`sapo.hold`), offered to this round's sampler beside the fetched
+        ones (it sets a stale one aside); a sender benched since has its held groups set aside unread."""
         offered: list[Candidate] = []
-        for candidate in self.held:
+        for candidate in self.hold.offer():
             if self._benched(candidate.sender, now):
                 self._drop(taken, "benched_sender", candidate.sender, candidate.group, "benched while held")
             else:
                 offered.append(candidate)
-        self.held = []
-        self._offered_held = {id(c) for c in offered}
         self.totals["held_offered"] += len(offered)
         return offered
-
-    def _hold(self, left: list[Candidate]) -> list[Candidate]:
-        """Keep the newest `swarm_hold` of the usable received groups this round left unchosen, for later rounds (the
-        transport returns a group once); the rest are dropped. Returns those held. In a round that did not read the
-        swarm (its held groups were not offered) the hold stays as it was."""
-        if self._offered_held is None:
-            return []
-        received, now = [c for c in left if c.origin == SWARM], time.time()
-        # newest first, as the reader orders a fetch: a date ahead of this peer's clock gets no precedence
-        self.held = sorted(received, key=lambda c: min(c.group.created_at, now), reverse=True)[: self.args.swarm_hold]
-        return self.held
 
     def _from_replay(
         self, k: int, probe: PolicyProbe, timed: Callable[[str], Any], taken: Taken

@@ -14,8 +14,10 @@ from transformers import TrainerCallback
 from benchmarks import sharing_counts
 from sapo import SAPOConfig
 from sapo.group_log import read_group_log
+from sapo.hold import SwarmHold
 from sapo.node.options import parse_node_options
 from swarm import MemorySwarm
+from tests.test_sampling_and_config import _candidate
 from tests.trainer_fixtures import RewardProbe, _external_group, _trainer
 
 AGES = [60.0 - 5 * i for i in range(6)]  # group s5 is the newest
@@ -63,7 +65,7 @@ def test_unchosen_groups_are_held_newest_first_and_fill_later_slots(tmp_path, sm
     first_held = {r["group_id"] for r in received if r["step"] == 0 and r["outcome"] == "held"}
     age = {f"s{i}": a for i, a in enumerate(AGES)}
     assert all(age[dropped_id] > age[g] for g in first_held)  # the oldest of those left was the one dropped
-    assert not held.intake.held  # nothing left over
+    assert not held.intake.hold  # nothing left over
     # The campaign's counts read a held line as no verdict: the group is judged where it is taken or set aside.
     counts = sharing_counts.node_counts(log, {}, slots=2, local=2)
     assert (counts["taken"], counts["judged"], counts["held_lines"], counts["fill_ins"]) == (5, 6, 4, 1)
@@ -77,7 +79,7 @@ class _AgeTheHold(TrainerCallback):
 
     def on_step_end(self, args, state, control, **kwargs):
         if state.global_step == 1:
-            for candidate in self.trainer.intake.held:
+            for candidate in self.trainer.intake.hold.groups:
                 candidate.group = dataclasses.replace(candidate.group, created_at=candidate.group.created_at - 1e4)
 
 
@@ -102,3 +104,18 @@ def test_a_bad_swarm_hold_is_refused_by_name(tmp_path, value):
 def test_sapo_node_takes_swarm_hold():
     assert parse_node_options(["--swarm_hold", "4"]).args.swarm_hold == 4
     assert parse_node_options([]).args.swarm_hold == 0
+
+
+def test_the_hold_keeps_the_newest_and_a_date_ahead_of_the_clock_buys_no_precedence():
+    now = time.time()
+    old, new, ahead = _candidate("a", [0, 1], 30, "old"), _candidate("a", [0, 1], 5, "new"), _candidate("b", [0, 1])
+    ahead.group = dataclasses.replace(ahead.group, created_at=now + 3600)  # claims to be made an hour from now
+    hold = SwarmHold(2)
+    assert hold.keep([old, new], now) == [] and len(hold) == 0  # a round that was not offered the hold keeps none
+    assert hold.offer() == []
+    # ``ahead`` counts as made now, ``new`` 5 s before: ahead first, then new; the oldest does not fit
+    assert hold.keep([old, new, ahead], now + 1) == [ahead, new]
+    hold.new_round()
+    assert not hold.was_offered(ahead)
+    assert hold.offer() == [ahead, new] and len(hold) == 0
+    assert hold.was_offered(ahead) and not hold.was_offered(old)
