@@ -8,16 +8,20 @@ precedence, and returns ``None`` only when nothing answer-like is left.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 __all__ = ["ANSWER_BLOCK", "completion_text", "extract_answer", "final_answer", "strip_think"]
 
 ANSWER_BLOCK = r"<answer>(.*?)</answer>"
 """The node's answer format, ``<answer>...</answer>``: its last complete match holds the final answer."""
+_ANSWER = re.compile(ANSWER_BLOCK, re.DOTALL | re.IGNORECASE)
 _OPEN_ANSWER_TAG = re.compile(r"<answer>", re.IGNORECASE)
-_THINK_BLOCK = re.compile(r"<think>.*?</think>", re.DOTALL | re.IGNORECASE)
+_CLOSE_ANSWER_TAG = re.compile(r"</answer>", re.IGNORECASE)
+_OPEN_THINK_TAG = re.compile(r"<think>", re.IGNORECASE)
+_CLOSE_THINK_TAG = re.compile(r"</think>", re.IGNORECASE)
 _BOXED = re.compile(r"\\(?:boxed|fbox)\s*\{")
+_BRACE = re.compile(r"[{}]")
 # "The answer is X", "Final answer: X", "Answer = X", "the result is X", "output: X"; X runs to the end of line.
 _ANSWER_PHRASE = re.compile(
     r"\b(?:final\s+answer|answer|result|solution|output)[ \t]*(?:is\b[ \t]*:?|:|=)[ \t]*(?P<value>[^:\s][^\n]*)",
@@ -57,7 +61,22 @@ def completion_text(completion: str | Sequence[Mapping[str, Any]] | Any) -> str:
 
 def strip_think(text: str) -> str:
     """``text`` without its closed ``<think>...</think>`` blocks (the reasoning, not the answer)."""
-    return _THINK_BLOCK.sub("", text)
+    kept, end = [], 0
+    for start, block_end in _tag_blocks(text, _OPEN_THINK_TAG, _CLOSE_THINK_TAG):
+        kept.append(text[end:start])
+        end = block_end
+    return "".join(kept) + text[end:]
+
+
+def _tag_blocks(text: str, opening: re.Pattern[str], closing: re.Pattern[str]) -> Iterator[tuple[int, int]]:
+    """(start, end) of each ``opening ... closing`` block of ``text``, left to right without overlap, each closed by
+    the first ``closing`` after its opening: what ``opening.*?closing`` finds (``.`` matching newlines), in time linear
+    in the text's length (the pattern retries every later opening to the text's end when none is closed, quadratic
+    in a completion of many unclosed tags)."""
+    at = 0
+    while (opened := opening.search(text, at)) and (closed := closing.search(text, opened.end())):
+        yield opened.start(), closed.end()
+        at = closed.end()
 
 
 def final_answer(text: str, pattern: str = ANSWER_BLOCK) -> re.Match[str] | None:
@@ -65,6 +84,9 @@ def final_answer(text: str, pattern: str = ANSWER_BLOCK) -> re.Match[str] | None
     matching newlines), or None. With the default, the last complete ``<answer>...</answer>``: :func:`extract_answer`
     reads its content, and its end is where the final answer ends, so a stray ``</answer>`` after it is text after the
     answer (``SAPOConfig.external_answer_end`` finds a received completion's answer end with this function)."""
+    if pattern == ANSWER_BLOCK:  # the node's own format, found in linear time
+        blocks = list(_tag_blocks(text, _OPEN_ANSWER_TAG, _CLOSE_ANSWER_TAG))
+        return _ANSWER.match(text, blocks[-1][0]) if blocks else None
     last = None
     for match in re.finditer(pattern, text, flags=re.DOTALL | re.IGNORECASE):
         last = match
@@ -72,19 +94,20 @@ def final_answer(text: str, pattern: str = ANSWER_BLOCK) -> re.Match[str] | None
 
 
 def _last_boxed(text: str) -> str | None:
-    """Content of the last ``\\boxed{...}`` with balanced braces, or None."""
-    result = None
-    for match in _BOXED.finditer(text):
-        depth, start = 1, match.end()
-        for i in range(start, len(text)):
-            if text[i] == "{":
-                depth += 1
-            elif text[i] == "}":
-                depth -= 1
-                if depth == 0:
-                    result = text[start:i]
-                    break
-    return result
+    """Content of the last ``\\boxed{...}`` with balanced braces, or None. One pass over the braces: a text of many
+    unclosed ``\\boxed{`` costs time linear in its length, not quadratic."""
+    openers = {match.end() - 1 for match in _BOXED.finditer(text)}
+    open_braces: list[int] = []  # the content's start of each open brace: -1 for a brace that opens no box
+    last: tuple[int, int] | None = None
+    for brace in _BRACE.finditer(text):
+        at = brace.start()
+        if brace.group() == "{":
+            open_braces.append(at + 1 if at in openers else -1)
+        elif open_braces:
+            start = open_braces.pop()
+            if start >= 0 and (last is None or start > last[0]):
+                last = (start, at)
+    return None if last is None else text[last[0] : last[1]]
 
 
 def _clean(value: str) -> str:

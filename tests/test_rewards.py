@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import builtins
 import json
+import re
 
 import pytest
 import reasoning_gym
 
 from rewards import (
+    ANSWER_BLOCK,
     combine_rewards,
     completion_text,
     extract_answer,
@@ -17,6 +19,7 @@ from rewards import (
     math_answers_match,
     math_reward,
     reasoning_gym_reward,
+    strip_think,
     weighted,
 )
 from rewards.functions import _EVAL_SCORER_MODULES, _SYMPY_SCORER_DATASETS, _scorer_source_calls
@@ -86,6 +89,33 @@ def test_final_answer_with_another_format():
     found = final_answer("#### 12 wait #### 13 thanks", r"####\s*\S+")
     assert found is not None and found.group() == "#### 13" and found.end() == len("#### 12 wait #### 13")
     assert final_answer("no marker here", r"####\s*\S+") is None
+
+
+TAG_TEXTS = [
+    "<answer><answer>1</answer></answer>",  # nested: the first closing tag ends the block
+    "<answer>" * 500 + "<answer>7</answer>" + "<answer>" * 500,  # many unclosed tags around one block
+    "<think>a</think>b<THINK>c</Think>d<think>e",  # an unclosed last think block is kept
+    "<think><think>x</think>y</think>z",
+    "</answer><answer>\n5\n</ANSWER> <answer>",
+    "\\boxed{1} \\boxed{\\frac{2}{3}} \\boxed{" * 50,  # the last balanced box, behind many unclosed ones
+    "\\fbox {a{b}c} and \\boxed{",
+]
+
+
+@pytest.mark.parametrize("text", TAG_TEXTS)
+def test_answers_and_reasoning_are_found_as_their_patterns_define_them(text):
+    # The linear searches find what the patterns `<answer>(.*?)</answer>` and `<think>.*?</think>` (case-insensitive,
+    # `.` matching newlines) find, without retrying every unclosed tag to the end of a received completion.
+    last = ([None] + list(re.finditer(ANSWER_BLOCK, text, flags=re.DOTALL | re.IGNORECASE)))[-1]
+    found = final_answer(text)
+    assert (found and (found.span(), found.group(1))) == (last and (last.span(), last.group(1)))
+    assert strip_think(text) == re.sub(r"<think>.*?</think>", "", text, flags=re.DOTALL | re.IGNORECASE)
+
+
+def test_a_box_is_its_balanced_content_and_the_last_one_wins():
+    assert extract_answer("\\boxed{1} then \\boxed{\\frac{2}{3}} \\boxed{" * 3) == "\\frac{2}{3}"
+    assert extract_answer("\\boxed{\\boxed{4}} x") == "4"  # the box opened last, nested or not
+    assert extract_answer("{}} \\fbox {a{b}c}") == "a{b}c"
 
 
 def test_completion_text_handles_trl_forms():

@@ -372,6 +372,24 @@ def test_external_completions_are_truncated_only_beyond_the_local_limit(tmp_path
     assert short.ids[-1] == trainer.eos_token_ids[0] and not short.truncated  # ended before the limit: EOS
 
 
+def test_a_cut_completions_answer_end_is_found_in_the_text_trained_on(tmp_path, smollm_tokenizer, monkeypatch):
+    # The answer's end is searched for in the text that survives the cut, as the reward reads it: an answer past the
+    # cut moves nothing, and a sender's 32 K characters of unclosed tags cost the search only the cut text's length.
+    from sapo import probe as probe_module
+
+    trainer = _trainer(tmp_path, smollm_tokenizer, "cut-end", RewardProbe(lambda t: 0.0), max_completion_length=12)
+    probe = PolicyProbe(trainer, ["prompt", "answer"])
+    searched = []
+    search = probe_module.final_answer
+    monkeypatch.setattr(probe_module, "final_answer", lambda text, p: searched.append(len(text)) or search(text, p))
+    early = probe.tokenize("<answer>7</answer> " + " ".join(["word"] * 40) + " <answer>8</answer>")
+    answer = smollm_tokenizer("<answer>7</answer>", add_special_tokens=False)["input_ids"]
+    assert early.truncated and early.answer_tokens == len(answer)  # the first answer's end; the tail is masked
+    tags = probe.tokenize("<answer>" * 4096)  # 32,768 characters, no closing tag
+    assert tags.truncated and tags.answer_tokens is None
+    assert searched[-1] == len(tags.text) < 200  # the search read the 12 tokens' text, not the sender's
+
+
 def test_an_external_completion_is_scored_on_the_tokens_it_is_trained_on(tmp_path, smollm_tokenizer):
     # The receiver trains on the first 12 tokens of a foreign completion; a reward earned by text past them (an
     # answer behind a payload, or a longer-limit sender's tail) would teach the payload with the answer's reward.
