@@ -52,6 +52,7 @@ from swarm.fetcher import DHTLookup, ReasonedRejections, RecordFetcher
 from swarm.index_reader import IndexReader
 from swarm.levels import home_topic_shard, subscribed_shards, topic_level_for
 from swarm.records import ReceivedGroup, RecordRef, RecordRejected, decode_record
+from swarm.refill import Offer, fair_take, share
 from swarm.senders import SenderBook
 from swarm.served import ServedLookup
 from swarm.transport import PeerInfo, SwarmCounters, TimingLog
@@ -121,7 +122,8 @@ class SwarmReader:
         self._cache: list[ReceivedGroup] = []
         self._returned: collections.OrderedDict[tuple[str, str, float], None] = collections.OrderedDict()
         self._takes: collections.deque[tuple[float, int]] = collections.deque(maxlen=_TAKES_KEPT)  # (monotonic, n)
-        self._fetched_since_take = 0  # groups cached since the last take: what the next take gets fresh
+        # groups cached since the last take, by sender: what the next take gets fresh
+        self._fetched_since_take: collections.Counter[str] = collections.Counter()
         self._skew_warned: collections.OrderedDict[str, None] = collections.OrderedDict()  # warned once each
         self._last_index_read = -float("inf")
         self._last_announcement = -float("inf")  # monotonic time of the latest valid announcement
@@ -133,10 +135,17 @@ class SwarmReader:
     def take(self, max_groups: int) -> list[ReceivedGroup]:
         """Up to ``max_groups`` cached groups, newest first, never handed out before; never waits.
 
-        Groups older than the record ttl are dropped (counted as ``rejected/expired``).
+        The groups are shared out by the refill's rules (:func:`swarm.refill.fair_take`): every sender within its
+        share of the take, the senders not judged good within their pool, then whatever is left of the take to
+        anyone; so a sender whose records truly hold many groups, or are dated a little ahead, takes no more than its
+        share while other senders' groups wait. Groups older than the record ttl are dropped (counted as
+        ``rejected/expired``).
         """
         if max_groups <= 0:
             return []
+        with self._lock:
+            senders = {item.sender for item in self._cache}
+        good = {sender for sender in senders if self.book.standing(sender) == "good"}  # the book's lock, not ours
         now = self._clock.time()
         with self._lock:
             fresh = []
@@ -146,13 +155,21 @@ class SwarmReader:
                 else:
                     fresh.append(item)
             fresh.sort(key=lambda item: -min(item.group.created_at, now))  # no precedence for a date ahead of ours
-            taken, self._cache = fresh[:max_groups], fresh[max_groups:]
+            by_sender: dict[str, list[Offer[ReceivedGroup]]] = {}
+            for item in fresh:
+                offer = Offer(item, item.sender, 1, min(item.group.created_at, now), False, item.sender in good)
+                by_sender.setdefault(item.sender, []).append(offer)
+            config = self.config
+            chosen = fair_take(by_sender, max_groups, config.refill_sender_share, config.refill_unjudged_share)
+            taken_ids = {id(offer.item) for offer in chosen}
+            taken = [item for item in fresh if id(item) in taken_ids]
+            self._cache = [item for item in fresh if id(item) not in taken_ids]
             for item in taken:
                 self._returned[_group_id(item)] = None
             while len(self._returned) > _RETURNED_IDS_KEPT:
                 self._returned.popitem(last=False)
             self._takes.append((self._clock.monotonic(), max_groups))
-            self._fetched_since_take = 0
+            self._fetched_since_take.clear()
         self._counters.add("fetched_groups", len(taken))
         return taken
 
@@ -234,12 +251,20 @@ class SwarmReader:
 
     def wanted(self) -> int:
         """Groups the next refill fetches: what the caller's last take asked for, less what arrived since; before
-        its pace is known, ``prefetch_groups`` less the cache."""
+        its pace is known, ``prefetch_groups`` less the cache. One sender's groups count for at most its share of
+        that (`refill_sender_share`), as in a take: a record truly holding many groups does not end the refill before
+        other senders' records are fetched."""
         pace = self.pace()
         with self._lock:
             if pace is None:
-                return self.config.prefetch_groups - len(self._cache)
-            return pace[1] - self._fetched_since_take
+                need = self.config.prefetch_groups
+                return need - self._counted(collections.Counter(item.sender for item in self._cache), need)
+            return pace[1] - self._counted(self._fetched_since_take, pace[1])
+
+    def _counted(self, by_sender: collections.Counter[str], need: int) -> int:
+        """The groups of ``by_sender`` that count towards ``need``: each sender's, up to its share."""
+        most = share(need, self.config.refill_sender_share) if need > 0 else 0
+        return sum(min(count, most) for count in by_sender.values())
 
     # ------------------------------------------------------------------------------ the event loop
 
@@ -422,10 +447,9 @@ class SwarmReader:
             for item in accepted:
                 if _group_id(item) not in self._returned:
                     self._cache.append(item)
-                    self._fetched_since_take += 1
+                    self._fetched_since_take[sender] += 1
             if len(self._cache) > config.max_cached_groups:
-                self._cache.sort(key=lambda item: item.group.created_at)
-                del self._cache[: len(self._cache) - config.max_cached_groups]
+                self._cache = _evicted(self._cache, len(self._cache) - config.max_cached_groups, now)
         self._counters.add("received_groups", len(accepted))
 
     def _clock_skew(self, sender: str, ahead: float) -> None:
@@ -442,6 +466,18 @@ class SwarmReader:
                 sender,
                 ahead,
             )
+
+
+def _evicted(cache: list[ReceivedGroup], excess: int, now: float) -> list[ReceivedGroup]:
+    """``cache`` less ``excess`` groups: each time the oldest of the sender holding the most (a date ahead of ``now``
+    counting as now), so that one sender's many groups, or groups dated ahead, never push out other senders'."""
+    by_sender: dict[str, collections.deque[ReceivedGroup]] = {}
+    for item in sorted(cache, key=lambda item: min(item.group.created_at, now)):
+        by_sender.setdefault(item.sender, collections.deque()).append(item)  # each sender's oldest first
+    dropped: set[int] = set()
+    for _ in range(excess):
+        dropped.add(id(max(by_sender.values(), key=len).popleft()))
+    return [item for item in cache if id(item) not in dropped]
 
 
 def _group_id(item: ReceivedGroup) -> tuple[str, str, float]:

@@ -21,6 +21,10 @@ groups that holds one). So:
   ahead (within the clock tolerance) buys no precedence.
 - **Work-conserving for the good.** Need still uncovered once every share is spent goes to the senders judged good,
   beyond their share (the same order): one good publisher alone still fills a refill.
+
+The groups a refill brings are handed to the caller by the same rules (:func:`fair_take`, each group an offer of
+one): a record that truly holds many groups, fetched for its sender's share, takes no more than that share of a take
+while other senders' groups wait; what is left of a take once every share is spent goes to any sender.
 """
 
 from __future__ import annotations
@@ -116,3 +120,12 @@ def plan_refill(
     covered += take(trusted, need - covered, within_share=True)
     take(trusted, need - covered, within_share=False)  # what is left of the need: the good beyond their share
     return [offer for offer in ordered if id(offer) in taken], [offer for offer in ordered if id(offer) not in taken]
+
+
+def fair_take(by_sender: dict[str, list[Offer]], need: int, sender_share: float, unjudged_share: float) -> list[Offer]:
+    """Up to ``need`` of the offers, each crediting one group (``claimed`` 1): first as :func:`plan_refill` chooses
+    them (every sender within its share, the senders not judged good within their pool), then, while some of the need
+    is left, the rest in the round-robin's order whoever sent them, so that a take is never smaller than what is
+    there to take."""
+    chosen, others = plan_refill(by_sender, need, sender_share, unjudged_share)
+    return chosen + others[: max(0, need - len(chosen))]

@@ -443,3 +443,52 @@ def test_a_reader_whose_prior_is_far_off_finds_a_small_swarm_by_probing_outside_
         clock.advance(3)
     assert {p.peer for p in reader.peers()} == {w.peer_id for w in writers}
     assert reader.estimated_peers() is not None and reader.estimated_peers() <= 4 and reader.topic_level() == 0
+
+
+def _from(items, peer: Peer) -> list[str]:
+    return [item.group.group_id for item in items if item.sender == peer.peer_id]
+
+
+def test_a_sender_whose_records_truly_hold_many_groups_dated_ahead_takes_only_its_share():
+    """An attacker's record holds 16 real groups dated 2 s ahead (within the clock tolerance): before the fair take,
+    the reader handed out the freshest groups whoever sent them, so the attacker's filled every take, while its 16
+    cached groups told the refill nothing more was wanted."""
+    dht, clock = DictDHT(), ManualClock()
+    reader = Peer(dht, clock, index_shards_per_poll=0)
+    attacker, honest = Peer(dht, clock, index_shards_per_poll=0), Peer(dht, clock, index_shards_per_poll=0)
+    honest.publish("h1", "h2", "h3", created_at=clock.time() - 5)
+    attacker.publish(*[f"a{i}" for i in range(16)], created_at=clock.time() + 2)
+    reader.poll()
+    assert reader.reader.cached_groups() == 19
+    taken = reader.reader.take(4)
+    assert len(_from(taken, honest)) == 2 and len(_from(taken, attacker)) == 2  # each sender its share: half
+    assert [item.group.created_at for item in taken] == sorted((i.group.created_at for i in taken), reverse=True)
+    # A sender judged good has a share of its own; the unjudged attacker shares the pool (a quarter of 4: one).
+    for _ in range(3):
+        reader.reader.book.judge(honest.peer_id, True)
+    clock.advance(30)  # the next index read is due
+    honest.publish("h4", "h5", created_at=clock.time() - 1)
+    reader.poll()
+    taken = reader.reader.take(4)
+    assert sorted(_from(taken, honest)) == ["h3", "h4", "h5"] and len(_from(taken, attacker)) == 1
+    # Work-conserving: with nobody else's groups left, the attacker's fill the take.
+    assert len(_from(reader.reader.take(4), attacker)) == 4
+
+
+def test_one_senders_many_groups_count_for_its_share_of_a_refill_and_are_evicted_first():
+    dht, clock = DictDHT(), ManualClock()
+    reader = Peer(dht, clock, index_shards_per_poll=0, max_cached_groups=8, prefetch_groups=4)
+    attacker, honest = Peer(dht, clock, index_shards_per_poll=0), Peer(dht, clock, index_shards_per_poll=0)
+    honest.publish("h1", "h2", created_at=clock.time() - 5)
+    attacker.publish(*[f"a{i}" for i in range(12)], created_at=clock.time() + 2)
+    reader.poll()
+    # 14 fetched, 8 kept: the six evicted are the attacker's (the sender holding the most), its oldest first
+    assert reader.reader.cached_groups() == 8
+    held = reader.reader.take(8)
+    assert sorted(_from(held, honest)) == ["h1", "h2"] and len(_from(held, attacker)) == 6
+    # Before the caller's pace is known the refill wants prefetch_groups (4) less the cache, each sender's groups
+    # counting for at most half of it: 12 groups of one sender count as 2, and 2 groups are still wanted.
+    clock.advance(30)
+    attacker.publish(*[f"b{i}" for i in range(12)], created_at=clock.time() + 2)
+    reader.poll()
+    assert reader.reader.cached_groups() == 8 and reader.reader.wanted() == 2
