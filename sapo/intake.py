@@ -54,6 +54,7 @@ from sapo.round import weighted_rewards
 from sapo.sampling import SWARM, Candidate, ExternalSampler, OwnSuccess, Selection, make_sampler
 from sapo.sources import SourceRegistry
 from sapo.standing import SenderStanding
+from sapo.tally import SenderTally
 from swarm.records import Group
 from swarm.transport import SwarmTransport
 
@@ -162,8 +163,8 @@ class Intake:
         self.rng = random.Random(args.seed)  # the same on every process, so they make the same selection
         self.peer_id = peer_id
         self.totals: Counter[str] = Counter()  # cumulative counts, logged as sapo/total/<name>
-        self.taken_from: Counter[str] = Counter()  # external groups trained on, by verified sender
-        self.sender_outcomes: dict[str, Counter[str]] = {}  # per sender: "taken" and "dropped/<reason>" counts
+        # per sender: "taken", "dropped/<reason>" and "refused/<reason>" counts, for a bounded number of senders
+        self.sender_outcomes = SenderTally()
         self.own_success = OwnSuccess(args.success_threshold, args.success_window)  # for counting rescues
         # every group judged, written by the main process (`args.groups_log` under `output_dir`; None: nowhere)
         self.group_log = None
@@ -224,9 +225,8 @@ class Intake:
         self.totals["replay_groups"] += len(taken.chosen) - len(received)
         self.totals["external_truncated"] += sum(t.truncated for c in received for t in c.tokenized)
         self.totals["fill_ins"] += wanted - len(taken.chosen)
-        self.taken_from.update(c.sender for c in received)
         for candidate in received:
-            self.sender_outcomes.setdefault(candidate.sender, Counter())["taken"] += 1
+            self.sender_outcomes.count(candidate.sender, "taken")
         taken.records += [self._candidate_record(c, TAKEN) for c in taken.chosen]
         left = [*chosen[len(taken.chosen) :], *unused]
         held = {id(c) for c in self.hold.keep(left, time.time())}
@@ -296,7 +296,7 @@ class Intake:
         for candidate, reason in selection.set_aside:
             self._count(taken, reason)
             if candidate.origin == SWARM:
-                self.sender_outcomes.setdefault(candidate.sender, Counter())[f"dropped/{reason}"] += 1
+                self.sender_outcomes.count(candidate.sender, f"dropped/{reason}")
             taken.records.append(self._candidate_record(candidate, reason))
         return self._keep_plausible(selection, probe, timed, taken), selection.reserve
 
@@ -497,9 +497,14 @@ class Intake:
     ) -> None:
         self._count(taken, reason, detail=f"{'key fingerprint ' + sender if origin == SWARM else 'replay'}: {detail}")
         if origin == SWARM:
-            self.sender_outcomes.setdefault(sender, Counter())[f"dropped/{reason}"] += 1
+            self.sender_outcomes.count(sender, f"dropped/{reason}")
         taken.records.append(self._record(sender, group, reason, rewards, origin))
         logger.debug("dropped a group of key fingerprint %s (%s): %s", sender, reason, detail)
+
+    @property
+    def taken_from(self) -> Counter[str]:
+        """External groups trained on, by verified sender (`sender_outcomes`' "taken" counts)."""
+        return self.sender_outcomes.taken()
 
     def running_totals(self) -> dict[str, Any]:
         """The cumulative counts (`totals`, `taken_from`, `sender_outcomes`) as JSON-ready mappings: what a checkpoint
@@ -510,9 +515,9 @@ class Intake:
     def restore_totals(self, saved: dict[str, Any]) -> None:
         """Count on from ``saved`` (:meth:`running_totals` of the run being resumed); a missing part is left at 0."""
         self.totals.update({str(k): int(v) for k, v in (saved.get("totals") or {}).items()})
-        self.taken_from.update({str(k): int(v) for k, v in (saved.get("taken_from") or {}).items()})
-        for sender, counts in (saved.get("senders") or {}).items():
-            self.sender_outcomes.setdefault(str(sender), Counter()).update({str(k): int(v) for k, v in counts.items()})
+        for sender, counts in (saved.get("senders") or {}).items():  # `taken_from` is their "taken" counts
+            for key, n in counts.items():
+                self.sender_outcomes.count(str(sender), str(key), int(n))
 
     def _count(self, taken: Taken, reason: str, count: int = 1, detail: str = "") -> None:
         """Count ``count`` groups set aside for ``reason``; the first time a reason appears it is logged (INFO)."""
@@ -529,7 +534,7 @@ class Intake:
         now = time.time()
         for sender, reason in refusals:
             self.totals["transport_refusals"] += 1
-            self.sender_outcomes.setdefault(sender, Counter())[f"refused/{reason}"] += 1
+            self.sender_outcomes.count(sender, f"refused/{reason}")
             self._record_standing(sender, False, now, tell_transport=False)  # the transport counted it already
 
     def _benched(self, sender: str, now: float) -> bool:

@@ -143,7 +143,8 @@ class SAPOTrainer(HeldOutEvaluation, TRLBridge):
         swarm_totals (`collections.Counter`): cumulative counts (external groups, fill-ins, drops by reason, ...),
             logged as `sapo/total/<name>`.
         taken_from (`collections.Counter`): external groups trained on, by verified sender.
-        sender_outcomes (`dict[str, collections.Counter]`): per sender, groups taken and dropped by reason.
+        sender_outcomes (`sapo.tally.SenderTally`): per sender, groups taken, dropped and refused by reason (the 512
+            senders counted most recently by name, the others summed under `"(other senders)"`).
         last_external (`list[sapo.sampling.Candidate]`): the external groups of the latest round, with the
             rewards this peer gave them.
         last_evaluation (`sapo.evaluation.HeldOutResult` or `None`): the latest held-out evaluation.

@@ -25,6 +25,7 @@ from sapo.plausibility import (
     worst_span,
 )
 from sapo.standing import SenderStanding
+from sapo.tally import OTHER_SENDERS, SenderTally
 from sapo.tasks import TaskSpec, build_reasoning_gym_dataset
 from swarm import Group, MemorySwarm, Provenance
 from swarm.records import provenance_from_wire
@@ -488,3 +489,19 @@ def test_without_an_answer_end_every_received_token_is_trained_on(tmp_path, smol
     assert _metric(trainer, "sapo/external_groups") == [1.0]
     assert trainer.swarm_totals["external_tokens_after_answer"] == 0
     assert all(w is None for w in [c.token_weights for c in trainer.last_external])
+
+
+def test_per_sender_counts_keep_the_most_recent_senders_by_name_and_sum_the_rest():
+    """Identities cost nothing to make: a peer sending under a thousand of them grows neither the per-sender counts
+    (the status page, checkpoints, senders.json) beyond the bound nor loses a count from the totals."""
+    tally = SenderTally(max_senders=3)
+    tally.count("friend", "taken", 2)
+    for n in range(1000):
+        tally.count(f"sybil-{n}", "dropped/hygiene")
+        tally.count("friend", "taken")  # counted again and again: kept by name
+    assert set(tally) == {"friend", "sybil-998", "sybil-999", OTHER_SENDERS}
+    assert tally[OTHER_SENDERS] == {"dropped/hygiene": 998}
+    assert sum(sum(c.values()) for c in tally.values()) == 2 + 1000 + 1000
+    assert tally.taken() == {"friend": 1002}
+    with pytest.raises(ValueError, match="max_senders must be at least 1"):
+        SenderTally(max_senders=0)
