@@ -75,7 +75,8 @@ class SenderState:
         model (`str`): the model it advertises.
         last_seen (`float`): its clock's date of its newest index entry or announcement.
         heard_at (`float`): this peer's wall time of the newest word from it (an announcement's arrival, or the date
-            of an index entry, whichever is later).
+            of an index entry, at most this peer's now, whichever is later): the book forgets the unjudged sender
+            heard from longest ago first.
         refs (`dict[int, RecordRef]`): its records known, by sequence number (the newest few).
         host (`str` or `None`): the libp2p id serving its records; ``None``: they are in the DHT.
         announced_at (`collections.deque[float]`): this peer's wall times of its last announcements' arrivals.
@@ -160,11 +161,12 @@ class SenderBook:
     def take_index_entry(self, sender: str, public_key: bytes, entry: IndexEntry) -> bool:
         """Take a (checked) index entry of ``sender``; True if it was not known before."""
         now = self._clock.time()
+        heard = min(entry.updated_at, now)  # the entry's date is its sender's word: one ahead of ours buys nothing
         with self._lock:
             state = self._senders.get(sender)
             new = state is None
             if state is None:
-                state = SenderState(public_key, entry.model, entry.updated_at, entry.updated_at)
+                state = SenderState(public_key, entry.model, entry.updated_at, heard)
                 self._admit(sender, state)
             if entry.updated_at >= state.last_seen:  # an older copy (another level's, a stale replica) is not news
                 state.model, state.last_seen = entry.model, entry.updated_at
@@ -175,7 +177,7 @@ class SenderBook:
                 state.refs.setdefault(ref.seq, ref)
                 state.heard.setdefault(ref.seq, now)
             self._trim(sender, state)
-            self._heard(sender, state, entry.updated_at, entry.host)
+            self._heard(sender, state, heard, entry.host)
         return new
 
     def take_announcement(self, announcement: Announcement, origin: str | None = None) -> bool | None:

@@ -324,3 +324,23 @@ def test_an_index_entry_older_than_the_last_announcement_still_offers_the_record
     book.take_index_entry("liar", b"key", IndexEntry(model="m", records=refs, updated_at=now - 1))  # read after it
     chosen, _ = book.choose(16)
     assert sorted(choice.ref.seq for choice in chosen) == list(range(1, 9))
+
+
+def test_an_index_entry_dated_ahead_is_heard_at_this_peers_now_and_buys_no_place_in_the_book():
+    # The book forgets the unjudged sender heard from longest ago first: an entry's date is its sender's word, so one
+    # dated ahead of this peer's clock (within the tolerance) counts as heard now, as an entry read now dated now.
+    clock = ManualClock()
+    book = SenderBook(DHTTransportConfig(max_unknown_senders=2), SwarmCounters(), clock)
+    now = clock.time()
+    book.take_index_entry("honest", b"k1", IndexEntry(model="m", records=[], updated_at=now))
+    clock.advance(1.0)
+    book.take_index_entry("ahead", b"k2", IndexEntry(model="m", records=[], updated_at=clock.time() + 2.9))
+    assert book._senders["ahead"].heard_at == clock.time()
+    clock.advance(1.0)
+    book.take_index_entry("ahead", b"k2", IndexEntry(model="m", records=[], updated_at=clock.time() + 2.9))
+    book.take_index_entry("newcomer", b"k3", IndexEntry(model="m", records=[], updated_at=clock.time()))
+    # heard 2 s ago, honest is forgotten first (as it was); with the date believed, "ahead" stayed the newest
+    assert book.standing("honest") == "unknown" and book.standing("ahead") == "unjudged"
+    clock.advance(1.0)
+    book.take_index_entry("newcomer2", b"k4", IndexEntry(model="m", records=[], updated_at=clock.time()))
+    assert book.standing("ahead") == "unknown"  # heard 1 s before newcomer: forgotten before it
