@@ -34,7 +34,7 @@ _SECTIONS = {
         "swarm_hold",
     ),
     "Self-replay (`sapo.replay`)": ("replay", "replay_max_age", "replay_max_uses"),
-    "Trust": ("external_source_policy", "regeneration_timeout", "external_answer_end"),
+    "Trust": ("external_source_policy", "regeneration_timeout", "regeneration_budget", "external_answer_end"),
     "Completion hygiene (every completion of a received group must pass, or the group is dropped as `hygiene`)": (
         "completion_max_chars",
         "completion_forbid_control_chars",
@@ -208,6 +208,23 @@ class SAPOConfig(GRPOConfig):
             "help": "Seconds one received reasoning-gym question may take to regenerate when its config is not one "
             "this peer generates itself (such configs run in a child process, capped at 4 GB); past it the group is "
             "dropped as `regeneration_limit`. Bounds what a hostile peer's expensive config can cost. `None`: no limit."
+        },
+    )
+    regeneration_budget: float | None = field(
+        default=30.0,
+        metadata={
+            "help": "Seconds of wall time one round may spend regenerating received reasoning-gym questions of "
+            "configs this peer does not generate itself (the child process's start or restart included); once "
+            "spent, the round's other such groups are dropped as `regeneration_budget`, which never counts "
+            "against their sender. Senders take turns, so one sender's groups cannot spend it before the others' "
+            "are tried; a config once past `regeneration_timeout` or the memory cap is refused "
+            "(`regeneration_limit`) without running it again, for an hour. An entry begun within the budget runs "
+            "to its own limit, so a round spends at most the budget plus one `regeneration_timeout` and one "
+            "restart of the child (about 50 s on a loaded machine), where before each group of the pool could "
+            "cost a limit and a restart. Default 30: an honest foreign config regenerates in milliseconds and the "
+            "child's start (importing reasoning-gym) took 6-11 s on a loaded 2-core machine, so an honest swarm "
+            "stays well inside it, and at the node's defaults every peer runs the same configs and nothing is "
+            "foreign. `None`: no budget (unused when `regeneration_timeout` is `None`)."
         },
     )
     external_answer_end: str | None = field(

@@ -45,6 +45,10 @@ def check_sapo_fields(config: Any) -> None:
         raise ValueError(f"max_groups_per_peer must be at least 1 or None, got {config.max_groups_per_peer}.")
     if config.regeneration_timeout is not None and config.regeneration_timeout <= 0:
         raise ValueError(f"regeneration_timeout must be positive or None, got {config.regeneration_timeout}.")
+    if config.regeneration_budget is not None and not config.regeneration_budget > 0:
+        raise ValueError(
+            f"regeneration_budget must be positive seconds or None (no budget), got {config.regeneration_budget}."
+        )
     if config.eval_questions < 1:
         raise ValueError(f"eval_questions must be at least 1, got {config.eval_questions}.")
     if not _count_at_least(config.swarm_hold, 0):

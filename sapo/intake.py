@@ -52,7 +52,7 @@ from sapo.questions import GroupDropped
 from sapo.replay import ReplayBuffer
 from sapo.round import weighted_rewards
 from sapo.sampling import SWARM, Candidate, ExternalSampler, OwnSuccess, Selection, make_sampler
-from sapo.sources import SourceRegistry
+from sapo.sources import SourceRegistry, by_turns
 from sapo.standing import SenderStanding
 from sapo.tally import SenderTally
 from swarm.records import Group
@@ -252,8 +252,11 @@ class Intake:
                 taken.records.append(self._record(item.sender, item.group, "stale"))
             else:
                 fresh.append(item)
-        with timed("external_scoring"):
-            judged = [self._judge(item.sender, item.group, fetched_at, probe, taken) for item in fresh]
+        self.sources.new_round()  # per-round bounds of the sources start afresh (`regeneration_budget`)
+        with timed("external_scoring"):  # senders take turns at a source's budget; candidates keep the fetch's order
+            verdicts = {i: self._judge(fresh[i].sender, fresh[i].group, fetched_at, probe, taken)
+                        for i in by_turns([item.sender for item in fresh])}  # fmt: skip
+            judged = [verdicts[i] for i in range(len(fresh))]
         candidates = [c for c in judged if c is not None]
         taken.candidates, taken.scored = len(received), len(candidates)
         taken.zero_advantage = sum(c.has_zero_advantage for c in candidates)

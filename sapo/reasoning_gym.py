@@ -10,7 +10,8 @@ enough to regenerate its question and answer: a receiver never trusts the sender
 - :func:`regenerate_entry`: one entry, in this process or, for a config this node does not run itself, in a child
   process with a time limit and a memory cap (a hostile peer can name a config that runs for minutes);
 - :class:`ReasoningGymVerifier`: a received question in, the question, answer and entry of this node's own row out,
-  or :class:`sapo.questions.GroupDropped` with the reason (the only error it raises).
+  or :class:`sapo.questions.GroupDropped` with the reason (the only error it raises). Foreign configs also spend a
+  budget of seconds per round, and one past a limit is remembered and refused without running it again.
 """
 
 from __future__ import annotations
@@ -30,7 +31,9 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 import zlib
+from collections import Counter, OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -44,9 +47,11 @@ if TYPE_CHECKING:
 __all__ = [
     "DEFAULT_TASKS",
     "HELD_OUT_SEED_BASE",
+    "LIMIT_MEMORY_SECONDS",
     "MAX_INDEX",
     "PAPER_TASKS",
     "REASONING_GYM_SOURCE",
+    "REMEMBERED_LIMITS",
     "ReasoningGymVerifier",
     "TaskSpec",
     "build_held_out_dataset",
@@ -418,11 +423,23 @@ def _serve(memory_mb: int | None) -> None:
 _STARTUP_TIMEOUT = 120.0  # seconds a fresh child may take to import reasoning-gym (slow on a loaded machine)
 
 
+class _OverLimit(GroupDropped):
+    """``regeneration_limit`` caused by the item itself (past its time limit, or the child died running it, most
+    likely of the memory cap), as opposed to a child that did not start: only the former says the config is costly,
+    so only it is remembered (:class:`ReasoningGymVerifier`)."""
+
+    def __init__(self, detail: str):
+        super().__init__("regeneration_limit", detail)
+
+
 class _Worker:
     """One child process and the pipes to it; started on first use, killed (by PID) and replaced past a limit.
 
     The time limit of a request covers the regeneration only: a fresh child first imports reasoning-gym and says
-    "ready", which on a busy machine can take longer than an entry's whole budget.
+    "ready", which on a busy machine can take longer than an entry's whole limit. That start (the first, and the
+    restart on the next request after a kill) is bounded by ``_STARTUP_TIMEOUT`` and, since a hostile peer can force a
+    restart in every round, :class:`ReasoningGymVerifier` counts it into the round's budget with the request it
+    delays.
     """
 
     def __init__(self, memory_mb: int | None):
@@ -448,10 +465,8 @@ class _Worker:
                 line = ""  # not a reply: the pipe is out of step, start afresh
             self._stop()
             if line is None:
-                raise GroupDropped("regeneration_limit", f"no entry within {timeout:g} s")
-            raise GroupDropped(
-                "regeneration_limit", "the regeneration process died or answered out of step (out of memory?)"
-            )
+                raise _OverLimit(f"no entry within {timeout:g} s")
+            raise _OverLimit("the regeneration process died or answered out of step (out of memory?)")
 
     def _start(self) -> None:
         # A fresh interpreter (not fork: no copy of the trainer's memory and threads; not multiprocessing's
@@ -506,6 +521,14 @@ def regenerate_entry(task: TaskSpec, seed: int, index: int, timeout: float | Non
 # ----------------------------------------------------------------------------------------------
 # verification of received questions
 
+REMEMBERED_LIMITS = 256
+"""Foreign configs a verifier remembers as past a limit (least recently refused forgotten first): enough for the
+configs one round's pool can name, bounded against a peer that names a new one in every group."""
+
+LIMIT_MEMORY_SECONDS = 3600.0
+"""How long a config past a limit is refused without running it: the time limit is wall time, so a loaded machine can
+push an honest config past it, which is then tried again after this; a hostile one costs one limit per hour."""
+
 
 class ReasoningGymVerifier:
     """Verifies received reasoning-gym questions by regenerating them from their provenance.
@@ -518,13 +541,32 @@ class ReasoningGymVerifier:
             :class:`TaskSpec` allows exactly its config. None allows every reasoning-gym task and config.
         timeout: seconds one foreign entry may take to regenerate (see :func:`regenerate_entry`); configs
             registered with :meth:`register_tasks` are regenerated in this process. None regenerates everything in
-            this process, without a limit.
+            this process, without a limit (and without the budget and memory below).
+        round_budget: seconds of wall time the foreign entries of one round (from one :meth:`new_round` to the next)
+            may spend, the child's start or restart included; once spent, the round's other foreign entries are
+            refused as ``regeneration_budget``. An entry started within the budget runs under its own limit, so a
+            round spends at most the budget plus one entry's limit and one restart. None: no budget.
+
+    A foreign config past the time or memory limit is remembered (:data:`REMEMBERED_LIMITS` of them, for
+    :data:`LIMIT_MEMORY_SECONDS`): its later entries are refused as ``regeneration_limit`` at once, without the child.
+    ``counts`` says what foreign entries met: ``child_runs``, ``over_budget`` and ``remembered_limit``.
     """
 
-    def __init__(self, allowed_tasks: Sequence[TaskSpec | str] | None = None, timeout: float | None = 10.0):
+    def __init__(
+        self,
+        allowed_tasks: Sequence[TaskSpec | str] | None = None,
+        timeout: float | None = 10.0,
+        round_budget: float | None = 30.0,
+    ):
         if timeout is not None and timeout <= 0:
             raise ValueError(f"regeneration timeout must be positive or None, got {timeout}")
+        if round_budget is not None and not round_budget > 0:
+            raise ValueError(f"regeneration budget must be positive or None, got {round_budget}")
         self.timeout = timeout
+        self.round_budget = round_budget
+        self.round_seconds = 0.0  # wall time foreign entries spent since the round began
+        self.counts: Counter[str] = Counter()
+        self._over_limit: OrderedDict[tuple[str, str], tuple[float, str]] = OrderedDict()  # -> (when, why)
         self._own_configs: set[tuple[str, str]] = set()  # (task, config key) regenerated in this process
         self._allowed: dict[str, set[str] | None] | None = None
         if allowed_tasks is not None:
@@ -540,13 +582,17 @@ class ReasoningGymVerifier:
         """Configs this node generates itself: trusted to be cheap, regenerated in this process."""
         self._own_configs.update((task.name, task.config_key) for task in tasks)
 
+    def new_round(self) -> None:
+        """Begin a round: its foreign entries have the whole ``round_budget`` again."""
+        self.round_seconds = 0.0
+
     def verify(self, provenance: Provenance, question: str) -> tuple[str, str, str]:
         """The entry ``provenance`` names, if its question is ``question`` (stripped): ``(question, answer, entry)``,
         the question as this node's own rows hold it and the ``answer`` and ``entry`` columns of its row (whose
         ``task`` and ``provenance`` columns are ``provenance``'s: see :func:`sapo.questions.reward_columns`).
 
         Raises :class:`GroupDropped` (``bad_provenance``, ``index_out_of_range``, ``unknown_task``,
-        ``regeneration_limit`` or ``question_mismatch``).
+        ``regeneration_limit``, ``regeneration_budget``, ``version_skew`` or ``question_mismatch``).
         """
         name, seed, index = provenance.task, provenance.seed, provenance.index
         if seed is None or index is None:
@@ -564,8 +610,10 @@ class ReasoningGymVerifier:
             raise GroupDropped(
                 "unknown_task", f"{name} with config {task.config} is not among this node's allowed tasks"
             )
-        own = self.timeout is None or (name, task.config_key) in self._own_configs
-        entry = regenerate_entry(task, seed, index, timeout=None if own else self.timeout)
+        if self.timeout is None or (name, task.config_key) in self._own_configs:
+            entry = regenerate_entry(task, seed, index, timeout=None)
+        else:
+            entry = self._foreign_entry(task, seed, index)
         if entry["question"].strip() != question:
             local = reasoning_gym_version()
             if provenance.version is not None and provenance.version != local:
@@ -573,6 +621,47 @@ class ReasoningGymVerifier:
                 raise GroupDropped("version_skew", f"{name}[{index}]: {skew}")
             raise GroupDropped("question_mismatch", f"{name}[{index}] regenerates a different question")
         return (entry["question"], *_answer_and_entry(entry))
+
+    def _foreign_entry(self, task: TaskSpec, seed: int, index: int) -> dict[str, Any]:
+        """An entry of a config this node does not run itself: refused when the config was past a limit before or
+        the round's budget is spent, else regenerated in the child, its wall time (a restart included) spent."""
+        key = (task.name, task.config_key)
+        before = self._remembered_limit(key)
+        if before is not None:
+            self.counts["remembered_limit"] += 1
+            raise GroupDropped(
+                "regeneration_limit", f"{task.name} with config {task.config} was past a limit before ({before})"
+            )
+        if self.round_budget is not None and self.round_seconds >= self.round_budget:
+            self.counts["over_budget"] += 1
+            raise GroupDropped(
+                "regeneration_budget",
+                f"this round spent {self.round_seconds:.1f} s of its {self.round_budget:g} s on configs of other peers",
+            )
+        self.counts["child_runs"] += 1
+        started = time.monotonic()
+        try:
+            return regenerate_entry(task, seed, index, timeout=self.timeout)
+        except _OverLimit as e:
+            self._over_limit[key] = (time.monotonic(), e.detail)
+            self._over_limit.move_to_end(key)
+            while len(self._over_limit) > REMEMBERED_LIMITS:
+                self._over_limit.popitem(last=False)
+            raise
+        finally:
+            self.round_seconds += time.monotonic() - started
+
+    def _remembered_limit(self, key: tuple[str, str]) -> str | None:
+        """Why the config ``key`` was past a limit, if that is remembered and recent; a hit keeps it longest."""
+        found = self._over_limit.get(key)
+        if found is None:
+            return None
+        when, why = found
+        if time.monotonic() - when > LIMIT_MEMORY_SECONDS:
+            del self._over_limit[key]
+            return None
+        self._over_limit.move_to_end(key)
+        return why
 
 
 if __name__ == "__main__":

@@ -257,7 +257,9 @@ class SAPOTrainer(HeldOutEvaluation, TRLBridge):
         policy = self.args.external_source_policy
         if not self._uses_swarm:
             return SourceRegistry(sources or (), policy)
-        return registry_for(train_dataset, sources, policy, self.args.regeneration_timeout)
+        return registry_for(
+            train_dataset, sources, policy, self.args.regeneration_timeout, self.args.regeneration_budget
+        )
 
     def _check_external_support(self, train_dataset: Any) -> None:
         if self.tools or self.rollout_func is not None or self.environment_factories is not None:

@@ -3,9 +3,11 @@ receiver's policy, on their own and inside a trainer that takes real optimizer s
 
 from __future__ import annotations
 
+import itertools
 import json
 import pickle
 import time
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -433,6 +435,48 @@ def test_a_sender_is_never_benched_for_groups_this_peer_cannot_verify(tmp_path, 
     assert totals["dropped/item_not_held"] == 6 and totals["dropped/version_skew"] == 1, dict(totals)
     assert trainer.intake.standing.benched(time.time()) == ["liar"]  # two forged questions bench it; "other" never
     assert totals["dropped/question_mismatch"] + totals["dropped/benched_sender"] == 3
+
+
+def test_a_rounds_regeneration_budget_sets_the_rest_aside_by_turns_and_never_against_the_sender(
+    tmp_path, smollm_tokenizer, monkeypatch
+):
+    """Received reasoning-gym groups of a config this peer does not run itself cost it regeneration time, bounded per
+    round (`regeneration_budget`): past it, the round's other such groups are set aside as `regeneration_budget`,
+    which never counts against their senders (a peer with a larger config is not lying). Senders take turns, so a
+    sender with many groups, fetched first, does not spend the budget before another sender's group is tried. A
+    clock that moves 20 s between readings stands in for slow entries; the regeneration is real."""
+    from sapo import reasoning_gym as regeneration
+
+    clock = itertools.count(step=20.0)  # each foreign entry "takes" 20 s: two fit in a budget of 30 s
+    monkeypatch.setattr(regeneration, "time", SimpleNamespace(monotonic=lambda: next(clock)))
+    own = TaskSpec("basic_arithmetic", {"max_terms": 2, "max_digits": 1})
+    rows = build_reasoning_gym_dataset([TaskSpec("basic_arithmetic", {"max_terms": 2, "max_digits": 2})], size=5)
+    swarm = MemorySwarm(seed=0)
+    other, greedy = swarm.join("other"), swarm.join("greedy")
+
+    def group(row, gid, age):
+        provenance = provenance_from_wire(json.loads(row["provenance"]))
+        return Group(gid, [row["prompt"][-1]], ["1", "22", "3", "4"], provenance, created_at=time.time() - age)
+
+    other.publish([group(rows[0], "o-0", age=5)])
+    greedy.publish([group(rows[k], f"g-{k}", age=0) for k in range(1, 5)])  # newer: fetched first
+
+    def flat(completions, **kw):
+        return [0.0] * len(completions)
+
+    trainer = SAPOTrainer(
+        model=build_tiny_model(smollm_tokenizer, seed=0), reward_funcs=[flat],
+        args=tiny_config(tmp_path / "out", num_local=1, num_external=1, max_steps=1, external_pool_size=16,
+                         sender_drop_limit=2, sender_window=10, plausibility_margin=None, regeneration_budget=30.0),
+        train_dataset=build_reasoning_gym_dataset([own], size=8), processing_class=smollm_tokenizer,
+        swarm=swarm.join("me"),
+    )  # fmt: skip
+    trainer.train()
+    totals, senders = trainer.swarm_totals, trainer.intake.sender_outcomes
+    assert totals["candidates"] == 5 and totals["dropped/regeneration_budget"] == 3, dict(totals)
+    assert senders["greedy"]["dropped/regeneration_budget"] == 3, senders
+    assert not any(outcome.startswith("dropped/regeneration") for outcome in senders["other"]), senders
+    assert trainer.intake.standing.benched(time.time()) == []  # three drops would bench greedy, had they counted
 
 
 @pytest.mark.parametrize(

@@ -37,6 +37,8 @@ def _candidate(sender: str, rewards: list[float], age: float = 0.0, gid: str = "
         (dict(external_source_policy="maybe"), "external_source_policy"),
         (dict(num_generations=1), "num_generations"),
         (dict(max_groups_per_peer=0), "max_groups_per_peer"),
+        (dict(regeneration_budget=0), "regeneration_budget"),
+        (dict(regeneration_budget=-5.0), "regeneration_budget"),
         (dict(external_pool_size=1, num_external=4), "external_pool_size"),
         (
             dict(num_local=3, num_external=0, num_generations=2, per_device_train_batch_size=4),

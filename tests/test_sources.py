@@ -291,3 +291,12 @@ def test_conflicting_answers_print_where_they_differ():
     assert where_they_differ(["4", "5"]) == ["4", "5"]
     long = ["x" * 100 + "a" * 40, "x" * 100 + "b" * 40]
     assert where_they_differ(long) == ["..." + "x" * 10 + "a" * 20 + "...", "..." + "x" * 10 + "b" * 20 + "..."]
+
+
+def test_senders_take_turns_and_each_keeps_its_own_order():
+    """The order in which a round re-derives its groups: every sender's first, then every one's second, and so on."""
+    from sapo.sources import by_turns
+
+    senders = ["a", "a", "a", "b", "c", "b", "a"]
+    assert [senders[i] + str(i) for i in by_turns(senders)] == ["a0", "b3", "c4", "a1", "b5", "a2", "a6"]
+    assert by_turns([]) == []

@@ -4,8 +4,10 @@ of groups received from other peers."""
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
 from collections import Counter
+from types import SimpleNamespace
 
 import pytest
 
@@ -255,9 +257,12 @@ def test_verifier_allowed_tasks(rg_rows):
         assert info.value.reason == "unknown_task"
 
 
-def test_a_foreign_config_that_is_slow_to_regenerate_is_dropped_and_the_next_group_still_verifies(rg_rows):
+def test_a_foreign_config_that_is_slow_to_regenerate_is_dropped_and_the_next_group_still_verifies(rg_rows, monkeypatch):
     """A hostile peer names a config that takes minutes to regenerate (2 million scramble moves): the receiver
-    drops it at its time limit instead of stalling, and regenerates the next group in a fresh child process."""
+    drops it at its time limit instead of stalling, and regenerates the next group in a fresh child process. The
+    config's later groups are refused at once, for the same reason, without running the child again."""
+    from sapo import reasoning_gym as regeneration
+
     verifier = _rg(regeneration_timeout=2.0)
     slow = Provenance(
         "reasoning_gym", "rubiks_cube", {"min_scramble_steps": 2_000_000, "max_scramble_steps": 2_000_000}, 1, 0
@@ -266,8 +271,75 @@ def test_a_foreign_config_that_is_slow_to_regenerate_is_dropped_and_the_next_gro
     with pytest.raises(GroupDropped) as info:
         verifier.columns_for(validate_group(group))
     assert info.value.reason == "regeneration_limit"
+    runs = []  # every request to the child from here on
+    request = regeneration._worker.request
+    monkeypatch.setattr(regeneration._worker, "request", lambda *args: runs.append(args) or request(*args))
+    again = dataclasses.replace(group, group_id="0-1", provenance=dataclasses.replace(slow, seed=2, index=7))
+    with pytest.raises(GroupDropped) as info:
+        verifier.columns_for(validate_group(again))
+    assert info.value.reason == "regeneration_limit" and "past a limit before" in info.value.detail
+    assert runs == []
     honest = _group(rg_rows[0])
     assert verifier.columns_for(honest) == _rg(regeneration_timeout=None).columns_for(honest)
+    assert len(runs) == 1  # a foreign config of its own: run in the child
+
+
+def test_a_rounds_foreign_regeneration_stops_at_its_budget_and_the_next_round_has_it_again(rg_rows, monkeypatch):
+    """Foreign entries spend the round's `regeneration_budget`; once it is spent the round's other foreign groups are
+    refused as `regeneration_budget`, and a new round has the whole budget again. Configs this peer runs itself are
+    never budgeted. A clock that moves 20 s between readings stands in for slow entries (real regeneration)."""
+    from sapo import reasoning_gym as regeneration
+
+    clock = itertools.count(step=20.0)  # each foreign entry "takes" 20 s
+    monkeypatch.setattr(regeneration, "time", SimpleNamespace(monotonic=lambda: next(clock)))
+    groups = [_group(rg_rows[k]) for k in range(3)]
+    expected = [_rg(regeneration_timeout=None).columns_for(group) for group in groups]
+    foreign = _rg(regeneration_budget=30.0)
+    foreign.new_round()
+    assert [foreign.columns_for(group) for group in groups[:2]] == expected[:2]  # 20 s, then 40 s spent
+    with pytest.raises(GroupDropped) as info:
+        foreign.columns_for(groups[2])
+    assert info.value.reason == "regeneration_budget" and "40.0 s of its 30 s" in info.value.detail
+    foreign.new_round()
+    assert foreign.columns_for(groups[2]) == expected[2]
+    own = _rg(tasks=[EASY_ARITHMETIC, TaskSpec("decimal_arithmetic")], regeneration_budget=1e-9)  # rg_rows' tasks
+    assert [own.columns_for(group) for group in groups] == expected
+    for bad in (0, -1.0):
+        with pytest.raises(ValueError, match="regeneration_budget"):
+            ReasoningGymSource(regeneration_budget=bad)
+
+
+def test_the_memory_of_configs_past_a_limit_is_bounded_and_forgets_after_a_while(monkeypatch):
+    """The configs remembered as past a limit are the most recently refused (at most `REMEMBERED_LIMITS`), each for
+    `LIMIT_MEMORY_SECONDS`; a child that did not start says nothing of the config. The child is a stand-in here:
+    every request is past the limit, counted."""
+    from sapo import reasoning_gym as regeneration
+
+    now = [0.0]
+    monkeypatch.setattr(regeneration, "time", SimpleNamespace(monotonic=lambda: now[0]))
+    monkeypatch.setattr(regeneration, "REMEMBERED_LIMITS", 2)
+    runs = []
+
+    def past_the_limit(message, timeout):
+        runs.append(json.loads(message[1])["min_scramble_steps"])
+        if message[1] == json.dumps({"min_scramble_steps": 4}):
+            raise GroupDropped("regeneration_limit", "the regeneration process did not start within 120 s")
+        raise regeneration._OverLimit(f"no entry within {timeout:g} s")
+
+    monkeypatch.setattr(regeneration._worker, "request", past_the_limit)
+    verifier = regeneration.ReasoningGymVerifier(timeout=10.0)
+
+    def refused(steps: int) -> str:
+        with pytest.raises(GroupDropped) as info:
+            verifier.verify(Provenance("reasoning_gym", "rubiks_cube", {"min_scramble_steps": steps}, 1, 0), "Q?")
+        assert info.value.reason == "regeneration_limit"
+        return info.value.detail
+
+    for steps in (1, 2, 3, 1, 3, 4, 4):  # 1 was forgotten for 3 (two remembered); 4 never started: tried again
+        refused(steps)
+    assert runs == [1, 2, 3, 1, 4, 4] and verifier.counts["remembered_limit"] == 1
+    now[0] += regeneration.LIMIT_MEMORY_SECONDS + 1
+    assert "no entry within 10 s" in refused(3) and runs[-1] == 3  # an hour later: run again
 
 
 def test_own_configs_regenerate_in_process_and_foreign_ones_in_the_child_give_the_same_columns(rg_rows):

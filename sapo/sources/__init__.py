@@ -14,6 +14,7 @@ from sapo.sources.base import (
     SourceRegistry,
     TaskSource,
     as_dataset,
+    by_turns,
     describe_source_policies,
 )
 from sapo.sources.dataset import DATASET_SOURCE, DatasetSource, item_key, load_records, mix_rows
@@ -34,6 +35,7 @@ __all__ = [
     "VERIFIERS_SOURCE",
     "VerifiersSource",
     "as_dataset",
+    "by_turns",
     "describe_source_policies",
     "item_key",
     "load_records",

@@ -77,6 +77,11 @@ class TaskSource(ABC):
         sender's, to compare. Raises :class:`GroupDropped` (`bad_provenance`, `version_skew`, `item_not_held`,
         `question_mismatch`, ...) when it cannot."""
 
+    def new_round(self) -> None:
+        """Told before a round's received groups are re-derived (:meth:`SourceRegistry.new_round`): a source that
+        bounds what one round may cost it (reasoning-gym's `regeneration_budget`) starts afresh. Default: nothing."""
+        return None
+
     def rows(self, *args: Any, **kwargs: Any) -> Any:
         """This source's training rows (a `datasets.Dataset`, or a list of dicts), each with a chat ``prompt``, an
         ``answer``, a ``task`` and a ``provenance`` that :meth:`rederive` reads back, plus any reward columns. A
@@ -130,6 +135,13 @@ class SourceRegistry:
     def add(self, source: TaskSource) -> None:
         """Hold ``source`` too."""
         self.sources.append(source)
+
+    def new_round(self) -> None:
+        """Begin a round: tell every source (:meth:`TaskSource.new_round`), so that per-round bounds start afresh."""
+        for source in self.sources:
+            # a source of another make (not a TaskSource subclass) may not have the hook
+            if callable(hook := getattr(source, "new_round", None)):
+                hook()
 
     def source_of(self, provenance: Provenance) -> TaskSource | None:
         """The registered source that holds ``provenance``, or None."""
@@ -221,6 +233,19 @@ def as_dataset(rows: Any, what: str) -> Any:
     if isinstance(rows, list | tuple):
         kind = f"{kind} holding a {type(next(r for r in rows if not isinstance(r, dict))).__name__}"
     raise TypeError(f"{what} returned a {kind}; it must return a datasets.Dataset or a list of dicts (one per row)")
+
+
+def by_turns(senders: Sequence[str]) -> list[int]:
+    """The positions of ``senders`` (one per received group) in an order where senders take turns: every sender's first
+    group, then every one's second, and so on (within a turn in the given order); a sender's own groups keep theirs.
+    A round re-derives its groups in this order, so that one sender's groups cannot spend a per-round budget
+    (reasoning-gym's `regeneration_budget`) before the other senders' groups are tried."""
+    rank: dict[str, int] = {}
+    keyed = []
+    for position, sender in enumerate(senders):
+        turn = rank[sender] = rank.get(sender, -1) + 1
+        keyed.append((turn, position))
+    return [position for _, position in sorted(keyed)]
 
 
 def row_provenances(rows: Sequence[dict[str, Any]]) -> list[Provenance | None]:

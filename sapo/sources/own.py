@@ -43,11 +43,15 @@ def keyed_by_content(train_dataset: Any, name: str = UNNAMED_DATASET) -> Any:
 
 
 def registry_for(
-    train_dataset: Any, sources: Sequence[TaskSource] | None, policy: str, regeneration_timeout: float | None
+    train_dataset: Any,
+    sources: Sequence[TaskSource] | None,
+    policy: str,
+    regeneration_timeout: float | None,
+    regeneration_budget: float | None = 30.0,
 ) -> SourceRegistry:
     """The sources a trainer holds: ``sources`` as given, plus those its own rows need that none of them holds (dataset
-    items keyed by content; reasoning-gym, when its rows hold reasoning-gym items). Logs what it holds, and warns of
-    rows no peer could verify, saying why."""
+    items keyed by content; reasoning-gym, when its rows hold reasoning-gym items, with ``regeneration_timeout`` and
+    ``regeneration_budget``). Logs what it holds, and warns of rows no peer could verify, saying why."""
     registry = SourceRegistry(sources or (), policy)
     rows = _sample_rows(train_dataset)
     provenances = row_provenances(rows)
@@ -56,11 +60,14 @@ def registry_for(
         if provenance is not None and provenance.source == REASONING_GYM_SOURCE:
             task = TaskSpec(provenance.task, provenance.config)
             tasks.setdefault((task.name, task.config_key), task)
-    # reasoning-gym regenerates any of its items cheaply (a foreign config in a child process, under a time limit): a
-    # peer that trains on reasoning-gym tasks verifies every reasoning-gym group, of its own tasks or not. A peer of
-    # other sources holds only those: its rewards need their columns.
+    # reasoning-gym regenerates any of its items cheaply (a foreign config in a child process, under a time limit and
+    # a budget per round): a peer that trains on reasoning-gym tasks verifies every reasoning-gym group, of its own
+    # tasks or not. A peer of other sources holds only those: its rewards need their columns.
     if tasks and not any(isinstance(s, ReasoningGymSource) for s in registry.sources):
-        registry.add(ReasoningGymSource(list(tasks.values()), regeneration_timeout=regeneration_timeout))
+        source = ReasoningGymSource(
+            list(tasks.values()), regeneration_timeout=regeneration_timeout, regeneration_budget=regeneration_budget
+        )
+        registry.add(source)
     keyed = [(row, p) for row, p in zip(rows, provenances, strict=True) if p is not None and p.source == DATASET_SOURCE]
     unheld = [(row, p) for row, p in keyed if registry.source_of(p) is None]
     for name in dict.fromkeys(p.task for _, p in unheld):

@@ -30,6 +30,11 @@ class ReasoningGymSource(TaskSource):
         regeneration_timeout: seconds one foreign entry may take to regenerate (a config this peer does not run
             itself runs in a child process under this limit and a memory cap; past either the group is dropped as
             `regeneration_limit`); None regenerates in this process without a limit. Default 10.
+        regeneration_budget: seconds of wall time the foreign entries of one round may spend (the child's start or
+            restart included; a round begins with :meth:`new_round`, which the trainer's intake calls before it
+            judges a round's received groups); once spent, the round's other foreign groups are dropped as
+            `regeneration_budget`. A foreign config once past a limit is refused as `regeneration_limit` without
+            running it again (`sapo.reasoning_gym.ReasoningGymVerifier`). None: no budget. Default 30.
     """
 
     name = REASONING_GYM_SOURCE
@@ -39,13 +44,22 @@ class ReasoningGymSource(TaskSource):
         tasks: Sequence[TaskSpec | str] = (),
         allowed_tasks: Sequence[TaskSpec | str] | None = None,
         regeneration_timeout: float | None = 10.0,
+        regeneration_budget: float | None = 30.0,
     ):
         if regeneration_timeout is not None and regeneration_timeout <= 0:
             raise ValueError(f"regeneration_timeout must be positive or None, got {regeneration_timeout}")
+        if regeneration_budget is not None and not regeneration_budget > 0:
+            raise ValueError(f"regeneration_budget must be positive or None, got {regeneration_budget}")
         self.version = reasoning_gym_version()
         self.tasks = [t if isinstance(t, TaskSpec) else TaskSpec(t) for t in tasks]
-        self._verifier = ReasoningGymVerifier(allowed_tasks, timeout=regeneration_timeout)
+        self._verifier = ReasoningGymVerifier(
+            allowed_tasks, timeout=regeneration_timeout, round_budget=regeneration_budget
+        )
         self._verifier.register_tasks(self.tasks)
+
+    def new_round(self) -> None:
+        """Begin a round: its foreign configs have the whole `regeneration_budget` again."""
+        self._verifier.new_round()
 
     def holds(self, provenance: Provenance) -> bool:
         """Every reasoning-gym provenance: any task can be regenerated (subject to `allowed_tasks`)."""
