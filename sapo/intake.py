@@ -55,7 +55,7 @@ from sapo.sampling import SWARM, Candidate, ExternalSampler, OwnSuccess, Selecti
 from sapo.sources import SourceRegistry, by_turns
 from sapo.standing import SenderStanding
 from sapo.tally import SenderTally
-from swarm.records import Group
+from swarm.records import Group, ReceivedGroup
 from swarm.transport import SwarmTransport
 
 logger = logging.getLogger(__name__)
@@ -252,11 +252,12 @@ class Intake:
                 taken.records.append(self._record(item.sender, item.group, "stale"))
             else:
                 fresh.append(item)
-        self.sources.new_round()  # per-round bounds of the sources start afresh (`regeneration_budget`)
-        with timed("external_scoring"):  # senders take turns at a source's budget; candidates keep the fetch's order
-            verdicts = {i: self._judge(fresh[i].sender, fresh[i].group, fetched_at, probe, taken)
-                        for i in by_turns([item.sender for item in fresh])}  # fmt: skip
-            judged = [verdicts[i] for i in range(len(fresh))]
+        with timed("external_scoring"):
+            readable = [item for item in fresh if not self._benched(item.sender, fetched_at)]  # benched: unread
+            truths = dict(zip(map(id, readable), self._truths(readable), strict=True))
+            judged = [
+                self._judge(item.sender, item.group, truths.get(id(item)), fetched_at, probe, taken) for item in fresh
+            ]
         candidates = [c for c in judged if c is not None]
         taken.candidates, taken.scored = len(received), len(candidates)
         taken.zero_advantage = sum(c.has_zero_advantage for c in candidates)
@@ -324,7 +325,33 @@ class Intake:
             fetched = [(self.swarm.fetch(pool_size), time.time(), self.swarm.refusals())]
         return broadcast_object_list(fetched, from_process=0)[0]
 
-    def _judge(self, sender: str, group: Group, now: float, probe: PolicyProbe, taken: Taken) -> Candidate | None:
+    def _truths(self, received: list[ReceivedGroup]) -> list[dict[str, Any] | GroupDropped]:
+        """What the source of each of ``received`` re-derives of its item (its columns, or why it cannot:
+        :mod:`sapo.sources`), in their order. Senders take turns at the sources (`sapo.sources.by_turns`), so that one
+        sender's groups cannot spend a per-round bound (`regeneration_budget`) before another's are tried. With
+        several processes the main process asks and every process takes its answers: a time-bounded re-derivation
+        may end otherwise on another process, and all must judge alike."""
+        truths: list[dict[str, Any] | GroupDropped | None] = [None] * len(received)
+        if self.accelerator.is_main_process:
+            self.sources.new_round()  # per-round bounds start afresh
+            for i in by_turns([item.sender for item in received]):
+                try:
+                    truths[i] = self.sources.columns_for(received[i].group)
+                except GroupDropped as e:
+                    truths[i] = e
+        if self.accelerator.num_processes > 1:
+            truths = broadcast_object_list([truths], from_process=0)[0]
+        return truths
+
+    def _judge(
+        self,
+        sender: str,
+        group: Group,
+        truth: dict[str, Any] | GroupDropped | None,
+        now: float,
+        probe: PolicyProbe,
+        taken: Taken,
+    ) -> Candidate | None:
         """A candidate, or None: a benched sender's group is set aside unread; one judged bad here (:data:`BAD_GROUP`)
         counts as a drop in its sender's standing, one this peer merely cannot verify or use does not (a candidate
         counts once the sampler chose it and the plausibility check judged it: a usable group the sampler leaves
@@ -333,20 +360,20 @@ class Intake:
         if self._benched(sender, now):
             self._drop(taken, "benched_sender", sender, group, "its recent groups kept being dropped")
             return None
-        candidate, reason = self._verify_and_score(sender, group, probe, taken)
+        candidate, reason = self._verify_and_score(sender, group, truth, probe, taken)
         if reason in BAD_GROUP:
             self._record_standing(sender, False, now)
         return candidate
 
     def _verify_and_score(
-        self, sender: str, group: Group, probe: PolicyProbe, taken: Taken
+        self, sender: str, group: Group, truth: dict[str, Any] | GroupDropped, probe: PolicyProbe, taken: Taken
     ) -> tuple[Candidate | None, str | None]:
-        """A candidate with this peer's ground truth and rewards, or None and the reason it was dropped (counted)."""
-        try:
-            columns = self.sources.columns_for(group)
-        except GroupDropped as e:
-            self._drop(taken, e.reason, sender, group, e.detail)
-            return None, e.reason
+        """A candidate with this peer's ground truth (``truth``: the columns its source re-derived, or why it could
+        not) and rewards, or None and the reason it was dropped (counted)."""
+        if isinstance(truth, GroupDropped):
+            self._drop(taken, truth.reason, sender, group, truth.detail)
+            return None, truth.reason
+        columns = dict(truth)
         size = self.args.num_generations
         if len(group.completions) < size:
             self._drop(taken, "group_size", sender, group, f"{len(group.completions)} < {size} completions")

@@ -65,6 +65,10 @@ class GroupDropped(Exception):
         self.reason = reason
         self.detail = detail
 
+    def __reduce__(self) -> tuple[type, tuple[str, str]]:
+        # pickled whole (the main process's verdicts travel to the others): ``args`` holds the message only
+        return GroupDropped, (self.reason, self.detail)
+
 
 def provenance_to_json(provenance: Provenance) -> str:
     """The ``provenance`` column of a row: the wire form of ``provenance`` as canonical JSON."""

@@ -352,3 +352,13 @@ def test_own_configs_regenerate_in_process_and_foreign_ones_in_the_child_give_th
     assert regeneration._worker.process is None  # our own config: regenerated here
     assert _rg().columns_for(group) == columns  # a foreign one: in the child, same result
     assert regeneration._worker.process is not None
+
+
+def test_a_drop_verdict_travels_whole_between_processes():
+    # With several processes, the main process re-derives the received groups and the others take its verdicts
+    # (pickled by accelerate's broadcast): a drop must arrive with its reason and detail.
+    import pickle
+
+    verdict = pickle.loads(pickle.dumps(GroupDropped("regeneration_budget", "the round's 30 s are spent")))
+    assert isinstance(verdict, GroupDropped)
+    assert (verdict.reason, verdict.detail) == ("regeneration_budget", "the round's 30 s are spent")
