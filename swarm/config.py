@@ -38,7 +38,8 @@ _SECTIONS = {
     ),
     "An open swarm's bounds": (
         "refill_sender_share", "refill_unjudged_share", "max_unknown_senders", "max_senders_per_host",
-        "fetch_heard_within", "fetch_retry_after",
+        "fetch_heard_within", "fetch_retry_after", "store_budget_bytes", "store_budget_values", "dht_storage_bytes",
+        "dht_storage_values",
     ),
     "Process hygiene": (
         "state_dir", "health_interval", "check_reachability",
@@ -415,6 +416,50 @@ class DHTTransportConfig:
             "of a sender after a strike (a record refused or never served), doubling with each of its recent strikes."
         },
     )
+    store_budget_bytes: int = field(
+        default=16 * 2**20,
+        metadata={
+            "help": "Value bytes one libp2p peer's store requests may hold within 10 s (swarm.store_gate); a request "
+            "beyond it is refused unverified (rejected/store_budget) and the peer rests as one whose stores are "
+            "mostly refused does (30 s, doubling). Every valid value stored here is kept until it expires (about 11 "
+            "minutes), so without it one peer storing well-signed records under fresh keys makes this node hold what "
+            "its bandwidth carries. An honest peer stores here, within 10 s, one copy of each record it publishes "
+            "(in client mode or without serve_records: one a training step, one record per step), its index entry "
+            "(under 1 KiB on each of at most index_max_level + 1 levels, every announce_interval), with hivemind's "
+            "cache_nearest one copy of each record it looked up (a few a step), and once, when it meets this node, "
+            "the values it holds that this node should hold (one request, under hivemind's 4 MiB message cap). "
+            "Records are at most limits.max_record_bytes (3 MiB) and usually tens of KiB: 16 MiB is five full-size "
+            "records every 10 s, several times what a peer that publishes and reads a record a second stores."
+        },
+    )
+    store_budget_values: int = field(
+        default=1024,
+        metadata={
+            "help": "Values one libp2p peer's store requests may hold within 10 s, with store_budget_bytes; beyond "
+            "it the peer rests the same way. Each value costs this node a signature check (0.1-0.3 ms) before it is "
+            "kept; an honest peer stores a few records and index levels a step, or a handoff of what it holds "
+            "for this node: 1024 is far above either and costs at most a few percent of a core."
+        },
+    )
+    dht_storage_bytes: int = field(
+        default=256 * 2**20,
+        metadata={
+            "help": "Bytes of values this peer's DHT storage holds at most, and its cache the same: the bound on "
+            "what the swarm's stores make it keep, whatever their number of senders (fresh libp2p identities are "
+            "free, so a budget per sender bounds one identity only). When full, the entries that expire first are "
+            "dropped (hivemind's own rule), whoever stored them. With serve_records the DHT holds index entries "
+            "(KiBs); a client-mode publisher's records live here for record_ttl: 256 MiB holds a full-size record "
+            "every 10 s of one publisher for 10 minutes, or typical records of dozens."
+        },
+    )
+    dht_storage_values: int = field(
+        default=16384,
+        metadata={
+            "help": "Keys this peer's DHT storage (and its cache) holds at most, the entries that expire first "
+            "dropped beyond it: bounds hivemind's own bookkeeping (a few hundred bytes a key), which "
+            "dht_storage_bytes does not count."
+        },
+    )
     state_dir: str | None = field(
         default=None,
         metadata={
@@ -445,7 +490,8 @@ class DHTTransportConfig:
         for name in ("index_shards", "index_shard_entries", "prefetch_groups", "max_cached_groups",
                      "max_pending_publishes", "dht_num_replicas", "dht_record_lookup_workers",
                      "dht_lookup_beam", "dht_bucket_size", "topic_peers", "departed_after_missed",
-                     "max_unknown_senders"):  # fmt: skip
+                     "max_unknown_senders", "store_budget_bytes", "store_budget_values", "dht_storage_bytes",
+                     "dht_storage_values"):  # fmt: skip
             if getattr(self, name) < 1:
                 raise ValueError(f"{name}={getattr(self, name)}: it must be a positive number")
         for name in ("refill_sender_share", "refill_unjudged_share"):

@@ -107,8 +107,11 @@ class DHTTransport(SwarmTransport):
         self._check_member()
         self._counters = SwarmCounters()
         self._timings = TimingLog(clock)
-        # a refused record strikes its sender with the reason; a refused stored value, the libp2p peer that sent it
-        store_gate = self.store_gate = StoreGate(self._counters)
+        # a refused record strikes its sender with the reason; a refused stored value, the libp2p peer that sent it;
+        # a libp2p peer storing more than its budget rests too
+        store_gate = self.store_gate = StoreGate(
+            self._counters, budget_bytes=config.store_budget_bytes, budget_values=config.store_budget_values
+        )
         rejections = ReasonedRejections(self._counters, on_refusal=store_gate.refused)
         validator = make_record_validator(
             signing_key,
@@ -117,7 +120,8 @@ class DHTTransport(SwarmTransport):
             config.limits,
             rejections,
             extra=[] if membership is None else [MembershipValidator(membership.admits, rejections)],
-            # Peers with a longer record_ttl than ours are refused: storage here stays bounded by our expiry.
+            # Peers with a longer record_ttl than ours are refused: what is stored here expires within our ttl (its
+            # amount is bounded by the store gate's budget per sender and by dht_storage_bytes, see swarm/peer.py).
             max_ttl=config.record_ttl + config.clock_skew_tolerance + 60.0,
             index_max_level=config.index_max_level,
         )
@@ -293,6 +297,7 @@ class DHTTransport(SwarmTransport):
             counters=self._counters.snapshot(),
             gauges={
                 "dht_stored_items": float(self.peer.stored_items()),
+                "dht_stored_bytes": float(self.peer.stored_bytes()),
                 "dht_neighbours": float(self.peer.neighbour_count()),
                 **self.reader.gauges(),
             },

@@ -45,7 +45,15 @@ from swarm.daemon import (
     remove_files,
     remove_stale_sockets_since,
 )
-from swarm.hivemind_bridge import PubsubP2P, connect, daemon_process, daemon_sockets, gate_store_handler
+from swarm.hivemind_bridge import (
+    BoundedStorage,
+    PubsubP2P,
+    bound_storage,
+    connect,
+    daemon_process,
+    daemon_sockets,
+    gate_store_handler,
+)
 from swarm.levels import size_from_distances
 from swarm.served import RECORD_HANDLER, ServedRecords
 from swarm.store_gate import StoreGate
@@ -269,6 +277,13 @@ class DHTPeer:
         node = self.node
         return len(node.protocol.storage) if node is not None else 0
 
+    def stored_bytes(self) -> int:
+        """Bytes of the values (and subkeys) this peer's DHT storage holds for the swarm (at most
+        ``dht_storage_bytes``)."""
+        node = self.node
+        storage = node.protocol.storage if node is not None else None
+        return storage.nbytes() if isinstance(storage, BoundedStorage) else 0
+
     def neighbour_peer_ids(self) -> list[Any]:
         """libp2p ids of the DHT neighbours in this peer's routing table now."""
         node = self.node
@@ -371,6 +386,8 @@ class DHTPeer:
             bucket_size=config.dht_bucket_size,
             ensure_bootstrap_success=initial_peers is not None,
         )
+        # hivemind keeps every valid value stored here until it expires, however many: bounded in keys and bytes
+        bound_storage(node, config.dht_storage_values, config.dht_storage_bytes)
         if self._value_serializer is not None:
             # The protocol reads this attribute at each request: from here on, not during the bootstrap above.
             node.protocol.serializer = self._value_serializer

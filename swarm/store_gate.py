@@ -1,4 +1,5 @@
-"""Bounds what one transport peer's store requests make this node verify: a peer whose stores are mostly refused rests.
+"""Bounds what one transport peer's store requests make this node verify and keep: a peer whose stores are mostly
+refused, or that asks this node to keep more than its budget, rests.
 
 hivemind's DHT answers a store request by validating every value in it (decoding, an RSA signature check): about
 0.1-0.3 ms of this node's CPU a value, and a request may hold many values. An honest peer stores its own signed
@@ -10,6 +11,15 @@ with at least ``min_refused`` refusals in a window of ``window`` seconds, at lea
 store requests are then answered "not stored" without a value being decoded or verified (counted as
 ``rejected/sender_rested``), for ``rest`` seconds, doubling on each rest up to :data:`MAX_REST_SECONDS`. The book
 holds at most ``max_senders`` peers (the oldest not resting leave first), so fresh libp2p identities cannot grow it.
+
+Valid values cost memory rather than refusals: each is kept until it expires (the record ttl plus the clock
+tolerance, about 11 minutes), so a peer storing well-signed records under fresh keys would make this node hold what
+its bandwidth carries. A peer is therefore also given a budget per window: at most ``budget_bytes`` value bytes and
+``budget_values`` values, counted as a request arrives (before anything is decoded), whether its values are then
+stored or refused. A request that would take the window beyond either rests its sender at once, the request refused
+unverified (its values counted as ``rejected/store_budget``), with the same rests as above. The budget bounds what one
+libp2p identity makes this node keep, not what many do: the DHT's storage itself is bounded in bytes
+(:func:`swarm.hivemind_bridge.bound_storage`).
 """
 
 from __future__ import annotations
@@ -46,23 +56,30 @@ class _SenderBook:
     window_began: float
     values: int = 0
     refused: int = 0
+    offered_values: int = 0  # values and bytes its requests held, counted as they arrive (the budget's)
+    offered_bytes: int = 0
     rests: int = 0
     rests_until: float = 0.0
 
     def start_window(self, at: float) -> None:
-        """Count this sender's values and refusals afresh from ``at``."""
+        """Count this sender's values, refusals and budget afresh from ``at``."""
         self.window_began, self.values, self.refused = at, 0, 0
+        self.offered_values, self.offered_bytes = 0, 0
 
 
 class StoreGate:
-    """Per-sender accounting of store requests, and the rest of a sender whose values are mostly refused.
+    """Per-sender accounting of store requests, and the rest of a sender whose values are mostly refused or over its
+    budget.
 
     Parameters:
-        counters: where ``rejected/sender_rested`` (values refused unverified) and ``store_senders_rested`` go.
+        counters: where ``rejected/sender_rested`` (values refused unverified), ``rejected/store_budget`` (the values
+            of a request that went over its sender's budget) and ``store_senders_rested`` go.
         min_refused: refusals within one window that can start a rest (if they are at least half of its values).
-        window: seconds over which a sender's values and refusals are counted.
+        window: seconds over which a sender's values, refusals and budget are counted.
         rest: a sender's first rest in seconds; each further rest doubles it, up to :data:`MAX_REST_SECONDS`.
         max_senders: the most senders the book holds.
+        budget_bytes: value bytes one sender's requests may hold within a window (``None``: no limit).
+        budget_values: values one sender's requests may hold within a window (``None``: no limit).
         clock: monotonic seconds (tests pass their own).
     """
 
@@ -73,6 +90,8 @@ class StoreGate:
         window: float = 10.0,
         rest: float = 30.0,
         max_senders: int = 4096,
+        budget_bytes: int | None = None,
+        budget_values: int | None = None,
         clock: Callable[[], float] = time.monotonic,
     ):
         self.counters = counters
@@ -80,6 +99,8 @@ class StoreGate:
         self.window = window
         self.rest = rest
         self.max_senders = max_senders
+        self.budget_bytes = budget_bytes
+        self.budget_values = budget_values
         self._clock = clock
         self._book: dict[str, _SenderBook] = {}
 
@@ -100,15 +121,18 @@ class StoreGate:
             request.refused += 1
 
     def wrap(self, rpc_store: Callable[[Any, Any], Awaitable[Any]], refuse_all: Callable[[Any], Any]) -> Any:
-        """A store handler around ``rpc_store(request, context)``: a resting sender's request is answered
-        ``refuse_all(request)`` (nothing decoded or verified); any other is validated with :data:`STORE_REQUEST` set,
-        then judged (:meth:`judge`)."""
+        """A store handler around ``rpc_store(request, context)``: a resting sender's request, or one that would take
+        its sender over its budget (:meth:`within_budget`), is answered ``refuse_all(request)`` (nothing decoded or
+        verified); any other is validated with :data:`STORE_REQUEST` set, then judged (:meth:`judge`)."""
 
         async def gated_store(request: Any, context: Any) -> Any:
             sender = context.remote_id.to_base58()
             values = len(request.keys)
             if self.resting(sender):
                 self.counters.reject("sender_rested", values)
+                return refuse_all(request)
+            if not self.within_budget(sender, values, sum(len(value) for value in request.values)):
+                self.counters.reject("store_budget", values)
                 return refuse_all(request)
             validated = StoreRequest(sender)
             token = STORE_REQUEST.set(validated)
@@ -127,10 +151,26 @@ class StoreGate:
         entry.values += values
         entry.refused += refused
         if entry.refused >= self.min_refused and 2 * entry.refused >= entry.values:
-            entry.rests += 1
-            entry.rests_until = self._clock() + min(self.rest * 2 ** (entry.rests - 1), MAX_REST_SECONDS)
-            entry.start_window(entry.rests_until)  # what it sends while resting is not counted
-            self.counters.add("store_senders_rested")
+            self._start_rest(entry)
+
+    def within_budget(self, sender: str, values: int, nbytes: int) -> bool:
+        """Count a store request of ``sender`` (``values`` values, ``nbytes`` value bytes) into its window's budget as
+        it arrives; False, and the sender rests, when the window's values or bytes would then exceed the budget."""
+        entry = self._entry(sender)
+        entry.offered_values += values
+        entry.offered_bytes += nbytes
+        over_values = self.budget_values is not None and entry.offered_values > self.budget_values
+        over_bytes = self.budget_bytes is not None and entry.offered_bytes > self.budget_bytes
+        if over_values or over_bytes:
+            self._start_rest(entry)
+            return False
+        return True
+
+    def _start_rest(self, entry: _SenderBook) -> None:
+        entry.rests += 1
+        entry.rests_until = self._clock() + min(self.rest * 2 ** (entry.rests - 1), MAX_REST_SECONDS)
+        entry.start_window(entry.rests_until)  # what it sends while resting is not counted
+        self.counters.add("store_senders_rested")
 
     def _entry(self, sender: str) -> _SenderBook:
         now = self._clock()

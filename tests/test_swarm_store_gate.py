@@ -1,6 +1,7 @@
-"""The store gate (issue 61): a libp2p peer whose stored values are mostly refused rests, its stores then refused
-without a value decoded or verified, while other peers' stores (and its own, once the rest ends) are validated as
-before. The rule on a manual clock, then on real DHT peers on 127.0.0.1."""
+"""The store gate (issue 61): a libp2p peer whose stored values are mostly refused, or that stores beyond its budget of
+bytes or values per window, rests, its stores then refused without a value decoded or verified, while other peers'
+stores (and its own, once the rest ends) are validated as before; and the DHT's storage is bounded in bytes whoever
+stores. The rules on a manual clock, then on real DHT peers on 127.0.0.1."""
 # ruff: noqa: F811  (pytest fixtures imported from tests.swarm_fixtures are redefined as arguments)
 
 from __future__ import annotations
@@ -12,8 +13,10 @@ import time
 from types import SimpleNamespace
 
 import pytest
+from hivemind.dht.routing import DHTID
 from hivemind.utils.serializer import MSGPackSerializer
 
+from swarm.hivemind_bridge import BoundedStorage
 from swarm.records import GroupRecord, encode_record
 from swarm.store_gate import MAX_REST_SECONDS, STORE_REQUEST, StoreGate
 from swarm.transport import SwarmCounters
@@ -30,8 +33,9 @@ class Clock:
         return self.now
 
 
-def store(gate: StoreGate, sender: str, values: int, refused: int) -> list[bool] | str:
-    """One store request of ``values`` values through ``gate``, its validators refusing the first ``refused``."""
+def store(gate: StoreGate, sender: str, values: int, refused: int, value_bytes: int = 1) -> list[bool] | str:
+    """One store request of ``values`` values of ``value_bytes`` bytes through ``gate``, its validators refusing the
+    first ``refused``."""
 
     async def rpc_store(request, context):
         assert STORE_REQUEST.get().sender == sender  # the validators know whom a refusal counts against
@@ -40,7 +44,7 @@ def store(gate: StoreGate, sender: str, values: int, refused: int) -> list[bool]
         return [True] * (values - refused)
 
     handler = gate.wrap(rpc_store, lambda request: "refused unverified")
-    request = SimpleNamespace(keys=[b"k"] * values)
+    request = SimpleNamespace(keys=[b"k"] * values, values=[b"v" * value_bytes] * values)
     context = SimpleNamespace(remote_id=SimpleNamespace(to_base58=lambda: sender))
     return asyncio.run(handler(request, context))
 
@@ -83,7 +87,7 @@ def test_a_requests_refusals_count_in_one_window_even_when_the_window_ends_while
         return []
 
     handler = gate.wrap(slow_rpc_store, lambda request: "refused unverified")
-    request = SimpleNamespace(keys=[b"k"] * 40)
+    request = SimpleNamespace(keys=[b"k"] * 40, values=[b"v"] * 40)
     context = SimpleNamespace(remote_id=SimpleNamespace(to_base58=lambda: "forger"))
     assert asyncio.run(handler(request, context)) == [] and gate.resting("forger")  # 40 of 40 in the new window
 
@@ -108,6 +112,66 @@ def test_the_book_of_senders_is_bounded_and_keeps_the_resting():
     for n in range(100):  # fresh libp2p identities, each storing once
         store(gate, f"fresh-{n}", 1, 0)
     assert len(gate) == 8 and gate.resting("forger")
+
+
+def test_a_sender_storing_valid_values_beyond_its_byte_budget_rests_and_its_rests_double():
+    clock, counters = Clock(), SwarmCounters()
+    gate = StoreGate(counters, window=10.0, rest=30.0, budget_bytes=1000, budget_values=100, clock=clock)
+    for _ in range(9):  # 900 bytes in the window, every value valid: within the budget, all stored
+        assert store(gate, "hoarder", 1, 0, value_bytes=100) == [True]
+    assert store(gate, "hoarder", 2, 0, value_bytes=100) == "refused unverified"  # 1100 > 1000: not kept
+    assert gate.resting("hoarder") and store(gate, "hoarder", 1, 0, value_bytes=1) == "refused unverified"
+    snapshot = counters.snapshot()
+    assert snapshot["rejected/store_budget"] == 2 and snapshot["rejected/sender_rested"] == 1
+    assert snapshot["store_senders_rested"] == 1
+    assert store(gate, "other", 9, 0, value_bytes=100) == [True] * 9  # each sender has a budget of its own
+    clock.now += 30.5  # the rest is over: a fresh budget, and the next rest lasts twice as long
+    assert store(gate, "hoarder", 1, 0, value_bytes=1000) == [True]
+    assert store(gate, "hoarder", 1, 0, value_bytes=1) == "refused unverified"
+    clock.now += 59
+    assert gate.resting("hoarder")
+    clock.now += 2
+    assert not gate.resting("hoarder") and counters.snapshot()["store_senders_rested"] == 2
+
+
+def test_the_value_budget_counts_values_and_each_window_starts_afresh():
+    clock = Clock()
+    gate = StoreGate(SwarmCounters(), window=10.0, budget_bytes=10**9, budget_values=50, clock=clock)
+    for _ in range(20):  # 50 values a window, every window: never over
+        assert store(gate, "steady", 50, 0) == [True] * 50
+        clock.now += 10.5
+    assert not gate.resting("steady")
+    assert store(gate, "burst", 50, 0) == [True] * 50 and store(gate, "burst", 1, 0) == "refused unverified"
+    assert gate.resting("burst")
+
+
+def test_no_budget_limits_nothing_and_refused_values_count_into_the_budget():
+    clock = Clock()
+    unlimited = StoreGate(SwarmCounters(), min_refused=10**6, clock=clock)  # the defaults: no budget
+    assert store(unlimited, "big", 1000, 0, value_bytes=10_000) == [True] * 1000 and not unlimited.resting("big")
+    gate = StoreGate(SwarmCounters(), min_refused=10**6, budget_bytes=1000, clock=clock)
+    assert store(gate, "mixed", 8, 8, value_bytes=100) == []  # refused, yet received: 800 bytes of the budget
+    assert store(gate, "mixed", 3, 0, value_bytes=100) == "refused unverified" and gate.resting("mixed")
+
+
+def test_bounded_storage_keeps_at_most_its_bytes_and_keys_dropping_what_expires_first():
+    storage = BoundedStorage(max_values=1000, max_bytes=10_000)
+    now = time.time()
+    for n in range(50):  # 50 values of 1000 bytes, each expiring later than the one before
+        assert storage.store(DHTID.generate(source=n), b"x" * 1000, now + 100 + n)
+        assert storage.nbytes() <= 10_000
+    held = {n for n in range(50) if DHTID.generate(source=n) in storage}
+    assert held and max(held) == 49 and min(held) > 50 - 10  # the latest-expiring are kept
+    for n in range(20):  # subkeys of one dictionary count too, and the dictionary goes whole when it expires first
+        storage.store_subkey(DHTID.generate(source="dict"), f"owner-{n}".encode(), b"y" * 500, now + 50)
+        assert storage.nbytes() <= 10_000
+    few = BoundedStorage(max_values=5, max_bytes=10**9)
+    for n in range(20):
+        few.store(DHTID.generate(source=n), b"z", now + 100 + n)
+    assert len(few) == 5
+    adopted = BoundedStorage(max_values=1000, max_bytes=3_000)
+    adopted.adopt(storage)  # what a node held before its storage was replaced, within the new bounds
+    assert 0 < adopted.nbytes() <= 3_000
 
 
 def forged(value: bytes) -> bytes:
@@ -147,3 +211,69 @@ def test_a_real_peer_rests_a_forger_and_still_stores_an_honest_peers_records(dht
     finally:
         forger.close()
         honest.close()
+
+
+def collect_groups(peer, want: int) -> list:
+    """Fetch from ``peer`` until ``want`` groups arrived (AssertionError after 60 s)."""
+    received: list = []
+    wait_until(lambda: received.extend(peer.fetch(want - len(received))) or len(received) >= want, 60)
+    return received
+
+
+def hoard(node: HostileNode, peer_id, record: bytes, count: int, first: int = 0) -> list[bool]:
+    """``count`` valid records signed by ``node``, each under a fresh key (any key: nothing ties a record to the key of
+    its owner's records) and expiring later than the one before, stored one by one at the libp2p peer ``peer_id``."""
+    answers, dumps = [], MSGPackSerializer.dumps
+    for n in range(first, first + count):
+        key, expiration = record_key("sapo", f"hoard-{os.urandom(4).hex()}", n), time.time() + 120 + n
+        answers += store_raw(node, peer_id, key, dumps(node.marker), node.signed(key, node.marker, record, expiration),
+                             expiration)  # fmt: skip
+    return answers
+
+
+@pytest.mark.usefixtures("no_p2pd_left_behind")
+def test_a_peer_storing_valid_records_beyond_its_budget_rests_and_the_storage_stays_bounded(dht_peers):
+    budget, bound = 300_000, 800_000
+    victim = dht_peers(store_budget_bytes=budget, dht_storage_bytes=bound)
+    hoarder = HostileNode(victim.visible_addresses(), on_p2pd=record_p2pd)
+    fresh = HostileNode(victim.visible_addresses(), on_p2pd=record_p2pd)
+    try:
+        peer_id = victim.peer.libp2p_peer_id
+        group = make_group("g", completion_chars=10_000, completions=4)
+        record = MSGPackSerializer.dumps(encode_record(GroupRecord([group], created_at=time.time())))
+        assert 40_000 < len(record) < 45_000
+        answers = hoard(hoarder, peer_id, record, 12)  # ~500 KB of valid records: over the 300 KB budget
+        kept = answers.count(True)
+        assert answers == [True] * kept + [False] * (12 - kept) and 5 <= kept <= 7
+        counters = victim.readout().counters
+        assert counters["rejected/store_budget"] == 1 and counters["rejected/sender_rested"] == 12 - kept - 1
+        assert counters["store_senders_rested"] == 1 and "rejected/bad_signature" not in counters
+        assert victim.store_gate.resting(hoarder.node.peer_id.to_base58())
+        assert kept * len(record) <= victim.readout().gauges["dht_stored_bytes"] <= budget + 2 * 4096
+        # identities are free: with no budget, one peer stores 1.3 MB, and the storage still holds at most its bound
+        victim.store_gate.budget_bytes = None
+        assert hoard(fresh, peer_id, record, 30, first=100) == [True] * 30
+        gauges = victim.readout().gauges
+        assert bound * 3 // 4 <= gauges["dht_stored_bytes"] <= bound
+        assert gauges["dht_stored_items"] < kept + 30  # what expired first made room
+        assert victim.healthy()
+    finally:
+        hoarder.close()
+        fresh.close()
+
+
+@pytest.mark.usefixtures("no_p2pd_left_behind")
+def test_an_honest_peer_publishing_at_its_rate_never_rests(dht_peers):
+    victim = dht_peers()
+    publisher = dht_peers(initial_peers=victim.visible_addresses(), serve_records=False, model_name="honest")
+    for step in range(30):  # a record every poll interval (0.1 s here), of 4 groups of 8 completions: ~70 KB each
+        publisher.publish([make_group(f"{step}-{n}", completion_chars=2000, completions=8) for n in range(4)])
+        time.sleep(0.1)
+    # every record stored (on the victim too: with two peers and two replicas, both hold each), none refused
+    wait_until(lambda: publisher.readout().counters.get("published_records", 0) == 30, 60, message="published")
+    assert "publish_failures" not in publisher.readout().counters
+    assert 30 * 60_000 <= victim.readout().gauges["dht_stored_bytes"] <= victim.config.dht_storage_bytes
+    assert len(collect_groups(victim, 16)) == 16  # and read
+    for peer in (victim, publisher):
+        counters = peer.readout().counters
+        assert "store_senders_rested" not in counters and "rejected/store_budget" not in counters, counters
