@@ -13,7 +13,9 @@ machine, not the victim's interpreter; :mod:`benchmarks.flood_attack`) sends for
   announcement (60 KB: frames over 64 KiB are skipped before decoding) and a lookup's answer (an index entry held by
   the hostile DHT node);
 - "still here" under fresh identities (keys made before the attack);
-- records dated 2 s ahead claiming 8 groups and holding one, ``claim_rate`` a second.
+- records dated 2 s ahead claiming 8 groups and holding one, ``claim_rate`` a second;
+- records dated 2 s ahead truly holding ``crowd_groups`` (32) groups of a source the victim does not hold,
+  ``crowd_rate`` (2) a second: set aside as ``unknown_source``, they never count against their sender.
 
 Per condition it reports honest groups reaching the intake and trained per step, the median step time, the longest
 stall of the victim transport's event loop (a coroutine on that loop waking every 10 ms records its lateness), the

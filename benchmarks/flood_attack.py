@@ -2,7 +2,7 @@
 
 The hostile peer runs in a process of its own (an attacker's machine, not the victim's interpreter): it joins the
 victim's swarm and, for a bounded time, sends what :mod:`benchmarks.flood`'s docstring lists, from one thread per
-attack (the store storm, the bombs, the inflated claims, the fresh and forged identities).
+attack (the store storm, the bombs, the inflated claims, the crowding records, the fresh and forged identities).
 """
 
 from __future__ import annotations
@@ -42,6 +42,11 @@ class FloodSettings:
     """Fresh identities announced over the attack."""
     forged_announcement_rate: float = 10.0
     """Announcements with a forged signature a second."""
+    crowd_rate: float = 2.0
+    """Crowding records (dated 2 s ahead, truly holding ``crowd_groups`` groups) published a second."""
+    crowd_groups: int = 32
+    """Groups of one crowding record: of a task source the victim does not hold, so it sets them aside as
+    ``unknown_source``, which never counts against their sender."""
 
 
 def attacker(addresses: list[str], victim: str, settings: FloodSettings, ready: Any, stop: Any, out: Any) -> None:
@@ -74,6 +79,7 @@ def attacker(addresses: list[str], victim: str, settings: FloodSettings, ready: 
                 (_storm, (raw, peer_id, swarm_name, sample, settings, done, sent)),
                 (_bombs, (raw, hostile, peer_id, swarm_name, settings, done, sent)),
                 (_claims, (hostile, settings, done, sent)),
+                (_crowd, (hostile, settings, done, sent)),
                 (_identities, (hostile, keys, settings, done, sent)),
             )
         ]
@@ -234,6 +240,26 @@ def _claims(hostile: Any, settings: FloodSettings, done: Any, sent: Counter) -> 
         ahead = time.time() + 2.0
         publish_unchecked(hostile, unchecked_record([_group(f"inflated-{n}", ahead)], ahead), 8, ahead)
         sent["inflated_records"] += 1
+        n += 1
+
+
+def _crowd(hostile: Any, settings: FloodSettings, done: Any, sent: Counter) -> None:
+    """Records dated 2 s ahead that truly hold ``crowd_groups`` groups of a source the victim does not hold: they
+    break no claim and no check that counts against their sender, and before the fair take they filled every take
+    (the freshest first, whoever sent them) while their number told the refill that nothing more was wanted."""
+    from swarm.records import Provenance
+    from testbed.hostile_peer import publish_unchecked, unchecked_record
+
+    n = 0
+    while not done.wait(1 / settings.crowd_rate):
+        ahead = time.time() + 2.0
+        groups = [
+            dataclasses.replace(_group(f"crowd-{n}-{i}", ahead), provenance=Provenance("unheard_of", "x", {}, 0, i))
+            for i in range(settings.crowd_groups)
+        ]
+        publish_unchecked(hostile, unchecked_record(groups, ahead), len(groups), ahead)
+        sent["crowd_records"] += 1
+        sent["crowd_groups"] += len(groups)
         n += 1
 
 
