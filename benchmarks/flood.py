@@ -123,14 +123,18 @@ def step_callback(honest: str, watch: Any) -> Any:
             self._began_cpu = time.thread_time()  # the training thread's own work, apart from waiting for a core
 
         def on_step_end(self, args, state, control, **kwargs):
-            outcomes = self.trainer.sender_outcomes.get(honest, Counter())
-            reached = sum(n for outcome, n in outcomes.items() if not outcome.startswith("refused/"))
+            def reached_from(counts: Counter[str]) -> int:
+                return sum(n for outcome, n in counts.items() if not outcome.startswith("refused/"))
+
+            reached = reached_from(self.trainer.sender_outcomes.get(honest, Counter()))
+            others = sum(reached_from(c) for sender, c in self.trainer.sender_outcomes.items() if sender != honest)
             self.rows.append(
                 {
                     "seconds": time.perf_counter() - self._began,
                     "thread_cpu_s": time.thread_time() - self._began_cpu,
                     "rss_mb": rss_mb(os.getpid()) or 0.0,
                     "honest_reached": reached,
+                    "others_reached": others,
                     "honest_trained": self.trainer.taken_from.get(honest, 0),
                 }
             )

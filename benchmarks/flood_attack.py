@@ -61,11 +61,13 @@ def attacker(addresses: list[str], victim: str, settings: FloodSettings, ready: 
     from testbed.hostile_peer import HostileNode, unchecked_record
 
     raw = HostileNode(addresses)
-    hostile = None
+    hostile = crowd = None
     sent: Counter[str] = Counter()
     try:
         hostile = DHTTransport(model_name="hostile", initial_peers=addresses)
-        out.put(("p2pd", [daemon_process(raw.node.p2p).pid, hostile.p2pd_pid]))
+        # the crowding records come from an identity of their own: the inflated claims' strikes rest the other one
+        crowd = DHTTransport(model_name="crowd", initial_peers=addresses)
+        out.put(("p2pd", [daemon_process(raw.node.p2p).pid, hostile.p2pd_pid, crowd.p2pd_pid]))
         keys = [RSAPrivateKey() for _ in range(settings.identities)]
         ready.set()
         peer_id = PeerID.from_base58(victim)
@@ -79,7 +81,7 @@ def attacker(addresses: list[str], victim: str, settings: FloodSettings, ready: 
                 (_storm, (raw, peer_id, swarm_name, sample, settings, done, sent)),
                 (_bombs, (raw, hostile, peer_id, swarm_name, settings, done, sent)),
                 (_claims, (hostile, settings, done, sent)),
-                (_crowd, (hostile, settings, done, sent)),
+                (_crowd, (crowd, settings, done, sent)),
                 (_identities, (hostile, keys, settings, done, sent)),
             )
         ]
@@ -92,9 +94,10 @@ def attacker(addresses: list[str], victim: str, settings: FloodSettings, ready: 
             thread.join(30)
         sent["attack_seconds"] = round(settings.attack_seconds - max(0.0, deadline - time.monotonic()))
     finally:
-        with contextlib.suppress(Exception):
-            if hostile is not None:
-                hostile.close()
+        for transport in (hostile, crowd):
+            with contextlib.suppress(Exception):
+                if transport is not None:
+                    transport.close()
         raw.close()
         out.put(("sent", dict(sent)))
 

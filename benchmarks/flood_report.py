@@ -28,6 +28,7 @@ def summarize(rounds: list[dict[str, Any]]) -> dict[str, Any]:
         "honest_published": sum(r["honest_published"] for r in rounds),
         "honest_reached_per_step": sum(r["steps"][-1]["honest_reached"] for r in rounds) / steps,
         "honest_trained_per_step": sum(r["steps"][-1]["honest_trained"] for r in rounds) / steps,
+        "others_reached_per_step": sum(r["steps"][-1].get("others_reached", 0) for r in rounds) / steps,
         "step_time_median_s": statistics.median(durations),
         "step_thread_cpu_median_s": statistics.median(
             [row["thread_cpu_s"] for r in rounds for row in r["steps"][1:]] or [0.0]
@@ -72,6 +73,7 @@ def report_lines(data: dict[str, Any]) -> list[str]:
     rows = [
         ("honest groups reaching the intake per step", "honest_reached_per_step", "{:.2f}"),
         ("honest groups trained per step", "honest_trained_per_step", "{:.2f}"),
+        ("other senders' groups reaching the intake per step", "others_reached_per_step", "{:.2f}"),
         ("honest groups published", "honest_published", "{}"),
         ("median step time (s)", "step_time_median_s", "{:.2f}"),
         ("median CPU time of the training thread in a step (s)", "step_thread_cpu_median_s", "{:.2f}"),

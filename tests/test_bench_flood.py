@@ -39,6 +39,7 @@ def test_the_flood_benchmark_reports_both_conditions_and_the_attack_really_happe
     assert sent["forged_store_values"] >= 500 and sent["bombs"] >= 2 and sent["bombs/store_record"] >= 1
     assert sent["inflated_records"] >= 1 and sent["fresh_identities"] >= 1 and sent["forged_announcements"] >= 1
     assert sent["crowd_records"] >= 1 and sent["crowd_groups"] == 32 * sent["crowd_records"]
+    assert clean["others_reached_per_step"] == 0  # only the honest peer publishes when nobody attacks
     # ...and the victim refused it, by reason: the first forged values verified, then the forger rested (its stores,
     # the store-path bombs among them, refused unverified); the clean victim refused nothing
     rejects = attack["rejects"]
