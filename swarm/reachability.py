@@ -32,6 +32,10 @@ DIAL_BACK_HANDLER = "sapo_swarm.dial_back"
 
 _MAX_PORTS = 4  # ports one request may name
 _ANSWER_EVERY = 60.0  # seconds between two dial-backs this peer makes for the same asker
+# Dial-backs made for all askers together within _ANSWER_EVERY: identities cost nothing, so a per-asker bound alone
+# lets fresh ones make this peer dial (and look up its peers) without end. A joining peer asks three neighbours once,
+# and again every half hour: an honest swarm asks one peer a few times an hour; refused, an asker asks again later.
+_ANSWERS_PER_WINDOW = 30
 _ASKED = 3  # neighbours asked per check
 _CHECK_AGAIN = 1800.0  # seconds between two checks once one gave a verdict
 
@@ -139,9 +143,10 @@ class DialBack:
         """The RPC handler: dial the asker's observed IP at the ports it names; answer whether it connected."""
         asker = context.remote_id.to_base58()
         now = time.monotonic()
-        if now - self._answered.get(asker, -_ANSWER_EVERY) < _ANSWER_EVERY:
-            return BytesValue()  # asked again too soon: no answer, no dial
         self._answered = {peer: at for peer, at in self._answered.items() if now - at < _ANSWER_EVERY}
+        if asker in self._answered or len(self._answered) >= _ANSWERS_PER_WINDOW:
+            self._counters.add("dial_backs_refused")
+            return BytesValue()  # asked again too soon, or too many asked: no answer, no dial
         self._answered[asker] = now
         try:
             ports = decode_ports(request.value)

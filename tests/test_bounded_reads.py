@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import socket
 import time
 import tracemalloc
 from collections.abc import Callable
@@ -439,3 +440,39 @@ def test_bombs_and_odd_keys_announced_on_a_topic_are_refused_and_counted(dht_pee
 
         wait_until(arrived, 30, interval=1.0, message=name)
     assert all(e == 65537 for _, e in verified), set(verified)  # the odd key was never verified
+
+
+def test_dial_backs_are_bounded_for_all_askers_together_not_only_per_asker():
+    """Each dial-back request makes this peer look up the asker and open a TCP connection to it; identities cost
+    nothing, so fresh askers would make it dial without end. Within a minute it answers each asker once and 30 askers
+    in all; the others get no answer and no dial (`swarm/dial_backs_refused`)."""
+    from types import SimpleNamespace
+
+    from swarm.reachability import DialBack, decode_verdict, encode_ports
+    from swarm.transport import SwarmCounters
+
+    looked_up = []
+
+    class Daemon:
+        async def list_peers(self):
+            looked_up.append(1)
+            return [SimpleNamespace(peer_id=asker, addrs=[{"ip4": "127.0.0.1"}])]
+
+    async def unreachable(count: int) -> None:
+        raise AssertionError("this peer's own check is not run here")
+
+    counters = SwarmCounters()
+    dial_back = DialBack(Daemon, lambda: [], lambda: [], 0.2, counters, unreachable)
+    with socket.socket() as closed:  # a port of 127.0.0.1 nobody listens on: each dial is refused at once
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]
+    request = BytesValue(value=encode_ports([port]))
+    answers = []
+    for n in range(40):
+        asker = SimpleNamespace(to_base58=lambda n=n: f"fresh-identity-{n}")
+        answers.append(asyncio.run(dial_back.handle(request, SimpleNamespace(remote_id=asker))))
+        if n == 0:  # the same asker again at once: no second dial
+            assert asyncio.run(dial_back.handle(request, SimpleNamespace(remote_id=asker))).value == b""
+    assert all(isinstance(decode_verdict(a.value), bool) for a in answers[:30])  # answered: the dial was made
+    assert all(a.value == b"" for a in answers[30:]) and len(looked_up) == 30
+    assert counters.snapshot()["dial_backs_answered"] == 30 and counters.snapshot()["dial_backs_refused"] == 11

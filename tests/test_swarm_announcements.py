@@ -255,9 +255,11 @@ def test_the_cache_is_refilled_just_before_the_callers_next_step_with_the_freshe
     net.clock.advance(1.5)
     reader.poll()  # 0.5 s before the step: the refill (due 1 s before it) fetches the freshest record known
     taken = reader.taken_ids(4)
-    assert taken and all(group.startswith("late") for group in taken)  # the freshest, not the first announced
-    # 3 warm-up records, then the late one and, since one sender's record covers at most half a refill
-    # (refill_sender_share), the early one too: not every record announced
+    # the freshest record's groups first, not the first announced; one sender's groups make at most half a take
+    # (refill_sender_share), so the early record, fetched for the refill's other half, gives the rest
+    assert [group[:4] for group in taken] == ["late"] * 2 + ["earl"] * 2
+    # 3 warm-up records, then the late one and, since one sender's record covers at most half a refill, the early
+    # one too: not every record announced
     assert reader.counters.snapshot()["fetched_records"] == 5
 
 
