@@ -287,13 +287,16 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--idle-seconds", type=float, default=40.0,
                         help="then each condition this long without training (0: not run)")  # fmt: skip
     parser.add_argument("--bomb-interval", type=float, default=defaults.bomb_interval, help="seconds between bombs")
+    parser.add_argument("--storm-rate", type=float, default=defaults.storm_rate,
+                        help="forged-signature store values sent a second")  # fmt: skip
     parser.add_argument("--tokenizer", default=None, help="a saved SmolLM2 tokenizer directory (default: the GGUF's)")
     parser.add_argument("--out", type=Path, default=RESULTS, help="where flood.{json,md} go")
     parser.add_argument("--beside", default=None, help="what else ran on the machine, for the report")
     args = parser.parse_args(argv)
     settings = dataclasses.replace(
-        defaults, steps=args.steps, attack_seconds=args.attack_seconds, bomb_interval=args.bomb_interval
-    )
+        defaults, steps=args.steps, attack_seconds=args.attack_seconds, bomb_interval=args.bomb_interval,
+        storm_rate=args.storm_rate,
+    )  # fmt: skip
     record = run_record()
     tokenizer = load_tokenizer(args.tokenizer)
     with tempfile.TemporaryDirectory(prefix="flood-") as workdir:

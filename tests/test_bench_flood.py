@@ -11,7 +11,8 @@ from swarm.daemon import is_p2pd
 
 
 def test_the_flood_benchmark_reports_both_conditions_and_the_attack_really_happened(tmp_path, smollm_tokenizer_dir):
-    tiny = ["--steps", "2", "--rounds", "1", "--attack-seconds", "8", "--bomb-interval", "1", "--idle-seconds", "2"]
+    tiny = ["--steps", "2", "--rounds", "1", "--attack-seconds", "8", "--bomb-interval", "1", "--idle-seconds", "2",
+            "--storm-rate", "250"]  # fmt: skip
     data = flood.main([*tiny, "--tokenizer", str(smollm_tokenizer_dir), "--out", str(tmp_path)])
     assert json.loads((tmp_path / "flood.json").read_text())["targets"].keys() == data["targets"].keys()
     page = (tmp_path / "flood.md").read_text()
