@@ -52,15 +52,18 @@ class PolicyProbe:
         trainer = self.trainer
         ids = self._token_ids(text)
         limit = trainer.args.max_completion_length
-        if limit is not None and len(ids) >= limit:
-            cut = len(ids) > limit
+        cut = limit is not None and len(ids) > limit
+        if cut:
             # Score the text trained on: past the limit a completion loses its tail in the batch, so an answer there
             # (a longer-limit sender's, or an attacker's behind a payload) must not earn its reward. The answer's end
             # is found in that text too: the search then reads at most `limit` tokens' text, not a sender's 32 K
             # characters (a pattern search over a crafted text can cost time quadratic in its length).
-            text, ids = (trainer.text_tokenizer.decode(ids[:limit]), ids[:limit]) if cut else (text, ids)
-            return TokenizedCompletion(tuple(ids), cut, text, self._answer_tokens(text, ids))
-        return TokenizedCompletion((*ids, trainer.eos_token_ids[0]), False, text, self._answer_tokens(text, ids))
+            ids = ids[:limit]
+            text = trainer.text_tokenizer.decode(ids)
+        answer_tokens = self._answer_tokens(text, ids)
+        if limit is not None and len(ids) >= limit:
+            return TokenizedCompletion(tuple(ids), cut, text, answer_tokens)
+        return TokenizedCompletion((*ids, trainer.eos_token_ids[0]), False, text, answer_tokens)
 
     def _token_ids(self, text: str) -> list[int]:
         # split_special_tokens: a completion that spells out "<|im_end|>" must not become a control token.
