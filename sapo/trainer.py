@@ -143,8 +143,7 @@ class SAPOTrainer(HeldOutEvaluation, TRLBridge):
         swarm_totals (`collections.Counter`): cumulative counts (external groups, fill-ins, drops by reason, ...),
             logged as `sapo/total/<name>`.
         taken_from (`collections.Counter`): external groups trained on, by verified sender.
-        sender_outcomes (`sapo.tally.SenderTally`): per sender, groups taken, dropped and refused by reason (the 512
-            senders counted most recently by name, the others summed under `"(other senders)"`).
+        sender_outcomes (`sapo.tally.SenderTally`): per sender, groups taken, dropped and refused, by reason.
         last_external (`list[sapo.sampling.Candidate]`): the external groups of the latest round, with the
             rewards this peer gave them.
         last_evaluation (`sapo.evaluation.HeldOutResult` or `None`): the latest held-out evaluation.
