@@ -213,6 +213,7 @@ def run_condition(
             )  # fmt: skip
             steps.trainer = trainer
             trainer.train()
+            time.sleep(max(0.0, settings.min_window_seconds - (time.monotonic() - cpu_window["began"])))
         stalls = {name: w.stop() for name, w in watches.items()}
         seconds = time.monotonic() - cpu_window["began"]
         cpu_shares = {role: cpu_since(cpu_window["cpu"][role]) / seconds for role in roles}
@@ -289,13 +290,15 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--bomb-interval", type=float, default=defaults.bomb_interval, help="seconds between bombs")
     parser.add_argument("--storm-rate", type=float, default=defaults.storm_rate,
                         help="forged-signature store values sent a second")  # fmt: skip
+    parser.add_argument("--min-window-seconds", type=float, default=defaults.min_window_seconds,
+                        help="shortest measured window: the victim waits, attacked, after its last step")  # fmt: skip
     parser.add_argument("--tokenizer", default=None, help="a saved SmolLM2 tokenizer directory (default: the GGUF's)")
     parser.add_argument("--out", type=Path, default=RESULTS, help="where flood.{json,md} go")
     parser.add_argument("--beside", default=None, help="what else ran on the machine, for the report")
     args = parser.parse_args(argv)
     settings = dataclasses.replace(
         defaults, steps=args.steps, attack_seconds=args.attack_seconds, bomb_interval=args.bomb_interval,
-        storm_rate=args.storm_rate,
+        storm_rate=args.storm_rate, min_window_seconds=args.min_window_seconds,
     )  # fmt: skip
     record = run_record()
     tokenizer = load_tokenizer(args.tokenizer)

@@ -24,6 +24,9 @@ class FloodSettings:
 
     steps: int = 8
     """Training steps per condition."""
+    min_window_seconds: float = 0.0
+    """The measured window's shortest length: after its last step the victim, still attacked, waits until the window
+    has lasted this long (0: the steps alone). For a short run on a fast CPU, where two steps take about a second."""
     num_external: int = 2
     """Groups of others the victim trains on per step."""
     honest_interval: float = 1.0
