@@ -6,7 +6,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-from tests.test_layering import _cycle  # one circle finder for both layering checks
+from tests.import_graph import cycle
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("sapo", "swarm", "rewards", "testbed", "benchmarks")
@@ -39,5 +39,5 @@ def _graph() -> dict[str, set[str]]:
 def test_no_module_of_the_repository_imports_itself_through_others():
     graph = _graph()
     assert "benchmarks.campaign_report" in graph and "swarm.dht" in graph
-    assert _cycle(graph) is None, f"import circle: {' -> '.join(_cycle(graph))}"
-    assert _cycle({"a": {"b"}, "b": {"a"}}) == ["a", "b", "a"]  # the check finds one
+    assert cycle(graph) is None, f"import circle: {' -> '.join(cycle(graph))}"
+    assert cycle({"a": {"b"}, "b": {"a"}}) == ["a", "b", "a"]  # the check finds one

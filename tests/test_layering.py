@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.import_graph import cycle
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -44,26 +46,6 @@ def _sapo_imports(path: Path) -> set[str]:
     return found
 
 
-def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
-    """One import circle of ``graph`` as a path, or None."""
-    state: dict[str, str] = {}
-
-    def visit(module: str, path: list[str]) -> list[str] | None:
-        state[module] = "open"
-        for target in sorted(graph.get(module, ())):
-            if state.get(target) == "open":
-                return [*path[path.index(target) :], target] if target in path else [module, target]
-            if target not in state and (found := visit(target, [*path, target])):
-                return found
-        state[module] = "done"
-        return None
-
-    for module in sorted(graph):
-        if module not in state and (found := visit(module, [module])):
-            return found
-    return None
-
-
 def _module_name(path: Path) -> str:
     parts = path.relative_to(ROOT).with_suffix("").parts
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
@@ -92,5 +74,5 @@ def test_algorithm_modules_never_import_the_node_application_or_the_attacks():
 
 def test_sapo_modules_import_each_other_without_a_circle():
     graph = _sapo_graph()
-    assert _cycle(graph) is None, f"import circle: {' -> '.join(_cycle(graph))}"
-    assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]  # the check itself finds one
+    assert cycle(graph) is None, f"import circle: {' -> '.join(cycle(graph))}"
+    assert cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]  # the check itself finds one

@@ -1,30 +1,18 @@
 """SAPOConfig validation and the external-group samplers: fast, no model."""
 
 import random
-import time
 
 import pytest
 
 from sapo.config import SAPOConfig
-from sapo.sampling import Candidate, DropZeroAdvantageSampler, UniformSampler, make_sampler
-from swarm.records import Group, Provenance
+from sapo.sampling import DropZeroAdvantageSampler, UniformSampler, make_sampler
+from tests.trainer_fixtures import candidate
 
 
 def _config(**overrides):
     base = dict(output_dir="/tmp/sapo-test-config", report_to="none", use_cpu=True)
     base.update(overrides)
     return SAPOConfig(**base)
-
-
-def _candidate(sender: str, rewards: list[float], age: float = 0.0, gid: str = "g") -> Candidate:
-    group = Group(
-        group_id=gid,
-        prompt=[{"role": "user", "content": "q"}],
-        completions=[str(r) for r in rewards],
-        provenance=Provenance(source="custom", dataset="t"),
-        created_at=time.time() - age,
-    )
-    return Candidate(sender=sender, group=group, rewards=rewards)
 
 
 @pytest.mark.parametrize(
@@ -67,8 +55,8 @@ def test_paper_defaults():
 
 
 def test_drop_zero_advantage_sampler_drops_zero_advantage_groups():
-    flat = [_candidate("a", [1.0, 1.0, 1.0], gid=f"flat{i}") for i in range(5)]
-    useful = [_candidate("b", [0.0, 1.0, 0.0], gid=f"useful{i}") for i in range(2)]
+    flat = [candidate("a", [1.0, 1.0, 1.0], gid=f"flat{i}") for i in range(5)]
+    useful = [candidate("b", [0.0, 1.0, 0.0], gid=f"useful{i}") for i in range(2)]
     selection = DropZeroAdvantageSampler().select(flat + useful, k=4, rng=random.Random(0))
     assert {c.group.group_id for c in selection.chosen} == {"useful0", "useful1"}
     assert selection.dropped["zero_advantage"] == 5
@@ -78,8 +66,8 @@ def test_drop_zero_advantage_sampler_drops_zero_advantage_groups():
 
 
 def test_per_peer_cap_limits_one_sender():
-    greedy = [_candidate("spammer", [0.0, 1.0], gid=f"s{i}") for i in range(10)]
-    other = [_candidate("other", [0.0, 1.0], gid="o")]
+    greedy = [candidate("spammer", [0.0, 1.0], gid=f"s{i}") for i in range(10)]
+    other = [candidate("other", [0.0, 1.0], gid="o")]
     selection = UniformSampler(max_groups_per_peer=1).select(greedy + other, k=4, rng=random.Random(1))
     senders = [c.sender for c in selection.chosen]
     assert sorted(senders) == ["other", "spammer"]
@@ -88,9 +76,9 @@ def test_per_peer_cap_limits_one_sender():
 
 def test_stale_and_own_groups_are_never_taken():
     candidates = [
-        _candidate("me", [0.0, 1.0], gid="mine"),
-        _candidate("old", [0.0, 1.0], age=3600, gid="stale"),
-        _candidate("fresh", [0.0, 1.0], gid="ok"),
+        candidate("me", [0.0, 1.0], gid="mine"),
+        candidate("old", [0.0, 1.0], age=3600, gid="stale"),
+        candidate("fresh", [0.0, 1.0], gid="ok"),
     ]
     selection = UniformSampler(max_group_age=60, self_id="me").select(candidates, k=3, rng=random.Random(0))
     assert [c.group.group_id for c in selection.chosen] == ["ok"]
@@ -99,8 +87,8 @@ def test_stale_and_own_groups_are_never_taken():
 
 def test_unscorable_rewards_count_as_no_signal():
     nan = float("nan")
-    assert _candidate("a", [nan, nan]).has_zero_advantage
-    assert not _candidate("a", [nan, 1.0, 0.0]).has_zero_advantage
+    assert candidate("a", [nan, nan]).has_zero_advantage
+    assert not candidate("a", [nan, 1.0, 0.0]).has_zero_advantage
 
 
 def test_make_sampler_rejects_unknown_names():

@@ -17,8 +17,7 @@ from sapo.group_log import read_group_log
 from sapo.hold import SwarmHold
 from sapo.node.options import parse_node_options
 from swarm import MemorySwarm
-from tests.test_sampling_and_config import _candidate
-from tests.trainer_fixtures import RewardProbe, _external_group, _trainer
+from tests.trainer_fixtures import RewardProbe, _external_group, _trainer, candidate
 
 AGES = [60.0 - 5 * i for i in range(6)]  # group s5 is the newest
 """Seconds before the run each published group was made."""
@@ -108,7 +107,7 @@ def test_sapo_node_takes_swarm_hold():
 
 def test_the_hold_keeps_the_newest_and_a_date_ahead_of_the_clock_buys_no_precedence():
     now = time.time()
-    old, new, ahead = _candidate("a", [0, 1], 30, "old"), _candidate("a", [0, 1], 5, "new"), _candidate("b", [0, 1])
+    old, new, ahead = candidate("a", [0, 1], 30, "old"), candidate("a", [0, 1], 5, "new"), candidate("b", [0, 1])
     ahead.group = dataclasses.replace(ahead.group, created_at=now + 3600)  # claims to be made an hour from now
     hold = SwarmHold(2)
     assert hold.keep([old, new], now) == [] and len(hold) == 0  # a round that was not offered the hold keeps none

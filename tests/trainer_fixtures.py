@@ -16,6 +16,7 @@ from datasets import Dataset
 from sapo import SAPOConfig, SAPOTrainer
 from sapo.collector import long_lived_frozen
 from sapo.models import build_tiny_model
+from sapo.sampling import Candidate
 from swarm import Group, Provenance
 from testbed.tiny_run import tiny_config
 
@@ -134,3 +135,15 @@ def _trainer(tmp_path, tokenizer, name, reward, swarm=None, dataset=None, seed=0
 
 def _metric(trainer, name):
     return [h[name] for h in trainer.state.log_history if name in h and "train_runtime" not in h]
+
+
+def candidate(sender: str, rewards: list[float], age: float = 0.0, gid: str = "g") -> Candidate:
+    """A received group of ``sender`` as the sampler sees it: ``rewards`` under this node, ``age`` seconds old."""
+    group = Group(
+        group_id=gid,
+        prompt=[{"role": "user", "content": "q"}],
+        completions=[str(r) for r in rewards],
+        provenance=Provenance(source="custom", dataset="t"),
+        created_at=time.time() - age,
+    )
+    return Candidate(sender=sender, group=group, rewards=rewards)
