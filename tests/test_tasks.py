@@ -261,7 +261,7 @@ def test_a_foreign_config_that_is_slow_to_regenerate_is_dropped_and_the_next_gro
     """A hostile peer names a config that takes minutes to regenerate (2 million scramble moves): the receiver
     drops it at its time limit instead of stalling, and regenerates the next group in a fresh child process. The
     config's later groups are refused at once, for the same reason, without running the child again."""
-    from sapo import reasoning_gym as regeneration
+    from sapo import regeneration
 
     verifier = _rg(regeneration_timeout=2.0)
     slow = Provenance(
@@ -288,7 +288,7 @@ def test_a_rounds_foreign_regeneration_stops_at_its_budget_and_the_next_round_ha
     """Foreign entries spend the round's `regeneration_budget`; once it is spent the round's other foreign groups are
     refused as `regeneration_budget`, and a new round has the whole budget again. Configs this peer runs itself are
     never budgeted. A clock that moves 20 s between readings stands in for slow entries (real regeneration)."""
-    from sapo import reasoning_gym as regeneration
+    from sapo import regeneration
 
     clock = itertools.count(step=20.0)  # each foreign entry "takes" 20 s
     monkeypatch.setattr(regeneration, "time", SimpleNamespace(monotonic=lambda: next(clock)))
@@ -313,7 +313,7 @@ def test_the_memory_of_configs_past_a_limit_is_bounded_and_forgets_after_a_while
     """The configs remembered as past a limit are the most recently refused (at most `REMEMBERED_LIMITS`), each for
     `LIMIT_MEMORY_SECONDS`; a child that did not start says nothing of the config. The child is a stand-in here:
     every request is past the limit, counted."""
-    from sapo import reasoning_gym as regeneration
+    from sapo import regeneration
 
     now = [0.0]
     monkeypatch.setattr(regeneration, "time", SimpleNamespace(monotonic=lambda: now[0]))
@@ -343,7 +343,7 @@ def test_the_memory_of_configs_past_a_limit_is_bounded_and_forgets_after_a_while
 
 
 def test_own_configs_regenerate_in_process_and_foreign_ones_in_the_child_give_the_same_columns(rg_rows):
-    from sapo import reasoning_gym as regeneration
+    from sapo import regeneration
 
     own = _rg(tasks=[EASY_ARITHMETIC, TaskSpec("decimal_arithmetic")])  # the tasks of rg_rows
     group = _group(rg_rows[0])

@@ -7,12 +7,12 @@ from collections.abc import Sequence
 from sapo.questions import reward_columns
 from sapo.reasoning_gym import (
     REASONING_GYM_SOURCE,
-    ReasoningGymVerifier,
     TaskSpec,
     build_held_out_dataset,
     build_reasoning_gym_dataset,
     reasoning_gym_version,
 )
+from sapo.regeneration import ReasoningGymVerifier
 from sapo.sources.base import Rederived, TaskSource
 from swarm.records import Provenance
 
@@ -34,7 +34,7 @@ class ReasoningGymSource(TaskSource):
             restart included; a round begins with :meth:`new_round`, which the trainer's intake calls before it
             judges a round's received groups); once spent, the round's other foreign groups are dropped as
             `regeneration_budget`. A foreign config once past a limit is refused as `regeneration_limit` without
-            running it again (`sapo.reasoning_gym.ReasoningGymVerifier`). None: no budget. Default 30.
+            running it again (`sapo.regeneration.ReasoningGymVerifier`). None: no budget. Default 30.
     """
 
     name = REASONING_GYM_SOURCE
