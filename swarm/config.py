@@ -37,9 +37,9 @@ _SECTIONS = {
         "rejoin_max_interval", "fetch_timeout", "clock_skew_tolerance",
     ),
     "An open swarm's bounds": (
-        "refill_sender_share", "refill_unjudged_share", "max_unknown_senders", "max_senders_per_host",
-        "fetch_heard_within", "fetch_retry_after", "store_budget_bytes", "store_budget_values", "dht_storage_bytes",
-        "dht_storage_values",
+        "refill_sender_share", "refill_unjudged_share", "max_unknown_senders", "index_only_sender_share",
+        "max_senders_per_host", "fetch_heard_within", "fetch_retry_after", "store_budget_bytes", "store_budget_values",
+        "dht_storage_bytes", "dht_storage_values",
     ),
     "Process hygiene": (
         "state_dir", "health_interval", "check_reachability",
@@ -393,6 +393,20 @@ class DHTTransportConfig:
             "one heard from longest ago first. Senders judged good are kept while they are heard from."
         },
     )
+    index_only_sender_share: float = field(
+        default=0.5,
+        metadata={
+            "help": "The part of max_unknown_senders (rounded down) kept for senders known from index entries alone, "
+            "the rest for announced ones (a libp2p host published their announcement; one first found in the index "
+            "is announced once it announces). Anyone may write index entries under fresh keys with no host vouching "
+            "for them, and a peer that does not announce, or announces on topics this peer does not listen to, is "
+            "known from the index alone. Either kind may use the other's free places; a new sender beyond "
+            "max_unknown_senders evicts the least useful of the kind over its part. So index-only identities never "
+            "evict an announced sender while the announced are within their part, nor announced identities an "
+            "index-only one within its part. 0: index-only senders only use places the announced leave free; 1: "
+            "the reverse."
+        },
+    )
     max_senders_per_host: int = field(
         default=4,
         metadata={
@@ -497,6 +511,8 @@ class DHTTransportConfig:
         for name in ("refill_sender_share", "refill_unjudged_share"):
             if not 0 < getattr(self, name) <= 1:
                 raise ValueError(f"{name}={getattr(self, name)}: it must be in (0, 1]")
+        if not 0 <= self.index_only_sender_share <= 1:
+            raise ValueError(f"index_only_sender_share={self.index_only_sender_share}: it must be in [0, 1]")
         for name in ("fetch_heard_within", "fetch_retry_after"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name}={getattr(self, name)}: it must be a positive number of seconds")

@@ -168,7 +168,7 @@ class DHTTransport(SwarmTransport):
             before_shutdown.append(self.gossip.close)
         self.dial_back = DialBack(
             lambda: self.peer.p2p, self._listening_ports, self.peer.neighbour_peer_ids, config.wait_timeout,
-            self._counters, self._became_unreachable,
+            self._counters, self._became_unreachable, self._became_reachable,
         )  # fmt: skip
         if not config.client_mode:
             handlers.append((DIAL_BACK_HANDLER, self.dial_back.handle))
@@ -207,6 +207,16 @@ class DHTTransport(SwarmTransport):
             "publishing (records stored in the DHT) and fetching, but offers no DHT service. To serve, make the "
             "port reachable (port forwarding, a firewall rule) and set announce_maddrs to the public address.",
             self._peer_id, answers, self.visible_addresses(),
+        )  # fmt: skip
+
+    async def _became_reachable(self) -> None:
+        """A later check found a neighbour that could dial this peer: back to server mode, serving its records."""
+        await self.peer.become_server()
+        if self.served is not None:
+            self.served.host = self.peer.p2p.peer_id.to_base58()  # records served again, as before the switch
+        logger.warning(
+            "peer %s is reachable again at %s: back to server mode (DHT service, records served)",
+            self._peer_id, self.visible_addresses(),
         )  # fmt: skip
 
     @property

@@ -186,7 +186,9 @@ class SwarmPublisher:
         # publication after an entry that listed no record yet
         stale = self._due(self._last_index_store) or not self._listed_records
         index = self._may_write_index() and (self._announce is None or stale)
-        if host is not None:
+        if self._served is not None:
+            # kept in client mode too (stored in the DHT as well): a peer that becomes reachable again names itself as
+            # the host of the records its entry lists, and must then serve these, not leave them as strikes against it
             expiration_time = self._clock.time() + self.config.record_ttl
             for item in batch:
                 self._served.serve(self._record_key(item.seq), self._marker, item.data, expiration_time)

@@ -6,8 +6,18 @@ nobody can open one to it. Left in server mode it enters other peers' routing ta
 fetch, so every peer that dials it waits a timeout. After joining, a peer asks a few of its DHT neighbours to dial it
 back (:data:`DIAL_BACK_HANDLER`): each opens a plain TCP connection to the IP address the request came from (as it
 sees it: never an address the asker names, so that nobody can be made to dial a third party) at the ports the peer
-says it listens on. If at least two answer and none could connect, the peer is unreachable: it switches to client
-mode (no DHT service, records stored in the DHT instead of served) and says so in its log.
+says it listens on.
+
+An answer cannot be checked: a neighbour that says "could not connect" may not have dialled at all, and one that does
+not answer may be slow, gone, or refusing because others' requests used up its answers for the minute (fresh
+identities cost nothing). So the verdict asks more than two answers. A check asks three neighbours drawn at random
+(not the first ones the routing table met, which a peer joining early or with an id near this one's could be), and
+asks another neighbour for each that did not answer, at most six in all. The peer is unreachable when three said they
+could not connect (two, when it has two neighbours), none that it could, and more answered than stayed silent: it
+switches to client mode (no DHT service, records stored in the DHT instead of served) and says so in its log. One that
+could connect makes it reachable. Neither: no verdict, and it asks again a minute later. A verdict is checked again
+every half hour, in client mode too: a peer that finds a neighbour that connected goes back to server mode, so that
+neighbours lying once cost it at most half an hour of service.
 """
 
 from __future__ import annotations
@@ -15,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import random
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Annotated, Any
@@ -36,7 +47,8 @@ _ANSWER_EVERY = 60.0  # seconds between two dial-backs this peer makes for the s
 # lets fresh ones make this peer dial (and look up its peers) without end. A joining peer asks three neighbours once,
 # and again every half hour: an honest swarm asks one peer a few times an hour; refused, an asker asks again later.
 _ANSWERS_PER_WINDOW = 30
-_ASKED = 3  # neighbours asked per check
+_ASKED = 3  # neighbours asked per check, and the refusals a verdict "unreachable" needs (two with two neighbours)
+_MOST_ASKED = 6  # neighbours asked per check at most, those that did not answer replaced by others
 _CHECK_AGAIN = 1800.0  # seconds between two checks once one gave a verdict
 
 
@@ -116,8 +128,11 @@ class DialBack:
         neighbours: returns libp2p ids of DHT neighbours to ask.
         timeout: seconds a dial or a request may take.
         counters: where requests answered, checks and verdicts are counted.
-        on_unreachable: awaited once when a check finds this peer unreachable (it switches to client mode), with the
-            number of peers that could not connect.
+        on_unreachable: awaited when a check finds this peer unreachable while it was not known so (it switches to
+            client mode), with the number of peers that could not connect.
+        on_reachable: awaited when a check finds this peer reachable after one had found it unreachable (it goes
+            back to server mode); ``None``: nothing to do.
+        rng: draws the neighbours asked.
     """
 
     def __init__(
@@ -128,6 +143,8 @@ class DialBack:
         timeout: float,
         counters: SwarmCounters,
         on_unreachable: Callable[[int], Awaitable[None]],
+        on_reachable: Callable[[], Awaitable[None]] | None = None,
+        rng: random.Random | None = None,
     ):
         self._p2p = p2p
         self._ports = ports
@@ -135,6 +152,8 @@ class DialBack:
         self._timeout = timeout
         self._counters = counters
         self._on_unreachable = on_unreachable
+        self._on_reachable = on_reachable
+        self._rng = rng or random.Random()
         self._answered: dict[str, float] = {}  # asker -> monotonic time of our last dial for it
         self.verdict: bool | None = None  # None until a check decided; True: reachable
         self._next_check = 0.0
@@ -161,25 +180,52 @@ class DialBack:
         return BytesValue(value=msgpack.packb(bool(reachable)))
 
     async def check(self, node: Any = None) -> None:
-        """Ask a few neighbours to dial this peer back (when a check is due); switch to client mode if none could."""
-        if self.verdict is False or time.monotonic() < self._next_check:
+        """When a check is due, ask neighbours to dial this peer back (see the module docstring): switch to client
+        mode if enough could not and none could, back to server mode if one could after such a switch."""
+        if time.monotonic() < self._next_check:
             return
         ports = self._ports()
-        neighbours = self._neighbours()[:_ASKED]
+        neighbours = list(self._neighbours())
         if not ports or len(neighbours) < 2:
             return  # alone, or too few to judge: asked again at the next round
-        answers = await asyncio.gather(*(self._ask(peer, ports) for peer in neighbours))
-        verdicts = [answer for answer in answers if answer is not None]
+        self._rng.shuffle(neighbours)
+        verdicts, silent = await self._ask_until_answered(neighbours, ports)
         self._counters.add("reachability_checks")
-        if len(verdicts) < 2:
+        if any(verdicts):
+            self._next_check = time.monotonic() + _CHECK_AGAIN
+            was_unreachable, self.verdict = self.verdict is False, True
+            if was_unreachable:
+                self._counters.add("reachable_again")
+                if self._on_reachable is not None:
+                    await self._on_reachable()
+            return
+        refusals = len(verdicts)
+        if refusals < min(_ASKED, len(neighbours)) or refusals <= silent:
+            # too few said so to outweigh lying neighbours: no verdict; those asked answer again in a minute
+            self._next_check = time.monotonic() + _ANSWER_EVERY
             return
         self._next_check = time.monotonic() + _CHECK_AGAIN
-        if any(verdicts):
-            self.verdict = True
-            return
-        self.verdict = False
         self._counters.add("unreachable")
-        await self._on_unreachable(len(verdicts))
+        if self.verdict is not False:
+            self.verdict = False
+            await self._on_unreachable(refusals)
+
+    async def _ask_until_answered(self, neighbours: list[Any], ports: list[int]) -> tuple[list[bool], int]:
+        """Ask ``_ASKED`` of ``neighbours`` (in their order), and another for each that did not answer, at most
+        ``_MOST_ASKED`` in all, until one could connect; returns the answers and how many stayed silent."""
+        verdicts: list[bool] = []
+        silent = asked = 0
+        batch = neighbours[:_ASKED]
+        while batch:
+            answers = await asyncio.gather(*(self._ask(peer, ports) for peer in batch))
+            asked += len(batch)
+            got = [answer for answer in answers if answer is not None]
+            verdicts += got
+            silent += len(batch) - len(got)
+            if any(got):
+                break
+            batch = neighbours[asked : asked + min(len(batch) - len(got), _MOST_ASKED - asked)]
+        return verdicts, silent
 
     async def _ask(self, peer: Any, ports: list[int]) -> bool | None:
         try:

@@ -22,7 +22,12 @@ Standing. Identities are free (a key each), so what a sender says earns it nothi
   ``_UNREACHABLE_SECONDS`` otherwise, or until it is heard from after the failure (unless its sender stands badly);
 - the senders not judged good are at most ``max_unknown_senders`` (the least useful is forgotten first: one that
   stands badly, then one never judged, the one heard from longest ago first), and at most
-  ``max_senders_per_host`` of them may be announced by one libp2p host.
+  ``max_senders_per_host`` of them may be announced by one libp2p host;
+- of that book, ``index_only_sender_share`` is the part of the senders known from index entries alone (no libp2p
+  host announced them: anyone may write an index entry under a fresh key), the rest the part of announced senders;
+  either kind may use the other's free places, and when the book is over its bound the kind over its part loses its
+  least useful sender. Identities that list themselves through index entries alone thus never forget an announced
+  newcomer while the announced are within their part (nor announced identities an index-only peer within its).
 
 A record heard and never fetched (given up, trimmed, expired, gone with its publisher, or its sender forgotten) is
 counted as ``heard_never_fetched``.
@@ -86,7 +91,8 @@ class SenderState:
         outcomes (`collections.deque[bool]`): its latest outcomes: True a group judged usable, False a group judged
             bad or a strike.
         rest_until (`float`): monotonic time before which its records are not chosen (after a strike).
-        origin (`str` or `None`): the libp2p host whose announcement first made it known.
+        origin (`str` or `None`): the libp2p host whose announcement made it known (or first announced it after
+            index entries did): the host that vouches for it. ``None``: known from index entries alone.
     """
 
     public_key: bytes
@@ -167,7 +173,8 @@ class SenderBook:
             new = state is None
             if state is None:
                 state = SenderState(public_key, entry.model, entry.updated_at, heard)
-                self._admit(sender, state)
+                if not self._admit(sender, state):
+                    return False  # forgotten at once: its part of the book holds fresher senders
             if entry.updated_at >= state.last_seen:  # an older copy (another level's, a stale replica) is not news
                 state.model, state.last_seen = entry.model, entry.updated_at
                 state.host = entry.host
@@ -183,20 +190,28 @@ class SenderBook:
     def take_announcement(self, announcement: Announcement, origin: str | None = None) -> bool | None:
         """Take a (checked) announcement that libp2p host ``origin`` published; True if its sender was not known
         before, None if it was refused: a new sender while ``origin`` already made ``max_senders_per_host`` known
-        (counted as ``rejected/too_many_identities``)."""
+        (counted as ``rejected/too_many_identities``), or one forgotten at once because its part of the book holds
+        fresher senders (counted as ``evicted_senders``). A sender known from index entries alone is vouched for by
+        ``origin`` from then on, within the same cap."""
         now = self._clock.time()
         sender = announcement.sender
+        origin = origin or None  # a message without a publisher (the daemon signs each one) vouches for nobody
         with self._lock:
             state = self._senders.get(sender)
             new = state is None
+            cap = self.config.max_senders_per_host
+            vouches = origin is not None and not (cap and len(self._by_origin.get(origin, ())) >= cap)
             if state is None:
-                cap = self.config.max_senders_per_host
-                if origin is not None and cap and len(self._by_origin.get(origin, ())) >= cap:
+                if origin is not None and not vouches:
                     self._counters.reject("too_many_identities")
                     return None
                 state = SenderState(announcement.public_key, announcement.model, announcement.updated_at, now)
                 state.origin = origin
-                self._admit(sender, state)
+                if not self._admit(sender, state):
+                    return None
+            elif state.origin is None and vouches:  # first heard through the index: announced now
+                state.origin = origin
+                self._by_origin.setdefault(origin, set()).add(sender)
             if announcement.updated_at >= state.last_seen:
                 state.model, state.last_seen, state.host = (
                     announcement.model,
@@ -212,19 +227,30 @@ class SenderBook:
             self._heard(sender, state, now, announcement.host)
         return new
 
-    def _admit(self, sender: str, state: SenderState) -> None:
+    def _admit(self, sender: str, state: SenderState) -> bool:
         """Add a sender never seen before; if the senders not judged good are then more than
-        ``max_unknown_senders``, forget the least useful of them (counted as ``evicted_senders``)."""
+        ``max_unknown_senders``, forget the least useful of them (counted as ``evicted_senders``) of the kind over
+        its part of the book (see the module docstring). True if ``sender`` stayed in the book."""
         self._senders[sender] = state
         if state.origin is not None:
             self._by_origin.setdefault(state.origin, set()).add(sender)
+        config = self.config
         unknown = [(name, other) for name, other in self._senders.items() if not other.judged_good()]
-        if len(unknown) <= self.config.max_unknown_senders:
-            return
+        if len(unknown) <= config.max_unknown_senders:
+            return True
+        # Index entries are written under fresh keys with no libp2p host vouching for them: that kind is evicted
+        # among itself once over its part, so that its number cannot forget an announced newcomer (and the other way
+        # round). Over the bound, at least one kind is over its part: the index-only kind first.
+        index_only = [item for item in unknown if item[1].origin is None]
+        if len(index_only) > int(config.index_only_sender_share * config.max_unknown_senders):
+            pool = index_only
+        else:
+            pool = [item for item in unknown if item[1].origin is not None]
         # least useful first: standing badly, then never judged, then heard from longest ago
-        name, _ = min(unknown, key=lambda item: (not item[1].stands_badly(), bool(item[1].outcomes), item[1].heard_at))
+        name, _ = min(pool, key=lambda item: (not item[1].stands_badly(), bool(item[1].outcomes), item[1].heard_at))
         self._forget(name)
         self._counters.add("evicted_senders")
+        return name != sender
 
     def _forget(self, sender: str) -> None:
         """Drop ``sender`` and count its records never fetched."""

@@ -5,17 +5,23 @@ unreachable: unit checks, then real DHT peers on loopback with an outsider that 
 
 from __future__ import annotations
 
+import asyncio
 import json
+import random
 import socket
 import time
 
+import msgpack
 import pytest
+from google.protobuf.wrappers_pb2 import BytesValue
 from hivemind.utils.crypto import RSAPrivateKey
 
 from swarm.identity import load_or_create_signing_key
 from swarm.labels import OTHER, top_senders
 from swarm.membership import load_membership, main, parse_membership, sign_membership
-from swarm.validation import fingerprint
+from swarm.reachability import DialBack
+from swarm.transport import SwarmCounters
+from swarm.validation import fingerprint, record_key
 from tests.swarm_fixtures import dht_peers, make_group, no_p2pd_left_behind, wait_until  # noqa: F401
 
 pytestmark = pytest.mark.usefixtures("no_p2pd_left_behind")
@@ -71,6 +77,76 @@ def test_per_sender_figures_are_bounded_to_the_top_senders_and_other():
         top_senders(per_sender, keep=-1)
 
 
+# ------------------------------------------------------------------------------------------------ reachability checks
+
+
+class _Neighbours:
+    """Neighbours answering a dial-back request as each chooses: True (connected), False (could not), None (no answer:
+    slow, gone, or its answers for the minute used up by others' requests)."""
+
+    def __init__(self, answers: dict[str, bool | None]):
+        self.answers = answers
+        self.asked: list[str] = []
+
+    async def call_protobuf_handler(self, peer: str, name: str, request: BytesValue, output: type) -> BytesValue:
+        self.asked.append(peer)
+        answer = self.answers[peer]
+        return BytesValue() if answer is None else BytesValue(value=msgpack.packb(answer))
+
+
+def _check(answers: dict[str, bool | None], seed: int = 0) -> tuple[DialBack, SwarmCounters, list[str], list[int]]:
+    """A DialBack with these neighbours; returns it, its counters, the calls of its two callbacks and their counts."""
+    counters, calls, refusals = SwarmCounters(), [], []
+
+    async def unreachable(count: int) -> None:
+        calls.append("client")
+        refusals.append(count)
+
+    async def reachable() -> None:
+        calls.append("server")
+
+    neighbours = _Neighbours(answers)
+    dial_back = DialBack(lambda: neighbours, lambda: [31337], lambda: list(answers), 0.2, counters, unreachable,
+                         reachable, random.Random(seed))  # fmt: skip
+    return dial_back, counters, calls, refusals
+
+
+def test_two_neighbours_saying_they_cannot_connect_while_the_third_is_silent_give_no_verdict():
+    # They could be lying, and the silent one could be an honest neighbour kept busy: it used to switch to client mode.
+    for seed in range(6):  # whichever order the three are asked in
+        dial_back, counters, calls, _ = _check({"liar-1": False, "liar-2": False, "busy": None}, seed)
+        asyncio.run(dial_back.check())
+        assert calls == [] and dial_back.verdict is None and not counters.snapshot().get("unreachable")
+
+
+def test_a_silent_neighbour_is_replaced_by_another_and_one_that_connected_makes_the_peer_reachable():
+    answers = {"liar-1": False, "liar-2": False, "busy": None, "honest-1": True, "honest-2": True}
+    for seed in range(10):
+        dial_back, _, calls, _ = _check(answers, seed)
+        asyncio.run(dial_back.check())
+        assert calls == [] and dial_back.verdict is True, seed
+
+
+def test_three_refusals_and_no_silence_make_a_peer_unreachable_and_a_later_connection_brings_it_back():
+    answers: dict[str, bool | None] = {"a": False, "b": False, "c": False, "d": None}
+    dial_back, counters, calls, refusals = _check(answers)
+    asyncio.run(dial_back.check())
+    assert calls == ["client"] and refusals == [3] and dial_back.verdict is False
+    asyncio.run(dial_back.check())  # checked again in half an hour, not at the next round
+    assert counters.snapshot()["reachability_checks"] == 1
+    dial_back._next_check = 0.0  # half an hour later, the port forwarded: neighbours connect
+    answers.update(a=True, b=True, c=True)
+    asyncio.run(dial_back.check())
+    assert calls == ["client", "server"] and dial_back.verdict is True
+    assert counters.snapshot()["reachable_again"] == 1
+
+
+def test_with_two_neighbours_two_refusals_are_a_verdict():
+    dial_back, _, calls, refusals = _check({"a": False, "b": False})
+    asyncio.run(dial_back.check())
+    assert calls == ["client"] and refusals == [2]
+
+
 # ------------------------------------------------------------------------------------------------ real peers
 
 
@@ -107,13 +183,17 @@ def _closed_port() -> int:
         return s.getsockname()[1]
 
 
-def test_a_peer_that_nobody_can_dial_switches_to_client_mode_and_still_shares(dht_peers, caplog):
+def test_a_peer_that_nobody_can_dial_switches_to_client_mode_still_shares_and_serves_again_once_reachable(
+    dht_peers, caplog
+):
     a = dht_peers()
     b = dht_peers(initial_peers=a.visible_addresses())
-    dht_peers(initial_peers=b.visible_addresses())  # a third reachable peer: a check needs two answers
+    c = dht_peers(initial_peers=b.visible_addresses())  # a third reachable peer: a check needs three refusals
     # u listens on a random port but tells others a port where nothing listens: as behind a NAT
-    u = dht_peers(initial_peers=a.visible_addresses(), announce_maddrs=[f"/ip4/127.0.0.1/tcp/{_closed_port()}"])
-    wait_until(lambda: u.readout().counters.get("unreachable"), 40, message=str(u.readout().counters))
+    port = _closed_port()
+    u = dht_peers(initial_peers=a.visible_addresses(), announce_maddrs=[f"/ip4/127.0.0.1/tcp/{port}"])
+    # a check without a verdict (a neighbour slow to answer) is asked again a minute later
+    wait_until(lambda: u.readout().counters.get("unreachable"), 100, message=str(u.readout().counters))
     wait_until(lambda: "not reachable" in caplog.text, 20)  # said once the switch to client mode is done
     assert u.served.host is None
     wait_until(lambda: a.dial_back.verdict is True, 40)  # a reachable peer is left as it is
@@ -122,3 +202,19 @@ def test_a_peer_that_nobody_can_dial_switches_to_client_mode_and_still_shares(dh
     got: list = []
     wait_until(lambda: got.extend(b.fetch(10)) or any(item.sender == u.peer_id for item in got), 30)
     assert u.readout().counters["published_records"] == 1
+
+    # the port forwarded at last: something listens at the announced port, and the next check (due in half an hour,
+    # brought forward here, with the neighbours' memory of u's last requests cleared) finds a neighbour that connects
+    with socket.socket() as forwarded:
+        forwarded.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        forwarded.bind(("127.0.0.1", port))
+        forwarded.listen(8)
+        for peer in (a, b, c):
+            peer.peer.loop.call_soon_threadsafe(setattr, peer.dial_back, "_answered", {})
+        u.peer.loop.call_soon_threadsafe(setattr, u.dial_back, "_next_check", 0.0)
+        wait_until(lambda: u.readout().counters.get("reachable_again"), 40, message=str(u.readout().counters))
+        wait_until(lambda: "reachable again" in caplog.text, 20)  # said once the switch back is done
+    assert u.dial_back.verdict is True and not u.peer.node.protocol.client_mode
+    assert u.served.host == u.peer.p2p.peer_id.to_base58()  # its records are served again, where its entry says:
+    seq = u.publisher.recent_refs()[-1].seq  # the one published in client mode (stored in the DHT) included
+    assert u.served.get(record_key(u.config.swarm_name, u.peer_id, seq)) is not None

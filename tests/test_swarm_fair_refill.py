@@ -17,6 +17,7 @@ from hivemind.utils.crypto import RSAPrivateKey
 from swarm.announcements import AnnouncedRecord, Announcement
 from swarm.clock import ManualClock
 from swarm.config import DHTTransportConfig
+from swarm.records import IndexEntry, RecordRef
 from swarm.senders import SenderBook
 from swarm.transport import SwarmCounters
 from testbed.hostile_peer import announce_identities, publish_unchecked, unchecked_record
@@ -240,6 +241,59 @@ def test_three_thousand_fresh_identities_leave_the_book_bounded_and_keep_the_sen
     assert len(senders) == 1 + 256 and "honest" in senders and "newcomer" in senders
     assert counters.snapshot()["evicted_senders"] == 3001 - 256
     assert book.gauges()["unknown_senders"] == 256
+
+
+def _index_entry(book: SenderBook, sender: str, now: float, *records: tuple[int, float, int]) -> None:
+    """``sender`` lists records ``(seq, created_at, num_groups)`` in an index entry dated ``now`` (no libp2p host
+    vouches for it: anyone may write one under a fresh key)."""
+    refs = [RecordRef(seq, at, groups) for seq, at, groups in records]
+    entry = IndexEntry(model="m", records=refs, updated_at=now, host=f"host-of-{sender}")
+    book.take_index_entry(sender, b"key-" + sender.encode(), entry)
+
+
+def test_a_stream_of_index_only_identities_larger_than_the_book_never_forgets_an_announced_newcomer():
+    # Fresh keys writing index entries, each dated now, are each heard more recently than an honest newcomer
+    # announced once: they used to evict it (the one heard from longest ago) before its record was fetched.
+    clock, counters = ManualClock(), SwarmCounters()
+    book = SenderBook(DHTTransportConfig(), counters, clock)  # 256 places, 128 of them for index-only senders
+    _announce(book, "newcomer", clock.time(), (1, clock.time(), 4))
+    for n in range(3 * 256):
+        clock.advance(0.01)
+        _index_entry(book, f"ghost-{n}", clock.time(), (1, clock.time(), 8))
+    assert book.standing("newcomer") == "unjudged"  # still in the book, its record still to fetch
+    # the index-only senders use the places the announced leave free, and evict among themselves beyond the book
+    assert book.gauges()["unknown_senders"] == 256
+    assert counters.snapshot()["evicted_senders"] == 3 * 256 - 255
+    chosen = [choice for choice in book.choose(10_000)[0] if choice.sender == "newcomer"]
+    assert [choice.ref.seq for choice in chosen] == [1]
+
+
+def test_a_sender_first_found_in_the_index_is_announced_once_its_host_announces_it():
+    clock = ManualClock()
+    book = SenderBook(DHTTransportConfig(max_unknown_senders=8), SwarmCounters(), clock)
+    _index_entry(book, "joiner", clock.time(), (1, clock.time(), 1))  # a reader's first index read finds it
+    clock.advance(1.0)
+    _announce(book, "joiner", clock.time(), (2, clock.time(), 1))  # then its announcement arrives
+    for n in range(40):
+        clock.advance(0.01)
+        _index_entry(book, f"ghost-{n}", clock.time(), (1, clock.time(), 1))
+    assert book.standing("joiner") == "unjudged"
+
+
+def test_announced_identities_leave_index_only_senders_their_part_of_the_book():
+    # An honest peer this reader knows from the index alone (it announces on topics this reader does not listen to)
+    # keeps a fair chance: a stream of announced identities (a libp2p host each) evicts only beyond its own part.
+    clock, counters = ManualClock(), SwarmCounters()
+    book = SenderBook(DHTTransportConfig(max_unknown_senders=8), counters, clock)  # 4 places each, borrowed if free
+    for n in range(6):
+        clock.advance(0.01)
+        _index_entry(book, f"quiet-{n}", clock.time(), (1, clock.time(), 1))
+    for n in range(100):
+        clock.advance(0.01)
+        _announce(book, f"sybil-{n}", clock.time(), (1, clock.time(), 8))
+    # the two that had borrowed announced places went first, then the announced evicted among themselves
+    assert [sender for sender in book.senders() if sender.startswith("quiet")] == [f"quiet-{n}" for n in (2, 3, 4, 5)]
+    assert book.gauges()["unknown_senders"] == 8 and counters.snapshot()["evicted_senders"] == 106 - 8
 
 
 def test_a_host_judged_good_is_retried_soon_after_a_failure_and_a_stranger_after_30_s():
