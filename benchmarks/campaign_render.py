@@ -55,10 +55,11 @@ def result_lines(name: str, result: dict[str, Any], unit: str = "seed pair(s)") 
 
 def run_table(runs: Sequence[CampaignRun], node_code: str, paired: set[Path],
               label: Callable[[CampaignRun], str] = lambda run: paper_label(run.setting)) -> list[str]:  # fmt: skip
-    """One row per run: its commit, whether it has the registered node code, its time, and whether it counts
-    (``paired``: the run folders in a seed pair that counts)."""
-    lines = ["| setting | seed | commit | node code of " + node_code + " | minutes (last attempt) | "
-             "finished (UTC) | counts |", "|---|---|---|---|---|---|---|"]  # fmt: skip
+    """One row per run: its commit, whether it has the registered node code, the CPU model its attempts recorded (a
+    seed is another draw on another CPU model), its time, and whether it counts (``paired``: the run folders in a seed
+    pair that counts)."""
+    lines = ["| setting | seed | commit | node code of " + node_code + " | CPU | minutes (last attempt) | "
+             "finished (UTC) | counts |", "|---|---|---|---|---|---|---|---|"]  # fmt: skip
     for run in runs:
         code = run.marker.get("code") or {}
         commit = str(code.get("commit", "?"))[:10] + (" (dirty tree)" if code.get("dirty") else "")
@@ -67,7 +68,8 @@ def run_table(runs: Sequence[CampaignRun], node_code: str, paired: set[Path],
         when = datetime.datetime.fromtimestamp(finished, datetime.UTC).strftime("%F %H:%M") if finished else "-"
         minutes = (run.marker.get("last_attempt_seconds") or float("nan")) / 60
         counts = "; ".join(run.problems) or ("yes" if run.run_dir in paired else "its pair is not complete")
-        lines.append(f"| {label(run)} | {run.seed} | {commit} | {same} | {minutes:.0f} | {when} | {counts} |")
+        cpu = ", ".join(run.marker.get("cpus") or ["not recorded"])
+        lines.append(f"| {label(run)} | {run.seed} | {commit} | {same} | {cpu} | {minutes:.0f} | {when} | {counts} |")
     return lines
 
 

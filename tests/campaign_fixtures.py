@@ -19,9 +19,11 @@ def group_line(step, origin, task, sender, outcome, rewards, rescue=False, model
 
 
 def write_run(run: Path, outcomes: list[dict[int, list[int]]], identity: dict, commit=REGISTERED, *, local=2,
-               node_runs: list[dict] | None = None, complete=True, fill=0.0, step_time=10.0) -> Path:  # fmt: skip
+               node_runs: list[dict] | None = None, complete=True, fill=0.0, step_time=10.0,
+               cpus: list[str] | None = None) -> Path:  # fmt: skip
     """A finished sapo_table run: per node metrics (60 training steps, evaluations at 0 and 60), held-out outcomes,
-    node-run.json, a group log with its own groups; plus what an archive must leave behind."""
+    node-run.json, a group log with its own groups; plus what an archive must leave behind. ``cpus``: the CPU models
+    its marker records (None: a marker from before sapo_table recorded them)."""
     for node, by_step in enumerate(outcomes):
         folder = run / f"node-{node}"
         (folder / "checkpoint-60").mkdir(parents=True)
@@ -51,7 +53,7 @@ def write_run(run: Path, outcomes: list[dict[int, list[int]]], identity: dict, c
     (run / "node-config-count_bits.yaml").write_text("tasks: []\n")
     if complete:
         marker = {"identity": identity, "code": {"commit": commit, "dirty": False}, "finished": 1.8e9,
-                  "last_attempt_seconds": 3600.0}  # fmt: skip
+                  "last_attempt_seconds": 3600.0, **({"cpus": cpus} if cpus is not None else {})}  # fmt: skip
         (run / "run-complete.json").write_text(json.dumps(marker))
     return run
 

@@ -283,7 +283,8 @@ def test_experiment_4_endpoint_is_the_mean_of_steps_30_and_60_and_equal_compute_
             if (setting, seed) == ("1-1-replay", 21):
                 outcomes = [{s: row for s, row in by_step.items() if s != 30} for by_step in outcomes]
             write_run(runs_dir / "cpu-default-equal" / setting / f"seed-{seed}", outcomes, identity,
-                       EXPERIMENT_4_CODE, local=local, fill=0.5 if local == 1 else 0.0)  # fmt: skip
+                       EXPERIMENT_4_CODE, local=local, fill=0.5 if local == 1 else 0.0,
+                       cpus=[f"AMD EPYC (native bf16: {'no' if seed == 20 else 'yes'})"])  # fmt: skip
     results = tmp_path / "page"
     data = campaign_report.main(["--experiment", "default_mix_equal", str(runs_dir), "--results-dir", str(results)])
 
@@ -318,6 +319,9 @@ def test_experiment_4_endpoint_is_the_mean_of_steps_30_and_60_and_equal_compute_
     assert "(every task, the three peers averaged, steps 30 and 60 (their mean))" in page
     assert "swarm 4/4 (1/1) 360 at step 60, alone 8/0 (2/0) 240 at step 30" in page
     assert "Step 0: each run's own evaluation at step 0." in page
+    # the report names each run's CPU model: a seed is another draw on another one
+    assert f"| alone 8/0 (2/0) | 20 | {EXPERIMENT_4_CODE[:10]} | yes | AMD EPYC (native bf16: no) |" in page
+    assert f"| alone 8/0 (2/0) | 21 | {EXPERIMENT_4_CODE[:10]} | yes | AMD EPYC (native bf16: yes) |" in page
     assert (results / "campaign_default_mix_equal.png").read_bytes()[:4] == b"\x89PNG"
 
 
