@@ -15,7 +15,7 @@ Run: every peer of the swarm passes the same --questions file (its rows may be i
 Output: the join address, TRL's log line of each step, then what this peer took from the swarm (figures vary):
     {'loss': 0.0, 'reward': 0.31, 'rewards/capital_reward/mean': 0.25, 'sapo/external_groups': 2.0, ...}
     held-out pass@1 0.333 on 3 questions
-    external groups trained on, by sender: {'QmXy...': 2}
+    external groups trained on, by sender: {'5e2c9a0f81b3d447': 2}
     external groups dropped, by reason: {'question_mismatch': 1, 'item_not_held': 1}
 """
 

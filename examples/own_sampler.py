@@ -13,7 +13,7 @@ Run: a peer of a swarm sharing examples/data/capitals.jsonl (see examples/custom
 
 Output: TRL's log line of each step, then what the sampler judged and what this peer took (figures vary):
     sampler hardest_solved_first: success_threshold 0.75, judged 2 times
-    external groups trained on, by sender: {'QmXy...': 1}
+    external groups trained on, by sender: {'5e2c9a0f81b3d447': 1}
     external groups dropped, by reason: {'no_success': 1}
 """
 

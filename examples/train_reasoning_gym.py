@@ -12,9 +12,9 @@ Run:
 
 Output: the address other peers join with, TRL's log line of every step (reward, `sapo/external_groups`, ...),
 then the external groups trained on, by sender (figures vary by run):
-    peer 12D3KooWAb... in swarm 'sapo'; others join with: --initial-peers /ip4/127.0.0.1/tcp/40123/p2p/12D3KooWAb...
+    peer 0d6b2aa14deb22cd in swarm 'sapo'; others join with: --initial-peers /ip4/127.0.0.1/tcp/40123/p2p/12D3KooWAb...
     {'loss': 0.01, 'reward': 0.25, 'sapo/external_groups': 4.0, 'sapo/local_reward': 0.2, ...}
-    trained 2 steps on 2 processes; external groups trained on, by sender: {'12D3KooWXy...': 3}
+    trained 2 steps on 2 processes; external groups trained on, by sender: {'5e2c9a0f81b3d447': 3}
 """
 
 import argparse

@@ -222,9 +222,9 @@ class SAPOConfig(GRPOConfig):
             "to its own limit, so a round spends at most the budget plus one `regeneration_timeout` and one "
             "restart of the child (about 50 s on a loaded machine), where before each group of the pool could "
             "cost a limit and a restart. Default 30: an honest foreign config regenerates in milliseconds and the "
-            "child's start (importing reasoning-gym) took 6-11 s on a loaded 2-core machine, so an honest swarm "
-            "stays well inside it, and at the node's defaults every peer runs the same configs and nothing is "
-            "foreign. `None`: no budget (unused when `regeneration_timeout` is `None`)."
+            "child's start (importing reasoning-gym) takes seconds, so an honest swarm stays well inside it, and at "
+            "the node's defaults every peer runs the same configs and nothing is foreign. `None`: no budget (unused "
+            "when `regeneration_timeout` is `None`)."
         },
     )
     external_answer_end: str | None = field(
@@ -342,11 +342,13 @@ class SAPOConfig(GRPOConfig):
     eval_questions: int = field(
         default=32,
         metadata={
-            "help": "Held-out questions evaluated when the trainer gets no `eval_dataset`: drawn from the "
-            "reasoning-gym tasks of `train_dataset`, from generator seeds training never uses "
-            "(`sapo.tasks.build_held_out_dataset`). Evaluation runs on TRL's schedule (`eval_strategy`, `eval_steps`, "
-            "`eval_on_start`; off by default in the library, on in `sapo-node`) and measures greedy pass@1 per task "
-            "(`sapo.evaluation`)."
+            "help": "Held-out questions evaluated when the trainer gets no `eval_dataset`, shared among the task "
+            "sources given that hold items out (`TaskSource.held_out`: a `DatasetSource`'s `eval_fraction` or "
+            "`eval_data`, a `GeneratorSource`'s held-out seed) and the reasoning-gym tasks of `train_dataset` "
+            "(generator seeds training never uses, `sapo.tasks.build_held_out_dataset`). Evaluation runs on TRL's "
+            "schedule (`eval_strategy`, `eval_steps`, `eval_on_start`; off by default in the library, on in "
+            "`sapo-node`) and measures greedy pass@1 per task (`sapo.evaluation`): a reasoning-gym question by its "
+            "correctness check, another by this peer's rewards reaching `success_threshold`."
         },
     )
     publish_groups: bool = field(

@@ -107,7 +107,7 @@ class SAPOTrainer(HeldOutEvaluation, TRLBridge):
     >>> swarm.close()
     ```
 
-    Everything `trl.GRPOTrainer` accepts is accepted here, plus:
+    Everything `trl.GRPOTrainer` accepts is accepted here, by position or by name, plus these keyword arguments:
 
     Args:
         swarm (`swarm.SwarmTransport` or `None`):
@@ -156,7 +156,7 @@ class SAPOTrainer(HeldOutEvaluation, TRLBridge):
         args: SAPOConfig | None = None,
         train_dataset: Any = None,
         eval_dataset: Any = None,
-        *,
+        *grpo_args: Any,
         swarm: SwarmTransport | None = None,
         sampler: ExternalSampler | None = None,
         sources: Sequence[TaskSource] | None = None,
@@ -176,14 +176,8 @@ class SAPOTrainer(HeldOutEvaluation, TRLBridge):
         derived_held_out = eval_dataset is None and args.eval_strategy != "no"
         if derived_held_out:
             eval_dataset = held_out_questions(train_dataset, args.eval_questions, held_out_tasks, sources or ())
-        super().__init__(
-            model=model,
-            reward_funcs=reward_funcs,
-            args=args,
-            train_dataset=train_dataset,
-            eval_dataset=eval_dataset,
-            **kwargs,
-        )
+        # GRPOTrainer's further arguments in its own order (processing_class, reward_processing_classes, ...) or by name
+        super().__init__(model, reward_funcs, args, train_dataset, eval_dataset, *grpo_args, **kwargs)
         # Measured by greedy pass@1 only: GRPOTrainer has no eval set here (see evaluate).
         self.derived_held_out = self.eval_dataset if derived_held_out else None
         self.add_callback(_StepsFromArguments)

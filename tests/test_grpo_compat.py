@@ -10,6 +10,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 from datasets import Dataset, DatasetDict
+from transformers import TrainerCallback
 from trl import GRPOConfig, GRPOTrainer
 
 from sapo import SAPOConfig, SAPOTrainer
@@ -245,6 +246,22 @@ def test_construction_without_args_trains(trainer_class, tmp_path, eos_model, mo
     trainer.train()
     assert trainer.state.global_step == 1 and math.isfinite(_logged(trainer, "train_loss")[0])
     assert _logged(trainer, "completions/mean_length") == [1.0]
+
+
+@TRAINERS
+def test_grpo_trainer_s_arguments_are_taken_in_its_positions(trainer_class, tmp_path, smollm_tokenizer):
+    """GRPOTrainer takes every argument by position (processing_class sixth, callbacks eighth, ...): a script that
+    passes them so keeps working when the class is swapped."""
+
+    class Marker(TrainerCallback):
+        pass
+
+    args = _config(CONFIG_OF[trainer_class], tmp_path)
+    trainer = trainer_class(
+        tiny_model(smollm_tokenizer), [text_reward], args, _chat(8), None, smollm_tokenizer, None, [Marker()]
+    )
+    assert trainer.processing_class is smollm_tokenizer and trainer.train_dataset is not None
+    assert any(isinstance(callback, Marker) for callback in trainer.callback_handler.callbacks)
 
 
 LOSS_TYPES = ["grpo", "dr_grpo", "dapo", "bnpo", "cispo", "sapo", "luspo", "vespo"]

@@ -19,7 +19,8 @@ FIRST_SCREEN: dict[str, str | None] = {
     "max_steps": "Training steps to run.",
     "dataset": "Your own questions instead of `tasks`: a .jsonl, .json, .parquet or .csv file, or a saved dataset.",
     "tasks": "reasoning-gym tasks to train on (names of the default mix use its easy settings).",
-    "rewards": "Reward functions: `reasoning_gym`, `math`, `format`, or your own as `module:function`.",
+    "rewards": "Reward functions: `reasoning_gym`, `math`, `format`, or your own as `module:function` or "
+    "`file.py:function`.",
     "status_port": "Port of the status page, /metrics and /healthz (on 127.0.0.1 unless --status_host says else).",
 }
 """The options of the first screen, in order, with a one-line text for the operator (None: the first sentence of the
