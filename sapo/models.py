@@ -260,10 +260,17 @@ def _sha256(path: Path) -> str:
 def _converted_copy(gguf: Path, target: Path, source: dict[str, Any]) -> Path:
     """Convert ``gguf`` into ``target`` and return it. The copy is written into a temporary directory and renamed into
     place, so an interrupted conversion never leaves a partial copy, and concurrent processes at worst convert
-    twice."""
-    target.parent.mkdir(parents=True, exist_ok=True)
+    twice. A cache this process cannot write raises ``OSError`` saying which directory to set instead."""
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
+    except OSError as e:  # read-only (the Docker image's cache belongs to root), or not a directory
+        raise OSError(
+            e.errno,
+            f"cannot convert {gguf}: its copy goes under {target.parent}, which cannot be written here ({e.strerror}); "
+            "set SAPO_CACHE_DIR to a writable directory (in the Docker image, /data/cache)",
+        ) from None
     logger.info("converting %s into %s (once: later loads reuse the copy)", gguf, target)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
     try:
         _convert_gguf(gguf, tmp, target.name, source)
         if target.exists():  # a stale or incomplete copy from an older version or another process

@@ -264,3 +264,17 @@ def test_each_gguf_file_converts_once_into_its_own_copy(tmp_path, monkeypatch, s
     mtime = os.stat(copy / "model.safetensors").st_mtime_ns
     assert models.model_path(moved) == copy and os.stat(copy / "model.safetensors").st_mtime_ns == mtime
     assert sorted((tmp_path / "cache" / "models").iterdir()) == copies  # no temporary directory left
+
+
+def test_a_cache_that_cannot_be_written_says_which_directory_to_set(tmp_path, monkeypatch, smollm_tokenizer_dir):
+    """A GGUF file converts into SAPO_CACHE_DIR; where that cannot be written (the Docker image's root-owned cache for
+    the node's user; here a file in the way, since the tests may run as root), the error names it and the fix."""
+    gguf = tmp_path / "tiny.gguf"
+    _write_tiny_gguf(gguf, smollm_tokenizer_dir, seed=0)
+    blocked = tmp_path / "cache"
+    blocked.write_text("a file, not a directory")
+    monkeypatch.setenv("SAPO_CACHE_DIR", str(blocked))
+    with pytest.raises(
+        OSError, match=r"cannot convert .*tiny\.gguf: its copy goes under .*cache/models.*set SAPO_CACHE_DIR"
+    ):
+        models.gguf_model_path(gguf)
