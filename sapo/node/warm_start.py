@@ -203,13 +203,15 @@ class WarmStarter:
         start_new_session: bool = False,
         script: str | os.PathLike | None = None,
         netns: str | None = None,
+        module: str | None = None,
     ) -> WarmProcess:
         """Start ``sapo-node ARGS`` forked warm, or with ``script`` ``python SCRIPT ARGS`` (a program using the
         library, e.g. an example). ``stdout`` and ``stderr`` as for :class:`subprocess.Popen`: None (this
         process's), a file or descriptor, ``subprocess.DEVNULL``, ``subprocess.PIPE`` (stdout only) or
         ``subprocess.STDOUT`` (stderr only); ``env`` its environment (default this process's); ``cwd`` its working
         directory (default this process's); ``netns`` a named network namespace (``ip netns add``) to run it in, as
-        ``ip netns exec`` would. Raises :class:`WarmStartRefused` where the server cannot start it (another
+        ``ip netns exec`` would; ``module`` instead of ``sapo.node.cli``, ``python -m MODULE ARGS`` (a benchmark's
+        runs, each in a process of its own). Raises :class:`WarmStartRefused` where the server cannot start it (another
         environment): start it cold then."""
         opened: list[int] = []
         pipe_read = None
@@ -227,6 +229,7 @@ class WarmStarter:
                 "session": start_new_session,
                 "script": None if script is None else os.path.abspath(os.fspath(script)),
                 "netns": netns,
+                "module": module,
             }
             connection = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
             try:
@@ -235,7 +238,10 @@ class WarmStarter:
             except OSError as e:
                 connection.close()
                 raise WarmStartRefused(f"the warm starter's server is not reachable: {e}") from e
-            shown = ["sapo-node"] if script is None else [sys.executable, os.fspath(script)]
+            if script:
+                shown = [sys.executable, os.fspath(script)]
+            else:
+                shown = [sys.executable, "-m", module] if module else ["sapo-node"]
             process = WarmProcess(connection, [*shown, *args], os.fdopen(pipe_read, "rb") if pipe_read else None)
         except BaseException:
             if pipe_read is not None:
@@ -413,7 +419,7 @@ def _become_requested(request: dict, env: dict[str, str], out: int, err: int) ->
         if script:
             runpy.run_path(script, run_name="__main__")
         else:
-            runpy.run_module("sapo.node.cli", run_name="__main__", alter_sys=True)
+            runpy.run_module(request.get("module") or "sapo.node.cli", run_name="__main__", alter_sys=True)
     except SystemExit as e:
         code = _exit_code(e.code)
     except BaseException:
