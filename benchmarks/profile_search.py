@@ -434,6 +434,20 @@ def timing_lines(results_dir: Path) -> list[str]:
     return lines
 
 
+def run_process(command: list[str]) -> int:
+    """Run ``python -m benchmarks.profile_search ...`` in a process of its own and return its exit code: forked warm
+    where a program that started this one shares its server (`sapo.node.warm_start`), cold otherwise."""
+    from sapo.node.warm_start import WarmStarter, WarmStartRefused
+
+    starter = WarmStarter.shared()
+    if starter is not None:
+        try:
+            return starter.start(command[3:], module=command[2], cwd=ROOT, stdout=1, stderr=2).wait()  # as inherited
+        except WarmStartRefused:
+            pass
+    return subprocess.call(command, cwd=ROOT)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.profile_search", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
@@ -465,7 +479,7 @@ def main(argv: list[str] | None = None) -> int:
             command = [sys.executable, "-m", "benchmarks.profile_search", "--one", name, "--seeds", str(seeds[0]),
                        "--steps", str(args.timing), "--questions", "0", "--results-dir", str(args.results_dir),
                        *(["--model", args.model] if args.model else [])]  # fmt: skip
-            if subprocess.call(command, cwd=ROOT) != 0:
+            if run_process(command) != 0:
                 return 1
         print(report(load_runs(args.results_dir), args.results_dir).read_text())
         return 0
@@ -480,7 +494,7 @@ def main(argv: list[str] | None = None) -> int:
                        "--steps", str(args.steps), "--questions", str(args.questions),
                        "--results-dir", str(args.results_dir),
                        *(["--model", args.model] if args.model else [])]  # fmt: skip
-            code = subprocess.call(command, cwd=ROOT)
+            code = run_process(command)
             if code != 0:
                 print(f"profile_search: {name} seed {seed} failed with exit code {code}", flush=True)
                 return code

@@ -28,7 +28,6 @@ from swarm.daemon import close_p2p, close_stopped_loop
 from swarm.hivemind_bridge import daemon_process, signing_key
 from swarm.records import WIRE_VERSION, Group, Provenance, group_to_wire
 from swarm.validation import record_key
-from testbed.tiny_run import tiny_trainer
 
 LOCAL = "/ip4/127.0.0.1/tcp/0"
 TASKS = [TaskSpec("basic_arithmetic", {"min_terms": 2, "max_terms": 2, "min_digits": 1, "max_digits": 1})]
@@ -351,6 +350,7 @@ def hostile_round(
     of the raw node's p2pd daemon (see :class:`HostileNode`).
     """
     from sapo.tasks import build_reasoning_gym_dataset
+    from testbed.tiny_run import tiny_trainer  # here: the flood benchmark's hostile process never trains
 
     rows = list(build_reasoning_gym_dataset(TASKS, size=32, seed=5))
     honest = make_peer(model_name="honest")

@@ -9,6 +9,7 @@ import json
 import pytest
 
 from benchmarks import poisoning
+from tests.node_fixtures import STARTER  # noqa: F401 (its nodes fork from the worker's warm server, both arms)
 from tests.swarm_fixtures import no_p2pd_left_behind  # noqa: F401
 
 pytestmark = [pytest.mark.usefixtures("no_p2pd_left_behind")]

@@ -10,6 +10,7 @@ import pytest
 
 from benchmarks import profile_search, stats
 from sapo.evaluation import HeldOutResult, QuestionResult
+from tests.node_fixtures import STARTER  # noqa: F401 (its runs fork from the worker's warm server)
 
 
 def test_a_run_evaluates_start_middle_end_then_the_report_pairs_them(tmp_path, tiny_model_a, capsys):

@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.node_fixtures import STARTER  # noqa: F401 (local swarms and their nodes fork from the worker's warm server)
+
 ROOT = Path(__file__).resolve().parent.parent
 
 

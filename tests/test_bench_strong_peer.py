@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.node_fixtures import STARTER  # noqa: F401 (local swarms and their nodes fork from the worker's warm server)
+
 CHECK = ["--new-tokens", "4"]
 """The merge check's greedy answers: 4 tokens each (24 by default) show that the merged model generates."""
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -39,7 +40,9 @@ sys.meta_path[:] = [_WithoutTheWheel if finder is PathFinder else finder for fin
 
 @pytest.fixture(scope="module")
 def converted_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A $SAPO_CACHE_DIR holding the default model converted from the installed wheel, as the image's build does."""
+    """A $SAPO_CACHE_DIR holding the default model converted from the installed wheel, as the image's build does: the
+    suite's own converted copy (made here if no test made it yet; other tests load the default model from it too),
+    linked into a temporary cache."""
     from sapo.models import DEFAULT_MODEL_NAME, default_gguf_path, default_model_path
 
     try:
@@ -47,6 +50,14 @@ def converted_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
     except ModuleNotFoundError as e:
         pytest.skip(str(e))
     cache = tmp_path_factory.mktemp("sapo-cache")
+
+    def link_or_copy(source: str, target: str) -> None:
+        try:
+            os.link(source, target)
+        except OSError:  # another file system
+            shutil.copy2(source, target)
+
+    shutil.copytree(default_model_path(), cache / "models" / DEFAULT_MODEL_NAME, copy_function=link_or_copy)
     assert default_model_path(cache) == cache / "models" / DEFAULT_MODEL_NAME
     return cache
 

@@ -18,8 +18,19 @@ from pathlib import Path
 
 import pytest
 
+from sapo.node.warm_start import WarmProcess
 from testbed.netns import Hosts
-from tests.node_fixtures import NO_EVALUATION, PACED, _assert_gone, _metrics, _node_command, _p2pd, _wait, started  # noqa: F401
+from tests.node_fixtures import (  # noqa: F401
+    NO_EVALUATION,
+    PACED,
+    _assert_gone,
+    _metrics,
+    _node_command,
+    _p2pd,
+    _wait,
+    start_node,
+    started,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -74,18 +85,19 @@ def test_three_hosts_survive_a_cut_link_and_the_bootstrap_peers_death(tmp_path, 
     outs = [tmp_path / f"host{i}" for i in range(3)]
     p2pd = {}
 
-    def start(i: int, initial_peers: list[str]) -> subprocess.Popen:
+    def start(i: int, initial_peers: list[str]) -> subprocess.Popen | WarmProcess:
         command = _node_command(
             tiny_model_a, outs[i], "--max_steps", "100000", "--save_steps", "100000",
             "--host_maddrs", f"/ip4/{hosts.address(i)}/tcp/0", "--swarm_name", "netns",
             "--seed", str(i), *NO_EVALUATION, *PACED, *(["--initial_peers", *initial_peers] if initial_peers else []),
         )  # fmt: skip
         log = open(tmp_path / f"host{i}.log", "w")
-        node = subprocess.Popen(["ip", "netns", "exec", hosts.names[i], *command], stdout=log, stderr=log)
-        started.append(node)  # `ip netns exec` execs the node: this is the node's PID
+        # forked warm into host i's namespace (cold, `ip netns exec` execs the node): the node's PID either way
+        node = start_node(command, netns=hosts.names[i], stdout=log, stderr=log)
+        started.append(node)
         return node
 
-    def joined(i: int, node: subprocess.Popen) -> None:
+    def joined(i: int, node: subprocess.Popen | WarmProcess) -> None:
         _wait(lambda: (outs[i] / "address.txt").exists(), 120, f"host{i} to join", node)
         p2pd[i] = _p2pd(outs[i])
 

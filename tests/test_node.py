@@ -203,8 +203,8 @@ def test_sigterm_checkpoints_leaves_and_exits_zero_with_tensorboard_logs(tmp_pat
 
 def test_local_swarm_exchanges_groups_and_report_draws_the_plot(tmp_path, tiny_model_a, capsys):
     run_dir = tmp_path / "run"
-    # 30 steps: a tiny model's step takes 0.2 s, groups are polled once a second and a node's first step takes none
-    # (its plausibility reference), so 6 steps ended before any group of another node arrived.
+    # 10 steps paced to 1 s each: groups are polled once a second and a node's first step takes none (its
+    # plausibility reference), so 6 unpaced steps of 0.2 s ended before any group of another node arrived.
     # Peers that differ: each --node-config goes to one node, cycling (nodes 0 and 2 get the first); the first makes
     # its nodes evaluate on a task they do not train on, as a task specialist evaluated on a whole mix does.
     mix, own = tmp_path / "evaluate-on-a-mix.yaml", tmp_path / "evaluate-on-own-tasks.yaml"
@@ -213,14 +213,15 @@ def test_local_swarm_exchanges_groups_and_report_draws_the_plot(tmp_path, tiny_m
     result = run_node(
         [sys.executable, "-m", "sapo.node.cli", "local-swarm", "--peers", "3", "--run-dir", str(run_dir),
          "--status-interval", "5", "--node-config", str(mix), "--node-config", str(own),
-         "--model", str(tiny_model_a), *TINY, "--max_steps", "30", "--save_steps", "15"],
+         "--model", str(tiny_model_a), *TINY, "--max_steps", "10", "--save_steps", "5",
+         "--min_step_seconds", "1"],
         timeout=900,
     )  # fmt: skip
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     taken = {}
     for i in range(3):
         rows = _metrics(run_dir / f"node-{i}")
-        assert rows and rows[-1]["step"] == 30
+        assert rows and rows[-1]["step"] == 10
         taken[i] = rows[-1].get("sapo/total/external_groups", 0)
         assert rows[-1].get("sapo/peers", 0) >= 1, f"node-{i} never saw another peer"
         evaluations = [json.loads(line) for line in (run_dir / f"node-{i}" / "metrics.jsonl").read_text().splitlines()]

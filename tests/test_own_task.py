@@ -45,15 +45,16 @@ def test_two_nodes_share_a_users_dataset_in_different_orders_and_a_split(tmp_pat
     result = run_node(
         [sys.executable, "-m", "sapo.node.cli", "local-swarm", "--peers", "2", "--run-dir", str(run_dir),
          "--status-interval", "5", *configs, "--model", str(tiny_model_a), *tiny,
-         "--rewards", f"{tmp_path / 'my_rewards.py'}:units_reward", "--max_steps", "30", "--save_steps", "30",
-         "--eval_steps", "30"],  # evaluated at the start and the end only
+         "--rewards", f"{tmp_path / 'my_rewards.py'}:units_reward", "--max_steps", "10", "--save_steps", "10",
+         "--eval_steps", "10", "--min_step_seconds", "1"],  # evaluated at the start and the end only; groups are
+        # polled once a second: 10 steps paced to 1 s meet the other node's groups as 30 unpaced tiny steps did
         timeout=900,
     )  # fmt: skip
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     for i in range(2):
         node = run_dir / f"node-{i}"
         rows = _metrics(node)
-        assert rows[-1]["step"] == 30 and rows[-1].get("sapo/total/external_groups", 0) > 0, f"node-{i} took none"
+        assert rows[-1]["step"] == 10 and rows[-1].get("sapo/total/external_groups", 0) > 0, f"node-{i} took none"
         assert "rewards/units_reward/mean" in rows[-1]  # the user's module was loaded and called by TRL
         groups = [g for g in read_group_log(node / "groups.jsonl") if g["origin"] == "swarm"]
         outcomes = {g["outcome"] for g in groups}

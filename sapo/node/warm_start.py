@@ -46,6 +46,7 @@ NODE_MODULES = (
     "sapo.evaluation",
     "sapo.reasoning_gym",
     "sapo.node.local_swarm",
+    "reasoning_gym",  # imported by a node's first task check (0.6-1.5 CPU s), not by the modules above
 )
 """The modules the server imports before it forks: what a node imports before its first step."""
 
@@ -202,13 +203,17 @@ class WarmStarter:
         cwd: str | os.PathLike | None = None,
         start_new_session: bool = False,
         script: str | os.PathLike | None = None,
+        netns: str | None = None,
+        module: str | None = None,
     ) -> WarmProcess:
         """Start ``sapo-node ARGS`` forked warm, or with ``script`` ``python SCRIPT ARGS`` (a program using the
         library, e.g. an example). ``stdout`` and ``stderr`` as for :class:`subprocess.Popen`: None (this
         process's), a file or descriptor, ``subprocess.DEVNULL``, ``subprocess.PIPE`` (stdout only) or
         ``subprocess.STDOUT`` (stderr only); ``env`` its environment (default this process's); ``cwd`` its working
-        directory (default this process's). Raises :class:`WarmStartRefused` where the server cannot start it
-        (another environment): start it cold then."""
+        directory (default this process's); ``netns`` a named network namespace (``ip netns add``) to run it in, as
+        ``ip netns exec`` would; ``module`` instead of ``sapo.node.cli``, ``python -m MODULE ARGS`` (a benchmark's
+        runs, each in a process of its own). Raises :class:`WarmStartRefused` where the server cannot start it (another
+        environment): start it cold then."""
         opened: list[int] = []
         pipe_read = None
         env = dict(os.environ if env is None else env)
@@ -224,6 +229,8 @@ class WarmStarter:
                 "env": env,
                 "session": start_new_session,
                 "script": None if script is None else os.path.abspath(os.fspath(script)),
+                "netns": netns,
+                "module": module,
             }
             connection = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
             try:
@@ -232,7 +239,10 @@ class WarmStarter:
             except OSError as e:
                 connection.close()
                 raise WarmStartRefused(f"the warm starter's server is not reachable: {e}") from e
-            shown = ["sapo-node"] if script is None else [sys.executable, os.fspath(script)]
+            if script:
+                shown = [sys.executable, os.fspath(script)]
+            else:
+                shown = [sys.executable, "-m", module] if module else ["sapo-node"]
             process = WarmProcess(connection, [*shown, *args], os.fdopen(pipe_read, "rb") if pipe_read else None)
         except BaseException:
             if pipe_read is not None:
@@ -303,20 +313,25 @@ def start_node_process(
     env: Mapping[str, str] | None = None,
     cwd: str | os.PathLike | None = None,
     start_new_session: bool = False,
+    netns: str | None = None,
 ) -> subprocess.Popen | WarmProcess:
     """Start ``command``: forked warm where it is ``[sys.executable, "-m", "sapo.node.cli", ...]`` or
     ``[sys.executable, "SCRIPT.py", ...]`` and the server of ``starter`` serves its environment (``env``, default this
-    process's); otherwise, and without a starter (the default), cold, as :class:`subprocess.Popen` starts it."""
+    process's); otherwise, and without a starter (the default), cold, as :class:`subprocess.Popen` starts it. With
+    ``netns``, in that named network namespace (cold: under ``ip netns exec``, which execs the command: the same
+    PID)."""
     command = [os.fspath(part) for part in command]
     script = command[1] if len(command) > 1 and command[1].endswith(".py") else None
     if starter is not None and command[0] == sys.executable and (script or command[1:3] == ["-m", "sapo.node.cli"]):
         try:
             return starter.start(
                 command[2:] if script else command[3:], stdout=stdout, stderr=stderr, env=env, cwd=cwd,
-                start_new_session=start_new_session, script=script,
+                start_new_session=start_new_session, script=script, netns=netns,
             )  # fmt: skip
         except WarmStartRefused:
             pass
+    if netns is not None:
+        command = ["ip", "netns", "exec", netns, *command]
     return subprocess.Popen(
         command, stdout=stdout, stderr=stderr, env=None if env is None else dict(env), cwd=cwd,
         start_new_session=start_new_session,
@@ -376,13 +391,19 @@ def _serve(owner: socket.socket, listener: socket.socket, varying: frozenset[str
 
 def _become_requested(request: dict, env: dict[str, str], out: int, err: int) -> None:
     """In the forked child: become ``python -m sapo.node.cli ARGS`` or ``python SCRIPT ARGS`` (streams, environment,
-    directory, session, arguments), run it, and end as the interpreter would (non-daemon threads joined, exit
-    handlers run, streams flushed)."""
+    directory, session, network namespace, arguments), run it, and end as the interpreter would (non-daemon threads
+    joined, exit handlers run, streams flushed)."""
     signal.signal(signal.SIGINT, signal.default_int_handler)
     os.dup2(out, 1)
     os.dup2(err, 2)
     for fd in {out, err}:
         os.close(fd)
+    if request.get("netns"):
+        try:
+            _enter_netns(request["netns"])
+        except OSError:
+            traceback.print_exc()
+            os._exit(1)  # never back into the server's loop
     if request["session"]:
         os.setsid()
     os.environ.clear()
@@ -399,7 +420,7 @@ def _become_requested(request: dict, env: dict[str, str], out: int, err: int) ->
         if script:
             runpy.run_path(script, run_name="__main__")
         else:
-            runpy.run_module("sapo.node.cli", run_name="__main__", alter_sys=True)
+            runpy.run_module(request.get("module") or "sapo.node.cli", run_name="__main__", alter_sys=True)
     except SystemExit as e:
         code = _exit_code(e.code)
     except BaseException:
@@ -417,6 +438,19 @@ def _become_requested(request: dict, env: dict[str, str], out: int, err: int) ->
             except (OSError, ValueError):
                 pass
         os._exit(code)
+
+
+def _enter_netns(name: str) -> None:
+    """Move this process (one thread, just forked) into the network namespace ``ip netns add NAME`` made: the
+    threads and processes it starts (p2pd) are then there too."""
+    import ctypes
+
+    fd = os.open(f"/var/run/netns/{name}", os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        if ctypes.CDLL(None, use_errno=True).setns(fd, 0x40000000) != 0:  # CLONE_NEWNET
+            raise OSError(ctypes.get_errno(), f"setns into network namespace {name}")
+    finally:
+        os.close(fd)
 
 
 def _exit_code(code: object) -> int:
