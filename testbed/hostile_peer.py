@@ -367,9 +367,10 @@ def hostile_round(
         started = time.monotonic()
         accepted = burst(raw, honest, honest_group(rows[21], "burst"), count=burst_size)
         burst_seconds = time.monotonic() - started
-        # the friend's 2 groups and the liar's 3 schema-valid ones reach the honest peer's cache
+        # the friend's 2 groups and the liar's 4 schema-valid ones reach the honest peer's cache: training before the
+        # liar's usable group arrived would bench the liar for its bad ones and never fetch that group
         deadline = time.monotonic() + 60
-        while honest.readout().counters.get("received_groups", 0) < 5 and time.monotonic() < deadline:
+        while honest.readout().counters.get("received_groups", 0) < 6 and time.monotonic() < deadline:
             time.sleep(0.1)
 
         reward = ExactAnswer()

@@ -445,7 +445,7 @@ def test_a_rounds_regeneration_budget_sets_the_rest_aside_by_turns_and_never_aga
     which never counts against their senders (a peer with a larger config is not lying). Senders take turns, so a
     sender with many groups, fetched first, does not spend the budget before another sender's group is tried. A
     clock that moves 20 s between readings stands in for slow entries; the regeneration is real."""
-    from sapo import reasoning_gym as regeneration
+    from sapo import regeneration
 
     clock = itertools.count(step=20.0)  # each foreign entry "takes" 20 s: two fit in a budget of 30 s
     monkeypatch.setattr(regeneration, "time", SimpleNamespace(monotonic=lambda: next(clock)))
