@@ -400,29 +400,26 @@ class DHTPeer:
         over, knowing the neighbours the old one knew, and the old one stops answering DHT requests. Others then no
         longer add this peer to their routing tables (an unreachable entry there costs each of them timeouts).
         Runs on the event loop."""
-        old = self.node
-        if old is None or old.protocol.client_mode:
-            return
-        node = await self._create_node(None, client_mode=True)
-        neighbours = list(old.protocol.routing_table.peer_id_to_uid)
-        await asyncio.gather(*(node.protocol.call_ping(peer_id) for peer_id in neighbours), return_exceptions=True)
-        self.node = node
-        with contextlib.suppress(Exception):
-            await asyncio.wait_for(old.shutdown(), 5)  # removes its DHT handlers; the p2pd is this peer's, it stays
+        await self._switch_mode(client_mode=True)
 
     async def become_server(self) -> None:
         """Go back to server mode (a later reachability check found a neighbour that could dial this peer): the
         reverse of :meth:`become_client`, a new DHT node in server mode on the same p2pd, introduced to the neighbours
         the client one knew. Runs on the event loop."""
+        await self._switch_mode(client_mode=False)
+
+    async def _switch_mode(self, client_mode: bool) -> None:
+        """Replace the DHT node by one in ``client_mode`` on the same p2pd, introduced to the old one's neighbours;
+        nothing if the node is already in that mode."""
         old = self.node
-        if old is None or not old.protocol.client_mode:
+        if old is None or old.protocol.client_mode == client_mode:
             return
-        node = await self._create_node(None, client_mode=False)
+        node = await self._create_node(None, client_mode=client_mode)
         neighbours = list(old.protocol.routing_table.peer_id_to_uid)
         await asyncio.gather(*(node.protocol.call_ping(peer_id) for peer_id in neighbours), return_exceptions=True)
         self.node = node
         with contextlib.suppress(Exception):
-            await asyncio.wait_for(old.shutdown(), 5)
+            await asyncio.wait_for(old.shutdown(), 5)  # removes its DHT handlers; the p2pd is this peer's, it stays
 
     async def _create_p2p(self) -> P2P:
         """Start p2pd, retrying a refused bootstrap until join_timeout: a busy first peer may answer late."""
