@@ -50,7 +50,7 @@ _SECTIONS = {
         "external_token_floor_before",
         "external_token_floor_after",
     ),
-    "Sender standing": ("sender_drop_limit", "sender_window", "sender_bench_seconds"),
+    "Sender standing": ("sender_drop_limit", "sender_window", "sender_bench_seconds", "sender_rederivation_seconds"),
     "Held-out evaluation": ("eval_questions",),
     "Publishing": ("publish_groups", "swarm_model_name"),
     "Audit": ("completions_log", "groups_log", "groups_log_max_bytes", "held_out_log"),
@@ -218,10 +218,11 @@ class SAPOConfig(GRPOConfig):
             "spent, the round's other such groups are dropped as `regeneration_budget`, which never counts "
             "against their sender. Senders take turns, so one sender's groups cannot spend it before the others' "
             "are tried; a config once past `regeneration_timeout` or the memory cap is refused "
-            "(`regeneration_limit`) without running it again, for an hour. An entry begun within the budget runs "
-            "to its own limit, so a round spends at most the budget plus one `regeneration_timeout` and one "
-            "restart of the child (about 50 s on a loaded machine), where before each group of the pool could "
-            "cost a limit and a restart. Default 30: an honest foreign config regenerates in milliseconds and the "
+            "(`regeneration_limit`) without running it again, for an hour. An entry runs within its own limit or "
+            "what is left of the budget, whichever is less (cut by the budget, it is dropped as "
+            "`regeneration_budget`), so a round spends at most the budget and one restart of the child; "
+            "`sender_rederivation_seconds` bounds what one sender costs across rounds. Default 30: an honest "
+            "foreign config regenerates in milliseconds and the "
             "child's start (importing reasoning-gym) takes seconds, so an honest swarm stays well inside it, and at "
             "the node's defaults every peer runs the same configs and nothing is foreign. `None`: no budget (unused "
             "when `regeneration_timeout` is `None`)."
@@ -338,6 +339,17 @@ class SAPOConfig(GRPOConfig):
     sender_bench_seconds: float = field(
         default=600.0,
         metadata={"help": "Seconds a sender's groups are ignored if first benched (doubled each time, at most 1 day)."},
+    )
+    sender_rederivation_seconds: float | None = field(
+        default=15.0,
+        metadata={
+            "help": "Rest a sender whose received groups cost this peer this many seconds of re-derivation (the wall "
+            "time of its source's check, reasoning-gym's foreign configs included), a sum halving every 5 minutes: "
+            "its groups are set aside unread (`rederivation_cost`) until the sum decays under it, never counted "
+            "against its standing (`sapo.sender_costs`). `regeneration_budget` bounds one round; this bounds one "
+            "sender across rounds. Default 15: an honest group re-derives in milliseconds, and a config past "
+            "`regeneration_timeout` is refused unrun for an hour. `None`: no rest."
+        },
     )
     eval_questions: int = field(
         default=32,

@@ -49,6 +49,7 @@ GROUP_DROP_REASONS = (
     "no_answer",  # "trust" policy, but the sender attached no answer
     "regeneration_limit",  # regenerating a foreign reasoning-gym config took too long or too much memory
     "regeneration_budget",  # the round's time for regenerating foreign reasoning-gym configs was spent
+    "rederivation_cost",  # the sender's groups cost this peer too much re-derivation time lately (a rest, no verdict)
     "untrusted_prompt",  # "trust" policy, but the prompt is more than one user message (a system or assistant turn)
     "source_error",  # the source holding the item raised while re-deriving it (logged; counted as a source error)
     "unsupported_task",  # the item is held, but its task cannot be scored offline (a container, tools, turns)

@@ -82,10 +82,11 @@ _STARTUP_TIMEOUT = 120.0  # seconds a fresh child may take to import reasoning-g
 class _OverLimit(GroupDropped):
     """``regeneration_limit`` caused by the item itself (past its time limit, or the child died running it, most
     likely of the memory cap), as opposed to a child that did not start: only the former says the config is costly,
-    so only it is remembered (:class:`ReasoningGymVerifier`)."""
+    so only it is remembered (:class:`ReasoningGymVerifier`). ``timed_out``: the time limit, not a death."""
 
-    def __init__(self, detail: str):
+    def __init__(self, detail: str, timed_out: bool = False):
         super().__init__("regeneration_limit", detail)
+        self.timed_out = timed_out
 
 
 class _Worker:
@@ -121,7 +122,7 @@ class _Worker:
                 line = ""  # not a reply: the pipe is out of step, start afresh
             self._stop()
             if line is None:
-                raise _OverLimit(f"no entry within {timeout:g} s")
+                raise _OverLimit(f"no entry within {timeout:g} s", timed_out=True)
             raise _OverLimit("the regeneration process died or answered out of step (out of memory?)")
 
     def _start(self) -> None:
@@ -200,8 +201,10 @@ class ReasoningGymVerifier:
             this process, without a limit (and without the budget and memory below).
         round_budget: seconds of wall time the foreign entries of one round (from one :meth:`new_round` to the next)
             may spend, the child's start or restart included; once spent, the round's other foreign entries are
-            refused as ``regeneration_budget``. An entry started within the budget runs under its own limit, so a
-            round spends at most the budget plus one entry's limit and one restart. None: no budget.
+            refused as ``regeneration_budget``. An entry runs under its own limit or what is left of the budget,
+            whichever is less, and one cut by the budget is refused as ``regeneration_budget`` (its config not
+            remembered: it was not past its own limit), so a round spends at most the budget and one restart of the
+            child. None: no budget.
 
     A foreign config past the time or memory limit is remembered (:data:`REMEMBERED_LIMITS` of them, for
     :data:`LIMIT_MEMORY_SECONDS`): its later entries are refused as ``regeneration_limit`` at once, without the child.
@@ -280,7 +283,8 @@ class ReasoningGymVerifier:
 
     def _foreign_entry(self, task: TaskSpec, seed: int, index: int) -> dict[str, Any]:
         """An entry of a config this node does not run itself: refused when the config was past a limit before or
-        the round's budget is spent, else regenerated in the child, its wall time (a restart included) spent."""
+        the round's budget is spent, else regenerated in the child within its limit or the budget's rest, whichever
+        is less, its wall time (a restart included) spent."""
         key = (task.name, task.config_key)
         before = self._remembered_limit(key)
         if before is not None:
@@ -295,10 +299,18 @@ class ReasoningGymVerifier:
                 f"this round spent {self.round_seconds:.1f} s of its {self.round_budget:g} s on configs of other peers",
             )
         self.counts["child_runs"] += 1
+        limit = self.timeout
+        if self.round_budget is not None:
+            limit = min(limit, self.round_budget - self.round_seconds)
         started = time.monotonic()
         try:
-            return regenerate_entry(task, seed, index, timeout=self.timeout)
+            return regenerate_entry(task, seed, index, timeout=limit)
         except _OverLimit as e:
+            if e.timed_out and limit < self.timeout:  # cut by the budget, not by its own limit: not remembered
+                self.counts["over_budget"] += 1
+                raise GroupDropped(
+                    "regeneration_budget", f"cut after the {limit:.1f} s left of this round's {self.round_budget:g} s"
+                ) from None
             self._over_limit[key] = (time.monotonic(), e.detail)
             self._over_limit.move_to_end(key)
             while len(self._over_limit) > REMEMBERED_LIMITS:

@@ -479,6 +479,43 @@ def test_a_rounds_regeneration_budget_sets_the_rest_aside_by_turns_and_never_aga
     assert trainer.intake.standing.benched(time.time()) == []  # three drops would bench greedy, had they counted
 
 
+def test_a_sender_whose_groups_cost_too_much_to_regenerate_is_rested_not_benched(tmp_path, smollm_tokenizer):
+    """One sender names a new costly config in every group (2 million scramble moves: minutes to regenerate), so none
+    is remembered as past a limit and each would cost a whole `regeneration_timeout`. Once its groups cost
+    `sender_rederivation_seconds` of re-derivation, its later groups are set aside unread (`rederivation_cost`) and the
+    honest sender's group is taken; the rest never counts against its standing. Real regeneration."""
+    rows = build_reasoning_gym_dataset([TaskSpec("basic_arithmetic", {"max_terms": 2, "max_digits": 1})], size=4)
+    swarm = MemorySwarm(seed=0)
+    honest, costly = swarm.join("honest"), swarm.join("costly")
+
+    def group(gid, provenance, question, age=0.0):
+        return Group(gid, [{"role": "user", "content": question}], ["1", "22", "3", "4"], provenance,
+                     created_at=time.time() - age)  # fmt: skip
+
+    row = rows[0]
+    honest.publish([group("h-0", provenance_from_wire(json.loads(row["provenance"])), row["prompt"][-1]["content"], 5)])
+    configs = [{"min_scramble_steps": 2_000_000 + k, "max_scramble_steps": 2_000_000 + k} for k in range(4)]
+    cube = [Provenance("reasoning_gym", "rubiks_cube", config, 1, 0) for config in configs]
+    costly.publish([group(f"c-{k}", provenance, "Solve this cube.") for k, provenance in enumerate(cube)])
+
+    def spread(completions, **kw):  # rewards with spread: a usable group is taken
+        return [float(k) for k in range(len(completions))]
+
+    trainer = SAPOTrainer(
+        model=build_tiny_model(smollm_tokenizer, seed=0), reward_funcs=[spread],
+        args=tiny_config(tmp_path / "out", num_local=1, num_external=1, max_steps=1, external_pool_size=16,
+                         sender_drop_limit=2, sender_window=10, plausibility_margin=None, regeneration_timeout=1.0,
+                         regeneration_budget=30.0, sender_rederivation_seconds=0.5),
+        train_dataset=rows, processing_class=smollm_tokenizer, swarm=swarm.join("me"),
+    )  # fmt: skip
+    trainer.train()
+    totals, senders = trainer.swarm_totals, trainer.intake.sender_outcomes
+    # its first group's limit (1 s, the child's start besides) passes 0.5 s: the other three are never run
+    assert senders["costly"] == {"dropped/regeneration_limit": 1, "dropped/rederivation_cost": 3}, senders
+    assert senders["honest"] == {"taken": 1}, senders
+    assert totals["dropped/rederivation_cost"] == 3 and trainer.intake.standing.benched(time.time()) == []
+
+
 @pytest.mark.parametrize(
     "trailer",
     [" I hope this helps!", "\n\nLet me know if you have any other questions.</answer>"],

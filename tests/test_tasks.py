@@ -309,6 +309,22 @@ def test_a_rounds_foreign_regeneration_stops_at_its_budget_and_the_next_round_ha
             ReasoningGymSource(regeneration_budget=bad)
 
 
+def test_a_foreign_entry_is_cut_when_the_rounds_budget_runs_out_and_its_config_is_not_remembered():
+    """The round's `regeneration_budget` is a bound, not a threshold: an entry runs within its own limit or what is
+    left of the budget, whichever is less. One cut by the budget is dropped as `regeneration_budget` and its config is
+    not remembered as past a limit (it was not past its own), so the next round tries it again."""
+    slow = Provenance(
+        "reasoning_gym", "rubiks_cube", {"min_scramble_steps": 2_000_000, "max_scramble_steps": 2_000_000}, 1, 0
+    )
+    group = Group("0-0", prompt=[{"role": "user", "content": "Solve this cube."}], completions=["R U"], provenance=slow)
+    source = ReasoningGymSource(regeneration_timeout=60.0, regeneration_budget=1.5)
+    for round_ in range(2):  # remembered, the second round's would be a `regeneration_limit` "past a limit before"
+        source.new_round()
+        with pytest.raises(GroupDropped) as info:
+            SourceRegistry([source]).columns_for(validate_group(group))
+        assert info.value.reason == "regeneration_budget" and "of this round's 1.5 s" in info.value.detail, round_
+
+
 def test_the_memory_of_configs_past_a_limit_is_bounded_and_forgets_after_a_while(monkeypatch):
     """The configs remembered as past a limit are the most recently refused (at most `REMEMBERED_LIMITS`), each for
     `LIMIT_MEMORY_SECONDS`; a child that did not start says nothing of the config. The child is a stand-in here:

@@ -1,0 +1,163 @@
+"""What one sender naming a new costly reasoning-gym config in every group makes a node spend, with and without rests.
+
+A receiver (a tiny SAPOTrainer over an in-memory swarm, so that only the intake's cost is measured) trains beside an
+honest sender (one group of the receiver's own config a round) and a costly one, which publishes each round
+``--costly-groups`` groups of `rubiks_cube` configs of 2 million scramble moves (minutes to regenerate), each config
+new, so none is ever remembered as past a limit. At the node's defaults (`regeneration_timeout` 10 s,
+`regeneration_budget` 30 s) each costly group costs a whole timeout until the round's budget is spent. Two arms, the
+same in all but `sender_rederivation_seconds`: its default (15 s), and None (no rest). Steps are paced to
+``--pace`` seconds (a sleep after a shorter step), as a node on the default model takes 10-18 s a step on a CPU, so
+that a rest decays in the time it would in a node. Per step: the intake's re-derivation time
+(`sapo/time/external_scoring`) and whether the honest group was taken:
+
+    python -m benchmarks.rederivation_stall
+
+Writes ``rederivation_stall.{json,md}`` into ``--output-dir`` (default benchmarks/results).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from benchmarks.harness import RESULTS, record_lines, run_record, summary, write_report
+
+COSTLY_MOVES = 2_000_000
+"""Scramble moves of the costly configs: minutes to regenerate, so every one runs to its limit."""
+
+ARMS = {"rest (default, 15 s)": 15.0, "no rest": None}
+"""`sender_rederivation_seconds` of each arm."""
+
+
+def run_arm(allowance: float | None, steps: int, costly_groups: int, pace: float, work: Path) -> list[dict[str, Any]]:
+    """One arm's per-step records: ``external_scoring`` seconds, ``honest_taken`` and the costly sender's drops."""
+    from transformers import PrinterCallback, TrainerCallback
+
+    from sapo.models import load_smollm2_tokenizer
+    from sapo.tasks import TaskSpec, build_reasoning_gym_dataset
+    from swarm import Group, MemorySwarm, Provenance
+    from swarm.records import provenance_from_wire
+    from testbed.tiny_run import tiny_trainer
+
+    rows = build_reasoning_gym_dataset([TaskSpec("basic_arithmetic", {"max_terms": 2, "max_digits": 1})], size=64)
+    swarm = MemorySwarm(seed=0)
+    honest, costly = swarm.join("honest"), swarm.join("costly")
+    made = iter(range(10**9))
+
+    class Senders(TrainerCallback):
+        """Each round: the honest sender's group, the costly sender's new configs; each step paced to ``pace``."""
+
+        def on_step_begin(self, args, state, control, **kwargs):
+            self.began = time.monotonic()
+            row = rows[state.global_step % len(rows)]
+            provenance = provenance_from_wire(json.loads(row["provenance"]))
+            honest.publish([Group(f"h-{state.global_step}", [row["prompt"][-1]], ["1", "22", "3", "4"], provenance,
+                                  created_at=time.time() - 1)])  # fmt: skip
+            groups = []
+            for _ in range(costly_groups):
+                moves = COSTLY_MOVES + next(made)
+                config = {"min_scramble_steps": moves, "max_scramble_steps": moves}
+                provenance = Provenance("reasoning_gym", "rubiks_cube", config, 1, 0)
+                groups.append(Group(f"c-{moves}", [{"role": "user", "content": "Solve this cube."}],
+                                    ["1", "22", "3", "4"], provenance, created_at=time.time()))  # fmt: skip
+            costly.publish(groups)
+
+        def on_step_end(self, args, state, control, **kwargs):
+            time.sleep(max(0.0, pace - (time.monotonic() - self.began)))
+
+    def spread(completions, **kw):  # rewards with spread: a usable group is taken
+        return [float(k) for k in range(len(completions))]
+
+    trainer = tiny_trainer(
+        work, load_smollm2_tokenizer(), [spread], rows, swarm=swarm.join("me"), callbacks=[Senders()],
+        num_local=1, num_external=1, max_steps=steps, external_pool_size=4 * (costly_groups + 1), logging_steps=1,
+        plausibility_margin=None, sender_rederivation_seconds=allowance,
+    )  # fmt: skip
+    trainer.remove_callback(PrinterCallback)  # the report says what matters; no dict of metrics a step
+    records: list[dict[str, Any]] = []
+    seen: dict[str, float] = {}  # the cumulative drop counts at the step before
+    trainer.train()
+    for entry in trainer.state.log_history:
+        if "sapo/time/external_scoring" not in entry:
+            continue
+        totals = {k: float(v) for k, v in entry.items() if k.startswith("sapo/total/dropped/")}
+        step = {
+            "step": int(entry["step"]) if "step" in entry else len(records) + 1,
+            "external_scoring_s": float(entry["sapo/time/external_scoring"]),
+            "external_groups": float(entry.get("sapo/external_groups", 0.0)),
+            "limits": totals.get("sapo/total/dropped/regeneration_limit", 0.0) - seen.get("limit", 0.0),
+            "budget": totals.get("sapo/total/dropped/regeneration_budget", 0.0) - seen.get("budget", 0.0),
+            "rested": totals.get("sapo/total/dropped/rederivation_cost", 0.0) - seen.get("rested", 0.0),
+        }
+        seen = {
+            "limit": totals.get("sapo/total/dropped/regeneration_limit", 0.0),
+            "budget": totals.get("sapo/total/dropped/regeneration_budget", 0.0),
+            "rested": totals.get("sapo/total/dropped/rederivation_cost", 0.0),
+        }
+        records.append(step)
+    return records
+
+
+def markdown(arms: dict[str, list[dict[str, Any]]], pace: float) -> list[str]:
+    """Per arm: the re-derivation seconds per step (mean, median, most), honest groups taken, and the costly
+    sender's groups by fate; then each arm's steps."""
+    lines = [
+        "| arm | steps | re-derivation s/step: mean | median | most | honest groups taken | costly groups: run to "
+        "a limit | cut or refused by the budget | rested (unread) |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for arm, steps in arms.items():
+        seconds = [s["external_scoring_s"] for s in steps]
+        stats = summary(seconds)
+        lines.append(
+            f"| {arm} | {len(steps)} | {sum(seconds) / len(seconds):.2f} | {stats['median']:.2f} | {max(seconds):.2f} "
+            f"| {sum(s['external_groups'] for s in steps):.0f} | {sum(s['limits'] for s in steps):.0f} "
+            f"| {sum(s['budget'] for s in steps):.0f} | {sum(s['rested'] for s in steps):.0f} |"
+        )
+    lines += ["", f"Per step (re-derivation seconds; steps paced to {pace:g} s):", ""]
+    lines.append("| arm | " + " | ".join(str(s["step"]) for s in next(iter(arms.values()))) + " |")
+    lines.append("|---|" + "---|" * len(next(iter(arms.values()))))
+    for arm, steps in arms.items():
+        lines.append(f"| {arm} | " + " | ".join(f"{s['external_scoring_s']:.1f}" for s in steps) + " |")
+    return lines
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    """Run both arms, one after the other, and write the report."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--steps", type=int, default=20, help="steps per arm (default 20)")
+    parser.add_argument("--costly-groups", type=int, default=4, help="the costly sender's groups a round (default 4)")
+    parser.add_argument("--pace", type=float, default=12.0, help="seconds a step lasts at least (default 12)")
+    parser.add_argument("--output-dir", type=Path, default=RESULTS)
+    args = parser.parse_args(argv)
+    record = run_record(" ".join(["python -m benchmarks.rederivation_stall", *(argv or sys.argv[1:])]))
+    arms: dict[str, list[dict[str, Any]]] = {}
+    for arm, allowance in ARMS.items():
+        print(f"arm {arm}: {args.steps} steps paced to {args.pace:g} s", flush=True)
+        with tempfile.TemporaryDirectory(prefix="rederivation-stall-") as work:
+            arms[arm] = run_arm(allowance, args.steps, args.costly_groups, args.pace, Path(work))
+    data = {**record, "steps": args.steps, "costly_groups": args.costly_groups, "pace": args.pace, "arms": arms}
+    lines = [
+        "# What a sender of costly configs makes a node spend",
+        "",
+        *record_lines(record),
+        "",
+        f"A tiny receiver over an in-memory swarm, one honest sender (a group a round) and one that sends "
+        f"{args.costly_groups} groups a round, each of a new `rubiks_cube` config of {COSTLY_MOVES:,} scramble moves; "
+        "`regeneration_timeout` 10 s and `regeneration_budget` 30 s (the defaults); the arms differ only in "
+        "`sender_rederivation_seconds`.",
+        "",
+        *markdown(arms, args.pace),
+    ]
+    write_report(args.output_dir, "rederivation_stall", data, lines)
+    print("\n".join(lines))
+    return data
+
+
+if __name__ == "__main__":
+    main()
