@@ -335,15 +335,18 @@ class Intake:
 
     def _truths(self, received: list[ReceivedGroup]) -> list[dict[str, Any] | GroupDropped]:
         """What the source of each of ``received`` re-derives of its item (its columns, or why it cannot:
-        :mod:`sapo.sources`), in their order. Senders take turns at the sources (`sapo.sources.by_turns`), so that one
-        sender's groups cannot spend a per-round bound (`regeneration_budget`) before another's are tried, and a
-        sender whose groups cost too much of it lately is rested (`SAPOConfig.sender_rederivation_seconds`). With
-        several processes the main process asks and every process takes its answers: a time-bounded re-derivation
-        may end otherwise on another process, and all must judge alike."""
+        :mod:`sapo.sources`), in their order. Senders take turns at the sources (`sapo.sources.by_turns`), those this
+        node found usable lately first, so that neither one sender's groups nor new identities spend a per-round
+        bound (`regeneration_budget`) before the others' are tried; a sender whose groups cost too much time lately is
+        rested (`SAPOConfig.sender_rederivation_seconds`). With several processes the main process asks and every
+        process takes its answers: a time-bounded re-derivation may end otherwise on another process, and all must
+        judge alike."""
         truths: list[dict[str, Any] | GroupDropped | None] = [None] * len(received)
         if self.accelerator.is_main_process:
             self.sources.new_round()  # per-round bounds start afresh
-            for i in by_turns([item.sender for item in received]):
+            now = time.time()
+            usable = (lambda sender: False) if self.standing is None else (lambda s: self.standing.found_usable(s, now))
+            for i in by_turns([item.sender for item in received], first=usable):
                 truths[i] = self._rederive(received[i])
         if self.accelerator.num_processes > 1:
             truths = broadcast_object_list([truths], from_process=0)[0]

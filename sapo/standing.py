@@ -49,6 +49,11 @@ class SenderStanding:
         record = self._records.get(sender)
         return record is not None and now < record.benched_until
 
+    def found_usable(self, sender: str, now: float) -> bool:
+        """Whether one of ``sender``'s remembered groups was usable and it is not benched at ``now``."""
+        record = self._records.get(sender)
+        return record is not None and now >= record.benched_until and True in record.outcomes
+
     def record(self, sender: str, usable: bool, now: float) -> float | None:
         """Note one received group of ``sender``; returns the seconds it is now benched for if this outcome benched
         it, else None."""

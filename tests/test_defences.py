@@ -479,6 +479,53 @@ def test_a_rounds_regeneration_budget_sets_the_rest_aside_by_turns_and_never_aga
     assert trainer.intake.standing.benched(time.time()) == []  # three drops would bench greedy, had they counted
 
 
+def test_the_budget_goes_to_a_sender_found_usable_before_new_identities_fetched_first(
+    tmp_path, smollm_tokenizer, monkeypatch
+):
+    """New identities cost nothing to make: three of them, whose foreign groups are fetched first, do not spend the
+    round's `regeneration_budget` before the group of a sender whose group this node trained on a step earlier. A clock
+    that moves 20 s between readings stands in for slow entries (one fits a budget of 10 s); the regeneration is
+    real."""
+    from transformers import TrainerCallback
+
+    from sapo import regeneration
+
+    clock = itertools.count(step=20.0)
+    monkeypatch.setattr(regeneration, "time", SimpleNamespace(monotonic=lambda: next(clock)))
+    own = TaskSpec("basic_arithmetic", {"max_terms": 2, "max_digits": 1})
+    foreign = build_reasoning_gym_dataset([TaskSpec("basic_arithmetic", {"max_terms": 2, "max_digits": 2})], size=4)
+    own_rows = build_reasoning_gym_dataset([own], size=8)
+    swarm = MemorySwarm(seed=0)
+    known, strangers = swarm.join("known"), [swarm.join(f"new-{k}") for k in range(3)]
+
+    def group(row, gid, age):
+        provenance = provenance_from_wire(json.loads(row["provenance"]))
+        return Group(gid, [row["prompt"][-1]], ["1", "22", "3", "4"], provenance, created_at=time.time() - age)
+
+    known.publish([group(own_rows[0], "k-0", age=5)])  # step 1: its own-config group, trained on
+
+    class SecondRound(TrainerCallback):
+        def on_step_begin(self, args, state, control, **kwargs):
+            if state.global_step == 1:
+                known.publish([group(foreign[0], "k-1", age=5)])
+                for k, stranger in enumerate(strangers):
+                    stranger.publish([group(foreign[k + 1], f"n-{k}", age=0)])  # newer: fetched first
+
+    def spread(completions, **kw):  # rewards with spread: a usable group is taken
+        return [float(k) for k in range(len(completions))]
+
+    trainer = SAPOTrainer(
+        model=build_tiny_model(smollm_tokenizer, seed=0), reward_funcs=[spread],
+        args=tiny_config(tmp_path / "out", num_local=1, num_external=1, max_steps=2, external_pool_size=16,
+                         plausibility_margin=None, regeneration_budget=10.0),
+        train_dataset=own_rows, processing_class=smollm_tokenizer, swarm=swarm.join("me"), callbacks=[SecondRound()],
+    )  # fmt: skip
+    trainer.train()
+    senders = trainer.intake.sender_outcomes
+    assert senders["known"] == {"taken": 2}, senders
+    assert all(senders[f"new-{k}"] == {"dropped/regeneration_budget": 1} for k in range(3)), senders
+
+
 def test_a_sender_whose_groups_cost_too_much_to_regenerate_is_rested_not_benched(tmp_path, smollm_tokenizer):
     """One sender names a new costly config in every group (2 million scramble moves: minutes to regenerate), so none
     is remembered as past a limit and each would cost a whole `regeneration_timeout`. Once its groups cost

@@ -300,3 +300,6 @@ def test_senders_take_turns_and_each_keeps_its_own_order():
     senders = ["a", "a", "a", "b", "c", "b", "a"]
     assert [senders[i] + str(i) for i in by_turns(senders)] == ["a0", "b3", "c4", "a1", "b5", "a2", "a6"]
     assert by_turns([]) == []
+    # the senders found usable lately first, in turns among themselves
+    first = [senders[i] + str(i) for i in by_turns(senders, first=lambda sender: sender == "c")]
+    assert first == ["c4", "a0", "b3", "a1", "b5", "a2", "a6"]

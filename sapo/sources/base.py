@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import logging
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -235,17 +235,19 @@ def as_dataset(rows: Any, what: str) -> Any:
     raise TypeError(f"{what} returned a {kind}; it must return a datasets.Dataset or a list of dicts (one per row)")
 
 
-def by_turns(senders: Sequence[str]) -> list[int]:
+def by_turns(senders: Sequence[str], first: Callable[[str], bool] = lambda sender: False) -> list[int]:
     """The positions of ``senders`` (one per received group) in an order where senders take turns: every sender's first
     group, then every one's second, and so on (within a turn in the given order); a sender's own groups keep theirs.
-    A round re-derives its groups in this order, so that one sender's groups cannot spend a per-round budget
-    (reasoning-gym's `regeneration_budget`) before the other senders' groups are tried."""
+    The groups of senders for which ``first`` is true (those this node found usable lately) come before all others, in
+    turns among themselves. A round re-derives its groups in this order, so that one sender's groups cannot spend a
+    per-round budget (reasoning-gym's `regeneration_budget`) before the other senders' groups are tried, nor new
+    identities before the senders this node found usable."""
     rank: dict[str, int] = {}
     keyed = []
     for position, sender in enumerate(senders):
         turn = rank[sender] = rank.get(sender, -1) + 1
-        keyed.append((turn, position))
-    return [position for _, position in sorted(keyed)]
+        keyed.append((not first(sender), turn, position))
+    return [position for *_, position in sorted(keyed)]
 
 
 def row_provenances(rows: Sequence[dict[str, Any]]) -> list[Provenance | None]:
