@@ -346,7 +346,7 @@ class SAPOConfig(GRPOConfig):
             "help": "Rest a sender whose received groups cost this peer this many seconds of re-derivation (the wall "
             "time of its source's check, reasoning-gym's foreign configs included), a sum halving every 5 minutes: "
             "its groups are set aside unread (`rederivation_cost`) until the sum decays under it, never counted "
-            "against its standing (`sapo.sender_costs`). `regeneration_budget` bounds one round; this bounds one "
+            "against its standing (`sapo.rederivation`). `regeneration_budget` bounds one round; this bounds one "
             "sender across rounds. Default 15: an honest group re-derives in milliseconds, and a config past "
             "`regeneration_timeout` is refused unrun for an hour. `None`: no rest."
         },

@@ -9,7 +9,7 @@ One round's intake (:meth:`Intake.take`), in order:
 2. sender standing: the groups of a benched sender are set aside unread;
 3. re-derive the truth: the group's source re-derives the question and the reward columns (:mod:`sapo.sources`), and
    the prompt trained on is written here around it; a sender whose groups cost too much time to re-derive lately is
-   rested, its groups set aside unread (:mod:`sapo.sender_costs`);
+   rested, its groups set aside unread (:mod:`sapo.rederivation`);
 4. hygiene: the group's size and every completion's text;
 5. tokenize every completion once and score it with this peer's reward functions (through the
    :class:`sapo.probe.PolicyProbe`, TRL's own reward path): these are the tokens and rewards the round trains with;
@@ -50,11 +50,11 @@ from sapo.hygiene import CompletionFilter, CompletionHygiene
 from sapo.plausibility import PlausibilityCheck, floor_mask
 from sapo.probe import PolicyProbe
 from sapo.questions import GroupDropped
+from sapo.rederivation import RederivationCosts, RoundRederivation
 from sapo.replay import ReplayBuffer
 from sapo.round import weighted_rewards
 from sapo.sampling import SWARM, Candidate, ExternalSampler, OwnSuccess, Selection, make_sampler
-from sapo.sender_costs import RederivationCosts
-from sapo.sources import SourceRegistry, by_turns
+from sapo.sources import SourceRegistry
 from sapo.standing import SenderStanding
 from sapo.tally import SenderTally
 from swarm.records import Group, ReceivedGroup
@@ -141,11 +141,10 @@ class Intake:
             if args.sender_drop_limit is not None
             else None
         )
-        # what each sender's groups cost to re-derive, main process only (it re-derives for every process)
-        self.costs = (
-            RederivationCosts(args.sender_rederivation_seconds)
-            if args.sender_rederivation_seconds is not None
-            else None
+        # the main process re-derives for every process; what each sender's groups cost is kept there
+        costs = args.sender_rederivation_seconds
+        self.rederivation = RoundRederivation(
+            self.sources, RederivationCosts(costs) if costs is not None else None, self.standing
         )
         self.plausibility = (
             PlausibilityCheck(
@@ -334,54 +333,15 @@ class Intake:
         return broadcast_object_list(fetched, from_process=0)[0]
 
     def _truths(self, received: list[ReceivedGroup]) -> list[dict[str, Any] | GroupDropped]:
-        """What the source of each of ``received`` re-derives of its item (its columns, or why it cannot:
-        :mod:`sapo.sources`), in their order. Senders take turns at the sources (`sapo.sources.by_turns`), those this
-        node found usable lately first, so that neither one sender's groups nor new identities spend a per-round
-        bound (`regeneration_budget`) before the others' are tried; a sender whose groups cost too much time lately is
-        rested (`SAPOConfig.sender_rederivation_seconds`). With several processes the main process asks and every
-        process takes its answers: a time-bounded re-derivation may end otherwise on another process, and all must
-        judge alike."""
+        """What the sources re-derive of each of ``received``, in their order (:class:`RoundRederivation`). With
+        several processes the main process asks and every process takes its answers: a time-bounded re-derivation
+        may end otherwise on another process, and all must judge alike."""
         truths: list[dict[str, Any] | GroupDropped | None] = [None] * len(received)
         if self.accelerator.is_main_process:
-            self.sources.new_round()  # per-round bounds start afresh
-            now = time.time()
-            usable = (lambda sender: False) if self.standing is None else (lambda s: self.standing.found_usable(s, now))
-            for i in by_turns([item.sender for item in received], first=usable):
-                truths[i] = self._rederive(received[i])
+            truths = self.rederivation.truths(received)
         if self.accelerator.num_processes > 1:
             truths = broadcast_object_list([truths], from_process=0)[0]
         return truths
-
-    def _rederive(self, item: ReceivedGroup) -> dict[str, Any] | GroupDropped:
-        """The truth of one received group (:meth:`_truths`), unless its sender is rested; the time it took is
-        added to its sender's spend."""
-        if self.costs is not None and self.costs.is_rested(item.sender, time.time()):
-            spent, left = self.costs.spent(item.sender, time.time()), self.costs.rest_left(item.sender, time.time())
-            return GroupDropped(
-                "rederivation_cost",
-                f"its groups cost {spent:.1f} s of re-derivation lately (allowance {self.costs.allowance:g} s); "
-                f"rested {left:.0f} s more",
-            )
-        started = time.monotonic()
-        try:
-            return self.sources.columns_for(item.group)
-        except GroupDropped as e:
-            return e
-        finally:
-            if self.costs is not None:
-                self._spend(item.sender, time.monotonic() - started)
-
-    def _spend(self, sender: str, seconds: float) -> None:
-        """Add ``seconds`` to ``sender``'s re-derivation spend, and say so when that rests it."""
-        now = time.time()
-        was_rested = self.costs.is_rested(sender, now)
-        self.costs.spend(sender, seconds, now)
-        if not was_rested and self.costs.is_rested(sender, now):
-            logger.info(
-                "resting sender %s for %.0f s: its groups cost %.1f s of re-derivation lately (allowance %g s, "
-                "sender_rederivation_seconds); its groups are set aside unread meanwhile, not held against it",
-                sender, self.costs.rest_left(sender, now), self.costs.spent(sender, now), self.costs.allowance,
-            )  # fmt: skip
 
     def _judge(
         self,

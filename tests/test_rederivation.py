@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from sapo import sender_costs
-from sapo.sender_costs import RederivationCosts
+from sapo import rederivation
+from sapo.rederivation import RederivationCosts
 
 
 def test_a_sender_is_rested_at_its_allowance_until_its_spend_halves_back_under_it():
@@ -30,7 +30,7 @@ def test_many_cheap_groups_never_rest_an_honest_sender():
 
 
 def test_the_senders_remembered_are_bounded_the_one_that_spent_longest_ago_forgotten(monkeypatch):
-    monkeypatch.setattr(sender_costs, "MAX_SENDERS", 3)
+    monkeypatch.setattr(rederivation, "MAX_SENDERS", 3)
     costs = RederivationCosts(allowance=1.0)
     for k, sender in enumerate(["a", "b", "c"]):
         costs.spend(sender, 5.0, now=float(k))
