@@ -202,11 +202,14 @@ class DHTTransport(SwarmTransport):
         if self.served is not None:
             self.served.host = None  # records go to the DHT from now on; announcements name no host
         await self.peer.become_client()
+        # the records served so far, which readers can no longer fetch from this peer, go to the DHT too
+        stored = await self.publisher.store_served(self.peer.node)
         logger.warning(
             "peer %s is not reachable: %d peer(s) could not connect to %s. Switched to client mode: it keeps "
-            "publishing (records stored in the DHT) and fetching, but offers no DHT service. To serve, make the "
-            "port reachable (port forwarding, a firewall rule) and set announce_maddrs to the public address.",
-            self._peer_id, answers, self.visible_addresses(),
+            "publishing (records stored in the DHT, the %d it served and not yet expired included) and "
+            "fetching, but offers no DHT service. To serve, make the port reachable (port forwarding, a firewall "
+            "rule) and set announce_maddrs to the public address.",
+            self._peer_id, answers, self.visible_addresses(), stored,
         )  # fmt: skip
 
     async def _became_reachable(self) -> None:

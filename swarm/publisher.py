@@ -20,7 +20,7 @@ from swarm.records import Group, GroupRecord, IndexEntry, RecordRef, encode_inde
 from swarm.senders import announcement_period
 from swarm.served import ServedRecords
 from swarm.transport import SwarmCounters, TimingLog
-from swarm.validation import fingerprint, index_key_of, owner_marker, record_key
+from swarm.validation import fingerprint, index_key_of, open_served, owner_marker, record_key
 
 logger = logging.getLogger(__name__)
 
@@ -207,6 +207,34 @@ class SwarmPublisher:
                 self._counters.add("published_bytes", len(item.data))
             else:
                 self._counters.add("publish_failures")
+
+    async def store_served(self, dht: DHTStore) -> int:
+        """Store in the DHT the records this peer serves that have not expired, each until its own expiry: at the
+        switch to client mode, when readers that learn of them from the index entry or an announcement (which name
+        no host from then on) look for them in the DHT. Returns how many were stored (counted as
+        ``stored_at_switch``)."""
+        if self._served is None:
+            return 0
+        by_expiry: dict[float, list[tuple[str, bytes]]] = {}
+        for key, record in self._served.live():
+            data = open_served(self._served.validator, key, self._marker, record.value, record.expiration_time)
+            if data is not None:  # its own record, signed by this peer: refused only if it changed under us
+                by_expiry.setdefault(record.expiration_time, []).append((key, data))
+        stored = 0
+        for expiration_time, items in by_expiry.items():
+            keys, values = [key for key, _ in items], [data for _, data in items]
+            try:
+                result = await asyncio.wait_for(
+                    dht.store_many(keys, values, expiration_time, subkeys=[self._marker] * len(keys),
+                                   beam_size=self.config.dht_lookup_beam),
+                    self.config.store_timeout,
+                )  # fmt: skip
+            except TimeoutError:
+                result = {}
+                self._counters.add("store_timeouts")
+            stored += sum(1 for key in keys if result.get((key, self._marker)))
+        self._counters.add("stored_at_switch", stored)
+        return stored
 
     def _record_key(self, seq: int) -> str:
         return record_key(self.config.swarm_name, self._peer_id, seq)

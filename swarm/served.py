@@ -80,6 +80,12 @@ class ServedRecords:
             return None
         return record
 
+    def live(self) -> list[tuple[str, SignedRecord]]:
+        """``(key, record)`` of every record served and not expired, oldest first."""
+        now = self._clock.time()
+        with self._lock:
+            return [(key, record) for key, record in self._records.items() if record.expiration_time >= now]
+
     async def handle(self, request: BytesValue, context: Any = None) -> BytesValue:
         """The RPC handler: ``request.value`` is a record key; the answer holds the record
         (:func:`encode_answer`), or nothing if this peer does not serve it."""

@@ -183,6 +183,27 @@ def _closed_port() -> int:
         return s.getsockname()[1]
 
 
+def _dht_get(peer, key: str):
+    """What a DHT lookup of ``key`` from ``peer`` finds (None: nothing stored under it)."""
+    return asyncio.run_coroutine_threadsafe(peer.peer.node.get(key, latest=True), peer.peer.loop).result(30)
+
+
+def test_records_served_before_a_switch_to_client_mode_are_stored_in_the_dht_at_the_switch(dht_peers):
+    """A peer in server mode serves its records and stores none. When it switches to client mode, nobody can fetch
+    them from it any more, and readers that learn of them from then on (its index entry and announcements name no
+    host) look in the DHT: the ones it served that have not expired are stored there at the switch. The switch is the
+    reachability check's own (`DHTTransport._became_unreachable`), made here without a check's timing."""
+    a = dht_peers()
+    u = dht_peers(initial_peers=a.visible_addresses(), check_reachability=False)
+    u.publish([make_group("served-first")])
+    wait_until(lambda: u.readout().counters.get("published_records") == 1, 20)
+    key = record_key(u.config.swarm_name, u.peer_id, u.publisher.recent_refs()[-1].seq)
+    assert u.served.get(key) is not None and _dht_get(a, key) is None  # served, not stored
+    asyncio.run_coroutine_threadsafe(u._became_unreachable(3), u.peer.loop).result(60)
+    assert u.peer.node.protocol.client_mode and u.readout().counters["stored_at_switch"] == 1
+    assert _dht_get(a, key) is not None
+
+
 def test_a_peer_that_nobody_can_dial_switches_to_client_mode_still_shares_and_serves_again_once_reachable(
     dht_peers, caplog
 ):
