@@ -8,7 +8,7 @@ is a counter and a log line, never an exception in the caller). It knows nothing
 Traps of hivemind 1.1.12 handled here: a failed bootstrap leaves its ``p2pd`` or socket file behind (we clean
 both up); if ``p2pd`` dies hivemind fails silently (a watchdog reports it); hivemind drops a neighbour that stops
 answering and never looks again, so after a partition a peer would stay alone for good (we rejoin through the
-peers we knew).
+peers we knew: :mod:`swarm.rejoin`).
 """
 
 from __future__ import annotations
@@ -28,9 +28,7 @@ from typing import Any
 
 from google.protobuf.wrappers_pb2 import BytesValue
 from hivemind.dht.node import DHTNode
-from hivemind.dht.routing import DHTID
-from hivemind.p2p import P2P, PeerID
-from hivemind.utils.multiaddr import Multiaddr
+from hivemind.p2p import P2P
 
 from swarm.clock import SYSTEM_CLOCK, Clock
 from swarm.config import DHTTransportConfig
@@ -49,19 +47,18 @@ from swarm.hivemind_bridge import (
     BoundedStorage,
     PubsubP2P,
     bound_storage,
-    connect,
     daemon_process,
     daemon_sockets,
     gate_store_handler,
 )
 from swarm.levels import size_from_distances
+from swarm.rejoin import Rejoin
 from swarm.served import RECORD_HANDLER, ServedRecords
 from swarm.store_gate import StoreGate
 from swarm.transport import SwarmCounters
 
 logger = logging.getLogger(__name__)
 
-_KNOWN_PEERS_KEPT = 64  # addresses remembered for rejoining; the oldest go first
 CONNECT_SECONDS = 5.0  # beyond p2pd's own start: its control client connecting and the first ping
 
 
@@ -151,10 +148,7 @@ class DHTPeer:
         self._visible: list[str] = []
         self._tasks: list[asyncio.Task] = []
         self._wake_events: dict[str, asyncio.Event] = {}
-        self._known_peers: dict[Any, list[Any]] = {}  # libp2p PeerID -> multiaddrs, to rejoin after a partition
-        self._alone_since: float | None = None
-        self._rejoin_wait = config.rejoin_interval  # backoff between failed rejoin attempts, doubled up to the cap
-        self._next_rejoin = 0.0
+        self._rejoin = Rejoin(config, counters, clock, label)
         self._before_shutdown: list[Callable[[], Awaitable[None]]] = []
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._run_loop, name=f"swarm-dht-{label}", daemon=True)
@@ -354,16 +348,16 @@ class DHTPeer:
             served.host = self._p2p.peer_id.to_base58()
         for name, handler in handlers:
             await self._p2p.add_protobuf_handler(name, handler, BytesValue)
-        for addr in [*config.initial_peers, *config.rejoin_peers]:
-            maddr = Multiaddr(addr)
-            self._known_peers[PeerID.from_base58(maddr["p2p"])] = [maddr.decapsulate(Multiaddr(f"/p2p/{maddr['p2p']}"))]
+        self._rejoin.remember_addresses([*config.initial_peers, *config.rejoin_peers])
         self._healthy = True
         if config.initial_peers:
             logger.info("peer %s joined swarm %r via %s", self._label, config.swarm_name, config.initial_peers)
         else:
             logger.info("peer %s bootstrapped new swarm %r", self._label, config.swarm_name)
         logger.info("peer %s listens on %s (p2pd pid %s)", self._label, self._visible, self._p2pd_pid)
-        neighbours = BackgroundJob("neighbours", self._keep_neighbours, config.rejoin_interval)
+        neighbours = BackgroundJob(
+            "neighbours", lambda node: self._rejoin.keep(self._p2p, node), config.rejoin_interval
+        )
         for job in [*jobs, neighbours]:
             self._wake_events[job.name] = asyncio.Event()
             first_after = job.interval if job is neighbours else 0.0  # a peer that just joined has its neighbours
@@ -507,55 +501,6 @@ class DHTPeer:
                 logger.warning("peer %s: %s failed: %s: %s", self._label, job.name, type(e).__name__, e)
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(event.wait(), job.interval)
-
-    async def _keep_neighbours(self, node: DHTNode) -> None:
-        """Remember how to reach the peers connected now; rejoin through them once none is left."""
-        p2p = self._p2p
-        assert p2p is not None
-        for info in await asyncio.wait_for(p2p.list_peers(), self.config.wait_timeout):
-            if info.addrs:
-                self._known_peers[info.peer_id] = list(info.addrs)
-        while len(self._known_peers) > _KNOWN_PEERS_KEPT:
-            self._known_peers.pop(next(iter(self._known_peers)))
-        if node.protocol.routing_table.peer_id_to_uid or not self._known_peers:
-            self._alone_since = None
-            self._rejoin_wait, self._next_rejoin = self.config.rejoin_interval, 0.0
-            return
-        now = self._clock.monotonic()
-        if now < self._next_rejoin:  # backing off after failed attempts
-            return
-        self._counters.add("rejoin_attempts")
-        if self._alone_since is None:  # warn once per partition, not at every attempt
-            self._alone_since = now
-            logger.warning(
-                "peer %s has no DHT neighbour (network down, every neighbour left, or no initial peer answered); "
-                "trying to join through %d known peer(s), every %g s at first, backing off to every %g s",
-                self._label, len(self._known_peers), self.config.rejoin_interval, self.config.rejoin_max_interval,
-            )  # fmt: skip
-
-        async def dial_and_ping(peer_id: Any, addrs: list[Any]) -> Any:
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(connect(p2p, peer_id, addrs), self.config.wait_timeout)
-            return await node.protocol.call_ping(peer_id)
-
-        answers = await asyncio.gather(
-            *(dial_and_ping(peer_id, addrs) for peer_id, addrs in self._known_peers.items()), return_exceptions=True
-        )
-        if any(isinstance(answer, DHTID) for answer in answers):
-            await asyncio.wait_for(node.find_nearest_nodes([node.node_id]), self.config.fetch_timeout)
-            self._counters.add("rejoins")
-            neighbours = len(node.protocol.routing_table.peer_id_to_uid)
-            alone = self._clock.monotonic() - (self._alone_since or self._clock.monotonic())
-            logger.info(
-                "peer %s rejoined the swarm after %.0f s alone (%d neighbour(s))", self._label, alone, neighbours
-            )
-            self._alone_since = None
-            self._rejoin_wait, self._next_rejoin = self.config.rejoin_interval, 0.0
-        else:
-            self._next_rejoin = now + self._rejoin_wait
-            self._rejoin_wait = min(
-                2 * self._rejoin_wait, max(self.config.rejoin_max_interval, self.config.rejoin_interval)
-            )
 
     async def _watchdog(self) -> None:
         """Report p2pd death: hivemind itself fails silently when its daemon dies under a live node."""
