@@ -1,7 +1,7 @@
 """msgpack bombs: a few MiB that a generic unpacker turns into millions of Python objects (seconds of garbage
 collection, hundreds of MB), shaped for each path that reads a peer's bytes; and what each path spends on one.
 
-``python -m testbed.bombs`` prints, per path, the seconds and the tracemalloc peak one bomb costs the decoder this
+``python -m testbed.bombs`` prints, per path, the CPU seconds and the tracemalloc peak one bomb costs the decoder this
 checkout has (run it with ``PYTHONPATH`` at another checkout to measure that one's).
 """
 
@@ -148,10 +148,11 @@ def decoding_paths(kind: str, openings_bytes: int = 40_000) -> dict[str, Callabl
 
 
 def measure(call: Callable[[], Any]) -> tuple[float, float]:
-    """(seconds, tracemalloc peak in MB) of one ``call``: timed untraced, then traced for its peak."""
-    started = time.perf_counter()
+    """(CPU seconds of the calling thread, tracemalloc peak in MB) of one ``call``: timed untraced, then traced for its
+    peak. The thread's CPU is what the decode spends, whatever else the machine runs (wall time is not)."""
+    started = time.thread_time()
     call()
-    seconds = time.perf_counter() - started
+    seconds = time.thread_time() - started
     tracemalloc.start()
     try:
         call()

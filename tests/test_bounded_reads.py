@@ -78,8 +78,9 @@ class Rejections:
 
 
 class Watch:
-    """The calls of one method of a victim's object, each with its seconds and tracemalloc peak (MB): what the victim
-    spends on what it is sent, whatever the network and the sender spend."""
+    """The calls of one method of a victim's object, each with its CPU seconds (of the thread that ran it) and
+    tracemalloc peak (MB): what the victim spends on what it is sent, whatever the network, the sender and the rest of
+    the machine spend."""
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch, obj: Any, name: str):
         self.calls: list[tuple[float, float]] = []
@@ -87,11 +88,11 @@ class Watch:
 
         def watched(*args: Any, **kwargs: Any) -> Any:
             tracemalloc.start()
-            started = time.perf_counter()
+            started = time.thread_time()
             try:
                 return original(*args, **kwargs)
             finally:
-                self.calls.append((time.perf_counter() - started, tracemalloc.get_traced_memory()[1] / 1e6))
+                self.calls.append((time.thread_time() - started, tracemalloc.get_traced_memory()[1] / 1e6))
                 tracemalloc.stop()
 
         monkeypatch.setattr(obj, name, watched)
