@@ -460,8 +460,9 @@ class DHTTransportConfig:
         metadata={
             "help": "Bytes of values this peer's DHT storage holds at most, and its cache the same: the bound on "
             "what the swarm's stores make it keep, whatever their number of senders (fresh libp2p identities are "
-            "free, so a budget per sender bounds one identity only). When full, the entries that expire first are "
-            "dropped (hivemind's own rule), whoever stored them. With serve_records the DHT holds index entries "
+            "free, so a budget per sender bounds one identity only). When full, the peer whose stores hold the most "
+            "bytes loses its value that expires first, again and again, so a hoarder evicts its own values before "
+            "others' small index entries. With serve_records the DHT holds index entries "
             "(KiBs); a client-mode publisher's records live here for record_ttl: 256 MiB holds a full-size record "
             "every 10 s of one publisher for 10 minutes, or typical records of dozens."
         },

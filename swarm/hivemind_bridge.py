@@ -31,6 +31,7 @@ private hivemind name anywhere else). What each is relied on for:
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from typing import Any
 
 from hivemind.dht.crypto import RSASignatureValidator
@@ -137,37 +138,43 @@ class BoundedStorage(DHTLocalStorage):
     """hivemind's local storage of a DHT node (or its cache), holding at most ``max_values`` keys and about
     ``max_bytes`` bytes of values.
 
-    What goes when it is full is what hivemind's own ``maxsize`` drops: the entries that expire first (a key with its
-    whole dictionary of subkeys), whether or not they came from the peer whose store filled it, and a value that
-    expires before everything held may itself go at once (its store was still answered "stored"). Bytes are the
-    values' and subkeys' lengths (Python's own overhead per entry, a few hundred bytes, is not counted; ``max_values``
-    bounds it). They are counted exactly only now and then, so a store stays cheap however much is held: each stored
-    value adds its length to an estimate that never falls below what is held (expiries and replaced values are not
-    subtracted), and when the estimate passes ``max_bytes`` the values are counted and the entries that expire first
-    evicted until at most 7/8 of ``max_bytes`` remain (so the next count is at least ``max_bytes / 8`` stored bytes
-    away). hivemind's lookups may also merge subkeys they found into a dictionary held here, unseen by the estimate:
-    every 1024 stores count again whatever the estimate says, so what such merges add stays in view.
+    When it is full, what goes is taken from whoever holds most: each value (a key's, or one subkey's in a key's
+    dictionary) is counted to the peer whose store request brought it (``storer()`` while it is stored: the libp2p
+    sender of the store request being handled, :func:`swarm.store_gate.current_store_sender`; None for this node's
+    own stores, a lookup's cached results and what was held before), and the peer holding the most bytes loses its
+    value that expires first, again and again. So a peer that stores valid records by the megabyte evicts its own,
+    not the small index entries and records of the others, until it holds no more than they do. hivemind's own
+    ``maxsize`` of keys still drops the entries that expire first. A value that is evicted at once had its store
+    answered "stored" all the same. Bytes are the values' and subkeys' lengths (Python's own overhead per entry, a few
+    hundred bytes, is not counted; ``max_values`` bounds it). They are counted exactly only now and then, so a store
+    stays cheap however much is held: each stored value adds its length to an estimate that never falls below what is
+    held (expiries and replaced values are not subtracted), and when the estimate passes ``max_bytes`` the values are
+    counted and evicted until at most 7/8 of ``max_bytes`` remain (so the next count is at least ``max_bytes / 8``
+    stored bytes away). hivemind's lookups may also merge subkeys they found into a dictionary held here, unseen by the
+    estimate: every 1024 stores count again whatever the estimate says, so what such merges add stays in view.
     """
 
     RECOUNT_EVERY = 1024
     """Stores after which the values are counted again whatever the estimate says."""
 
-    def __init__(self, max_values: int, max_bytes: int):
+    def __init__(self, max_values: int, max_bytes: int, storer: Callable[[], str | None] = lambda: None):
         super().__init__(maxsize=max_values)
         self.max_bytes = max_bytes
+        self.storer = storer
         self.estimate = 0  # bytes held at the last count plus every value stored since: at least what is held
         self.stores_since_count = 0
+        self._stored_by: dict[tuple[Any, Any], str | None] = {}  # (key, subkey or None) -> the peer that stored it
 
     def store(self, key: Any, value: Any, expiration_time: float, subkey: Any = None) -> bool:
         """hivemind's store (a subkey: into the key's dictionary), then an eviction if it made the storage too big."""
         if subkey is not None:
             return self.store_subkey(key, subkey, value, expiration_time)
-        return self._kept(super().store(key, value, expiration_time), _value_bytes(value))
+        return self._kept(super().store(key, value, expiration_time), _value_bytes(value), (key, None))
 
     def store_subkey(self, key: Any, subkey: Any, value: Any, expiration_time: float) -> bool:
         """hivemind's store of one subkey's value, then an eviction if it made the storage too big."""
         stored = super().store_subkey(key, subkey, value, expiration_time)
-        return self._kept(stored, _value_bytes(value) + _value_bytes(subkey))
+        return self._kept(stored, _value_bytes(value) + _value_bytes(subkey), (key, subkey))
 
     def adopt(self, storage: TimedStorage) -> None:
         """Take over what ``storage`` holds (a node's storage before this replaced it), within the bounds."""
@@ -182,24 +189,68 @@ class BoundedStorage(DHTLocalStorage):
         whole under the GIL, and removes nothing."""
         return sum(_value_bytes(item.value) for item in list(self.data.values()))
 
-    def _kept(self, stored: bool, nbytes: int) -> bool:
+    def held_by(self) -> dict[str | None, int]:
+        """The bytes held, by the peer that stored them (None: this node, a lookup or unknown)."""
+        held: dict[str | None, int] = {}
+        for unit, (nbytes, _) in self._units().items():
+            held[self._stored_by.get(unit)] = held.get(self._stored_by.get(unit), 0) + nbytes
+        return held
+
+    def _kept(self, stored: bool, nbytes: int, unit: tuple[Any, Any]) -> bool:
         if stored:
+            self._stored_by[unit] = self.storer()
             self.estimate += nbytes
             self.stores_since_count += 1
             self._evict_if_over()
         return stored
 
+    def _units(self) -> dict[tuple[Any, Any], tuple[int, float]]:
+        """Every value held, ``(key, subkey or None)``, with its bytes and expiration time."""
+        units: dict[tuple[Any, Any], tuple[int, float]] = {}
+        for key, item in self.items():
+            if isinstance(item.value, DictionaryDHTValue):
+                for subkey, sub in list(item.value.data.items()):
+                    units[key, subkey] = (_value_bytes(subkey) + _value_bytes(sub.value), sub.expiration_time)
+            else:
+                units[key, None] = (_value_bytes(item.value), item.expiration_time)
+        return units
+
     def _evict_if_over(self, force: bool = False) -> None:
         if not force and self.estimate <= self.max_bytes and self.stores_since_count < self.RECOUNT_EVERY:
             return
-        sizes = {key: _value_bytes(item.value) for key, item in self.items()}
-        held = sum(sizes.values())
+        units = self._units()
+        self._stored_by = {unit: self._stored_by.get(unit) for unit in units}  # the evicted and expired forgotten
+        held = sum(nbytes for nbytes, _ in units.values())
         if held > self.max_bytes:
-            while held > self.max_bytes * 7 // 8 and self.data:
-                key, _ = self.top()  # the entry that expires first, as hivemind's maxsize evicts
-                held -= sizes.pop(key, 0)
-                del self[key]
+            by_storer: dict[str | None, list[tuple[float, tuple[Any, Any]]]] = {}
+            totals: dict[str | None, int] = {}
+            for unit, (nbytes, expiration_time) in units.items():
+                storer = self._stored_by[unit]
+                by_storer.setdefault(storer, []).append((expiration_time, unit))
+                totals[storer] = totals.get(storer, 0) + nbytes
+            for queue in by_storer.values():
+                queue.sort(key=lambda entry: entry[0], reverse=True)  # the one that expires first at the end
+            while held > self.max_bytes * 7 // 8 and totals:
+                storer = max(totals, key=totals.__getitem__)  # whoever holds most loses its value that expires first
+                _, unit = by_storer[storer].pop()
+                nbytes = units[unit][0]
+                held, totals[storer] = held - nbytes, totals[storer] - nbytes
+                if not by_storer[storer]:
+                    del totals[storer]
+                self._remove(unit)
+                del self._stored_by[unit]
         self.estimate, self.stores_since_count = held, 0
+
+    def _remove(self, unit: tuple[Any, Any]) -> None:
+        """Remove one value: a key's, or one subkey's from its dictionary (the key with it once it is empty)."""
+        key, subkey = unit
+        if subkey is None:
+            del self[key]
+            return
+        dictionary = self.data[key].value
+        del dictionary[subkey]
+        if not dictionary.data:
+            del self[key]
 
 
 def _value_bytes(value: Any) -> int:
@@ -213,13 +264,13 @@ def _value_bytes(value: Any) -> int:
     return 64
 
 
-def bound_storage(node: Any, max_values: int, max_bytes: int) -> None:
+def bound_storage(node: Any, max_values: int, max_bytes: int, storer: Callable[[], str | None] = lambda: None) -> None:
     """Replace the local storage and the cache of ``node`` (a ``DHTNode``) with :class:`BoundedStorage` instances of
-    ``max_values`` keys and ``max_bytes`` bytes each, keeping what they held. hivemind builds them unbounded, and
-    bounds only the cache's keys (``cache_size``): a peer could otherwise make this node hold every valid value it
-    sends until the value expires."""
+    ``max_values`` keys and ``max_bytes`` bytes each, keeping what they held; ``storer()`` names the peer whose store
+    is being handled. hivemind builds them unbounded, and bounds only the cache's keys (``cache_size``): a peer could
+    otherwise make this node hold every valid value it sends until the value expires."""
     protocol = node.protocol
     for name in ("storage", "cache"):
-        bounded = BoundedStorage(max_values, max_bytes)
+        bounded = BoundedStorage(max_values, max_bytes, storer)
         bounded.adopt(getattr(protocol, name))
         setattr(protocol, name, bounded)

@@ -54,7 +54,7 @@ from swarm.hivemind_bridge import (
 from swarm.levels import size_from_distances
 from swarm.rejoin import Rejoin
 from swarm.served import RECORD_HANDLER, ServedRecords
-from swarm.store_gate import StoreGate
+from swarm.store_gate import StoreGate, current_store_sender
 from swarm.transport import SwarmCounters
 
 logger = logging.getLogger(__name__)
@@ -381,7 +381,7 @@ class DHTPeer:
             ensure_bootstrap_success=initial_peers is not None,
         )
         # hivemind keeps every valid value stored here until it expires, however many: bounded in keys and bytes
-        bound_storage(node, config.dht_storage_values, config.dht_storage_bytes)
+        bound_storage(node, config.dht_storage_values, config.dht_storage_bytes, current_store_sender)
         if self._value_serializer is not None:
             # The protocol reads this attribute at each request: from here on, not during the bootstrap above.
             node.protocol.serializer = self._value_serializer

@@ -51,6 +51,12 @@ STORE_REQUEST: contextvars.ContextVar[StoreRequest | None] = contextvars.Context
 """The :class:`StoreRequest` being validated, while it is."""
 
 
+def current_store_sender() -> str | None:
+    """The libp2p id (base58) of the peer whose store request is being handled, or None outside one."""
+    request = STORE_REQUEST.get()
+    return None if request is None else request.sender
+
+
 @dataclass
 class _SenderBook:
     window_began: float

@@ -174,6 +174,34 @@ def test_bounded_storage_keeps_at_most_its_bytes_and_keys_dropping_what_expires_
     assert 0 < adopted.nbytes() <= 3_000
 
 
+def test_a_full_storage_evicts_from_whoever_holds_most_not_the_small_values_that_expire_first():
+    """A peer that stores valid values by the kilobyte, each expiring late, fills the storage: what goes is its own,
+    while two small holders' values, which expire sooner, stay (values of a key's dictionary counted one by one, to
+    whoever stored each). Until a holder has no more than the others, then the earliest expiry goes."""
+    storer = ["honest-1"]
+    storage = BoundedStorage(max_values=1000, max_bytes=10_000, storer=lambda: storer[0])
+    now = time.time()
+    storage.store(DHTID.generate(source="honest"), b"h" * 300, now + 10)
+    shard = DHTID.generate(source="index-shard")
+    storage.store_subkey(shard, b"honest-1", b"e" * 200, now + 10)
+    storer[0] = "honest-2"
+    storage.store_subkey(shard, b"honest-2", b"e" * 200, now + 10)
+    storer[0] = "hoarder"
+    for n in range(40):  # 40 kB against a bound of 10 kB, each value expiring after every honest one
+        storage.store(DHTID.generate(source=n), b"x" * 1000, now + 100 + n)
+        storage.store_subkey(shard, f"hoard-{n}".encode(), b"y" * 20, now + 100 + n)
+        assert storage.nbytes() <= 10_000
+    assert storage.get(DHTID.generate(source="honest")) is not None
+    entries = storage.get(shard).value
+    assert entries.get(b"honest-1") is not None and entries.get(b"honest-2") is not None
+    held = storage.held_by()
+    assert held["honest-1"] == 300 + 8 + 200 and held["honest-2"] == 8 + 200 and held["hoarder"] <= 10_000 - 716
+    assert min(n for n in range(40) if DHTID.generate(source=n) in storage) > 30  # its latest kept, as before
+    storer[0] = "honest-1"  # a holder over the others loses its own value that expires first
+    storage.store(DHTID.generate(source="big"), b"b" * 9_000, now + 1000)
+    assert storage.get(DHTID.generate(source="honest")) is None and storage.nbytes() <= 10_000
+
+
 def forged(value: bytes) -> bytes:
     return value + b"[signature:" + base64.b64encode(os.urandom(256)) + b"]"
 
@@ -237,6 +265,7 @@ def test_a_peer_storing_valid_records_beyond_its_budget_rests_and_the_storage_st
     victim = dht_peers(store_budget_bytes=budget, dht_storage_bytes=bound)
     hoarder = HostileNode(victim.visible_addresses(), on_p2pd=record_p2pd)
     fresh = HostileNode(victim.visible_addresses(), on_p2pd=record_p2pd)
+    honest = HostileNode(victim.visible_addresses(), on_p2pd=record_p2pd)
     try:
         peer_id = victim.peer.libp2p_peer_id
         group = make_group("g", completion_chars=10_000, completions=4)
@@ -250,16 +279,22 @@ def test_a_peer_storing_valid_records_beyond_its_budget_rests_and_the_storage_st
         assert counters["store_senders_rested"] == 1 and "rejected/bad_signature" not in counters
         assert victim.store_gate.resting(hoarder.node.peer_id.to_base58())
         assert kept * len(record) <= victim.readout().gauges["dht_stored_bytes"] <= budget + 2 * 4096
-        # identities are free: with no budget, one peer stores 1.3 MB, and the storage still holds at most its bound
+        # identities are free: with no budget, one peer stores 1.3 MB, and the storage still holds at most its bound,
+        # made of that peer's records: an honest peer's record stored before, expiring before any of them, stays
+        honest_key, expiration, dumps = record_key("sapo", "honest", 1), time.time() + 60, MSGPackSerializer.dumps
+        honest_value = honest.signed(honest_key, honest.marker, record, expiration)
+        assert store_raw(honest, peer_id, honest_key, dumps(honest.marker), honest_value, expiration) == [True]
         victim.store_gate.budget_bytes = None
         assert hoard(fresh, peer_id, record, 30, first=100) == [True] * 30
         gauges = victim.readout().gauges
         assert bound * 3 // 4 <= gauges["dht_stored_bytes"] <= bound
-        assert gauges["dht_stored_items"] < kept + 30  # what expired first made room
+        assert gauges["dht_stored_items"] < kept + 30  # the largest holder's records made room
+        assert victim.peer.node.protocol.storage.get(DHTID.generate(source=honest_key)) is not None
         assert victim.healthy()
     finally:
         hoarder.close()
         fresh.close()
+        honest.close()
 
 
 @pytest.mark.usefixtures("no_p2pd_left_behind")
