@@ -24,16 +24,16 @@ class RederivationCosts:
     """Wall seconds this node spent re-deriving each sender's received groups (:mod:`sapo.sources`; reasoning-gym's
     foreign configs run in a child process, up to `regeneration_timeout` each), halving every ``half_life`` seconds.
 
-    A sender whose spend is at ``allowance`` or over is *rested*: its groups are set aside unread
+    A sender whose spend is over ``allowance`` is *rested*: its groups are set aside unread
     (``rederivation_cost``) until the spend decays under the allowance. A rest is not a verdict (an honest peer with a
     costly config is not lying), so it never counts in the sender's standing. The round's `regeneration_budget`
     bounds what all senders together cost one round; the rest bounds what one sender costs over many: one that names
     a new costly config in every group costs about one `regeneration_timeout` every few minutes instead of a budget
     every round. At most :data:`sapo.standing.MAX_SENDERS` senders are remembered (the one that spent longest ago
-    forgotten first).
+    forgotten first, a rested one only when every one is rested).
 
     Args:
-        allowance: seconds of decayed spend at which a sender is rested.
+        allowance: seconds of decayed spend over which a sender is rested.
         half_life: seconds in which a sender's spend halves.
     """
 
@@ -57,16 +57,17 @@ class RederivationCosts:
         self._spent.pop(sender, None)
         self._spent[sender] = (total, now)
         if len(self._spent) > MAX_SENDERS:
-            self._spent.popitem(last=False)
+            forget = next((s for s in self._spent if not self.is_rested(s, now)), next(iter(self._spent)))
+            del self._spent[forget]
 
     def is_rested(self, sender: str, now: float) -> bool:
-        """Whether ``sender``'s spend is at the allowance or over at ``now``."""
-        return self.spent(sender, now) >= self.allowance
+        """Whether ``sender``'s spend is over the allowance at ``now``."""
+        return self.spent(sender, now) > self.allowance
 
     def rest_left(self, sender: str, now: float) -> float:
         """Seconds until ``sender``'s spend decays under the allowance (0.0 when it is already under)."""
         spent = self.spent(sender, now)
-        return self.half_life * math.log2(spent / self.allowance) if spent >= self.allowance else 0.0
+        return self.half_life * math.log2(spent / self.allowance) if spent > self.allowance else 0.0
 
 
 class RoundRederivation:

@@ -93,10 +93,11 @@ class _Worker:
     """One child process and the pipes to it; started on first use, killed (by PID) and replaced past a limit.
 
     The time limit of a request covers the regeneration only: a fresh child first imports reasoning-gym and says
-    "ready", which on a busy machine can take longer than an entry's whole limit. That start (the first, and the
-    restart on the next request after a kill) is bounded by ``_STARTUP_TIMEOUT`` and, since a hostile peer can force a
-    restart in every round, :class:`ReasoningGymVerifier` counts it into the round's budget with the request it
-    delays.
+    "ready", which on a busy machine can take longer than an entry's whole limit. That start is bounded by
+    ``_STARTUP_TIMEOUT``. The first start comes with the first request; a child killed past a limit is started again
+    at once, within the request that was past it, so that its restart is that request's cost (and its sender's,
+    :mod:`sapo.rederivation`), not the next request's, which may be another sender's. :class:`ReasoningGymVerifier`
+    counts either into the round's budget.
     """
 
     def __init__(self, memory_mb: int | None):
@@ -121,6 +122,8 @@ class _Worker:
                     return json.loads(line)
                 line = ""  # not a reply: the pipe is out of step, start afresh
             self._stop()
+            with contextlib.suppress(GroupDropped):  # one that does not start is started again at the next request
+                self._start()
             if line is None:
                 raise _OverLimit(f"no entry within {timeout:g} s", timed_out=True)
             raise _OverLimit("the regeneration process died or answered out of step (out of memory?)")
@@ -182,6 +185,10 @@ REMEMBERED_LIMITS = 256
 """Foreign configs a verifier remembers as past a limit (least recently refused forgotten first): enough for the
 configs one round's pool can name, bounded against a peer that names a new one in every group."""
 
+MIN_BUDGET_LEFT = 1.0
+"""Seconds of a round's budget below which a foreign entry is refused unrun (``regeneration_budget``) rather than run
+and cut: an honest entry takes milliseconds, so a cut kills (and restarts) a child only for an entry that is slow."""
+
 LIMIT_MEMORY_SECONDS = 3600.0
 """How long a config past a limit is refused without running it: the time limit is wall time, so a loaded machine can
 push an honest config past it, which is then tried again after this; a hostile one costs one limit per hour."""
@@ -200,10 +207,11 @@ class ReasoningGymVerifier:
             registered with :meth:`register_tasks` are regenerated in this process. None regenerates everything in
             this process, without a limit (and without the budget and memory below).
         round_budget: seconds of wall time the foreign entries of one round (from one :meth:`new_round` to the next)
-            may spend, the child's start or restart included; once spent, the round's other foreign entries are
-            refused as ``regeneration_budget``. An entry runs under its own limit or what is left of the budget,
-            whichever is less, and one cut by the budget is refused as ``regeneration_budget`` (its config not
-            remembered: it was not past its own limit), so a round spends at most the budget and one restart of the
+            may spend, the child's start or restart included; once spent (less than :data:`MIN_BUDGET_LEFT` left),
+            the round's other foreign entries are refused as ``regeneration_budget``. An entry runs under its own
+            limit or what is left of the budget, whichever is less, and one cut by the budget is refused as
+            ``regeneration_budget`` (its config not remembered: it was not past its own limit), so a round spends
+            at most the budget and one restart of the
             child. None: no budget.
 
     A foreign config past the time or memory limit is remembered (:data:`REMEMBERED_LIMITS` of them, for
@@ -292,7 +300,7 @@ class ReasoningGymVerifier:
             raise GroupDropped(
                 "regeneration_limit", f"{task.name} with config {task.config} was past a limit before ({before})"
             )
-        if self.round_budget is not None and self.round_seconds >= self.round_budget:
+        if self.round_budget is not None and self.round_budget - self.round_seconds < MIN_BUDGET_LEFT:
             self.counts["over_budget"] += 1
             raise GroupDropped(
                 "regeneration_budget",

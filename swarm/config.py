@@ -460,19 +460,19 @@ class DHTTransportConfig:
         metadata={
             "help": "Bytes of values this peer's DHT storage holds at most, and its cache the same: the bound on "
             "what the swarm's stores make it keep, whatever their number of senders (fresh libp2p identities are "
-            "free, so a budget per sender bounds one identity only). When full, the peer whose stores hold the most "
-            "bytes loses its value that expires first, again and again, so a hoarder evicts its own values before "
-            "others' small index entries. With serve_records the DHT holds index entries "
-            "(KiBs); a client-mode publisher's records live here for record_ttl: 256 MiB holds a full-size record "
-            "every 10 s of one publisher for 10 minutes, or typical records of dozens."
+            "free, so a budget per sender bounds one identity only). When full (in bytes, or in keys: "
+            "dht_storage_values), the peer whose stores hold the most loses its value that expires first, again and "
+            "again, so a hoarder evicts its own values before others' small index entries. With serve_records the "
+            "DHT holds index entries (KiBs); a client-mode publisher's records live here for record_ttl: 256 MiB "
+            "holds a full-size record every 10 s of one publisher for 10 minutes, or typical records of dozens."
         },
     )
     dht_storage_values: int = field(
         default=16384,
         metadata={
-            "help": "Keys this peer's DHT storage (and its cache) holds at most, the entries that expire first "
-            "dropped beyond it: bounds hivemind's own bookkeeping (a few hundred bytes a key), which "
-            "dht_storage_bytes does not count."
+            "help": "Keys this peer's DHT storage (and its cache) holds at most; beyond it the peer whose stores "
+            "hold the most values loses its value that expires first (as for dht_storage_bytes): bounds hivemind's "
+            "own bookkeeping (a few hundred bytes a key), which dht_storage_bytes does not count."
         },
     )
     state_dir: str | None = field(

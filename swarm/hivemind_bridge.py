@@ -25,12 +25,14 @@ private hivemind name anywhere else). What each is relied on for:
 - `DHTProtocol.storage` and `.cache` (public names, private workings): `DHTProtocol.create` builds them as
   `DHTLocalStorage()` without a bound, and its `TimedStorage` base evicts, when over its `maxsize` of keys, the entries
   that expire first (its `expiration_heap`, `key_to_heap`, `data`); :func:`bound_storage` replaces both with a
-  :class:`BoundedStorage`, bounded in keys and in bytes.
+  :class:`BoundedStorage`, bounded in keys and in bytes by whoever stored most, which calls
+  `TimedStorage._remove_outdated()` (drops the expired entries) before it evicts, so that the expired go first.
 """
 
 from __future__ import annotations
 
 import asyncio
+import heapq
 from collections.abc import Callable
 from typing import Any
 
@@ -141,24 +143,26 @@ class BoundedStorage(DHTLocalStorage):
     When it is full, what goes is taken from whoever holds most: each value (a key's, or one subkey's in a key's
     dictionary) is counted to the peer whose store request brought it (``storer()`` while it is stored: the libp2p
     sender of the store request being handled, :func:`swarm.store_gate.current_store_sender`; None for this node's
-    own stores, a lookup's cached results and what was held before), and the peer holding the most bytes loses its
-    value that expires first, again and again. So a peer that stores valid records by the megabyte evicts its own,
-    not the small index entries and records of the others, until it holds no more than they do. hivemind's own
-    ``maxsize`` of keys still drops the entries that expire first. A value that is evicted at once had its store
-    answered "stored" all the same. Bytes are the values' and subkeys' lengths (Python's own overhead per entry, a few
-    hundred bytes, is not counted; ``max_values`` bounds it). They are counted exactly only now and then, so a store
-    stays cheap however much is held: each stored value adds its length to an estimate that never falls below what is
-    held (expiries and replaced values are not subtracted), and when the estimate passes ``max_bytes`` the values are
-    counted and evicted until at most 7/8 of ``max_bytes`` remain (so the next count is at least ``max_bytes / 8``
-    stored bytes away). hivemind's lookups may also merge subkeys they found into a dictionary held here, unseen by the
-    estimate: every 1024 stores count again whatever the estimate says, so what such merges add stays in view.
+    own stores, a lookup's cached results and what was held before), and the peer holding the most bytes (past
+    ``max_bytes``) or the most values (past ``max_values`` keys) loses its value that expires first, again and again,
+    until at most 7/8 of the bound is held (so the next eviction is at least an eighth of the bound away). So a peer
+    that stores valid records by the megabyte, or under key after key, evicts its own, not the small index entries and
+    records of the others, until it holds no more than they do. A value that is evicted at once had its store answered
+    "stored" all the same. Bytes are the values' and subkeys' lengths (Python's own overhead, a few hundred bytes a
+    value, is not counted: the keys are bounded by ``max_values``, the subkeys of a key's dictionary, each a signed
+    value of hundreds of bytes, by ``max_bytes``). They are counted exactly only now and then, so a store stays cheap
+    however much is held: each stored value adds its length to an estimate that never falls below what is held
+    (expiries and replaced values are not subtracted), and when the estimate passes ``max_bytes`` the values are
+    counted and evicted. hivemind's lookups may also merge subkeys they found into a dictionary held here, unseen by
+    the estimate: every 1024 stores count again whatever the estimate says, so what such merges add stays in view.
     """
 
     RECOUNT_EVERY = 1024
     """Stores after which the values are counted again whatever the estimate says."""
 
     def __init__(self, max_values: int, max_bytes: int, storer: Callable[[], str | None] = lambda: None):
-        super().__init__(maxsize=max_values)
+        super().__init__(maxsize=None)  # the key bound is kept here, by the rule above, not by hivemind's
+        self.max_values = max_values
         self.max_bytes = max_bytes
         self.storer = storer
         self.estimate = 0  # bytes held at the last count plus every value stored since: at least what is held
@@ -190,10 +194,11 @@ class BoundedStorage(DHTLocalStorage):
         return sum(_value_bytes(item.value) for item in list(self.data.values()))
 
     def held_by(self) -> dict[str | None, int]:
-        """The bytes held, by the peer that stored them (None: this node, a lookup or unknown)."""
-        held: dict[str | None, int] = {}
+        """The bytes held, by the peer that stored them (None: this node, a lookup or unknown). Safe from another
+        thread, as :meth:`nbytes` is."""
+        stored_by, held = dict(self._stored_by), {}
         for unit, (nbytes, _) in self._units().items():
-            held[self._stored_by.get(unit)] = held.get(self._stored_by.get(unit), 0) + nbytes
+            held[stored_by.get(unit)] = held.get(stored_by.get(unit), 0) + nbytes
         return held
 
     def _kept(self, stored: bool, nbytes: int, unit: tuple[Any, Any]) -> bool:
@@ -205,9 +210,10 @@ class BoundedStorage(DHTLocalStorage):
         return stored
 
     def _units(self) -> dict[tuple[Any, Any], tuple[int, float]]:
-        """Every value held, ``(key, subkey or None)``, with its bytes and expiration time."""
+        """Every value held, ``(key, subkey or None)``, with its bytes and expiration time (read from copies of the
+        dictionaries, removing nothing)."""
         units: dict[tuple[Any, Any], tuple[int, float]] = {}
-        for key, item in self.items():
+        for key, item in list(self.data.items()):
             if isinstance(item.value, DictionaryDHTValue):
                 for subkey, sub in list(item.value.data.items()):
                     units[key, subkey] = (_value_bytes(subkey) + _value_bytes(sub.value), sub.expiration_time)
@@ -216,30 +222,51 @@ class BoundedStorage(DHTLocalStorage):
         return units
 
     def _evict_if_over(self, force: bool = False) -> None:
-        if not force and self.estimate <= self.max_bytes and self.stores_since_count < self.RECOUNT_EVERY:
+        over_keys = len(self.data) > self.max_values
+        if not (force or over_keys or self.estimate > self.max_bytes or self.stores_since_count >= self.RECOUNT_EVERY):
             return
+        self._remove_outdated()  # the expired go first, whoever stored them
         units = self._units()
         self._stored_by = {unit: self._stored_by.get(unit) for unit in units}  # the evicted and expired forgotten
         held = sum(nbytes for nbytes, _ in units.values())
         if held > self.max_bytes:
-            by_storer: dict[str | None, list[tuple[float, tuple[Any, Any]]]] = {}
-            totals: dict[str | None, int] = {}
-            for unit, (nbytes, expiration_time) in units.items():
-                storer = self._stored_by[unit]
-                by_storer.setdefault(storer, []).append((expiration_time, unit))
-                totals[storer] = totals.get(storer, 0) + nbytes
-            for queue in by_storer.values():
-                queue.sort(key=lambda entry: entry[0], reverse=True)  # the one that expires first at the end
-            while held > self.max_bytes * 7 // 8 and totals:
-                storer = max(totals, key=totals.__getitem__)  # whoever holds most loses its value that expires first
-                _, unit = by_storer[storer].pop()
-                nbytes = units[unit][0]
-                held, totals[storer] = held - nbytes, totals[storer] - nbytes
-                if not by_storer[storer]:
-                    del totals[storer]
-                self._remove(unit)
-                del self._stored_by[unit]
+            bound = self.max_bytes * 7 // 8
+            held -= self._evict_from_the_largest(units, lambda unit: units[unit][0], lambda gone: held - gone <= bound)
+        if len(self.data) > self.max_values:
+            units = self._units()
+            bound = self.max_values * 7 // 8
+            held -= self._evict_from_the_largest(units, lambda unit: 1, lambda gone: len(self.data) <= bound)
         self.estimate, self.stores_since_count = held, 0
+
+    def _evict_from_the_largest(
+        self,
+        units: dict[tuple[Any, Any], tuple[int, float]],
+        size: Callable[[tuple[Any, Any]], int],
+        enough: Callable[[int], bool],
+    ) -> int:
+        """Until ``enough(bytes evicted)``, evict the value that expires first of the storer whose values of ``units``
+        sum to the most ``size``; returns the bytes evicted."""
+        queues: dict[str | None, list[tuple[float, tuple[Any, Any]]]] = {}
+        totals: dict[str | None, int] = {}
+        for unit, (_, expiration_time) in units.items():
+            storer = self._stored_by.get(unit)
+            queues.setdefault(storer, []).append((expiration_time, unit))
+            totals[storer] = totals.get(storer, 0) + size(unit)
+        for queue in queues.values():
+            queue.sort(key=lambda entry: entry[0], reverse=True)  # the one that expires first at the end
+        largest = [(-total, n, storer) for n, (storer, total) in enumerate(totals.items())]
+        heapq.heapify(largest)
+        gone = 0
+        while largest and not enough(gone):
+            _, n, storer = heapq.heappop(largest)
+            _, unit = queues[storer].pop()
+            self._remove(unit)
+            del self._stored_by[unit]
+            gone += units[unit][0]
+            totals[storer] -= size(unit)
+            if queues[storer]:
+                heapq.heappush(largest, (-totals[storer], n, storer))
+        return gone
 
     def _remove(self, unit: tuple[Any, Any]) -> None:
         """Remove one value: a key's, or one subkey's from its dictionary (the key with it once it is empty)."""

@@ -34,7 +34,7 @@ class DHTStore(Protocol):
         self,
         keys: list[str],
         values: list[bytes],
-        expiration_time: float,
+        expiration_time: float | list[float],
         subkeys: list[Any],
         beam_size: int | None = None,
     ) -> dict[Any, bool]:
@@ -209,30 +209,33 @@ class SwarmPublisher:
                 self._counters.add("publish_failures")
 
     async def store_served(self, dht: DHTStore) -> int:
-        """Store in the DHT the records this peer serves that have not expired, each until its own expiry: at the
-        switch to client mode, when readers that learn of them from the index entry or an announcement (which name
-        no host from then on) look for them in the DHT. Returns how many were stored (counted as
-        ``stored_at_switch``)."""
+        """Store in the DHT the records this peer serves that have not expired, each until its own expiry, in one
+        request: at the switch to client mode, when readers that learn of them from the index entry or an
+        announcement (which name no host from then on) look for them in the DHT. Returns how many were stored
+        (counted as ``stored_at_switch``); a failure is logged and counted, never raised."""
         if self._served is None:
             return 0
-        by_expiry: dict[float, list[tuple[str, bytes]]] = {}
+        keys, values, expirations = [], [], []
         for key, record in self._served.live():
             data = open_served(self._served.validator, key, self._marker, record.value, record.expiration_time)
             if data is not None:  # its own record, signed by this peer: refused only if it changed under us
-                by_expiry.setdefault(record.expiration_time, []).append((key, data))
-        stored = 0
-        for expiration_time, items in by_expiry.items():
-            keys, values = [key for key, _ in items], [data for _, data in items]
-            try:
-                result = await asyncio.wait_for(
-                    dht.store_many(keys, values, expiration_time, subkeys=[self._marker] * len(keys),
-                                   beam_size=self.config.dht_lookup_beam),
-                    self.config.store_timeout,
-                )  # fmt: skip
-            except TimeoutError:
-                result = {}
-                self._counters.add("store_timeouts")
-            stored += sum(1 for key in keys if result.get((key, self._marker)))
+                keys.append(key)
+                values.append(data)
+                expirations.append(record.expiration_time)
+        if not keys:
+            return 0
+        try:
+            result = await asyncio.wait_for(
+                dht.store_many(keys, values, expirations, subkeys=[self._marker] * len(keys),
+                               beam_size=self.config.dht_lookup_beam),
+                self.config.store_timeout,
+            )  # fmt: skip
+        except Exception as e:  # a timeout, a lost connection: the records stay served, as before the switch
+            self._counters.add("store_timeouts" if isinstance(e, TimeoutError) else "publish_failures")
+            logger.warning("peer %s: storing its %d served record(s) failed: %s: %s", self._peer_id, len(keys),
+                           type(e).__name__, e)  # fmt: skip
+            return 0
+        stored = sum(1 for key in keys if result.get((key, self._marker)))
         self._counters.add("stored_at_switch", stored)
         return stored
 

@@ -12,7 +12,7 @@ def test_a_sender_is_rested_at_its_allowance_until_its_spend_halves_back_under_i
     costs = RederivationCosts(allowance=15.0, half_life=300.0)
     costs.spend("slow", 10.0, now=0.0)
     assert not costs.is_rested("slow", 0.0) and costs.rest_left("slow", 0.0) == 0.0
-    costs.spend("slow", 10.0, now=0.0)  # 20 s: rested until 20 * 2**(-t/300) < 15, t = 300 * log2(4/3) = 124.5 s
+    costs.spend("slow", 10.0, now=0.0)  # 20 s: rested while 20 * 2**(-t/300) > 15, t < 300 * log2(4/3) = 124.5 s
     assert costs.is_rested("slow", 0.0) and costs.rest_left("slow", 0.0) == pytest.approx(124.5, abs=0.1)
     assert costs.is_rested("slow", 124.0) and not costs.is_rested("slow", 125.0)
     assert costs.spent("slow", 300.0) == pytest.approx(10.0)  # one half-life
@@ -37,6 +37,8 @@ def test_the_senders_remembered_are_bounded_the_one_that_spent_longest_ago_forgo
     costs.spend("a", 0.0, now=3.0)  # "a" spent again: "b" now spent longest ago
     costs.spend("d", 5.0, now=4.0)
     assert [s for s in "abcd" if costs.is_rested(s, 4.0)] == ["a", "c", "d"]
+    costs.spend("e", 0.1, now=5.0)  # rested ones are kept while one that is not can go: here the newcomer itself
+    assert [s for s in "acde" if costs.spent(s, 5.0) > 0] == ["a", "c", "d"]
 
 
 @pytest.mark.parametrize("bad", [dict(allowance=0.0), dict(allowance=-1.0), dict(allowance=1.0, half_life=0.0)])

@@ -168,7 +168,8 @@ def test_bounded_storage_keeps_at_most_its_bytes_and_keys_dropping_what_expires_
     few = BoundedStorage(max_values=5, max_bytes=10**9)
     for n in range(20):
         few.store(DHTID.generate(source=n), b"z", now + 100 + n)
-    assert len(few) == 5
+        assert len(few) <= 5
+    assert DHTID.generate(source=19) in few and DHTID.generate(source=0) not in few
     adopted = BoundedStorage(max_values=1000, max_bytes=3_000)
     adopted.adopt(storage)  # what a node held before its storage was replaced, within the new bounds
     assert 0 < adopted.nbytes() <= 3_000
@@ -177,7 +178,7 @@ def test_bounded_storage_keeps_at_most_its_bytes_and_keys_dropping_what_expires_
 def test_a_full_storage_evicts_from_whoever_holds_most_not_the_small_values_that_expire_first():
     """A peer that stores valid values by the kilobyte, each expiring late, fills the storage: what goes is its own,
     while two small holders' values, which expire sooner, stay (values of a key's dictionary counted one by one, to
-    whoever stored each). Until a holder has no more than the others, then the earliest expiry goes."""
+    whoever stored each), until a holder has no more than the others. The same for the number of keys."""
     storer = ["honest-1"]
     storage = BoundedStorage(max_values=1000, max_bytes=10_000, storer=lambda: storer[0])
     now = time.time()
@@ -200,6 +201,15 @@ def test_a_full_storage_evicts_from_whoever_holds_most_not_the_small_values_that
     storer[0] = "honest-1"  # a holder over the others loses its own value that expires first
     storage.store(DHTID.generate(source="big"), b"b" * 9_000, now + 1000)
     assert storage.get(DHTID.generate(source="honest")) is None and storage.nbytes() <= 10_000
+    # the key bound by the same rule: a peer storing tiny values under key after key evicts its own keys
+    keys = BoundedStorage(max_values=50, max_bytes=10**9, storer=lambda: storer[0])
+    storer[0] = "honest"
+    keys.store(DHTID.generate(source="entry"), b"e" * 300, now + 10)
+    storer[0] = "hoarder"
+    for n in range(200):
+        keys.store(DHTID.generate(source=f"tiny-{n}"), b"t", now + 100 + n)
+        assert len(keys) <= 50
+    assert keys.get(DHTID.generate(source="entry")) is not None and keys.held_by()["honest"] == 300
 
 
 def forged(value: bytes) -> bytes:

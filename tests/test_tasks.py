@@ -325,6 +325,29 @@ def test_a_foreign_entry_is_cut_when_the_rounds_budget_runs_out_and_its_config_i
         assert info.value.reason == "regeneration_budget" and "of this round's 1.5 s" in info.value.detail, round_
 
 
+def test_a_child_killed_past_a_limit_is_restarted_within_that_request_not_the_next_senders(rg_rows, monkeypatch):
+    """The child's restart after a kill is the cost of the entry that was past its limit: it happens within that
+    request, so the next foreign entry (maybe another sender's, whose re-derivation time counts against it:
+    `sapo.rederivation`) finds the child running and starts nothing. Real regeneration."""
+    from sapo import regeneration
+
+    source = ReasoningGymSource(regeneration_timeout=1.0, regeneration_budget=None)
+    slow = Provenance(
+        "reasoning_gym", "rubiks_cube", {"min_scramble_steps": 2_000_000, "max_scramble_steps": 2_000_000}, 1, 0
+    )
+    cube = [{"role": "user", "content": "Solve this cube."}]
+    costly = Group("0-0", prompt=cube, completions=["R U"], provenance=slow)
+    with pytest.raises(GroupDropped, match="regeneration_limit"):
+        SourceRegistry([source]).columns_for(validate_group(costly))
+    assert regeneration._worker.process is not None and regeneration._worker.process.poll() is None  # running again
+    starts = []
+    start = regeneration._worker._start
+    monkeypatch.setattr(regeneration._worker, "_start", lambda: starts.append(1) or start())
+    honest = _group(rg_rows[0])  # a foreign config here: regenerated in the child
+    assert SourceRegistry([source]).columns_for(honest) == _rg(regeneration_timeout=None).columns_for(honest)
+    assert starts == []
+
+
 def test_the_memory_of_configs_past_a_limit_is_bounded_and_forgets_after_a_while(monkeypatch):
     """The configs remembered as past a limit are the most recently refused (at most `REMEMBERED_LIMITS`), each for
     `LIMIT_MEMORY_SECONDS`; a child that did not start says nothing of the config. The child is a stand-in here:
