@@ -348,7 +348,8 @@ class SAPOConfig(GRPOConfig):
             "its groups are set aside unread (`rederivation_cost`) until the sum decays under it, never counted "
             "against its standing (`sapo.rederivation`). `regeneration_budget` bounds one round; this bounds one "
             "sender across rounds. Default 15: an honest group re-derives in milliseconds, and a config past "
-            "`regeneration_timeout` is refused unrun for an hour. `None`: no rest."
+            "`regeneration_timeout` is refused unrun for an hour (the regeneration child's first start, a few "
+            "seconds, counts against the sender of the first foreign group). `None`: no rest."
         },
     )
     eval_questions: int = field(
