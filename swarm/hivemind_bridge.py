@@ -247,14 +247,14 @@ class BoundedStorage(DHTLocalStorage):
         """Until ``enough(bytes evicted)``, evict the value that expires first of the storer whose values of ``units``
         sum to the most ``size``; returns the bytes evicted."""
         queues: dict[str | None, list[tuple[float, tuple[Any, Any]]]] = {}
-        totals: dict[str | None, int] = {}
+        sums: dict[str | None, int] = {}
         for unit, (_, expiration_time) in units.items():
             storer = self._stored_by.get(unit)
             queues.setdefault(storer, []).append((expiration_time, unit))
-            totals[storer] = totals.get(storer, 0) + size(unit)
+            sums[storer] = sums.get(storer, 0) + size(unit)
         for queue in queues.values():
             queue.sort(key=lambda entry: entry[0], reverse=True)  # the one that expires first at the end
-        largest = [(-total, n, storer) for n, (storer, total) in enumerate(totals.items())]
+        largest = [(-total, n, storer) for n, (storer, total) in enumerate(sums.items())]
         heapq.heapify(largest)
         gone = 0
         while largest and not enough(gone):
@@ -263,9 +263,9 @@ class BoundedStorage(DHTLocalStorage):
             self._remove(unit)
             del self._stored_by[unit]
             gone += units[unit][0]
-            totals[storer] -= size(unit)
+            sums[storer] -= size(unit)
             if queues[storer]:
-                heapq.heappush(largest, (-totals[storer], n, storer))
+                heapq.heappush(largest, (-sums[storer], n, storer))
         return gone
 
     def _remove(self, unit: tuple[Any, Any]) -> None:

@@ -231,7 +231,10 @@ class SwarmPublisher:
                 self.config.store_timeout,
             )  # fmt: skip
         except Exception as e:  # a timeout, a lost connection: the records stay served, as before the switch
-            self._counters.add("store_timeouts" if isinstance(e, TimeoutError) else "publish_failures")
+            if isinstance(e, TimeoutError):
+                self._counters.add("store_timeouts")
+            else:
+                self._counters.add("publish_failures")
             logger.warning("peer %s: storing its %d served record(s) failed: %s: %s", self._peer_id, len(keys),
                            type(e).__name__, e)  # fmt: skip
             return 0
