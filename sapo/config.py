@@ -343,13 +343,15 @@ class SAPOConfig(GRPOConfig):
     sender_rederivation_seconds: float | None = field(
         default=15.0,
         metadata={
-            "help": "Rest a sender whose received groups cost this peer this many seconds of re-derivation (the wall "
-            "time of its source's check, reasoning-gym's foreign configs included), a sum halving every 5 minutes: "
-            "its groups are set aside unread (`rederivation_cost`) until the sum decays under it, never counted "
-            "against its standing (`sapo.rederivation`). `regeneration_budget` bounds one round; this bounds one "
-            "sender across rounds. Default 15: an honest group re-derives in milliseconds, and a config past "
-            "`regeneration_timeout` is refused unrun for an hour (the regeneration child's first start, a few "
-            "seconds, counts against the sender of the first foreign group). `None`: no rest."
+            "help": "Rest a sender whose received groups cost this peer this many seconds of re-derivation in vain "
+            "(the wall time of its source's checks that ended in a drop, reasoning-gym's foreign configs past a "
+            "limit included; a group re-derived costs nothing, however slow the source), a sum halving every 5 "
+            "minutes: its groups are set aside unread (`rederivation_cost`) until the sum decays under it, never "
+            "counted against its standing (`sapo.rederivation`). `regeneration_budget` bounds one round; this bounds "
+            "one sender across rounds. Default 15: a group that cannot be re-derived is refused in milliseconds, "
+            "and a config past `regeneration_timeout` is refused unrun for an hour (the regeneration child's first "
+            "start, a few seconds, counts against the sender of the first foreign group if that group is dropped). "
+            "`None`: no rest."
         },
     )
     eval_questions: int = field(

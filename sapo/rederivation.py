@@ -21,8 +21,9 @@ HALF_LIFE_SECONDS = 300.0
 
 
 class RederivationCosts:
-    """Wall seconds this node spent re-deriving each sender's received groups (:mod:`sapo.sources`; reasoning-gym's
-    foreign configs run in a child process, up to `regeneration_timeout` each), halving every ``half_life`` seconds.
+    """Wall seconds this node spent trying to re-derive each sender's received groups in vain (:mod:`sapo.sources`: the
+    groups dropped there; reasoning-gym's foreign configs run in a child process, up to `regeneration_timeout` each),
+    halving every ``half_life`` seconds. Groups re-derived count nothing, however slow their source.
 
     A sender whose spend is over ``allowance`` is *rested*: its groups are set aside unread
     (``rederivation_cost``) until the spend decays under the allowance. A rest is not a verdict (an honest peer with a
@@ -76,8 +77,8 @@ class RoundRederivation:
 
     Senders take turns at the sources (:func:`sapo.sources.by_turns`), those ``standing`` found usable lately first, so
     that neither one sender's groups nor new identities spend a per-round bound (reasoning-gym's `regeneration_budget`)
-    before the others' are tried. Each re-derivation's wall time is added to its sender's spend in ``costs``, and a
-    rested sender's groups are set aside unread (``rederivation_cost``).
+    before the others' are tried. The wall time of each re-derivation that ends in a drop is added to its sender's
+    spend in ``costs``, and a rested sender's groups are set aside unread (``rederivation_cost``).
 
     Args:
         sources: the sources that re-derive.
@@ -102,8 +103,8 @@ class RoundRederivation:
         return truths
 
     def _rederive(self, item: ReceivedGroup) -> dict[str, Any] | GroupDropped:
-        """The truth of one received group, unless its sender is rested; the time it took is added to its sender's
-        spend."""
+        """The truth of one received group, unless its sender is rested; the time it took, when it could not be
+        re-derived, is added to its sender's spend."""
         if self.costs is not None and self.costs.is_rested(item.sender, time.time()):
             spent, left = self.costs.spent(item.sender, time.time()), self.costs.rest_left(item.sender, time.time())
             return GroupDropped(
@@ -115,10 +116,10 @@ class RoundRederivation:
         try:
             return self.sources.columns_for(item.group)
         except GroupDropped as e:
-            return e
-        finally:
+            # only what yielded nothing counts: a source that is slow on honest items never rests their senders
             if self.costs is not None:
                 self._spend(item.sender, time.monotonic() - started)
+            return e
 
     def _spend(self, sender: str, seconds: float) -> None:
         """Add ``seconds`` to ``sender``'s spend, and say so when that rests it."""

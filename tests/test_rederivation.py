@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+import time
+
 import pytest
 
 from sapo import rederivation
@@ -45,3 +48,38 @@ def test_the_senders_remembered_are_bounded_the_one_that_spent_longest_ago_forgo
 def test_a_bound_that_is_not_positive_is_refused(bad):
     with pytest.raises(ValueError, match="must be positive"):
         RederivationCosts(**bad)
+
+
+def test_a_slow_source_never_rests_the_senders_of_its_items_but_rests_a_forger(monkeypatch):
+    """What counts against a sender is the time its groups took to re-derive in vain: a source that takes 50 ms an item
+    (a verifier that runs code, say) re-derives an honest sender's groups round after round without resting it, while
+    a sender of forged questions on the same source is rested once those cost more than the allowance. The source's
+    50 ms are a clock it moves; the re-derivation is real."""
+    from types import SimpleNamespace
+
+    from sapo.rederivation import RoundRederivation
+    from sapo.sources import DatasetSource, SourceRegistry
+    from swarm.records import Group, ReceivedGroup, provenance_from_wire
+
+    clock = [0.0]
+    monkeypatch.setattr(rederivation, "time", SimpleNamespace(monotonic=lambda: clock[0], time=time.time))
+
+    class SlowSums(DatasetSource):
+        def rederive(self, provenance, question):
+            clock[0] += 0.05
+            return super().rederive(provenance, question)
+
+    sums = SlowSums([{"question": f"What is {k} + {k}?", "answer": str(2 * k)} for k in range(8)], "sums")
+    rederive = RoundRederivation(SourceRegistry([sums]), RederivationCosts(allowance=0.12))
+
+    def group(sender, row, question=None):
+        provenance = provenance_from_wire(json.loads(row["provenance"]))
+        prompt = [{"role": "user", "content": question or row["prompt"][-1]["content"]}]
+        return ReceivedGroup(sender, Group(f"{sender}-{row['answer']}", prompt, ["1", "2"], provenance))
+
+    rows = list(sums.rows())
+    for _ in range(3):  # three rounds: 24 honest groups, 1.2 s of re-derivation, none in vain
+        assert all(isinstance(truth, dict) for truth in rederive.truths([group("honest", row) for row in rows]))
+    forged = rederive.truths([group("forger", row, "What is 9 + 9?") for row in rows[1:6]])
+    reasons = [truth.reason for truth in forged]
+    assert reasons == ["question_mismatch"] * 3 + ["rederivation_cost"] * 2, reasons  # 0.15 s > 0.12 s: rested
