@@ -350,10 +350,11 @@ class DHTTransportConfig:
     rejoin_interval: float = field(
         default=10.0,
         metadata={
-            "help": "Seconds between two checks of this peer's DHT neighbours. A peer that has lost all of them (its "
-            "link was down, or every neighbour left) dials and pings the peers it knew, initial peers included, to "
-            "rejoin (counted as rejoin_attempts and rejoins). After a failed attempt the wait doubles, up to "
-            "rejoin_max_interval."
+            "help": "Seconds between two checks of this peer's DHT neighbours. When none of those listed is "
+            "connected they are pinged, and those gone are dropped (hivemind drops one only when a request to it "
+            "fails). A peer that has lost all of them (its link was down, or every neighbour left) dials and pings "
+            "the peers it knew, initial peers included, to rejoin (counted as rejoin_attempts and rejoins). After a "
+            "failed attempt the wait doubles, up to rejoin_max_interval."
         },
     )
     rejoin_max_interval: float = field(

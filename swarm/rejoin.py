@@ -1,8 +1,9 @@
 """Rejoining after a partition: remember how to reach the peers connected, and join through them once none is left.
 
 hivemind drops a neighbour that stops answering and never looks again, so after a partition (the network down, every
-neighbour gone) a peer would stay alone for good. :class:`Rejoin` keeps the addresses of the peers connected and, while
-the routing table is empty, dials and pings them, backing off between failed attempts.
+neighbour gone) a peer would stay alone for good. :class:`Rejoin` keeps the addresses of the peers connected, pings the
+neighbours listed when none of them is connected (so that those gone are dropped), and, while the routing table is
+empty, dials and pings the peers it knew, backing off between failed attempts.
 """
 
 from __future__ import annotations
@@ -27,6 +28,9 @@ logger = logging.getLogger(__name__)
 
 KNOWN_PEERS_KEPT = 64
 """Addresses remembered for rejoining; the oldest go first."""
+
+NEIGHBOURS_PINGED = 8
+"""Neighbours pinged at most per check when none of them is connected."""
 
 
 class Rejoin:
@@ -61,13 +65,16 @@ class Rejoin:
             self._known_peers[PeerID.from_base58(maddr["p2p"])] = [maddr.decapsulate(Multiaddr(f"/p2p/{maddr['p2p']}"))]
 
     async def keep(self, p2p: P2P | None, node: DHTNode) -> None:
-        """Remember how to reach the peers connected now; rejoin through them once none is left."""
+        """Remember how to reach the peers connected now; drop neighbours that left; rejoin through the peers known
+        once none is left."""
         assert p2p is not None
-        for info in await asyncio.wait_for(p2p.list_peers(), self.config.wait_timeout):
+        connected = await asyncio.wait_for(p2p.list_peers(), self.config.wait_timeout)
+        for info in connected:
             if info.addrs:
                 self._known_peers[info.peer_id] = list(info.addrs)
         while len(self._known_peers) > KNOWN_PEERS_KEPT:
             self._known_peers.pop(next(iter(self._known_peers)))
+        await self._ping_if_none_connected(node, {info.peer_id for info in connected})
         if node.protocol.routing_table.peer_id_to_uid or not self._known_peers:
             self._alone_since = None
             self._rejoin_wait, self._next_rejoin = self.config.rejoin_interval, 0.0
@@ -98,6 +105,16 @@ class Rejoin:
             self._rejoin_wait = min(
                 2 * self._rejoin_wait, max(self.config.rejoin_max_interval, self.config.rejoin_interval)
             )
+
+    async def _ping_if_none_connected(self, node: DHTNode, connected: set[Any]) -> None:
+        """When none of the neighbours the routing table lists is connected, ping them (at most
+        :data:`NEIGHBOURS_PINGED`): hivemind drops a neighbour only when a request to it fails, so one that left would
+        be listed until this peer's next store, and a peer whose every neighbour left would not know it is alone."""
+        listed = list(node.protocol.routing_table.peer_id_to_uid)
+        if not listed or connected.intersection(listed):
+            return
+        await asyncio.gather(*(node.protocol.call_ping(peer) for peer in listed[:NEIGHBOURS_PINGED]))
+        await asyncio.sleep(0)  # the routing table is updated by a task each ping starts
 
     async def _dial_known(self, p2p: P2P, node: DHTNode) -> bool:
         """Dial and ping every known peer at once; whether one answered as a DHT node."""
