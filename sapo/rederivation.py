@@ -105,8 +105,9 @@ class RoundRederivation:
     def _rederive(self, item: ReceivedGroup) -> dict[str, Any] | GroupDropped:
         """The truth of one received group, unless its sender is rested; the time it took, when it could not be
         re-derived, is added to its sender's spend."""
-        if self.costs is not None and self.costs.is_rested(item.sender, time.time()):
-            spent, left = self.costs.spent(item.sender, time.time()), self.costs.rest_left(item.sender, time.time())
+        now = time.time()
+        if self.costs is not None and self.costs.is_rested(item.sender, now):
+            spent, left = self.costs.spent(item.sender, now), self.costs.rest_left(item.sender, now)
             return GroupDropped(
                 "rederivation_cost",
                 f"its groups cost {spent:.1f} s of re-derivation lately (allowance {self.costs.allowance:g} s); "

@@ -211,8 +211,7 @@ class ReasoningGymVerifier:
             the round's other foreign entries are refused as ``regeneration_budget``. An entry runs under its own
             limit or what is left of the budget, whichever is less, and one cut by the budget is refused as
             ``regeneration_budget`` (its config not remembered: it was not past its own limit), so a round spends
-            at most the budget and one restart of the
-            child. None: no budget.
+            at most the budget and one restart of the child. None: no budget.
 
     A foreign config past the time or memory limit is remembered (:data:`REMEMBERED_LIMITS` of them, for
     :data:`LIMIT_MEMORY_SECONDS`): its later entries are refused as ``regeneration_limit`` at once, without the child.

@@ -225,22 +225,34 @@ class SwarmPublisher:
         if not keys:
             return 0
         try:
-            result = await asyncio.wait_for(
-                dht.store_many(keys, values, expirations, subkeys=[self._marker] * len(keys),
-                               beam_size=self.config.dht_lookup_beam),
-                self.config.store_timeout,
-            )  # fmt: skip
-        except Exception as e:  # a timeout, a lost connection: the records stay served, as before the switch
-            if isinstance(e, TimeoutError):
-                self._counters.add("store_timeouts")
-            else:
-                self._counters.add("publish_failures")
+            result = await self._store_many(dht, keys, values, expirations)
+        except Exception as e:  # a lost connection: the records stay served, as before the switch
+            self._counters.add("publish_failures")
             logger.warning("peer %s: storing its %d served record(s) failed: %s: %s", self._peer_id, len(keys),
                            type(e).__name__, e)  # fmt: skip
             return 0
         stored = sum(1 for key in keys if result.get((key, self._marker)))
         self._counters.add("stored_at_switch", stored)
         return stored
+
+    async def _store_many(
+        self, dht: DHTStore, keys: list[str], values: list[bytes], expiration_time: float | list[float]
+    ) -> dict[Any, bool]:
+        """``dht.store_many`` of ``keys`` under this peer's owner marker, within ``store_timeout`` (timed as
+        ``publish``); ``{(key, marker): stored}``, empty after a timeout (counted and logged)."""
+        started = self._clock.monotonic()
+        try:
+            return await asyncio.wait_for(
+                dht.store_many(keys, values, expiration_time, subkeys=[self._marker] * len(keys),
+                               beam_size=self.config.dht_lookup_beam),
+                self.config.store_timeout,
+            )  # fmt: skip
+        except TimeoutError:
+            self._counters.add("store_timeouts")
+            logger.warning("peer %s: storing %d value(s) timed out", self._peer_id, len(keys))
+            return {}
+        finally:
+            self._timings.record("publish", self._clock.monotonic() - started)
 
     def _record_key(self, seq: int) -> str:
         return record_key(self.config.swarm_name, self._peer_id, seq)
@@ -279,19 +291,7 @@ class SwarmPublisher:
             keys += entry_keys
             values += [encode_index_entry(entry, config.limits)] * len(entry_keys)
             self._last_index_store = self._clock.monotonic()
-        started = self._clock.monotonic()
-        try:
-            result = await asyncio.wait_for(
-                dht.store_many(
-                    keys, values, expiration_time, subkeys=[self._marker] * len(keys), beam_size=config.dht_lookup_beam
-                ),
-                config.store_timeout,
-            )
-        except TimeoutError:
-            result = {}
-            self._counters.add("store_timeouts")
-            logger.warning("peer %s: storing %d record(s) timed out", self._peer_id, len(batch))
-        self._timings.record("publish", self._clock.monotonic() - started)
+        result = await self._store_many(dht, keys, values, expiration_time)
         outcome = {key: bool(result.get((key, self._marker))) for key in record_keys}
         if index:
             stored = sum(1 for key in entry_keys if result.get((key, self._marker)))

@@ -76,8 +76,7 @@ class Rejoin:
             self._known_peers.pop(next(iter(self._known_peers)))
         await self._ping_if_none_connected(node, {info.peer_id for info in connected})
         if node.protocol.routing_table.peer_id_to_uid or not self._known_peers:
-            self._alone_since = None
-            self._rejoin_wait, self._next_rejoin = self.config.rejoin_interval, 0.0
+            self._not_alone()
             return
         now = self._clock.monotonic()
         if now < self._next_rejoin:  # backing off after failed attempts
@@ -98,13 +97,17 @@ class Rejoin:
             logger.info(
                 "peer %s rejoined the swarm after %.0f s alone (%d neighbour(s))", self._label, alone, neighbours
             )
-            self._alone_since = None
-            self._rejoin_wait, self._next_rejoin = self.config.rejoin_interval, 0.0
+            self._not_alone()
         else:
             self._next_rejoin = now + self._rejoin_wait
             self._rejoin_wait = min(
                 2 * self._rejoin_wait, max(self.config.rejoin_max_interval, self.config.rejoin_interval)
             )
+
+    def _not_alone(self) -> None:
+        """Forget the partition and its backoff: the next one starts at ``rejoin_interval`` again."""
+        self._alone_since = None
+        self._rejoin_wait, self._next_rejoin = self.config.rejoin_interval, 0.0
 
     async def _ping_if_none_connected(self, node: DHTNode, connected: set[Any]) -> None:
         """When none of the neighbours the routing table lists is connected, ping them (at most

@@ -1,14 +1,28 @@
-"""Per-sender re-derivation cost: the spend that rests a sender, how it decays, and the bound on senders kept."""
+"""Re-deriving received groups: the spend that rests a sender, how it decays, the bound on senders kept, and the
+order and rests inside a trainer that takes real optimizer steps."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import time
+from types import SimpleNamespace
 
 import pytest
 
-from sapo import rederivation
-from sapo.rederivation import RederivationCosts
+from sapo import SAPOTrainer, rederivation
+from sapo.models import build_tiny_model
+from sapo.rederivation import RederivationCosts, RoundRederivation
+from sapo.sources import DatasetSource, SourceRegistry
+from sapo.tasks import TaskSpec, build_reasoning_gym_dataset
+from swarm import Group, MemorySwarm, Provenance
+from swarm.records import ReceivedGroup, provenance_from_wire
+from testbed.tiny_run import tiny_config
+
+
+def spread(completions, **kw):
+    """A reward with spread: a usable group is taken."""
+    return [float(k) for k in range(len(completions))]
 
 
 def test_a_sender_is_rested_at_its_allowance_until_its_spend_halves_back_under_it():
@@ -55,12 +69,6 @@ def test_a_slow_source_never_rests_the_senders_of_its_items_but_rests_a_forger(m
     (a verifier that runs code, say) re-derives an honest sender's groups round after round without resting it, while
     a sender of forged questions on the same source is rested once those cost more than the allowance. The source's
     50 ms are a clock it moves; the re-derivation is real."""
-    from types import SimpleNamespace
-
-    from sapo.rederivation import RoundRederivation
-    from sapo.sources import DatasetSource, SourceRegistry
-    from swarm.records import Group, ReceivedGroup, provenance_from_wire
-
     clock = [0.0]
     monkeypatch.setattr(rederivation, "time", SimpleNamespace(monotonic=lambda: clock[0], time=time.time))
 
@@ -83,3 +91,81 @@ def test_a_slow_source_never_rests_the_senders_of_its_items_but_rests_a_forger(m
     forged = rederive.truths([group("forger", row, "What is 9 + 9?") for row in rows[1:6]])
     reasons = [truth.reason for truth in forged]
     assert reasons == ["question_mismatch"] * 3 + ["rederivation_cost"] * 2, reasons  # 0.15 s > 0.12 s: rested
+
+
+def test_the_budget_goes_to_a_sender_found_usable_before_new_identities_fetched_first(
+    tmp_path, smollm_tokenizer, monkeypatch
+):
+    """New identities cost nothing to make: three of them, whose foreign groups are fetched first, do not spend the
+    round's `regeneration_budget` before the group of a sender whose group this node trained on a step earlier. A clock
+    that moves 20 s between readings stands in for slow entries (one fits a budget of 10 s); the regeneration is
+    real."""
+    from transformers import TrainerCallback
+
+    from sapo import regeneration
+
+    clock = itertools.count(step=20.0)
+    monkeypatch.setattr(regeneration, "time", SimpleNamespace(monotonic=lambda: next(clock)))
+    own = TaskSpec("basic_arithmetic", {"max_terms": 2, "max_digits": 1})
+    foreign = build_reasoning_gym_dataset([TaskSpec("basic_arithmetic", {"max_terms": 2, "max_digits": 2})], size=4)
+    own_rows = build_reasoning_gym_dataset([own], size=8)
+    swarm = MemorySwarm(seed=0)
+    known, strangers = swarm.join("known"), [swarm.join(f"new-{k}") for k in range(3)]
+
+    def group(row, gid, age):
+        provenance = provenance_from_wire(json.loads(row["provenance"]))
+        return Group(gid, [row["prompt"][-1]], ["1", "22", "3", "4"], provenance, created_at=time.time() - age)
+
+    known.publish([group(own_rows[0], "k-0", age=5)])  # step 1: its own-config group, trained on
+
+    class SecondRound(TrainerCallback):
+        def on_step_begin(self, args, state, control, **kwargs):
+            if state.global_step == 1:
+                known.publish([group(foreign[0], "k-1", age=5)])
+                for k, stranger in enumerate(strangers):
+                    stranger.publish([group(foreign[k + 1], f"n-{k}", age=0)])  # newer: fetched first
+
+    trainer = SAPOTrainer(
+        model=build_tiny_model(smollm_tokenizer, seed=0), reward_funcs=[spread],
+        args=tiny_config(tmp_path / "out", num_local=1, num_external=1, max_steps=2, external_pool_size=16,
+                         plausibility_margin=None, regeneration_budget=10.0),
+        train_dataset=own_rows, processing_class=smollm_tokenizer, swarm=swarm.join("me"), callbacks=[SecondRound()],
+    )  # fmt: skip
+    trainer.train()
+    senders = trainer.intake.sender_outcomes
+    assert senders["known"] == {"taken": 2}, senders
+    assert all(senders[f"new-{k}"] == {"dropped/regeneration_budget": 1} for k in range(3)), senders
+
+
+def test_a_sender_whose_groups_cost_too_much_to_regenerate_is_rested_not_benched(tmp_path, smollm_tokenizer):
+    """One sender names a new costly config in every group (2 million scramble moves: minutes to regenerate), so none
+    is remembered as past a limit and each would cost a whole `regeneration_timeout`. Once its groups cost
+    `sender_rederivation_seconds` of re-derivation, its later groups are set aside unread (`rederivation_cost`) and the
+    honest sender's group is taken; the rest never counts against its standing. Real regeneration."""
+    rows = build_reasoning_gym_dataset([TaskSpec("basic_arithmetic", {"max_terms": 2, "max_digits": 1})], size=4)
+    swarm = MemorySwarm(seed=0)
+    honest, costly = swarm.join("honest"), swarm.join("costly")
+
+    def group(gid, provenance, question, age=0.0):
+        return Group(gid, [{"role": "user", "content": question}], ["1", "22", "3", "4"], provenance,
+                     created_at=time.time() - age)  # fmt: skip
+
+    row = rows[0]
+    honest.publish([group("h-0", provenance_from_wire(json.loads(row["provenance"])), row["prompt"][-1]["content"], 5)])
+    configs = [{"min_scramble_steps": 2_000_000 + k, "max_scramble_steps": 2_000_000 + k} for k in range(4)]
+    cube = [Provenance("reasoning_gym", "rubiks_cube", config, 1, 0) for config in configs]
+    costly.publish([group(f"c-{k}", provenance, "Solve this cube.") for k, provenance in enumerate(cube)])
+
+    trainer = SAPOTrainer(
+        model=build_tiny_model(smollm_tokenizer, seed=0), reward_funcs=[spread],
+        args=tiny_config(tmp_path / "out", num_local=1, num_external=1, max_steps=1, external_pool_size=16,
+                         sender_drop_limit=2, sender_window=10, plausibility_margin=None, regeneration_timeout=1.0,
+                         regeneration_budget=30.0, sender_rederivation_seconds=0.5),
+        train_dataset=rows, processing_class=smollm_tokenizer, swarm=swarm.join("me"),
+    )  # fmt: skip
+    trainer.train()
+    totals, senders = trainer.swarm_totals, trainer.intake.sender_outcomes
+    # its first group's limit (1 s, the child's start besides) passes 0.5 s: the other three are never run
+    assert senders["costly"] == {"dropped/regeneration_limit": 1, "dropped/rederivation_cost": 3}, senders
+    assert senders["honest"] == {"taken": 1}, senders
+    assert totals["dropped/rederivation_cost"] == 3 and trainer.intake.standing.benched(time.time()) == []
