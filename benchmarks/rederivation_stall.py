@@ -1,18 +1,23 @@
-"""What one sender naming a new costly reasoning-gym config in every group makes a node spend, with and without rests.
+"""What one sender naming a new costly reasoning-gym config in every group makes a node spend, with and without rests;
+with ``--fresh-identities``, what a peer spends sending each such group under a new identity.
 
 A receiver (a tiny SAPOTrainer over an in-memory swarm, so that only the intake's cost is measured) trains beside an
 honest sender (one group of the receiver's own config a round) and a costly one, which publishes each round
 ``--costly-groups`` groups of `rubiks_cube` configs of 2 million scramble moves (minutes to regenerate), each config
 new, so none is ever remembered as past a limit. At the node's defaults (`regeneration_timeout` 10 s,
 `regeneration_budget` 30 s) each costly group costs a whole timeout until the round's budget is spent. Two arms, the
-same in all but `sender_rederivation_seconds`: its default (15 s), and None (no rest). Steps are paced to
+same in all but `sender_rederivation_seconds`: its default (15 s), and None (no rest). With ``--fresh-identities``
+each costly group comes from an identity never seen before, so no sender's own rest is ever reached; the arms then
+differ in `newcomer_rederivation_seconds` (the newcomers' shared rest): its default (15 s), and None. Steps are paced to
 ``--pace`` seconds (a sleep after a shorter step), as a node on the default model takes 10-18 s a step on a CPU, so
 that a rest decays in the time it would in a node. Per step: the intake's re-derivation time
 (`sapo/time/external_scoring`) and whether the honest group was taken:
 
     python -m benchmarks.rederivation_stall
+    python -m benchmarks.rederivation_stall --fresh-identities
 
-Writes ``rederivation_stall.{json,md}`` into ``--output-dir`` (default benchmarks/results).
+Writes ``rederivation_stall.{json,md}`` (``rederivation_stall_fresh_identities.{json,md}``) into ``--output-dir``
+(default benchmarks/results).
 """
 
 from __future__ import annotations
@@ -30,12 +35,23 @@ from benchmarks.harness import RESULTS, record_lines, run_record, summary, write
 COSTLY_MOVES = 2_000_000
 """Scramble moves of the costly configs: minutes to regenerate, so every one runs to its limit."""
 
-ARMS = {"rest (default, 15 s)": 15.0, "no rest": None}
-"""`sender_rederivation_seconds` of each arm."""
+ARMS = {
+    "one sender": {
+        "rest (default, 15 s)": {"sender_rederivation_seconds": 15.0},
+        "no rest": {"sender_rederivation_seconds": None},
+    },
+    "fresh identities": {
+        "newcomers' rest (default, 15 s)": {"newcomer_rederivation_seconds": 15.0},
+        "no newcomers' rest": {"newcomer_rederivation_seconds": None},
+    },
+}
+"""The arms of each attack: the options in which they differ (the others at the node's defaults)."""
 
 
-def run_arm(allowance: float | None, steps: int, costly_groups: int, pace: float, work: Path) -> list[dict[str, Any]]:
-    """One arm's per-step records: ``external_scoring`` seconds, ``honest_taken`` and the costly sender's drops."""
+def run_arm(
+    options: dict[str, Any], fresh_identities: bool, steps: int, costly_groups: int, pace: float, work: Path
+) -> list[dict[str, Any]]:
+    """One arm's per-step records: ``external_scoring`` seconds, ``honest_taken`` and the costly groups' drops."""
     from transformers import PrinterCallback, TrainerCallback
 
     from sapo.models import load_smollm2_tokenizer
@@ -63,9 +79,14 @@ def run_arm(allowance: float | None, steps: int, costly_groups: int, pace: float
                 moves = COSTLY_MOVES + next(made)
                 config = {"min_scramble_steps": moves, "max_scramble_steps": moves}
                 provenance = Provenance("reasoning_gym", "rubiks_cube", config, 1, 0)
-                groups.append(Group(f"c-{moves}", [{"role": "user", "content": "Solve this cube."}],
-                                    ["1", "22", "3", "4"], provenance, created_at=time.time()))  # fmt: skip
-            costly.publish(groups)
+                group = Group(f"c-{moves}", [{"role": "user", "content": "Solve this cube."}], ["1", "22", "3", "4"],
+                              provenance, created_at=time.time())  # fmt: skip
+                if fresh_identities:
+                    swarm.join(f"new-{moves}").publish([group])
+                else:
+                    groups.append(group)
+            if groups:
+                costly.publish(groups)
 
         def on_step_end(self, args, state, control, **kwargs):
             time.sleep(max(0.0, pace - (time.monotonic() - self.began)))
@@ -76,7 +97,7 @@ def run_arm(allowance: float | None, steps: int, costly_groups: int, pace: float
     trainer = tiny_trainer(
         work, load_smollm2_tokenizer(), [spread], rows, swarm=swarm.join("me"), callbacks=[Senders()],
         num_local=1, num_external=1, max_steps=steps, external_pool_size=4 * (costly_groups + 1), logging_steps=1,
-        plausibility_margin=None, sender_rederivation_seconds=allowance,
+        plausibility_margin=None, **options,
     )  # fmt: skip
     trainer.remove_callback(PrinterCallback)  # the report says what matters; no dict of metrics a step
     records: list[dict[str, Any]] = []
@@ -128,33 +149,43 @@ def markdown(arms: dict[str, list[dict[str, Any]]], pace: float) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
-    """Run both arms, one after the other, and write the report."""
+    """Run the attack's two arms, one after the other, and write the report."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--steps", type=int, default=20, help="steps per arm (default 20)")
     parser.add_argument("--costly-groups", type=int, default=4, help="the costly sender's groups a round (default 4)")
     parser.add_argument("--pace", type=float, default=12.0, help="seconds a step lasts at least (default 12)")
+    parser.add_argument("--fresh-identities", action="store_true", help="send each costly group under a new identity")
     parser.add_argument("--output-dir", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
     record = run_record(" ".join(["python -m benchmarks.rederivation_stall", *(argv or sys.argv[1:])]))
+    attack = "fresh identities" if args.fresh_identities else "one sender"
     arms: dict[str, list[dict[str, Any]]] = {}
-    for arm, allowance in ARMS.items():
+    for arm, options in ARMS[attack].items():
         print(f"arm {arm}: {args.steps} steps paced to {args.pace:g} s", flush=True)
         with tempfile.TemporaryDirectory(prefix="rederivation-stall-") as work:
-            arms[arm] = run_arm(allowance, args.steps, args.costly_groups, args.pace, Path(work))
-    data = {**record, "steps": args.steps, "costly_groups": args.costly_groups, "pace": args.pace, "arms": arms}
+            arms[arm] = run_arm(options, args.fresh_identities, args.steps, args.costly_groups, args.pace, Path(work))
+    data = {**record, "attack": attack, "steps": args.steps, "costly_groups": args.costly_groups, "pace": args.pace}
+    data["arms"] = arms
+    sender = (
+        f"{args.costly_groups} new identities a round, each sending one group"
+        if args.fresh_identities
+        else f"one that sends {args.costly_groups} groups a round"
+    )
+    option = "`newcomer_rederivation_seconds`" if args.fresh_identities else "`sender_rederivation_seconds`"
     lines = [
-        "# What a sender of costly configs makes a node spend",
+        "# What a sender of costly configs makes a node spend"
+        + (", each group under a new identity" if args.fresh_identities else ""),
         "",
         *record_lines(record),
         "",
-        f"A tiny receiver over an in-memory swarm, one honest sender (a group a round) and one that sends "
-        f"{args.costly_groups} groups a round, each of a new `rubiks_cube` config of {COSTLY_MOVES:,} scramble moves; "
-        "`regeneration_timeout` 10 s and `regeneration_budget` 30 s (the defaults); the arms differ only in "
-        "`sender_rederivation_seconds`.",
+        f"A tiny receiver over an in-memory swarm, one honest sender (a group a round) and {sender}, each of a new "
+        f"`rubiks_cube` config of {COSTLY_MOVES:,} scramble moves; `regeneration_timeout` 10 s and "
+        f"`regeneration_budget` 30 s (the defaults); the arms differ only in {option}.",
         "",
         *markdown(arms, args.pace),
     ]
-    write_report(args.output_dir, "rederivation_stall", data, lines)
+    name = "rederivation_stall_fresh_identities" if args.fresh_identities else "rederivation_stall"
+    write_report(args.output_dir, name, data, lines)
     print("\n".join(lines))
     return data
 

@@ -50,7 +50,13 @@ _SECTIONS = {
         "external_token_floor_before",
         "external_token_floor_after",
     ),
-    "Sender standing": ("sender_drop_limit", "sender_window", "sender_bench_seconds", "sender_rederivation_seconds"),
+    "Sender standing": (
+        "sender_drop_limit",
+        "sender_window",
+        "sender_bench_seconds",
+        "sender_rederivation_seconds",
+        "newcomer_rederivation_seconds",
+    ),
     "Held-out evaluation": ("eval_questions",),
     "Publishing": ("publish_groups", "swarm_model_name"),
     "Audit": ("completions_log", "groups_log", "groups_log_max_bytes", "held_out_log"),
@@ -352,6 +358,19 @@ class SAPOConfig(GRPOConfig):
             "and a config past `regeneration_timeout` is refused unrun for an hour (the regeneration child's first "
             "start, a few seconds, counts against the sender of the first foreign group if that group is dropped). "
             "`None`: no rest."
+        },
+    )
+    newcomer_rederivation_seconds: float | None = field(
+        default=15.0,
+        metadata={
+            "help": "The same rest for the senders not yet found usable (none of their latest groups trained on), "
+            "counted together: what their re-derivations cost in vain is summed in one account as well, halving "
+            "every 5 minutes, and while it is over this many seconds their costly groups (reasoning-gym configs this "
+            "peer does not run itself) are set aside unread (`rederivation_cost`), never counted against their "
+            "standing (`sapo.rederivation`). Identities cost nothing to make: without it, new identities each naming "
+            "a costly config cost the round's `regeneration_budget` every round. Default 15: a newcomer on this "
+            "peer's own configs, and every sender found usable, is never held up by it; a newcomer with a foreign "
+            "config waits out the rest while such identities keep coming. `None`: no shared rest."
         },
     )
     eval_questions: int = field(

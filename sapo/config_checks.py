@@ -49,11 +49,10 @@ def check_sapo_fields(config: Any) -> None:
         raise ValueError(
             f"regeneration_budget must be positive seconds or None (no budget), got {config.regeneration_budget}."
         )
-    if config.sender_rederivation_seconds is not None and not config.sender_rederivation_seconds > 0:
-        raise ValueError(
-            "sender_rederivation_seconds must be positive seconds or None (no rest), got "
-            f"{config.sender_rederivation_seconds}."
-        )
+    for name in ("sender_rederivation_seconds", "newcomer_rederivation_seconds"):
+        seconds = getattr(config, name)
+        if seconds is not None and not seconds > 0:
+            raise ValueError(f"{name} must be positive seconds or None (no rest), got {seconds}.")
     if config.eval_questions < 1:
         raise ValueError(f"eval_questions must be at least 1, got {config.eval_questions}.")
     if not _count_at_least(config.swarm_hold, 0):

@@ -142,9 +142,12 @@ class Intake:
             else None
         )
         # the main process re-derives for every process; what each sender's groups cost is kept there
-        costs = args.sender_rederivation_seconds
+        costs, newcomers = args.sender_rederivation_seconds, args.newcomer_rederivation_seconds
         self.rederivation = RoundRederivation(
-            self.sources, RederivationCosts(costs) if costs is not None else None, self.standing
+            self.sources,
+            RederivationCosts(costs) if costs is not None else None,
+            self.standing,
+            RederivationCosts(newcomers) if newcomers is not None else None,
         )
         self.plausibility = (
             PlausibilityCheck(

@@ -1,5 +1,6 @@
-"""Re-deriving a round's received groups: senders in turns, those found usable first, and a sender whose groups cost
-too much time lately rested."""
+"""Re-deriving a round's received groups: senders in turns, those found usable first, a sender whose groups cost too
+much time lately rested, and the costly items of senders not yet found usable rested while they cost too much
+together."""
 
 from __future__ import annotations
 
@@ -15,6 +16,9 @@ from sapo.standing import MAX_SENDERS, SenderStanding
 from swarm.records import ReceivedGroup
 
 logger = logging.getLogger(__name__)
+
+NEWCOMERS = "senders not yet found usable"
+"""The account of :attr:`RoundRederivation.newcomers`: what the senders not found usable lately cost together."""
 
 HALF_LIFE_SECONDS = 300.0
 """How fast a sender's re-derivation spend is forgotten: it halves every five minutes."""
@@ -80,56 +84,92 @@ class RoundRederivation:
     before the others' are tried. The wall time of each re-derivation that ends in a drop is added to its sender's
     spend in ``costs``, and a rested sender's groups are set aside unread (``rederivation_cost``).
 
+    Identities cost nothing to make, so the senders not found usable lately also share one account, ``newcomers``:
+    what their re-derivations cost in vain is added to it as well, and while it is over its allowance their *costly*
+    items (:meth:`sapo.sources.SourceRegistry.costly`: reasoning-gym configs this peer does not run itself, whose cost
+    the sender chose) are set aside unread as ``rederivation_cost``. Many new identities then cost what one sender
+    does; a newcomer on this peer's own configs, and every sender found usable, is never held up by them.
+
     Args:
         sources: the sources that re-derive.
         costs: each sender's spend (`SAPOConfig.sender_rederivation_seconds`); None: no rest.
-        standing: the senders' standing, whose usable senders go first; None: only turns.
+        standing: the senders' standing, whose usable senders go first; None: only turns (every sender a newcomer).
+        newcomers: the newcomers' shared spend (`SAPOConfig.newcomer_rederivation_seconds`; one account,
+            :data:`NEWCOMERS`); None: no shared rest.
     """
 
     def __init__(
-        self, sources: SourceRegistry, costs: RederivationCosts | None = None, standing: SenderStanding | None = None
+        self,
+        sources: SourceRegistry,
+        costs: RederivationCosts | None = None,
+        standing: SenderStanding | None = None,
+        newcomers: RederivationCosts | None = None,
     ):
-        self.sources, self.costs, self.standing = sources, costs, standing
+        self.sources, self.costs, self.standing, self.newcomers = sources, costs, standing, newcomers
 
     def truths(self, received: list[ReceivedGroup]) -> list[dict[str, Any] | GroupDropped]:
         """The columns (or the drop) of each of ``received``, in their order; the sources' per-round bounds start
         afresh."""
         self.sources.new_round()
         now = time.time()
-        usable = (lambda sender: False) if self.standing is None else (lambda s: self.standing.found_usable(s, now))
+        known = {item.sender for item in received if self.standing and self.standing.found_usable(item.sender, now)}
         truths: list[dict[str, Any] | GroupDropped | None] = [None] * len(received)
-        for i in by_turns([item.sender for item in received], first=usable):
-            truths[i] = self._rederive(received[i])
+        for i in by_turns([item.sender for item in received], first=known.__contains__):
+            truths[i] = self._rederive(received[i], newcomer=received[i].sender not in known)
         return truths
 
-    def _rederive(self, item: ReceivedGroup) -> dict[str, Any] | GroupDropped:
-        """The truth of one received group, unless its sender is rested; the time it took, when it could not be
-        re-derived, is added to its sender's spend."""
-        now = time.time()
-        if self.costs is not None and self.costs.is_rested(item.sender, now):
-            spent, left = self.costs.spent(item.sender, now), self.costs.rest_left(item.sender, now)
-            return GroupDropped(
-                "rederivation_cost",
-                f"its groups cost {spent:.1f} s of re-derivation lately (allowance {self.costs.allowance:g} s); "
-                f"rested {left:.0f} s more",
-            )
+    def _rederive(self, item: ReceivedGroup, newcomer: bool) -> dict[str, Any] | GroupDropped:
+        """The truth of one received group, unless its sender is rested (or it is a newcomer's costly item while the
+        newcomers are); the time it took, when it could not be re-derived, is spent by its sender (and the
+        newcomers)."""
+        rest = self._rest(item, newcomer, time.time())
+        if rest is not None:
+            return rest
         started = time.monotonic()
         try:
             return self.sources.columns_for(item.group)
         except GroupDropped as e:
             # only what yielded nothing counts: a source that is slow on honest items never rests their senders
+            seconds = time.monotonic() - started
             if self.costs is not None:
-                self._spend(item.sender, time.monotonic() - started)
+                _spend(self.costs, item.sender, seconds, f"sender {item.sender}", "its groups are")
+            if newcomer and self.newcomers is not None:
+                _spend(self.newcomers, NEWCOMERS, seconds, "the senders not yet found usable", "their costly items are")
             return e
 
-    def _spend(self, sender: str, seconds: float) -> None:
-        """Add ``seconds`` to ``sender``'s spend, and say so when that rests it."""
-        now = time.time()
-        was_rested = self.costs.is_rested(sender, now)
-        self.costs.spend(sender, seconds, now)
-        if not was_rested and self.costs.is_rested(sender, now):
-            logger.info(
-                "resting sender %s for %.0f s: its groups cost %.1f s of re-derivation lately (allowance %g s, "
-                "sender_rederivation_seconds); its groups are set aside unread meanwhile, not held against it",
-                sender, self.costs.rest_left(sender, now), self.costs.spent(sender, now), self.costs.allowance,
-            )  # fmt: skip
+    def _rest(self, item: ReceivedGroup, newcomer: bool, now: float) -> GroupDropped | None:
+        """Why ``item`` is set aside unread (its sender rested, or the newcomers while it is a newcomer's costly
+        item), or None."""
+        if self.costs is not None and self.costs.is_rested(item.sender, now):
+            return _rested(self.costs, item.sender, now, "its groups")
+        if (
+            newcomer
+            and self.newcomers is not None
+            and self.newcomers.is_rested(NEWCOMERS, now)
+            and self.sources.costly(item.group)
+        ):
+            return _rested(self.newcomers, NEWCOMERS, now, "the costly groups of senders not yet found usable")
+        return None
+
+
+def _rested(costs: RederivationCosts, account: str, now: float, whose: str) -> GroupDropped:
+    """The drop of a group whose ``account`` is rested."""
+    spent, left = costs.spent(account, now), costs.rest_left(account, now)
+    return GroupDropped(
+        "rederivation_cost",
+        f"{whose} cost {spent:.1f} s of re-derivation lately (allowance {costs.allowance:g} s); "
+        f"rested {left:.0f} s more",
+    )
+
+
+def _spend(costs: RederivationCosts, account: str, seconds: float, who: str, set_aside: str) -> None:
+    """Add ``seconds`` to ``account``'s spend, and say so when that rests it."""
+    now = time.time()
+    was_rested = costs.is_rested(account, now)
+    costs.spend(account, seconds, now)
+    if not was_rested and costs.is_rested(account, now):
+        logger.info(
+            "resting %s for %.0f s: re-deriving in vain cost %.1f s lately (allowance %g s); %s set aside unread "
+            "meanwhile, never held against a sender's standing",
+            who, costs.rest_left(account, now), costs.spent(account, now), costs.allowance, set_aside,
+        )  # fmt: skip

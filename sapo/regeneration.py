@@ -248,6 +248,17 @@ class ReasoningGymVerifier:
         """Configs this node generates itself: trusted to be cheap, regenerated in this process."""
         self._own_configs.update((task.name, task.config_key) for task in tasks)
 
+    def is_foreign(self, provenance: Provenance) -> bool:
+        """Whether ``provenance`` names a config that would be regenerated in the child (a valid task's config this
+        node does not run itself, with a ``timeout``); what is refused before regenerating is not."""
+        if self.timeout is None or provenance.task not in task_names():
+            return False
+        try:
+            key = TaskSpec(provenance.task, provenance.config).config_key
+        except ValueError:
+            return False
+        return (provenance.task, key) not in self._own_configs
+
     def new_round(self) -> None:
         """Begin a round: its foreign entries have the whole ``round_budget`` again."""
         self.round_seconds = 0.0

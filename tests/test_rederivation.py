@@ -1,5 +1,5 @@
-"""Re-deriving received groups: the spend that rests a sender, how it decays, the bound on senders kept, and the
-order and rests inside a trainer that takes real optimizer steps."""
+"""Re-deriving received groups: the spend that rests a sender, how it decays, the bound on senders kept, the
+newcomers' shared rest, and the order and rests inside a trainer that takes real optimizer steps."""
 
 from __future__ import annotations
 
@@ -13,7 +13,8 @@ import pytest
 from sapo import SAPOTrainer, rederivation
 from sapo.models import build_tiny_model
 from sapo.rederivation import RederivationCosts, RoundRederivation
-from sapo.sources import DatasetSource, SourceRegistry
+from sapo.sources import DatasetSource, ReasoningGymSource, SourceRegistry
+from sapo.standing import SenderStanding
 from sapo.tasks import TaskSpec, build_reasoning_gym_dataset
 from swarm import Group, MemorySwarm, Provenance
 from swarm.records import ReceivedGroup, provenance_from_wire
@@ -169,3 +170,43 @@ def test_a_sender_whose_groups_cost_too_much_to_regenerate_is_rested_not_benched
     assert senders["costly"] == {"dropped/regeneration_limit": 1, "dropped/rederivation_cost": 3}, senders
     assert senders["honest"] == {"taken": 1}, senders
     assert totals["dropped/rederivation_cost"] == 3 and trainer.intake.standing.benched(time.time()) == []
+
+
+def test_new_identities_share_one_rest_for_costly_configs_that_spares_own_configs_and_known_senders():
+    """Identities cost nothing to make: four new ones, each naming a new costly config, cost what one sender does.
+    Once the first one's config has run to its limit (1 s, over the newcomers' allowance of 0.5 s), the other new
+    identities' costly groups are set aside unread (`rederivation_cost`), a newcomer's group of this peer's own config
+    is still re-derived, and so is a foreign config of a sender found usable. A newcomer's cheap foreign config waits
+    out the rest with the others: the rest cannot tell it from a costly one before running it. Real regeneration."""
+    own = TaskSpec("basic_arithmetic", {"max_terms": 2, "max_digits": 1})
+    foreign = build_reasoning_gym_dataset([TaskSpec("basic_arithmetic", {"max_terms": 2, "max_digits": 2})], size=2)
+    own_row = build_reasoning_gym_dataset([own], size=1)[0]
+    sources = SourceRegistry([ReasoningGymSource([own], regeneration_timeout=1.0, regeneration_budget=None)])
+    standing = SenderStanding()
+    standing.record("known", usable=True, now=time.time())
+    rederive = RoundRederivation(
+        sources, RederivationCosts(allowance=100.0), standing, newcomers=RederivationCosts(allowance=0.5)
+    )
+
+    def group(sender, row=None, moves=None):
+        if row is not None:
+            provenance, question = provenance_from_wire(json.loads(row["provenance"])), row["prompt"][-1]["content"]
+        else:
+            config = {"min_scramble_steps": moves, "max_scramble_steps": moves}
+            provenance, question = Provenance("reasoning_gym", "rubiks_cube", config, 1, 0), "Solve this cube."
+        return ReceivedGroup(
+            sender, Group(f"{sender}-g", [{"role": "user", "content": question}], ["1", "2"], provenance)
+        )
+
+    received = [group(f"new-{k}", moves=2_000_000 + k) for k in range(4)]
+    received += [group("new-own", own_row), group("new-foreign", foreign[0]), group("known", foreign[1])]
+    fates = zip(received, rederive.truths(received), strict=True)
+    outcome = {item.sender: "kept" if isinstance(truth, dict) else truth.reason for item, truth in fates}
+    assert outcome == {
+        "new-0": "regeneration_limit",  # run to its limit: 1 s and the child's start, the newcomers rested
+        **{f"new-{k}": "rederivation_cost" for k in (1, 2, 3)},
+        "new-own": "kept",
+        "new-foreign": "rederivation_cost",
+        "known": "kept",  # found usable: re-derived first, never rested with the newcomers
+    }, outcome
+    assert not rederive.costs.is_rested("new-0", time.time())  # each newcomer alone is far under its own allowance

@@ -28,6 +28,7 @@ def _config(**overrides):
         (dict(regeneration_budget=0), "regeneration_budget"),
         (dict(regeneration_budget=-5.0), "regeneration_budget"),
         (dict(sender_rederivation_seconds=0.0), "sender_rederivation_seconds"),
+        (dict(newcomer_rederivation_seconds=-1.0), "newcomer_rederivation_seconds"),
         (dict(external_pool_size=1, num_external=4), "external_pool_size"),
         (
             dict(num_local=3, num_external=0, num_generations=2, per_device_train_batch_size=4),

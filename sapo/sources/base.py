@@ -77,6 +77,13 @@ class TaskSource(ABC):
         sender's, to compare. Raises :class:`GroupDropped` (`bad_provenance`, `version_skew`, `item_not_held`,
         `question_mismatch`, ...) when it cannot."""
 
+    def costly(self, provenance: Provenance) -> bool:
+        """Whether re-deriving ``provenance`` may cost what its sender chose, up to a limit of seconds (reasoning-gym:
+        a config this peer does not run itself). While the senders not yet found usable have cost too much together
+        (`SAPOConfig.newcomer_rederivation_seconds`), their costly items are set aside unread. Default: False (an
+        item of this peer's own data or generator costs what its own items do)."""
+        return False
+
     def new_round(self) -> None:
         """Told before a round's received groups are re-derived (:meth:`SourceRegistry.new_round`): a source that
         bounds what one round may cost it (reasoning-gym's `regeneration_budget`) starts afresh. Default: nothing."""
@@ -142,6 +149,14 @@ class SourceRegistry:
             # a source of another make (not a TaskSource subclass) may not have the hook
             if callable(hook := getattr(source, "new_round", None)):
                 hook()
+
+    def costly(self, group: Group) -> bool:
+        """Whether re-deriving ``group`` may cost what its sender chose (:meth:`TaskSource.costly` of the source that
+        holds it; False for a group no source holds, which is refused at once)."""
+        provenance = group.provenance
+        source = self.source_of(provenance) if isinstance(provenance, Provenance) else None
+        # a source of another make (not a TaskSource subclass) may not have the hook
+        return source is not None and callable(hook := getattr(source, "costly", None)) and bool(hook(provenance))
 
     def source_of(self, provenance: Provenance) -> TaskSource | None:
         """The registered source that holds ``provenance``, or None."""

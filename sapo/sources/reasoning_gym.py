@@ -65,6 +65,11 @@ class ReasoningGymSource(TaskSource):
         """Every reasoning-gym provenance: any task can be regenerated (subject to `allowed_tasks`)."""
         return provenance.source == REASONING_GYM_SOURCE
 
+    def costly(self, provenance: Provenance) -> bool:
+        """Whether ``provenance`` names a config this peer does not run itself (regenerated in the child, up to
+        `regeneration_timeout`)."""
+        return self._verifier.is_foreign(provenance)
+
     def rederive(self, provenance: Provenance, question: str) -> Rederived:
         """The regenerated question, answer and entry (a version skew is told apart from a mismatch)."""
         own_question, answer, entry = self._verifier.verify(provenance, question)
