@@ -10,9 +10,10 @@ import json
 import math
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 OWN = "own"
 """The `outcome` of a group this node generated and trained on."""
@@ -69,6 +70,42 @@ def reward_summary(rewards: Sequence[float] | None, threshold: float) -> tuple[b
         return None, None
     finite = [r for r in rewards if not math.isnan(r)]
     return any(r >= threshold for r in finite), len(set(finite)) > 1
+
+
+def own_records(
+    step: int, groups: Iterable[tuple[str, str, Sequence[float]]], sender: str, model: str, threshold: float
+) -> list[GroupRecord]:
+    """The lines of this node's own groups of one round, ``(group id, task, rewards)`` each, made by ``model``."""
+    return [
+        GroupRecord(
+            step, OWN, group_id, task, sender, model, list(rewards), *reward_summary(rewards, threshold), OWN, 0.0, 0
+        )  # fmt: skip
+        for group_id, task, rewards in groups
+    ]
+
+
+def received_record(
+    step: int,
+    sender: str,
+    group: Any,
+    outcome: str,
+    rewards: Sequence[float] | None,
+    threshold: float,
+    origin: str,
+    task: str | None = None,
+    is_weak: Callable[[str], bool] = lambda task: False,
+) -> GroupRecord:
+    """The line of a received (``origin`` `"swarm"`) or replayed group (a `swarm.records.Group`) and what happened to
+    it at ``step``; ``task``: the name this node's own source gave the item, else the provenance's; a rescue is a taken
+    swarm group with a success on a task where ``is_weak(task)`` (this node's own recent groups had none)."""
+    success, spread = reward_summary(rewards, threshold)
+    task = task or getattr(group.provenance, "task", "") or ""
+    return GroupRecord(
+        step=step, origin=origin, group_id=str(group.group_id), task=task, sender=sender,
+        model=str(group.model or ""), rewards=None if rewards is None else list(rewards), success=success,
+        spread=spread, outcome=outcome, age_seconds=max(0.0, time.time() - group.created_at),
+        step_lag=step - group.step, rescue=origin == "swarm" and outcome == TAKEN and bool(success) and is_weak(task),
+    )  # fmt: skip
 
 
 class GroupLog:

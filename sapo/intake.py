@@ -44,7 +44,7 @@ import torch
 from accelerate.utils import broadcast_object_list, gather_object
 
 from sapo.config import SAPOConfig
-from sapo.group_log import HELD, OWN, TAKEN, GroupLog, GroupRecord, reward_summary
+from sapo.group_log import HELD, TAKEN, GroupLog, GroupRecord, own_records, received_record
 from sapo.hold import SwarmHold
 from sapo.hygiene import CompletionFilter, CompletionHygiene
 from sapo.plausibility import PlausibilityCheck, floor_mask
@@ -607,12 +607,7 @@ class Intake:
         self.own_success.observe((task, rewards) for _, task, rewards in groups)
         if self.group_log is None and self.accelerator.num_processes == 1:
             return
-        sender = self.peer_id or "self"
-        records = []
-        for group_id, task, rewards in groups:
-            success, spread = reward_summary(rewards, self.args.success_threshold)
-            records.append(GroupRecord(self._step, OWN, group_id, task, sender, model, list(rewards), success, spread,
-                                       OWN, 0.0, 0))  # fmt: skip
+        records = own_records(self._step, groups, self.peer_id or "self", model, self.args.success_threshold)
         if self.accelerator.num_processes > 1:
             records = gather_object(records)
         self._write_log(records)
@@ -626,17 +621,10 @@ class Intake:
         origin: str = SWARM,
         task: str | None = None,
     ) -> GroupRecord:
-        """The group log's line for a received (or replayed) group and what happened to it; ``task``: the name this
-        peer's own source gave the item (a dataset held here under another name), else the provenance's."""
-        success, spread = reward_summary(rewards, self.args.success_threshold)
-        task = task or getattr(group.provenance, "task", "") or ""
-        rescue = origin == SWARM and outcome == TAKEN and bool(success) and self.own_success.is_weak(task)
-        return GroupRecord(
-            step=self._step, origin=origin, group_id=str(group.group_id), task=task, sender=sender,
-            model=str(group.model or ""), rewards=None if rewards is None else list(rewards), success=success,
-            spread=spread, outcome=outcome, age_seconds=max(0.0, time.time() - group.created_at),
-            step_lag=self._step - group.step, rescue=rescue,
-        )  # fmt: skip
+        """The group log's line for a received (or replayed) group and what happened to it
+        (:func:`sapo.group_log.received_record`)."""
+        threshold, weak = self.args.success_threshold, self.own_success.is_weak
+        return received_record(self._step, sender, group, outcome, rewards, threshold, origin, task, weak)
 
     def _candidate_record(self, candidate: Candidate, outcome: str) -> GroupRecord:
         task = candidate.columns.get("task") if isinstance(candidate.columns, dict) else None
