@@ -39,7 +39,7 @@ _SECTIONS = {
     "An open swarm's bounds": (
         "refill_sender_share", "refill_unjudged_share", "max_unknown_senders", "index_only_sender_share",
         "max_senders_per_host", "fetch_heard_within", "fetch_retry_after", "store_budget_bytes", "store_budget_values",
-        "dht_storage_bytes", "dht_storage_values",
+        "store_budget_host_peers", "dht_storage_bytes", "dht_storage_values",
     ),
     "Process hygiene": (
         "state_dir", "health_interval", "check_reachability",
@@ -456,24 +456,40 @@ class DHTTransportConfig:
             "for this node: 1024 is far above either and costs at most a few percent of a core."
         },
     )
+    store_budget_host_peers: int = field(
+        default=4,
+        metadata={
+            "help": "How many peers' budgets (store_budget_bytes and store_budget_values each, per 10 s) the libp2p "
+            "peers of one host share (a host: the IPv4 address their connections come from, or the IPv6 /64; "
+            "swarm.peer_hosts). Beyond it the host's stores are refused unverified (rejected/store_host_budget) until "
+            "its 10 s window ends; no peer rests for it. A libp2p identity costs a key, so without it one machine "
+            "taking a fresh identity for each budget's worth makes this node verify and keep what its bandwidth "
+            "carries. Honest peers behind one NAT (or reaching this node through one relay) share it: 4 is room for "
+            "several publishers' stores, a hoarder among them takes it from them for this node (not for the swarm). "
+            "Peers of this machine (loopback: a swarm run on one machine) keep their own budgets only."
+        },
+    )
     dht_storage_bytes: int = field(
         default=256 * 2**20,
         metadata={
             "help": "Bytes of values this peer's DHT storage holds at most, and its cache the same: the bound on "
             "what the swarm's stores make it keep, whatever their number of senders (fresh libp2p identities are "
             "free, so a budget per sender bounds one identity only). When full (in bytes, or in keys: "
-            "dht_storage_values), the peer whose stores hold the most loses its value that expires first, again and "
-            "again, so a hoarder evicts its own values before others' small index entries. With serve_records the "
-            "DHT holds index entries (KiBs); a client-mode publisher's records live here for record_ttl: 256 MiB "
-            "holds a full-size record every 10 s of one publisher for 10 minutes, or typical records of dozens."
+            "dht_storage_values), of the host whose stores hold the most (an IPv4 address, an IPv6 /64), the peer "
+            "whose stores hold the most loses its value that expires first, again and again, so a hoarder, however "
+            "many identities it takes on one host, evicts its own values before other hosts' small index entries. "
+            "With serve_records the DHT holds index entries (KiBs); a client-mode publisher's records live here for "
+            "record_ttl: 256 MiB holds a full-size record every 10 s of one publisher for 10 minutes, or typical "
+            "records of dozens."
         },
     )
     dht_storage_values: int = field(
         default=16384,
         metadata={
-            "help": "Keys this peer's DHT storage (and its cache) holds at most; beyond it the peer whose stores "
-            "hold the most values loses its value that expires first (as for dht_storage_bytes): bounds hivemind's "
-            "own bookkeeping (a few hundred bytes a key), which dht_storage_bytes does not count."
+            "help": "Keys this peer's DHT storage (and its cache) holds at most; beyond it, of the host whose stores "
+            "hold the most values, the peer whose stores do loses its value that expires first (as for "
+            "dht_storage_bytes): bounds hivemind's own bookkeeping (a few hundred bytes a key), which "
+            "dht_storage_bytes does not count."
         },
     )
     state_dir: str | None = field(
@@ -506,8 +522,8 @@ class DHTTransportConfig:
         for name in ("index_shards", "index_shard_entries", "prefetch_groups", "max_cached_groups",
                      "max_pending_publishes", "dht_num_replicas", "dht_record_lookup_workers",
                      "dht_lookup_beam", "dht_bucket_size", "topic_peers", "departed_after_missed",
-                     "max_unknown_senders", "store_budget_bytes", "store_budget_values", "dht_storage_bytes",
-                     "dht_storage_values"):  # fmt: skip
+                     "max_unknown_senders", "store_budget_bytes", "store_budget_values", "store_budget_host_peers",
+                     "dht_storage_bytes", "dht_storage_values"):  # fmt: skip
             if getattr(self, name) < 1:
                 raise ValueError(f"{name}={getattr(self, name)}: it must be a positive number")
         for name in ("refill_sender_share", "refill_unjudged_share"):

@@ -108,9 +108,12 @@ class DHTTransport(SwarmTransport):
         self._counters = SwarmCounters()
         self._timings = TimingLog(clock)
         # a refused record strikes its sender with the reason; a refused stored value, the libp2p peer that sent it;
-        # a libp2p peer storing more than its budget rests too
+        # a libp2p peer storing more than its budget rests too, and the peers of one host share a budget
         store_gate = self.store_gate = StoreGate(
-            self._counters, budget_bytes=config.store_budget_bytes, budget_values=config.store_budget_values
+            self._counters,
+            budget_bytes=config.store_budget_bytes,
+            budget_values=config.store_budget_values,
+            host_budget_peers=config.store_budget_host_peers,
         )
         rejections = ReasonedRejections(self._counters, on_refusal=store_gate.refused)
         validator = make_record_validator(

@@ -32,7 +32,6 @@ private hivemind name anywhere else). What each is relied on for:
 from __future__ import annotations
 
 import asyncio
-import heapq
 from collections.abc import Callable
 from typing import Any
 
@@ -43,6 +42,8 @@ from hivemind.p2p import P2P
 from hivemind.proto import dht_pb2
 from hivemind.utils.crypto import RSAPrivateKey
 from hivemind.utils.timed_storage import TimedStorage
+
+from swarm.storage_eviction import Storer, Unit, evict_by_host_then_peer
 
 __all__ = [
     "BoundedStorage",
@@ -141,33 +142,35 @@ class BoundedStorage(DHTLocalStorage):
     ``max_bytes`` bytes of values.
 
     When it is full, what goes is taken from whoever holds most: each value (a key's, or one subkey's in a key's
-    dictionary) is counted to the peer whose store request brought it (``storer()`` while it is stored: the libp2p
-    sender of the store request being handled, :func:`swarm.store_gate.current_store_sender`; None for this node's
-    own stores, a lookup's cached results and what was held before), and the peer holding the most bytes (past
-    ``max_bytes``) or the most values (past ``max_values`` keys) loses its value that expires first, again and again,
-    until at most 7/8 of the bound is held (so the next eviction is at least an eighth of the bound away). So a peer
-    that stores valid records by the megabyte, or under key after key, evicts its own, not the small index entries and
-    records of the others, until it holds no more than they do. A value that is evicted at once had its store answered
-    "stored" all the same. Bytes are the values' and subkeys' lengths (Python's own overhead, a few hundred bytes a
-    value, is not counted: the keys are bounded by ``max_values``, the subkeys of a key's dictionary, each a signed
-    value of hundreds of bytes, by ``max_bytes``). They are counted exactly only now and then, so a store stays cheap
-    however much is held: each stored value adds its length to an estimate that never falls below what is held
-    (expiries and replaced values are not subtracted), and when the estimate passes ``max_bytes`` the values are
-    counted and evicted. hivemind's lookups may also merge subkeys they found into a dictionary held here, unseen by
-    the estimate: every 1024 stores count again whatever the estimate says, so what such merges add stays in view.
+    dictionary) is counted to the host and peer whose store request brought it (``storer()`` while it is stored:
+    ``(host, libp2p peer)`` of the store request being handled, :func:`swarm.store_gate.current_storer`; None for
+    this node's own stores, a lookup's cached results and what was held before), and of the host holding the most
+    bytes (past ``max_bytes``) or the most values (past ``max_values`` keys), the peer holding most loses its value
+    that expires first, again and again (:func:`swarm.storage_eviction.evict_by_host_then_peer`), until at most 7/8
+    of the bound is held (so the next eviction is at least an eighth of the bound away). So a host that stores valid
+    records by the megabyte, or under key after key, from one libp2p identity or many, evicts its own, not the small
+    index entries and records of other hosts, until it holds no more than they do. A value that is evicted at once
+    had its store answered "stored" all the same. Bytes are the values' and subkeys' lengths (Python's own overhead, a
+    few hundred bytes a value, is not counted: the keys are bounded by ``max_values``, the subkeys of a key's
+    dictionary, each a signed value of hundreds of bytes, by ``max_bytes``). They are counted exactly only now and
+    then, so a store stays cheap however much is held: each stored value adds its length to an estimate that never
+    falls below what is held (expiries and replaced values are not subtracted), and when the estimate passes
+    ``max_bytes`` the values are counted and evicted. hivemind's lookups may also merge subkeys they found into a
+    dictionary held here, unseen by the estimate: every 1024 stores count again whatever the estimate says, so what
+    such merges add stays in view.
     """
 
     RECOUNT_EVERY = 1024
     """Stores after which the values are counted again whatever the estimate says."""
 
-    def __init__(self, max_values: int, max_bytes: int, storer: Callable[[], str | None] = lambda: None):
+    def __init__(self, max_values: int, max_bytes: int, storer: Callable[[], Storer | None] = lambda: None):
         super().__init__(maxsize=None)  # the key bound is kept here, by the rule above, not by hivemind's
         self.max_values = max_values
         self.max_bytes = max_bytes
         self.storer = storer
         self.estimate = 0  # bytes held at the last count plus every value stored since: at least what is held
         self.stores_since_count = 0
-        self._stored_by: dict[tuple[Any, Any], str | None] = {}  # (key, subkey or None) -> the peer that stored it
+        self._stored_by: dict[Unit, Storer | None] = {}  # (key, subkey or None) -> (host, peer) that stored it
 
     def store(self, key: Any, value: Any, expiration_time: float, subkey: Any = None) -> bool:
         """hivemind's store (a subkey: into the key's dictionary), then an eviction if it made the storage too big."""
@@ -194,14 +197,23 @@ class BoundedStorage(DHTLocalStorage):
         return sum(_value_bytes(item.value) for item in list(self.data.values()))
 
     def held_by(self) -> dict[str | None, int]:
-        """The bytes held, by the peer that stored them (None: this node, a lookup or unknown). Safe from another
-        thread, as :meth:`nbytes` is."""
+        """The bytes held, by the libp2p peer that stored them (None: this node, a lookup or unknown). Safe from
+        another thread, as :meth:`nbytes` is."""
+        return self._held(lambda storer: storer[1])
+
+    def held_by_host(self) -> dict[str | None, int]:
+        """The bytes held, by the host that stored them (None: this node, a lookup, or a peer of unknown host). Safe
+        from another thread, as :meth:`nbytes` is."""
+        return self._held(lambda storer: storer[0])
+
+    def _held(self, name: Callable[[Storer], str | None]) -> dict[str | None, int]:
         stored_by, held = dict(self._stored_by), {}
         for unit, (nbytes, _) in self._units().items():
-            held[stored_by.get(unit)] = held.get(stored_by.get(unit), 0) + nbytes
+            who = name(stored_by.get(unit) or (None, None))
+            held[who] = held.get(who, 0) + nbytes
         return held
 
-    def _kept(self, stored: bool, nbytes: int, unit: tuple[Any, Any]) -> bool:
+    def _kept(self, stored: bool, nbytes: int, unit: Unit) -> bool:
         if stored:
             self._stored_by[unit] = self.storer()
             self.estimate += nbytes
@@ -209,10 +221,10 @@ class BoundedStorage(DHTLocalStorage):
             self._evict_if_over()
         return stored
 
-    def _units(self) -> dict[tuple[Any, Any], tuple[int, float]]:
+    def _units(self) -> dict[Unit, tuple[int, float]]:
         """Every value held, ``(key, subkey or None)``, with its bytes and expiration time (read from copies of the
         dictionaries, removing nothing)."""
-        units: dict[tuple[Any, Any], tuple[int, float]] = {}
+        units: dict[Unit, tuple[int, float]] = {}
         for key, item in list(self.data.items()):
             if isinstance(item.value, DictionaryDHTValue):
                 for subkey, sub in list(item.value.data.items()):
@@ -231,44 +243,25 @@ class BoundedStorage(DHTLocalStorage):
         held = sum(nbytes for nbytes, _ in units.values())
         if held > self.max_bytes:
             bound = self.max_bytes * 7 // 8
-            held -= self._evict_from_the_largest(units, lambda unit: units[unit][0], lambda gone: held - gone <= bound)
+            held -= self._evict(units, lambda unit: units[unit][0], lambda gone: held - gone <= bound)
         if len(self.data) > self.max_values:
             units = self._units()
             bound = self.max_values * 7 // 8
-            held -= self._evict_from_the_largest(units, lambda unit: 1, lambda gone: len(self.data) <= bound)
+            held -= self._evict(units, lambda unit: 1, lambda gone: len(self.data) <= bound)
         self.estimate, self.stores_since_count = held, 0
 
-    def _evict_from_the_largest(
-        self,
-        units: dict[tuple[Any, Any], tuple[int, float]],
-        size: Callable[[tuple[Any, Any]], int],
-        enough: Callable[[int], bool],
+    def _evict(
+        self, units: dict[Unit, tuple[int, float]], size: Callable[[Unit], int], enough: Callable[[int], bool]
     ) -> int:
-        """Until ``enough(bytes evicted)``, evict the value that expires first of the storer whose values of ``units``
-        sum to the most ``size``; returns the bytes evicted."""
-        queues: dict[str | None, list[tuple[float, tuple[Any, Any]]]] = {}
-        sums: dict[str | None, int] = {}
-        for unit, (_, expiration_time) in units.items():
-            storer = self._stored_by.get(unit)
-            queues.setdefault(storer, []).append((expiration_time, unit))
-            sums[storer] = sums.get(storer, 0) + size(unit)
-        for queue in queues.values():
-            queue.sort(key=lambda entry: entry[0], reverse=True)  # the one that expires first at the end
-        largest = [(-total, n, storer) for n, (storer, total) in enumerate(sums.items())]
-        heapq.heapify(largest)
-        gone = 0
-        while largest and not enough(gone):
-            _, n, storer = heapq.heappop(largest)
-            _, unit = queues[storer].pop()
+        """Evict from the largest holder by ``size`` until ``enough`` (:func:`evict_by_host_then_peer`)."""
+
+        def remove(unit: Unit) -> None:
             self._remove(unit)
             del self._stored_by[unit]
-            gone += units[unit][0]
-            sums[storer] -= size(unit)
-            if queues[storer]:
-                heapq.heappush(largest, (-sums[storer], n, storer))
-        return gone
 
-    def _remove(self, unit: tuple[Any, Any]) -> None:
+        return evict_by_host_then_peer(units, self._stored_by.get, size, enough, remove)
+
+    def _remove(self, unit: Unit) -> None:
         """Remove one value: a key's, or one subkey's from its dictionary (the key with it once it is empty)."""
         key, subkey = unit
         if subkey is None:
@@ -291,11 +284,13 @@ def _value_bytes(value: Any) -> int:
     return 64
 
 
-def bound_storage(node: Any, max_values: int, max_bytes: int, storer: Callable[[], str | None] = lambda: None) -> None:
+def bound_storage(
+    node: Any, max_values: int, max_bytes: int, storer: Callable[[], Storer | None] = lambda: None
+) -> None:
     """Replace the local storage and the cache of ``node`` (a ``DHTNode``) with :class:`BoundedStorage` instances of
-    ``max_values`` keys and ``max_bytes`` bytes each, keeping what they held; ``storer()`` names the peer whose store
-    is being handled. hivemind builds them unbounded, and bounds only the cache's keys (``cache_size``): a peer could
-    otherwise make this node hold every valid value it sends until the value expires."""
+    ``max_values`` keys and ``max_bytes`` bytes each, keeping what they held; ``storer()`` names the host and peer
+    whose store is being handled. hivemind builds them unbounded, and bounds only the cache's keys (``cache_size``): a
+    peer could otherwise make this node hold every valid value it sends until the value expires."""
     protocol = node.protocol
     for name in ("storage", "cache"):
         bounded = BoundedStorage(max_values, max_bytes, storer)

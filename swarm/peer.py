@@ -52,9 +52,10 @@ from swarm.hivemind_bridge import (
     gate_store_handler,
 )
 from swarm.levels import size_from_distances
+from swarm.peer_hosts import PeerHosts
 from swarm.rejoin import Rejoin
 from swarm.served import RECORD_HANDLER, ServedRecords
-from swarm.store_gate import StoreGate, current_store_sender
+from swarm.store_gate import StoreGate, current_storer
 from swarm.transport import SwarmCounters
 
 logger = logging.getLogger(__name__)
@@ -142,6 +143,7 @@ class DHTPeer:
         self._healthy = False
         self.node: DHTNode | None = None
         self._p2p: P2P | None = None
+        self._peer_hosts = PeerHosts(lambda: self.p2p.list_peers())  # the hosts store requests come from
         self._p2pd_pid: int | None = None
         self._p2pd: ProcessIdentity | None = None
         self._sockets: list[str] = []
@@ -380,13 +382,15 @@ class DHTPeer:
             bucket_size=config.dht_bucket_size,
             ensure_bootstrap_success=initial_peers is not None,
         )
-        # hivemind keeps every valid value stored here until it expires, however many: bounded in keys and bytes
-        bound_storage(node, config.dht_storage_values, config.dht_storage_bytes, current_store_sender)
+        # hivemind keeps every valid value stored here until it expires, however many: bounded in keys and bytes,
+        # what goes counted to the host and peer that stored it
+        bound_storage(node, config.dht_storage_values, config.dht_storage_bytes, current_storer)
         if self._value_serializer is not None:
             # The protocol reads this attribute at each request: from here on, not during the bootstrap above.
             node.protocol.serializer = self._value_serializer
         if self._store_gate is not None:
-            await gate_store_handler(node, self._store_gate.wrap)
+            gate, hosts = self._store_gate, self._peer_hosts
+            await gate_store_handler(node, lambda rpc_store, refuse: gate.wrap(rpc_store, refuse, host_of=hosts.host))
         return node
 
     async def become_client(self) -> None:

@@ -48,6 +48,7 @@ REJECT_REASONS = (
     "wrong_host",  # an announcement published by another libp2p peer than the host it names
     "sender_rested",  # stored by a libp2p peer resting after its stores were mostly refused, refused unverified
     "store_budget",  # stored by a libp2p peer beyond its budget of value bytes or values per window, refused unverified
+    "store_host_budget",  # stored by a peer whose host's peers went beyond their budget together, refused unverified
 )
 
 Scalar = str | int | float | bool | None

@@ -18,8 +18,12 @@ its bandwidth carries. A peer is therefore also given a budget per window: at mo
 ``budget_values`` values, counted as a request arrives (before anything is decoded), whether its values are then
 stored or refused. A request that would take the window beyond either rests its sender at once, the request refused
 unverified (its values counted as ``rejected/store_budget``), with the same rests as above. The budget bounds what one
-libp2p identity makes this node keep, not what many do: the DHT's storage itself is bounded in bytes
-(:func:`swarm.hivemind_bridge.bound_storage`).
+libp2p identity makes this node keep, not what many do, and identities cost a key each. So the peers of one host (the
+address their connections come from, :mod:`swarm.peer_hosts`) also share a budget of ``host_budget_peers`` senders'
+budgets per window: a request beyond it is refused unverified (``rejected/store_host_budget``) until the window ends,
+and no peer rests for it, since honest peers behind one NAT share it with whoever else is there (peers of this machine,
+on loopback, keep their own budgets only). The DHT's storage
+itself is bounded in bytes, what goes counted by host first (:func:`swarm.hivemind_bridge.bound_storage`).
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
+from swarm.peer_hosts import is_this_machine
 from swarm.transport import SwarmCounters
 
 MAX_REST_SECONDS = 600.0
@@ -38,12 +43,13 @@ MAX_REST_SECONDS = 600.0
 
 @dataclass
 class StoreRequest:
-    """The store request being validated: its sender (the libp2p id, base58) and the values the validators refused
-    so far (:meth:`StoreGate.refused`). They are counted into the sender's window with the request's values once it
-    ends, so that a request's refusals and values land in one window even when the window ends while it is
-    validated."""
+    """The store request being validated: its sender (the libp2p id, base58), the sender's host
+    (:mod:`swarm.peer_hosts`; None: not known) and the values the validators refused so far
+    (:meth:`StoreGate.refused`). They are counted into the sender's window with the request's values once it ends, so
+    that a request's refusals and values land in one window even when the window ends while it is validated."""
 
     sender: str
+    host: str | None = None
     refused: int = 0
 
 
@@ -51,10 +57,18 @@ STORE_REQUEST: contextvars.ContextVar[StoreRequest | None] = contextvars.Context
 """The :class:`StoreRequest` being validated, while it is."""
 
 
-def current_store_sender() -> str | None:
-    """The libp2p id (base58) of the peer whose store request is being handled, or None outside one."""
+def current_storer() -> tuple[str | None, str] | None:
+    """``(host, libp2p id)`` of the peer whose store request is being handled (the host None when not known), or None
+    outside one: whom :class:`swarm.hivemind_bridge.BoundedStorage` counts a stored value to."""
     request = STORE_REQUEST.get()
-    return None if request is None else request.sender
+    return None if request is None else (request.host, request.sender)
+
+
+@dataclass
+class _HostWindow:
+    began: float
+    values: int = 0
+    nbytes: int = 0
 
 
 @dataclass
@@ -86,6 +100,10 @@ class StoreGate:
         max_senders: the most senders the book holds.
         budget_bytes: value bytes one sender's requests may hold within a window (``None``: no limit).
         budget_values: values one sender's requests may hold within a window (``None``: no limit).
+        host_budget_peers: the peers of one host (:mod:`swarm.peer_hosts`) together may hold within a window this
+            many senders' budgets (``None``: no bound per host); a request beyond it is refused unverified
+            (``rejected/store_host_budget``), and its sender does not rest for it (it may be an honest peer behind
+            the same NAT as a hoarder).
         clock: monotonic seconds (tests pass their own).
     """
 
@@ -98,6 +116,7 @@ class StoreGate:
         max_senders: int = 4096,
         budget_bytes: int | None = None,
         budget_values: int | None = None,
+        host_budget_peers: int | None = None,
         clock: Callable[[], float] = time.monotonic,
     ):
         self.counters = counters
@@ -107,8 +126,10 @@ class StoreGate:
         self.max_senders = max_senders
         self.budget_bytes = budget_bytes
         self.budget_values = budget_values
+        self.host_budget_peers = host_budget_peers
         self._clock = clock
         self._book: dict[str, _SenderBook] = {}
+        self._hosts: dict[str, _HostWindow] = {}  # host -> what its peers' requests held in its window
 
     def __len__(self) -> int:
         """How many senders the book holds."""
@@ -126,10 +147,17 @@ class StoreGate:
         if request is not None:
             request.refused += 1
 
-    def wrap(self, rpc_store: Callable[[Any, Any], Awaitable[Any]], refuse_all: Callable[[Any], Any]) -> Any:
+    def wrap(
+        self,
+        rpc_store: Callable[[Any, Any], Awaitable[Any]],
+        refuse_all: Callable[[Any], Any],
+        host_of: Callable[[Any], Awaitable[str | None]] | None = None,
+    ) -> Any:
         """A store handler around ``rpc_store(request, context)``: a resting sender's request, or one that would take
-        its sender over its budget (:meth:`within_budget`), is answered ``refuse_all(request)`` (nothing decoded or
-        verified); any other is validated with :data:`STORE_REQUEST` set, then judged (:meth:`judge`)."""
+        its sender over its budget (:meth:`within_budget`) or its host's peers over theirs (:meth:`within_host_budget`;
+        ``host_of(libp2p PeerID)`` names the host, :meth:`swarm.peer_hosts.PeerHosts.host`; None: no host known), is
+        answered ``refuse_all(request)`` (nothing decoded or verified); any other is validated with
+        :data:`STORE_REQUEST` (sender and host) set, then judged (:meth:`judge`)."""
 
         async def gated_store(request: Any, context: Any) -> Any:
             sender = context.remote_id.to_base58()
@@ -137,10 +165,15 @@ class StoreGate:
             if self.resting(sender):
                 self.counters.reject("sender_rested", values)
                 return refuse_all(request)
-            if not self.within_budget(sender, values, sum(len(value) for value in request.values)):
+            nbytes = sum(len(value) for value in request.values)
+            if not self.within_budget(sender, values, nbytes):
                 self.counters.reject("store_budget", values)
                 return refuse_all(request)
-            validated = StoreRequest(sender)
+            host = None if host_of is None else await host_of(context.remote_id)
+            if not self.within_host_budget(host, values, nbytes):
+                self.counters.reject("store_host_budget", values)
+                return refuse_all(request)
+            validated = StoreRequest(sender, host)
             token = STORE_REQUEST.set(validated)
             try:
                 return await rpc_store(request, context)
@@ -171,6 +204,26 @@ class StoreGate:
             self._start_rest(entry)
             return False
         return True
+
+    def within_host_budget(self, host: str | None, values: int, nbytes: int) -> bool:
+        """Count a store request from ``host`` (None: not known, and this machine's loopback: not counted) into its
+        window as it arrives; False when
+        the window's values or bytes would then exceed ``host_budget_peers`` senders' budgets. Nobody rests for it:
+        the host's window refuses its peers' requests until it ends."""
+        if host is None or self.host_budget_peers is None or is_this_machine(host):
+            return True  # peers of this machine (a swarm on one) are its operator's: each has its own budget only
+        now = self._clock()
+        window = self._hosts.get(host)
+        if window is None or now - window.began > self.window:
+            self._hosts.pop(host, None)
+            if len(self._hosts) >= self.max_senders:
+                del self._hosts[next(iter(self._hosts))]  # the window begun longest ago
+            window = self._hosts[host] = _HostWindow(began=now)
+        window.values += values
+        window.nbytes += nbytes
+        over_values = self.budget_values is not None and window.values > self.host_budget_peers * self.budget_values
+        over_bytes = self.budget_bytes is not None and window.nbytes > self.host_budget_peers * self.budget_bytes
+        return not (over_values or over_bytes)
 
     def _start_rest(self, entry: _SenderBook) -> None:
         entry.rests += 1

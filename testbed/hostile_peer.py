@@ -42,10 +42,12 @@ class HostileNode:
         on_p2pd: Callable[[int, list[str]], None] | None = None,
         nearest_to: str | None = None,
         key: RSAPrivateKey | None = None,
+        host_maddr: str = LOCAL,
     ):
         """Join through ``initial_peers``; ``on_p2pd(pid, sockets)`` is told of the p2pd daemon it starts (a test
         uses it to check that the daemon is gone at the end). With ``nearest_to``, the node's DHT id is that key's, so
-        every lookup of the key asks this node first. ``key``: what it signs with (default: a fresh swarm key)."""
+        every lookup of the key asks this node first. ``key``: what it signs with (default: a fresh swarm key).
+        ``host_maddr``: where it listens (default: 127.0.0.1, any port)."""
         self.key = key or RSAPrivateKey()
         self.signer = RSASignatureValidator(self.key)
         self.marker = self.signer.local_public_key
@@ -54,7 +56,7 @@ class HostileNode:
         self.thread.start()
         node_id = DHTID.generate(source=nearest_to) if nearest_to is not None else None
         self.node: DHTNode = self.run(
-            DHTNode.create(node_id=node_id, initial_peers=initial_peers, host_maddrs=[LOCAL], wait_timeout=1)
+            DHTNode.create(node_id=node_id, initial_peers=initial_peers, host_maddrs=[host_maddr], wait_timeout=1)
         )
         if on_p2pd is not None:
             on_p2pd(daemon_process(self.node.p2p).pid, [self.node.p2p.daemon_listen_maddr["unix"]])

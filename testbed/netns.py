@@ -8,15 +8,51 @@ a test starts there can reach another machine.
 
 from __future__ import annotations
 
+import ctypes
 import os
 import subprocess
 import sys
+import threading
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 from testbed.wan_switch import Link, SwitchProcess
 
 SUBNET = "10.231.0"
 SWITCH = Path(__file__).resolve().parent / "wan_switch.py"
+CLONE_NEWNET = 0x40000000
+
+T = TypeVar("T")
+
+
+def in_namespace(ns: str, make: Callable[[], T]) -> T:
+    """``make()`` called in a new thread that entered the network namespace ``ns`` (made by ``ip netns add``), its
+    result returned (its exception raised). What that thread starts stays in ``ns`` (Linux gives a new thread, and a
+    child process such as p2pd, the namespaces of the thread that starts it), while the test's own threads stay where
+    they are: one test process can run peers on several hosts, talking to their daemons over Unix sockets, which do
+    not belong to a network namespace."""
+    result: list[T] = []
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            fd = os.open(f"/run/netns/{ns}", os.O_RDONLY)
+            try:
+                if ctypes.CDLL(None, use_errno=True).setns(fd, CLONE_NEWNET) != 0:
+                    raise OSError(ctypes.get_errno(), f"setns into {ns}")
+            finally:
+                os.close(fd)
+            result.append(make())
+        except BaseException as e:  # handed to the caller
+            errors.append(e)
+
+    thread = threading.Thread(target=run, name=f"netns-{ns}")
+    thread.start()
+    thread.join()
+    if errors:
+        raise errors[0]
+    return result[0]
 
 
 class Hosts:

@@ -179,8 +179,8 @@ def test_a_full_storage_evicts_from_whoever_holds_most_not_the_small_values_that
     """A peer that stores valid values by the kilobyte, each expiring late, fills the storage: what goes is its own,
     while two small holders' values, which expire sooner, stay (values of a key's dictionary counted one by one, to
     whoever stored each), until a holder has no more than the others. The same for the number of keys."""
-    storer = ["honest-1"]
-    storage = BoundedStorage(max_values=1000, max_bytes=10_000, storer=lambda: storer[0])
+    storer = ["honest-1"]  # every peer on one host: weighed against each other by what each holds
+    storage = BoundedStorage(max_values=1000, max_bytes=10_000, storer=lambda: ("10.0.0.1", storer[0]))
     now = time.time()
     storage.store(DHTID.generate(source="honest"), b"h" * 300, now + 10)
     shard = DHTID.generate(source="index-shard")
@@ -202,7 +202,7 @@ def test_a_full_storage_evicts_from_whoever_holds_most_not_the_small_values_that
     storage.store(DHTID.generate(source="big"), b"b" * 9_000, now + 1000)
     assert storage.get(DHTID.generate(source="honest")) is None and storage.nbytes() <= 10_000
     # the key bound by the same rule: a peer storing tiny values under key after key evicts its own keys
-    keys = BoundedStorage(max_values=50, max_bytes=10**9, storer=lambda: storer[0])
+    keys = BoundedStorage(max_values=50, max_bytes=10**9, storer=lambda: ("10.0.0.1", storer[0]))
     storer[0] = "honest"
     keys.store(DHTID.generate(source="entry"), b"e" * 300, now + 10)
     storer[0] = "hoarder"

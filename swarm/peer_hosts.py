@@ -1,0 +1,136 @@
+"""Which host a libp2p peer connects from: the network address of its connection, as this node's daemon observed it.
+
+A libp2p identity costs one key, so a bound per identity (a store budget, a share of the DHT storage) bounds nothing
+for a machine that makes identities by the hundred. Its address costs more: :func:`host_of_ip` names the host of an
+address (an IPv4 address whole, an IPv6 address by its /64), and :class:`PeerHosts` finds it for a connected peer
+with hivemind's public ``P2P.list_peers()`` (one entry per connection, its address the remote end's as the daemon
+sees it, as :func:`swarm.reachability.observed_ip` reads it), keeping what it found for a short while, in a bounded
+book, so that a store request does not cost a daemon round trip each time.
+
+Peers behind one NAT, or reaching this node through one relay, share a host: what is counted per host is shared by
+them too.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
+
+from swarm.reachability import observed_ip
+
+__all__ = ["PeerHosts", "host_of_ip", "is_this_machine"]
+
+
+def host_of_ip(ip: str) -> str | None:
+    """The host an address belongs to: an IPv4 address itself, an IPv6 address its /64 network (``"2001:db8::/64"``);
+    an IPv4 address written as IPv6 (``::ffff:a.b.c.d``) is the IPv4 one, ``::1`` itself. None when ``ip`` is no
+    address."""
+    try:
+        address = ipaddress.ip_address(ip)
+    except ValueError:
+        return None
+    if isinstance(address, ipaddress.IPv6Address):
+        if address.ipv4_mapped is not None:
+            return str(address.ipv4_mapped)
+        if address.is_loopback:
+            return str(address)  # ::1, this machine
+        # A host is given a whole /64 (SLAAC, a provider's delegation to one line): it takes any address within it
+        # for free, so every address of the /64 is one host's. (Per address, one machine would be 2**64 hosts.)
+        return str(ipaddress.IPv6Network((address, 64), strict=False))
+    return str(address)
+
+
+def is_this_machine(host: str) -> bool:
+    """Whether ``host`` (:func:`host_of_ip`) is a loopback address: peers of this very machine (a swarm run on one)."""
+    try:
+        return ipaddress.ip_network(host).is_loopback
+    except ValueError:
+        return False
+
+
+class PeerHosts:
+    """The host (:func:`host_of_ip`) each connected libp2p peer connects from, looked up in the daemon's connections.
+
+    Args:
+        list_peers: hivemind's ``P2P.list_peers`` (awaitable; ``PeerInfo`` with ``peer_id`` and ``addrs``).
+        ttl: seconds a peer's host is kept before it is looked up again.
+        max_peers: the most peers the book holds (the ones found longest ago leave first).
+        clock: monotonic seconds (tests pass their own).
+
+    A peer not in the book costs one ``list_peers`` call (shared by the lookups waiting for it at the same time),
+    which also books every other connected peer; a peer the daemon lists no address for has no host (None).
+    """
+
+    def __init__(
+        self,
+        list_peers: Callable[[], Awaitable[Sequence[Any]]],
+        ttl: float = 60.0,
+        max_peers: int = 4096,
+        clock: Callable[[], float] = time.monotonic,
+    ):
+        self._list_peers = list_peers
+        self.ttl = ttl
+        self.max_peers = max_peers
+        self._clock = clock
+        self._book: dict[str, tuple[str | None, float]] = {}  # peer id (base58) -> (host, when found), oldest first
+        self._listing: asyncio.Future[dict[str, str | None]] | None = None
+        self.lookups = 0  # list_peers calls made
+
+    def __len__(self) -> int:
+        """How many peers the book holds."""
+        return len(self._book)
+
+    async def host(self, peer_id: Any) -> str | None:
+        """The host ``peer_id`` (a libp2p ``PeerID``) connects from; None if the daemon lists no address for it."""
+        key = peer_id.to_base58()
+        found = self._fresh(key)
+        if found is not None:
+            return found[0]
+        joined = self._listing is not None and not self._listing.done()
+        try:
+            hosts = await self._listed(join=joined)
+            if joined and key not in hosts:  # the listing joined may have begun before this peer connected
+                hosts = await self._listed(join=False)
+        except Exception:  # the daemon did not answer: no host now, looked up again next time
+            return None
+        host = hosts.get(key)
+        self._book.pop(key, None)  # booked last (even without a host), so that the bound keeps it
+        self._book[key] = (host, self._clock())
+        self._trim()
+        return host
+
+    async def _listed(self, join: bool) -> dict[str, str | None]:
+        """The hosts of a listing: with ``join``, the one under way, else a new one (which later lookups join)."""
+        if not join or self._listing is None or self._listing.done():
+            self._listing = asyncio.ensure_future(self._list())
+        return await asyncio.shield(self._listing)
+
+    def _fresh(self, key: str) -> tuple[str | None, float] | None:
+        found = self._book.get(key)
+        if found is not None and self._clock() - found[1] > self.ttl:
+            del self._book[key]
+            return None
+        return found
+
+    async def _list(self) -> dict[str, str | None]:
+        """Book the host of every connected peer the daemon lists; returns them by peer id."""
+        self.lookups += 1
+        infos = await self._list_peers()
+        now, hosts = self._clock(), {}
+        for info in infos:
+            key = info.peer_id.to_base58()
+            ip = observed_ip(info.addrs)
+            if key in hosts or ip is None:  # one entry per connection: the first with an address counts
+                continue
+            hosts[key] = host_of_ip(ip)
+            self._book.pop(key, None)
+            self._book[key] = (hosts[key], now)
+        self._trim()
+        return hosts
+
+    def _trim(self) -> None:
+        while len(self._book) > self.max_peers:
+            del self._book[next(iter(self._book))]
