@@ -351,7 +351,8 @@ class SAPOConfig(GRPOConfig):
         metadata={
             "help": "Rest a sender whose received groups cost this peer this many seconds of re-derivation in vain "
             "(the wall time of its source's checks that ended in a drop, reasoning-gym's foreign configs past a "
-            "limit included; a group re-derived costs nothing, however slow the source), a sum halving every 5 "
+            "limit included, and of costly items, such as foreign configs, re-derived but not trained on; an item of "
+            "this peer's own kind re-derived costs nothing, however slow the source), a sum halving every 5 "
             "minutes: its groups are set aside unread (`rederivation_cost`) until the sum decays under it, never "
             "counted against its standing (`sapo.rederivation`). `regeneration_budget` bounds one round; this bounds "
             "one sender across rounds. Default 15: a group that cannot be re-derived is refused in milliseconds, "

@@ -228,6 +228,7 @@ class Intake:
         rank = self.accelerator.process_index
         taken.share = taken.chosen[rank * per_process : (rank + 1) * per_process]
         received = [c for c in taken.chosen if c.origin == SWARM]
+        self.rederivation.settle({(c.sender, str(c.group.group_id)) for c in received})
         self.totals["held_taken"] += sum(map(self.hold.was_offered, received))
         if self.replay is not None:
             self.replay.taken(taken.chosen)

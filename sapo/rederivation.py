@@ -8,6 +8,7 @@ import logging
 import math
 import time
 from collections import OrderedDict
+from collections.abc import Collection
 from typing import Any
 
 from sapo.questions import GroupDropped
@@ -25,9 +26,10 @@ HALF_LIFE_SECONDS = 300.0
 
 
 class RederivationCosts:
-    """Wall seconds this node spent trying to re-derive each sender's received groups in vain (:mod:`sapo.sources`: the
-    groups dropped there; reasoning-gym's foreign configs run in a child process, up to `regeneration_timeout` each),
-    halving every ``half_life`` seconds. Groups re-derived count nothing, however slow their source.
+    """Wall seconds this node spent re-deriving each sender's received groups in vain (:mod:`sapo.sources`: the groups
+    dropped there, and costly items re-derived but not trained on; reasoning-gym's foreign configs run in a child
+    process, up to `regeneration_timeout` each), halving every ``half_life`` seconds. Items of this peer's own kind
+    re-derived count nothing, however slow their source.
 
     A sender whose spend is over ``allowance`` is *rested*: its groups are set aside unread
     (``rederivation_cost``) until the spend decays under the allowance. A rest is not a verdict (an honest peer with a
@@ -106,11 +108,13 @@ class RoundRederivation:
         newcomers: RederivationCosts | None = None,
     ):
         self.sources, self.costs, self.standing, self.newcomers = sources, costs, standing, newcomers
+        self._unsettled: list[tuple[ReceivedGroup, float, bool]] = []  # costly items re-derived: (item, s, newcomer)
 
     def truths(self, received: list[ReceivedGroup]) -> list[dict[str, Any] | GroupDropped]:
         """The columns (or the drop) of each of ``received``, in their order; the sources' per-round bounds start
-        afresh."""
+        afresh. The costly items re-derived are charged at :meth:`settle`, unless trained on."""
         self.sources.new_round()
+        self._unsettled = []
         now = time.time()
         known = {item.sender for item in received if self.standing and self.standing.found_usable(item.sender, now)}
         truths: list[dict[str, Any] | GroupDropped | None] = [None] * len(received)
@@ -118,24 +122,41 @@ class RoundRederivation:
             truths[i] = self._rederive(received[i], newcomer=received[i].sender not in known)
         return truths
 
+    def settle(self, trained: Collection[tuple[str, str]]) -> None:
+        """Charge the round's costly items that were re-derived but not trained on (``trained``: ``(sender, group
+        id)`` of the groups the round took): a sender whose items its source re-derives slowly but correctly, and
+        whose groups are then dropped (too few completions, zero advantage, implausible), pays for them as for
+        items that could not be re-derived."""
+        for item, seconds, newcomer in self._unsettled:
+            if (item.sender, str(item.group.group_id)) not in trained:
+                self._charge(item.sender, seconds, newcomer)
+        self._unsettled = []
+
     def _rederive(self, item: ReceivedGroup, newcomer: bool) -> dict[str, Any] | GroupDropped:
         """The truth of one received group, unless its sender is rested (or it is a newcomer's costly item while the
-        newcomers are); the time it took, when it could not be re-derived, is spent by its sender (and the
-        newcomers)."""
+        newcomers are). The time it took is charged to its sender (and the newcomers) when it could not be
+        re-derived; for a costly item re-derived, at :meth:`settle`."""
         rest = self._rest(item, newcomer, time.time())
         if rest is not None:
             return rest
+        costly = self.sources.costly(item.group)
         started = time.monotonic()
         try:
-            return self.sources.columns_for(item.group)
+            truth = self.sources.columns_for(item.group)
         except GroupDropped as e:
-            # only what yielded nothing counts: a source that is slow on honest items never rests their senders
-            seconds = time.monotonic() - started
-            if self.costs is not None:
-                _spend(self.costs, item.sender, seconds, f"sender {item.sender}", "its groups are")
-            if newcomer and self.newcomers is not None:
-                _spend(self.newcomers, NEWCOMERS, seconds, "the senders not yet found usable", "their costly items are")
+            self._charge(item.sender, time.monotonic() - started, newcomer)
             return e
+        # an item of this peer's own kind re-derived costs nothing, however slow the source: honest senders never rest
+        if costly:
+            self._unsettled.append((item, time.monotonic() - started, newcomer))
+        return truth
+
+    def _charge(self, sender: str, seconds: float, newcomer: bool) -> None:
+        """Add ``seconds`` to ``sender``'s spend, and to the newcomers' when it is one."""
+        if self.costs is not None:
+            _spend(self.costs, sender, seconds, f"sender {sender}", "its groups are")
+        if newcomer and self.newcomers is not None:
+            _spend(self.newcomers, NEWCOMERS, seconds, "the senders not yet found usable", "their costly items are")
 
     def _rest(self, item: ReceivedGroup, newcomer: bool, now: float) -> GroupDropped | None:
         """Why ``item`` is set aside unread (its sender rested, or the newcomers while it is a newcomer's costly

@@ -189,6 +189,13 @@ MIN_BUDGET_LEFT = 1.0
 """Seconds of a round's budget below which a foreign entry is refused unrun (``regeneration_budget``) rather than run
 and cut: an honest entry takes milliseconds, so a cut kills (and restarts) a child only for an entry that is slow."""
 
+REMEMBERED_ENTRIES = 256
+"""Foreign entries a verifier keeps once regenerated (least recently used forgotten first), each of at most
+:data:`REMEMBERED_ENTRY_BYTES` as JSON: an item sent again, in one round or the next, costs no second run."""
+
+REMEMBERED_ENTRY_BYTES = 65_536
+"""The largest entry (its JSON) a verifier keeps: an honest question and answer take a few kilobytes."""
+
 LIMIT_MEMORY_SECONDS = 3600.0
 """How long a config past a limit is refused without running it: the time limit is wall time, so a loaded machine can
 push an honest config past it, which is then tried again after this; a hostile one costs one limit per hour."""
@@ -215,7 +222,9 @@ class ReasoningGymVerifier:
 
     A foreign config past the time or memory limit is remembered (:data:`REMEMBERED_LIMITS` of them, for
     :data:`LIMIT_MEMORY_SECONDS`): its later entries are refused as ``regeneration_limit`` at once, without the child.
-    ``counts`` says what foreign entries met: ``child_runs``, ``over_budget`` and ``remembered_limit``.
+    A foreign entry regenerated is kept (:data:`REMEMBERED_ENTRIES`, each at most :data:`REMEMBERED_ENTRY_BYTES`): the
+    same item sent again costs no second run. ``counts`` says what foreign entries met: ``child_runs``,
+    ``over_budget``, ``remembered_limit`` and ``remembered_entry``.
     """
 
     def __init__(
@@ -233,6 +242,7 @@ class ReasoningGymVerifier:
         self.round_seconds = 0.0  # wall time foreign entries spent since the round began
         self.counts: Counter[str] = Counter()
         self._over_limit: OrderedDict[tuple[str, str], tuple[float, str]] = OrderedDict()  # -> (when, why)
+        self._entries: OrderedDict[tuple[str, str, int, int], dict[str, Any]] = OrderedDict()  # foreign, regenerated
         self._own_configs: set[tuple[str, str]] = set()  # (task, config key) regenerated in this process
         self._allowed: dict[str, set[str] | None] | None = None
         if allowed_tasks is not None:
@@ -300,9 +310,10 @@ class ReasoningGymVerifier:
         return (entry["question"], *answer_and_entry(entry))
 
     def _foreign_entry(self, task: TaskSpec, seed: int, index: int) -> dict[str, Any]:
-        """An entry of a config this node does not run itself: refused when the config was past a limit before or
-        the round's budget is spent, else regenerated in the child within its limit or the budget's rest, whichever
-        is less, its wall time (a restart included) spent."""
+        """An entry of a config this node does not run itself: refused when the config was past a limit before,
+        the one kept when it was regenerated lately, refused when the round's budget is spent, else regenerated in
+        the child within its limit or the budget's rest, whichever is less, its wall time (a restart included)
+        spent."""
         key = (task.name, task.config_key)
         before = self._remembered_limit(key)
         if before is not None:
@@ -310,6 +321,11 @@ class ReasoningGymVerifier:
             raise GroupDropped(
                 "regeneration_limit", f"{task.name} with config {task.config} was past a limit before ({before})"
             )
+        entry = self._entries.get((*key, seed, index))
+        if entry is not None:
+            self.counts["remembered_entry"] += 1
+            self._entries.move_to_end((*key, seed, index))
+            return entry
         if self.round_budget is not None and self.round_budget - self.round_seconds < MIN_BUDGET_LEFT:
             self.counts["over_budget"] += 1
             raise GroupDropped(
@@ -322,7 +338,7 @@ class ReasoningGymVerifier:
             limit = min(limit, self.round_budget - self.round_seconds)
         started = time.monotonic()
         try:
-            return regenerate_entry(task, seed, index, timeout=limit)
+            entry = regenerate_entry(task, seed, index, timeout=limit)
         except _OverLimit as e:
             if e.timed_out and limit < self.timeout:  # cut by the budget, not by its own limit: not remembered
                 self.counts["over_budget"] += 1
@@ -336,6 +352,11 @@ class ReasoningGymVerifier:
             raise
         finally:
             self.round_seconds += time.monotonic() - started
+        if len(json.dumps(entry)) <= REMEMBERED_ENTRY_BYTES:
+            self._entries[(*key, seed, index)] = entry
+            while len(self._entries) > REMEMBERED_ENTRIES:
+                self._entries.popitem(last=False)
+        return entry
 
     def _remembered_limit(self, key: tuple[str, str]) -> str | None:
         """Why the config ``key`` was past a limit, if that is remembered and recent; a hit keeps it longest."""

@@ -210,3 +210,93 @@ def test_new_identities_share_one_rest_for_costly_configs_that_spares_own_config
         "known": "kept",  # found usable: re-derived first, never rested with the newcomers
     }, outcome
     assert not rederive.costs.is_rested("new-0", time.time())  # each newcomer alone is far under its own allowance
+
+
+def test_costly_items_re_derived_but_not_trained_on_are_charged_after_the_round(monkeypatch):
+    """A source's costly items (`TaskSource.costly`: a config the sender chose) that re-derive correctly but slowly,
+    and whose groups are then dropped (too few completions, zero advantage), cost their sender as items that could not
+    be re-derived: charged when the round settles, unless trained on. Items of this peer's own kind never are. The
+    source's 1 s an item is a clock it moves; the re-derivation is real."""
+    clock = [0.0]
+    monkeypatch.setattr(rederivation, "time", SimpleNamespace(monotonic=lambda: clock[0], time=time.time))
+
+    class SlowForeign(DatasetSource):
+        def costly(self, provenance):
+            return True
+
+        def rederive(self, provenance, question):
+            clock[0] += 1.0
+            return super().rederive(provenance, question)
+
+    rows = [{"question": f"What is {k} + {k}?", "answer": str(2 * k)} for k in range(6)]
+    slow = SlowForeign(rows, "slow")
+    own = DatasetSource([{"question": f"What is {k} * 3?", "answer": str(3 * k)} for k in range(6)], "own")
+    rederive = RoundRederivation(
+        SourceRegistry([slow, own]), RederivationCosts(allowance=2.5), newcomers=RederivationCosts(allowance=100.0)
+    )
+
+    def group(sender, source, k):
+        row = list(source.rows())[k]
+        provenance = provenance_from_wire(json.loads(row["provenance"]))
+        return ReceivedGroup(sender, Group(f"{sender}-{k}", [row["prompt"][-1]], ["1", "2"], provenance))
+
+    first = [group("dropper", slow, k) for k in range(3)] + [group("trained", slow, k) for k in range(3)]
+    first += [group("own-kind", own, k) for k in range(3)]
+    assert all(isinstance(truth, dict) for truth in rederive.truths(first))  # 6 s of costly items, all re-derived
+    rederive.settle({("trained", f"trained-{k}") for k in range(3)})
+    now = time.time()
+    assert rederive.costs.spent("dropper", now) == pytest.approx(3.0, abs=0.01) and rederive.costs.is_rested(
+        "dropper", now
+    )
+    assert rederive.costs.spent("trained", now) == 0.0 and rederive.costs.spent("own-kind", now) == 0.0
+    assert rederive.newcomers.spent(rederivation.NEWCOMERS, now) == pytest.approx(3.0, abs=0.01)
+    second = rederive.truths([group("dropper", slow, 3), group("trained", slow, 3)])
+    assert [getattr(truth, "reason", "kept") for truth in second] == ["rederivation_cost", "kept"]
+
+
+def test_a_trainer_charges_a_sender_whose_costly_groups_re_derive_but_are_never_usable(
+    tmp_path, smollm_tokenizer, monkeypatch
+):
+    """Inside a trainer taking real steps: a sender whose costly items re-derive (1 s each, a clock the source moves)
+    but whose groups have zero advantage is charged once the round's verdicts are in, and rested at the next round,
+    never benched for it."""
+    from transformers import TrainerCallback
+
+    clock = [0.0]
+    monkeypatch.setattr(rederivation, "time", SimpleNamespace(monotonic=lambda: clock[0], time=time.time))
+
+    class SlowForeign(DatasetSource):
+        def costly(self, provenance):
+            return True
+
+        def rederive(self, provenance, question):
+            clock[0] += 1.0
+            return super().rederive(provenance, question)
+
+    questions = SlowForeign([{"question": f"What is {k} + {k}?", "answer": str(2 * k)} for k in range(8)], "sums")
+    rows = list(questions.rows())
+    swarm = MemorySwarm(seed=0)
+    dropper = swarm.join("dropper")
+
+    def flat(row, gid):  # four equal completions: zero advantage under any reward
+        provenance = provenance_from_wire(json.loads(row["provenance"]))
+        return Group(gid, [row["prompt"][-1]], ["4"] * 4, provenance, created_at=time.time())
+
+    class EachRound(TrainerCallback):
+        def on_step_begin(self, args, state, control, **kwargs):
+            dropper.publish([flat(rows[2 * state.global_step + k], f"d-{state.global_step}-{k}") for k in range(2)])
+
+    def by_text(completions, **kw):  # equal completions, equal rewards
+        return [float(len(completion[-1]["content"])) for completion in completions]
+
+    trainer = SAPOTrainer(
+        model=build_tiny_model(smollm_tokenizer, seed=0), reward_funcs=[by_text],
+        args=tiny_config(tmp_path / "out", num_local=1, num_external=1, max_steps=2, external_pool_size=8,
+                         plausibility_margin=None, sender_rederivation_seconds=0.5),
+        train_dataset=questions.rows(), processing_class=smollm_tokenizer, sources=[questions], swarm=swarm.join("me"),
+        callbacks=[EachRound()],
+    )  # fmt: skip
+    trainer.train()
+    senders = trainer.intake.sender_outcomes
+    assert senders["dropper"] == {"dropped/zero_advantage": 2, "dropped/rederivation_cost": 2}, senders
+    assert trainer.intake.standing.benched(time.time()) == []

@@ -401,3 +401,18 @@ def test_a_drop_verdict_travels_whole_between_processes():
     verdict = pickle.loads(pickle.dumps(GroupDropped("regeneration_budget", "the round's 30 s are spent")))
     assert isinstance(verdict, GroupDropped)
     assert (verdict.reason, verdict.detail) == ("regeneration_budget", "the round's 30 s are spent")
+
+
+def test_a_foreign_entry_regenerated_once_is_kept_so_the_same_item_sent_again_costs_no_second_run(rg_rows):
+    """A sender repeating one slow foreign item in every group (each a correct question) would cost a run each time;
+    the entry is kept once regenerated, so the second and later copies, this round or the next, cost none. Real
+    regeneration in the child."""
+    source = ReasoningGymSource()  # no own tasks: every config is foreign
+    registry, group = SourceRegistry([source]), _group(rg_rows[0])
+    source.new_round()
+    first = registry.columns_for(group)
+    source.new_round()
+    assert [registry.columns_for(group) for _ in range(3)] == [first] * 3
+    counts = source._verifier.counts
+    assert counts["child_runs"] == 1 and counts["remembered_entry"] == 3, counts
+    assert registry.columns_for(_group(rg_rows[1]))["question"] != first["question"] and counts["child_runs"] == 2
