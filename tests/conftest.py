@@ -45,6 +45,7 @@ LONG_FILES = (
     "tests/test_bench_profile_search.py",
     "tests/test_trainer.py",
     "tests/test_swarm_gossip.py",
+    "tests/test_swarm_fair_refill.py",
     "tests/test_threads.py",
 )
 
