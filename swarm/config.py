@@ -39,7 +39,7 @@ _SECTIONS = {
     "An open swarm's bounds": (
         "refill_sender_share", "refill_unjudged_share", "max_unknown_senders", "index_only_sender_share",
         "max_senders_per_host", "fetch_heard_within", "fetch_retry_after", "store_budget_bytes", "store_budget_values",
-        "store_budget_host_peers", "dht_storage_bytes", "dht_storage_values",
+        "store_budget_host_peers", "dht_storage_bytes", "dht_storage_values", "find_budget_bytes",
     ),
     "Process hygiene": (
         "state_dir", "health_interval", "check_reachability",
@@ -492,6 +492,19 @@ class DHTTransportConfig:
             "dht_storage_bytes does not count."
         },
     )
+    find_budget_bytes: int = field(
+        default=64 * 2**20,
+        metadata={
+            "help": "Value bytes this peer's answers to one libp2p peer's find requests may hold within 10 s "
+            "(swarm.find_gate); a request arriving once they did is refused (rejected/find_budget) and the peer rests "
+            "(30 s, doubling), as does one naming more than 4096 keys within 10 s; an answer holds at most what is "
+            "left of it. A find request names at most 64 keys, each answered once, and an answer holds values only "
+            "up to p2pd's 4 MiB message cap: without these one small request naming a large value many times made "
+            "this node build hundreds of MiB. An honest reader fetches each record it wants once, from whichever "
+            "peer holds it (records are at most limits.max_record_bytes, 3 MiB, and usually tens of KiB), and its "
+            "index reads are a few KiB: 64 MiB is twenty full-size records from this node every 10 s."
+        },
+    )
     state_dir: str | None = field(
         default=None,
         metadata={
@@ -523,7 +536,7 @@ class DHTTransportConfig:
                      "max_pending_publishes", "dht_num_replicas", "dht_record_lookup_workers",
                      "dht_lookup_beam", "dht_bucket_size", "topic_peers", "departed_after_missed",
                      "max_unknown_senders", "store_budget_bytes", "store_budget_values", "store_budget_host_peers",
-                     "dht_storage_bytes", "dht_storage_values"):  # fmt: skip
+                     "dht_storage_bytes", "dht_storage_values", "find_budget_bytes"):  # fmt: skip
             if getattr(self, name) < 1:
                 raise ValueError(f"{name}={getattr(self, name)}: it must be a positive number")
         for name in ("refill_sender_share", "refill_unjudged_share"):

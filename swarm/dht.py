@@ -51,6 +51,7 @@ from swarm.config import MULTIADDR_FORM, DHTTransportConfig, validate_addresses,
 from swarm.daemon import ProcessIdentity
 from swarm.dht_values import TypedDHTSerializer
 from swarm.fetcher import ReasonedRejections
+from swarm.find_gate import FindGate
 from swarm.gossip import GOSSIP_ROUND_SECONDS, Gossip, topic_mates
 from swarm.identity import load_or_create_signing_key
 from swarm.levels import subscribed_shards
@@ -115,6 +116,8 @@ class DHTTransport(SwarmTransport):
             budget_values=config.store_budget_values,
             host_budget_peers=config.store_budget_host_peers,
         )
+        # a find request names a bounded number of keys, and one libp2p peer's finds take a budget per window
+        self.find_gate = FindGate(self._counters, budget_bytes=config.find_budget_bytes)
         rejections = ReasonedRejections(self._counters, on_refusal=store_gate.refused)
         validator = make_record_validator(
             signing_key,
@@ -130,7 +133,14 @@ class DHTTransport(SwarmTransport):
         )
         values = TypedDHTSerializer(config.limits.max_record_bytes, rejections)
         self.peer = DHTPeer(
-            config, validator, self._peer_id, self._counters, clock, value_serializer=values, store_gate=store_gate
+            config,
+            validator,
+            self._peer_id,
+            self._counters,
+            clock,
+            value_serializer=values,
+            store_gate=store_gate,
+            find_gate=self.find_gate,
         )
         # A peer others cannot dial (client mode) stores its records in the DHT instead of serving them.
         self.served = None

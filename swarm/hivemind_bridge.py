@@ -19,7 +19,12 @@ private hivemind name anywhere else). What each is relied on for:
 - `RSAPrivateKey._private_key` (the `cryptography` key it signs with): the class can only generate a key, so a key
   loaded from a file (or made by a test) is wrapped by setting it (:func:`signing_key`).
 - `ServicerBase._get_handle_name(namespace, method_name) -> str`: the protocol name a DHT node's `rpc_store` handler is
-  registered under (``"DHTProtocol.rpc_store"``), to be replaced by a gated one (:func:`gate_store_handler`).
+  registered under (``"DHTProtocol.rpc_store"``), to be replaced by a gated one (:func:`gate_store_handler`); and its
+  `rpc_find` handler's (``"DHTProtocol.rpc_find"``), replaced by a bounded one (:func:`gate_find_handler`).
+- `DHTProtocol.rpc_find` (public name, its workings relied on): what :func:`gated_find` answers in its place, rebuilt
+  from its public parts (`storage`, `cache`, `routing_table.get_nearest_neighbors`, `bucket_size`, `node_info`,
+  `serializer`, `rpc_ping`): a result per key of the request, in order (`DHTProtocol.call_find` asserts that the
+  results align with its keys), the fresher of the storage's and the cache's item, a dictionary value serialized.
 - `RSASignatureValidator._serialize_record(record) -> bytes`: the bytes an owner signature signs (the record's key,
   subkey, value and expiration as hivemind serializes them) (:func:`signed_bytes`).
 - `DHTProtocol.storage` and `.cache` (public names, private workings): `DHTProtocol.create` builds them as
@@ -36,9 +41,11 @@ from collections.abc import Callable
 from typing import Any
 
 from hivemind.dht.crypto import RSASignatureValidator
+from hivemind.dht.routing import DHTID
 from hivemind.dht.storage import DHTLocalStorage, DictionaryDHTValue
 from hivemind.dht.validation import DHTRecord
 from hivemind.p2p import P2P
+from hivemind.p2p.p2p_daemon_bindings.control import DEFAULT_MAX_MSG_SIZE
 from hivemind.proto import dht_pb2
 from hivemind.utils.crypto import RSAPrivateKey
 from hivemind.utils.timed_storage import TimedStorage
@@ -52,7 +59,9 @@ __all__ = [
     "connect",
     "daemon_process",
     "daemon_sockets",
+    "gate_find_handler",
     "gate_store_handler",
+    "gated_find",
     "open_control_connection",
     "release_loop_resources",
     "signed_bytes",
@@ -123,6 +132,82 @@ async def gate_store_handler(node: Any, wrap: Any) -> None:
     name = type(protocol)._get_handle_name(None, "rpc_store")
     await protocol.p2p.remove_protobuf_handler(name)
     await protocol.p2p.add_protobuf_handler(name, wrap(protocol.rpc_store, refuse_all), dht_pb2.StoreRequest)
+
+
+MAX_MESSAGE_BYTES = DEFAULT_MAX_MSG_SIZE
+"""The largest message p2pd carries (4 MiB): an answer beyond it is not sent, its caller gets an error instead."""
+
+NEIGHBOUR_BYTES = 96
+"""Room kept in a find answer for one neighbour of one key (a node id, a libp2p id and their framing: about 70
+bytes)."""
+
+
+async def gate_find_handler(node: Any, wrap: Any) -> None:
+    """Replace the find handler of ``node`` (a server-mode ``DHTNode``) with :func:`gated_find` of ``wrap`` (see
+    :meth:`swarm.find_gate.FindGate.wrap`). A client-mode node answers no requests: nothing to replace."""
+    protocol = node.protocol
+    if protocol.client_mode:
+        return
+    name = type(protocol)._get_handle_name(None, "rpc_find")
+    await protocol.p2p.remove_protobuf_handler(name)
+    await protocol.p2p.add_protobuf_handler(name, gated_find(protocol, wrap), dht_pb2.FindRequest)
+
+
+def gated_find(protocol: Any, wrap: Any) -> Any:
+    """A find handler of ``protocol`` (a ``DHTProtocol``): ``wrap(answer, refuse)``, where ``refuse(request)`` is an
+    answer without results (which hivemind's caller reads as no answer) and ``answer(request, context, room)`` answers
+    as hivemind's ``rpc_find`` does (a result per key, in order: the value held under it, if any, and its nearest
+    neighbours), except that a key named again is answered empty (no value, no neighbours), and that values are added
+    only while their bytes stay within ``room`` and within p2pd's message cap with room for every key's neighbours;
+    past it a key is answered with its neighbours only, as if no value were held here. It returns the answer and the
+    value bytes it holds."""
+
+    async def answer(request: Any, context: Any, room: int) -> tuple[Any, int]:
+        if request.peer.node_id:  # as hivemind: the asker joins the routing table
+            asyncio.create_task(protocol.rpc_ping(dht_pb2.PingRequest(peer=request.peer), context))
+        keys = len(request.keys)
+        room = min(room, MAX_MESSAGE_BYTES - 4096 - keys * protocol.bucket_size * NEIGHBOUR_BYTES)
+        response = dht_pb2.FindResponse(results=[], peer=protocol.node_info)
+        asker = DHTID.from_bytes(request.peer.node_id)
+        seen: set[bytes] = set()
+        held = 0
+        for raw in request.keys:
+            if raw in seen:
+                response.results.append(dht_pb2.FindResult(type=dht_pb2.NOT_FOUND))
+                continue
+            seen.add(raw)
+            key = DHTID.from_bytes(raw)
+            item = _found(protocol, key, room - held)
+            held += len(item.value)
+            for node_id, peer_id in protocol.routing_table.get_nearest_neighbors(
+                key, k=protocol.bucket_size, exclude=asker
+            ):
+                item.nearest_node_ids.append(node_id.to_bytes())
+                item.nearest_peer_ids.append(peer_id.to_bytes())
+            response.results.append(item)
+        return response, held
+
+    def refuse(request: Any) -> Any:
+        return dht_pb2.FindResponse(results=[], peer=protocol.node_info)
+
+    return wrap(answer, refuse)
+
+
+def _found(protocol: Any, key: DHTID, room: int) -> Any:
+    """The result for ``key`` without its neighbours: the fresher of the storage's and the cache's item if its bytes
+    fit in ``room`` (a dictionary is serialized only when the bytes of its entries fit), else not found."""
+    item = protocol.storage.get(key)
+    cached = protocol.cache.get(key)
+    if cached is not None and (item is None or cached.expiration_time > item.expiration_time):
+        item = cached
+    if item is None or _value_bytes(item.value) > room:
+        return dht_pb2.FindResult(type=dht_pb2.NOT_FOUND)
+    if isinstance(item.value, DictionaryDHTValue):
+        value = protocol.serializer.dumps(item.value)
+        if len(value) > room:
+            return dht_pb2.FindResult(type=dht_pb2.NOT_FOUND)
+        return dht_pb2.FindResult(type=dht_pb2.FOUND_DICTIONARY, value=value, expiration_time=item.expiration_time)
+    return dht_pb2.FindResult(type=dht_pb2.FOUND_REGULAR, value=item.value, expiration_time=item.expiration_time)
 
 
 def signing_key(key: Any) -> RSAPrivateKey:

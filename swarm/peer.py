@@ -43,12 +43,14 @@ from swarm.daemon import (
     remove_files,
     remove_stale_sockets_since,
 )
+from swarm.find_gate import FindGate
 from swarm.hivemind_bridge import (
     BoundedStorage,
     PubsubP2P,
     bound_storage,
     daemon_process,
     daemon_sockets,
+    gate_find_handler,
     gate_store_handler,
 )
 from swarm.levels import size_from_distances
@@ -119,6 +121,8 @@ class DHTPeer:
             (:class:`swarm.dht_values.TypedDHTSerializer`); ``None``: hivemind's.
         store_gate: what stands in front of this node's store handler (:class:`swarm.store_gate.StoreGate`: a peer
             whose stored values are mostly refused rests); ``None``: hivemind's handler alone.
+        find_gate: what bounds this node's answers to find requests (:class:`swarm.find_gate.FindGate`: how many keys
+            a request names, what one peer's requests take per window); ``None``: hivemind's handler.
     """
 
     def __init__(
@@ -130,9 +134,11 @@ class DHTPeer:
         clock: Clock = SYSTEM_CLOCK,
         value_serializer: Any = None,
         store_gate: StoreGate | None = None,
+        find_gate: FindGate | None = None,
     ):
         self.config = config
         self._store_gate = store_gate
+        self._find_gate = find_gate
         self._validator = record_validator
         self._value_serializer = value_serializer
         self._label = label
@@ -391,6 +397,8 @@ class DHTPeer:
         if self._store_gate is not None:
             gate, hosts = self._store_gate, self._peer_hosts
             await gate_store_handler(node, lambda rpc_store, refuse: gate.wrap(rpc_store, refuse, host_of=hosts.host))
+        if self._find_gate is not None:  # hivemind answers every key a find names with its whole value, unbounded
+            await gate_find_handler(node, self._find_gate.wrap)
         return node
 
     async def become_client(self) -> None:

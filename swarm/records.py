@@ -49,6 +49,10 @@ REJECT_REASONS = (
     "sender_rested",  # stored by a libp2p peer resting after its stores were mostly refused, refused unverified
     "store_budget",  # stored by a libp2p peer beyond its budget of value bytes or values per window, refused unverified
     "store_host_budget",  # stored by a peer whose host's peers went beyond their budget together, refused unverified
+    # find requests (swarm/find_gate.py), each counted once, answered empty with nothing looked up:
+    "find_too_many_keys",  # naming more keys than one find may (MAX_FIND_KEYS); honest lookups name a handful
+    "find_budget",  # from a libp2p peer whose finds went beyond its budget of keys or answer bytes a window (rests)
+    "find_rested",  # from a libp2p peer resting after its finds went beyond its budget
 )
 
 Scalar = str | int | float | bool | None

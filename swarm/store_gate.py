@@ -35,10 +35,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from swarm.peer_hosts import is_this_machine
+from swarm.rest_book import MAX_REST_SECONDS, RestBook, SenderWindow
 from swarm.transport import SwarmCounters
 
-MAX_REST_SECONDS = 600.0
-"""The longest rest of a peer whose stores keep being refused."""
+__all__ = ["MAX_REST_SECONDS", "STORE_REQUEST", "StoreGate", "StoreRequest", "current_storer"]
 
 
 @dataclass
@@ -72,19 +72,15 @@ class _HostWindow:
 
 
 @dataclass
-class _SenderBook:
-    window_began: float
+class _StoreWindow(SenderWindow):
     values: int = 0
     refused: int = 0
     offered_values: int = 0  # values and bytes its requests held, counted as they arrive (the budget's)
     offered_bytes: int = 0
-    rests: int = 0
-    rests_until: float = 0.0
 
-    def start_window(self, at: float) -> None:
-        """Count this sender's values, refusals and budget afresh from ``at``."""
-        self.window_began, self.values, self.refused = at, 0, 0
-        self.offered_values, self.offered_bytes = 0, 0
+    def clear(self) -> None:
+        """Count this sender's values, refusals and budget afresh."""
+        self.values, self.refused, self.offered_values, self.offered_bytes = 0, 0, 0, 0
 
 
 class StoreGate:
@@ -122,23 +118,32 @@ class StoreGate:
         self.counters = counters
         self.min_refused = min_refused
         self.window = window
-        self.rest = rest
         self.max_senders = max_senders
         self.budget_bytes = budget_bytes
         self.budget_values = budget_values
         self.host_budget_peers = host_budget_peers
         self._clock = clock
-        self._book: dict[str, _SenderBook] = {}
+        self._book = RestBook(
+            _StoreWindow, window, rest, max_senders, lambda: counters.add("store_senders_rested"), clock
+        )
         self._hosts: dict[str, _HostWindow] = {}  # host -> what its peers' requests held in its window
 
     def __len__(self) -> int:
         """How many senders the book holds."""
         return len(self._book)
 
+    @property
+    def rest(self) -> float:
+        """A sender's first rest in seconds (settable)."""
+        return self._book.rest
+
+    @rest.setter
+    def rest(self, seconds: float) -> None:
+        self._book.rest = seconds
+
     def resting(self, sender: str) -> bool:
         """Whether ``sender``'s store requests are refused unverified now."""
-        entry = self._book.get(sender)
-        return entry is not None and entry.rests_until > self._clock()
+        return self._book.resting(sender)
 
     def refused(self) -> None:
         """Count one value refused by a validator against the store request being validated (none outside a store
@@ -225,27 +230,8 @@ class StoreGate:
         over_bytes = self.budget_bytes is not None and window.nbytes > self.host_budget_peers * self.budget_bytes
         return not (over_values or over_bytes)
 
-    def _start_rest(self, entry: _SenderBook) -> None:
-        entry.rests += 1
-        entry.rests_until = self._clock() + min(self.rest * 2 ** (entry.rests - 1), MAX_REST_SECONDS)
-        entry.start_window(entry.rests_until)  # what it sends while resting is not counted
-        self.counters.add("store_senders_rested")
+    def _start_rest(self, entry: _StoreWindow) -> None:
+        self._book.start_rest(entry)
 
-    def _entry(self, sender: str) -> _SenderBook:
-        now = self._clock()
-        entry = self._book.get(sender)
-        if entry is None:
-            if len(self._book) >= self.max_senders:
-                self._evict(now)
-            entry = self._book[sender] = _SenderBook(window_began=now)
-        elif now - entry.window_began > self.window:
-            entry.start_window(now)
-        return entry
-
-    def _evict(self, now: float) -> None:
-        """Drop the oldest entry not resting (every entry rests: the oldest)."""
-        for sender, entry in self._book.items():
-            if entry.rests_until <= now:
-                del self._book[sender]
-                return
-        del self._book[next(iter(self._book))]
+    def _entry(self, sender: str) -> _StoreWindow:
+        return self._book.entry(sender)

@@ -1,17 +1,21 @@
 """msgpack bombs: a few MiB that a generic unpacker turns into millions of Python objects (seconds of garbage
-collection, hundreds of MB), shaped for each path that reads a peer's bytes; and what each path spends on one.
+collection, hundreds of MB), shaped for each path that reads a peer's bytes; and what each path spends on one. And
+find bombs: small DHT find requests that name one large stored value many times, or very many keys, which hivemind's
+own find handler answers in full (hundreds of MiB, seconds of CPU).
 
-``python -m testbed.bombs`` prints, per path, the CPU seconds and the tracemalloc peak one bomb costs the decoder this
-checkout has (run it with ``PYTHONPATH`` at another checkout to measure that one's).
+``python -m testbed.bombs`` prints, per path, the CPU seconds and the tracemalloc peak one bomb costs the decoder (or
+the find handler) this checkout has (run it with ``PYTHONPATH`` at another checkout to measure that one's).
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import base64
 import time
 import tracemalloc
 from collections.abc import Callable
+from types import SimpleNamespace
 from typing import Any
 
 import msgpack
@@ -147,6 +151,77 @@ def decoding_paths(kind: str, openings_bytes: int = 40_000) -> dict[str, Callabl
     }
 
 
+FIND_VALUE_BYTES = 3_000_000
+"""The value a find bomb names: a record of 2.86 MiB, within ``max_record_bytes`` (any peer may store one)."""
+
+
+def find_protocol(value_bytes: int = FIND_VALUE_BYTES, neighbours: int = 64) -> tuple[Any, Any]:
+    """A DHT node's protocol without a network (hivemind's ``DHTProtocol``, its storage holding one value of
+    ``value_bytes`` bytes, its routing table ``neighbours`` made-up peers): ``(protocol, the value's DHTID)``."""
+    from hivemind.dht.protocol import DHTProtocol
+    from hivemind.dht.routing import DHTID, RoutingTable
+    from hivemind.dht.storage import DHTLocalStorage
+    from hivemind.p2p import PeerID
+    from hivemind.proto import dht_pb2
+    from hivemind.utils import get_dht_time
+    from hivemind.utils.serializer import MSGPackSerializer
+
+    protocol = DHTProtocol.__new__(DHTProtocol)  # no p2p: only what a find reads
+    protocol.node_id = DHTID.generate()
+    protocol.bucket_size = 20
+    protocol.storage, protocol.cache = DHTLocalStorage(), DHTLocalStorage(maxsize=1000)
+    protocol.routing_table = RoutingTable(protocol.node_id, 20, 5)
+    protocol.node_info = dht_pb2.NodeInfo(node_id=protocol.node_id.to_bytes())
+    protocol.serializer = MSGPackSerializer
+    for n in range(neighbours):
+        protocol.routing_table.add_or_update_node(DHTID.generate(), PeerID(b"\x00\x24" + bytes([n]) * 36))
+    key = DHTID.generate(source="sapo/records/attacker/1")
+    protocol.storage.store(key, b"x" * value_bytes, get_dht_time() + 600)
+    return protocol, key
+
+
+def find_handler(protocol: Any) -> Callable[[Any, Any], Any]:
+    """The find handler this checkout gives ``protocol``: the gated one (a fresh :class:`swarm.find_gate.FindGate`)
+    where there is one, else hivemind's ``rpc_find``."""
+    try:
+        from swarm.find_gate import FindGate
+        from swarm.hivemind_bridge import gated_find
+        from swarm.transport import SwarmCounters
+    except ImportError:
+        return protocol.rpc_find
+    return gated_find(protocol, FindGate(SwarmCounters()).wrap)
+
+
+def find_paths(repeats: int = 64, small_keys: int = 20_000) -> dict[str, Callable[[], Any]]:
+    """Find requests against :func:`find_protocol`'s node, each answered by this checkout's handler
+    (:func:`find_handler`) and serialized as the transport would: one naming the stored value ``repeats`` times, one
+    naming ``small_keys`` keys of nothing. Each call returns None (the answer's size: :func:`find_answer_bytes`)."""
+    from hivemind.dht.routing import DHTID
+    from hivemind.proto import dht_pb2
+
+    protocol, key = find_protocol()
+    repeated = dht_pb2.FindRequest(keys=[key.to_bytes()] * repeats)
+    many = dht_pb2.FindRequest(keys=[DHTID.generate().to_bytes() for _ in range(small_keys)])
+
+    def find(request: Any) -> Callable[[], None]:
+        def run() -> None:
+            find_answer_bytes(protocol, request)
+
+        return run
+
+    value_mib = FIND_VALUE_BYTES / 2**20
+    return {
+        f"DHT find naming a {value_mib:.2f} MiB value {repeats} times": find(repeated),
+        f"DHT find naming {small_keys} keys": find(many),
+    }
+
+
+def find_answer_bytes(protocol: Any, request: Any) -> int:
+    """The bytes of the answer this checkout's find handler gives ``request`` at ``protocol``, serialized."""
+    context = SimpleNamespace(remote_id=SimpleNamespace(to_base58=lambda: "asker"))
+    return len(asyncio.run(find_handler(protocol)(request, context)).SerializeToString())
+
+
 def measure(call: Callable[[], Any]) -> tuple[float, float]:
     """(CPU seconds of the calling thread, tracemalloc peak in MB) of one ``call``: timed untraced, then traced for its
     peak. The thread's CPU is what the decode spends, whatever else the machine runs (wall time is not)."""
@@ -169,7 +244,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--openings-bytes", type=int, default=40_000, help="see decoding_paths")
     parser.add_argument("--only", default="", help="measure the paths whose name contains this text only")
     args = parser.parse_args(argv)
-    for name, call in decoding_paths(args.kind, args.openings_bytes).items():
+    for name, call in {**decoding_paths(args.kind, args.openings_bytes), **find_paths()}.items():
         if args.only not in name:
             continue
         seconds, peak = measure(call)

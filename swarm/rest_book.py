@@ -1,0 +1,104 @@
+"""Who rests: one book of libp2p peers, each with what it sent in its current window and its rests, shared by the
+gates in front of this node's DHT handlers (:mod:`swarm.store_gate`, :mod:`swarm.find_gate`).
+
+A gate counts what a peer's requests hold into the peer's window (its own kind of :class:`SenderWindow`), and rests a
+peer that went beyond its bounds: for ``rest`` seconds, doubling on each further rest up to :data:`MAX_REST_SECONDS`;
+what a peer sends while it rests is not counted. The book holds at most ``max_senders`` peers, the oldest not resting
+leaving first, so fresh libp2p identities cannot grow it.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Generic, TypeVar
+
+MAX_REST_SECONDS = 600.0
+"""The longest rest of a peer."""
+
+
+@dataclass
+class SenderWindow:
+    """One peer's window (when it began) and rests; a gate's subclass adds what it counts, zeroed by :meth:`clear`."""
+
+    window_began: float
+    rests: int = 0
+    rests_until: float = 0.0
+
+    def start_window(self, at: float) -> None:
+        """Count afresh from ``at``."""
+        self.window_began = at
+        self.clear()
+
+    def clear(self) -> None:
+        """Zero what the window counted (nothing here)."""
+
+
+W = TypeVar("W", bound=SenderWindow)
+
+
+class RestBook(Generic[W]):
+    """The peers a gate counts, by libp2p id (base58).
+
+    Parameters:
+        new_window: a peer's first window, begun at the time given.
+        window: seconds over which a peer's requests are counted together.
+        rest: a peer's first rest in seconds; each further rest doubles it, up to :data:`MAX_REST_SECONDS`.
+        max_senders: the most peers the book holds.
+        on_rest: called on each rest (a gate counts it).
+        clock: monotonic seconds (tests pass their own).
+    """
+
+    def __init__(
+        self,
+        new_window: Callable[[float], W],
+        window: float,
+        rest: float,
+        max_senders: int,
+        on_rest: Callable[[], None] = lambda: None,
+        clock: Callable[[], float] = time.monotonic,
+    ):
+        self.new_window = new_window
+        self.window = window
+        self.rest = rest
+        self.max_senders = max_senders
+        self.on_rest = on_rest
+        self.clock = clock
+        self._entries: dict[str, W] = {}
+
+    def __len__(self) -> int:
+        """How many peers the book holds."""
+        return len(self._entries)
+
+    def resting(self, sender: str) -> bool:
+        """Whether ``sender`` rests now."""
+        entry = self._entries.get(sender)
+        return entry is not None and entry.rests_until > self.clock()
+
+    def entry(self, sender: str) -> W:
+        """``sender``'s current window (a new one once its last ended; a new peer may push the oldest out)."""
+        now = self.clock()
+        entry = self._entries.get(sender)
+        if entry is None:
+            if len(self._entries) >= self.max_senders:
+                self._evict(now)
+            entry = self._entries[sender] = self.new_window(now)
+        elif now - entry.window_began > self.window:
+            entry.start_window(now)
+        return entry
+
+    def start_rest(self, entry: W) -> None:
+        """Rest the peer of ``entry``: its next rest, doubled from the last; what it sends meanwhile is not counted."""
+        entry.rests += 1
+        entry.rests_until = self.clock() + min(self.rest * 2 ** (entry.rests - 1), MAX_REST_SECONDS)
+        entry.start_window(entry.rests_until)
+        self.on_rest()
+
+    def _evict(self, now: float) -> None:
+        """Drop the oldest entry not resting (every entry rests: the oldest)."""
+        for sender, entry in self._entries.items():
+            if entry.rests_until <= now:
+                del self._entries[sender]
+                return
+        del self._entries[next(iter(self._entries))]

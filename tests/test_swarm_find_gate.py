@@ -1,0 +1,174 @@
+"""The find gate: a find request names at most MAX_FIND_KEYS keys, each distinct key is answered once, values only up
+to p2pd's message cap, and a libp2p peer whose finds go beyond its budget rests, while honest lookups are answered as
+hivemind answers them. The handler on a node without a network (testbed.bombs.find_protocol), the rules on a manual
+clock, then a real victim peer on 127.0.0.1 and a raw hostile one."""
+# ruff: noqa: F811  (pytest fixtures imported from tests.swarm_fixtures are redefined as arguments)
+
+from __future__ import annotations
+
+import asyncio
+import time
+import tracemalloc
+from types import SimpleNamespace
+
+import pytest
+from hivemind.dht.routing import DHTID
+from hivemind.dht.storage import DictionaryDHTValue
+from hivemind.proto import dht_pb2
+from hivemind.utils import get_dht_time
+from hivemind.utils.serializer import MSGPackSerializer
+
+from swarm.find_gate import MAX_FIND_KEYS, FindGate
+from swarm.hivemind_bridge import MAX_MESSAGE_BYTES, gated_find
+from swarm.records import REJECT_REASONS, GroupRecord, encode_record
+from swarm.transport import SwarmCounters
+from swarm.validation import record_key
+from testbed.bombs import FIND_VALUE_BYTES, find_paths, find_protocol, measure
+from testbed.hostile_peer import HostileNode, store_raw
+from tests.swarm_fixtures import dht_peers, make_group, no_p2pd_left_behind, record_p2pd  # noqa: F401
+
+CPU_SECONDS = 0.25  # hivemind's handler spent 1.4 s on the repeated value and 4.2 s on 20,000 keys
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def find(handler, keys: list[bytes], asker: str = "asker", peer=None):
+    request = dht_pb2.FindRequest(keys=keys, peer=peer)
+    context = SimpleNamespace(remote_id=SimpleNamespace(to_base58=lambda: asker))
+    return asyncio.run(handler(request, context))
+
+
+def test_a_find_naming_one_large_value_many_times_is_answered_once_and_cheaply():
+    protocol, key = find_protocol()
+    counters = SwarmCounters()
+    handler = gated_find(protocol, FindGate(counters).wrap)
+    started = time.thread_time()
+    response = find(handler, [key.to_bytes()] * MAX_FIND_KEYS)
+    size = len(response.SerializeToString())
+    seconds = time.thread_time() - started
+    # a result per key, in order (hivemind's caller asserts it); the value once, the repeats empty
+    assert len(response.results) == MAX_FIND_KEYS and response.results[0].type == dht_pb2.FOUND_REGULAR
+    assert len(response.results[0].value) == FIND_VALUE_BYTES and len(response.results[0].nearest_node_ids) == 20
+    assert all(r.type == dht_pb2.NOT_FOUND and not r.value and not r.nearest_node_ids for r in response.results[1:])
+    assert size < FIND_VALUE_BYTES + 100_000 and seconds < CPU_SECONDS  # hivemind's: 192 MB, 1.4 s
+    # many keys: refused whole, counted, nothing looked up
+    started = time.thread_time()
+    refused = find(handler, [DHTID.generate().to_bytes() for _ in range(20_000)], asker="other")
+    assert time.thread_time() - started < CPU_SECONDS and list(refused.results) == []
+    assert counters.snapshot() == {"rejected/find_too_many_keys": 1}
+    assert {"find_too_many_keys", "find_budget", "find_rested"} <= set(REJECT_REASONS)
+    for name, call in find_paths().items():  # python -m testbed.bombs measures the same
+        seconds, peak = measure(call)
+        assert seconds < CPU_SECONDS and peak < 16, (name, seconds, peak)
+
+
+def test_values_are_added_only_while_the_answer_stays_under_the_message_cap():
+    protocol, big = find_protocol()
+    other = DHTID.generate()
+    protocol.storage.store(other, b"y" * FIND_VALUE_BYTES, get_dht_time() + 600)
+    response = find(gated_find(protocol, FindGate(SwarmCounters()).wrap), [big.to_bytes(), other.to_bytes()])
+    first, second = response.results
+    assert first.type == dht_pb2.FOUND_REGULAR and len(first.value) == FIND_VALUE_BYTES
+    # the second would take the answer past p2pd's cap: its neighbours only, as if nothing were held here
+    assert second.type == dht_pb2.NOT_FOUND and not second.value and len(second.nearest_node_ids) == 20
+    assert len(response.SerializeToString()) < MAX_MESSAGE_BYTES
+
+
+def test_an_honest_lookup_is_answered_as_hivemind_answers_it():
+    protocol, big = find_protocol(value_bytes=5000)
+    shard, expiration = DHTID.generate(), get_dht_time() + 600
+    for n in range(3):  # an index shard: a dictionary of three peers' entries
+        protocol.storage.store(shard, b"entry %d" % n, expiration, subkey=b"[owner:%d]" % n)
+    assert isinstance(protocol.storage.get(shard).value, DictionaryDHTValue)
+    cached = DHTID.generate()
+    protocol.cache.store(cached, b"cached", expiration)
+    keys = [big.to_bytes(), shard.to_bytes(), DHTID.generate().to_bytes(), cached.to_bytes()]
+    asker = dht_pb2.NodeInfo(node_id=DHTID.generate().to_bytes())
+    gated = find(gated_find(protocol, FindGate(SwarmCounters()).wrap), keys, peer=asker)
+    protocol.rpc_ping = lambda request, context: asyncio.sleep(0)  # no network here: hivemind's handler pings
+    assert gated == asyncio.run(protocol.rpc_find(dht_pb2.FindRequest(keys=keys, peer=asker), None))
+    assert [r.type for r in gated.results] == [
+        dht_pb2.FOUND_REGULAR, dht_pb2.FOUND_DICTIONARY, dht_pb2.NOT_FOUND, dht_pb2.FOUND_REGULAR
+    ]  # fmt: skip
+
+
+def test_a_peer_beyond_its_budget_of_keys_or_bytes_rests_and_others_are_answered():
+    clock, counters = Clock(), SwarmCounters()
+    gate = FindGate(counters, budget_keys=100, budget_bytes=10_000, window=10.0, rest=30.0, clock=clock)
+    assert gate.admit("reader", 60) == 10_000 and gate.admit("reader", 40) == 10_000  # 100 keys: within
+    assert gate.admit("reader", 1) is None and gate.resting("reader")  # the 101st: rests
+    assert gate.admit("reader", 1) is None and gate.admit("other", 1) == 10_000
+    assert counters.snapshot() == {"rejected/find_budget": 1, "rejected/find_rested": 1, "find_senders_rested": 1}
+    clock.now += 30.5
+    assert gate.admit("reader", 1) == 10_000
+    gate.charge("reader", 6_000)
+    assert gate.admit("reader", 1) == 4_000  # an answer holds at most what is left of the budget
+    gate.charge("reader", 4_000)
+    assert gate.admit("reader", 1) is None and gate.resting("reader")  # its answers held the budget: rests, 60 s
+    clock.now += 59
+    assert gate.resting("reader")
+    clock.now += 2
+    assert not gate.resting("reader")
+    # too many keys in one request: refused, and counted into the budget as max_keys + 1 keys
+    gate = FindGate(counters, budget_keys=200, clock=clock)
+    for _ in range(3):  # 195 keys: within
+        assert gate.admit("wide", 10**6) is None and not gate.resting("wide")
+    assert gate.admit("wide", 10**6) is None and gate.resting("wide")  # 260: the fourth rests it
+    assert counters.snapshot()["rejected/find_too_many_keys"] == 4
+
+
+def test_a_refused_find_is_answered_with_no_results_and_nothing_looked_up():
+    protocol, key = find_protocol(value_bytes=100)
+    protocol.storage = None  # a lookup would fail
+    clock = Clock()
+    gate = FindGate(SwarmCounters(), budget_keys=1, clock=clock)
+    handler = gated_find(protocol, gate.wrap)
+    assert list(find(handler, [key.to_bytes()] * 2).results) == []
+    assert list(find(handler, [key.to_bytes()]).results) == []  # resting
+
+
+@pytest.mark.usefixtures("no_p2pd_left_behind")
+def test_a_real_peer_answers_a_find_bomb_in_bounded_memory_and_an_honest_lookup_after_it(dht_peers):
+    victim = dht_peers()
+    attacker = HostileNode(victim.visible_addresses(), on_p2pd=record_p2pd)
+    honest = HostileNode(victim.visible_addresses(), on_p2pd=record_p2pd)
+    try:
+        peer_id, dumps = victim.peer.libp2p_peer_id, MSGPackSerializer.dumps
+        groups = [make_group(f"big-{n}", completion_chars=30_000, completions=47) for n in range(2)]
+        record = dumps(encode_record(GroupRecord(groups, created_at=time.time())))
+        assert 2_800_000 < len(record) < 3 * 2**20
+        # the attacker stores one valid record of 2.8 MB (within its store budget) ...
+        key, expiration = record_key("sapo", "attacker", 1), time.time() + 120
+        value = attacker.signed(key, attacker.marker, record, expiration)
+        assert store_raw(attacker, peer_id, key, dumps(attacker.marker), value, expiration) == [True]
+        key_id = DHTID.generate(source=key)
+        # ... and names it 64 times in one find of 1.4 KiB: hivemind built 180 MiB for it
+        request = dht_pb2.FindRequest(keys=[key_id.to_bytes()] * MAX_FIND_KEYS, peer=attacker.node.protocol.node_info)
+        stub = attacker.node.protocol.get_stub(peer_id)
+        tracemalloc.start()
+        try:
+            response = attacker.run(stub.rpc_find(request, timeout=20))
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+        assert len(response.results) == MAX_FIND_KEYS and response.results[0].type == dht_pb2.FOUND_DICTIONARY
+        assert sum(len(result.value) for result in response.results) < len(record) + 10_000
+        assert peak < 48 * 2**20, peak  # this process holds the victim and the attacker: each a copy or two
+        # 20,000 keys: refused, counted
+        many = dht_pb2.FindRequest(keys=[DHTID.generate().to_bytes() for _ in range(20_000)])
+        assert list(attacker.run(stub.rpc_find(many, timeout=20)).results) == []
+        assert victim.readout().counters["rejected/find_too_many_keys"] == 1
+        # an honest lookup (hivemind's own call, which checks that the answer is aligned with its keys) still works
+        found = honest.run(honest.node.protocol.call_find(peer_id, [key_id, DHTID.generate()]))
+        (held, _), (nothing, _) = found.values()
+        assert held is not None and held.value.get(attacker.marker).value == value and nothing is None
+        assert victim.healthy()
+    finally:
+        attacker.close()
+        honest.close()
