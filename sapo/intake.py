@@ -6,7 +6,8 @@ One round's intake (:meth:`Intake.take`), in order:
    the transport refused or never got served since the last round (`SwarmTransport.refusals`) count against their
    senders' standing after this round's own verdicts, as groups refused here do (and every verdict is told to the
    transport, `SwarmTransport.judge`, which gives a sender judged good a share of its refills of its own);
-2. sender standing: the groups of a benched sender are set aside unread;
+2. sender standing: the groups of a benched sender are set aside unread (and the transport is told,
+   `SwarmTransport.bench`, so that it fetches none of its records meanwhile);
 3. re-derive the truth: the group's source re-derives the question and the reward columns (:mod:`sapo.sources`), and
    the prompt trained on is written here around it; a sender whose groups cost too much time to re-derive lately is
    rested, its groups set aside unread (:mod:`sapo.rederivation`);
@@ -577,12 +578,15 @@ class Intake:
 
     def _record_standing(self, sender: str, usable: bool, now: float, tell_transport: bool = True) -> None:
         """Note one outcome of a sender's group in its standing (if standing is on), and tell the transport (the main
-        process's) so that its refills follow the node's verdicts; log when that benches it."""
+        process's) so that its refills follow the node's verdicts; log when that benches it, and tell the transport
+        too, so that it fetches none of the sender's records while they would be set aside unread."""
         if tell_transport and self.swarm is not None:
             self.swarm.judge(sender, usable)
         seconds = None if self.standing is None else self.standing.record(sender, usable, now)
         if seconds is None:
             return
+        if self.swarm is not None:
+            self.swarm.bench(sender, seconds)
         self.totals["benched_senders"] += 1
         logger.warning(
             "benched the sender with key fingerprint %s for %.0f s: %d of its last %d groups were dropped",

@@ -298,6 +298,11 @@ class DHTTransport(SwarmTransport):
         (``refill_unjudged_share``, :mod:`swarm.refill`)."""
         self.reader.judge(sender, usable)
 
+    def bench(self, sender: str, seconds: float) -> None:
+        """Be told that the node benched ``sender`` for ``seconds``: none of its records is fetched meanwhile (it rests
+        in the reader's book, :meth:`swarm.senders.SenderBook.bench`), so that they take no room of a refill."""
+        self.reader.bench(sender, seconds)
+
     def refusals(self) -> list[tuple[str, str]]:
         """Records refused (``rejected/<reason>``) or announced and never served (``never_served``) since the last
         call, as ``(sender, reason)``, oldest first: each also rested its sender here (:mod:`swarm.senders`)."""

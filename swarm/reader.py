@@ -341,6 +341,10 @@ class SwarmReader:
         """The node's verdict on one group of ``sender`` (:meth:`swarm.senders.SenderBook.judge`)."""
         self.book.judge(sender, usable)
 
+    def bench(self, sender: str, seconds: float) -> None:
+        """The node benched ``sender`` for ``seconds`` (:meth:`swarm.senders.SenderBook.bench`)."""
+        self.book.bench(sender, seconds)
+
     def refusals(self) -> list[tuple[str, str]]:
         """Strikes since the last call, ``(sender, reason)`` (:meth:`swarm.senders.SenderBook.refusals`)."""
         return self.book.refusals()

@@ -12,19 +12,23 @@ groups that holds one). So:
 - **Senders not judged good share a small pool.** A sender earns a share of its own once the node judged its groups
   good (:meth:`swarm.senders.SenderBook.judge`); while a sender judged good offers a record, all the others together
   are credited with at most ``refill_unjudged_share`` of the need (at least one group, never all of it), so that a
-  thousand fresh identities take no more of a refill than one. The pool is reserved: a newcomer is fetched, judged,
-  and can earn its share even when the senders judged good publish more than this peer takes. With no sender judged
-  good yet (a node that has not judged, a transport used alone) there is no one to protect and the pool is the
-  whole need.
-- **Round-robin by freshness.** Each sender offers its records in turn, one per round (its freshest, then its next),
-  the records of a round freshest first; a record's date counts at most as this peer's now, so dating a record
-  ahead (within the clock tolerance) buys no precedence.
+  thousand fresh identities take no more of a refill than one. Within the pool each sender is credited with at most
+  ``refill_sender_share`` of the *pool* (at least one group), so one claim never covers it. The pool is reserved: a
+  newcomer is fetched, judged, and can earn its share even when the senders judged good publish more than this peer
+  takes. With no sender judged good yet (a node that has not judged, a transport used alone) there is no one to
+  protect and the pool is the whole need.
+- **Turns, then freshness.** Each sender offers its records in turn, one per round (its freshest, then its next);
+  within a round the senders never fetched from go first, then the one fetched from longest ago (its ``turn``), the
+  freshest record breaking ties. A sender that publishes a fresh record before every refill is fetched from, then
+  waits behind the senders that waited longer: it cannot keep a newcomer out of the pool. A record's date counts at
+  most as this peer's now, so dating a record ahead (within the clock tolerance) buys no precedence.
 - **Work-conserving for the good.** Need still uncovered once every share is spent goes to the senders judged good,
   beyond their share (the same order): one good publisher alone still fills a refill.
 
 The groups a refill brings are handed to the caller by the same rules (:func:`fair_take`, each group an offer of
-one): a record that truly holds many groups, fetched for its sender's share, takes no more than that share of a take
-while other senders' groups wait; what is left of a take once every share is spent goes to any sender.
+one, every ``turn`` the same): a record that truly holds many groups, fetched for its sender's share, takes no more
+than that share of a take while other senders' groups wait; what is left of a take once every share is spent goes to
+any sender.
 """
 
 from __future__ import annotations
@@ -49,6 +53,8 @@ class Offer(Generic[T]):
         urgent (`bool`): heard ``fetch_heard_within`` seconds ago or more and still unfetched (a poll before the
             refill is due fetches such records of the refill's plan at once: :meth:`swarm.senders.SenderBook.choose`).
         trusted (`bool`): its sender was judged good (its own share; else the unjudged pool).
+        turn (`float`): when its sender's turn last came (the reader's monotonic time of its last fetch from the
+            sender; minus infinity if never): the earliest goes first, the date breaking ties.
     """
 
     item: T
@@ -57,10 +63,15 @@ class Offer(Generic[T]):
     date: float
     urgent: bool
     trusted: bool
+    turn: float = 0.0
 
 
-def _order(offer: Offer) -> float:
-    """The freshest first."""
+def _order(offer: Offer) -> tuple[float, float]:
+    """The sender whose turn came longest ago first, then the freshest."""
+    return offer.turn, -offer.date
+
+
+def _freshest(offer: Offer) -> float:
     return -offer.date
 
 
@@ -70,9 +81,9 @@ def share(need: int, fraction: float) -> int:
 
 
 def round_robin(by_sender: dict[str, list[Offer]]) -> list[Offer]:
-    """Every sender's offers in turn, one per round, each round freshest first (the order of ``by_sender`` breaks
-    ties: shuffle it)."""
-    queues = {sender: sorted(offers, key=_order) for sender, offers in by_sender.items()}
+    """Every sender's offers in turn, one per round (each sender's freshest first), each round by turn, then freshest
+    first (the order of ``by_sender`` breaks ties: shuffle it)."""
+    queues = {sender: sorted(offers, key=_freshest) for sender, offers in by_sender.items()}
     ordered: list[Offer] = []
     depth = 0
     while True:
@@ -92,21 +103,23 @@ def plan_refill(
     if need <= 0:
         return [], ordered
     per_sender = share(need, sender_share)
-    # The pool is reserved for the unjudged, but never the whole refill while a good sender has a record to offer.
+    # The pool is reserved for the unjudged, but never the whole refill while a good sender has a record to offer;
+    # within it, one sender's share is of the pool (a share of the need would let one claim cover the pool).
     pool = need
     if any(offer.trusted for offer in ordered):
         pool = min(share(need, unjudged_share), need - 1)
+    per_pooled = share(pool, sender_share)
     credited: Counter[str] = Counter()
     taken: set[int] = set()
 
-    def take(offers: list[Offer], budget: int, within_share: bool) -> int:
+    def take(offers: list[Offer], budget: int, cap: int | None) -> int:
         spent = 0
         for offer in offers:
             room = budget - spent
             if room <= 0:
                 break
-            if within_share:
-                room = min(room, per_sender - credited[offer.sender])
+            if cap is not None:
+                room = min(room, cap - credited[offer.sender])
             if room <= 0 or id(offer) in taken:
                 continue
             credit = min(max(1, offer.claimed), room)
@@ -116,9 +129,9 @@ def plan_refill(
         return spent
 
     trusted = [offer for offer in ordered if offer.trusted]
-    covered = take([offer for offer in ordered if not offer.trusted], pool, within_share=True)
-    covered += take(trusted, need - covered, within_share=True)
-    take(trusted, need - covered, within_share=False)  # what is left of the need: the good beyond their share
+    covered = take([offer for offer in ordered if not offer.trusted], pool, cap=per_pooled)
+    covered += take(trusted, need - covered, cap=per_sender)
+    take(trusted, need - covered, cap=None)  # what is left of the need: the good beyond their share
     return [offer for offer in ordered if id(offer) in taken], [offer for offer in ordered if id(offer) not in taken]
 
 

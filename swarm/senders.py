@@ -57,6 +57,7 @@ _STANDING_WINDOW = 10  # a sender's latest outcomes (node verdicts and strikes) 
 _REFUSALS_KEPT = 10_000  # strikes waiting for the node to take them (a flood loses the oldest, not memory)
 _GAPS_KEPT = 3  # gaps between a peer's announcements that make its announcement period
 _MIN_PERIOD = 10.0  # seconds: the shortest announcement period (announcements may come in bursts)
+_BENCHES_KEPT = 10_000  # senders benched by the node, remembered while benched even if the book forgot them
 
 
 def announcement_period(times: list[float], announce_interval: float) -> float:
@@ -90,9 +91,12 @@ class SenderState:
         heard (`dict[int, float]`): this peer's wall time at which each of its records was first heard of.
         outcomes (`collections.deque[bool]`): its latest outcomes: True a group judged usable, False a group judged
             bad or a strike.
-        rest_until (`float`): monotonic time before which its records are not chosen (after a strike).
+        rest_until (`float`): monotonic time before which its records are not chosen (after a strike, or while the
+            node benched it: :meth:`SenderBook.bench`).
         origin (`str` or `None`): the libp2p host whose announcement made it known (or first announced it after
             index entries did): the host that vouches for it. ``None``: known from index entries alone.
+        turn (`float`): monotonic time its turn in a refill last came (a fetch of one of its records began); never
+            fetched from, minus infinity (:mod:`swarm.refill`: the earliest turn goes first).
     """
 
     public_key: bytes
@@ -108,6 +112,7 @@ class SenderState:
     outcomes: collections.deque[bool] = field(default_factory=lambda: collections.deque(maxlen=_STANDING_WINDOW))
     rest_until: float = 0.0
     origin: str | None = None
+    turn: float = -float("inf")
 
     def judged_good(self) -> bool:
         """Most of its latest outcomes are usable groups (it has a share of a refill of its own)."""
@@ -161,6 +166,7 @@ class SenderBook:
         self._host_failures: collections.Counter[str] = collections.Counter()  # failed requests in a row, by host
         self._by_origin: dict[str, set[str]] = {}  # libp2p host -> the senders its announcements made known
         self._refusals: collections.deque[tuple[str, str]] = collections.deque(maxlen=_REFUSALS_KEPT)
+        self._benched: dict[str, float] = {}  # sender -> monotonic time its bench by the node ends
 
     # ------------------------------------------------------------------------------ what arrives
 
@@ -232,6 +238,7 @@ class SenderBook:
         ``max_unknown_senders``, forget the least useful of them (counted as ``evicted_senders``) of the kind over
         its part of the book (see the module docstring). True if ``sender`` stayed in the book."""
         self._senders[sender] = state
+        state.rest_until = self._benched.get(sender, 0.0)  # forgotten and heard again: still benched
         if state.origin is not None:
             self._by_origin.setdefault(state.origin, set()).add(sender)
         config = self.config
@@ -333,16 +340,16 @@ class SenderBook:
     # ------------------------------------------------------------------------------ choosing and fetching
 
     def choose(self, need: int, spares: int = 0, urgent_only: bool = False) -> tuple[list[Choice], list[Choice]]:
-        """Unseen fresh records to fetch for ``need`` groups, by the fair refill of :mod:`swarm.refill` (each
-        sender's share bounded, the senders not judged good sharing a pool, round-robin across senders freshest
-        first, a date counting at most as now); and up to ``spares`` more records of other publishers (to hedge a
-        slow fetch with), those of senders judged good first. ``urgent_only``: of that plan, only the records heard
-        ``fetch_heard_within`` seconds ago or more (no spares): the refill would fetch them, and they may leave with
-        their publisher before it is due. Records of resting hosts and senders are left out, and so are a departed
-        publisher's records that left with it: those it served itself, unless another publisher heard from (not
-        departed) serves from the same host. Its records stored in the DHT live on until their ttl and stay
-        choosable: a publisher that announced its records and left before this reader's next refill (which comes
-        once per step of its caller) would otherwise never have them read."""
+        """Unseen fresh records to fetch for ``need`` groups, by the fair refill of :mod:`swarm.refill` (each sender's
+        share bounded, the senders not judged good sharing a pool, round-robin across senders, the one whose turn came
+        longest ago first, then the freshest, a date counting at most as now); and up to ``spares`` more records of
+        other publishers (to hedge a slow fetch with), those of senders judged good first. ``urgent_only``: of that
+        plan, only the records heard ``fetch_heard_within`` seconds ago or more (no spares): the refill would fetch
+        them, and they may leave with their publisher before it is due. Records of resting hosts and senders are left
+        out, and so are a departed publisher's records that left with it: those it served itself, unless another
+        publisher heard from (not departed) serves from the same host. Its records stored in the DHT live on until their
+        ttl and stay choosable: a publisher that announced its records and left before this reader's next refill (which
+        comes once per step of its caller) would otherwise never have them read."""
         config = self.config
         now, monotonic = self._clock.time(), self._clock.monotonic()
         oldest, newest = now - config.record_ttl, now + config.clock_skew_tolerance
@@ -358,7 +365,7 @@ class SenderBook:
                 trusted = state.judged_good()
                 mine = [
                     Offer(Choice(sender, ref, state.host), sender, ref.num_groups, min(ref.created_at, now),
-                          now - state.heard.get(seq, now) >= config.fetch_heard_within, trusted)
+                          now - state.heard.get(seq, now) >= config.fetch_heard_within, trusted, state.turn)
                     for seq, ref in state.refs.items()
                     if (sender, seq) not in self._seen_refs and (sender, seq) not in self._in_flight
                     and oldest <= ref.created_at <= newest
@@ -398,20 +405,28 @@ class SenderBook:
             return None if state is None else state.public_key
 
     def fetching(self, choice: Choice, now: bool) -> None:
-        """``choice`` is being fetched (``now`` True) or no longer is: meanwhile it is not chosen again."""
+        """``choice`` is being fetched (``now`` True) or no longer is: meanwhile it is not chosen again. A fetch that
+        begins is its sender's turn: the senders that waited longer go before it in the next refill."""
         with self._lock:
             if now:
                 self._in_flight.add((choice.sender, choice.ref.seq))
+                self._took_turn(choice.sender)
             else:
                 self._in_flight.discard((choice.sender, choice.ref.seq))
 
     def mark_fetched(self, sender: str, ref: RecordRef, host: str | None = None) -> None:
         """``ref`` arrived (or is not to be asked for again): it is not chosen again; ``host`` answered."""
         with self._lock:
+            self._took_turn(sender)
             self._seen_refs[(sender, ref.seq)] = ref.created_at
             self._missing_tries.pop((sender, ref.seq), None)
             if host is not None:
                 self._host_failures.pop(host, None)
+
+    def _took_turn(self, sender: str) -> None:
+        state = self._senders.get(sender)
+        if state is not None:
+            state.turn = self._clock.monotonic()
 
     def record_missing(self, sender: str, ref: RecordRef, unreachable: bool = False) -> None:
         """Not there yet (a store still travelling), lost, or its host did not answer (``unreachable``): retried a
@@ -471,6 +486,21 @@ class SenderBook:
                 state.rest_until = self._clock.monotonic() + seconds
         self._counters.add("sender_strikes")
 
+    def bench(self, sender: str, seconds: float) -> None:
+        """The node benched ``sender`` for ``seconds`` (it sets the sender's groups aside unread meanwhile): its records
+        are not chosen for as long, so that they take no room of a refill (:meth:`resting` says True), even if the
+        book forgets the sender and hears of it again meanwhile."""
+        now = self._clock.monotonic()
+        with self._lock:
+            until = max(self._benched.pop(sender, 0.0), now + seconds)
+            self._benched = {other: end for other, end in self._benched.items() if end > now}
+            self._benched[sender] = until
+            if len(self._benched) > _BENCHES_KEPT:  # the bench ending first is forgotten first
+                del self._benched[min(self._benched, key=self._benched.__getitem__)]
+            state = self._senders.get(sender)
+            if state is not None:
+                state.rest_until = max(state.rest_until, until)
+
     def refusals(self) -> list[tuple[str, str]]:
         """The strikes since the last call, as ``(sender, reason)``, oldest first (at most ``_REFUSALS_KEPT``)."""
         with self._lock:
@@ -487,7 +517,8 @@ class SenderBook:
             return "good" if state.judged_good() else "bad" if state.stands_badly() else "unjudged"
 
     def resting(self, sender: str) -> bool:
-        """True while ``sender``'s records are not chosen: it rests after a strike, or its host after a failure."""
+        """True while ``sender``'s records are not chosen: it rests after a strike or while benched, or its host after
+        a failure."""
         resting = self.resting_hosts()
         with self._lock:
             state = self._senders.get(sender)

@@ -148,6 +148,12 @@ class SwarmTransport(ABC):
         share of its own once its groups were judged good; this one ignores it."""
         return None
 
+    def bench(self, sender: str, seconds: float) -> None:
+        """Be told that the node benched ``sender`` for ``seconds`` (it sets the sender's groups aside unread): a
+        transport that schedules its fetches by sender (:class:`swarm.dht.DHTTransport`) fetches none of its records
+        meanwhile, so that they take no room of a refill; this one ignores it."""
+        return None
+
     def refusals(self) -> list[tuple[str, str]]:
         """The records of other peers this transport refused or never got served since the last call, as
         ``(sender, reason)``, so that the node's sender standing counts them as it counts the groups it refused

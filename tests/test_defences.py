@@ -94,8 +94,10 @@ def test_trainer_drops_unhygienic_groups_and_benches_their_sender(tmp_path, smol
     def exact(prompts, completions, answer, **kw):
         return [float(f"<answer>{a}</answer>" in c[0]["content"]) for c, a in zip(completions, answer, strict=True)]
 
+    receiver, benches = swarm.join("honest"), []
+    receiver.bench = lambda sender, seconds: benches.append((sender, seconds))  # SwarmTransport.bench: told of it
     trainer = tiny_trainer(
-        tmp_path / "out", smollm_tokenizer, [exact], dataset, swarm.join("honest"),
+        tmp_path / "out", smollm_tokenizer, [exact], dataset, receiver,
         num_local=1, num_external=1, max_steps=1, external_pool_size=8, completion_forbidden_patterns=[r"https?://"],
         sender_drop_limit=2, sender_window=5,
         plausibility_margin=None,  # hygiene and standing alone (the check would refuse step 1's groups)
@@ -105,6 +107,7 @@ def test_trainer_drops_unhygienic_groups_and_benches_their_sender(tmp_path, smol
     # Two of the attacker's groups fail hygiene and bench it; its third is set aside unread (order is random).
     assert totals["dropped/hygiene"] == 2 and totals["dropped/benched_sender"] == 1, dict(totals)
     assert totals["benched_senders"] == 1 and trainer.intake.standing.benched(time.time()) == ["attacker"]
+    assert benches == [("attacker", trainer.args.sender_bench_seconds)]  # its transport fetches none of its records
     assert trainer.taken_from == {"friend": 1}
 
 

@@ -222,8 +222,8 @@ def test_senders_not_judged_good_share_a_pool_while_one_judged_good_offers_recor
     assert len(book.choose(16)[0]) == 4  # no one judged good: every sender's share, no pool
     _announce(book, "honest", now - 5, (1, now - 5, 4), (2, now - 4, 4))
     book.judge("honest", True)
-    chosen = book.choose(16)[0]  # the pool: a quarter of 16 groups, one stranger's record of 4
-    assert sum(choice.sender.startswith("stranger") for choice in chosen) == 1
+    chosen = book.choose(16)[0]  # the pool: a quarter of 16 groups, half of it a sender: two strangers' records of 4
+    assert sum(choice.sender.startswith("stranger") for choice in chosen) == 2
     assert sorted(choice.ref.seq for choice in chosen if choice.sender == "honest") == [1, 2]
 
 
@@ -322,3 +322,76 @@ def test_a_record_waiting_longer_than_fetch_heard_within_is_fetched_before_the_r
     assert book.choose(4, urgent_only=True)[0] == []
     clock.advance(3)  # the early record waited 11 s, the late one 3 s
     assert [choice.sender for choice in book.choose(4, urgent_only=True)[0]] == ["early"]
+
+
+def _refills(book: SenderBook, clock: ManualClock, refills: int, claimers: int) -> list[list[tuple[str, int]]]:
+    """``refills`` refills for 16 groups, 3 s apart, one every step: a sender judged good and an honest newcomer each
+    announce a record of 4 groups dated half a second ago, and each of ``claimers`` identities one of 8 groups dated
+    now, just before the refill; every record chosen is fetched. The chosen ``(sender, seq)`` of each refill."""
+    plans = []
+    for step in range(refills):
+        now = clock.time()
+        _announce(book, "good", now, (step + 2, now - 0.5, 4))
+        _announce(book, "newcomer", now, (step + 2, now - 0.5, 4))
+        for n in range(claimers):
+            _announce(book, f"claimer-{n}", now, (step + 1, now, 8))
+        chosen = book.choose(16)[0]
+        for choice in chosen:
+            book.mark_fetched(choice.sender, choice.ref, choice.host)
+        plans.append([(choice.sender, choice.ref.seq) for choice in chosen])
+        clock.advance(3.0)
+    return plans
+
+
+def _book_with_a_good_sender_and_a_newcomer() -> tuple[SenderBook, ManualClock]:
+    clock = ManualClock()
+    book, now = SenderBook(DHTTransportConfig(), SwarmCounters(), clock), clock.time()
+    _announce(book, "good", now, (1, now, 4))
+    book.judge("good", True)
+    _announce(book, "newcomer", now, (1, now, 4))
+    return book, clock
+
+
+def test_a_fresh_claim_before_every_refill_covers_only_its_share_of_the_pool_and_the_newcomer_is_fetched():
+    # One identity announcing a true record of 8 groups dated now before each refill used to be credited with its
+    # share of the whole need (8 of 16) inside a pool of 4: its record alone covered the pool at every refill, and an
+    # honest newcomer's record, always older, was never fetched (nor judged, nor could it earn a share of its own).
+    book, clock = _book_with_a_good_sender_and_a_newcomer()
+    plans = _refills(book, clock, 5, claimers=1)
+    for step, plan in enumerate(plans):  # the pool is 4 groups: the claimer's record (credited 2, half the pool)...
+        assert [seq for sender, seq in plan if sender == "claimer-0"] == [step + 1]
+        assert sum(sender == "newcomer" for sender, _ in plan) == 1  # ...and the newcomer's
+    assert all(("good", step + 2) in plan for step, plan in enumerate(plans))  # the good sender keeps its share
+
+
+def test_senders_take_turns_in_the_pool_so_fresh_claimers_cannot_keep_a_newcomer_out():
+    # Two identities with fresh claims fill the pool (half of it each) at every refill if the freshest go first; by
+    # turns, the newcomer, fetched longest ago, goes first at the next refill.
+    book, clock = _book_with_a_good_sender_and_a_newcomer()
+    plans = _refills(book, clock, 6, claimers=2)
+    fetched = [step for step, plan in enumerate(plans) if any(sender == "newcomer" for sender, _ in plan)]
+    assert fetched and fetched[0] <= 1 and len(fetched) >= 3
+    for plan in plans:  # each claimer within half the pool: one record a refill at most
+        assert all(sum(sender == f"claimer-{n}" for sender, _ in plan) <= 1 for n in range(2))
+
+
+def test_a_sender_the_node_benched_takes_no_room_of_a_refill_for_the_benchs_length():
+    clock = ManualClock()
+    book, now = SenderBook(DHTTransportConfig(max_unknown_senders=2), SwarmCounters(), clock), clock.time()
+    _announce(book, "good", now, (1, now - 5, 4))
+    book.judge("good", True)
+    _announce(book, "cheat", now, (1, now, 8))  # fresh, claims 8
+    _announce(book, "newcomer", now - 1, (1, now - 1, 4))
+    book.bench("cheat", 600.0)  # the node set its groups aside: it will read none for 10 minutes
+    assert book.resting("cheat")
+    assert {choice.sender for choice in book.choose(16)[0]} == {"good", "newcomer"}
+    # forgotten (the book of unknown senders is full) and heard of again, it is still benched
+    for n in range(3):
+        _announce(book, f"stranger-{n}", now, (1, now - 2, 1))
+    assert "cheat" not in book.senders()
+    clock.advance(1.0)
+    _announce(book, "cheat", clock.time(), (2, clock.time(), 8))
+    assert "cheat" in book.senders() and "cheat" not in {choice.sender for choice in book.choose(16)[0]}
+    clock.advance(600.0)
+    _announce(book, "cheat", clock.time(), (3, clock.time(), 8))
+    assert not book.resting("cheat") and "cheat" in {choice.sender for choice in book.choose(16)[0]}
