@@ -64,6 +64,9 @@ _RETURNED_IDS_KEPT = 100_000  # ids of groups handed out, so a record fetched tw
 _TAKES_KEPT = 6  # take() calls whose interval and size make the caller's pace
 _SPARES = 2  # records of other publishers held ready to hedge a slow fetch with
 _SKEW_WARNINGS_KEPT = 10_000  # senders warned about their clock (each once)
+_SKEW_WARNING_EVERY = (
+    60.0  # seconds between two clock warnings: identities are free, a line for each would fill the log
+)
 _JOINING_READS = 2  # index reads a joining reader does whatever arrives: its guess of the level, then level 0 whole
 
 
@@ -125,6 +128,8 @@ class SwarmReader:
         # groups cached since the last take, by sender: what the next take gets fresh
         self._fetched_since_take: collections.Counter[str] = collections.Counter()
         self._skew_warned: collections.OrderedDict[str, None] = collections.OrderedDict()  # warned once each
+        self._skew_last_warning = -float("inf")  # monotonic time of the last clock warning
+        self._skew_unwarned = 0  # senders found ahead since then, not named in a line
         self._last_index_read = -float("inf")
         self._last_announcement = -float("inf")  # monotonic time of the latest valid announcement
         self._listening: tuple[int, frozenset[int]] | None = None  # topic level and shards listened to...
@@ -457,19 +462,26 @@ class SwarmReader:
         self._counters.add("received_groups", len(accepted))
 
     def _clock_skew(self, sender: str, ahead: float) -> None:
+        """Count a record or announcement of ``sender`` dated ``ahead`` seconds in the future, and warn of a sender
+        not warned of before: one line at most every :data:`_SKEW_WARNING_EVERY` seconds, counting the senders found
+        ahead meanwhile (identities are free: a line each would let one peer fill the log)."""
         self._reject("clock_skew", f"key fingerprint {sender} is {ahead:.1f} s in the future")
-        if sender not in self._skew_warned:
-            self._skew_warned[sender] = None
-            while len(self._skew_warned) > _SKEW_WARNINGS_KEPT:  # identities are free: the memory of them is bounded
-                self._skew_warned.popitem(last=False)
-            logger.warning(
-                "key fingerprint %s: records of key fingerprint %s are dated %.1f s in the future: the clocks of the "
-                "two machines differ (hivemind peers whose clocks differ by more than 3 s fail to interact); sync them "
-                "(NTP)",
-                self._label,
-                sender,
-                ahead,
-            )
+        if sender in self._skew_warned:
+            return
+        self._skew_warned[sender] = None
+        while len(self._skew_warned) > _SKEW_WARNINGS_KEPT:  # identities are free: the memory of them is bounded
+            self._skew_warned.popitem(last=False)
+        now = self._clock.monotonic()
+        if now - self._skew_last_warning < _SKEW_WARNING_EVERY:
+            self._skew_unwarned += 1
+            return
+        others = f" (and {self._skew_unwarned} other senders since the last such line)" if self._skew_unwarned else ""
+        self._skew_last_warning, self._skew_unwarned = now, 0
+        logger.warning(
+            "key fingerprint %s: records of key fingerprint %s are dated %.1f s in the future%s: the clocks of the two "
+            "machines differ (hivemind peers whose clocks differ by more than 3 s fail to interact); sync them (NTP)",
+            self._label, sender, ahead, others,
+        )  # fmt: skip
 
 
 def _evicted(cache: list[ReceivedGroup], excess: int, now: float) -> list[ReceivedGroup]:

@@ -143,6 +143,27 @@ def test_a_peer_whose_clock_runs_ahead_is_rejected_as_clock_skew():
     assert b.counters.snapshot()["rejected/clock_skew"] >= 1
 
 
+def test_senders_dated_ahead_are_warned_of_at_most_once_a_minute_however_many_identities(caplog):
+    """Identities are free: a warning line for each sender dated ahead would let one peer write the node's log full.
+    Twelve identities ahead make one line naming the first and, a minute later, one counting the others."""
+    dht, clock, fast_clock = DictDHT(), ManualClock(), ManualClock()
+    fast_clock.advance(10)
+    reader = Peer(dht, clock, index_shards_per_poll=0)
+    for n in range(12):
+        Peer(dht, fast_clock, index_shards_per_poll=0).publish(f"future-{n}", created_at=fast_clock.time())
+    with caplog.at_level("WARNING", logger="swarm.reader"):
+        run(reader.reader.read_index(dht))
+        lines = [r.getMessage() for r in caplog.records if r.name == "swarm.reader" and "future" in r.getMessage()]
+        assert len(lines) == 1 and "other senders" not in lines[0], lines
+        assert reader.counters.snapshot()["rejected/clock_skew"] == 12
+        clock.advance(61)
+        fast_clock.advance(61)
+        Peer(dht, fast_clock, index_shards_per_poll=0).publish("late", created_at=fast_clock.time())
+        run(reader.reader.read_index(dht))
+    lines = [r.getMessage() for r in caplog.records if r.name == "swarm.reader" and "future" in r.getMessage()]
+    assert len(lines) == 2 and "(and 11 other senders since the last such line)" in lines[1], lines
+
+
 def test_a_poll_reads_a_few_index_shards_in_rotation_and_fetches_only_what_the_cache_lacks():
     dht, clock = DictDHT(), ManualClock()
     reader = Peer(  # one level: the rotation over level 0's shards (levels: the large-swarm tests below)
