@@ -103,7 +103,8 @@ class FindGate:
             self.counters.reject("find_rested")
             return None
         entry = self.book.entry(sender)
-        entry.keys += min(keys, self.max_keys + 1)  # a request of too many keys costs what it is refused for
+        # a request of too many keys costs what it is refused for; one of none still costs a request's handling
+        entry.keys += max(1, min(keys, self.max_keys + 1))
         if keys > self.max_keys:
             self.counters.reject("find_too_many_keys")
             if entry.keys > self.budget_keys:

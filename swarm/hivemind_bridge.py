@@ -157,7 +157,8 @@ def gated_find(protocol: Any, wrap: Any) -> Any:
     """A find handler of ``protocol`` (a ``DHTProtocol``): ``wrap(answer, refuse)``, where ``refuse(request)`` is an
     answer without results (which hivemind's caller reads as no answer) and ``answer(request, context, room)`` answers
     as hivemind's ``rpc_find`` does (a result per key, in order: the value held under it, if any, and its nearest
-    neighbours), except that a key named again is answered empty (no value, no neighbours), and that values are added
+    neighbours), except that a key named again, or one that is no DHT id, is answered empty (no value, no neighbours),
+    and that values are added
     only while their bytes stay within ``room`` and within p2pd's message cap with room for every key's neighbours;
     past it a key is answered with its neighbours only, as if no value were held here. It returns the answer and the
     value bytes it holds."""
@@ -169,14 +170,16 @@ def gated_find(protocol: Any, wrap: Any) -> Any:
         room = min(room, MAX_MESSAGE_BYTES - 4096 - keys * protocol.bucket_size * NEIGHBOUR_BYTES)
         response = dht_pb2.FindResponse(results=[], peer=protocol.node_info)
         asker = DHTID.from_bytes(request.peer.node_id)
+        # every key read before anything is built: a key hivemind cannot read (it raises) after a large value would
+        # leave that value built and its bytes uncharged
+        parsed = [_dht_id(raw) for raw in request.keys]
         seen: set[bytes] = set()
         held = 0
-        for raw in request.keys:
-            if raw in seen:
+        for raw, key in zip(request.keys, parsed, strict=True):
+            if raw in seen or key is None:
                 response.results.append(dht_pb2.FindResult(type=dht_pb2.NOT_FOUND))
                 continue
             seen.add(raw)
-            key = DHTID.from_bytes(raw)
             item = _found(protocol, key, room - held)
             held += len(item.value)
             for node_id, peer_id in protocol.routing_table.get_nearest_neighbors(
@@ -191,6 +194,14 @@ def gated_find(protocol: Any, wrap: Any) -> Any:
         return dht_pb2.FindResponse(results=[], peer=protocol.node_info)
 
     return wrap(answer, refuse)
+
+
+def _dht_id(raw: bytes) -> DHTID | None:
+    """The DHT id of a requested key, or None when it is none (hivemind asserts on an id out of its range)."""
+    try:
+        return DHTID.from_bytes(raw)
+    except (AssertionError, ValueError, TypeError):
+        return None
 
 
 def _found(protocol: Any, key: DHTID, room: int) -> Any:
