@@ -51,6 +51,10 @@ def is_this_machine(host: str) -> bool:
         return False
 
 
+UNLISTED_SECONDS = 1.0
+"""How long a peer the daemon lists no address for is booked as hostless before it is looked up again."""
+
+
 class PeerHosts:
     """The host (:func:`host_of_ip`) each connected libp2p peer connects from, looked up in the daemon's connections.
 
@@ -61,7 +65,8 @@ class PeerHosts:
         clock: monotonic seconds (tests pass their own).
 
     A peer not in the book costs one ``list_peers`` call (shared by the lookups waiting for it at the same time),
-    which also books every other connected peer; a peer the daemon lists no address for has no host (None).
+    which also books every other connected peer; a peer the daemon lists no address for has no host (None), booked so
+    for :data:`UNLISTED_SECONDS` only.
     """
 
     def __init__(
@@ -97,8 +102,11 @@ class PeerHosts:
         except Exception:  # the daemon did not answer: no host now, looked up again next time
             return None
         host = hosts.get(key)
-        self._book.pop(key, None)  # booked last (even without a host), so that the bound keeps it
-        self._book[key] = (host, self._clock())
+        self._book.pop(key, None)  # booked last, so that the bound keeps it
+        # a peer not listed (its connection closed as its request arrived, say) is booked as hostless only briefly:
+        # its next requests, once it is listed again, count to its host
+        when = self._clock() if host is not None else self._clock() - self.ttl + UNLISTED_SECONDS
+        self._book[key] = (host, when)
         self._trim()
         return host
 

@@ -5,8 +5,9 @@ Each stored value is counted to its storer, ``(host, peer)``: the host (:func:`s
 libp2p peer of the store request that brought it. Peers are free (a key each), hosts are not: counting hosts first
 makes a machine that stores under many identities lose its own values before another host's, however it spreads them
 over its identities. Peers of one host (a swarm on one machine, peers behind one NAT) are weighed against each other
-as before, by what each holds. A peer whose host is not known is a host of its own; values with no storer (this
-node's own stores, a lookup's cached results, what was held before the count began) are one group.
+as before, by what each holds. The peers whose host is not known are one host together (identities that keep their
+connections out of the daemon's listing gain nothing by it); values with no storer (this node's own stores, a lookup's
+cached results, what was held before the count began) are one group.
 """
 
 from __future__ import annotations
@@ -27,10 +28,12 @@ _NO_ONE: Storer = (None, None)
 
 
 def host_group(storer: Storer | None) -> Hashable:
-    """The group a value of ``storer`` is counted in first: its host, or for a peer of unknown host the peer itself
-    (no storer: one group of its own)."""
+    """The group a value of ``storer`` is counted in first: its host; the peers of unknown host share one (no storer:
+    one group of its own)."""
     host, peer = storer or _NO_ONE
-    return ("host", host) if host is not None else ("peer", peer)
+    if host is not None:
+        return ("host", host)
+    return ("unlisted",) if peer is not None else ("no one",)
 
 
 def evict_by_host_then_peer(

@@ -38,7 +38,10 @@ from swarm.peer_hosts import is_this_machine
 from swarm.rest_book import MAX_REST_SECONDS, RestBook, SenderWindow
 from swarm.transport import SwarmCounters
 
-__all__ = ["MAX_REST_SECONDS", "STORE_REQUEST", "StoreGate", "StoreRequest", "current_storer"]
+__all__ = ["MAX_REST_SECONDS", "STORE_REQUEST", "UNLISTED", "StoreGate", "StoreRequest", "current_storer"]
+
+UNLISTED = "unlisted"
+"""The host the store requests of peers whose host is not known count to together (for the host budget)."""
 
 
 @dataclass
@@ -211,12 +214,14 @@ class StoreGate:
         return True
 
     def within_host_budget(self, host: str | None, values: int, nbytes: int) -> bool:
-        """Count a store request from ``host`` (None: not known, and this machine's loopback: not counted) into its
+        """Count a store request from ``host`` (None: not known, counted as one host :data:`UNLISTED` together; this
+        machine's loopback: not counted) into its
         window as it arrives; False when
         the window's values or bytes would then exceed ``host_budget_peers`` senders' budgets. Nobody rests for it:
         the host's window refuses its peers' requests until it ends."""
-        if host is None or self.host_budget_peers is None or is_this_machine(host):
+        if self.host_budget_peers is None or (host is not None and is_this_machine(host)):
             return True  # peers of this machine (a swarm on one) are its operator's: each has its own budget only
+        host = host if host is not None else UNLISTED  # peers the daemon does not list share one host's budget
         now = self._clock()
         window = self._hosts.get(host)
         if window is None or now - window.began > self.window:

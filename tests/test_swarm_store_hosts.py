@@ -118,6 +118,8 @@ def test_peer_hosts_books_the_connected_peers_at_one_listing_and_is_bounded():
         assert await hosts.host(peer_id("relay-only")) is None and hosts.lookups == 2  # booked as hostless
         assert await hosts.host(peer_id("gone")) is None and hosts.lookups == 3  # not listed: booked as hostless
         assert len(hosts) == 3  # bounded: the one found longest ago left
+        clock[0] += 1.5  # hostless is booked for a second only: listed again
+        assert await hosts.host(peer_id("gone")) is None and hosts.lookups == 4
         clock[0] += 61  # after the ttl: looked up again
         listed[0] = SimpleNamespace(peer_id=peer_id("a"), addrs=[Addr(ip4="10.0.0.2")])
         assert await hosts.host(peer_id("a")) == "10.0.0.2"
@@ -151,7 +153,9 @@ def test_the_peers_of_one_host_share_a_budget_and_none_rests_for_it():
     assert not gate.resting("sybil-3") and counters.snapshot()["rejected/store_host_budget"] == 11
     assert "store_senders_rested" not in counters.snapshot()
     assert stored(gate, "honest", "10.0.0.1", 10) == [True] * 10  # another host's peers are not touched
-    assert stored(gate, "unknown", None, 10) == [True] * 10  # a peer of unknown host: its own budget only
+    assert stored(gate, "unknown-1", None, 10) == [True] * 10  # peers of unknown host share one host's budget
+    assert stored(gate, "unknown-2", None, 10) == [True] * 10
+    assert stored(gate, "unknown-3", None, 10) == "refused unverified"
     for n in range(5):  # peers of this machine (a swarm on one, loopback): each its own budget only, as before
         assert stored(gate, f"local-{n}", "127.0.0.1", 10) == [True] * 10
     now[0] += 10.5  # the host's window ended
