@@ -371,7 +371,8 @@ class SAPOConfig(GRPOConfig):
             "standing (`sapo.rederivation`). Identities cost nothing to make: without it, new identities each naming "
             "a costly config cost the round's `regeneration_budget` every round. Default 15: a newcomer on this "
             "peer's own configs, and every sender found usable, is never held up by it; a newcomer with a foreign "
-            "config waits out the rest while such identities keep coming. `None`: no shared rest."
+            "config waits out the rest while such identities keep coming. With `sender_drop_limit` `None` (no "
+            "standing) no sender is ever found usable, so every sender shares this rest. `None`: no shared rest."
         },
     )
     eval_questions: int = field(

@@ -229,7 +229,6 @@ class Intake:
         rank = self.accelerator.process_index
         taken.share = taken.chosen[rank * per_process : (rank + 1) * per_process]
         received = [c for c in taken.chosen if c.origin == SWARM]
-        self.rederivation.settle({(c.sender, str(c.group.group_id)) for c in received})
         self.totals["held_taken"] += sum(map(self.hold.was_offered, received))
         if self.replay is not None:
             self.replay.taken(taken.chosen)
@@ -242,6 +241,9 @@ class Intake:
         taken.records += [self._candidate_record(c, TAKEN) for c in taken.chosen]
         left = [*chosen[len(taken.chosen) :], *unused]
         held = {id(c) for c in self.hold.keep(left, time.time())}
+        # chosen (trained on, or left over by the processes' equal shares) or held: the sender pays nothing for it
+        spared = [c for c in [*chosen, *(c for c in left if id(c) in held)] if c.origin == SWARM]
+        self.rederivation.settle({(c.sender, str(c.group.group_id)) for c in spared})
         taken.records += [self._candidate_record(c, HELD if id(c) in held else "not_chosen") for c in left]
         self._write_log(taken.records)
         self._rounds += 1

@@ -112,7 +112,7 @@ class RoundRederivation:
 
     def truths(self, received: list[ReceivedGroup]) -> list[dict[str, Any] | GroupDropped]:
         """The columns (or the drop) of each of ``received``, in their order; the sources' per-round bounds start
-        afresh. The costly items re-derived are charged at :meth:`settle`, unless trained on."""
+        afresh. The costly items re-derived are charged at :meth:`settle`, unless used."""
         self.sources.new_round()
         self._unsettled = []
         now = time.time()
@@ -122,13 +122,13 @@ class RoundRederivation:
             truths[i] = self._rederive(received[i], newcomer=received[i].sender not in known)
         return truths
 
-    def settle(self, trained: Collection[tuple[str, str]]) -> None:
-        """Charge the round's costly items that were re-derived but not trained on (``trained``: ``(sender, group
-        id)`` of the groups the round took): a sender whose items its source re-derives slowly but correctly, and
-        whose groups are then dropped (too few completions, zero advantage, implausible), pays for them as for
-        items that could not be re-derived."""
+    def settle(self, spared: Collection[tuple[str, str]]) -> None:
+        """Charge the round's costly items that were re-derived but not used (``spared``: ``(sender, group id)`` of
+        the groups the round took or held for a later one): a sender whose items its source re-derives slowly but
+        correctly, and whose groups are then dropped (too few completions, zero advantage, implausible), pays for them
+        as for items that could not be re-derived."""
         for item, seconds, newcomer in self._unsettled:
-            if (item.sender, str(item.group.group_id)) not in trained:
+            if (item.sender, str(item.group.group_id)) not in spared:
                 self._charge(item.sender, seconds, newcomer)
         self._unsettled = []
 

@@ -156,7 +156,13 @@ class SourceRegistry:
         provenance = group.provenance
         source = self.source_of(provenance) if isinstance(provenance, Provenance) else None
         # a source of another make (not a TaskSource subclass) may not have the hook
-        return source is not None and callable(hook := getattr(source, "costly", None)) and bool(hook(provenance))
+        if source is None or not callable(hook := getattr(source, "costly", None)):
+            return False
+        try:
+            return bool(hook(provenance))
+        except Exception as e:  # a source's own error never stops training: its re-derivation will say what it is
+            logger.warning("task source %s raised in costly(): %s: %s", source.describe(), type(e).__name__, e)
+            return False
 
     def source_of(self, provenance: Provenance) -> TaskSource | None:
         """The registered source that holds ``provenance``, or None."""
