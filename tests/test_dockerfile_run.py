@@ -280,3 +280,12 @@ def test_docker_stop_gives_the_node_time_to_checkpoint(final_stage):
         for run in runs:
             grace = _option(run, "--stop-timeout")
             assert grace and int(grace[0]) >= 60, f"{path}: `docker run` without --stop-timeout 60: {' '.join(run)}"
+
+
+def test_the_documented_docker_run_lines_cap_dockers_log_of_the_node():
+    """Docker's default log driver keeps every line of a container's output: a node that runs for months, or a peer
+    that makes it log, would fill the host's disk. The documented `docker run` lines cap it."""
+    for path in ("README.md", "docs/docker.md", "docs/node_operations.md"):
+        for run in _commands((ROOT / path).read_text(), "docker run"):
+            caps = dict(value.split("=", 1) for value in _option(run, "--log-opt"))
+            assert {"max-size", "max-file"} <= set(caps), f"{path}: `docker run` without --log-opt max-size/max-file"
