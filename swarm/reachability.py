@@ -96,9 +96,12 @@ def tcp_ports(maddrs: Sequence[Any]) -> list[int]:
     return ports
 
 
-def observed_ip(addrs: Sequence[Any]) -> str | None:
-    """The IP address of the first address of a connected peer as this peer's daemon sees it."""
+def observed_ip(addrs: Sequence[Any], direct_only: bool = False) -> str | None:
+    """The IP address of the first address of a connected peer as this peer's daemon sees it; with ``direct_only``,
+    of its first address that is no relay circuit (a relayed peer's address is the relay's IP)."""
     for addr in addrs:
+        if direct_only and "/p2p-circuit" in str(addr):
+            continue
         for protocol in ("ip4", "ip6"):
             with contextlib.suppress(Exception):
                 return str(addr[protocol])
@@ -172,7 +175,7 @@ class DialBack:
         except Exception:
             return BytesValue()
         infos = [info for info in await self._p2p().list_peers() if info.peer_id == context.remote_id]
-        ip = observed_ip(infos[0].addrs) if infos else None
+        ip = observed_ip(infos[0].addrs, direct_only=True) if infos else None  # never a relay: a third party
         if ip is None:
             return BytesValue()
         self._counters.add("dial_backs_answered")

@@ -477,3 +477,42 @@ def test_dial_backs_are_bounded_for_all_askers_together_not_only_per_asker():
     assert all(isinstance(decode_verdict(a.value), bool) for a in answers[:30])  # answered: the dial was made
     assert all(a.value == b"" for a in answers[30:]) and len(looked_up) == 30
     assert counters.snapshot()["dial_backs_answered"] == 30 and counters.snapshot()["dial_backs_refused"] == 11
+
+
+def test_a_dial_back_never_dials_a_relay_that_an_asker_came_through(monkeypatch):
+    """A peer reached through a circuit relay is listed at the relay's address: dialing the ports the asker names
+    there would make this peer probe a third party. Only an address of the asker's own is dialed; with none, no
+    answer and no dial. (Dials are recorded, never made: the addresses are documentation ones.)"""
+    from types import SimpleNamespace
+
+    from hivemind.utils.multiaddr import Multiaddr
+
+    from swarm import reachability
+    from swarm.reachability import DialBack, encode_ports, observed_ip
+    from swarm.transport import SwarmCounters
+
+    dialed = []
+
+    async def record_dial(ip, ports, timeout):
+        dialed.append(ip)
+        return False
+
+    monkeypatch.setattr(reachability, "can_connect", record_dial)
+
+    relayed = Multiaddr("/ip4/203.0.113.9/tcp/4001/p2p/QmYyQSo1c1Ym7orWxLYvCrM2EmxFTANf8wXmmE7DWjhx5N/p2p-circuit")
+    direct = Multiaddr("/ip4/198.51.100.4/tcp/31337")
+    assert observed_ip([relayed, direct]) == "203.0.113.9"  # a store's host: the relay's, as documented
+    assert observed_ip([relayed, direct], direct_only=True) == "198.51.100.4"
+    asker = SimpleNamespace(to_base58=lambda: "relayed-asker")
+
+    class Daemon:
+        async def list_peers(self):
+            return [SimpleNamespace(peer_id=asker, addrs=[relayed])]
+
+    async def unreachable(count: int) -> None:
+        raise AssertionError("this peer's own check is not run here")
+
+    counters = SwarmCounters()
+    dial_back = DialBack(Daemon, lambda: [], lambda: [], 0.2, counters, unreachable)
+    answer = asyncio.run(dial_back.handle(BytesValue(value=encode_ports([4001])), SimpleNamespace(remote_id=asker)))
+    assert answer.value == b"" and dialed == [] and "dial_backs_answered" not in counters.snapshot()
