@@ -61,6 +61,7 @@ from swarm.publisher import SwarmPublisher
 from swarm.reachability import DIAL_BACK_HANDLER, DialBack, tcp_ports
 from swarm.reader import SwarmReader
 from swarm.records import Group, ReceivedGroup
+from swarm.serve_gate import ServeGate
 from swarm.served import PeerServedLookup, ServedRecords
 from swarm.store_gate import StoreGate
 from swarm.transport import PeerInfo, SwarmCounters, SwarmTransport, TimingLog, TransportReadout
@@ -118,6 +119,8 @@ class DHTTransport(SwarmTransport):
         )
         # a find request names a bounded number of keys, and one libp2p peer's finds take a budget per window
         self.find_gate = FindGate(self._counters, budget_bytes=config.find_budget_bytes)
+        # and what one libp2p peer's record requests take of what this node serves (each record once, a few retries)
+        self.serve_gate = ServeGate(self._counters)
         rejections = ReasonedRejections(self._counters, on_refusal=store_gate.refused)
         validator = make_record_validator(
             signing_key,
@@ -141,6 +144,7 @@ class DHTTransport(SwarmTransport):
             value_serializer=values,
             store_gate=store_gate,
             find_gate=self.find_gate,
+            serve_gate=self.serve_gate,
         )
         # A peer others cannot dial (client mode) stores its records in the DHT instead of serving them.
         self.served = None

@@ -56,6 +56,7 @@ from swarm.hivemind_bridge import (
 from swarm.levels import size_from_distances
 from swarm.peer_hosts import PeerHosts
 from swarm.rejoin import Rejoin
+from swarm.serve_gate import ServeGate
 from swarm.served import RECORD_HANDLER, ServedRecords
 from swarm.store_gate import StoreGate, current_storer
 from swarm.transport import SwarmCounters
@@ -123,6 +124,8 @@ class DHTPeer:
             whose stored values are mostly refused rests); ``None``: hivemind's handler alone.
         find_gate: what bounds this node's answers to find requests (:class:`swarm.find_gate.FindGate`: how many keys
             a request names, what one peer's requests take per window); ``None``: hivemind's handler.
+        serve_gate: what bounds this node's answers to record requests (:class:`swarm.serve_gate.ServeGate`: what one
+            peer, and the peers of one host, take per window); ``None``: every request is answered.
     """
 
     def __init__(
@@ -135,8 +138,10 @@ class DHTPeer:
         value_serializer: Any = None,
         store_gate: StoreGate | None = None,
         find_gate: FindGate | None = None,
+        serve_gate: ServeGate | None = None,
     ):
         self.config = config
+        self._serve_gate = serve_gate
         self._store_gate = store_gate
         self._find_gate = find_gate
         self._validator = record_validator
@@ -149,7 +154,7 @@ class DHTPeer:
         self._healthy = False
         self.node: DHTNode | None = None
         self._p2p: P2P | None = None
-        self._peer_hosts = PeerHosts(lambda: self.p2p.list_peers())  # the hosts store requests come from
+        self._peer_hosts = PeerHosts(lambda: self.p2p.list_peers())  # the hosts store and record requests come from
         self._p2pd_pid: int | None = None
         self._p2pd: ProcessIdentity | None = None
         self._sockets: list[str] = []
@@ -352,7 +357,9 @@ class DHTPeer:
             raise SwarmJoinError(self._join_failure_message(f"{type(e).__name__}: {e}")) from e
         self._visible = [str(m) for m in await self._p2p.get_visible_maddrs()]
         if served is not None:
-            await self._p2p.add_protobuf_handler(RECORD_HANDLER, served.handle, BytesValue)
+            # one peer asking a public record key over and over had this node send whole records without end
+            handle = served.handle if self._serve_gate is None else self._serve_gate.wrap(served, self._peer_hosts.host)
+            await self._p2p.add_protobuf_handler(RECORD_HANDLER, handle, BytesValue)
             served.host = self._p2p.peer_id.to_base58()
         for name, handler in handlers:
             await self._p2p.add_protobuf_handler(name, handler, BytesValue)

@@ -30,6 +30,7 @@ from swarm.validation import open_served, sign_for_serving
 RECORD_HANDLER = "sapo_swarm.get_record"
 """The libp2p protocol name a publisher answers record requests under."""
 
+_ENVELOPE_BYTES = 16  # msgpack around a record: an array header, a bin header (5), a float (9)
 _MAX_KEY_BYTES = 1024  # a record key asked for (f"{swarm_name}/records/{sender}/{seq}"); a longer one is not served
 
 
@@ -87,10 +88,22 @@ class ServedRecords:
             return [(key, record) for key, record in self._records.items() if record.expiration_time >= now]
 
     async def handle(self, request: BytesValue, context: Any = None) -> BytesValue:
-        """The RPC handler: ``request.value`` is a record key; the answer holds the record
-        (:func:`encode_answer`), or nothing if this peer does not serve it."""
-        key = request.value
-        record = None if len(key) > _MAX_KEY_BYTES else self.get(key.decode("utf-8", errors="replace"))
+        """The RPC handler, ungated: ``request.value`` is a record key; the answer holds the record
+        (:func:`encode_answer`), or nothing if this peer does not serve it. A peer's p2pd answers through
+        :meth:`swarm.serve_gate.ServeGate.wrap` instead, which bounds what one peer's requests take."""
+        return self.answer(self.lookup(request.value))
+
+    def lookup(self, key: bytes) -> SignedRecord | None:
+        """The record a request for ``key`` (its bytes as asked) is answered with; None: not served."""
+        return None if len(key) > _MAX_KEY_BYTES else self.get(key.decode("utf-8", errors="replace"))
+
+    @staticmethod
+    def answer_bytes(record: SignedRecord) -> int:
+        """The size of ``record``'s answer at most (:func:`encode_answer`: its value and a few bytes of envelope)."""
+        return len(record.value) + _ENVELOPE_BYTES
+
+    def answer(self, record: SignedRecord | None) -> BytesValue:
+        """The answer holding ``record`` (None: empty, a miss), counted."""
         if record is None:
             self._counters.add("served_misses")
             return BytesValue()
