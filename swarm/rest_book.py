@@ -1,5 +1,6 @@
 """Who rests: one book of libp2p peers, each with what it sent in its current window and its rests, shared by the
-gates in front of this node's DHT handlers (:mod:`swarm.store_gate`, :mod:`swarm.find_gate`).
+gates in front of this node's handlers (:mod:`swarm.store_gate`, :mod:`swarm.find_gate`, :mod:`swarm.serve_gate`); and
+the windows of hosts whose peers share a budget (:class:`HostWindows`).
 
 A gate counts what a peer's requests hold into the peer's window (its own kind of :class:`SenderWindow`), and rests a
 peer that went beyond its bounds: for ``rest`` seconds, doubling on each further rest up to :data:`MAX_REST_SECONDS`;
@@ -13,6 +14,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Generic, TypeVar
+
+from swarm.peer_hosts import is_this_machine
 
 MAX_REST_SECONDS = 600.0
 """The longest rest of a peer."""
@@ -102,3 +105,49 @@ class RestBook(Generic[W]):
                 del self._entries[sender]
                 return
         del self._entries[next(iter(self._entries))]
+
+
+UNLISTED = "unlisted"
+"""The host that the peers whose address the daemon does not list count to together."""
+
+
+@dataclass
+class HostWindow:
+    """What the peers of one host sent in its current window: requests or values (``count``) and bytes."""
+
+    began: float
+    count: int = 0
+    nbytes: int = 0
+
+
+class HostWindows:
+    """The current window of each host (:mod:`swarm.peer_hosts`) whose peers share a budget, at most ``max_hosts``
+    of them (the window begun longest ago forgotten first).
+
+    Parameters:
+        window: seconds over which a host's peers' requests are counted together.
+        max_hosts: the most hosts held.
+        clock: monotonic seconds (tests pass their own).
+    """
+
+    def __init__(self, window: float, max_hosts: int, clock: Callable[[], float] = time.monotonic):
+        self.window = window
+        self.max_hosts = max_hosts
+        self.clock = clock
+        self._windows: dict[str, HostWindow] = {}
+
+    def of(self, host: str | None) -> HostWindow | None:
+        """``host``'s current window (a new one once its last ended); None for this machine's loopback, whose peers
+        (a swarm on one machine, its operator's) keep their own budgets only. The peers of no known host (None)
+        share the window of :data:`UNLISTED`."""
+        if host is not None and is_this_machine(host):
+            return None
+        host = host if host is not None else UNLISTED
+        now = self.clock()
+        window = self._windows.get(host)
+        if window is None or now - window.began > self.window:
+            self._windows.pop(host, None)
+            if len(self._windows) >= self.max_hosts:
+                del self._windows[next(iter(self._windows))]  # the window begun longest ago
+            window = self._windows[host] = HostWindow(began=now)
+        return window

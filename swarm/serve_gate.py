@@ -43,8 +43,7 @@ from typing import TYPE_CHECKING, Any
 
 from google.protobuf.wrappers_pb2 import BytesValue
 
-from swarm.peer_hosts import is_this_machine
-from swarm.rest_book import RestBook, SenderWindow
+from swarm.rest_book import HostWindows, RestBook, SenderWindow
 from swarm.transport import SwarmCounters
 
 if TYPE_CHECKING:
@@ -81,13 +80,6 @@ class _ServeWindow(SenderWindow):
         """Count this peer's requests, answer bytes and repeats afresh."""
         self.requests, self.nbytes, self.repeats = 0, 0, 0
         self.answered = set()
-
-
-@dataclass
-class _HostWindow:
-    began: float
-    requests: int = 0
-    nbytes: int = 0
 
 
 class ServeGate:
@@ -129,7 +121,7 @@ class ServeGate:
         self._clock = clock
         on_rest = lambda: counters.add("served_senders_rested")  # noqa: E731
         self.book = RestBook(_ServeWindow, window, rest, max_senders, on_rest, clock)
-        self._hosts: dict[str, _HostWindow] = {}  # host -> what its peers' requests took in its window
+        self._hosts = HostWindows(window, max_senders, clock)  # what each host's peers' requests took
 
     def resting(self, sender: str) -> bool:
         """Whether ``sender``'s record requests are answered empty now."""
@@ -165,20 +157,15 @@ class ServeGate:
         return True
 
     def within_host_budget(self, host: str | None, nbytes: int) -> bool:
-        """Count a request from ``host`` (None: not known, and this machine's loopback: not counted) into its window;
+        """Count a request from ``host`` (None: not known, counted with the other unlisted peers; this machine's
+        loopback: not counted) into its window;
         False when the window's requests or bytes would then exceed ``host_budget_peers`` peers' budgets. Nobody rests
         for it: the host's window refuses its peers' requests until it ends."""
-        if host is None or self.host_budget_peers is None or is_this_machine(host):
+        window = None if self.host_budget_peers is None else self._hosts.of(host)
+        if window is None:
             return True
-        now = self._clock()
-        window = self._hosts.get(host)
-        if window is None or now - window.began > self.window:
-            self._hosts.pop(host, None)
-            if len(self._hosts) >= self.max_senders:
-                del self._hosts[next(iter(self._hosts))]  # the window begun longest ago
-            window = self._hosts[host] = _HostWindow(began=now)
-        window.requests += 1
-        over_requests = window.requests > self.host_budget_peers * self.budget_requests
+        window.count += 1
+        over_requests = window.count > self.host_budget_peers * self.budget_requests
         if over_requests or window.nbytes + nbytes > self.host_budget_peers * self.budget_bytes:
             return False  # refused: its bytes are not sent, so not counted
         window.nbytes += nbytes

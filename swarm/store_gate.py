@@ -34,14 +34,10 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from swarm.peer_hosts import is_this_machine
-from swarm.rest_book import MAX_REST_SECONDS, RestBook, SenderWindow
+from swarm.rest_book import MAX_REST_SECONDS, UNLISTED, HostWindows, RestBook, SenderWindow
 from swarm.transport import SwarmCounters
 
 __all__ = ["MAX_REST_SECONDS", "STORE_REQUEST", "UNLISTED", "StoreGate", "StoreRequest", "current_storer"]
-
-UNLISTED = "unlisted"
-"""The host the store requests of peers whose host is not known count to together (for the host budget)."""
 
 
 @dataclass
@@ -65,13 +61,6 @@ def current_storer() -> tuple[str | None, str] | None:
     outside one: whom :class:`swarm.hivemind_bridge.BoundedStorage` counts a stored value to."""
     request = STORE_REQUEST.get()
     return None if request is None else (request.host, request.sender)
-
-
-@dataclass
-class _HostWindow:
-    began: float
-    values: int = 0
-    nbytes: int = 0
 
 
 @dataclass
@@ -129,7 +118,7 @@ class StoreGate:
         self._book = RestBook(
             _StoreWindow, window, rest, max_senders, lambda: counters.add("store_senders_rested"), clock
         )
-        self._hosts: dict[str, _HostWindow] = {}  # host -> what its peers' requests held in its window
+        self._hosts = HostWindows(window, max_senders, clock)  # what each host's peers' requests held
 
     def __len__(self) -> int:
         """How many senders the book holds."""
@@ -219,19 +208,12 @@ class StoreGate:
         window as it arrives; False when
         the window's values or bytes would then exceed ``host_budget_peers`` senders' budgets. Nobody rests for it:
         the host's window refuses its peers' requests until it ends."""
-        if self.host_budget_peers is None or (host is not None and is_this_machine(host)):
-            return True  # peers of this machine (a swarm on one) are its operator's: each has its own budget only
-        host = host if host is not None else UNLISTED  # peers the daemon does not list share one host's budget
-        now = self._clock()
-        window = self._hosts.get(host)
-        if window is None or now - window.began > self.window:
-            self._hosts.pop(host, None)
-            if len(self._hosts) >= self.max_senders:
-                del self._hosts[next(iter(self._hosts))]  # the window begun longest ago
-            window = self._hosts[host] = _HostWindow(began=now)
-        window.values += values
+        window = None if self.host_budget_peers is None else self._hosts.of(host)
+        if window is None:
+            return True
+        window.count += values
         window.nbytes += nbytes
-        over_values = self.budget_values is not None and window.values > self.host_budget_peers * self.budget_values
+        over_values = self.budget_values is not None and window.count > self.host_budget_peers * self.budget_values
         over_bytes = self.budget_bytes is not None and window.nbytes > self.host_budget_peers * self.budget_bytes
         return not (over_values or over_bytes)
 

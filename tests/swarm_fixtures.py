@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
+import subprocess
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -19,6 +21,7 @@ import pytest
 from swarm.daemon import ProcessIdentity
 from swarm.records import Group, Provenance
 from testbed.dht_peers import dht_peer_factory, kill_p2pd
+from testbed.netns import Hosts
 
 STARTED_P2PD: dict[ProcessIdentity, list[str]] = {}
 """p2pd -> its socket files, for every daemon started by these fixtures (and by tests that record theirs)."""
@@ -130,3 +133,22 @@ def no_p2pd_left_behind() -> Iterator[None]:
     collections (see :func:`imports_frozen`)."""
     with p2pd_left_behind_checked(), imports_frozen():
         yield
+
+
+@pytest.fixture
+def hosts() -> Iterator[Hosts]:
+    """Three hosts in network namespaces of their own, joined by veth links (:class:`testbed.netns.Hosts`), removed
+    after the test; the test skips where namespaces cannot be made (no iproute2, no root or CAP_NET_ADMIN)."""
+    if shutil.which("ip") is None:
+        pytest.skip("iproute2 (the ip command) is not installed")
+    made = Hosts(3)
+    try:
+        made.create()
+    except (subprocess.CalledProcessError, OSError) as e:
+        made.remove()
+        detail = e.stderr.strip() if isinstance(e, subprocess.CalledProcessError) and e.stderr else e
+        pytest.skip(f"cannot create network namespaces here (needs root or CAP_NET_ADMIN): {detail}")
+    try:
+        yield made
+    finally:
+        made.remove()

@@ -9,17 +9,14 @@ the namespaces the test creates (10.231.0.0/24, no route out).
 
 from __future__ import annotations
 
-import shutil
 import signal
 import subprocess
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from sapo.node.warm_start import WarmProcess
-from testbed.netns import Hosts
 from tests.node_fixtures import (  # noqa: F401
     NO_EVALUATION,
     PACED,
@@ -31,24 +28,9 @@ from tests.node_fixtures import (  # noqa: F401
     start_node,
     started,
 )
+from tests.swarm_fixtures import hosts  # noqa: F401
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture
-def hosts() -> Iterator[Hosts]:
-    if shutil.which("ip") is None:
-        pytest.skip("iproute2 (the ip command) is not installed")
-    made = Hosts(3)
-    try:
-        made.create()
-    except subprocess.CalledProcessError as e:
-        made.remove()
-        pytest.skip(f"cannot create network namespaces here (needs root or CAP_NET_ADMIN): {e.stderr.strip()}")
-    try:
-        yield made
-    finally:
-        made.remove()
 
 
 def _received(out: Path) -> float:

@@ -26,6 +26,22 @@ def spread(completions, **kw):
     return [float(k) for k in range(len(completions))]
 
 
+class SlowCostly(DatasetSource):
+    """A dataset whose items say they are costly (as a config the sender chose would be) and take a second each to
+    re-derive, on a clock (``clock[0]``) the test gives :mod:`sapo.rederivation`."""
+
+    def __init__(self, rows, name, clock):
+        super().__init__(rows, name)
+        self.clock = clock
+
+    def costly(self, provenance):
+        return True
+
+    def rederive(self, provenance, question):
+        self.clock[0] += 1.0
+        return super().rederive(provenance, question)
+
+
 def test_a_sender_is_rested_at_its_allowance_until_its_spend_halves_back_under_it():
     costs = RederivationCosts(allowance=15.0, half_life=300.0)
     costs.spend("slow", 10.0, now=0.0)
@@ -220,16 +236,8 @@ def test_costly_items_re_derived_but_not_trained_on_are_charged_after_the_round(
     clock = [0.0]
     monkeypatch.setattr(rederivation, "time", SimpleNamespace(monotonic=lambda: clock[0], time=time.time))
 
-    class SlowForeign(DatasetSource):
-        def costly(self, provenance):
-            return True
-
-        def rederive(self, provenance, question):
-            clock[0] += 1.0
-            return super().rederive(provenance, question)
-
     rows = [{"question": f"What is {k} + {k}?", "answer": str(2 * k)} for k in range(6)]
-    slow = SlowForeign(rows, "slow")
+    slow = SlowCostly(rows, "slow", clock)
     own = DatasetSource([{"question": f"What is {k} * 3?", "answer": str(3 * k)} for k in range(6)], "own")
     rederive = RoundRederivation(
         SourceRegistry([slow, own]), RederivationCosts(allowance=2.5), newcomers=RederivationCosts(allowance=100.0)
@@ -265,15 +273,7 @@ def test_a_trainer_charges_a_sender_whose_costly_groups_re_derive_but_are_never_
     clock = [0.0]
     monkeypatch.setattr(rederivation, "time", SimpleNamespace(monotonic=lambda: clock[0], time=time.time))
 
-    class SlowForeign(DatasetSource):
-        def costly(self, provenance):
-            return True
-
-        def rederive(self, provenance, question):
-            clock[0] += 1.0
-            return super().rederive(provenance, question)
-
-    questions = SlowForeign([{"question": f"What is {k} + {k}?", "answer": str(2 * k)} for k in range(8)], "sums")
+    questions = SlowCostly([{"question": f"What is {k} + {k}?", "answer": str(2 * k)} for k in range(8)], "sums", clock)
     rows = list(questions.rows())
     swarm = MemorySwarm(seed=0)
     dropper = swarm.join("dropper")

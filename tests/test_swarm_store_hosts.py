@@ -7,10 +7,7 @@ network namespaces."""
 from __future__ import annotations
 
 import asyncio
-import shutil
-import subprocess
 import time
-from collections.abc import Iterator
 from types import SimpleNamespace
 
 import pytest
@@ -25,7 +22,7 @@ from swarm.transport import SwarmCounters
 from swarm.validation import record_key
 from testbed.hostile_peer import HostileNode, store_raw
 from testbed.netns import Hosts, in_namespace
-from tests.swarm_fixtures import dht_peers, make_group, no_p2pd_left_behind, record_p2pd  # noqa: F401
+from tests.swarm_fixtures import dht_peers, hosts, make_group, no_p2pd_left_behind, record_p2pd  # noqa: F401
 
 
 def test_a_full_storage_evicts_from_the_host_holding_most_then_its_peer_holding_most():
@@ -163,22 +160,6 @@ def test_the_peers_of_one_host_share_a_budget_and_none_rests_for_it():
 
 
 # ------------------------------------------------------------------------------------------------ real peers
-
-
-@pytest.fixture
-def hosts() -> Iterator[Hosts]:
-    if shutil.which("ip") is None:
-        pytest.skip("iproute2 (the ip command) is not installed")
-    made = Hosts(3)
-    try:
-        made.create()
-    except (subprocess.CalledProcessError, OSError) as e:
-        made.remove()
-        pytest.skip(f"cannot create network namespaces here (needs root or CAP_NET_ADMIN): {e}")
-    try:
-        yield made
-    finally:
-        made.remove()
 
 
 def on_host(hosts: Hosts, i: int, initial_peers: list[str]) -> HostileNode:
