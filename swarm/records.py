@@ -53,6 +53,9 @@ REJECT_REASONS = (
     "find_too_many_keys",  # naming more keys than one find may (MAX_FIND_KEYS); honest lookups name a handful
     "find_budget",  # from a libp2p peer whose finds went beyond its budget of keys or answer bytes a window (rests)
     "find_rested",  # from a libp2p peer resting after its finds went beyond its budget
+    # pings (swarm/ping_gate.py), each counted once, answered "not available" with nothing looked at:
+    "ping_budget",  # from a libp2p peer whose pings went beyond its budget a window (PING_BUDGET; it rests)
+    "ping_rested",  # from a libp2p peer resting after its pings went beyond its budget
 )
 
 Scalar = str | int | float | bool | None
