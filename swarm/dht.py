@@ -57,6 +57,7 @@ from swarm.identity import load_or_create_signing_key
 from swarm.levels import subscribed_shards
 from swarm.membership import Membership, MembershipValidator, load_membership
 from swarm.peer import BackgroundJob, DHTPeer, SwarmJoinError
+from swarm.ping_gate import PingGate, RoutingGuard
 from swarm.publisher import SwarmPublisher
 from swarm.reachability import DIAL_BACK_HANDLER, DialBack, tcp_ports
 from swarm.reader import SwarmReader
@@ -121,6 +122,10 @@ class DHTTransport(SwarmTransport):
         self.find_gate = FindGate(self._counters, budget_bytes=config.find_budget_bytes)
         # and what one libp2p peer's record requests take of what this node serves (each record once, a few retries)
         self.serve_gate = ServeGate(self._counters)
+        # one libp2p peer's pings take a budget per window; it goes under one node id in the routing table, and
+        # hivemind's copy of stored values to a newcomer (a loop over every key stored here) runs now and then
+        self.ping_gate = PingGate(self._counters)
+        self.routing_guard = RoutingGuard(counters=self._counters)
         rejections = ReasonedRejections(self._counters, on_refusal=store_gate.refused)
         validator = make_record_validator(
             signing_key,
@@ -145,6 +150,8 @@ class DHTTransport(SwarmTransport):
             store_gate=store_gate,
             find_gate=self.find_gate,
             serve_gate=self.serve_gate,
+            ping_gate=self.ping_gate,
+            routing_guard=self.routing_guard,
         )
         # A peer others cannot dial (client mode) stores its records in the DHT instead of serving them.
         self.served = None

@@ -20,7 +20,15 @@ private hivemind name anywhere else). What each is relied on for:
   loaded from a file (or made by a test) is wrapped by setting it (:func:`signing_key`).
 - `ServicerBase._get_handle_name(namespace, method_name) -> str`: the protocol name a DHT node's `rpc_store` handler is
   registered under (``"DHTProtocol.rpc_store"``), to be replaced by a gated one (:func:`gate_store_handler`); and its
-  `rpc_find` handler's (``"DHTProtocol.rpc_find"``), replaced by a bounded one (:func:`gate_find_handler`).
+  `rpc_find` handler's (``"DHTProtocol.rpc_find"``), replaced by a bounded one (:func:`gate_find_handler`); and its
+  `rpc_ping` handler's (``"DHTProtocol.rpc_ping"``), replaced by a gated one (:func:`gate_ping_handler`).
+- `DHTProtocol.update_routing_table(node_id, peer_id, responded)` (public name, its workings relied on): called by
+  every request this node answers and every answer it gets, with the node id the request or answer claims; when that
+  id is not in the routing table it loops over every key in `storage` to `call_store` to the newcomer what it should
+  hold, then `routing_table.add_or_update_node`, which returns a neighbour to `call_ping` when the bucket is full.
+  :func:`bound_routing_updates` sets an instance attribute of that name (hivemind calls it through `self`), rebuilt
+  from those public parts (`routing_table` and its `in`, `get_nearest_neighbors`, `num_replicas`, `node_id`), with
+  hivemind's own method for an answer that did not come (it drops the node).
 - `DHTProtocol.rpc_find` (public name, its workings relied on): what :func:`gated_find` answers in its place, rebuilt
   from its public parts (`storage`, `cache`, `routing_table.get_nearest_neighbors`, `bucket_size`, `node_info`,
   `serializer`, `rpc_ping`): a result per key of the request, in order (`DHTProtocol.call_find` asserts that the
@@ -37,6 +45,7 @@ private hivemind name anywhere else). What each is relied on for:
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -47,6 +56,7 @@ from hivemind.dht.validation import DHTRecord
 from hivemind.p2p import P2P
 from hivemind.p2p.p2p_daemon_bindings.control import DEFAULT_MAX_MSG_SIZE
 from hivemind.proto import dht_pb2
+from hivemind.utils import get_dht_time
 from hivemind.utils.crypto import RSAPrivateKey
 from hivemind.utils.timed_storage import TimedStorage
 
@@ -59,7 +69,9 @@ __all__ = [
     "connect",
     "daemon_process",
     "daemon_sockets",
+    "bound_routing_updates",
     "gate_find_handler",
+    "gate_ping_handler",
     "gate_store_handler",
     "gated_find",
     "open_control_connection",
@@ -219,6 +231,68 @@ def _found(protocol: Any, key: DHTID, room: int) -> Any:
             return dht_pb2.FindResult(type=dht_pb2.NOT_FOUND)
         return dht_pb2.FindResult(type=dht_pb2.FOUND_DICTIONARY, value=value, expiration_time=item.expiration_time)
     return dht_pb2.FindResult(type=dht_pb2.FOUND_REGULAR, value=item.value, expiration_time=item.expiration_time)
+
+
+async def gate_ping_handler(node: Any, wrap: Any) -> None:
+    """Replace the ping handler of ``node`` (a server-mode ``DHTNode``) with ``wrap(rpc_ping, refuse)``, where
+    ``refuse(request)`` answers as hivemind does a ping that names no node: this node's id and time, "not available",
+    nothing looked at (see :meth:`swarm.ping_gate.PingGate.wrap`). A client-mode node answers no requests: nothing to
+    replace. The store and find handlers' own routing updates call ``rpc_ping`` directly, not through the handler."""
+    protocol = node.protocol
+    if protocol.client_mode:
+        return
+
+    def refuse(request: Any) -> Any:
+        return dht_pb2.PingResponse(peer=protocol.node_info, dht_time=get_dht_time(), available=False)
+
+    name = type(protocol)._get_handle_name(None, "rpc_ping")
+    await protocol.p2p.remove_protobuf_handler(name)
+    await protocol.p2p.add_protobuf_handler(name, wrap(protocol.rpc_ping, refuse), dht_pb2.PingRequest)
+
+
+def bound_routing_updates(node: Any, guard: Any) -> None:
+    """Bound the routing-table updates of ``node`` (a ``DHTNode``) by ``guard`` (a
+    :class:`swarm.ping_gate.RoutingGuard`): a libp2p peer goes under the first node id it claimed
+    (``guard.node_id``); a peer whose id did not fit tries again only when ``guard.may_join``; a newcomer is sent the
+    stored values it should hold only when ``guard.may_copy_out`` (hivemind: at every update naming an id not in the
+    table, a loop over every key stored here). Otherwise as hivemind's ``update_routing_table``."""
+    protocol = node.protocol
+    table = protocol.routing_table
+    hivemind_update = functools.partial(type(protocol).update_routing_table, protocol)
+
+    async def update_routing_table(node_id: Any, peer_id: Any, responded: bool = True) -> None:
+        if not responded or node_id is None:  # an answer that did not come: hivemind drops the node
+            await hivemind_update(node_id, peer_id, responded=responded)
+            return
+        peer = peer_id.to_base58()
+        node_id = DHTID.from_bytes(guard.node_id(peer, node_id.to_bytes()))
+        if not guard.may_join(peer):  # its id did not fit a moment ago (each try pings a neighbour)
+            return
+        if node_id not in table and guard.may_copy_out(peer):
+            _copy_out(protocol, node_id, peer_id)
+        maybe_node_to_ping = table.add_or_update_node(node_id, peer_id)
+        if maybe_node_to_ping is not None:  # the bucket is full: ping its least recently seen node, to make room
+            guard.join_refused(peer)
+            asyncio.create_task(protocol.call_ping(maybe_node_to_ping[1]))
+
+    protocol.update_routing_table = update_routing_table
+
+
+def _copy_out(protocol: Any, node_id: Any, peer_id: Any) -> None:
+    """hivemind's copy to a newcomer ``node_id`` (at ``peer_id``) of the values stored here that it is now among the
+    nearest to and this node was the nearest to."""
+    data_to_send = []
+    for key, item in list(protocol.storage.items()):
+        neighbors = protocol.routing_table.get_nearest_neighbors(key, protocol.num_replicas, exclude=protocol.node_id)
+        if neighbors:
+            nearest_distance = neighbors[0][0].xor_distance(key)
+            farthest_distance = neighbors[-1][0].xor_distance(key)
+            new_node_should_store = node_id.xor_distance(key) < farthest_distance
+            this_node_is_responsible = protocol.node_id.xor_distance(key) < nearest_distance
+        if not neighbors or (new_node_should_store and this_node_is_responsible):
+            data_to_send.append((key, item.value, item.expiration_time))
+    if data_to_send:
+        asyncio.create_task(protocol.call_store(peer_id, *zip(*data_to_send, strict=True), in_cache=False))
 
 
 def signing_key(key: Any) -> RSAPrivateKey:

@@ -47,14 +47,17 @@ from swarm.find_gate import FindGate
 from swarm.hivemind_bridge import (
     BoundedStorage,
     PubsubP2P,
+    bound_routing_updates,
     bound_storage,
     daemon_process,
     daemon_sockets,
     gate_find_handler,
+    gate_ping_handler,
     gate_store_handler,
 )
 from swarm.levels import size_from_distances
 from swarm.peer_hosts import PeerHosts
+from swarm.ping_gate import PingGate, RoutingGuard
 from swarm.rejoin import Rejoin
 from swarm.serve_gate import ServeGate
 from swarm.served import RECORD_HANDLER, ServedRecords
@@ -126,6 +129,11 @@ class DHTPeer:
             a request names, what one peer's requests take per window); ``None``: hivemind's handler.
         serve_gate: what bounds this node's answers to record requests (:class:`swarm.serve_gate.ServeGate`: what one
             peer, and the peers of one host, take per window); ``None``: every request is answered.
+        ping_gate: what stands in front of this node's ping handler (:class:`swarm.ping_gate.PingGate`: one peer's
+            pings per window); ``None``: hivemind's handler.
+        routing_guard: what bounds the routing-table updates requests and answers start
+            (:class:`swarm.ping_gate.RoutingGuard`: one node id per libp2p peer, hivemind's copy of stored values to
+            a newcomer now and then); ``None``: hivemind's updates.
     """
 
     def __init__(
@@ -139,11 +147,15 @@ class DHTPeer:
         store_gate: StoreGate | None = None,
         find_gate: FindGate | None = None,
         serve_gate: ServeGate | None = None,
+        ping_gate: PingGate | None = None,
+        routing_guard: RoutingGuard | None = None,
     ):
         self.config = config
         self._serve_gate = serve_gate
         self._store_gate = store_gate
         self._find_gate = find_gate
+        self._ping_gate = ping_gate
+        self._routing_guard = routing_guard
         self._validator = record_validator
         self._value_serializer = value_serializer
         self._label = label
@@ -406,6 +418,10 @@ class DHTPeer:
             await gate_store_handler(node, lambda rpc_store, refuse: gate.wrap(rpc_store, refuse, host_of=hosts.host))
         if self._find_gate is not None:  # hivemind answers every key a find names with its whole value, unbounded
             await gate_find_handler(node, self._find_gate.wrap)
+        if self._ping_gate is not None:  # each ping of a fresh node id made hivemind loop over every key stored here
+            await gate_ping_handler(node, self._ping_gate.wrap)
+        if self._routing_guard is not None:  # a libp2p peer goes under one node id; the copy to newcomers is rare
+            bound_routing_updates(node, self._routing_guard)
         return node
 
     async def become_client(self) -> None:

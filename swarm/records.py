@@ -58,6 +58,9 @@ REJECT_REASONS = (
     "serve_repeat",  # asking again for records already answered to it, beyond the retries a reader makes (rests)
     "serve_rested",  # from a libp2p peer resting after its requests went beyond its budget (nothing looked up)
     "serve_host_budget",  # from a peer whose host's peers went beyond their shared budget together (no rest)
+    # pings (swarm/ping_gate.py), each counted once, answered "not available" with nothing looked at:
+    "ping_budget",  # from a libp2p peer whose pings went beyond its budget a window (PING_BUDGET; it rests)
+    "ping_rested",  # from a libp2p peer resting after its pings went beyond its budget
 )
 
 Scalar = str | int | float | bool | None

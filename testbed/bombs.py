@@ -1,7 +1,8 @@
 """msgpack bombs: a few MiB that a generic unpacker turns into millions of Python objects (seconds of garbage
 collection, hundreds of MB), shaped for each path that reads a peer's bytes; and what each path spends on one. And
 find bombs: small DHT find requests that name one large stored value many times, or very many keys, which hivemind's
-own find handler answers in full (hundreds of MiB, seconds of CPU).
+own find handler answers in full (hundreds of MiB, seconds of CPU). And ping floods: pings of ~60 bytes, each claiming a
+fresh node id, each of which made hivemind loop over every key its DHT storage holds.
 
 ``python -m testbed.bombs`` prints, per path, the CPU seconds and the tracemalloc peak one bomb costs the decoder (or
 the find handler) this checkout has (run it with ``PYTHONPATH`` at another checkout to measure that one's).
@@ -222,6 +223,68 @@ def find_answer_bytes(protocol: Any, request: Any) -> int:
     return len(asyncio.run(find_handler(protocol)(request, context)).SerializeToString())
 
 
+PING_STORED_KEYS = 16_384
+"""The keys a ping flood's victim holds: ``dht_storage_values``, the most the swarm's DHT storage keeps."""
+
+
+def ping_protocol(keys: int = PING_STORED_KEYS, neighbours: int = 50) -> Any:
+    """:func:`find_protocol`'s node holding ``keys`` small values, with ``neighbours`` made-up peers; what it would
+    send (a copy of values to a newcomer, a ping of a neighbour) goes nowhere."""
+    from hivemind.dht.routing import DHTID
+    from hivemind.utils import get_dht_time
+
+    protocol, _ = find_protocol(value_bytes=100, neighbours=neighbours)
+    protocol.num_replicas = 5
+    for _ in range(keys - 1):
+        protocol.storage.store(DHTID.generate(), b"x" * 100, get_dht_time() + 600)
+
+    async def sent_nowhere(*args: Any, **kwargs: Any) -> None:
+        return None
+
+    protocol.call_store = protocol.call_ping = sent_nowhere
+    return protocol
+
+
+def ping_handler(protocol: Any) -> Callable[[Any, Any], Any]:
+    """The ping handler this checkout gives ``protocol``: the gated one (a fresh :class:`swarm.ping_gate.PingGate`,
+    the routing updates bounded by a fresh :class:`swarm.ping_gate.RoutingGuard`) where there is one, else hivemind's
+    ``rpc_ping``."""
+    from hivemind.proto import dht_pb2
+
+    try:
+        from swarm.hivemind_bridge import bound_routing_updates
+        from swarm.ping_gate import PingGate, RoutingGuard
+        from swarm.transport import SwarmCounters
+    except ImportError:
+        return protocol.rpc_ping
+    bound_routing_updates(SimpleNamespace(protocol=protocol), RoutingGuard())
+    return PingGate(SwarmCounters()).wrap(protocol.rpc_ping, lambda request: dht_pb2.PingResponse())
+
+
+def ping_paths(pings: int = 20) -> dict[str, Callable[[], Any]]:
+    """``pings`` pings from one libp2p peer, each claiming a fresh node id, against :func:`ping_protocol`'s node
+    answered by this checkout's handler (:func:`ping_handler`), and the routing-table updates they start run."""
+    from hivemind.dht.routing import DHTID
+    from hivemind.p2p import PeerID
+    from hivemind.proto import dht_pb2
+
+    protocol = ping_protocol()
+    sender = PeerID(b"\x00\x24" + b"\xee" * 36)
+    context = SimpleNamespace(remote_id=sender)
+
+    async def flood() -> None:
+        handler = ping_handler(protocol)
+        for _ in range(pings):
+            peer = dht_pb2.NodeInfo(node_id=DHTID.generate().to_bytes())
+            await handler(dht_pb2.PingRequest(peer=peer), context)
+            while pending := [task for task in asyncio.all_tasks() if task is not asyncio.current_task()]:
+                await asyncio.gather(*pending)
+
+    return {
+        f"DHT pings claiming {pings} fresh node ids ({PING_STORED_KEYS} keys held)": lambda: asyncio.run(flood()),
+    }
+
+
 def measure(call: Callable[[], Any]) -> tuple[float, float]:
     """(CPU seconds of the calling thread, tracemalloc peak in MB) of one ``call``: timed untraced, then traced for its
     peak. The thread's CPU is what the decode spends, whatever else the machine runs (wall time is not)."""
@@ -244,7 +307,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--openings-bytes", type=int, default=40_000, help="see decoding_paths")
     parser.add_argument("--only", default="", help="measure the paths whose name contains this text only")
     args = parser.parse_args(argv)
-    for name, call in {**decoding_paths(args.kind, args.openings_bytes), **find_paths()}.items():
+    for name, call in {**decoding_paths(args.kind, args.openings_bytes), **find_paths(), **ping_paths()}.items():
         if args.only not in name:
             continue
         seconds, peak = measure(call)
