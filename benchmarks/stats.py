@@ -150,6 +150,8 @@ def _mean_and_se(values: Sequence[float]) -> Estimate:
     n = len(values)
     if n < 2:
         return Estimate(statistics.fmean(values), math.nan, math.nan)
+    if not all(math.isfinite(v) for v in values):  # statistics.stdev raises on a NaN: the estimate is NaN instead
+        return Estimate(math.nan, math.nan, n - 1)
     return Estimate(statistics.fmean(values), statistics.stdev(values) / math.sqrt(n), n - 1)
 
 

@@ -242,3 +242,10 @@ def test_wilson_interval_matches_newcombe(successes, trials, expected):
     assert stats.wilson_interval(successes, trials) == pytest.approx(expected, abs=1e-4)
     with pytest.raises(ValueError, match="successes <= trials"):
         stats.wilson_interval(5, 4)
+
+
+def test_a_nan_among_the_seeds_gives_a_nan_estimate_not_a_crash():
+    """A run whose figure is NaN (no reward logged) made the SAPO table's report crash at its end (Python's
+    statistics.stdev raises on a NaN); the interval over seeds is NaN instead, and the report is written."""
+    over = stats.t_over_seeds([0.1, float("nan"), 0.2])
+    assert math.isnan(over.value) and math.isnan(over.se) and over.df == 2
