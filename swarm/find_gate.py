@@ -25,7 +25,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from swarm.rest_book import RestBook, SenderWindow
+from swarm.rest_book import HostWindow, HostWindows, RestBook, SenderWindow
 from swarm.transport import SwarmCounters
 
 MAX_FIND_KEYS = 64
@@ -42,6 +42,10 @@ searches ask each node a few times per key: far below it."""
 
 FIND_BUDGET_BYTES = 64 * 2**20
 """Value bytes one peer's find answers may hold within a window (10 s), the default of ``find_budget_bytes``."""
+
+FIND_HOST_PEERS = 4
+"""The peers of one host (:mod:`swarm.peer_hosts`) together take at most this many peers' budgets a window: identities
+cost a key each, an address does not come as cheap (the store gate's rule, ``store_budget_host_peers``)."""
 
 
 @dataclass
@@ -68,6 +72,10 @@ class FindGate:
         max_keys: the most keys one request may name (:data:`MAX_FIND_KEYS`); a request naming more is refused.
         budget_keys: keys one peer's requests may name within a window (:data:`FIND_BUDGET_KEYS`).
         budget_bytes: value bytes one peer's answers may hold within a window (:data:`FIND_BUDGET_BYTES`).
+        host_budget_peers: the peers of one host together may take this many peers' budgets a window
+            (:data:`FIND_HOST_PEERS`; beyond it their finds are refused, ``rejected/find_host_budget``, and nobody
+            rests: honest peers behind one NAT share it; this machine's loopback peers keep their own budgets only);
+            ``None``: no bound per host.
         window: seconds over which a peer's keys and answer bytes are counted.
         rest: a peer's first rest in seconds; each further rest doubles it (:mod:`swarm.rest_book`).
         max_senders: the most peers the book holds.
@@ -83,22 +91,26 @@ class FindGate:
         window: float = 10.0,
         rest: float = 30.0,
         max_senders: int = 4096,
+        host_budget_peers: int | None = FIND_HOST_PEERS,
         clock: Callable[[], float] = time.monotonic,
     ):
         self.counters = counters
         self.max_keys = max_keys
         self.budget_keys = budget_keys
         self.budget_bytes = budget_bytes
+        self.host_budget_peers = host_budget_peers
         self.book = RestBook(_FindWindow, window, rest, max_senders, lambda: counters.add("find_senders_rested"), clock)
+        self._hosts = HostWindows(window, max_senders, clock)  # what each host's peers' finds named and took
 
     def resting(self, sender: str) -> bool:
         """Whether ``sender``'s find requests are refused now."""
         return self.book.resting(sender)
 
-    def admit(self, sender: str, keys: int) -> int | None:
-        """Count a find request of ``sender`` naming ``keys`` keys as it arrives: the value bytes its answer may hold
-        (what is left of the peer's budget), or None when it is refused (counted by reason; the peer rests when it
-        went beyond its budget)."""
+    def admit(self, sender: str, keys: int, host: str | None = None, by_host: bool = False) -> int | None:
+        """Count a find request of ``sender`` naming ``keys`` keys as it arrives, with ``by_host`` into the window of
+        its ``host`` too (:mod:`swarm.peer_hosts`; None: not known): the value bytes its answer may hold (what is left
+        of the peer's budget and its host's), or None when it is refused (counted by reason; the peer rests when it
+        went beyond its own budget)."""
         if self.book.resting(sender):
             self.counters.reject("find_rested")
             return None
@@ -114,23 +126,49 @@ class FindGate:
             self.book.start_rest(entry)
             self.counters.reject("find_budget")
             return None
-        return self.budget_bytes - entry.nbytes
+        room = self.budget_bytes - entry.nbytes
+        window = self._host_window(host, by_host)
+        if window is not None:
+            window.count += max(1, keys)
+            host_room = self.host_budget_peers * self.budget_bytes - window.nbytes
+            if window.count > self.host_budget_peers * self.budget_keys or host_room <= 0:
+                self.counters.reject("find_host_budget")
+                return None
+            room = min(room, host_room)
+        return room
 
-    def charge(self, sender: str, nbytes: int) -> None:
-        """Count ``nbytes`` value bytes of an answer to ``sender`` into its window."""
+    def charge(self, sender: str, nbytes: int, host: str | None = None, by_host: bool = False) -> None:
+        """Count ``nbytes`` value bytes of an answer to ``sender`` into its window, and with ``by_host`` into its
+        ``host``'s."""
         self.book.entry(sender).nbytes += nbytes
+        window = self._host_window(host, by_host)
+        if window is not None:
+            window.nbytes += nbytes
 
-    def wrap(self, answer: Answer, refuse: Callable[[Any], Any]) -> Callable[[Any, Any], Awaitable[Any]]:
+    def _host_window(self, host: str | None, by_host: bool) -> HostWindow | None:
+        """``host``'s window, or None where no host bound applies (not asked, none set, or this machine's
+        loopback)."""
+        return self._hosts.of(host) if by_host and self.host_budget_peers is not None else None
+
+    def wrap(
+        self,
+        answer: Answer,
+        refuse: Callable[[Any], Any],
+        host_of: Callable[[Any], Awaitable[str | None]] | None = None,
+    ) -> Callable[[Any, Any], Awaitable[Any]]:
         """A find handler: a request :meth:`admit` refuses is answered ``refuse(request)`` (nothing looked up); any
-        other ``answer(request, context, room)``, its value bytes charged to its sender."""
+        other ``answer(request, context, room)``, its value bytes charged to its sender and its host
+        (``host_of(libp2p PeerID)``, :meth:`swarm.peer_hosts.PeerHosts.host`; None: no bound per host)."""
 
         async def gated_find(request: Any, context: Any) -> Any:
             sender = context.remote_id.to_base58()
-            room = self.admit(sender, len(request.keys))
+            by_host = host_of is not None and not self.book.resting(sender)  # a resting peer costs no lookup
+            host = await host_of(context.remote_id) if by_host else None
+            room = self.admit(sender, len(request.keys), host, by_host)
             if room is None:
                 return refuse(request)
             response, nbytes = await answer(request, context, room)
-            self.charge(sender, nbytes)
+            self.charge(sender, nbytes, host, by_host)
             return response
 
         return gated_find

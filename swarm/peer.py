@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import atexit
 import contextlib
+import functools
 import json
 import logging
 import os
@@ -414,10 +415,9 @@ class DHTPeer:
             # The protocol reads this attribute at each request: from here on, not during the bootstrap above.
             node.protocol.serializer = self._value_serializer
         if self._store_gate is not None:
-            gate, hosts = self._store_gate, self._peer_hosts
-            await gate_store_handler(node, lambda rpc_store, refuse: gate.wrap(rpc_store, refuse, host_of=hosts.host))
+            await gate_store_handler(node, functools.partial(self._store_gate.wrap, host_of=self._peer_hosts.host))
         if self._find_gate is not None:  # hivemind answers every key a find names with its whole value, unbounded
-            await gate_find_handler(node, self._find_gate.wrap)
+            await gate_find_handler(node, functools.partial(self._find_gate.wrap, host_of=self._peer_hosts.host))
         if self._ping_gate is not None:  # each ping of a fresh node id made hivemind loop over every key stored here
             await gate_ping_handler(node, self._ping_gate.wrap)
         if self._routing_guard is not None:  # a libp2p peer goes under one node id; the copy to newcomers is rare

@@ -53,6 +53,7 @@ REJECT_REASONS = (
     "find_too_many_keys",  # naming more keys than one find may (MAX_FIND_KEYS); honest lookups name a handful
     "find_budget",  # from a libp2p peer whose finds went beyond its budget of keys or answer bytes a window (rests)
     "find_rested",  # from a libp2p peer resting after its finds went beyond its budget
+    "find_host_budget",  # from a peer whose host's peers went beyond their shared budget together (no rest)
     # record requests to this publisher (swarm/serve_gate.py), each counted once, answered empty with nothing encoded:
     "serve_budget",  # from a libp2p peer beyond its budget of requests or answer bytes a window (rests)
     "serve_repeat",  # asking again for records already answered to it, beyond the retries a reader makes (rests)

@@ -135,6 +135,25 @@ def test_a_peer_beyond_its_budget_of_keys_or_bytes_rests_and_others_are_answered
     assert counters.snapshot()["rejected/find_too_many_keys"] == 4
 
 
+def test_the_peers_of_one_host_share_four_peers_budgets_and_none_rests_for_it():
+    """Identities cost a key each: one host's peers together take at most four peers' budgets a window (keys and
+    answer bytes), beyond it refused without a rest (honest peers behind one NAT share the host). Another host, the
+    unlisted peers (one bucket) and this machine's loopback peers are apart."""
+    clock, counters = Clock(), SwarmCounters()
+    gate = FindGate(counters, budget_keys=10, budget_bytes=1_000, host_budget_peers=2, window=10.0, clock=clock)
+    assert gate.admit("sybil-1", 10, "10.0.0.9", True) == 1_000 and gate.admit("sybil-2", 10, "10.0.0.9", True)
+    assert gate.admit("sybil-3", 1, "10.0.0.9", True) is None and not gate.resting("sybil-3")  # 21 keys: over two
+    assert counters.snapshot() == {"rejected/find_host_budget": 1}
+    assert gate.admit("honest", 10, "10.0.0.1", True) == 1_000
+    for n in range(4):  # a swarm on this machine: each its own budget only
+        assert gate.admit(f"local-{n}", 10, "127.0.0.1", True) == 1_000
+    gate.charge("unlisted-1", 1_000, None, True)  # the unlisted share one host: its bytes left for the next
+    gate.charge("unlisted-2", 900, None, True)
+    assert gate.admit("unlisted-3", 1, None, True) == 100
+    clock.now += 10.5
+    assert gate.admit("sybil-3", 1, "10.0.0.9", True) == 1_000  # the host's window ended
+
+
 def test_a_refused_find_is_answered_with_no_results_and_nothing_looked_up():
     protocol, key = find_protocol(value_bytes=100)
     protocol.storage = None  # a lookup would fail
