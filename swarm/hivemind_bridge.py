@@ -27,8 +27,11 @@ private hivemind name anywhere else). What each is relied on for:
   id is not in the routing table it loops over every key in `storage` to `call_store` to the newcomer what it should
   hold, then `routing_table.add_or_update_node`, which returns a neighbour to `call_ping` when the bucket is full.
   :func:`bound_routing_updates` sets an instance attribute of that name (hivemind calls it through `self`), rebuilt
-  from those public parts (`routing_table` and its `in`, `get_nearest_neighbors`, `num_replicas`, `node_id`), with
-  hivemind's own method for an answer that did not come (it drops the node).
+  from those public parts (`routing_table` and its `in`, `get`, `del`, `get_nearest_neighbors`, `num_replicas`,
+  `node_id`), with hivemind's own method, given no node id, for an answer that did not come (it drops the node the
+  table maps to that libp2p peer). It also reads `RoutingTable.buckets`, `get_bucket_index(node_id)` and a bucket's
+  `replacement_nodes` (the ids met while the bucket was full, oldest first, never trimmed by hivemind) and `size`,
+  to keep at most a bucket's size of them.
 - `DHTProtocol.rpc_find` (public name, its workings relied on): what :func:`gated_find` answers in its place, rebuilt
   from its public parts (`storage`, `cache`, `routing_table.get_nearest_neighbors`, `bucket_size`, `node_info`,
   `serializer`, `rpc_ping`): a result per key of the request, in order (`DHTProtocol.call_find` asserts that the
@@ -253,24 +256,39 @@ async def gate_ping_handler(node: Any, wrap: Any) -> None:
 def bound_routing_updates(node: Any, guard: Any) -> None:
     """Bound the routing-table updates of ``node`` (a ``DHTNode``) by ``guard`` (a
     :class:`swarm.ping_gate.RoutingGuard`): a libp2p peer goes under the first node id it claimed
-    (``guard.node_id``); a peer whose id did not fit tries again only when ``guard.may_join``; a newcomer is sent the
-    stored values it should hold only when ``guard.may_copy_out`` (hivemind: at every update naming an id not in the
-    table, a loop over every key stored here). Otherwise as hivemind's ``update_routing_table``."""
+    (``guard.node_id``), never one the table maps to another peer, and holds one place (its former id's goes when it
+    takes a new one); a peer whose id did not fit tries again only when ``guard.may_join``; a bucket keeps at most its
+    size of replacement ids (the oldest go); a newcomer is sent the stored values it should hold only when something
+    is stored and ``guard.may_copy_out`` (hivemind: at every update naming an id not in the table, a loop over every
+    key stored here); an answer that did not come drops the node the table maps to its libp2p peer, not an id a
+    request named. Otherwise as hivemind's ``update_routing_table``."""
     protocol = node.protocol
     table = protocol.routing_table
     hivemind_update = functools.partial(type(protocol).update_routing_table, protocol)
 
     async def update_routing_table(node_id: Any, peer_id: Any, responded: bool = True) -> None:
-        if not responded or node_id is None:  # an answer that did not come: hivemind drops the node
-            await hivemind_update(node_id, peer_id, responded=responded)
+        if not responded:  # an answer that did not come: hivemind drops the node the table maps to that peer, never
+            await hivemind_update(None, peer_id, responded=False)  # an id a request named (anyone's)
+            return
+        if node_id is None:
             return
         peer = peer_id.to_base58()
         node_id = DHTID.from_bytes(guard.node_id(peer, node_id.to_bytes()))
+        holder = table.get(node_id=node_id)
+        if holder is not None and holder != peer_id:  # another peer's id: not taken over
+            guard.counters.add("routing_ids_ignored")
+            return
         if not guard.may_join(peer):  # its id did not fit a moment ago (each try pings a neighbour)
             return
-        if node_id not in table and guard.may_copy_out(peer):
+        previous = table.get(peer_id=peer_id)
+        if previous is not None and previous != node_id:  # the peer's new id (its former one's time ended): one place
+            del table[previous]
+        if node_id not in table and protocol.storage and guard.may_copy_out(peer):
             _copy_out(protocol, node_id, peer_id)
         maybe_node_to_ping = table.add_or_update_node(node_id, peer_id)
+        bucket = table.buckets[table.get_bucket_index(node_id)]
+        while len(bucket.replacement_nodes) > bucket.size:  # hivemind keeps every id met while a bucket is full
+            del table[next(iter(bucket.replacement_nodes))]
         if maybe_node_to_ping is not None:  # the bucket is full: ping its least recently seen node, to make room
             guard.join_refused(peer)
             asyncio.create_task(protocol.call_ping(maybe_node_to_ping[1]))

@@ -18,9 +18,9 @@ honest neighbour of that bucket. Two bounds:
   for :data:`NODE_ID_SECONDS` (a different id meanwhile is read as the first); whether a peer whose id did not fit in
   the table (its bucket full) may try again (once per :data:`JOIN_RETRY_SECONDS`); and whether hivemind's copy of
   stored values to a newcomer runs (once per libp2p peer per :data:`COPY_OUT_SECONDS`, and at most once per
-  :data:`COPY_OUT_GAP_SECONDS` over all peers). The copy is a convenience here: a record is served by its publisher
-  and stored again by it while it is wanted, and index entries are stored again every ``announce_interval``, so a
-  newcomer that misses a copy holds those values at their next store.
+  :data:`COPY_OUT_GAP_SECONDS` over all peers). The copy is a convenience here: a record is served by its publisher,
+  or found by a lookup at the nodes that hold it, and index entries are stored again every ``announce_interval``, so
+  a newcomer that misses a copy is no loss.
 """
 
 from __future__ import annotations

@@ -12,10 +12,14 @@ import time
 from types import SimpleNamespace
 
 import pytest
-from hivemind.dht.routing import DHTID
+from hivemind.dht.protocol import DHTProtocol
+from hivemind.dht.routing import DHTID, RoutingTable
+from hivemind.dht.storage import DHTLocalStorage
+from hivemind.p2p import PeerID
 from hivemind.proto import dht_pb2
 from hivemind.utils import get_dht_time
 
+from swarm.hivemind_bridge import bound_routing_updates
 from swarm.ping_gate import PING_BUDGET, PingGate, RoutingGuard
 from swarm.records import REJECT_REASONS
 from swarm.transport import SwarmCounters
@@ -80,6 +84,60 @@ def test_a_peer_goes_under_its_first_node_id_and_newcomer_copies_are_rare():
     assert not guard.may_join("a") and guard.may_join("b")
     clock.now += 5
     assert guard.may_join("a")
+
+
+def _guarded_protocol(clock) -> tuple[DHTProtocol, RoutingGuard]:
+    """A DHT protocol without a network (its routing table, storage and node id only), its updates guarded."""
+    protocol = DHTProtocol.__new__(DHTProtocol)
+    protocol.node_id = DHTID.generate()
+    protocol.bucket_size, protocol.num_replicas, protocol.client_mode = 20, 5, False
+    protocol.storage, protocol.cache = DHTLocalStorage(), DHTLocalStorage()
+    protocol.routing_table = RoutingTable(protocol.node_id, 20, 5)
+    protocol.node_info = dht_pb2.NodeInfo(node_id=protocol.node_id.to_bytes())
+    guard = RoutingGuard(clock=clock)
+    bound_routing_updates(SimpleNamespace(protocol=protocol), guard)
+    return protocol, guard
+
+
+def _peer(n: int) -> PeerID:
+    return PeerID(b"\x00\x24\x08\x01\x12\x20" + n.to_bytes(32, "big"))
+
+
+def test_a_peer_holds_one_place_under_its_own_id_and_cannot_take_or_drop_anothers():
+    """The routing table's places: a peer cannot take over an honest node's id, nor get it dropped by a validate ping
+    that names it; a peer changing its id (its former one's time ended) keeps one place; a bucket keeps at most its
+    size of replacement ids, however many identities came (hivemind kept one for each)."""
+    clock = Clock()
+    protocol, guard = _guarded_protocol(clock)
+    table = protocol.routing_table
+    honest_id, honest, attacker = DHTID.generate(), _peer(10_001), _peer(10_002)
+
+    async def updates() -> None:
+        await protocol.update_routing_table(honest_id, honest)
+        await protocol.update_routing_table(honest_id, attacker)  # its first claim: the honest node's id
+        assert table.get(node_id=honest_id) == honest and attacker not in table
+
+        async def answers_with_another_id(peer_id, validate=False, strict=True):
+            return DHTID.generate()
+
+        protocol.call_ping = answers_with_another_id  # the ping back finds another id: the asker is "unavailable"
+        request = dht_pb2.PingRequest(peer=dht_pb2.NodeInfo(node_id=honest_id.to_bytes()), validate=True)
+        await protocol.rpc_ping(request, SimpleNamespace(remote_id=attacker))
+        assert honest_id in table  # what goes is what the table maps to the asker (nothing), not the id it named
+        ids = []
+        for _ in range(6):  # an hour of a peer changing its id every 10 minutes
+            ids.append(DHTID.generate())
+            await protocol.update_routing_table(ids[-1], _peer(10_003))
+            clock.now += 601
+        assert [i in table for i in ids] == [False] * 5 + [True]
+        await protocol.update_routing_table(None, _peer(10_003), responded=False)
+        assert not any(i in table for i in ids)
+        for n in range(3000):  # fresh identities: each a fresh id, most into full buckets
+            await protocol.update_routing_table(DHTID.generate(), _peer(n))
+        assert all(len(b.replacement_nodes) <= b.size for b in table.buckets)
+        assert len(table.uid_to_peer_id) <= 2 * sum(b.size for b in table.buckets)  # hivemind's: about 3000
+
+    asyncio.run(updates())
 
 
 def test_the_remembered_peers_are_bounded():
