@@ -152,3 +152,13 @@ def hosts() -> Iterator[Hosts]:
         yield made
     finally:
         made.remove()
+
+
+class GateClock:
+    """A monotonic clock the gates' tests move by hand (``clock.now += seconds``)."""
+
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now

@@ -25,17 +25,10 @@ from swarm.transport import SwarmCounters
 from swarm.validation import record_key
 from testbed.bombs import FIND_VALUE_BYTES, find_paths, find_protocol, measure
 from testbed.hostile_peer import HostileNode, store_raw
+from tests.swarm_fixtures import GateClock as Clock
 from tests.swarm_fixtures import dht_peers, make_group, no_p2pd_left_behind, record_p2pd  # noqa: F401
 
 CPU_SECONDS = 0.25  # hivemind's handler spent 1.4 s on the repeated value and 4.2 s on 20,000 keys
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def find(handler, keys: list[bytes], asker: str = "asker", peer=None):

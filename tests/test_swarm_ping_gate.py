@@ -25,15 +25,8 @@ from swarm.records import REJECT_REASONS
 from swarm.transport import SwarmCounters
 from testbed.bombs import ping_paths
 from testbed.hostile_peer import HostileNode
+from tests.swarm_fixtures import GateClock as Clock
 from tests.swarm_fixtures import dht_peers, no_p2pd_left_behind, record_p2pd  # noqa: F401
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def test_a_peer_beyond_its_ping_budget_rests_and_others_are_answered():

@@ -18,15 +18,8 @@ from swarm.serve_gate import SERVE_BUDGET_BYTES, SERVE_REPEATS, ServeGate
 from swarm.served import RECORD_HANDLER, ServedRecords, SignedRecord, decode_answer, encode_answer
 from swarm.transport import SwarmCounters, wait_for_groups
 from testbed.hostile_peer import HostileNode
+from tests.swarm_fixtures import GateClock as Clock
 from tests.swarm_fixtures import dht_peers, make_group, no_p2pd_left_behind, record_p2pd  # noqa: F401
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def test_a_peer_beyond_its_requests_or_bytes_rests_doubling_and_others_are_answered():
