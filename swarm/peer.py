@@ -419,7 +419,7 @@ class DHTPeer:
         if self._find_gate is not None:  # hivemind answers every key a find names with its whole value, unbounded
             await gate_find_handler(node, functools.partial(self._find_gate.wrap, host_of=self._peer_hosts.host))
         if self._ping_gate is not None:  # each ping of a fresh node id made hivemind loop over every key stored here
-            await gate_ping_handler(node, self._ping_gate.wrap)
+            await gate_ping_handler(node, functools.partial(self._ping_gate.wrap, host_of=self._peer_hosts.host))
         if self._routing_guard is not None:  # a libp2p peer goes under one node id; the copy to newcomers is rare
             bound_routing_updates(node, self._routing_guard)
         return node

@@ -30,7 +30,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from swarm.rest_book import RestBook, SenderWindow
+from swarm.rest_book import HostWindows, RestBook, SenderWindow
 from swarm.transport import SwarmCounters
 
 PING_BUDGET = 16
@@ -42,6 +42,10 @@ pings its neighbours when none of them is connected (``swarm.rejoin``: at most 8
 ``rejoin_interval``), every peer it knew while it rejoins (each once per attempt), and every neighbour once when it
 switches between client and server mode. So an honest peer pings this node a few times a minute at most: 16 in 10 s
 is far above it."""
+
+PING_HOST_PEERS = 4
+"""The peers of one host (:mod:`swarm.peer_hosts`) together may ping this many peers' budgets a window, as they store,
+find and fetch records: identities cost a key each, an address does not come as cheap."""
 
 NODE_ID_SECONDS = 600.0
 """How long a libp2p peer keeps the first node id it claimed; another id claimed meanwhile is read as that one. An
@@ -79,6 +83,9 @@ class PingGate:
     Parameters:
         counters: where ``rejected/ping_budget``, ``rejected/ping_rested`` and ``ping_senders_rested`` go.
         budget: pings one peer may send within a window (:data:`PING_BUDGET`).
+        host_budget_peers: the peers of one host together may send this many peers' budgets a window
+            (:data:`PING_HOST_PEERS`; beyond it their pings are answered "not available", ``rejected/ping_host_budget``,
+            and nobody rests; this machine's loopback peers keep their own budgets only); ``None``: no bound per host.
         window: seconds over which a peer's pings are counted.
         rest: a peer's first rest in seconds; each further rest doubles it (:mod:`swarm.rest_book`).
         max_senders: the most peers the book holds.
@@ -92,19 +99,23 @@ class PingGate:
         window: float = 10.0,
         rest: float = 30.0,
         max_senders: int = MAX_PEERS,
+        host_budget_peers: int | None = PING_HOST_PEERS,
         clock: Callable[[], float] = time.monotonic,
     ):
         self.counters = counters
         self.budget = budget
+        self.host_budget_peers = host_budget_peers
         self.book = RestBook(_PingWindow, window, rest, max_senders, lambda: counters.add("ping_senders_rested"), clock)
+        self._hosts = HostWindows(window, max_senders, clock)  # each host's peers' pings
 
     def resting(self, sender: str) -> bool:
         """Whether ``sender``'s pings are refused now."""
         return self.book.resting(sender)
 
-    def admit(self, sender: str) -> bool:
-        """Count a ping of ``sender`` as it arrives: whether it is answered (refusals counted by reason; the peer
-        rests when it went beyond its budget)."""
+    def admit(self, sender: str, host: str | None = None, by_host: bool = False) -> bool:
+        """Count a ping of ``sender`` as it arrives, with ``by_host`` into the window of its ``host`` too
+        (:mod:`swarm.peer_hosts`; None: not known): whether it is answered (refusals counted by reason; the peer rests
+        when it went beyond its own budget)."""
         if self.book.resting(sender):
             self.counters.reject("ping_rested")
             return False
@@ -114,16 +125,29 @@ class PingGate:
             self.book.start_rest(entry)
             self.counters.reject("ping_budget")
             return False
+        window = self._hosts.of(host) if by_host and self.host_budget_peers is not None else None
+        if window is not None:
+            window.count += 1
+            if window.count > self.host_budget_peers * self.budget:
+                self.counters.reject("ping_host_budget")
+                return False
         return True
 
     def wrap(
-        self, rpc_ping: Callable[[Any, Any], Awaitable[Any]], refuse: Callable[[Any], Any]
+        self,
+        rpc_ping: Callable[[Any, Any], Awaitable[Any]],
+        refuse: Callable[[Any], Any],
+        host_of: Callable[[Any], Awaitable[str | None]] | None = None,
     ) -> Callable[[Any, Any], Awaitable[Any]]:
         """A ping handler: a ping :meth:`admit` refuses is answered ``refuse(request)`` (nothing looked at), any other
-        by ``rpc_ping(request, context)``."""
+        by ``rpc_ping(request, context)``; ``host_of(libp2p PeerID)`` names the sender's host
+        (:meth:`swarm.peer_hosts.PeerHosts.host`; None: no bound per host)."""
 
         async def gated_ping(request: Any, context: Any) -> Any:
-            if not self.admit(context.remote_id.to_base58()):
+            sender = context.remote_id.to_base58()
+            by_host = host_of is not None and not self.book.resting(sender)  # a resting peer costs no lookup
+            host = await host_of(context.remote_id) if by_host else None
+            if not self.admit(sender, host, by_host):
                 return refuse(request)
             return await rpc_ping(request, context)
 

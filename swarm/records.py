@@ -62,6 +62,7 @@ REJECT_REASONS = (
     # pings (swarm/ping_gate.py), each counted once, answered "not available" with nothing looked at:
     "ping_budget",  # from a libp2p peer whose pings went beyond its budget a window (PING_BUDGET; it rests)
     "ping_rested",  # from a libp2p peer resting after its pings went beyond its budget
+    "ping_host_budget",  # from a peer whose host's peers went beyond their shared budget together (no rest)
 )
 
 Scalar = str | int | float | bool | None

@@ -43,6 +43,17 @@ def test_a_peer_beyond_its_ping_budget_rests_and_others_are_answered():
     assert PING_BUDGET >= 8
 
 
+def test_the_peers_of_one_host_share_four_peers_ping_budgets_and_none_rests_for_it():
+    counters, clock = SwarmCounters(), Clock()
+    gate = PingGate(counters, budget=2, host_budget_peers=2, window=10.0, clock=clock)
+    pings = [gate.admit(f"sybil-{n}", "10.0.0.9", True) for n in range(3) for _ in range(2)]
+    assert pings == [True] * 4 + [False] * 2 and not gate.resting("sybil-2")  # the host's four pings are spent
+    assert counters.snapshot() == {"rejected/ping_host_budget": 2}
+    assert gate.admit("honest", "10.0.0.1", True) and all(gate.admit(f"local-{n}", "127.0.0.1", True) for n in range(4))
+    clock.now += 10.5
+    assert gate.admit("sybil-2", "10.0.0.9", True)  # the host's window ended
+
+
 def test_a_refused_ping_is_answered_without_calling_the_handler():
     called = []
 
