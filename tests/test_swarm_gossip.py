@@ -67,7 +67,9 @@ def test_a_peer_that_left_is_dropped_after_two_missed_announcements_not_at_its_e
     a.publish([make_group("last")])
     a.close()  # its index entry lives for the record ttl (600 s), well beyond this wait
     wait_until(lambda: a.peer_id not in {p.peer for p in b.peers()}, 30)  # two missed announcements (2 x 1 s)
-    assert b.readout().counters["departed_senders"] == 1
+    # dropped as departed (an expiry is no departure); under load a late announcement may already have marked it
+    # departed once before it left (heard again, it was back), so the count is at least one
+    assert b.readout().counters["departed_senders"] >= 1
 
 
 def test_records_of_a_publisher_that_left_before_the_readers_refill_are_still_fetched(dht_peers):
