@@ -136,10 +136,12 @@ class RoundRederivation:
         """The truth of one received group, unless its sender is rested (or it is a newcomer's costly item while the
         newcomers are). The time it took is charged to its sender (and the newcomers) when it could not be
         re-derived; for a costly item re-derived, at :meth:`settle`."""
-        rest = self._rest(item, newcomer, time.time())
-        if rest is not None:
-            return rest
+        now = time.time()
+        if self.costs is not None and self.costs.is_rested(item.sender, now):
+            return _rested(self.costs, item.sender, now, "its groups")
         costly = self.sources.costly(item.group)
+        if newcomer and costly and self.newcomers is not None and self.newcomers.is_rested(NEWCOMERS, now):
+            return _rested(self.newcomers, NEWCOMERS, now, "the costly groups of senders not yet found usable")
         started = time.monotonic()
         try:
             truth = self.sources.columns_for(item.group)
@@ -157,20 +159,6 @@ class RoundRederivation:
             _spend(self.costs, sender, seconds, f"sender {sender}", "its groups are")
         if newcomer and self.newcomers is not None:
             _spend(self.newcomers, NEWCOMERS, seconds, "the senders not yet found usable", "their costly items are")
-
-    def _rest(self, item: ReceivedGroup, newcomer: bool, now: float) -> GroupDropped | None:
-        """Why ``item`` is set aside unread (its sender rested, or the newcomers while it is a newcomer's costly
-        item), or None."""
-        if self.costs is not None and self.costs.is_rested(item.sender, now):
-            return _rested(self.costs, item.sender, now, "its groups")
-        if (
-            newcomer
-            and self.newcomers is not None
-            and self.newcomers.is_rested(NEWCOMERS, now)
-            and self.sources.costly(item.group)
-        ):
-            return _rested(self.newcomers, NEWCOMERS, now, "the costly groups of senders not yet found usable")
-        return None
 
 
 def _rested(costs: RederivationCosts, account: str, now: float, whose: str) -> GroupDropped:

@@ -261,13 +261,18 @@ class ReasoningGymVerifier:
     def is_foreign(self, provenance: Provenance) -> bool:
         """Whether ``provenance`` names a config that would be regenerated in the child (a valid task's config this
         node does not run itself, with a ``timeout``); what is refused before regenerating is not."""
-        if self.timeout is None or provenance.task not in task_names():
+        if provenance.task not in task_names():
             return False
         try:
-            key = TaskSpec(provenance.task, provenance.config).config_key
+            task = TaskSpec(provenance.task, provenance.config)
         except ValueError:
             return False
-        return (provenance.task, key) not in self._own_configs
+        return not self._in_process(task)
+
+    def _in_process(self, task: TaskSpec) -> bool:
+        """Whether ``task``'s entries are regenerated in this process: configs it runs itself, or every config
+        without a ``timeout``."""
+        return self.timeout is None or (task.name, task.config_key) in self._own_configs
 
     def new_round(self) -> None:
         """Begin a round: its foreign entries have the whole ``round_budget`` again."""
@@ -297,7 +302,7 @@ class ReasoningGymVerifier:
             raise GroupDropped(
                 "unknown_task", f"{name} with config {task.config} is not among this node's allowed tasks"
             )
-        if self.timeout is None or (name, task.config_key) in self._own_configs:
+        if self._in_process(task):
             entry = regenerate_entry(task, seed, index, timeout=None)
         else:
             entry = self._foreign_entry(task, seed, index)
@@ -321,10 +326,11 @@ class ReasoningGymVerifier:
             raise GroupDropped(
                 "regeneration_limit", f"{task.name} with config {task.config} was past a limit before ({before})"
             )
-        entry = self._entries.get((*key, seed, index))
+        item = (*key, seed, index)
+        entry = self._entries.get(item)
         if entry is not None:
             self.counts["remembered_entry"] += 1
-            self._entries.move_to_end((*key, seed, index))
+            self._entries.move_to_end(item)
             return entry
         if self.round_budget is not None and self.round_budget - self.round_seconds < MIN_BUDGET_LEFT:
             self.counts["over_budget"] += 1
@@ -353,7 +359,7 @@ class ReasoningGymVerifier:
         finally:
             self.round_seconds += time.monotonic() - started
         if len(json.dumps(entry)) <= REMEMBERED_ENTRY_BYTES:
-            self._entries[(*key, seed, index)] = entry
+            self._entries[item] = entry
             while len(self._entries) > REMEMBERED_ENTRIES:
                 self._entries.popitem(last=False)
         return entry

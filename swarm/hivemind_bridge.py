@@ -138,15 +138,21 @@ async def gate_store_handler(node: Any, wrap: Any) -> None:
     ``refuse_all(request)`` answers a store request "not stored" for each of its values (see
     :meth:`swarm.store_gate.StoreGate.wrap`). A client-mode node answers no requests: nothing to replace."""
     protocol = node.protocol
-    if protocol.client_mode:
-        return
 
     def refuse_all(request: Any) -> Any:
         return dht_pb2.StoreResponse(store_ok=[False] * len(request.keys), peer=protocol.node_info)
 
-    name = type(protocol)._get_handle_name(None, "rpc_store")
+    await _replace_handler(protocol, "rpc_store", wrap(protocol.rpc_store, refuse_all), dht_pb2.StoreRequest)
+
+
+async def _replace_handler(protocol: Any, method: str, handler: Any, request_type: Any) -> None:
+    """Answer ``protocol``'s requests for ``method`` (``"rpc_store"``, ...) with ``handler`` instead of hivemind's; a
+    client-mode protocol answers no requests: nothing to replace."""
+    if protocol.client_mode:
+        return
+    name = type(protocol)._get_handle_name(None, method)
     await protocol.p2p.remove_protobuf_handler(name)
-    await protocol.p2p.add_protobuf_handler(name, wrap(protocol.rpc_store, refuse_all), dht_pb2.StoreRequest)
+    await protocol.p2p.add_protobuf_handler(name, handler, request_type)
 
 
 MAX_MESSAGE_BYTES = DEFAULT_MAX_MSG_SIZE
@@ -161,11 +167,7 @@ async def gate_find_handler(node: Any, wrap: Any) -> None:
     """Replace the find handler of ``node`` (a server-mode ``DHTNode``) with :func:`gated_find` of ``wrap`` (see
     :meth:`swarm.find_gate.FindGate.wrap`). A client-mode node answers no requests: nothing to replace."""
     protocol = node.protocol
-    if protocol.client_mode:
-        return
-    name = type(protocol)._get_handle_name(None, "rpc_find")
-    await protocol.p2p.remove_protobuf_handler(name)
-    await protocol.p2p.add_protobuf_handler(name, gated_find(protocol, wrap), dht_pb2.FindRequest)
+    await _replace_handler(protocol, "rpc_find", gated_find(protocol, wrap), dht_pb2.FindRequest)
 
 
 def gated_find(protocol: Any, wrap: Any) -> Any:
@@ -242,15 +244,11 @@ async def gate_ping_handler(node: Any, wrap: Any) -> None:
     nothing looked at (see :meth:`swarm.ping_gate.PingGate.wrap`). A client-mode node answers no requests: nothing to
     replace. The store and find handlers' own routing updates call ``rpc_ping`` directly, not through the handler."""
     protocol = node.protocol
-    if protocol.client_mode:
-        return
 
     def refuse(request: Any) -> Any:
         return dht_pb2.PingResponse(peer=protocol.node_info, dht_time=get_dht_time(), available=False)
 
-    name = type(protocol)._get_handle_name(None, "rpc_ping")
-    await protocol.p2p.remove_protobuf_handler(name)
-    await protocol.p2p.add_protobuf_handler(name, wrap(protocol.rpc_ping, refuse), dht_pb2.PingRequest)
+    await _replace_handler(protocol, "rpc_ping", wrap(protocol.rpc_ping, refuse), dht_pb2.PingRequest)
 
 
 def bound_routing_updates(node: Any, guard: Any) -> None:

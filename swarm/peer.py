@@ -167,7 +167,9 @@ class DHTPeer:
         self._healthy = False
         self.node: DHTNode | None = None
         self._p2p: P2P | None = None
-        self._peer_hosts = PeerHosts(lambda: self.p2p.list_peers())  # the hosts store and record requests come from
+        self._peer_hosts = PeerHosts(
+            lambda: self.p2p.list_peers()
+        )  # the hosts requests come from (the gates' budgets per host)
         self._p2pd_pid: int | None = None
         self._p2pd: ProcessIdentity | None = None
         self._sockets: list[str] = []

@@ -64,9 +64,7 @@ _RETURNED_IDS_KEPT = 100_000  # ids of groups handed out, so a record fetched tw
 _TAKES_KEPT = 6  # take() calls whose interval and size make the caller's pace
 _SPARES = 2  # records of other publishers held ready to hedge a slow fetch with
 _SKEW_WARNINGS_KEPT = 10_000  # senders warned about their clock (each once)
-_SKEW_WARNING_EVERY = (
-    60.0  # seconds between two clock warnings: identities are free, a line for each would fill the log
-)
+_SKEW_WARNING_EVERY = 60.0  # seconds between two clock warnings: a line per identity would fill the log
 _JOINING_READS = 2  # index reads a joining reader does whatever arrives: its guess of the level, then level 0 whole
 
 

@@ -116,9 +116,6 @@ class ServeGate:
         self.budget_bytes = budget_bytes
         self.max_repeats = max_repeats
         self.host_budget_peers = host_budget_peers
-        self.window = window
-        self.max_senders = max_senders
-        self._clock = clock
         on_rest = lambda: counters.add("served_senders_rested")  # noqa: E731
         self.book = RestBook(_ServeWindow, window, rest, max_senders, on_rest, clock)
         self._hosts = HostWindows(window, max_senders, clock)  # what each host's peers' requests took
@@ -158,9 +155,9 @@ class ServeGate:
 
     def within_host_budget(self, host: str | None, nbytes: int) -> bool:
         """Count a request from ``host`` (None: not known, counted with the other unlisted peers; this machine's
-        loopback: not counted) into its window;
-        False when the window's requests or bytes would then exceed ``host_budget_peers`` peers' budgets. Nobody rests
-        for it: the host's window refuses its peers' requests until it ends."""
+        loopback: not counted) into its window; False when the window's requests or bytes would then exceed
+        ``host_budget_peers`` peers' budgets. Nobody rests for it: the host's window refuses its peers' requests until
+        it ends."""
         window = None if self.host_budget_peers is None else self._hosts.of(host)
         if window is None:
             return True

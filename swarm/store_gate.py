@@ -109,12 +109,9 @@ class StoreGate:
     ):
         self.counters = counters
         self.min_refused = min_refused
-        self.window = window
-        self.max_senders = max_senders
         self.budget_bytes = budget_bytes
         self.budget_values = budget_values
         self.host_budget_peers = host_budget_peers
-        self._clock = clock
         self._book = RestBook(
             _StoreWindow, window, rest, max_senders, lambda: counters.add("store_senders_rested"), clock
         )
@@ -183,31 +180,30 @@ class StoreGate:
     def judge(self, sender: str, values: int, refused: int) -> None:
         """After one of ``sender``'s store requests (``values`` values, ``refused`` of them refused): count them into
         its window, and start a rest when the window's refusals reach ``min_refused`` and half of its values."""
-        entry = self._entry(sender)
+        entry = self._book.entry(sender)
         entry.values += values
         entry.refused += refused
         if entry.refused >= self.min_refused and 2 * entry.refused >= entry.values:
-            self._start_rest(entry)
+            self._book.start_rest(entry)
 
     def within_budget(self, sender: str, values: int, nbytes: int) -> bool:
         """Count a store request of ``sender`` (``values`` values, ``nbytes`` value bytes) into its window's budget as
         it arrives; False, and the sender rests, when the window's values or bytes would then exceed the budget."""
-        entry = self._entry(sender)
+        entry = self._book.entry(sender)
         entry.offered_values += values
         entry.offered_bytes += nbytes
         over_values = self.budget_values is not None and entry.offered_values > self.budget_values
         over_bytes = self.budget_bytes is not None and entry.offered_bytes > self.budget_bytes
         if over_values or over_bytes:
-            self._start_rest(entry)
+            self._book.start_rest(entry)
             return False
         return True
 
     def within_host_budget(self, host: str | None, values: int, nbytes: int) -> bool:
         """Count a store request from ``host`` (None: not known, counted as one host :data:`UNLISTED` together; this
-        machine's loopback: not counted) into its
-        window as it arrives; False when
-        the window's values or bytes would then exceed ``host_budget_peers`` senders' budgets. Nobody rests for it:
-        the host's window refuses its peers' requests until it ends."""
+        machine's loopback: not counted) into its window as it arrives; False when the window's values or bytes would
+        then exceed ``host_budget_peers`` senders' budgets. Nobody rests for it: the host's window refuses its peers'
+        requests until it ends."""
         window = None if self.host_budget_peers is None else self._hosts.of(host)
         if window is None:
             return True
@@ -216,9 +212,3 @@ class StoreGate:
         over_values = self.budget_values is not None and window.count > self.host_budget_peers * self.budget_values
         over_bytes = self.budget_bytes is not None and window.nbytes > self.host_budget_peers * self.budget_bytes
         return not (over_values or over_bytes)
-
-    def _start_rest(self, entry: _StoreWindow) -> None:
-        self._book.start_rest(entry)
-
-    def _entry(self, sender: str) -> _StoreWindow:
-        return self._book.entry(sender)
