@@ -13,8 +13,7 @@ from types import SimpleNamespace
 
 import pytest
 from hivemind.dht.protocol import DHTProtocol
-from hivemind.dht.routing import DHTID, RoutingTable
-from hivemind.dht.storage import DHTLocalStorage
+from hivemind.dht.routing import DHTID
 from hivemind.p2p import PeerID
 from hivemind.proto import dht_pb2
 from hivemind.utils import get_dht_time
@@ -23,7 +22,7 @@ from swarm.hivemind_bridge import bound_routing_updates
 from swarm.ping_gate import PING_BUDGET, PingGate, RoutingGuard
 from swarm.records import REJECT_REASONS
 from swarm.transport import SwarmCounters
-from testbed.bombs import ping_paths
+from testbed.bombs import ping_paths, ping_protocol
 from testbed.hostile_peer import HostileNode
 from tests.swarm_fixtures import GateClock as Clock
 from tests.swarm_fixtures import dht_peers, no_p2pd_left_behind, record_p2pd  # noqa: F401
@@ -90,17 +89,13 @@ def test_a_peer_goes_under_its_first_node_id_and_newcomer_copies_are_rare():
     assert guard.may_join("a")
 
 
-def _guarded_protocol(clock) -> tuple[DHTProtocol, RoutingGuard]:
-    """A DHT protocol without a network (its routing table, storage and node id only), its updates guarded."""
-    protocol = DHTProtocol.__new__(DHTProtocol)
-    protocol.node_id = DHTID.generate()
-    protocol.bucket_size, protocol.num_replicas, protocol.client_mode = 20, 5, False
-    protocol.storage, protocol.cache = DHTLocalStorage(), DHTLocalStorage()
-    protocol.routing_table = RoutingTable(protocol.node_id, 20, 5)
-    protocol.node_info = dht_pb2.NodeInfo(node_id=protocol.node_id.to_bytes())
-    guard = RoutingGuard(clock=clock)
-    bound_routing_updates(SimpleNamespace(protocol=protocol), guard)
-    return protocol, guard
+def _guarded_protocol(clock) -> DHTProtocol:
+    """A DHT protocol without a network (testbed.bombs.ping_protocol: one small value held, nothing sent anywhere), its
+    routing updates guarded."""
+    protocol = ping_protocol(keys=1, neighbours=0)
+    protocol.client_mode = False
+    bound_routing_updates(SimpleNamespace(protocol=protocol), RoutingGuard(clock=clock))
+    return protocol
 
 
 def _peer(n: int) -> PeerID:
@@ -112,7 +107,7 @@ def test_a_peer_holds_one_place_under_its_own_id_and_cannot_take_or_drop_another
     that names it; a peer changing its id (its former one's time ended) keeps one place; a bucket keeps at most its
     size of replacement ids, however many identities came (hivemind kept one for each)."""
     clock = Clock()
-    protocol, guard = _guarded_protocol(clock)
+    protocol = _guarded_protocol(clock)
     table = protocol.routing_table
     honest_id, honest, attacker = DHTID.generate(), _peer(10_001), _peer(10_002)
 
