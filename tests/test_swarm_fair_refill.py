@@ -395,3 +395,30 @@ def test_a_sender_the_node_benched_takes_no_room_of_a_refill_for_the_benchs_leng
     clock.advance(600.0)
     _announce(book, "cheat", clock.time(), (3, clock.time(), 8))
     assert not book.resting("cheat") and "cheat" in {choice.sender for choice in book.choose(16)[0]}
+
+
+def test_fresh_identities_before_every_refill_queue_behind_a_newcomer_heard_before_them():
+    # Two new identities before each refill, each with a record dated now (a fresher date than the newcomer's): as
+    # senders never fetched from they used to go before the newcomer once it had been fetched, so after its first
+    # fetch the pool was theirs at every refill (1 fetch in 16 refills). Queued by how long each waited (a sender
+    # never fetched from since the reader first heard of it), they wait behind it: it is fetched at the first
+    # refill, and again each time those heard before its last fetch have had their turn; the identities arriving
+    # faster than the pool takes them, those turns come ever less often (its groups judged good, it takes a share of
+    # its own).
+    book, clock = _book_with_a_good_sender_and_a_newcomer()
+    plans = []
+    for step in range(16):
+        now = clock.time()
+        _announce(book, "good", now, (step + 2, now - 0.5, 4))
+        _announce(book, "newcomer", now, (step + 2, now - 0.5, 4))
+        for n in range(2):
+            _announce(book, f"fresh-{step}-{n}", now, (1, now, 8))
+        chosen = book.choose(16)[0]
+        for choice in chosen:
+            book.mark_fetched(choice.sender, choice.ref, choice.host)
+        plans.append([choice.sender for choice in chosen])
+        clock.advance(3.0)
+    fetched = [step for step, plan in enumerate(plans) if "newcomer" in plan]
+    assert fetched[:3] == [0, 1, 3] and len(fetched) >= 6, fetched
+    assert all("good" in plan for plan in plans)  # the good sender keeps its share
+    assert all(sum(sender.startswith("fresh") for sender in plan) <= 2 for plan in plans)  # the pool: half each
