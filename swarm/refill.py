@@ -19,10 +19,11 @@ groups that holds one). So:
   protect and the pool is the whole need.
 - **Turns, then freshness.** Each sender offers its records in turn, one per round (its freshest, then its next);
   within a round the sender that waited longest goes first (its ``turn``: since its last fetch, or, never fetched
-  from, since the reader first heard of it), the freshest record breaking ties. A sender that publishes a fresh record
-  before every refill is fetched from, then waits behind the senders that waited longer, and an identity made before
-  every refill waits behind those heard before it: neither keeps a newcomer out of the pool. A record's date counts at
-  most as this peer's now, so dating a record ahead (within the clock tolerance) buys no precedence.
+  from, since the reader first heard of it, counted in the reader's fetches), the freshest record breaking ties. A
+  sender that publishes a fresh record before every refill is fetched from, then waits behind the senders that waited
+  longer, and an identity made before every refill waits behind a newcomer fetched before it was heard of: neither
+  keeps a newcomer out of the pool. A record's date counts at most as this peer's now, so dating a record ahead
+  (within the clock tolerance) buys no precedence.
 - **Work-conserving for the good.** Need still uncovered once every share is spent goes to the senders judged good,
   beyond their share (the same order): one good publisher alone still fills a refill.
 
@@ -54,8 +55,8 @@ class Offer(Generic[T]):
         urgent (`bool`): heard ``fetch_heard_within`` seconds ago or more and still unfetched (a poll before the
             refill is due fetches such records of the refill's plan at once: :meth:`swarm.senders.SenderBook.choose`).
         trusted (`bool`): its sender was judged good (its own share; else the unjudged pool).
-        turn (`int`): its sender's place in the queue for turns (a ticket taken when the reader first heard of it
-            and again at each fetch from it): the lowest goes first, the date breaking ties.
+        turn (`float`): its sender's place in the queue for turns (the fetches the reader had begun at its last
+            fetch from the sender, or when it first heard of it): the lowest goes first, the date breaking ties.
     """
 
     item: T
@@ -64,10 +65,10 @@ class Offer(Generic[T]):
     date: float
     urgent: bool
     trusted: bool
-    turn: int = 0
+    turn: float = 0.0
 
 
-def _order(offer: Offer) -> tuple[int, float]:
+def _order(offer: Offer) -> tuple[float, float]:
     """The sender whose turn came longest ago first, then the freshest."""
     return offer.turn, -offer.date
 

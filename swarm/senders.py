@@ -36,7 +36,6 @@ counted as ``heard_never_fetched``.
 from __future__ import annotations
 
 import collections
-import itertools
 import logging
 import random
 import threading
@@ -96,9 +95,10 @@ class SenderState:
             node benched it: :meth:`SenderBook.bench`).
         origin (`str` or `None`): the libp2p host whose announcement made it known (or first announced it after
             index entries did): the host that vouches for it. ``None``: known from index entries alone.
-        turn (`int`): its place in the queue for a refill's turns, a ticket taken when it entered the book and again
-            when a fetch of one of its records began (:mod:`swarm.refill`: the lowest goes first, so the sender that
-            waited longest).
+        turn (`float`): its place in the queue for a refill's turns: the number of fetches begun by this reader when
+            its last fetch began, or, never fetched from, those begun when it entered the book plus a half
+            (:mod:`swarm.refill`: the lowest goes first, so the sender that waited longest; senders first heard
+            between the same two fetches are equals, the freshest record first).
     """
 
     public_key: bytes
@@ -114,7 +114,7 @@ class SenderState:
     outcomes: collections.deque[bool] = field(default_factory=lambda: collections.deque(maxlen=_STANDING_WINDOW))
     rest_until: float = 0.0
     origin: str | None = None
-    turn: int = 0
+    turn: float = 0.0
 
     def judged_good(self) -> bool:
         """Most of its latest outcomes are usable groups (it has a share of a refill of its own)."""
@@ -169,7 +169,7 @@ class SenderBook:
         self._by_origin: dict[str, set[str]] = {}  # libp2p host -> the senders its announcements made known
         self._refusals: collections.deque[tuple[str, str]] = collections.deque(maxlen=_REFUSALS_KEPT)
         self._benched: dict[str, float] = {}  # sender -> monotonic time its bench by the node ends
-        self._tickets = itertools.count(1)  # places in the queue for a refill's turns (SenderState.turn)
+        self._fetches_begun = 0  # places in the queue for a refill's turns (SenderState.turn)
 
     # ------------------------------------------------------------------------------ what arrives
 
@@ -242,8 +242,9 @@ class SenderBook:
         its part of the book (see the module docstring). True if ``sender`` stayed in the book."""
         self._senders[sender] = state
         state.rest_until = self._benched.get(sender, 0.0)  # forgotten and heard again: still benched
-        # it queues for its turn from now: identities made after it wait behind it, however fresh their records
-        state.turn = next(self._tickets)
+        # it queues for its turn behind the fetches begun so far: identities made after a newcomer's fetch wait
+        # behind it, however fresh their records
+        state.turn = self._fetches_begun + 0.5
         if state.origin is not None:
             self._by_origin.setdefault(state.origin, set()).add(sender)
         config = self.config
@@ -431,7 +432,8 @@ class SenderBook:
     def _took_turn(self, sender: str) -> None:
         state = self._senders.get(sender)
         if state is not None:
-            state.turn = next(self._tickets)
+            self._fetches_begun += 1
+            state.turn = self._fetches_begun
 
     def record_missing(self, sender: str, ref: RecordRef, unreachable: bool = False) -> None:
         """Not there yet (a store still travelling), lost, or its host did not answer (``unreachable``): retried a
