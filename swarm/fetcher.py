@@ -6,9 +6,12 @@ mean deviation, :class:`RoundTrip`); a request not answered within the mean plus
 ``_HEDGE_FLOOR`` s, at most ``wait_timeout``) is *hedged*: a record of another publisher is requested too, and
 whatever arrives is kept. A slow or departed publisher then costs a reader one round trip's margin, not
 ``wait_timeout``, and at most one extra record when it was merely slow. A fetch round waits for its requests at most
-the hedge time plus ``wait_timeout``; a request still running then (a DHT lookup of a record stored by a client-mode
-peer may take up to ``fetch_timeout``) finishes in the background, its record not chosen again meanwhile, so that a
-slow lookup never holds up the next refill.
+two hedge times (the hedge's own request gets one); a request still running then (a publisher that never answers,
+which its ``wait_timeout`` ends, or a DHT lookup of a record stored by a client-mode peer, which may take up to
+``fetch_timeout``) finishes in the background, its record not chosen again meanwhile, so that neither holds up the next
+refill: a publisher that takes requests and never answers them, announcing a fresh record before every refill, used to
+hold every round (and the poller) for ``wait_timeout``. Only the answers of senders judged good move the round-trip
+time once one of them has answered: a stranger's valid but slow answers would otherwise lengthen every round's wait.
 
 What a fetch says of a record's sender goes to the reader's book (:mod:`swarm.senders`): an answer that is refused
 (malformed, not signed by the sender, not the record announced) is a strike of its sender at once; a record its host
@@ -137,6 +140,8 @@ class RecordFetcher:
         self._clock = clock
         self._on_record = on_record
         self._validator_rejections = validator_rejections
+        self._timed_by_good = False  # a sender judged good answered: only such senders' answers time round trips now
+        self._background: set[asyncio.Task] = set()  # requests a round left running (kept referenced until done)
 
     def hedge_after(self) -> float:
         """Seconds a served request waits before it is hedged (see the module docstring)."""
@@ -153,10 +158,23 @@ class RecordFetcher:
         spare = [choice for choice in spares if choice.host and use_served]
         work = [self._fetch_from_dht(dht, in_dht), *(self._hedged(choice, spare) for choice in served)]
         tasks = [asyncio.ensure_future(job) for job in work]
-        _, running = await asyncio.wait(tasks, timeout=self.hedge_after() + self.config.wait_timeout)
+        hedge = self.hedge_after()
+        _, running = await asyncio.wait(tasks, timeout=min(2 * hedge, hedge + self.config.wait_timeout))
         if running:
             self._counters.add("fetches_left_running", len(running))
+            self._background.update(running)
+            for task in running:
+                task.add_done_callback(self._background.discard)
         self._timings.record("fetch", self._clock.monotonic() - started)
+
+    def _time(self, sender: str, seconds: float) -> None:
+        """Time one answered request of ``sender``: it moves the round-trip time if ``sender`` is judged good, or if no
+        sender judged good has answered yet."""
+        good = self._book.standing(sender) == "good"
+        if good or not self._timed_by_good:
+            self.round_trip.add(seconds)
+        self._timed_by_good |= good
+        self._timings.record("served_fetch", seconds)
 
     async def _hedged(self, choice: Choice, spares: list[Choice]) -> None:
         """Request ``choice``; if it is not answered within :meth:`hedge_after`, request a spare too."""
@@ -198,9 +216,7 @@ class RecordFetcher:
             self._book.record_missing(sender, ref, unreachable=True)
             logger.debug("fetching a record from %s failed: %r", host, e)
             return False
-        seconds = self._clock.monotonic() - started
-        self.round_trip.add(seconds)
-        self._timings.record("served_fetch", seconds)
+        self._time(sender, self._clock.monotonic() - started)
         public_key = self._book.public_key(sender)
         if public_key is None:  # forgotten meanwhile (evicted from a full book)
             return False

@@ -296,7 +296,13 @@ def test_a_slow_publisher_is_hedged_with_a_record_of_another_after_a_round_trip_
 
     slow.served.handle = answer_late
     reader.reader.fetcher.round_trip.add(0.01)  # round trips so far: ~10 ms
-    asyncio.run(reader.reader.fetch_records(net.dht, 1))
+
+    async def fetch_and_run_on() -> None:
+        await reader.reader.fetch_records(net.dht, 1)  # ends after two hedge times, the slow request still running
+        assert reader.counters.snapshot()["fetches_left_running"] == 1
+        await asyncio.sleep(2.0)  # the transport's loop runs on: the request left running ends in the background
+
+    asyncio.run(fetch_and_run_on())
     assert reader.counters.snapshot()["hedged_fetches"] == 1
     assert sorted(reader.taken_ids(10)) == ["fast-1", "slow-1"]  # the slow one arrived too, and is kept
 
@@ -346,3 +352,63 @@ def test_an_index_entry_dated_ahead_is_heard_at_this_peers_now_and_buys_no_place
     clock.advance(1.0)
     book.take_index_entry("newcomer2", b"k4", IndexEntry(model="m", records=[], updated_at=clock.time()))
     assert book.standing("ahead") == "unknown"  # heard 1 s before newcomer: forgotten before it
+
+
+def _hanging(peer: Peer) -> None:
+    """``peer``'s publisher takes requests for its records and never answers them (a slowloris)."""
+
+    async def never(request: Any, context: Any = None) -> Any:
+        await asyncio.sleep(3600)
+
+    peer.served.handle = never
+
+
+def test_a_publisher_that_never_answers_does_not_hold_up_the_refills_of_honest_records():
+    # One hostile identity announces a fresh record before every refill and never answers its requests: each refill
+    # used to wait for it until wait_timeout (3 s), so a reader refilled at most once per 3 s whatever its pace.
+    net = Net()
+    honest, hostile, reader = Peer(net), Peer(net), Peer(net)
+    _hanging(hostile)
+    reader.reader.fetcher.round_trip.add(0.01)  # honest round trips so far: ~10 ms
+    rounds: list[float] = []
+
+    async def refills(seconds: float) -> None:
+        loop = asyncio.get_running_loop()
+        began = loop.time()
+        step = 0
+        while loop.time() - began < seconds:
+            step += 1
+            net.clock.advance(1)  # a fresh announcement ends the rest a failed request gave the hostile host
+            for peer in (honest, hostile):
+                peer.publisher.queue([make_group(f"{peer.peer_id}-{step}", created_at=net.clock.time())])
+                await peer.publisher.flush(net.dht)
+            started = loop.time()
+            await reader.reader.fetch_records(net.dht, 2)
+            rounds.append(loop.time() - started)
+        await asyncio.sleep(0.01)
+
+    asyncio.run(refills(4.0))
+    honest_taken = [g for g in reader.taken_ids(100) if g.startswith(honest.peer_id)]
+    assert max(rounds) < 1.0, rounds  # a round waits two hedge times at most, not wait_timeout
+    assert len(honest_taken) >= 5 and len(honest_taken) == len(rounds)
+
+
+def test_slow_answers_of_senders_not_judged_good_do_not_lengthen_the_hedge_time_of_every_round():
+    net = Net()
+    good, stranger, reader = Peer(net), Peer(net), Peer(net)
+    fetcher = reader.reader.fetcher
+    good.publish("good-1")
+    reader.reader.judge(good.peer_id, True)
+    asyncio.run(reader.reader.fetch_records(net.dht, 1))
+    fast = fetcher.hedge_after()
+    handle = stranger.served.handle
+
+    async def answer_late(request: Any, context: Any = None) -> Any:
+        net.clock.advance(2.5)  # the fetcher times a request on the reader's clock: 2.5 s pass before the answer
+        return await handle(request, context)
+
+    stranger.served.handle = answer_late
+    for step in range(4):
+        stranger.publish(f"slow-{step}")
+        asyncio.run(reader.reader.fetch_records(net.dht, 1))
+    assert fetcher.hedge_after() == fast  # the stranger's valid but slow answers moved nothing
