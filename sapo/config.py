@@ -9,10 +9,11 @@ from dataclasses import dataclass, field
 from trl import GRPOConfig
 
 from rewards.extract import ANSWER_BLOCK
-from sapo.config_checks import REPLAY_CHOICES, check_pool_size, check_sapo_fields
+from sapo.batch_rule import size_round_by_groups, split_round
+from sapo.config_checks import REPLAY_CHOICES, check_sapo_fields
 from sapo.sampling import RegisteredSamplers, sampler_name, sampling_strategy_help
 from sapo.sources.base import SOURCE_POLICIES, describe_source_policies
-from sapo.speed.devices import SPEED_UP_FIELDS, device_defaults, round_micro_batch
+from sapo.speed.devices import SPEED_UP_FIELDS, SPEEDUPS_CHOICES, device_defaults, fill_device_fields
 from swarm.field_docs import document_fields
 
 
@@ -68,9 +69,6 @@ _SECTIONS = {
     ),
     "Speed-ups (`sapo.speed`; `None` or `auto`: as `speedups` and the device decide)": ("speedups", *SPEED_UP_FIELDS),
 }
-
-SPEEDUPS_CHOICES = ("auto", "off")
-"""The values of `SAPOConfig.speedups`."""
 
 
 @document_fields(_SECTIONS)
@@ -538,72 +536,16 @@ class SAPOConfig(GRPOConfig):
         check_sapo_fields(self)
         # An alias ("paper") becomes the name it stands for; an unknown name raises a ValueError naming the field.
         self.sampling_strategy = sampler_name(self.sampling_strategy)
-        self._resolve_device_defaults()
+        fill_device_fields(self, device_defaults())  # what is still `None` is decided on this machine
         # The processes of `accelerate launch` / torchrun, which set WORLD_SIZE: a round is split over them.
         processes = int(os.environ.get("WORLD_SIZE", "1"))
         if processes > 1 and not self.use_cpu and not _has_accelerator():
             # Several processes on a machine without GPU: unless told it is on CPU, transformers leaves each
             # process training alone; with use_cpu they form one gloo process group (MULTI_CPU).
             self.use_cpu = True
-        sized_by_groups = self.num_local is not None and self.num_external is not None
-        if sized_by_groups and self.generation_batch_size is None and self.steps_per_generation is None:
-            rows = (self.num_local + self.num_external) * self.num_generations
-            if self.per_device_train_batch_size is None:
-                self.per_device_train_batch_size = round_micro_batch(rows, processes, self.num_generations)
-            per_step = self.per_device_train_batch_size * processes
-            if rows % per_step != 0:
-                raise ValueError(
-                    f"(num_local + num_external) * num_generations = {rows} completions per round must be divisible "
-                    f"by per_device_train_batch_size * processes = {self.per_device_train_batch_size} * {processes}; "
-                    "change one of them."
-                )
-            self.generation_batch_size = rows
-            self.gradient_accumulation_steps = rows // per_step
-        if self.per_device_train_batch_size is None:
-            raise ValueError(
-                "per_device_train_batch_size=None (one micro-batch per round) needs the round sized by groups: give "
-                "num_local and num_external, and neither generation_batch_size nor steps_per_generation; or give "
-                "per_device_train_batch_size a number."
-            )
+        size_round_by_groups(self, processes)  # the batch rule (`sapo.batch_rule`), where the groups size the round
         super().__post_init__()  # TRL derives the generation batch (when the groups did not) and checks it
-        self._split_round(processes)
-
-    def _split_round(self, processes: int) -> None:
-        """Set `num_local` and `num_external` from the generation batch where they were not given (the batch rule)."""
-        groups = self.generation_batch_size // self.num_generations
-        if self.num_external is None and self.num_local is None:
-            self.num_external = groups // 2 // processes * processes
-        if self.num_external is None:
-            self.num_external = groups - self.num_local
-        if self.num_local is None:
-            self.num_local = groups - self.num_external
-        if self.num_local < 0 or self.num_external < 0 or self.num_local + self.num_external != groups:
-            raise ValueError(
-                f"num_local + num_external = {self.num_local} + {self.num_external} groups, but the generation batch "
-                f"holds generation_batch_size / num_generations = {self.generation_batch_size} / "
-                f"{self.num_generations} = {groups}; leave one of them (or generation_batch_size and "
-                "steps_per_generation) unset so that it is derived."
-            )
-        check_pool_size(self)
-
-    def _resolve_device_defaults(self) -> None:
-        """Fill the device-dependent fields still at `None` from `device_defaults()`, and the speed-ups' switches from
-        `speedups` (off: `False`); explicit values stay."""
-        if self.speedups not in SPEEDUPS_CHOICES:
-            raise ValueError(f"speedups={self.speedups!r} is unknown; choose one of {list(SPEEDUPS_CHOICES)}.")
-        device = device_defaults()
-        if self.use_cpu is None:
-            self.use_cpu = device["use_cpu"]
-        if self.bf16 is None and not self.fp16:
-            self.bf16 = device["bf16"]
-        for name in SPEED_UP_FIELDS:
-            if getattr(self, name) is None:
-                setattr(self, name, device[name] if self.speedups == "auto" else False)
-        if self.gradient_checkpointing is None and getattr(self, "activation_checkpointing", None) is None:
-            # transformers 5 renamed it activation_checkpointing and mirrors the old name after __post_init__;
-            # setting the new name spares a deprecation warning.
-            name = "activation_checkpointing" if hasattr(self, "activation_checkpointing") else "gradient_checkpointing"
-            setattr(self, name, device["gradient_checkpointing"])
+        split_round(self, processes)
 
     @property
     def groups_per_round(self) -> int:

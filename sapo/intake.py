@@ -23,38 +23,37 @@ One round's intake (:meth:`Intake.take`), in order:
    are offered this peer's own earlier groups with reward spread (:mod:`sapo.replay`), already tokenized and scored,
    through steps 6 and 7 again.
 
-It returns the chosen groups with their tokens, rewards and token weights, counts the reason for every drop (`totals`,
-per sender in `sender_outcomes`) and writes every group judged to the group log (:mod:`sapo.group_log`). With several
-processes, every process runs the same intake on the main process's fetch and verdicts, so that all make the same
-choice; each then trains on an equal share of it.
+It returns the chosen groups with their tokens, rewards and token weights, counts the reason for every drop
+(`totals`, per sender in `sender_outcomes`) and writes every group judged to the group log (:mod:`sapo.group_log`),
+all kept by its ledger (:mod:`sapo.intake_ledger`). With several processes, every process runs the same intake on the
+main process's fetch and verdicts, so that all make the same choice; each then trains on an equal share of it.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
-import os
 import random
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 from accelerate.utils import broadcast_object_list, gather_object
 
 from sapo.config import SAPOConfig
-from sapo.group_log import HELD, TAKEN, GroupLog, GroupRecord, own_records, received_record
+from sapo.group_log import HELD, TAKEN, own_records
 from sapo.hold import SwarmHold
 from sapo.hygiene import CompletionFilter, CompletionHygiene
+from sapo.intake_ledger import SUMMARY_ROUNDS, IntakeLedger, Taken
 from sapo.plausibility import PlausibilityCheck, floor_mask
 from sapo.probe import PolicyProbe
 from sapo.questions import GroupDropped
 from sapo.rederivation import RederivationCosts, RoundRederivation
 from sapo.replay import ReplayBuffer
 from sapo.round import weighted_rewards
-from sapo.sampling import SWARM, Candidate, ExternalSampler, OwnSuccess, Selection, make_sampler
+from sapo.sampling import SWARM, Candidate, ExternalSampler, Selection, make_sampler
 from sapo.sources import SourceRegistry
 from sapo.standing import SenderStanding
 from sapo.tally import SenderTally
@@ -64,37 +63,10 @@ from swarm.transport import SwarmTransport
 logger = logging.getLogger(__name__)
 
 
-SUMMARY_ROUNDS = 25
-"""Rounds between the intake's summary lines (groups taken, set aside by reason)."""
-
 BAD_GROUP = frozenset({"hygiene", "question_mismatch", "bad_provenance", "untrusted_prompt"})
 """Drop reasons that judge a group bad (malformed, or false about its item): they count against its sender's standing,
 as a group the plausibility check drops does. A group this peer cannot verify or use (an unknown source, an item not
 held here, a version skew, a smaller group, a reward that fails on it) says nothing against its sender."""
-
-
-@dataclass
-class Taken:
-    """One round's intake.
-
-    Parameters:
-        chosen (`list[Candidate]`): the external groups the node trains on this round (all processes), each with
-            this peer's rewards.
-        share (`list[Candidate]`): this process's part of `chosen`.
-        candidates (`int`): groups fetched this round.
-        scored (`int`): candidates that passed every check before sampling, and were scored.
-        zero_advantage (`int`): scored candidates whose rewards were all equal.
-        dropped (`collections.Counter`): groups set aside this round, by reason.
-        records (`list[sapo.group_log.GroupRecord]`): every received group judged this round and what happened to it.
-    """
-
-    chosen: list[Candidate] = field(default_factory=list)
-    share: list[Candidate] = field(default_factory=list)
-    candidates: int = 0
-    scored: int = 0
-    zero_advantage: int = 0
-    dropped: Counter[str] = field(default_factory=Counter)
-    records: list[GroupRecord] = field(default_factory=list)
 
 
 class Intake:
@@ -173,16 +145,8 @@ class Intake:
         )
         self.rng = random.Random(args.seed)  # the same on every process, so they make the same selection
         self.peer_id = peer_id
-        self.totals: Counter[str] = Counter()  # cumulative counts, logged as sapo/total/<name>
-        # per sender: "taken", "dropped/<reason>" and "refused/<reason>" counts, for a bounded number of senders
-        self.sender_outcomes = SenderTally()
-        self.own_success = OwnSuccess(args.success_threshold, args.success_window)  # for counting rescues
-        # every group judged, written by the main process (`args.groups_log` under `output_dir`; None: nowhere)
-        self.group_log = None
-        if args.groups_log is not None and accelerator.is_main_process:
-            path = os.path.join(args.output_dir, args.groups_log)
-            self.group_log = GroupLog(path, max_bytes=args.groups_log_max_bytes)
-        self._step = 0
+        # the counts (logged as sapo/total/<name>), the outcomes per sender and the group log
+        self.ledger = IntakeLedger(args, accelerator.is_main_process)
         self._rounds = 0  # rounds with a swarm, for the periodic summary
         self._refusals: list[tuple[str, str]] = []  # the transport's, taken with this round's fetch
 
@@ -202,7 +166,7 @@ class Intake:
         wraps each phase (`swarm_fetch`, `external_scoring`, `plausibility`); ``step`` is the node's step, for the
         group log and the replay's age bound. Every process calls it, in step."""
         processes = self.accelerator.num_processes
-        self._step = step
+        self.ledger.step = step
         self.hold.new_round()
         wanted = slots * processes
         from_swarm = self.uses_swarm and self.args.replay != "only"
@@ -238,17 +202,17 @@ class Intake:
         self.totals["fill_ins"] += wanted - len(taken.chosen)
         for candidate in received:
             self.sender_outcomes.count(candidate.sender, "taken")
-        taken.records += [self._candidate_record(c, TAKEN) for c in taken.chosen]
+        taken.records += [self.ledger.candidate_record(c, TAKEN) for c in taken.chosen]
         left = [*chosen[len(taken.chosen) :], *unused]
         held = {id(c) for c in self.hold.keep(left, time.time())}
         # chosen (trained on, or left over by the processes' equal shares) or held: the sender pays nothing for it
         spared = [c for c in [*chosen, *(c for c in left if id(c) in held)] if c.origin == SWARM]
         self.rederivation.settle({(c.sender, str(c.group.group_id)) for c in spared})
-        taken.records += [self._candidate_record(c, HELD if id(c) in held else "not_chosen") for c in left]
-        self._write_log(taken.records)
+        taken.records += [self.ledger.candidate_record(c, HELD if id(c) in held else "not_chosen") for c in left]
+        self.ledger.write(taken.records)
         self._rounds += 1
         if self._rounds % SUMMARY_ROUNDS == 0:
-            self._log_summary()
+            self.ledger.log_summary(self._rounds)
         return taken
 
     def _from_swarm(
@@ -262,8 +226,8 @@ class Intake:
         fresh = []
         for item in received:  # stale groups are set aside before scoring: they cost nothing
             if self.sampler.is_stale(item.group, fetched_at):
-                self._count(taken, "stale")
-                taken.records.append(self._record(item.sender, item.group, "stale"))
+                self.ledger.count(taken, "stale")
+                taken.records.append(self.ledger.record(item.sender, item.group, "stale"))
             else:
                 fresh.append(item)
         with timed("external_scoring"):
@@ -285,7 +249,7 @@ class Intake:
         offered: list[Candidate] = []
         for candidate in self.hold.offer():
             if self._benched(candidate.sender, now):
-                self._drop(taken, "benched_sender", candidate.sender, candidate.group, "benched while held")
+                self.ledger.drop(taken, "benched_sender", candidate.sender, candidate.group, "benched while held")
             else:
                 offered.append(candidate)
         self.totals["held_offered"] += len(offered)
@@ -296,7 +260,7 @@ class Intake:
     ) -> tuple[list[Candidate], list[Candidate]]:
         """Up to ``k`` of this peer's own earlier groups (`sapo.replay`), and the usable ones left over: already
         tokenized and scored, they are sampled and checked for plausibility as received groups are."""
-        offered = self.replay.offer(self._step)
+        offered = self.replay.offer(self.ledger.step)
         self.totals["replay_offered"] += len(offered)
         return self._choose(offered, k, probe, timed, taken, time.time())
 
@@ -312,22 +276,11 @@ class Intake:
         """The sampler's choice of up to ``k`` of ``candidates`` that pass the plausibility check, and its reserve."""
         selection = self.sampler.select(candidates, k, self.rng, now=now)
         for candidate, reason in selection.set_aside:
-            self._count(taken, reason)
+            self.ledger.count(taken, reason)
             if candidate.origin == SWARM:
                 self.sender_outcomes.count(candidate.sender, f"dropped/{reason}")
-            taken.records.append(self._candidate_record(candidate, reason))
+            taken.records.append(self.ledger.candidate_record(candidate, reason))
         return self._keep_plausible(selection, probe, timed, taken), selection.reserve
-
-    def _log_summary(self) -> None:
-        """One INFO line: what the intake took and set aside so far, by reason."""
-        drops = {k.split("/", 1)[1]: v for k, v in self.totals.items() if k.startswith("dropped/") and v}
-        logger.info(
-            "swarm intake after %d rounds: %d groups taken of %d fetched, %d replayed, %d slots filled in; "
-            "set aside: %s",
-            self._rounds, self.totals["external_groups"], self.totals["candidates"], self.totals["replay_groups"],
-            self.totals["fill_ins"],
-            ", ".join(f"{k} {v}" for k, v in sorted(drops.items(), key=lambda kv: -kv[1])) or "none",
-        )  # fmt: skip
 
     def _fetch(self, pool_size: int) -> tuple[list[Any], float, list[tuple[str, str]]]:
         """Candidates from the swarm, the time they were fetched and the transport's refusals since the last fetch:
@@ -365,7 +318,7 @@ class Intake:
         unchosen says nothing of its sender; the transport never returns it again, so it is logged `held` when kept for
         a later round (`SAPOConfig.swarm_hold`), else `not_chosen`)."""
         if self._benched(sender, now):
-            self._drop(taken, "benched_sender", sender, group, "its recent groups kept being dropped")
+            self.ledger.drop(taken, "benched_sender", sender, group, "its recent groups kept being dropped")
             return None
         candidate, reason = self._verify_and_score(sender, group, truth, probe, taken)
         if reason in BAD_GROUP:
@@ -378,17 +331,17 @@ class Intake:
         """A candidate with this peer's ground truth (``truth``: the columns its source re-derived, or why it could
         not) and rewards, or None and the reason it was dropped (counted)."""
         if isinstance(truth, GroupDropped):
-            self._drop(taken, truth.reason, sender, group, truth.detail)
+            self.ledger.drop(taken, truth.reason, sender, group, truth.detail)
             return None, truth.reason
         columns = dict(truth)
         size = self.args.num_generations
         if len(group.completions) < size:
-            self._drop(taken, "group_size", sender, group, f"{len(group.completions)} < {size} completions")
+            self.ledger.drop(taken, "group_size", sender, group, f"{len(group.completions)} < {size} completions")
             return None, "group_size"
         completions = list(group.completions[:size])
         problem = self.hygiene.group_problem(completions)
         if problem is not None:
-            self._drop(taken, "hygiene", sender, group, problem)
+            self.ledger.drop(taken, "hygiene", sender, group, problem)
             return None, "hygiene"
         # Only completions cross the trust boundary: the prompt trained on (and scored) is written here, around the
         # question this node verified; the sender's prompt was only compared, never used.
@@ -398,7 +351,7 @@ class Intake:
         try:
             per_function = probe.score(prompt, tokenized, columns).detach().cpu()
         except Exception as e:  # a reward function choking on foreign text must not stop training
-            self._drop(taken, "reward_error", sender, group, f"{type(e).__name__}: {e}")
+            self.ledger.drop(taken, "reward_error", sender, group, f"{type(e).__name__}: {e}")
             return None, "reward_error"
         rewards = weighted_rewards(per_function, self.reward_weights).tolist()
         return Candidate(sender, group, rewards, columns, per_function.tolist(), tokenized), None
@@ -439,7 +392,7 @@ class Intake:
                     continue
                 dropped += 1
                 selection.chosen.remove(candidate)
-                self._drop(taken, "implausible", candidate.sender, candidate.group, problem, candidate.rewards,
+                self.ledger.drop(taken, "implausible", candidate.sender, candidate.group, problem, candidate.rewards,
                            candidate.origin)  # fmt: skip
                 self.totals[f"implausible/{problem.test}"] += 1  # which test dropped it: what calibrating needs
                 if candidate.origin == SWARM:
@@ -455,7 +408,7 @@ class Intake:
             if not self._benched(candidate.sender, time.time()):
                 return candidate
             selection.chosen.remove(candidate)
-            self._drop(taken, "benched_sender", candidate.sender, candidate.group, "benched during this round")
+            self.ledger.drop(taken, "benched_sender", candidate.sender, candidate.group, "benched during this round")
         return None
 
     def _plausibility_verdicts(
@@ -520,48 +473,30 @@ class Intake:
             self.plausibility.add_own(self.plausibility.statistics(logps[own], entropies[own], mask[own]))
 
     # ------------------------------------------------------------------------------------------------
-    # counts
+    # counts (kept by the ledger, `sapo.intake_ledger`)
 
-    def _drop(
-        self,
-        taken: Taken,
-        reason: str,
-        sender: str,
-        group: Group,
-        detail: str,
-        rewards: list[float] | None = None,
-        origin: str = SWARM,
-    ) -> None:
-        self._count(taken, reason, detail=f"{'key fingerprint ' + sender if origin == SWARM else 'replay'}: {detail}")
-        if origin == SWARM:
-            self.sender_outcomes.count(sender, f"dropped/{reason}")
-        taken.records.append(self._record(sender, group, reason, rewards, origin))
-        logger.debug("dropped a group of key fingerprint %s (%s): %s", sender, reason, detail)
+    @property
+    def totals(self) -> Counter[str]:
+        """Cumulative counts, logged as `sapo/total/<name>`."""
+        return self.ledger.totals
+
+    @property
+    def sender_outcomes(self) -> SenderTally:
+        """Per sender: "taken", "dropped/<reason>" and "refused/<reason>" counts (`sapo.tally.SenderTally`)."""
+        return self.ledger.sender_outcomes
 
     @property
     def taken_from(self) -> Counter[str]:
         """External groups trained on, by verified sender (`sender_outcomes`' "taken" counts)."""
-        return self.sender_outcomes.taken()
+        return self.ledger.taken_from
 
     def running_totals(self) -> dict[str, Any]:
-        """The cumulative counts (`totals`, `taken_from`, `sender_outcomes`) as JSON-ready mappings: what a checkpoint
-        keeps, so that a resumed run counts on (:meth:`restore_totals`)."""
-        senders = {sender: dict(counts) for sender, counts in self.sender_outcomes.items()}
-        return {"totals": dict(self.totals), "taken_from": dict(self.taken_from), "senders": senders}
+        """The cumulative counts as JSON-ready mappings, what a checkpoint keeps (`IntakeLedger.running_totals`)."""
+        return self.ledger.running_totals()
 
     def restore_totals(self, saved: dict[str, Any]) -> None:
-        """Count on from ``saved`` (:meth:`running_totals` of the run being resumed); a missing part is left at 0."""
-        self.totals.update({str(k): int(v) for k, v in (saved.get("totals") or {}).items()})
-        for sender, counts in (saved.get("senders") or {}).items():  # `taken_from` is their "taken" counts
-            for key, n in counts.items():
-                self.sender_outcomes.count(str(sender), str(key), int(n))
-
-    def _count(self, taken: Taken, reason: str, count: int = 1, detail: str = "") -> None:
-        """Count ``count`` groups set aside for ``reason``; the first time a reason appears it is logged (INFO)."""
-        if not self.totals[f"dropped/{reason}"]:
-            logger.info("first received group set aside as %s%s", reason, f" ({detail})" if detail else "")
-        taken.dropped[reason] += count
-        self.totals[f"dropped/{reason}"] += count
+        """Count on from ``saved`` (:meth:`running_totals` of the run being resumed)."""
+        self.ledger.restore_totals(saved)
 
     def _count_refusals(self) -> None:
         """The records the transport refused or never got served (taken with this round's fetch): each is a drop in
@@ -611,32 +546,10 @@ class Intake:
         """Told once per round of this process's own groups, ``(group id, task, rewards)`` each, made by ``model``:
         the sampler and the rescue count learn which tasks this peer still fails on, and the groups are logged."""
         self.sampler.observe_own_groups((task, rewards) for _, task, rewards in groups)
-        self.own_success.observe((task, rewards) for _, task, rewards in groups)
-        if self.group_log is None and self.accelerator.num_processes == 1:
+        self.ledger.own_success.observe((task, rewards) for _, task, rewards in groups)
+        if self.ledger.group_log is None and self.accelerator.num_processes == 1:
             return
-        records = own_records(self._step, groups, self.peer_id or "self", model, self.args.success_threshold)
+        records = own_records(self.ledger.step, groups, self.peer_id or "self", model, self.args.success_threshold)
         if self.accelerator.num_processes > 1:
             records = gather_object(records)
-        self._write_log(records)
-
-    def _record(
-        self,
-        sender: str,
-        group: Group,
-        outcome: str,
-        rewards: list[float] | None = None,
-        origin: str = SWARM,
-        task: str | None = None,
-    ) -> GroupRecord:
-        """The group log's line for a received (or replayed) group and what happened to it
-        (:func:`sapo.group_log.received_record`)."""
-        threshold, weak = self.args.success_threshold, self.own_success.is_weak
-        return received_record(self._step, sender, group, outcome, rewards, threshold, origin, task, weak)
-
-    def _candidate_record(self, candidate: Candidate, outcome: str) -> GroupRecord:
-        task = candidate.columns.get("task") if isinstance(candidate.columns, dict) else None
-        return self._record(candidate.sender, candidate.group, outcome, candidate.rewards, candidate.origin, task)
-
-    def _write_log(self, records: list[GroupRecord]) -> None:
-        if self.group_log is not None and self.accelerator.is_main_process and records:
-            self.group_log.write(records)
+        self.ledger.write(records)

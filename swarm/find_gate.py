@@ -25,7 +25,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from swarm.rest_book import HostWindow, HostWindows, RestBook, SenderWindow
+from swarm.rest_book import HostWindows, RestBook, SenderWindow, sender_host
 from swarm.transport import SwarmCounters
 
 MAX_FIND_KEYS = 64
@@ -127,7 +127,7 @@ class FindGate:
             self.counters.reject("find_budget")
             return None
         room = self.budget_bytes - entry.nbytes
-        window = self._host_window(host, by_host)
+        window = self._hosts.bounded(host, self.host_budget_peers, by_host)
         if window is not None:
             window.count += max(1, keys)
             host_room = self.host_budget_peers * self.budget_bytes - window.nbytes
@@ -141,14 +141,9 @@ class FindGate:
         """Count ``nbytes`` value bytes of an answer to ``sender`` into its window, and with ``by_host`` into its
         ``host``'s."""
         self.book.entry(sender).nbytes += nbytes
-        window = self._host_window(host, by_host)
+        window = self._hosts.bounded(host, self.host_budget_peers, by_host)
         if window is not None:
             window.nbytes += nbytes
-
-    def _host_window(self, host: str | None, by_host: bool) -> HostWindow | None:
-        """``host``'s window, or None where no host bound applies (not asked, none set, or this machine's
-        loopback)."""
-        return self._hosts.of(host) if by_host and self.host_budget_peers is not None else None
 
     def wrap(
         self,
@@ -162,8 +157,7 @@ class FindGate:
 
         async def gated_find(request: Any, context: Any) -> Any:
             sender = context.remote_id.to_base58()
-            by_host = host_of is not None and not self.book.resting(sender)  # a resting peer costs no lookup
-            host = await host_of(context.remote_id) if by_host else None
+            host, by_host = await sender_host(self.book, sender, context.remote_id, host_of)
             room = self.admit(sender, len(request.keys), host, by_host)
             if room is None:
                 return refuse(request)

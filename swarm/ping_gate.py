@@ -30,7 +30,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from swarm.rest_book import HostWindows, RestBook, SenderWindow
+from swarm.rest_book import HostWindows, RestBook, SenderWindow, sender_host
 from swarm.transport import SwarmCounters
 
 PING_BUDGET = 16
@@ -125,7 +125,7 @@ class PingGate:
             self.book.start_rest(entry)
             self.counters.reject("ping_budget")
             return False
-        window = self._hosts.of(host) if by_host and self.host_budget_peers is not None else None
+        window = self._hosts.bounded(host, self.host_budget_peers, by_host)
         if window is not None:
             window.count += 1
             if window.count > self.host_budget_peers * self.budget:
@@ -145,8 +145,7 @@ class PingGate:
 
         async def gated_ping(request: Any, context: Any) -> Any:
             sender = context.remote_id.to_base58()
-            by_host = host_of is not None and not self.book.resting(sender)  # a resting peer costs no lookup
-            host = await host_of(context.remote_id) if by_host else None
+            host, by_host = await sender_host(self.book, sender, context.remote_id, host_of)
             if not self.admit(sender, host, by_host):
                 return refuse(request)
             return await rpc_ping(request, context)

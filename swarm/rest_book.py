@@ -1,6 +1,8 @@
 """Who rests: one book of libp2p peers, each with what it sent in its current window and its rests, shared by the
-gates in front of this node's handlers (:mod:`swarm.store_gate`, :mod:`swarm.find_gate`, :mod:`swarm.serve_gate`); and
-the windows of hosts whose peers share a budget (:class:`HostWindows`).
+gates in front of this node's handlers (:mod:`swarm.store_gate`, :mod:`swarm.find_gate`, :mod:`swarm.serve_gate`,
+:mod:`swarm.ping_gate`); the windows of hosts whose peers share a budget (:class:`HostWindows`), each gate's bound per
+host applied by one rule (:meth:`HostWindows.bounded`); and the host lookup a resting peer is spared
+(:func:`sender_host`).
 
 A gate counts what a peer's requests hold into the peer's window (its own kind of :class:`SenderWindow`), and rests a
 peer that went beyond its bounds: for ``rest`` seconds, doubling on each further rest up to :data:`MAX_REST_SECONDS`;
@@ -11,9 +13,9 @@ leaving first, so fresh libp2p identities cannot grow it.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 from swarm.peer_hosts import is_this_machine
 
@@ -107,6 +109,16 @@ class RestBook(Generic[W]):
         del self._entries[next(iter(self._entries))]
 
 
+async def sender_host(
+    book: RestBook, sender: str, peer_id: Any, host_of: Callable[[Any], Awaitable[str | None]] | None
+) -> tuple[str | None, bool]:
+    """The host of ``sender`` (libp2p ``peer_id``) by ``host_of`` (:meth:`swarm.peer_hosts.PeerHosts.host`), and
+    whether it was looked up: not without ``host_of``, nor while ``sender`` rests in ``book`` (a resting peer costs no
+    lookup). A host not looked up is None."""
+    looked_up = host_of is not None and not book.resting(sender)
+    return (await host_of(peer_id) if looked_up else None), looked_up
+
+
 UNLISTED = "unlisted"
 """The host that the peers whose address the daemon does not list count to together."""
 
@@ -151,3 +163,9 @@ class HostWindows:
                 del self._windows[next(iter(self._windows))]  # the window begun longest ago
             window = self._windows[host] = HostWindow(began=now)
         return window
+
+    def bounded(self, host: str | None, peers: int | None, looked_up: bool = True) -> HostWindow | None:
+        """``host``'s window (:meth:`of`) where a gate's bound per host applies, else None: a bound is set (``peers``,
+        the peers' budgets a host's peers share; None: no bound), the host was looked up where the gate looks it up
+        (``looked_up``, :func:`sender_host`), and it is not this machine's loopback."""
+        return self.of(host) if looked_up and peers is not None else None

@@ -158,7 +158,7 @@ class ServeGate:
         loopback: not counted) into its window; False when the window's requests or bytes would then exceed
         ``host_budget_peers`` peers' budgets. Nobody rests for it: the host's window refuses its peers' requests until
         it ends."""
-        window = None if self.host_budget_peers is None else self._hosts.of(host)
+        window = self._hosts.bounded(host, self.host_budget_peers)
         if window is None:
             return True
         window.count += 1

@@ -204,7 +204,7 @@ class StoreGate:
         machine's loopback: not counted) into its window as it arrives; False when the window's values or bytes would
         then exceed ``host_budget_peers`` senders' budgets. Nobody rests for it: the host's window refuses its peers'
         requests until it ends."""
-        window = None if self.host_budget_peers is None else self._hosts.of(host)
+        window = self._hosts.bounded(host, self.host_budget_peers)
         if window is None:
             return True
         window.count += values

@@ -94,3 +94,11 @@ def test_a_bad_sampler_is_one_line(capsys, registry, sampler_file, extra, messag
     assert main(["--sampler", sampler_file, *extra, "--print-config"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith("sapo-node: error: --sampler ") and message in err, err
+
+
+def test_help_all_lists_the_sampler_given_and_refuses_a_bad_one_in_one_line(capsys, registry, sampler_file):
+    assert main(["--sampler", sampler_file, "--help-all"]) == 0
+    assert '`"InOrder"` is `InOrder` (no docstring)' in " ".join(capsys.readouterr().out.split())
+    assert main(["--sampler", "nope", "--help-all"]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and captured.err.count("\n") == 1 and "name a class as module:Class" in captured.err

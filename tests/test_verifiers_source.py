@@ -228,7 +228,7 @@ def test_a_verifiers_taskset_with_repeats_runs_from_sapo_node(tmp_path, tiny_mod
     path, _ = _taskset_module(tmp_path)
     out = tmp_path / "run"
     tiny = [a for a in TINY if a not in ("--tasks", "basic_arithmetic")]
-    result = run_node(  # the README's command, with the test's tiny settings
+    result = run_node(  # docs/extending.md's command, with the test's tiny settings
         [sys.executable, "-m", "sapo.node.cli", "--source", f"{path}:Repeats",
          "--source_args", '{"id": "my-tasks", "distinct": 38}', "--rewards", "source", "--model", str(tiny_model_a),
          "--output_dir", str(out), *tiny, "--max_steps", "1", "--eval_questions", "2", "--status_port", "none"],

@@ -48,9 +48,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"sapo-node (sapo-swarm) {sapo_version()}, wire version {WIRE_VERSION}")
         return 0
     if "--help-all" in argv:
+        from sapo.node.errors import NodeError, refuse
         from sapo.node.options import full_help
 
-        print(full_help(), end="")
+        try:
+            print(full_help(argv), end="")
+        except NodeError as e:  # a bad --sampler: one line, as when the node starts
+            return refuse(e, None)
         return 0
 
     if program:

@@ -313,10 +313,12 @@ def output_dir_of(argv: Sequence[str]) -> str | None:
     return str(data.get("output_dir") or data.get("output-dir") or NODE_DEFAULTS["output_dir"])
 
 
-def full_help() -> str:
-    """`sapo-node --help-all`: every option under its section heading."""
+def full_help(argv: Sequence[str] = ()) -> str:
+    """`sapo-node --help-all`: every option under its section heading, with the sampling strategy a `--sampler` in
+    ``argv`` (or in its `--config` file) names among the strategies listed; raises NodeError for a bad one."""
     from sapo.node.help import full_help as every_option
 
+    with_user_sampler(list(argv))
     return every_option(build_parser())
 
 

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 __all__ = [
     "AUTO",
     "DEVICE_FIELDS",
     "MAX_ROUND_MICRO_BATCH",
+    "SPEEDUPS_CHOICES",
     "SPEED_UP_FIELDS",
     "cpu_has_native_bf16",
     "device_defaults",
+    "fill_device_fields",
     "round_micro_batch",
 ]
 
@@ -24,6 +28,9 @@ explicitly overrides it."""
 
 DEVICE_FIELDS = ("use_cpu", "gradient_checkpointing", "bf16", *SPEED_UP_FIELDS)
 """Every `SAPOConfig` field whose `None` is decided on the machine that runs (:func:`device_defaults`)."""
+
+SPEEDUPS_CHOICES = ("auto", "off")
+"""The values of `SAPOConfig.speedups`."""
 
 AUTO = "auto"
 """How a configuration file or a flag leaves a field of :data:`DEVICE_FIELDS` to the machine that runs (`None`)."""
@@ -56,6 +63,26 @@ def device_defaults() -> dict[str, bool]:
         "scoring_prefill_once": not gpu,
         "cpu_fused_loss_pass": True,
     }
+
+
+def fill_device_fields(config: Any, device: dict[str, bool]) -> None:
+    """Fill ``config``'s device-dependent fields still at `None` from ``device`` (:func:`device_defaults`' answer),
+    and the speed-ups' switches from its `speedups` (off: `False`); explicit values stay. Raises ValueError for an
+    unknown `speedups`."""
+    if config.speedups not in SPEEDUPS_CHOICES:
+        raise ValueError(f"speedups={config.speedups!r} is unknown; choose one of {list(SPEEDUPS_CHOICES)}.")
+    if config.use_cpu is None:
+        config.use_cpu = device["use_cpu"]
+    if config.bf16 is None and not config.fp16:
+        config.bf16 = device["bf16"]
+    for name in SPEED_UP_FIELDS:
+        if getattr(config, name) is None:
+            setattr(config, name, device[name] if config.speedups == "auto" else False)
+    if config.gradient_checkpointing is None and getattr(config, "activation_checkpointing", None) is None:
+        # transformers 5 renamed it activation_checkpointing and mirrors the old name after __post_init__;
+        # setting the new name spares a deprecation warning.
+        name = "activation_checkpointing" if hasattr(config, "activation_checkpointing") else "gradient_checkpointing"
+        setattr(config, name, device["gradient_checkpointing"])
 
 
 def cpu_has_native_bf16(cpuinfo: str = "/proc/cpuinfo") -> bool:
