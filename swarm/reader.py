@@ -53,6 +53,7 @@ from swarm.index_reader import IndexReader
 from swarm.levels import home_topic_shard, subscribed_shards, topic_level_for
 from swarm.records import ReceivedGroup, RecordRef, RecordRejected, decode_record
 from swarm.refill import Offer, fair_take, share
+from swarm.repeats import RecentMessages
 from swarm.senders import SenderBook
 from swarm.served import ServedLookup
 from swarm.transport import PeerInfo, SwarmCounters, TimingLog
@@ -125,6 +126,7 @@ class SwarmReader:
         self._takes: collections.deque[tuple[float, int]] = collections.deque(maxlen=_TAKES_KEPT)  # (monotonic, n)
         # groups cached since the last take, by sender: what the next take gets fresh
         self._fetched_since_take: collections.Counter[str] = collections.Counter()
+        self._announcements_seen = RecentMessages()
         self._skew_warned: collections.OrderedDict[str, None] = collections.OrderedDict()  # warned once each
         self._skew_last_warning = -float("inf")  # monotonic time of the last clock warning
         self._skew_unwarned = 0  # senders found ahead since then, not named in a line
@@ -356,8 +358,15 @@ class SwarmReader:
 
     def take_announcement(self, data: bytes, from_host: str) -> bool:
         """Take one announcement that libp2p peer ``from_host`` published; True if it was valid and of another
-        peer. Every refusal is counted under ``rejected/<reason>``."""
+        peer. Every refusal is counted under ``rejected/<reason>``; one arriving again byte for byte from the same
+        publisher (among the last 8192 distinct ones) is dropped unread and counted as ``announcements_repeated``."""
         config = self.config
+        with self._lock:
+            # by its publisher too: another peer's copy of an honest announcement must not shadow the original
+            repeated = self._announcements_seen.repeated(from_host.encode() + b"\0" + data)
+        if repeated:  # a copy says nothing new: dropped before its signature is checked again
+            self._counters.add("announcements_repeated")
+            return False
         try:
             announcement = decode_announcement(data, config.swarm_name, config.limits)
         except RecordRejected as e:
