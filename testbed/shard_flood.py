@@ -61,16 +61,21 @@ def store_entries(
 
 
 def signing_keys(count: int, path: str | None) -> list[RSAPrivateKey]:
-    """``count`` swarm keys, read from ``path`` where it holds enough, else made (and kept there)."""
+    """``count`` swarm keys, read from ``path`` (their DER bytes) where it holds enough, else made (and kept there)."""
+    from cryptography.hazmat.primitives import serialization
+
+    from swarm.hivemind_bridge import signing_key
+
     if path and os.path.exists(path):
         with open(path, "rb") as f:
-            kept = pickle.load(f)
-        if len(kept) >= count:
-            return kept[:count]
+            ders = pickle.load(f)
+        if len(ders) >= count:  # loaded without the consistency check (about 45 ms a key): this tool made them
+            load = serialization.load_der_private_key
+            return [signing_key(load(der, None, unsafe_skip_rsa_key_validation=True)) for der in ders[:count]]
     made = [RSAPrivateKey() for _ in range(count)]
     if path:
         with open(path, "wb") as f:
-            pickle.dump(made, f)
+            pickle.dump([key.to_bytes() for key in made], f)
     return made
 
 

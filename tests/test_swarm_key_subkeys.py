@@ -103,7 +103,8 @@ def test_a_host_flooding_an_index_shard_with_identities_leaves_it_readable(hosts
     flooding host 2 stores 40 entries of 40 identities (signing keys) under the same index key from one libp2p peer,
     within its store budget. A reader on host 1, whose typed decoding takes at most 24 items a dictionary (4096 in a
     real swarm), looks the key up: it reads a dictionary of at most 16 entries holding the honest one. Before, the
-    holder answered all 41, the reader refused the answer whole, and the lookup found nothing."""
+    holder answered all 41 (and its own), the reader refused the answer whole, and the lookup found no honest entry
+    (at most the reader's own)."""
     monkeypatch.setattr(swarm.dht_values, "MAX_DICTIONARY_ITEMS", 24)  # read when a peer's serializer is built
     holder = in_namespace(
         hosts.names[0],
