@@ -60,14 +60,14 @@ def trim_subkeys(
     remove: Callable[[Any], None],
 ) -> int:
     """Bound one key's dictionary: when its subkeys (``expirations``: each one's expiration time) number more than
-    ``max_subkeys``, ``remove`` subkeys until at most 7/8 of ``max_subkeys`` are left (so the next trim is at least an
-    eighth of the bound away), each time from the group (:func:`key_group`) holding the most subkeys of the key, of it
-    the storer holding the most, its subkey that expires first. Returns the subkeys removed. So a host holding fewer of
-    the key's subkeys than another keeps them all while that one trims."""
+    ``max_subkeys``, ``remove`` subkeys until at most 7/8 of ``max_subkeys`` (at least one) are left, so that the next
+    trim is at least an eighth of the bound away: each time from the group (:func:`key_group`) holding the most subkeys
+    of the key, of it the storer holding the most, its subkey that expires first. Returns the subkeys removed. So a
+    host holding fewer of the key's subkeys than another keeps them all while that one trims."""
     held = len(expirations)
     if held <= max_subkeys:
         return 0
-    keep = max_subkeys * 7 // 8
+    keep = max(1, max_subkeys * 7 // 8)
     units: dict[Unit, tuple[int, float]] = {(None, subkey): (1, when) for subkey, when in expirations.items()}
     return evict_by_host_then_peer(
         units,
