@@ -39,7 +39,7 @@ _SECTIONS = {
     "An open swarm's bounds": (
         "refill_sender_share", "refill_unjudged_share", "max_unknown_senders", "index_only_sender_share",
         "max_senders_per_host", "fetch_heard_within", "fetch_retry_after", "store_budget_bytes", "store_budget_values",
-        "store_budget_host_peers", "dht_storage_bytes", "dht_storage_values", "find_budget_bytes",
+        "store_budget_host_peers", "dht_storage_bytes", "dht_storage_values", "dht_key_subkeys", "find_budget_bytes",
     ),
     "Process hygiene": (
         "state_dir", "health_interval", "check_reachability",
@@ -492,6 +492,23 @@ class DHTTransportConfig:
             "dht_storage_bytes does not count."
         },
     )
+    dht_key_subkeys: int = field(
+        default=1024,
+        metadata={
+            "help": "Subkeys one key's dictionary (an index shard: one entry a peer) holds at most in this peer's DHT "
+            "storage, and in its cache; a store beyond it trims the key to 7/8 of it, the host holding the most of "
+            "the key's subkeys (a peer of this machine, on loopback, alone) losing, of its peer holding the most, "
+            "the subkey that expires first (dht_subkeys_trimmed). A reader takes a dictionary of at most 4096 items "
+            "(swarm.dht_values.MAX_DICTIONARY_ITEMS) and refuses a larger one whole, so without it one host storing "
+            "entries of 4097 identities under an index key made every honest holder's answer for it unreadable. "
+            "An honest shard holds about index_shard_entries entries at the level a reader reads and a few times "
+            "that at the levels around it a publisher writes; level 0 is written only in a swarm of about 45 peers "
+            "or fewer (N / 8 entries a shard), and at the top level (index_max_level) a swarm beyond index_shards * "
+            "2**index_max_level * index_shard_entries (16384) peers holds N / 8192 entries a shard: 1024 is room "
+            "for eight million peers, a quarter of what a reader takes, about 0.8 MB of index entries (793 bytes "
+            "each) an answer."
+        },
+    )
     find_budget_bytes: int = field(
         default=64 * 2**20,
         metadata={
@@ -536,7 +553,7 @@ class DHTTransportConfig:
                      "max_pending_publishes", "dht_num_replicas", "dht_record_lookup_workers",
                      "dht_lookup_beam", "dht_bucket_size", "topic_peers", "departed_after_missed",
                      "max_unknown_senders", "store_budget_bytes", "store_budget_values", "store_budget_host_peers",
-                     "dht_storage_bytes", "dht_storage_values", "find_budget_bytes"):  # fmt: skip
+                     "dht_storage_bytes", "dht_storage_values", "dht_key_subkeys", "find_budget_bytes"):  # fmt: skip
             if getattr(self, name) < 1:
                 raise ValueError(f"{name}={getattr(self, name)}: it must be a positive number")
         for name in ("refill_sender_share", "refill_unjudged_share"):

@@ -42,7 +42,12 @@ private hivemind name anywhere else). What each is relied on for:
   `DHTLocalStorage()` without a bound, and its `TimedStorage` base evicts, when over its `maxsize` of keys, the entries
   that expire first (its `expiration_heap`, `key_to_heap`, `data`); :func:`bound_storage` replaces both with a
   :class:`BoundedStorage`, bounded in keys and in bytes by whoever stored most, which calls
-  `TimedStorage._remove_outdated()` (drops the expired entries) before it evicts, so that the expired go first.
+  `TimedStorage._remove_outdated()` (drops the expired entries) before it evicts, so that the expired go first; and
+  `DictionaryDHTValue` (a `TimedStorage` too) through its `data` (subkey -> value and expiration), `_remove_outdated()`
+  and `del`, to bound the subkeys of one key's dictionary (:meth:`BoundedStorage.trim_key`). hivemind's lookups merge
+  other nodes' answers into the very dictionary object the storage or cache holds (`_SearchState.add_candidate`
+  takes this node's own item first), so a dictionary may grow without a store: :func:`gated_find` trims a key's
+  dictionaries before it answers for them.
 """
 
 from __future__ import annotations
@@ -63,7 +68,7 @@ from hivemind.utils import get_dht_time
 from hivemind.utils.crypto import RSAPrivateKey
 from hivemind.utils.timed_storage import TimedStorage
 
-from swarm.storage_eviction import Storer, Unit, evict_by_host_then_peer
+from swarm.storage_eviction import Storer, Unit, evict_by_host_then_peer, trim_subkeys
 
 __all__ = [
     "BoundedStorage",
@@ -224,6 +229,9 @@ def _dht_id(raw: bytes) -> DHTID | None:
 def _found(protocol: Any, key: DHTID, room: int) -> Any:
     """The result for ``key`` without its neighbours: the fresher of the storage's and the cache's item if its bytes
     fit in ``room`` (a dictionary is serialized only when the bytes of its entries fit), else not found."""
+    for storage in (protocol.storage, protocol.cache):  # a lookup's merge may have grown a dictionary held here
+        if isinstance(storage, BoundedStorage):
+            storage.trim_key(key)
     item = protocol.storage.get(key)
     cached = protocol.cache.get(key)
     if cached is not None and (item is None or cached.expiration_time > item.expiration_time):
@@ -344,16 +352,32 @@ class BoundedStorage(DHTLocalStorage):
     ``max_bytes`` the values are counted and evicted. hivemind's lookups may also merge subkeys they found into a
     dictionary held here, unseen by the estimate: every 1024 stores count again whatever the estimate says, so what
     such merges add stays in view.
+
+    One key's dictionary (an index shard) holds at most ``max_subkeys`` subkeys (None: no bound): a store that makes it
+    hold more trims it to 7/8 of that, the group holding most of the key's subkeys (its host; a loopback peer alone)
+    losing, of its peer holding most, the subkey that expires first (:func:`swarm.storage_eviction.trim_subkeys`).
+    A reader takes a dictionary of at most :data:`swarm.dht_values.MAX_DICTIONARY_ITEMS` items and refuses a larger
+    one whole, so without it one host storing entries of thousands of identities under one index key made every
+    honest holder's answer for it unreadable. ``on_subkeys_trimmed(n)`` is told of each trim.
     """
 
     RECOUNT_EVERY = 1024
     """Stores after which the values are counted again whatever the estimate says."""
 
-    def __init__(self, max_values: int, max_bytes: int, storer: Callable[[], Storer | None] = lambda: None):
+    def __init__(
+        self,
+        max_values: int,
+        max_bytes: int,
+        storer: Callable[[], Storer | None] = lambda: None,
+        max_subkeys: int | None = None,
+        on_subkeys_trimmed: Callable[[int], None] = lambda n: None,
+    ):
         super().__init__(maxsize=None)  # the key bound is kept here, by the rule above, not by hivemind's
         self.max_values = max_values
         self.max_bytes = max_bytes
         self.storer = storer
+        self.max_subkeys = max_subkeys
+        self.on_subkeys_trimmed = on_subkeys_trimmed
         self.estimate = 0  # bytes held at the last count plus every value stored since: at least what is held
         self.stores_since_count = 0
         self._stored_by: dict[Unit, Storer | None] = {}  # (key, subkey or None) -> (host, peer) that stored it
@@ -362,18 +386,51 @@ class BoundedStorage(DHTLocalStorage):
         """hivemind's store (a subkey: into the key's dictionary), then an eviction if it made the storage too big."""
         if subkey is not None:
             return self.store_subkey(key, subkey, value, expiration_time)
-        return self._kept(super().store(key, value, expiration_time), _value_bytes(value), (key, None))
+        stored = self._kept(super().store(key, value, expiration_time), _value_bytes(value), (key, None))
+        if stored and isinstance(value, DictionaryDHTValue):  # a lookup's merged result, cached whole
+            self.trim_key(key)
+        return stored
 
     def store_subkey(self, key: Any, subkey: Any, value: Any, expiration_time: float) -> bool:
-        """hivemind's store of one subkey's value, then an eviction if it made the storage too big."""
+        """hivemind's store of one subkey's value, then a trim of the key's dictionary if it holds too many subkeys
+        and an eviction if the storage is too big."""
         stored = super().store_subkey(key, subkey, value, expiration_time)
-        return self._kept(stored, _value_bytes(value) + _value_bytes(subkey), (key, subkey))
+        stored = self._kept(stored, _value_bytes(value) + _value_bytes(subkey), (key, subkey))
+        if stored:
+            self.trim_key(key)
+        return stored
+
+    def trim_key(self, key: Any) -> int:
+        """Bound the subkeys of ``key``'s dictionary to ``max_subkeys`` (the rule in the class docstring): the expired
+        go first, then, while over, the group holding most loses its subkey that expires first. Returns the subkeys
+        removed (0 at once when the key holds no dictionary over the bound)."""
+        item = self.data.get(key)
+        if self.max_subkeys is None or item is None or not isinstance(item.value, DictionaryDHTValue):
+            return 0
+        dictionary = item.value
+        if len(dictionary.data) <= self.max_subkeys:
+            return 0
+        dictionary._remove_outdated()
+        expirations = {subkey: sub.expiration_time for subkey, sub in dictionary.data.items()}
+
+        def remove(subkey: Any) -> None:
+            del dictionary[subkey]
+            self._stored_by.pop((key, subkey), None)
+
+        trimmed = trim_subkeys(expirations, lambda subkey: self._stored_by.get((key, subkey)), self.max_subkeys, remove)
+        if not dictionary.data:
+            del self[key]
+        if trimmed:
+            self.on_subkeys_trimmed(trimmed)
+        return trimmed
 
     def adopt(self, storage: TimedStorage) -> None:
         """Take over what ``storage`` holds (a node's storage before this replaced it), within the bounds."""
         for key, item in storage.items():
             TimedStorage.store(self, key, item.value, item.expiration_time)
             self.estimate += _value_bytes(item.value)
+        for key in list(self.data):
+            self.trim_key(key)
         self._evict_if_over(force=True)
 
     def nbytes(self) -> int:
@@ -471,14 +528,20 @@ def _value_bytes(value: Any) -> int:
 
 
 def bound_storage(
-    node: Any, max_values: int, max_bytes: int, storer: Callable[[], Storer | None] = lambda: None
+    node: Any,
+    max_values: int,
+    max_bytes: int,
+    storer: Callable[[], Storer | None] = lambda: None,
+    max_subkeys: int | None = None,
+    on_subkeys_trimmed: Callable[[int], None] = lambda n: None,
 ) -> None:
     """Replace the local storage and the cache of ``node`` (a ``DHTNode``) with :class:`BoundedStorage` instances of
-    ``max_values`` keys and ``max_bytes`` bytes each, keeping what they held; ``storer()`` names the host and peer
-    whose store is being handled. hivemind builds them unbounded, and bounds only the cache's keys (``cache_size``): a
-    peer could otherwise make this node hold every valid value it sends until the value expires."""
+    ``max_values`` keys and ``max_bytes`` bytes each, and ``max_subkeys`` subkeys a key, keeping what they held;
+    ``storer()`` names the host and peer whose store is being handled, ``on_subkeys_trimmed(n)`` is told of each trim
+    of a key's dictionary. hivemind builds them unbounded, and bounds only the cache's keys (``cache_size``): a peer
+    could otherwise make this node hold every valid value it sends until the value expires."""
     protocol = node.protocol
     for name in ("storage", "cache"):
-        bounded = BoundedStorage(max_values, max_bytes, storer)
+        bounded = BoundedStorage(max_values, max_bytes, storer, max_subkeys, on_subkeys_trimmed)
         bounded.adopt(getattr(protocol, name))
         setattr(protocol, name, bounded)

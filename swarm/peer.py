@@ -411,8 +411,15 @@ class DHTPeer:
             ensure_bootstrap_success=initial_peers is not None,
         )
         # hivemind keeps every valid value stored here until it expires, however many: bounded in keys and bytes,
-        # what goes counted to the host and peer that stored it
-        bound_storage(node, config.dht_storage_values, config.dht_storage_bytes, current_storer)
+        # and in subkeys a key, what goes counted to the host and peer that stored it
+        bound_storage(
+            node,
+            config.dht_storage_values,
+            config.dht_storage_bytes,
+            current_storer,
+            max_subkeys=config.dht_key_subkeys,
+            on_subkeys_trimmed=lambda n: self._counters.add("dht_subkeys_trimmed", n),
+        )
         if self._value_serializer is not None:
             # The protocol reads this attribute at each request: from here on, not during the bootstrap above.
             node.protocol.serializer = self._value_serializer
