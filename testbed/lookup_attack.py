@@ -104,7 +104,7 @@ def lookup(reader: Any, key: str, timeout: float) -> tuple[Any, float, float]:
                 node.get_many([key], sufficient_expiration_time=sufficient, beam_size=config.dht_lookup_beam), timeout
             )
             return found[key]
-        except asyncio.TimeoutError:
+        except TimeoutError:
             return None
 
     cpu, started = thread_cpu(reader.peer.thread_id), time.monotonic()
@@ -120,7 +120,8 @@ def attack(
     hostile node was asked, the lookup's seconds and the reader's event-loop CPU seconds. The hostile node is stopped
     here; the reader is the caller's to stop."""
     reader = make_reader(fetch_timeout=seconds)
-    key = index_keys(reader.config.swarm_name, reader.config.index_shards, 0)[0]
+    config = reader.config  # a shard of the index's top level: the reader (alone) writes its own entry lower down
+    key = index_keys(config.swarm_name, config.index_shards, config.index_max_level)[0]
     expiration = time.time() + 60  # valid, but older than the copy an index read wants: the lookup goes on
     value = signed_index_dictionary(key, entries, expiration)
     hostile = HostileNode(reader.visible_addresses(), on_p2pd=on_p2pd)
