@@ -11,14 +11,15 @@ in one 20 s index read, the reader's event loop busy 14.7 s of it checking the 6
 One libp2p peer holds one node id in this node's routing table (:class:`swarm.ping_gate.RoutingGuard`); the neighbours
 of an answer are held to the same rule (:func:`one_id_per_peer`, applied to every find answer by
 :func:`swarm.hivemind_bridge.bound_find_answers`): the answering peer naming itself is dropped (an honest node never
-does: its routing table does not hold it), a peer is kept once per answer, and a peer this node knows goes under the
-node id it knows it by (this node's own id for itself), which a lookup that asked it already has visited. So within
+does: its routing table does not hold it), and so is this node (a lookup reads its own storage first, and hivemind's
+store asserts that this node is none of the nearest nodes a search found), a peer is kept once per answer, and a peer
+this node knows goes under the node id it knows it by, which a lookup that asked it already has visited. So within
 one lookup a peer is asked once under each id it is known by, about once, whatever ids the answers name for it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 from typing import TypeVar
 
 NodeId = TypeVar("NodeId")
@@ -26,16 +27,16 @@ Peer = TypeVar("Peer")
 
 
 def one_id_per_peer(
-    answerer: Peer, neighbours: Iterable[tuple[NodeId, Peer]], known: Callable[[Peer], NodeId | None]
+    neighbours: Iterable[tuple[NodeId, Peer]], known: Callable[[Peer], NodeId | None], dropped: Collection[Peer]
 ) -> tuple[list[tuple[NodeId, Peer]], int]:
-    """The neighbours ``answerer`` named (nearest first) that a lookup may ask, and how many of them were ignored or
-    renamed: the answerer itself is dropped, each peer is kept once (under the first id named for it), and a peer
-    ``known`` maps to an id goes under that id."""
+    """The neighbours an answer named (nearest first) that a lookup may ask, and how many of them were ignored or
+    renamed: a peer of ``dropped`` (the answerer, this node) goes, each other peer is kept once (under the first id
+    named for it), and a peer ``known`` maps to an id goes under that id."""
     kept: list[tuple[NodeId, Peer]] = []
     named: set[Peer] = set()
     ignored = 0
     for node_id, peer in neighbours:
-        if peer == answerer or peer in named:
+        if peer in dropped or peer in named:
             ignored += 1
             continue
         named.add(peer)

@@ -14,14 +14,14 @@ from tests.swarm_fixtures import dht_peers, no_p2pd_left_behind, record_p2pd  # 
 
 
 def test_an_answer_names_each_peer_once_under_the_id_it_is_known_by():
-    known = {"honest": 7, "me": 1}.get
+    known = {"honest": 7}.get
     neighbours = [(101, "hostile"), (102, "honest"), (103, "hostile"), (104, "honest"), (105, "me"), (106, "new")]
-    kept, ignored = one_id_per_peer("hostile", neighbours, known)
-    # the answerer naming itself: dropped; a known peer: under its id (which a lookup that asked it visited); an
-    # unknown one: under the first id named for it
-    assert kept == [(7, "honest"), (1, "me"), (106, "new")] and ignored == 5
-    assert one_id_per_peer("a", [(2, "b"), (3, "c")], lambda peer: None) == ([(2, "b"), (3, "c")], 0)  # honest answer
-    assert one_id_per_peer("a", [(2, "b")], {"b": 2}.get) == ([(2, "b")], 0)
+    kept, ignored = one_id_per_peer(neighbours, known, ("hostile", "me"))
+    # the answerer naming itself, and this node: dropped; a known peer: under its id (which a lookup that asked it
+    # visited); an unknown one: under the first id named for it
+    assert kept == [(7, "honest"), (106, "new")] and ignored == 5
+    assert one_id_per_peer([(2, "b"), (3, "c")], lambda peer: None, ("a",)) == ([(2, "b"), (3, "c")], 0)  # honest
+    assert one_id_per_peer([(2, "b")], {"b": 2}.get, ("a",)) == ([(2, "b")], 0)
 
 
 @pytest.mark.usefixtures("no_p2pd_left_behind")
