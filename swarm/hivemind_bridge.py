@@ -40,8 +40,8 @@ private hivemind name anywhere else). What each is relied on for:
   (`DHTNode._call_find_with_blacklist` calls it through `self.protocol`), returning for each key
   `(value or None, {node id: libp2p peer id})`, the neighbours the answer named, which hivemind's lookup then asks.
   :func:`bound_find_answers` sets an instance attribute of that name that calls hivemind's method and keeps, of each
-  key's neighbours, what :func:`swarm.lookup_guard.one_id_per_peer` keeps; it reads `routing_table.get(peer_id=...)`
-  and `p2p.peer_id`.
+  key's neighbours, what :func:`swarm.lookup_guard.one_id_per_peer` keeps; it reads `routing_table.get(peer_id=...)`,
+  `node_id` and `p2p.peer_id`.
 - `RSASignatureValidator._serialize_record(record) -> bytes`: the bytes an owner signature signs (the record's key,
   subkey, value and expiration as hivemind serializes them) (:func:`signed_bytes`).
 - `DHTProtocol.storage` and `.cache` (public names, private workings): `DHTProtocol.create` builds them as
@@ -495,9 +495,10 @@ def bound_storage(
 def bound_find_answers(node: Any, guard: Any = None, counters: Any = None) -> None:
     """Hold the neighbours every find answer of ``node``'s lookups names (``node``: a ``DHTNode``) to
     :func:`swarm.lookup_guard.one_id_per_peer`: the answering peer naming itself is dropped, and so is this node's own
-    libp2p peer (under whatever id: its former one, after a switch of mode), each other libp2p peer is kept once, and a
+    libp2p peer (under whatever id: its former one, after a switch of mode), each other libp2p peer is kept once, a
     peer known here goes under the node id it is known by (the id ``guard``, a :class:`swarm.ping_gate.RoutingGuard`,
-    holds it under, else the routing table's), which a lookup that asked it has visited already. hivemind's lookup
+    holds it under, else the routing table's), which a lookup that asked it has visited already, and a neighbour under
+    this node's own id goes (hivemind's store asserts that no search finds it). hivemind's lookup
     asks every node id named nearer the key, so made-up ids mapped to one peer had it asked again and again within one
     lookup. What was ignored or renamed is counted (``lookup_ids_ignored``)."""
     protocol = node.protocol
@@ -514,7 +515,7 @@ def bound_find_answers(node: Any, guard: Any = None, counters: Any = None) -> No
             return response
         ignored = 0
         for key, (value, nearest) in response.items():
-            kept, dropped = one_id_per_peer(nearest.items(), known, (peer, own))
+            kept, dropped = one_id_per_peer(nearest.items(), known, (peer, own), (protocol.node_id,))
             ignored += dropped
             response[key] = value, dict(kept)
         if ignored and counters is not None:

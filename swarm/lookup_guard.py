@@ -12,7 +12,8 @@ One libp2p peer holds one node id in this node's routing table (:class:`swarm.pi
 of an answer are held to the same rule (:func:`one_id_per_peer`, applied to every find answer by
 :func:`swarm.hivemind_bridge.bound_find_answers`): the answering peer naming itself is dropped (an honest node never
 does: its routing table does not hold it), and so is this node (a lookup reads its own storage first, and hivemind's
-store asserts that this node is none of the nearest nodes a search found), a peer is kept once per answer, and a peer
+store asserts that this node is none of the nearest nodes a search found: another peer named under this node's id,
+which hivemind took as given, failed its stores), a peer is kept once per answer, and a peer
 this node knows goes under the node id it knows it by, which a lookup that asked it already has visited. So within
 one lookup a peer is asked once under each id it is known by, about once, whatever ids the answers name for it.
 """
@@ -27,11 +28,15 @@ Peer = TypeVar("Peer")
 
 
 def one_id_per_peer(
-    neighbours: Iterable[tuple[NodeId, Peer]], known: Callable[[Peer], NodeId | None], dropped: Collection[Peer]
+    neighbours: Iterable[tuple[NodeId, Peer]],
+    known: Callable[[Peer], NodeId | None],
+    dropped: Collection[Peer],
+    dropped_ids: Collection[NodeId] = (),
 ) -> tuple[list[tuple[NodeId, Peer]], int]:
     """The neighbours an answer named (nearest first) that a lookup may ask, and how many of them were ignored or
     renamed: a peer of ``dropped`` (the answerer, this node) goes, each other peer is kept once (under the first id
-    named for it), and a peer ``known`` maps to an id goes under that id."""
+    named for it), a peer ``known`` maps to an id goes under that id, and a neighbour whose id is then one of
+    ``dropped_ids`` (this node's) goes."""
     kept: list[tuple[NodeId, Peer]] = []
     named: set[Peer] = set()
     ignored = 0
@@ -44,5 +49,8 @@ def one_id_per_peer(
         if known_id is not None and known_id != node_id:
             ignored += 1
             node_id = known_id
+        if node_id in dropped_ids:
+            ignored += 1
+            continue
         kept.append((node_id, peer))
     return kept, ignored
