@@ -36,6 +36,12 @@ private hivemind name anywhere else). What each is relied on for:
   from its public parts (`storage`, `cache`, `routing_table.get_nearest_neighbors`, `bucket_size`, `node_info`,
   `serializer`, `rpc_ping`): a result per key of the request, in order (`DHTProtocol.call_find` asserts that the
   results align with its keys), the fresher of the storage's and the cache's item, a dictionary value serialized.
+- `DHTProtocol.call_find(peer_id, keys)` (public name, its workings relied on): every find of this node's lookups
+  (`DHTNode._call_find_with_blacklist` calls it through `self.protocol`), returning for each key
+  `(value or None, {node id: libp2p peer id})`, the neighbours the answer named, which hivemind's lookup then asks.
+  :func:`bound_find_answers` sets an instance attribute of that name that calls hivemind's method and keeps, of each
+  key's neighbours, what :func:`swarm.lookup_guard.one_id_per_peer` keeps; it reads `routing_table.get(peer_id=...)`,
+  `node_id` and `p2p.peer_id`.
 - `RSASignatureValidator._serialize_record(record) -> bytes`: the bytes an owner signature signs (the record's key,
   subkey, value and expiration as hivemind serializes them) (:func:`signed_bytes`).
 - `DHTProtocol.storage` and `.cache` (public names, private workings): `DHTProtocol.create` builds them as
@@ -68,6 +74,7 @@ from hivemind.utils import get_dht_time
 from hivemind.utils.crypto import RSAPrivateKey
 from hivemind.utils.timed_storage import TimedStorage
 
+from swarm.lookup_guard import one_id_per_peer
 from swarm.storage_eviction import Storer, Unit, evict_by_host_then_peer, trim_subkeys
 
 __all__ = [
@@ -77,6 +84,7 @@ __all__ = [
     "connect",
     "daemon_process",
     "daemon_sockets",
+    "bound_find_answers",
     "bound_routing_updates",
     "gate_find_handler",
     "gate_ping_handler",
@@ -545,3 +553,36 @@ def bound_storage(
         bounded = BoundedStorage(max_values, max_bytes, storer, max_subkeys, on_subkeys_trimmed)
         bounded.adopt(getattr(protocol, name))
         setattr(protocol, name, bounded)
+
+
+def bound_find_answers(node: Any, guard: Any = None, counters: Any = None) -> None:
+    """Hold the neighbours every find answer of ``node``'s lookups names (``node``: a ``DHTNode``) to
+    :func:`swarm.lookup_guard.one_id_per_peer`: the answering peer naming itself is dropped, and so is this node's own
+    libp2p peer (under whatever id: its former one, after a switch of mode), each other libp2p peer is kept once, a
+    peer known here goes under the node id it is known by (the id ``guard``, a :class:`swarm.ping_gate.RoutingGuard`,
+    holds it under, else the routing table's), which a lookup that asked it has visited already, and a neighbour under
+    this node's own id goes (hivemind's store asserts that no search finds it). hivemind's lookup
+    asks every node id named nearer the key, so made-up ids mapped to one peer had it asked again and again within one
+    lookup. What was ignored or renamed is counted (``lookup_ids_ignored``)."""
+    protocol = node.protocol
+    hivemind_find = functools.partial(type(protocol).call_find, protocol)
+    own = protocol.p2p.peer_id
+
+    def known(peer_id: Any) -> Any:
+        claimed = guard.claimed(peer_id.to_base58()) if guard is not None else None
+        return DHTID.from_bytes(claimed) if claimed is not None else protocol.routing_table.get(peer_id=peer_id)
+
+    async def call_find(peer: Any, keys: Any) -> Any:
+        response = await hivemind_find(peer, keys)
+        if not response:
+            return response
+        ignored = 0
+        for key, (value, nearest) in response.items():
+            kept, dropped = one_id_per_peer(nearest.items(), known, (peer, own), (protocol.node_id,))
+            ignored += dropped
+            response[key] = value, dict(kept)
+        if ignored and counters is not None:
+            counters.add("lookup_ids_ignored", ignored)
+        return response
+
+    protocol.call_find = call_find

@@ -48,6 +48,7 @@ from swarm.find_gate import FindGate
 from swarm.hivemind_bridge import (
     BoundedStorage,
     PubsubP2P,
+    bound_find_answers,
     bound_routing_updates,
     bound_storage,
     daemon_process,
@@ -431,6 +432,8 @@ class DHTPeer:
             await gate_ping_handler(node, functools.partial(self._ping_gate.wrap, host_of=self._peer_hosts.host))
         if self._routing_guard is not None:  # a libp2p peer goes under one node id; the copy to newcomers is rare
             bound_routing_updates(node, self._routing_guard)
+        # and in the answers to this node's lookups too: made-up ids of one peer had it asked again and again
+        bound_find_answers(node, self._routing_guard, self._counters)
         return node
 
     async def become_client(self) -> None:

@@ -214,6 +214,15 @@ class RoutingGuard:
         self._peers[peer] = known  # seen last
         return known.node_id
 
+    def claimed(self, peer: str) -> bytes | None:
+        """The node id ``peer`` goes under now (the first it claimed, while younger than ``node_id_seconds``), or None
+        when it claimed none here or that time ended; nothing is recorded (an answer naming ``peer`` is no claim of
+        its own)."""
+        known = self._peers.get(peer)
+        if known is None or self.clock() - known.claimed_at > self.node_id_seconds:
+            return None
+        return known.node_id
+
     def may_join(self, peer: str) -> bool:
         """Whether ``peer``, not in the routing table, may try for a place (not refused one within ``join_retry``)."""
         known = self._peers.get(peer)
