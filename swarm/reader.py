@@ -114,7 +114,7 @@ class SwarmReader:
         self._admits = admits or (lambda sender: True)
         self._lock = threading.Lock()
         rng = rng or random.Random()
-        self.book = SenderBook(config, counters, clock, rng)
+        self.book = SenderBook(config, counters, clock, rng, fresh_within=self._step_seconds)
         self.index = IndexReader(
             config, counters, timings, clock, rng, on_entry=self._take_index_entry, prior=prior, topic=self.topic
         )
@@ -239,6 +239,11 @@ class SwarmReader:
             return None
         gaps = [later - earlier for (earlier, _), (later, _) in zip(takes, takes[1:], strict=False)]
         return statistics.median(gaps), takes[-1][1]
+
+    def _step_seconds(self) -> float | None:
+        """The caller's step in seconds (its pace); ``None`` before it is known."""
+        pace = self.pace()
+        return None if pace is None else pace[0]
 
     def refill_lead(self) -> float:
         """Seconds before the caller's next :meth:`take` is due at which the cache is refilled."""

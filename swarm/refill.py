@@ -17,13 +17,14 @@ groups that holds one). So:
   newcomer is fetched, judged, and can earn its share even when the senders judged good publish more than this peer
   takes. With no sender judged good yet (a node that has not judged, a transport used alone) there is no one to
   protect and the pool is the whole need.
-- **Turns, then freshness.** Each sender offers its records in turn, one per round (its freshest, then its next);
-  within a round the sender that waited longest goes first (its ``turn``: since its last fetch, or, never fetched
-  from, since the reader first heard of it, counted in the reader's fetches), the freshest record breaking ties. A
-  sender that publishes a fresh record before every refill is fetched from, then waits behind the senders that waited
-  longer, and an identity made before every refill waits behind a newcomer fetched before it was heard of: neither
-  keeps a newcomer out of the pool. A record's date counts at most as this peer's now, so dating a record ahead
-  (within the clock tolerance) buys no precedence.
+- **Fresh records, then turns.** Each sender offers its records in turn, one per round (its freshest, then its
+  next); within a round the records made since the caller's last step come first (a reader wants the freshest groups),
+  then the others, and within each the sender that waited longest goes first (its ``turn``: since its last fetch, or,
+  never fetched from, since the reader first heard of it, counted in the reader's fetches), the freshest record
+  breaking ties. A sender that publishes a fresh record before every refill is fetched from, then waits behind the
+  senders that waited longer, and an identity made before every refill waits behind a newcomer fetched before it was
+  heard of: neither keeps a newcomer with a fresh record out of the pool. A record's date counts at most as this peer's
+  now, so dating a record ahead (within the clock tolerance) buys no precedence.
 - **Work-conserving for the good.** Need still uncovered once every share is spent goes to the senders judged good,
   beyond their share (the same order): one good publisher alone still fills a refill.
 
@@ -57,6 +58,8 @@ class Offer(Generic[T]):
         trusted (`bool`): its sender was judged good (its own share; else the unjudged pool).
         turn (`float`): its sender's place in the queue for turns (the fetches the reader had begun at its last
             fetch from the sender, or when it first heard of it): the lowest goes first, the date breaking ties.
+        stale (`bool`): made before the reader's last step (:class:`swarm.senders.SenderBook`'s ``fresh_within``):
+            it goes after every fresh record of the same round.
     """
 
     item: T
@@ -66,11 +69,13 @@ class Offer(Generic[T]):
     urgent: bool
     trusted: bool
     turn: float = 0.0
+    stale: bool = False
 
 
-def _order(offer: Offer) -> tuple[float, float]:
-    """The sender whose turn came longest ago first, then the freshest."""
-    return offer.turn, -offer.date
+def _order(offer: Offer) -> tuple[bool, float, float]:
+    """Fresh records first; among them, and then among the stale, the sender whose turn came longest ago first, then
+    the freshest."""
+    return offer.stale, offer.turn, -offer.date
 
 
 def _freshest(offer: Offer) -> float:

@@ -145,6 +145,8 @@ class SenderBook:
         counters: where departures, returns, given-up records, strikes and records never fetched are counted.
         clock: wall time for every date here; monotonic time for rests.
         rng: breaks ties between records of the same date (publishers that published at the same moment).
+        fresh_within: seconds within which a record counts as fresh (the caller's step: records made since its last
+            one); ``None``: every record does. Fresh records go first in a refill (:mod:`swarm.refill`).
     """
 
     def __init__(
@@ -153,10 +155,12 @@ class SenderBook:
         counters: SwarmCounters,
         clock: Clock = SYSTEM_CLOCK,
         rng: random.Random | None = None,
+        fresh_within: Callable[[], float | None] = lambda: None,
     ):
         self.config = config
         self._counters = counters
         self._clock = clock
+        self._fresh_within = fresh_within
         self._rng = rng or random.Random()
         self._lock = threading.Lock()
         self._senders: dict[str, SenderState] = {}
@@ -360,6 +364,8 @@ class SenderBook:
         now, monotonic = self._clock.time(), self._clock.monotonic()
         oldest, newest = now - config.record_ttl, now + config.clock_skew_tolerance
         resting = self.resting_hosts()
+        fresh_within = self._fresh_within()
+        stale_before = -float("inf") if fresh_within is None else now - fresh_within
         offers: dict[str, list[Offer[Choice]]] = {}
         with self._lock:
             live_hosts = {state.host for state in self._senders.values() if not state.departed}
@@ -371,7 +377,8 @@ class SenderBook:
                 trusted = state.judged_good()
                 mine = [
                     Offer(Choice(sender, ref, state.host), sender, ref.num_groups, min(ref.created_at, now),
-                          now - state.heard.get(seq, now) >= config.fetch_heard_within, trusted, state.turn)
+                          now - state.heard.get(seq, now) >= config.fetch_heard_within, trusted, state.turn,
+                          ref.created_at < stale_before)
                     for seq, ref in state.refs.items()
                     if (sender, seq) not in self._seen_refs and (sender, seq) not in self._in_flight
                     and oldest <= ref.created_at <= newest

@@ -343,9 +343,11 @@ def _refills(book: SenderBook, clock: ManualClock, refills: int, claimers: int) 
     return plans
 
 
-def _book_with_a_good_sender_and_a_newcomer() -> tuple[SenderBook, ManualClock]:
+def _book_with_a_good_sender_and_a_newcomer(step: float | None = None) -> tuple[SenderBook, ManualClock]:
+    """A book whose caller's step is ``step`` seconds (``None``: not known yet, every record fresh)."""
     clock = ManualClock()
-    book, now = SenderBook(DHTTransportConfig(), SwarmCounters(), clock), clock.time()
+    book = SenderBook(DHTTransportConfig(), SwarmCounters(), clock, fresh_within=lambda: step)
+    now = clock.time()
     _announce(book, "good", now, (1, now, 4))
     book.judge("good", True)
     _announce(book, "newcomer", now, (1, now, 4))
@@ -397,7 +399,8 @@ def test_a_sender_the_node_benched_takes_no_room_of_a_refill_for_the_benchs_leng
     assert not book.resting("cheat") and "cheat" in {choice.sender for choice in book.choose(16)[0]}
 
 
-def test_fresh_identities_before_every_refill_queue_behind_a_newcomer_heard_before_them():
+@pytest.mark.parametrize("step", [None, 3.0])
+def test_fresh_identities_before_every_refill_queue_behind_a_newcomer_heard_before_them(step):
     # Two new identities before each refill, each with a record dated now (a fresher date than the newcomer's): as
     # senders never fetched from they used to go before the newcomer once it had been fetched, so after its first
     # fetch the pool was theirs at every refill (1 fetch in 16 refills). Queued by how long each waited (a sender
@@ -406,20 +409,21 @@ def test_fresh_identities_before_every_refill_queue_behind_a_newcomer_heard_befo
     # theirs), and again each time those heard before its last fetch have had their turn; the identities arriving
     # faster than the pool takes them, those turns come ever less often (its groups judged good, it takes a share of
     # its own).
-    book, clock = _book_with_a_good_sender_and_a_newcomer()
+    # (with the caller's step known, every record here is fresh: made within the step)
+    book, clock = _book_with_a_good_sender_and_a_newcomer(step)
     plans = []
-    for step in range(16):
+    for refill in range(16):
         now = clock.time()
-        _announce(book, "good", now, (step + 2, now - 0.5, 4))
-        _announce(book, "newcomer", now, (step + 2, now - 0.5, 4))
+        _announce(book, "good", now, (refill + 2, now - 0.5, 4))
+        _announce(book, "newcomer", now, (refill + 2, now - 0.5, 4))
         for n in range(2):
-            _announce(book, f"fresh-{step}-{n}", now, (1, now, 8))
+            _announce(book, f"fresh-{refill}-{n}", now, (1, now, 8))
         chosen = book.choose(16)[0]
         for choice in chosen:
             book.mark_fetched(choice.sender, choice.ref, choice.host)
         plans.append([choice.sender for choice in chosen])
         clock.advance(3.0)
-    fetched = [step for step, plan in enumerate(plans) if "newcomer" in plan]
+    fetched = [refill for refill, plan in enumerate(plans) if "newcomer" in plan]
     assert fetched[0] <= 1 and len(fetched) >= 6, fetched
     assert all("good" in plan for plan in plans)  # the good sender keeps its share
     assert all(sum(sender.startswith("fresh") for sender in plan) <= 2 for plan in plans)  # the pool: half each
