@@ -38,8 +38,10 @@ def test_objects_a_caller_froze_stay_frozen_after_training():
     gc.freeze()  # as the node does before it joins the swarm
     try:
         frozen = gc.get_freeze_count()
+        # a frozen object that dies meanwhile (another thread of this process may free some) leaves the count, so the
+        # count may fall by a few; thawed, it would be 0
         with long_lived_frozen():
-            assert gc.get_freeze_count() >= frozen
-        assert frozen > 0 and gc.get_freeze_count() >= frozen  # not undone by the block's exit
+            assert gc.get_freeze_count() >= 0.99 * frozen
+        assert frozen > 0 and gc.get_freeze_count() >= 0.99 * frozen  # not undone by the block's exit
     finally:
         gc.unfreeze()
