@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import array
 import atexit
+import gc
 import json
 import os
 import runpy
@@ -464,8 +465,8 @@ def _exit_code(code: object) -> int:
 
 
 def main() -> None:
-    """The server's entry point: listen, import :data:`NODE_MODULES` (after the thread settings, as a node does),
-    then serve until the owner's connection ends."""
+    """The server's entry point: listen, import :data:`NODE_MODULES` (after the thread settings, as a node does) and
+    freeze them out of garbage collections (``gc.freeze``), then serve until the owner's connection ends."""
     from sapo.speed.threads import share_the_machine
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is for the nodes and the program that started them
@@ -476,8 +477,15 @@ def main() -> None:
     listener.bind(config["address"])
     listener.listen(64)
     owner.sendall(b"1")
+    # The imports make half a million objects that live as long as the server: collections meanwhile find next to
+    # no garbage (a fifth of the imports' CPU). Frozen once imported, they are left out of the forked nodes'
+    # collections too, which then neither scan them nor copy the pages they touch.
+    gc.disable()
     for module in NODE_MODULES:
         __import__(module)
+    gc.collect()
+    gc.freeze()
+    gc.enable()
     try:
         _serve(owner, listener, frozenset(config["varying"]))
     finally:
