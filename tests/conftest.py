@@ -26,13 +26,14 @@ def pytest_configure(config: pytest.Config) -> None:
     share_the_machine(threads=max(1, usable_cores() // (workers if isinstance(workers, int) and workers > 0 else 1)))
     # glibc serves a large block (a step's logits, activations) from a fresh mapping and unmaps it when freed, so the
     # next step's faults in and zeroes the same memory again: about half the system CPU of a training test. Blocks up
-    # to 4 GiB come from the heap instead, which keeps what was freed for the next step. Read by glibc when a process
+    # to 32 MiB come from the heap instead, which keeps what was freed for the next step (larger ones are still
+    # mapped and given back, so that no process holds a peak it reached once). Read by glibc when a process
     # starts: the xdist workers and every process the tests start inherit it (this hook runs in the controller first).
     for name in MALLOC_REUSE:
         os.environ.setdefault(name, MALLOC_REUSE[name])
 
 
-MALLOC_REUSE = {"MALLOC_MMAP_THRESHOLD_": str(4 << 30), "MALLOC_TRIM_THRESHOLD_": str(4 << 30)}
+MALLOC_REUSE = {"MALLOC_MMAP_THRESHOLD_": str(32 << 20), "MALLOC_TRIM_THRESHOLD_": str(4 << 30)}
 """glibc's settings for the suite's processes: large blocks reused from the heap, not mapped anew (pytest_configure)."""
 
 
