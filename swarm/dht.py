@@ -139,7 +139,9 @@ class DHTTransport(SwarmTransport):
             max_ttl=config.record_ttl + config.clock_skew_tolerance + 60.0,
             index_max_level=config.index_max_level,
         )
-        values = TypedDHTSerializer(config.limits.max_record_bytes, rejections)
+        # a dictionary larger than this node's own storage answers with is no honest holder's (each trims its keys to
+        # dht_key_subkeys): refused whole, a hostile answer costs no check of its thousands of signed entries
+        values = TypedDHTSerializer(config.limits.max_record_bytes, rejections, max_items=config.dht_key_subkeys)
         self.peer = DHTPeer(
             config,
             validator,

@@ -46,16 +46,21 @@ class TypedDHTSerializer:
     Args:
         max_value_bytes: the largest application value (the swarm's ``max_record_bytes``); its signature is added.
         on_reject: called with ``(reason, detail)`` for each refusal.
+        max_items: the most items a dictionary may hold (default :data:`MAX_DICTIONARY_ITEMS`; a swarm's peer gives
+            its ``dht_key_subkeys``, the most its own storage answers with): a larger one is refused whole before any
+            item is checked.
     """
 
     dumps = staticmethod(MSGPackSerializer.dumps)
 
-    def __init__(self, max_value_bytes: int, on_reject: Callable[[str, str], None]):
+    def __init__(
+        self, max_value_bytes: int, on_reject: Callable[[str, str], None], max_items: int = MAX_DICTIONARY_ITEMS
+    ):
         self._on_reject = on_reject
         self._max_value_bytes = max_value_bytes + _SIGNATURE_BYTES
         value = Annotated[bytes, Meta(max_length=self._max_value_bytes)]
         subkey = Annotated[bytes, Meta(max_length=MAX_SUBKEY_BYTES)]
-        items = Annotated[list[tuple[subkey, value, _FINITE]], Meta(max_length=MAX_DICTIONARY_ITEMS)]
+        items = Annotated[list[tuple[subkey, value, _FINITE]], Meta(max_length=max_items)]
         self._value = Decoder(value | Ext)
         # DictionaryDHTValue.packb: [maxsize (inf: unbounded), latest expiration time, [[subkey, value, expiration]]]
         self._dictionary = Decoder(tuple[int | float, float, items])

@@ -127,6 +127,25 @@ def test_the_dht_serializer_decodes_bytes_and_dictionaries_and_refuses_the_rest(
     assert len(rejections.reasons) == 4
 
 
+def test_the_dht_serializer_refuses_a_dictionary_larger_than_its_bound_before_any_item_is_checked():
+    # A peer's typed decoding takes a dictionary of at most its own dht_key_subkeys items (the most an honest holder,
+    # which trims its keys to that bound, answers with): a hostile node's answer of thousands of signed entries is
+    # refused whole instead of having each entry's signature checked.
+    rejections = Rejections()
+    serializer = TypedDHTSerializer(RecordLimits().max_record_bytes, rejections, max_items=8)
+    expires = time.time() + 60
+    for items, taken in ((8, True), (9, False)):
+        dictionary = DictionaryDHTValue()
+        for n in range(items):
+            dictionary.store(f"[owner:{n}]".encode(), b"v", expires)
+        if taken:
+            assert len(serializer.loads(MSGPackSerializer.dumps(dictionary)).data) == items
+        else:
+            with pytest.raises(RecordRejected):
+                serializer.loads(MSGPackSerializer.dumps(dictionary))
+    assert rejections.reasons == ["field_too_long"]
+
+
 # ------------------------------------------------------------------------------------------------ the wire's rules
 
 

@@ -15,9 +15,10 @@ from hivemind.dht.crypto import RSASignatureValidator
 from hivemind.dht.routing import DHTID
 from hivemind.dht.storage import DictionaryDHTValue
 from hivemind.utils.crypto import RSAPrivateKey
+from hivemind.utils.serializer import MSGPackSerializer
 
-import swarm.dht_values
 from swarm.hivemind_bridge import BoundedStorage
+from swarm.records import RecordRejected
 from swarm.storage_eviction import trim_subkeys
 from swarm.validation import index_key_of
 from testbed.netns import in_namespace
@@ -98,14 +99,13 @@ def test_the_storage_keeps_a_keys_dictionary_within_its_bound_whichever_way_it_g
 
 
 @pytest.mark.usefixtures("no_p2pd_left_behind")
-def test_a_host_flooding_an_index_shard_with_identities_leaves_it_readable(hosts, dht_peers, monkeypatch):
+def test_a_host_flooding_an_index_shard_with_identities_leaves_it_readable(hosts, dht_peers):
     """A holder on host 0 (16 subkeys a key); an honest peer on host 1 stores its index entry, which expires first; a
     flooding host 2 stores 40 entries of 40 identities (signing keys) under the same index key from one libp2p peer,
-    within its store budget. A reader on host 1, whose typed decoding takes at most 24 items a dictionary (4096 in a
-    real swarm), looks the key up: it reads a dictionary of at most 16 entries holding the honest one. Before, the
-    holder answered all 41 (and its own), the reader refused the answer whole, and the lookup found no honest entry
-    (at most the reader's own)."""
-    monkeypatch.setattr(swarm.dht_values, "MAX_DICTIONARY_ITEMS", 24)  # read when a peer's serializer is built
+    within its store budget. A reader on host 1, whose typed decoding takes at most 24 items a dictionary (its own
+    dht_key_subkeys; 1024 in a real swarm), looks the key up: it reads a dictionary of at most 16 entries holding the
+    honest one. Before, the holder answered all 41 (and its own), the reader refused the answer whole, and the lookup
+    found no honest entry (at most the reader's own)."""
     holder = in_namespace(
         hosts.names[0],
         lambda: dht_peers(host_maddrs=[f"/ip4/{hosts.address(0)}/tcp/0"], check_reachability=False, dht_key_subkeys=16),
@@ -115,7 +115,10 @@ def test_a_host_flooding_an_index_shard_with_identities_leaves_it_readable(hosts
         reader = in_namespace(
             hosts.names[1],
             lambda: dht_peers(
-                initial_peers=joined, host_maddrs=[f"/ip4/{hosts.address(1)}/tcp/0"], check_reachability=False
+                initial_peers=joined,
+                host_maddrs=[f"/ip4/{hosts.address(1)}/tcp/0"],
+                check_reachability=False,
+                dht_key_subkeys=24,
             ),
         )
         honest = on_host(hosts, 1, joined)
@@ -143,6 +146,12 @@ def test_a_host_flooding_an_index_shard_with_identities_leaves_it_readable(hosts
         read = found.value
         assert honest.marker in read and len(read) <= 16, len(read)
         print(f"reader's lookup: {took:.3f} s, {len(read)} entries, the honest one among them")
+        # the reader takes a dictionary of at most its own dht_key_subkeys items: a larger answer is refused whole
+        larger = DictionaryDHTValue()
+        for n in range(25):
+            larger.store(f"[owner:{n}]".encode(), b"v", now + 60)
+        with pytest.raises(RecordRejected):
+            reader.peer.node.protocol.serializer.loads(MSGPackSerializer.dumps(larger))
         assert holder.healthy() and reader.healthy()
     finally:
         for node in nodes:
