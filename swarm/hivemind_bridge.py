@@ -364,9 +364,10 @@ class BoundedStorage(DHTLocalStorage):
     One key's dictionary (an index shard) holds at most ``max_subkeys`` subkeys (None: no bound): a store that makes it
     hold more trims it to 7/8 of that, the group holding most of the key's subkeys (its host; a loopback peer alone)
     losing, of its peer holding most, the subkey that expires first (:func:`swarm.storage_eviction.trim_subkeys`).
-    A reader takes a dictionary of at most :data:`swarm.dht_values.MAX_DICTIONARY_ITEMS` items and refuses a larger
-    one whole, so without it one host storing entries of thousands of identities under one index key made every
-    honest holder's answer for it unreadable. ``on_subkeys_trimmed(n)`` is told of each trim.
+    A reader takes a dictionary of at most its own ``dht_key_subkeys`` items
+    (:class:`swarm.dht_values.TypedDHTSerializer`) and refuses a larger one whole, so without the bound one host
+    storing entries of thousands of identities under one index key made every honest holder's answer for it
+    unreadable. ``on_subkeys_trimmed(n)`` is told of each trim.
     """
 
     RECOUNT_EVERY = 1024

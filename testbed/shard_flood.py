@@ -4,9 +4,10 @@ lookup of that shard: whether the honest peer's entry is read, and what it costs
 Three hosts in network namespaces (:class:`testbed.netns.Hosts`, needs root): the holder (a ``DHTTransport``) on host
 0; an honest peer's raw node and the reader (a ``DHTTransport``) on host 1; on host 2, four libp2p identities of one
 flooding host, each storing the signed index entries of ``--identities / 4`` identities (a signing key each) under the
-honest peer's level-0 index key, within the host's store budget (4 peers x 1024 values per 10 s). A reader takes a
-dictionary of at most 4096 items (:data:`swarm.dht_values.MAX_DICTIONARY_ITEMS`), so 4096 flooding entries and the
-honest one make the holder's answer one too many. The signing keys take about 45 ms each to make: ``--keys PATH``
+honest peer's level-0 index key, within the host's store budget (4 peers x 1024 values per 10 s). Before the bound a
+reader took a dictionary of at most 4096 items (:data:`swarm.dht_values.MAX_DICTIONARY_ITEMS`), so 4096 flooding
+entries and the honest one made the holder's answer one too many; a reader now takes at most its own
+``dht_key_subkeys``. The signing keys take about 45 ms each to make: ``--keys PATH``
 keeps them for the next run. The helpers are the test's too (``tests/test_swarm_key_subkeys.py``).
 
     python -m testbed.shard_flood --keys /tmp/shard_flood_keys.pkl

@@ -80,9 +80,10 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     """Collect once, then leave what lives now (the libraries, the test modules) out of every later collection
     (``gc.freeze``): every xdist worker's garbage collections then walk only what the tests made, instead of walking
     the libraries again each time (see :func:`libraries_frozen`)."""
+    from sapo.node.teardown import freeze_long_lived
+
     global _FROZEN
-    gc.collect()
-    gc.freeze()
+    freeze_long_lived()
     gc.enable()
     _FROZEN = gc.get_freeze_count()
 
@@ -98,13 +99,14 @@ def libraries_frozen() -> Iterator[None]:
     more frozen than before (`sapo.collector.long_lived_frozen` keeps what a caller froze frozen, so whatever it froze
     itself stays too): collected first, so that no garbage is kept, as Python's own full collections wait for a
     quarter more objects."""
+    from sapo.node.teardown import freeze_long_lived, thaw
+
     global _FROZEN
     yield
     frozen = gc.get_freeze_count()
     if frozen == 0 or frozen > 1.25 * _FROZEN:
-        gc.unfreeze()
-        gc.collect()
-        gc.freeze()
+        thaw()
+        freeze_long_lived()
         _FROZEN = gc.get_freeze_count()
 
 
