@@ -496,18 +496,12 @@ class DHTTransportConfig:
         default=1024,
         metadata={
             "help": "Subkeys one key's dictionary (an index shard: one entry a peer) holds at most in this peer's DHT "
-            "storage, and in its cache; a store beyond it trims the key to 7/8 of it, the host holding the most of "
+            "storage, and in its cache: a store beyond it trims the key to 7/8 of it, the host holding the most of "
             "the key's subkeys (a peer of this machine, on loopback, alone) losing, of its peer holding the most, "
-            "the subkey that expires first (dht_subkeys_trimmed). This peer also takes a dictionary of at most as many "
-            "items from other peers (no honest holder answers with more) and refuses a larger one whole before any of "
-            "its entries is checked; without the bound one host storing entries of 4097 identities under an index "
-            "key made every honest holder's answer for it unreadable to readers, which took at most 4096. "
-            "An honest shard holds about index_shard_entries entries at the level a reader reads and a few times "
-            "that at the levels around it a publisher writes; level 0 is written only in a swarm of about 45 peers "
-            "or fewer (N / 8 entries a shard), and at the top level (index_max_level) a swarm beyond index_shards * "
-            "2**index_max_level * index_shard_entries (16384) peers holds N / 8192 entries a shard: 1024 is room "
-            "for eight million peers, a quarter of what a reader takes, about 0.8 MB of index entries (793 bytes "
-            "each) an answer."
+            "the subkey that expires first (dht_subkeys_trimmed). This peer also refuses, whole and before checking "
+            "any entry, a dictionary of more items from another peer (no honest holder answers with more). 1024 is "
+            "room for eight million peers at the index's top level (N / 8192 entries a shard; docs/trust.md, Index "
+            "reads), about 0.8 MB of index entries an answer."
         },
     )
     find_budget_bytes: int = field(

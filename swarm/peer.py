@@ -414,13 +414,10 @@ class DHTPeer:
         # hivemind keeps every valid value stored here until it expires, however many: bounded in keys and bytes,
         # and in subkeys a key, what goes counted to the host and peer that stored it
         bound_storage(
-            node,
-            config.dht_storage_values,
-            config.dht_storage_bytes,
-            current_storer,
+            node, config.dht_storage_values, config.dht_storage_bytes, current_storer,
             max_subkeys=config.dht_key_subkeys,
             on_subkeys_trimmed=lambda n: self._counters.add("dht_subkeys_trimmed", n),
-        )
+        )  # fmt: skip
         if self._value_serializer is not None:
             # The protocol reads this attribute at each request: from here on, not during the bootstrap above.
             node.protocol.serializer = self._value_serializer
