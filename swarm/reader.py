@@ -52,7 +52,7 @@ from swarm.fetcher import DHTLookup, ReasonedRejections, RecordFetcher
 from swarm.index_reader import IndexReader
 from swarm.levels import home_topic_shard, subscribed_shards, topic_level_for
 from swarm.records import ReceivedGroup, RecordRef, RecordRejected, decode_record
-from swarm.refill import Offer, fair_take, share
+from swarm.refill import Offer, fair_take, fresh_window, share
 from swarm.repeats import RecentMessages
 from swarm.senders import SenderBook
 from swarm.served import ServedLookup
@@ -114,7 +114,7 @@ class SwarmReader:
         self._admits = admits or (lambda sender: True)
         self._lock = threading.Lock()
         rng = rng or random.Random()
-        self.book = SenderBook(config, counters, clock, rng, fresh_within=self._step_seconds)
+        self.book = SenderBook(config, counters, clock, rng, fresh_within=self._fresh_within)
         self.index = IndexReader(
             config, counters, timings, clock, rng, on_entry=self._take_index_entry, prior=prior, topic=self.topic
         )
@@ -240,10 +240,11 @@ class SwarmReader:
         gaps = [later - earlier for (earlier, _), (later, _) in zip(takes, takes[1:], strict=False)]
         return statistics.median(gaps), takes[-1][1]
 
-    def _step_seconds(self) -> float | None:
-        """The caller's step in seconds (its pace); ``None`` before it is known."""
+    def _fresh_within(self) -> float | None:
+        """Seconds within which a record counts as fresh (:func:`swarm.refill.fresh_window` of the caller's pace);
+        ``None`` before the pace is known."""
         pace = self.pace()
-        return None if pace is None else pace[0]
+        return fresh_window(None if pace is None else pace[0], self.config.fetch_heard_within)
 
     def refill_lead(self) -> float:
         """Seconds before the caller's next :meth:`take` is due at which the cache is refilled."""

@@ -18,7 +18,8 @@ groups that holds one). So:
   takes. With no sender judged good yet (a node that has not judged, a transport used alone) there is no one to
   protect and the pool is the whole need.
 - **Fresh records, then turns.** Each sender offers its records in turn, one per round (its freshest, then its
-  next); within a round the records made since the caller's last step come first (a reader wants the freshest groups),
+  next); within a round the records made since the caller's last step (or within ``fetch_heard_within``, if longer:
+  :func:`fresh_window`) come first (a reader wants the freshest groups),
   then the others, and within each the sender that waited longest goes first (its ``turn``: since its last fetch, or,
   never fetched from, since the reader first heard of it, counted in the reader's fetches), the freshest record
   breaking ties. A sender that publishes a fresh record before every refill is fetched from, then waits behind the
@@ -58,7 +59,7 @@ class Offer(Generic[T]):
         trusted (`bool`): its sender was judged good (its own share; else the unjudged pool).
         turn (`float`): its sender's place in the queue for turns (the fetches the reader had begun at its last
             fetch from the sender, or when it first heard of it): the lowest goes first, the date breaking ties.
-        stale (`bool`): made before the reader's last step (:class:`swarm.senders.SenderBook`'s ``fresh_within``):
+        stale (`bool`): older than the reader's fresh window (:class:`swarm.senders.SenderBook`'s ``fresh_within``):
             it goes after every fresh record of the same round.
     """
 
@@ -80,6 +81,13 @@ def _order(offer: Offer) -> tuple[bool, float, float]:
 
 def _freshest(offer: Offer) -> float:
     return -offer.date
+
+
+def fresh_window(step: float | None, heard_within: float) -> float | None:
+    """Seconds within which a record counts as fresh for a caller stepping every ``step`` seconds (``None``: not
+    known yet, every record is fresh): its step, and at least ``heard_within`` (``fetch_heard_within``), so that a
+    slow publisher's record, made once in its own long step, is not stale at a fast reader's next refill."""
+    return None if step is None else max(step, heard_within)
 
 
 def share(need: int, fraction: float) -> int:

@@ -145,8 +145,9 @@ class SenderBook:
         counters: where departures, returns, given-up records, strikes and records never fetched are counted.
         clock: wall time for every date here; monotonic time for rests.
         rng: breaks ties between records of the same date (publishers that published at the same moment).
-        fresh_within: seconds within which a record counts as fresh (the caller's step: records made since its last
-            one); ``None``: every record does. Fresh records go first in a refill (:mod:`swarm.refill`).
+        fresh_within: seconds within which a record counts as fresh (the reader's :func:`swarm.refill.fresh_window`
+            of its caller's step); ``None``: every record does. Fresh records go first in a refill
+            (:mod:`swarm.refill`).
     """
 
     def __init__(

@@ -427,3 +427,30 @@ def test_fresh_identities_before_every_refill_queue_behind_a_newcomer_heard_befo
     assert fetched[0] <= 1 and len(fetched) >= 6, fetched
     assert all("good" in plan for plan in plans)  # the good sender keeps its share
     assert all(sum(sender.startswith("fresh") for sender in plan) <= 2 for plan in plans)  # the pool: half each
+
+
+def test_a_slow_publishers_record_is_fetched_in_turn_beside_a_fast_one_that_publishes_before_every_refill():
+    # A reader stepping every 0.5 s; a fast publisher judged good with a fresh record before each refill, a slow one
+    # (a larger model) with one record every 5 s. Records older than the reader's step alone went after every fresh one,
+    # and the fast publisher's, covering the need of one group, kept the slow one out; within fetch_heard_within the
+    # slow record counts as fresh and takes its turn.
+    from swarm.refill import fresh_window
+
+    config, clock = DHTTransportConfig(), ManualClock()
+    book = SenderBook(config, SwarmCounters(), clock, fresh_within=lambda: fresh_window(0.5, config.fetch_heard_within))
+    for sender in ("fast", "slow"):
+        _announce(book, sender, clock.time(), (1, clock.time(), 1))
+        book.judge(sender, True)
+    fetched = []
+    for refill in range(20):
+        now = clock.time()
+        _announce(book, "fast", now, (refill + 2, now, 1))
+        if refill % 10 == 0:
+            _announce(book, "slow", now, (refill + 2, now, 1))
+        clock.advance(0.5)
+        for choice in book.choose(1)[0]:
+            book.mark_fetched(choice.sender, choice.ref, choice.host)
+            fetched.append(choice.sender)
+    assert fetched.count("slow") >= 2, fetched  # each of its records in its turn
+    assert fetched.count("fast") >= 10, fetched
+    assert fresh_window(None, 10.0) is None and fresh_window(30.0, 10.0) == 30.0
