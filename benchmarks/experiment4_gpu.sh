@@ -7,6 +7,7 @@
 #   the device:  benchmarks/experiment4_gpu.sh install    the carried wheels into /tmp/e4/site, part 1 kept
 #                benchmarks/experiment4_gpu.sh run        part 2, the model converted once, the three arms at once
 #                                                         until STEPS or DEADLINE seconds; what ran comes back in $OUT
+#                                                         (runs.tar.xz.part_*: cat them into one archive)
 # Three calls carry it (64 MiB a call): `install` with .whl, one with .e4_gguf1 (`stage`), `run` with .e4_gguf2.
 # Environment: STEPS (150), EVAL_STEPS (75), SAVE_STEPS (50), DEADLINE (470 s of the arms' wall clock, then SIGTERM:
 # the nodes checkpoint and leave), NODE_EXTRA (more node options), E4 (/tmp/e4), OUT (where results go).
@@ -86,7 +87,12 @@ run)
     kill "$smi" 2>/dev/null || true
     echo "arms done after $(elapsed "$arms") s (exit $status), $(elapsed "$start") s in all" | tee -a "$out/setup.log"
     kept=$(cd "$e4" && ls -d runs results 2>/dev/null || true)  # results/ only once a run completes
-    tar -C "$e4" --exclude='checkpoint-*' --exclude='*.key' -cJf "$out/runs.tar.xz" $kept
+    # the small files only (no adapters, checkpoints or keys), in parts that a device call brings back (16 MiB a file)
+    if [ -n "$kept" ]; then
+        tar -C "$e4" --exclude='checkpoint-*' --exclude='final' --exclude='bootstrap' --exclude='*.key' \
+            --exclude='*.pem' -cJf "$e4/runs.tar.xz" $kept
+        split -b 15M "$e4/runs.tar.xz" "$out/runs.tar.xz.part_"
+    fi
     ls -la "$out"
     ;;
 *)
