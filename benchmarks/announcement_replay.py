@@ -1,13 +1,15 @@
-"""What a flood of valid announcements from one libp2p peer makes a node spend: the same signed announcement published
-over and over, against one signed afresh each time.
+"""What a flood of announcements from one libp2p peer makes a node spend: the same signed announcement published over
+and over, one signed afresh each time, and one with a forged signature each time.
 
 Two `DHTTransport`s on 127.0.0.1: the node, idle, and a hostile peer in its own process that publishes announcements
 on the node's topic for ``--seconds`` seconds, ``--publishers`` publishes at once through its own p2pd. Arm "replay":
 one announcement, signed once, published again and again (a node drops a copy from the same publisher before its
 signature check: :class:`swarm.repeats.RecentMessages`). Arm "signed afresh": each announcement dated and signed anew
-(about 1 ms of the attacker's CPU each), so every one is checked. Per arm: what the hostile peer sent, what the node
-took, dropped as repeated and refused, and the CPU seconds of the node's Python process (its p2pd apart) per second
-and per message delivered:
+(about 1 ms of the attacker's CPU each), so every one is checked. Arm "forged": a valid announcement's signature
+replaced by random bytes each time, which costs the attacker nothing and the node a signature check. Per arm: what the
+hostile peer sent, what the node took, dropped as repeated, dropped unread by the announcement gate
+(:mod:`swarm.announcement_gate`) and refused, and the CPU seconds of the node's Python process (its p2pd apart) per
+second and per message delivered:
 
     python -m benchmarks.announcement_replay
 
@@ -28,11 +30,14 @@ from typing import Any
 from benchmarks.harness import RESULTS, record_lines, run_record, write_report
 
 LOOPBACK = {"host_maddrs": ["/ip4/127.0.0.1/tcp/0"], "check_reachability": False}
-ARMS = ("replay", "signed afresh")
+ARMS = ("replay", "signed afresh", "forged")
+UNREAD = ("rejected/announce_rested", "rejected/announce_budget", "rejected/announce_strangers")
+"""What the announcement gate drops before reading (:mod:`swarm.announcement_gate`)."""
 
 
 def _hostile(addresses: list[str], arm: str, seconds: float, publishers: int, sent: Any) -> None:
     """The hostile peer: join through ``addresses``, then publish announcements for ``seconds`` (``arm``'s way)."""
+    import msgpack
     from hivemind.utils.crypto import RSAPrivateKey
 
     from swarm.announcements import AnnouncedRecord, encode_announcement
@@ -51,6 +56,14 @@ def _hostile(addresses: list[str], arm: str, seconds: float, publishers: int, se
             return encode_announcement(key, transport.config.swarm_name, "m", time.time(), None, records)
 
         once = announcement()
+        payload, key_blob, _ = msgpack.unpackb(once)
+
+        def message() -> bytes:
+            if arm == "replay":
+                return once
+            if arm == "forged":  # no signing: random bytes where the signature goes
+                return msgpack.packb([payload, key_blob, os.urandom(256)], use_bin_type=True)
+            return announcement()
 
         async def flood() -> int:
             count, end = 0, time.monotonic() + seconds
@@ -59,7 +72,7 @@ def _hostile(addresses: list[str], arm: str, seconds: float, publishers: int, se
                 nonlocal count
                 while time.monotonic() < end:
                     try:
-                        await publish(transport.peer.p2p, topic, once if arm == "replay" else announcement())
+                        await publish(transport.peer.p2p, topic, message())
                         count += 1
                     except Exception:  # p2pd's queue full: wait a little
                         await asyncio.sleep(0.01)
@@ -103,13 +116,17 @@ def run_arm(arm: str, seconds: float, publishers: int) -> dict[str, Any]:
             name: after.get(name, 0) - before.get(name, 0)
             for name in ("announcements_received", "announcements_repeated")
         }
-        refused = sum(after.get(k, 0) - before.get(k, 0) for k in after if k.startswith("rejected/"))
-        delivered = counts["announcements_received"] + counts["announcements_repeated"] + refused
+        dropped_unread = sum(after.get(k, 0) - before.get(k, 0) for k in UNREAD)
+        refused = sum(
+            after.get(k, 0) - before.get(k, 0) for k in after if k.startswith("rejected/") and k not in UNREAD
+        )
+        delivered = counts["announcements_received"] + counts["announcements_repeated"] + refused + dropped_unread
         return {
             "arm": arm,
             "sent": _sent(sent),
             "taken": counts["announcements_received"],
             "repeated": counts["announcements_repeated"],
+            "dropped_unread": dropped_unread,
             "refused": refused,
             "wall_seconds": ended - started,
             "node_cpu_seconds": cpu,
@@ -126,18 +143,20 @@ def main(argv: list[str] | None = None) -> int:
     record = run_record()
     rows = [run_arm(arm, args.seconds, args.publishers) for arm in ARMS]
     lines = [
-        "# A flood of valid announcements from one libp2p peer",
+        "# A flood of announcements from one libp2p peer",
         "",
         *record_lines(record),
         "",
-        "| arm | sent | taken | dropped as repeated | refused | node CPU s (per s) | node CPU per message |",
-        "|---|---|---|---|---|---|---|",
+        "| arm | sent | taken | dropped as repeated | dropped unread by the gate | refused | node CPU s (per s) "
+        "| node CPU per message |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for row in rows:
         per_second = row["node_cpu_seconds"] / row["wall_seconds"]
         per_message = row["node_cpu_us_per_message"]
         lines.append(
-            f"| {row['arm']} | {row['sent']} | {row['taken']} | {row['repeated']} | {row['refused']} "
+            f"| {row['arm']} | {row['sent']} | {row['taken']} | {row['repeated']} | {row['dropped_unread']} "
+            f"| {row['refused']} "
             f"| {row['node_cpu_seconds']:.2f} ({per_second:.2f}) "
             f"| {'-' if per_message is None else f'{per_message:.0f} µs'} |"
         )

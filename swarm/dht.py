@@ -46,6 +46,7 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
+from swarm.announcement_gate import AnnouncementGate
 from swarm.clock import SYSTEM_CLOCK, Clock
 from swarm.config import MULTIADDR_FORM, DHTTransportConfig, validate_addresses, validate_multiaddr
 from swarm.daemon import ProcessIdentity
@@ -172,7 +173,8 @@ class DHTTransport(SwarmTransport):
         self.gossip = None
         if config.gossip:
             self.gossip = Gossip(
-                config, lambda: self.peer.p2p, self._peer_id, self.reader.topic_level, self.reader.take_announcement,
+                config, lambda: self.peer.p2p, self._peer_id, self.reader.topic_level,
+                AnnouncementGate(self._counters, self._peer_id).guard(self.reader.take_announcement),
                 lambda level: topic_mates(
                     self.reader.book.hosts(), level, subscribed_shards(self._peer_id, level, config)
                 ), self._counters,

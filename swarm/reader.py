@@ -45,6 +45,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from swarm.announcement_gate import Taken
 from swarm.announcements import decode_announcement
 from swarm.clock import SYSTEM_CLOCK, Clock
 from swarm.config import DHTTransportConfig
@@ -362,50 +363,51 @@ class SwarmReader:
 
     # ------------------------------------------------------------------------------ what arrives
 
-    def take_announcement(self, data: bytes, from_host: str) -> bool:
-        """Take one announcement that libp2p peer ``from_host`` published; True if it was valid and of another
-        peer. Every refusal is counted under ``rejected/<reason>``; one arriving again byte for byte from the same
-        publisher (among the last 8192 distinct ones) is dropped unread and counted as ``announcements_repeated``."""
+    def take_announcement(self, data: bytes, from_host: str) -> Taken:
+        """Take one announcement that libp2p peer ``from_host`` published: :data:`Taken.TAKEN` (truthy) if it was
+        valid and of another peer, else why not. Every refusal is counted under ``rejected/<reason>``; one arriving
+        again byte for byte from the same publisher (among the last 8192 distinct ones) is dropped unread and counted
+        as ``announcements_repeated`` (:data:`Taken.REPEATED`)."""
         config = self.config
         with self._lock:
             # by its publisher too: another peer's copy of an honest announcement must not shadow the original
             repeated = self._announcements_seen.repeated(from_host.encode() + b"\0" + data)
         if repeated:  # a copy says nothing new: dropped before its signature is checked again
             self._counters.add("announcements_repeated")
-            return False
+            return Taken.REPEATED
         try:
             announcement = decode_announcement(data, config.swarm_name, config.limits)
         except RecordRejected as e:
             self._reject(e.reason, f"announcement from {from_host}: {e.detail}")
-            return False
+            return Taken.REFUSED
         sender = announcement.sender
         if announcement.public_key == self._own_public_key:
-            return False
+            return Taken.OWN
         if announcement.host is not None and announcement.host != from_host:
             self._reject(
                 "wrong_host", f"announcement of {sender} naming host {announcement.host} came from {from_host}"
             )
-            return False
+            return Taken.REFUSED
         if not self._admits(sender):
             self._reject("not_member", f"announcement of {sender}, not a member of this closed swarm")
-            return False
+            return Taken.REFUSED
         now = self._clock.time()
         if announcement.updated_at > now + config.clock_skew_tolerance:
             self._clock_skew(sender, announcement.updated_at - now)
-            return False
+            return Taken.REFUSED
         if now - announcement.updated_at > config.record_ttl:
             self._reject("expired", f"announcement of {sender} is {now - announcement.updated_at:.0f} s old")
-            return False
+            return Taken.REFUSED
         new = self.book.take_announcement(announcement, from_host)
         if new is None:  # one host announcing identity after identity (refused and counted by the book)
-            return False
+            return Taken.REFUSED
         if new:
             logger.info(
                 "key fingerprint %s heard from key fingerprint %s (model %r)", self._label, sender, announcement.model
             )
         self._last_announcement = self._clock.monotonic()
         self._counters.add("announcements_received")
-        return True
+        return Taken.TAKEN
 
     def _take_index_entry(self, subkey: Any, value: Any, now: float) -> bool:
         """Take one index entry; True if it is a valid entry of a peer (this one's included), which counts towards

@@ -63,6 +63,10 @@ REJECT_REASONS = (
     "ping_budget",  # from a libp2p peer whose pings went beyond its budget a window (PING_BUDGET; it rests)
     "ping_rested",  # from a libp2p peer resting after its pings went beyond its budget
     "ping_host_budget",  # from a peer whose host's peers went beyond their shared budget together (no rest)
+    # announcements (swarm/announcement_gate.py), each counted once, dropped unread:
+    "announce_budget",  # from a publisher beyond its budget a window (PUBLISHER_BUDGET; it rests)
+    "announce_rested",  # from a publisher resting after going beyond its budget or being mostly refused
+    "announce_strangers",  # from a publisher with none taken yet, beyond the strangers' shared budget (no rest)
 )
 
 Scalar = str | int | float | bool | None
