@@ -17,8 +17,10 @@ the announcements it delivered in a window of :data:`WINDOW_SECONDS`:
   is not a refusal (a publisher's one announcement may reach this node on two topics);
 - publishers with no announcement taken yet (*strangers*: a libp2p identity costs a key) share
   :data:`STRANGERS_BUDGET` a window: beyond it their announcements are dropped unread until the window ends
-  (``rejected/announce_strangers``), and nobody rests for it. A newcomer announcing then is heard through the index
-  instead (its entry is rewritten every ``announce_interval``).
+  (``rejected/announce_strangers``), and nobody rests for it, except those of a libp2p host the reader already knows
+  from an index entry (``known_hosts``). A newcomer announcing during a strangers' flood is therefore heard through
+  the index first (its entry is rewritten every ``announce_interval``), and by announcement once the index named its
+  host.
 
 The books are bounded (:data:`MAX_PUBLISHERS` publishers counted, as many remembered as heard), so fresh identities
 cannot grow them. This node's own announcements are not counted.
@@ -29,13 +31,14 @@ from __future__ import annotations
 import collections
 import enum
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from swarm.rest_book import HostWindow, RestBook, SenderWindow
 from swarm.transport import SwarmCounters
 
 __all__ = [
+    "KNOWN_HOSTS_SECONDS",
     "MIN_REFUSED",
     "PUBLISHER_BUDGET",
     "REST_SECONDS",
@@ -62,6 +65,9 @@ STRANGERS_BUDGET = 256
 
 MAX_PUBLISHERS = 4096
 """Publishers counted (the oldest not resting forgotten first), and publishers remembered as heard."""
+
+KNOWN_HOSTS_SECONDS = 1.0
+"""How long the hosts the reader knows are kept before they are asked again (read only during a strangers' flood)."""
 
 
 class Taken(enum.Enum):
@@ -95,12 +101,23 @@ class AnnouncementGate:
             and ``announce_publishers_rested`` go.
         own_peer: this node's libp2p id (base58): its announcements are not counted.
         clock: monotonic seconds (tests pass their own).
+        known_hosts: the libp2p hosts the reader knows its senders serve from (index entries included), asked at
+            most once per :data:`KNOWN_HOSTS_SECONDS` while the strangers' budget is spent; None: none known.
     """
 
-    def __init__(self, counters: SwarmCounters, own_peer: str, clock: Callable[[], float] = time.monotonic):
+    def __init__(
+        self,
+        counters: SwarmCounters,
+        own_peer: str,
+        clock: Callable[[], float] = time.monotonic,
+        known_hosts: Callable[[], Iterable[str]] | None = None,
+    ):
         self.counters = counters
         self.own_peer = own_peer
         self.clock = clock
+        self.known_hosts = known_hosts
+        self._known: frozenset[str] = frozenset()
+        self._known_at = -float("inf")
         self._book = RestBook(
             _PublisherWindow, WINDOW_SECONDS, REST_SECONDS, MAX_PUBLISHERS,
             lambda: counters.add("announce_publishers_rested"), clock,
@@ -146,10 +163,20 @@ class AnnouncementGate:
             if now - self._strangers.began > WINDOW_SECONDS:
                 self._strangers = HostWindow(began=now)
             self._strangers.count += 1
-            if self._strangers.count > STRANGERS_BUDGET:
+            if self._strangers.count > STRANGERS_BUDGET and not self._known_host(publisher):
                 self.counters.reject("announce_strangers")
                 return False
         return True
+
+    def _known_host(self, publisher: str) -> bool:
+        """Whether ``publisher`` is a host the reader knows (``known_hosts``, asked again once the last answer is
+        :data:`KNOWN_HOSTS_SECONDS` old)."""
+        if self.known_hosts is None:
+            return False
+        now = self.clock()
+        if now - self._known_at > KNOWN_HOSTS_SECONDS:
+            self._known, self._known_at = frozenset(self.known_hosts()), now
+        return publisher in self._known
 
     def settle(self, publisher: str, outcome: Taken) -> None:
         """Count what became of an admitted announcement: a refusal into its publisher's window (resting it at

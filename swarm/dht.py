@@ -174,7 +174,9 @@ class DHTTransport(SwarmTransport):
         if config.gossip:
             self.gossip = Gossip(
                 config, lambda: self.peer.p2p, self._peer_id, self.reader.topic_level,
-                AnnouncementGate(self._counters, self._peer_id).guard(self.reader.take_announcement),
+                AnnouncementGate(
+                    self._counters, self._peer_id, known_hosts=lambda: self.reader.book.hosts().values()
+                ).guard(self.reader.take_announcement),
                 lambda level: topic_mates(
                     self.reader.book.hosts(), level, subscribed_shards(self._peer_id, level, config)
                 ), self._counters,

@@ -14,6 +14,7 @@ import msgpack
 import pytest
 
 from swarm.announcement_gate import (
+    KNOWN_HOSTS_SECONDS,
     MIN_REFUSED,
     PUBLISHER_BUDGET,
     REST_SECONDS,
@@ -99,6 +100,20 @@ def test_strangers_share_one_budget_a_window_and_nobody_rests_for_it():
     assert deliver(gate, "known", Taken.TAKEN) == [Taken.TAKEN]  # a publisher heard before is no stranger
     clock.now += WINDOW_SECONDS + 1
     assert deliver(gate, "newcomer", Taken.TAKEN) == [Taken.TAKEN]  # the next window admits strangers again
+
+
+def test_during_a_strangers_flood_a_host_the_index_named_is_still_heard():
+    counters, clock, known = SwarmCounters(), Clock(), set()
+    gate = AnnouncementGate(counters, "me", clock, known_hosts=lambda: known)
+    for i in range(STRANGERS_BUDGET):
+        deliver(gate, f"fresh-{i}", Taken.REFUSED)
+    assert deliver(gate, "honest-newcomer", Taken.TAKEN) == [Taken.REFUSED]  # dropped unread: a stranger
+    known.add("honest-newcomer")  # an index read names it as the host of a sender
+    assert deliver(gate, "honest-newcomer", Taken.TAKEN) == [Taken.REFUSED]  # the hosts known are asked once a second
+    clock.now += KNOWN_HOSTS_SECONDS + 0.1
+    assert deliver(gate, "honest-newcomer", Taken.TAKEN) == [Taken.TAKEN]
+    assert deliver(gate, "fresh-0", Taken.REFUSED) == [Taken.REFUSED]
+    assert counters.snapshot()["rejected/announce_strangers"] == 3
 
 
 @pytest.mark.usefixtures("no_p2pd_left_behind")
