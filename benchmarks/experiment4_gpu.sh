@@ -9,8 +9,10 @@
 #                                                         until STEPS or DEADLINE seconds; what ran comes back in $OUT
 #                                                         (runs.tar.xz.part_*: cat them into one archive)
 # Three calls carry it (64 MiB a call): `install` with .whl, one with .e4_gguf1 (`stage`), `run` with .e4_gguf2.
-# Environment: STEPS (150), EVAL_STEPS (75), SAVE_STEPS (50), DEADLINE (470 s of the arms' wall clock, then SIGTERM:
-# the nodes checkpoint and leave), NODE_EXTRA (more node options), E4 (/tmp/e4), OUT (where results go).
+# Environment: STEPS (150), EVAL_STEPS (75), SAVE_STEPS (50), EVAL_BATCH (64 held-out questions a generate call: on a
+# GPU four calls an evaluation, not sixteen; 16, the node's default, ran on 2026-11-30), DEADLINE (470 s of the arms'
+# wall clock, then SIGTERM: the nodes checkpoint and leave), NODE_EXTRA (more node options), E4 (/tmp/e4), OUT (where
+# results go).
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 e4=${E4:-/tmp/e4}
@@ -68,7 +70,8 @@ run)
         "$python" -m benchmarks.sapo_table --profile cpu-default-equal --settings "$setting" --seeds 20 \
             --steps "${STEPS:-150}" --save-steps "${SAVE_STEPS:-50}" --status-interval 30 --retries 0 \
             --runs-dir "$e4/runs/$name" --results-dir "$e4/results/$name" \
-            -- --bf16 false --eval_steps "${EVAL_STEPS:-75}" ${NODE_EXTRA:-} > "$out/arm_$name.log" 2>&1 &
+            -- --bf16 false --eval_steps "${EVAL_STEPS:-75}" --per_device_eval_batch_size "${EVAL_BATCH:-64}" \
+            ${NODE_EXTRA:-} > "$out/arm_$name.log" 2>&1 &
         pids+=($!)
     done
     arms=$(date +%s)

@@ -148,7 +148,7 @@ class AnnouncementGate:
     def admit(self, publisher: str) -> bool:
         """Count one announcement of ``publisher`` as it arrives; False (counted under its reason) if it is to be
         dropped unread: its publisher rests, goes over its budget now (and rests), or is a stranger over the
-        strangers' budget."""
+        strangers' budget that no index entry named as a host (``known_hosts``)."""
         if self._book.resting(publisher):
             self.counters.reject("announce_rested")
             return False
