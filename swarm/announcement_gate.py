@@ -99,7 +99,8 @@ class AnnouncementGate:
     Parameters:
         counters: where ``rejected/announce_budget``, ``rejected/announce_rested``, ``rejected/announce_strangers``
             and ``announce_publishers_rested`` go.
-        own_peer: this node's libp2p id (base58): its announcements are not counted.
+        own_peer: returns this node's libp2p id (base58; it is known once the peer runs): its announcements are not
+            counted.
         clock: monotonic seconds (tests pass their own).
         known_hosts: the libp2p hosts the reader knows its senders serve from (index entries included), asked at
             most once per :data:`KNOWN_HOSTS_SECONDS` while the strangers' budget is spent; None: none known.
@@ -108,7 +109,7 @@ class AnnouncementGate:
     def __init__(
         self,
         counters: SwarmCounters,
-        own_peer: str,
+        own_peer: Callable[[], str],
         clock: Callable[[], float] = time.monotonic,
         known_hosts: Callable[[], Iterable[str]] | None = None,
     ):
@@ -135,7 +136,7 @@ class AnnouncementGate:
         outcome counted (:meth:`settle`)."""
 
         def gated(data: bytes, publisher: str) -> Taken:
-            if publisher == self.own_peer:
+            if publisher == self.own_peer():
                 return take(data, publisher)
             if not self.admit(publisher):
                 return Taken.REFUSED

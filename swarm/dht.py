@@ -175,7 +175,8 @@ class DHTTransport(SwarmTransport):
             self.gossip = Gossip(
                 config, lambda: self.peer.p2p, self._peer_id, self.reader.topic_level,
                 AnnouncementGate(
-                    self._counters, self._peer_id, known_hosts=lambda: self.reader.book.hosts().values()
+                    self._counters, lambda: self.peer.libp2p_peer_id.to_base58(),
+                    known_hosts=lambda: self.reader.book.hosts().values(),
                 ).guard(self.reader.take_announcement),
                 lambda level: topic_mates(
                     self.reader.book.hosts(), level, subscribed_shards(self._peer_id, level, config)

@@ -37,7 +37,7 @@ class Clock:
 
 def gate_and_clock() -> tuple[AnnouncementGate, SwarmCounters, Clock]:
     counters, clock = SwarmCounters(), Clock()
-    return AnnouncementGate(counters, "me", clock), counters, clock
+    return AnnouncementGate(counters, lambda: "me", clock), counters, clock
 
 
 def deliver(gate: AnnouncementGate, publisher: str, outcome: Taken, times: int = 1) -> list[Taken]:
@@ -104,7 +104,7 @@ def test_strangers_share_one_budget_a_window_and_nobody_rests_for_it():
 
 def test_during_a_strangers_flood_a_host_the_index_named_is_still_heard():
     counters, clock, known = SwarmCounters(), Clock(), set()
-    gate = AnnouncementGate(counters, "me", clock, known_hosts=lambda: known)
+    gate = AnnouncementGate(counters, lambda: "me", clock, known_hosts=lambda: known)
     for i in range(STRANGERS_BUDGET):
         deliver(gate, f"fresh-{i}", Taken.REFUSED)
     assert deliver(gate, "honest-newcomer", Taken.TAKEN) == [Taken.REFUSED]  # dropped unread: a stranger
