@@ -40,11 +40,11 @@ start)
     [ -d "$dir/frozen" ] || git -C "$repo" worktree add --detach "$dir/frozen" "$frozen_commit" >/dev/null
     [ -f "$dir/shared_machine.log" ] || cp "$archive/../shared_machine.log" "$dir/shared_machine.log"
     cp -rn "$archive" "$dir/results/sapo_table_runs/"
-    log "exp4: arms start or resume (8/0,4/4,4/4r seeds 20-25; frozen $frozen_commit, nice 10)"
+    log "exp4: arms start or resume (8/0,4/4,4/4r seeds 20-26, seed 26 in place of 22; frozen $frozen_commit, nice 10)"
     cd "$dir/frozen"
     PYTHONPATH="$dir/frozen" setsid nohup bash -c '
         nice -n 10 "$0" -m benchmarks.sapo_table --profile '"$profile"' --settings 8/0,4/4,4/4r \
-            --seeds 20,21,22,23,24,25 --runs-dir "$1/runs" --results-dir "$1/results" -- --bf16 false
+            --seeds 20,21,22,23,24,25,26 --runs-dir "$1/runs" --results-dir "$1/results" -- --bf16 false
         echo "$(date -u +%FT%TZ) exp4: arms invocation ends (exit $?)" >> "$1/shared_machine.log"' \
         "$python" "$dir" > "$dir/arms.out" 2>&1 &
     echo $! > "$dir/arms.pid"
