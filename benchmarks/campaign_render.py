@@ -303,6 +303,7 @@ def registered_markdown(registered: Registered, runs: dict[str, list[CampaignRun
     """The page of an experiment of several contrasts, question by question; ``step0`` names the step-0 reference."""
     lines = [f"# Campaign, experiment `{registered.name}`: {registered.title}", "",
              f"Pre-registration: `{registered.preregistration}`  ",
+             *([f"Amended: {registered.amendments}  "] if registered.amendments else []),
              f"Command: `python -m benchmarks.campaign_report {' '.join(argv)}`  ",
              f"Report code: `{code}`; each run's own commit below. Step 0: {step0}.",
              f"What shared the machine during each run: `{registered.machine_log}` at the runs' times.", "",

@@ -25,11 +25,12 @@ Four experiments are registered in ``benchmarks/preregistered/``:
   change from step 0 and every contrast on each task's questions alone (:mod:`benchmarks.campaign_tasks`), beside
   each arm's "no learning".
 - ``default_mix_equal`` (default_mix_equal.md, experiment 4), every run in float32 on the frozen node code of c908829,
-  3 equal peers of ``--profile cpu-default-equal`` evaluated at steps 0, 15, 30, 45 and 60, seeds 20-25. The endpoint
-  value is per question the mean of steps 30 and 60 (it rewards learning sooner). Primary: swarm 4/4 (1/1) minus
-  self-replay 4/4r (1/1). Secondary: swarm minus alone 8/0 (2/0); swarm at step 60 minus alone at step 30, where each
-  peer has generated the same own groups but for fill-ins (counted beside it): "a swarm beats the same compute
-  alone"; self-replay minus alone; each arm's learning, gains per compute, what filled its slots, per task.
+  3 equal peers of ``--profile cpu-default-equal`` evaluated at steps 0, 15, 30, 45 and 60, seeds 20, 21 and 23-26
+  (26 in place of 22: the plan's amendment). The endpoint value is per question the mean of steps 30 and 60 (it
+  rewards learning sooner). Primary: swarm 4/4 (1/1) minus self-replay 4/4r (1/1). Secondary: swarm minus alone 8/0
+  (2/0); swarm at step 60 minus alone at step 30, where each peer has generated the same own groups but for fill-ins
+  (counted beside it): "a swarm beats the same compute alone"; self-replay minus alone; each arm's learning, gains
+  per compute, what filled its slots, per task.
 
 Every figure is paired by seed and question (:mod:`benchmarks.campaign_runs`): a seeds x questions table of
 differences whose mean gets the interval of :func:`benchmarks.stats.seeds_and_questions`, with the plain t-interval
@@ -175,9 +176,9 @@ REGISTERED = {
 
 # Experiment 4: 3 equal peers on the default mix at the node's defaults, where a node learns; frozen node code of
 # c908829, every run in float32, evaluated at steps 0, 15, 30, 45 and 60; the endpoint value is the mean of steps 30
-# and 60 (it rewards learning sooner)
+# and 60 (it rewards learning sooner); seed 26 in place of seed 22 (the plan's amendment)
 EXPERIMENT_4 = "benchmarks/preregistered/default_mix_equal.md"
-FROZEN_4 = dict(profile="cpu-default-equal", seeds=(20, 21, 22, 23, 24, 25), step=60, receivers=None,
+FROZEN_4 = dict(profile="cpu-default-equal", seeds=(20, 21, 23, 24, 25, 26), step=60, receivers=None,
                 node_code="c908829", precision="float32", preregistration=EXPERIMENT_4, primary=EVERY_TASK,
                 secondary=(), endpoint=(30, 60))  # fmt: skip
 SWARM_4, REPLAY_4, ALONE_4 = "swarm 4/4 (1/1)", "self-replay 4/4r (1/1)", "alone 8/0 (2/0)"
@@ -191,7 +192,10 @@ def _default_mix(name: str, shared: str, baseline: str, **fields: Any) -> Experi
 
 REGISTERED["default_mix_equal"] = Registered(
     name="default_mix_equal", title="sharing where a node learns", preregistration=EXPERIMENT_4,
-    machine_log="benchmarks/results/campaign/default_mix_equal/shared_machine.log", contrasts=(
+    machine_log="benchmarks/results/campaign/default_mix_equal/shared_machine.log",
+    amendments="seed 26 in place of seed 22 (2026-11-30, before seed 26's first run; seed 22's other arms wait for the "
+    "CPU model its alone arm ran on, which no session has had since): the analysis is of seeds 20, 21, 23, 24, 25 and "
+    "26; seed 22's alone arm is kept in the archive, outside it.", contrasts=(
         Contrast(SHARING_4, True, _default_mix("swarm 1/1 minus self-replay 1/1", "1-1", "1-1-replay"),
                  (SWARM_4, REPLAY_4), decides="whether a peer's swarm groups make it learn sooner than its own replay"),
         Contrast(SHARING_4, False, _default_mix("swarm 1/1 minus alone 2/0", "1-1", "2-0"), (SWARM_4, ALONE_4)),

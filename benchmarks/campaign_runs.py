@@ -125,6 +125,7 @@ class Registered:
     preregistration: str
     contrasts: tuple[Contrast, ...]
     machine_log: str = ""  # what shared the machine during each run
+    amendments: str = ""  # the pre-registration's amendments in brief, printed under its name
     machine_notes: str = ""  # JSON: which runs had the machine alone (``{"runs": {"PROFILE/I-J/seed-S": {"alone":
     # bool, "note": str}}}``), the reference of the modelled per-hour-alone figures
 
