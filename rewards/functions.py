@@ -22,6 +22,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from rewards.extract import completion_text, extract_answer, final_answer
+from rewards.scoring_bounds import ScoringTimeout, exact_arithmetic_bounded, scoring_deadline
 
 __all__ = [
     "format_reward",
@@ -45,7 +46,8 @@ _EVAL_SCORER_MODULES = {
     "number_sorting": "reasoning_gym.algorithmic.number_sorting",
 }
 # Scorers that pass the answer to sympy's parse_expr, which evaluates Python; their answers must be
-# plain math: numbers, operators, brackets and a few function names.
+# plain math: numbers, operators, brackets and a few function names, and numbers sympy computes in bounded time
+# (rewards.scoring_bounds).
 _SYMPY_SCORER_DATASETS = {
     "simple_integration",
     "intermediate_integration",
@@ -59,6 +61,9 @@ _SAFE_MATH_NAMES = {
 }  # fmt: skip
 _SAFE_MATH_CHARS = re.compile(r"^[0-9A-Za-z\s+\-*/^().,=]*$")
 _MAX_SYMPY_ANSWER_CHARS = 500
+SCORER_SECONDS = 1.0
+"""How long a reasoning-gym scorer may take over one answer before the answer scores 0.0 (on the main thread;
+:func:`rewards.scoring_bounds.scoring_deadline`): honest answers score in milliseconds."""
 
 _hardened = False
 _harden_lock = threading.Lock()
@@ -133,8 +138,10 @@ def score_reasoning_gym_answer(
 ) -> float:
     """Score an extracted answer against a reasoning-gym entry with the dataset's own scorer.
 
-    Returns 0.0 for a missing answer, for an answer a guarded scorer must not see, and when the scorer
-    itself raises (scorers are third-party code fed hostile text; a crash must not stop training).
+    Returns 0.0 for a missing answer, for an answer a guarded scorer must not see (for sympy's scorers, numbers
+    too large to compute in bounded time, :func:`rewards.scoring_bounds.exact_arithmetic_bounded`), when the scorer
+    itself raises (scorers are third-party code fed hostile text; a crash must not stop training), and when it runs
+    past :data:`SCORER_SECONDS`.
     """
     if answer is None:
         return 0.0
@@ -142,12 +149,13 @@ def score_reasoning_gym_answer(
     name = (entry.get("metadata") or {}).get("source_dataset")
     if not isinstance(name, str):
         raise ValueError("reasoning-gym entry has no metadata.source_dataset; cannot pick its scorer")
-    if name in _SYMPY_SCORER_DATASETS and not _is_plain_math(answer):
+    if name in _SYMPY_SCORER_DATASETS and not (_is_plain_math(answer) and exact_arithmetic_bounded(answer)):
         return 0.0
     scorer = get_reasoning_gym_scorer(name, config)
     try:
-        return float(scorer(answer, entry))
-    except Exception:
+        with scoring_deadline(SCORER_SECONDS):
+            return float(scorer(answer, entry))
+    except (Exception, ScoringTimeout):
         return 0.0
 
 

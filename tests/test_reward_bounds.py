@@ -1,0 +1,139 @@
+"""What scoring one hostile answer may cost (rewards.scoring_bounds): numbers too large to compute are refused before
+sympy parses them, a scorer past its deadline scores 0.0, and honest answers score as before."""
+
+from __future__ import annotations
+
+import json
+import signal
+import threading
+
+import pytest
+import reasoning_gym
+
+from rewards import functions, reasoning_gym_reward
+from rewards.functions import _is_plain_math, score_reasoning_gym_answer
+from rewards.scoring_bounds import ScoringTimeout, exact_arithmetic_bounded, scoring_deadline
+from sapo.reasoning_gym import reasoning_gym_entry
+
+SYMPY_TASKS = ["countdown", "puzzle24", "polynomial_multiplication", "simple_integration", "intermediate_integration"]
+
+
+def _entry(name: str, index: int = 0) -> dict:
+    return reasoning_gym_entry(reasoning_gym.create_dataset(name, seed=7, size=index + 1)[index])
+
+
+def test_numbers_too_large_to_compute_never_reach_the_scorer(monkeypatch):
+    """``9**9**9`` is seven characters and an integer of about 370 million digits, computed by sympy's parser in one C
+    call that nothing interrupts: it used to stall the node's training step for good."""
+    entry = _entry("countdown")
+    seen = []
+
+    def recording_scorer(name, config=None):
+        def score(answer, entry):
+            seen.append(answer)
+            return 1.0 if answer == entry["answer"] else 0.05  # never computes what it is given
+
+        return score
+
+    monkeypatch.setattr(functions, "get_reasoning_gym_scorer", recording_scorer)
+    bombs = ["9**9**9", "9^9^9", "9**8000000", "(10**999)**999", "2**(100000000/7)", "N(pi, 10**7)", "1e99999999"]
+    completions = [f"<answer>{a}</answer>" for a in [*bombs, entry["answer"], "(1+2)*3"]]
+    rewards = reasoning_gym_reward(["q"] * len(completions), completions, entry=[json.dumps(entry)] * len(completions))
+    assert rewards == [0.0] * len(bombs) + [1.0, 0.05]
+    assert seen == [entry["answer"], "(1+2)*3"]
+
+
+@pytest.mark.parametrize("name", SYMPY_TASKS)
+def test_every_gold_answer_sympy_could_parse_before_still_scores(name):
+    entries = [reasoning_gym_entry(e) for e in reasoning_gym.create_dataset(name, seed=11, size=60)]
+    plain = [e for e in entries if _is_plain_math(e["answer"])]  # intermediate_integration's Integral(...) never was
+    assert len(plain) >= 40
+    assert all(exact_arithmetic_bounded(e["answer"]) for e in plain)
+    if name != "intermediate_integration":  # its scorer's simplify refuses a few of its own gold answers
+        assert all(score_reasoning_gym_answer(e["answer"], e) == 1.0 for e in plain)
+
+
+@pytest.mark.parametrize(
+    "answer",
+    ["75*3 - 8/2", "6*x**5 - 3*x**3 + 2", "x**(1/2) + C", "E**(2*x)/2", "exp(-x)*sin(x)", "log(x, 2)", "2^10",
+     "9**1000", "(1/10)**(-999)", "2**(x**2)", "1.5e3*x"],
+)  # fmt: skip
+def test_what_honest_math_looks_like_is_bounded(answer):
+    assert exact_arithmetic_bounded(answer)
+
+
+@pytest.mark.parametrize(
+    "answer",
+    ["9**(99*99*99)", "2**(1/0.0000001)", "2**(x*0 + 99999999)", "2**exp(20)", "2**(1/x)", "(1/10)**(-100000)",
+     "9**(x**-1)", "S(2)", "x.real", "x = 2", "Integral(x, x)", "((9**1000)**1000)**1000"],
+)  # fmt: skip
+def test_powers_and_calls_it_cannot_bound_are_refused(answer):
+    assert not exact_arithmetic_bounded(answer)
+
+
+def _alarm_state():
+    left, interval = signal.getitimer(signal.ITIMER_REAL)
+    return signal.getsignal(signal.SIGALRM), left > 0, interval
+
+
+def test_a_scorer_past_its_deadline_scores_zero_even_if_it_catches_exceptions(monkeypatch):
+    """The deadline raises a BaseException, again every 50 ms: reasoning-gym's scorers turn every ``Exception`` into a
+    low score and would carry on."""
+    before = _alarm_state()
+
+    def stubborn_scorer(name, config=None):
+        def score(answer, entry):
+            while True:
+                try:
+                    sum(range(10_000))
+                except Exception:
+                    continue
+
+        return score
+
+    monkeypatch.setattr(functions, "SCORER_SECONDS", 0.2)
+    monkeypatch.setattr(functions, "get_reasoning_gym_scorer", stubborn_scorer)
+    assert score_reasoning_gym_answer("1 + 2", _entry("countdown")) == 0.0
+    assert _alarm_state() == before  # the handler restored, no timer left running
+
+
+def test_sympys_slow_symbolic_work_is_ended_by_the_deadline(monkeypatch):
+    """``simplify`` of this answer's derivative runs for seconds on a real scorer; the deadline ends it."""
+    monkeypatch.setattr(functions, "SCORER_SECONDS", 0.3)
+    entry = _entry("simple_integration")
+    assert exact_arithmetic_bounded("(x+y+z+w+v)**20")  # small numbers: it is the symbolic work that is long
+    assert score_reasoning_gym_answer("(x+y+z+w+v)**20", entry) == 0.0
+    assert score_reasoning_gym_answer(entry["answer"], entry) == 1.0
+
+
+def test_the_deadline_keeps_another_timer_and_leaves_other_threads_alone():
+    fired = []
+    previous = signal.signal(signal.SIGALRM, lambda *_: fired.append(True))
+    try:
+        signal.setitimer(signal.ITIMER_REAL, 60)
+        with pytest.raises(ScoringTimeout):  # due before the other timer: the deadline holds
+            with scoring_deadline(0.05):
+                threading.Event().wait(5)
+        assert 50 < signal.getitimer(signal.ITIMER_REAL)[0] < 60 and not fired  # the other timer goes on, less the wait
+        signal.setitimer(signal.ITIMER_REAL, 0.1)
+        with scoring_deadline(10):  # the other timer is due first: it fires with its own handler
+            threading.Event().wait(0.5)
+        assert fired
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+    outcome = []
+
+    def off_the_main_thread():
+        try:
+            with scoring_deadline(0.01):  # signals reach the main thread only: it runs without one
+                threading.Event().wait(0.05)
+            outcome.append("done")
+        except (ScoringTimeout, ValueError) as e:
+            outcome.append(repr(e))
+
+    worker = threading.Thread(target=off_the_main_thread)
+    worker.start()
+    worker.join()
+    assert outcome == ["done"]
