@@ -69,11 +69,19 @@ def _serve(memory_mb: int | None) -> None:
     for line in sys.stdin:
         name, config_key, seed, index = json.loads(line)
         try:
-            reply = ["ok", reasoning_gym_entry(cached_generator(name, config_key, seed)[index])]
+            reply = json.dumps(["ok", reasoning_gym_entry(cached_generator(name, config_key, seed)[index])])
         except Exception as e:  # noqa: BLE001 - every failure of foreign input is an answer, not a crash
-            reply = ["failed", f"{type(e).__name__}: {e}"]
-        replies.write(json.dumps(reply) + "\n")
+            reply = json.dumps(["failed", f"{type(e).__name__}: {e}"])
+        if len(reply) > MAX_ENTRY_CHARS:  # told, not sent: the parent would hold it whole
+            reply = json.dumps(["too_large", len(reply)])
+        replies.write(reply + "\n")
         replies.flush()
+
+
+MAX_ENTRY_CHARS = 1_048_576
+"""The largest regenerated entry (its JSON reply) a child sends the training process; a larger one is past a limit
+(``regeneration_limit``, its config remembered). An honest entry takes a few kilobytes; a peer's config of a
+Tower of Hanoi of 23 disks made one of about 200 MB, which the training process parsed and held whole."""
 
 
 _STARTUP_TIMEOUT = 120.0  # seconds a fresh child may take to import reasoning-gym (slow on a loaded machine)
@@ -173,6 +181,8 @@ def regenerate_entry(task: TaskSpec, seed: int, index: int, timeout: float | Non
                 "unknown_task", f"{task.name} with config {task.config}: {type(e).__name__}: {e}"
             ) from None
     status, value = _worker.request([task.name, task.config_key, seed, index], timeout)
+    if status == "too_large":
+        raise _OverLimit(f"its entry is {value:,} characters of JSON, over {MAX_ENTRY_CHARS:,}")
     if status != "ok":
         raise GroupDropped("unknown_task", f"reasoning-gym rejected {task.name!r} with config {task.config}: {value}")
     return value

@@ -284,6 +284,28 @@ def test_a_foreign_config_that_is_slow_to_regenerate_is_dropped_and_the_next_gro
     assert len(runs) == 1  # a foreign config of its own: run in the child
 
 
+def test_a_foreign_entry_too_large_to_hold_stays_in_the_child_and_its_config_is_remembered(monkeypatch):
+    """A Tower of Hanoi of 17 disks regenerates in milliseconds into an entry of 4 MB (its 131,071 moves; 23 disks made
+    about 200 MB, parsed and held whole by the training process): the child says how large it is instead of sending
+    it, and the config is past a limit like a slow one. Real regeneration in the child."""
+    from sapo import regeneration
+
+    verifier = _rg(regeneration_timeout=10.0)
+    config = {"min_disks": 17, "max_disks": 17, "min_pegs": 3, "max_pegs": 3}
+    large = Provenance("reasoning_gym", "tower_of_hanoi", config, 1, 0)
+    group = Group("0-0", prompt=[{"role": "user", "content": "Move the disks."}], completions=["1"], provenance=large)
+    with pytest.raises(GroupDropped) as info:
+        verifier.columns_for(validate_group(group))
+    assert info.value.reason == "regeneration_limit" and "characters of JSON, over 1,048,576" in info.value.detail
+    runs = []
+    request = regeneration._worker.request
+    monkeypatch.setattr(regeneration._worker, "request", lambda *args: runs.append(args) or request(*args))
+    again = dataclasses.replace(group, group_id="0-1", provenance=dataclasses.replace(large, index=3))
+    with pytest.raises(GroupDropped) as info:
+        verifier.columns_for(validate_group(again))
+    assert "past a limit before" in info.value.detail and runs == []
+
+
 def test_a_rounds_foreign_regeneration_stops_at_its_budget_and_the_next_round_has_it_again(rg_rows, monkeypatch):
     """Foreign entries spend the round's `regeneration_budget`; once it is spent the round's other foreign groups are
     refused as `regeneration_budget`, and a new round has the whole budget again. Configs this peer runs itself are
