@@ -35,7 +35,13 @@ _SECTIONS = {
         "swarm_hold",
     ),
     "Self-replay (`sapo.replay`)": ("replay", "replay_max_age", "replay_max_uses"),
-    "Trust": ("external_source_policy", "regeneration_timeout", "regeneration_budget", "external_answer_end"),
+    "Trust": (
+        "external_source_policy",
+        "regeneration_timeout",
+        "regeneration_budget",
+        "external_max_question_chars",
+        "external_answer_end",
+    ),
     "Completion hygiene (every completion of a received group must pass, or the group is dropped as `hygiene`)": (
         "completion_max_chars",
         "completion_forbid_control_chars",
@@ -230,6 +236,16 @@ class SAPOConfig(GRPOConfig):
             "child's start (importing reasoning-gym) takes seconds, so an honest swarm stays well inside it, and at "
             "the node's defaults every peer runs the same configs and nothing is foreign. `None`: no budget (unused "
             "when `regeneration_timeout` is `None`)."
+        },
+    )
+    external_max_question_chars: int | None = field(
+        default=4096,
+        metadata={
+            "help": "Most characters of a received group's question, as this peer's source re-derived it: a longer "
+            "one is set aside as `question_too_long`, never counted against its sender (a peer may run a config of "
+            "long questions honestly). The node trains on the question it re-derived, so a peer naming a config of "
+            "32,768-digit numbers would have it train on prompts of thousands of tokens. Default 4096: the node's "
+            "default tasks ask in a few hundred; raise it for tasks of long questions. `None`: no limit."
         },
     )
     external_answer_end: str | None = field(

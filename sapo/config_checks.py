@@ -43,6 +43,11 @@ def check_sapo_fields(config: Any) -> None:
     check_pool_size(config)
     if config.max_groups_per_peer is not None and config.max_groups_per_peer < 1:
         raise ValueError(f"max_groups_per_peer must be at least 1 or None, got {config.max_groups_per_peer}.")
+    if config.external_max_question_chars is not None and not _count_at_least(config.external_max_question_chars, 1):
+        raise ValueError(
+            f"external_max_question_chars must be a positive whole number or None, got "
+            f"{config.external_max_question_chars!r}."
+        )
     if config.regeneration_timeout is not None and config.regeneration_timeout <= 0:
         raise ValueError(f"regeneration_timeout must be positive or None, got {config.regeneration_timeout}.")
     if config.regeneration_budget is not None and not config.regeneration_budget > 0:

@@ -334,6 +334,10 @@ class Intake:
             self.ledger.drop(taken, truth.reason, sender, group, truth.detail)
             return None, truth.reason
         columns = dict(truth)
+        limit = self.args.external_max_question_chars
+        if limit is not None and len(columns["question"]) > limit:  # the prompt trained on is this question
+            self.ledger.drop(taken, "question_too_long", sender, group, f"{len(columns['question'])} > {limit} chars")
+            return None, "question_too_long"
         size = self.args.num_generations
         if len(group.completions) < size:
             self.ledger.drop(taken, "group_size", sender, group, f"{len(group.completions)} < {size} completions")

@@ -440,6 +440,40 @@ def test_a_sender_is_never_benched_for_groups_this_peer_cannot_verify(tmp_path, 
     assert totals["dropped/question_mismatch"] + totals["dropped/benched_sender"] == 3
 
 
+def test_a_received_question_too_long_to_train_on_is_set_aside_never_against_its_sender(tmp_path, smollm_tokenizer):
+    """The node trains on the question its own source re-derived, so a peer naming items of very long questions (a
+    foreign config of 32,768-digit numbers, say) would have it train on prompts of thousands of tokens: past
+    `external_max_question_chars` such a group is set aside, and its sender's standing does not fall."""
+    from sapo.sources import DatasetSource
+
+    long_question = "Add these: " + " + ".join(["9" * 40] * 120) + "?"  # 4,931 characters
+    rows = [{"question": f"What is {k} + {k}?", "answer": str(2 * k)} for k in range(4)]
+    held = DatasetSource([*rows, {"question": long_question, "answer": "0"}], "sums")
+    swarm = MemorySwarm(seed=0)
+    peer = swarm.join("peer")
+    by_question = {json.loads(row["provenance"])["key"]: row for row in held.rows()}
+    long_row = next(row for row in by_question.values() if row["prompt"][-1]["content"] == long_question)
+    provenance = provenance_from_wire(json.loads(long_row["provenance"]))
+    peer.publish([Group(f"long-{i}", [long_row["prompt"][-1]], ["1", "22", "3", "4"], provenance, model="m",
+                        created_at=time.time()) for i in range(3)])  # fmt: skip
+
+    def flat(completions, **kw):
+        return [0.0] * len(completions)
+
+    trainer = SAPOTrainer(
+        model=build_tiny_model(smollm_tokenizer, seed=0), reward_funcs=[flat],
+        args=tiny_config(tmp_path / "out", num_local=1, num_external=1, max_steps=1, external_pool_size=16,
+                         sender_drop_limit=1, sender_window=10, plausibility_margin=None),
+        train_dataset=held.rows(), processing_class=smollm_tokenizer, swarm=swarm.join("me"), sources=[held],
+    )  # fmt: skip
+    trainer.train()
+    totals = trainer.swarm_totals
+    assert totals["dropped/question_too_long"] == 3, dict(totals)
+    assert trainer.intake.standing.benched(time.time()) == []
+    with pytest.raises(ValueError, match="external_max_question_chars must be a positive whole number"):
+        tiny_config(tmp_path / "bad", external_max_question_chars=0)
+
+
 def test_a_rounds_regeneration_budget_sets_the_rest_aside_by_turns_and_never_against_the_sender(
     tmp_path, smollm_tokenizer, monkeypatch
 ):
