@@ -143,6 +143,12 @@ def score_reasoning_gym_answer(
     itself raises (scorers are third-party code fed hostile text; a crash must not stop training), and when it runs
     past :data:`SCORER_SECONDS`.
     """
+    score = _score_in_time(answer, entry, config)
+    return 0.0 if score is None else score
+
+
+def _score_in_time(answer: str | None, entry: Mapping[str, Any], config: Mapping[str, Any] | None) -> float | None:
+    """:func:`score_reasoning_gym_answer`'s score, or None when the scorer ran past :data:`SCORER_SECONDS`."""
     if answer is None:
         return 0.0
     entry = dict(entry)
@@ -155,7 +161,9 @@ def score_reasoning_gym_answer(
     try:
         with scoring_deadline(SCORER_SECONDS):
             return float(scorer(answer, entry))
-    except (Exception, ScoringTimeout):
+    except ScoringTimeout:
+        return None
+    except Exception:
         return 0.0
 
 
@@ -186,7 +194,9 @@ def reasoning_gym_reward(
     Columns: ``entry`` (required) is the reasoning-gym entry as a JSON string or dict (``question``,
     ``answer``, ``metadata`` with ``source_dataset``); ``provenance`` (optional, JSON) supplies the
     generator config, which some scorers depend on. A row whose ``entry`` is empty gets ``None`` (not a
-    reasoning-gym row, e.g. in a mixed dataset). A completion with no extractable answer scores 0.0.
+    reasoning-gym row, e.g. in a mixed dataset). A completion with no extractable answer scores 0.0, and so does one
+    whose scorer ran past :data:`SCORER_SECONDS`; once one has, the call's other answers to that question score 0.0
+    without running the scorer (a received group is one question: it costs at most one deadline).
     """
     if entry is None:
         raise ValueError("reasoning_gym_reward needs an 'entry' column (see sapo.tasks.build_reasoning_gym_dataset)")
@@ -194,15 +204,24 @@ def reasoning_gym_reward(
     entries = _column({"entry": entry}, "entry", n)
     provenances = _column(columns, "provenance", n)
     rewards: list[float | None] = []
+    # Once one answer to a question runs past the deadline, the question's other answers in this call score 0.0
+    # unscored: a received group is one call of one question, so a group costs at most one deadline.
+    past_deadline: set[str] = set()
     for completion, raw_entry, raw_provenance in zip(completions, entries, provenances, strict=True):
         item = _as_mapping(raw_entry)
         if item is None:
             rewards.append(None)
             continue
+        question = str(item.get("question"))
+        if question in past_deadline:
+            rewards.append(0.0)
+            continue
         provenance = _as_mapping(raw_provenance) or {}
         config = provenance.get("config") if provenance.get("source") == "reasoning_gym" else None
-        answer = extract_answer(completion_text(completion))
-        rewards.append(score_reasoning_gym_answer(answer, item, config))
+        score = _score_in_time(extract_answer(completion_text(completion)), item, config)
+        if score is None:
+            past_deadline.add(question)
+        rewards.append(0.0 if score is None else score)
     return rewards
 
 

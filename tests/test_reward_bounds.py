@@ -97,6 +97,28 @@ def test_a_scorer_past_its_deadline_scores_zero_even_if_it_catches_exceptions(mo
     assert _alarm_state() == before  # the handler restored, no timer left running
 
 
+def test_a_group_of_slow_answers_costs_one_deadline_not_one_each(monkeypatch):
+    """A received group is one call of one question: after its first answer runs past the deadline, the others score
+    0.0 unscored, while another question in the same call is still scored."""
+    calls = []
+
+    def stubborn_scorer(name, config=None):
+        def score(answer, entry):
+            calls.append(entry["question"])
+            while True:
+                sum(range(10_000))
+
+        return score
+
+    monkeypatch.setattr(functions, "SCORER_SECONDS", 0.1)
+    monkeypatch.setattr(functions, "get_reasoning_gym_scorer", stubborn_scorer)
+    first, second = json.dumps(_entry("countdown", 0)), json.dumps(_entry("countdown", 1))
+    completions = [f"<answer>{k} + 1</answer>" for k in range(5)]
+    rewards = reasoning_gym_reward(["q"] * 5, completions, entry=[first] * 4 + [second])
+    assert rewards == [0.0] * 5
+    assert calls == [json.loads(first)["question"], json.loads(second)["question"]]
+
+
 def test_sympys_slow_symbolic_work_is_ended_by_the_deadline(monkeypatch):
     """``simplify`` of this answer's derivative runs for seconds on a real scorer; the deadline ends it."""
     monkeypatch.setattr(functions, "SCORER_SECONDS", 0.3)
