@@ -58,6 +58,7 @@ _REFUSALS_KEPT = 10_000  # strikes waiting for the node to take them (a flood lo
 _GAPS_KEPT = 3  # gaps between a peer's announcements that make its announcement period
 _MIN_PERIOD = 10.0  # seconds: the shortest announcement period (announcements may come in bursts)
 _BENCHES_KEPT = 10_000  # senders benched by the node, remembered while benched even if the book forgot them
+_SEEN_REFS_KEPT = 20_000  # refs not to fetch again (a sybil flood of departures loses the oldest, not memory)
 
 
 def announcement_period(times: list[float], announce_interval: float) -> float:
@@ -165,7 +166,9 @@ class SenderBook:
         self._rng = rng or random.Random()
         self._lock = threading.Lock()
         self._senders: dict[str, SenderState] = {}
-        self._seen_refs: dict[tuple[str, int], float] = {}  # (sender, seq) -> created_at, pruned after the ttl
+        # (sender, seq) -> its date at most this peer's now when remembered (a date ahead is the sender's word: one
+        # dated 1e12 was never pruned), forgotten after the ttl or, over _SEEN_REFS_KEPT, oldest first
+        self._seen_refs: dict[tuple[str, int], float] = {}
         self._missing_tries: collections.Counter[tuple[str, int]] = collections.Counter()
         self._in_flight: set[tuple[str, int]] = set()  # records being fetched now: not chosen again meanwhile
         # host -> (monotonic time it may be asked again, wall time of the failure)
@@ -339,8 +342,8 @@ class SenderBook:
                 state = self._senders[sender]
                 if state.host is not None and state.host not in live_hosts:
                     self._lost(sender, state.refs)
-                    for seq, ref in state.refs.items():
-                        self._seen_refs.setdefault((sender, seq), ref.created_at)
+                    for ref in state.refs.values():
+                        self._seen(sender, ref, now, replace=False)
         for sender in marked:
             self._counters.add("departed_senders")
             logger.info(
@@ -432,10 +435,22 @@ class SenderBook:
         """``ref`` arrived (or is not to be asked for again): it is not chosen again; ``host`` answered."""
         with self._lock:
             self._took_turn(sender)
-            self._seen_refs[(sender, ref.seq)] = ref.created_at
+            self._seen(sender, ref, self._clock.time())
             self._missing_tries.pop((sender, ref.seq), None)
             if host is not None:
                 self._host_failures.pop(host, None)
+
+    def _seen(self, sender: str, ref: RecordRef, now: float, replace: bool = True) -> None:
+        """Remember ``ref`` as not to be fetched again (``replace``: even if it is remembered already), dated at most
+        ``now``; over ``_SEEN_REFS_KEPT``, the oldest are forgotten down to 7/8 of it (sorted once per eighth: cheap
+        per ref), and one forgotten is chosen again only if its sender still lists it, fresh."""
+        key = (sender, ref.seq)
+        if replace or key not in self._seen_refs:
+            self._seen_refs[key] = min(ref.created_at, now)
+        if len(self._seen_refs) > _SEEN_REFS_KEPT:
+            oldest = sorted(self._seen_refs, key=self._seen_refs.__getitem__)
+            for stale in oldest[: len(oldest) - _SEEN_REFS_KEPT * 7 // 8]:
+                del self._seen_refs[stale]
 
     def _took_turn(self, sender: str) -> None:
         state = self._senders.get(sender)
@@ -453,7 +468,7 @@ class SenderBook:
             if self._missing_tries[(sender, ref.seq)] < _MISSING_TRIES:
                 return
             del self._missing_tries[(sender, ref.seq)]
-            self._seen_refs[(sender, ref.seq)] = ref.created_at
+            self._seen(sender, ref, self._clock.time())
         self._counters.add("records_missing")
         self._counters.add("heard_never_fetched")
         if not unreachable:
