@@ -60,3 +60,45 @@ def test_a_record_fetched_dated_ahead_is_forgotten_a_ttl_after_its_fetch():
     clock.advance(config.record_ttl + config.clock_skew_tolerance + 1.0)
     book.forget_expired()
     assert book.gauges()["seen_refs"] == 0
+
+
+def test_a_record_tried_missing_then_pushed_out_by_newer_ones_is_a_strike_unless_its_host_was_unreachable():
+    # A sender announcing 16 fresh records a second had each tried once and pushed out of its list before a second
+    # try: its tries were kept for good, and a record never served was never given up, so never a strike.
+    clock = ManualClock()
+    book = SenderBook(DHTTransportConfig(), SwarmCounters(), clock)
+    now = clock.time()
+    for sender in ("unserving", "unreachable"):
+        _announce(book, sender, now, (1, now))
+    book.record_missing("unserving", RecordRef(1, now, 1))  # its host answered without it
+    book.record_missing("unreachable", RecordRef(1, now, 1), unreachable=True)
+    for sender in ("unserving", "unreachable"):
+        _announce(book, sender, now, *((seq, now) for seq in range(2, 18)))  # 16 newer: record 1 pushed out
+    assert book.refusals() == [("unserving", "never_served")]
+    assert book._missing_tries == {}
+
+
+def test_retries_of_a_forgotten_senders_records_are_forgotten_with_it():
+    clock = ManualClock()
+    config = DHTTransportConfig()
+    book = SenderBook(config, SwarmCounters(), clock)
+    now = clock.time()
+    _announce(book, "gone", now, (1, now), (2, now))
+    book.record_missing("gone", RecordRef(1, now, 1))
+    book.record_missing("gone", RecordRef(2, now, 1), unreachable=True)
+    clock.advance(config.record_ttl + config.clock_skew_tolerance + 1.0)
+    book.forget_expired()
+    assert book.senders() == [] and book._missing_tries == {}
+
+
+def test_retries_of_missing_records_stay_within_their_bound(monkeypatch):
+    monkeypatch.setattr(swarm.senders, "_MISSING_KEPT", 100)
+    clock = ManualClock()
+    book = SenderBook(DHTTransportConfig(max_unknown_senders=1000), SwarmCounters(), clock)
+    now = clock.time()
+    for n in range(300):
+        _announce(book, f"sender-{n}", now, (1, now))
+        book.record_missing(f"sender-{n}", RecordRef(1, now, 1))
+    assert len(book._missing_tries) == 100
+    assert ("sender-299", 1) in book._missing_tries  # the one tried longest ago went first
+    assert len(book.refusals()) == 200  # each given up: announced, answered without, never served
