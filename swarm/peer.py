@@ -405,6 +405,9 @@ class DHTPeer:
             wait_timeout=config.wait_timeout,
             bootstrap_timeout=min(config.join_timeout, 2 * config.wait_timeout),
             cache_refresh_before_expiry=0,  # we poll explicitly; no background refresh traffic
+            # hivemind's reuse of concurrent lookups keeps an empty entry for every key ever looked up (record keys
+            # are named by senders); it only ends early a lookup of a key another finished meanwhile, rare here
+            reuse_get_requests=False,
             cache_nearest=config.dht_cache_nearest,
             cache_locally=config.dht_cache_locally,
             num_replicas=config.dht_num_replicas,
