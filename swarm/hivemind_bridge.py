@@ -42,6 +42,10 @@ private hivemind name anywhere else). What each is relied on for:
   :func:`bound_find_answers` sets an instance attribute of that name that calls hivemind's method and keeps, of each
   key's neighbours, what :func:`swarm.lookup_guard.one_id_per_peer` keeps; it reads `routing_table.get(peer_id=...)`,
   `node_id` and `p2p.peer_id`.
+- `DHTNode.blacklist` (public name, private workings): a `Blacklist` whose `ban_counter` (a `Counter` by libp2p
+  `PeerID`: the failures in a row of each peer a lookup tried, doubling its next ban) gains an entry for every peer
+  that did not answer and loses it only when that peer answers later, and whose `banned_peers` (a `TimedStorage` of
+  the bans running) hivemind reads with `in`; :func:`trim_ban_counts` drops entries of `ban_counter`.
 - `RSASignatureValidator._serialize_record(record) -> bytes`: the bytes an owner signature signs (the record's key,
   subkey, value and expiration as hivemind serializes them) (:func:`signed_bytes`).
 - `DHTProtocol.storage` and `.cache` (public names, private workings): `DHTProtocol.create` builds them as
@@ -94,6 +98,7 @@ __all__ = [
     "release_loop_resources",
     "signed_bytes",
     "signing_key",
+    "trim_ban_counts",
 ]
 
 TESTED_HIVEMIND = "1.1.12"
@@ -587,3 +592,21 @@ def bound_find_answers(node: Any, guard: Any = None, counters: Any = None) -> No
         return response
 
     protocol.call_find = call_find
+
+
+def trim_ban_counts(node: Any, keep: int) -> int:
+    """Keep at most ``keep`` of the failure counts ``node`` (a ``DHTNode``) holds by libp2p peer: those of peers whose
+    ban is over go first, then those banned now, the oldest first. Returns how many were dropped. hivemind counts every
+    peer a lookup tried that did not answer (its next ban doubles) and forgets a count only when that peer answers, so
+    made-up peer ids named in lookup answers each left one for good. A peer whose count was dropped is banned for the
+    base time at its next failure; a ban running now runs on. Call it on the node's event loop."""
+    blacklist = node.blacklist
+    counts = blacklist.ban_counter
+    excess = len(counts) - keep
+    if excess <= 0:
+        return 0
+    banned = {peer for peer, _ in blacklist.banned_peers.items()}
+    order = [peer for peer in counts if peer not in banned] + [peer for peer in counts if peer in banned]
+    for peer in order[:excess]:
+        del counts[peer]
+    return excess

@@ -56,6 +56,7 @@ from swarm.hivemind_bridge import (
     gate_find_handler,
     gate_ping_handler,
     gate_store_handler,
+    trim_ban_counts,
 )
 from swarm.levels import size_from_distances
 from swarm.peer_hosts import PeerHosts
@@ -68,6 +69,7 @@ from swarm.transport import SwarmCounters
 
 logger = logging.getLogger(__name__)
 
+BAN_COUNTS_KEPT = 1000  # failure counts of peers hivemind's lookups tried, kept by the neighbours job (oldest go)
 CONNECT_SECONDS = 5.0  # beyond p2pd's own start: its control client connecting and the first ping
 
 
@@ -386,9 +388,7 @@ class DHTPeer:
         else:
             logger.info("peer %s bootstrapped new swarm %r", self._label, config.swarm_name)
         logger.info("peer %s listens on %s (p2pd pid %s)", self._label, self._visible, self._p2pd_pid)
-        neighbours = BackgroundJob(
-            "neighbours", lambda node: self._rejoin.keep(self._p2p, node), config.rejoin_interval
-        )
+        neighbours = BackgroundJob("neighbours", self._keep_neighbours, config.rejoin_interval)
         for job in [*jobs, neighbours]:
             self._wake_events[job.name] = asyncio.Event()
             first_after = job.interval if job is neighbours else 0.0  # a peer that just joined has its neighbours
@@ -405,6 +405,9 @@ class DHTPeer:
             wait_timeout=config.wait_timeout,
             bootstrap_timeout=min(config.join_timeout, 2 * config.wait_timeout),
             cache_refresh_before_expiry=0,  # we poll explicitly; no background refresh traffic
+            # hivemind's reuse of concurrent lookups keeps an empty entry for every key ever looked up (record keys
+            # are named by senders); it only ends early a lookup of a key another finished meanwhile, rare here
+            reuse_get_requests=False,
             cache_nearest=config.dht_cache_nearest,
             cache_locally=config.dht_cache_locally,
             num_replicas=config.dht_num_replicas,
@@ -526,6 +529,12 @@ class DHTPeer:
         with open(path + ".tmp", "w") as f:
             json.dump(state, f)
         os.replace(path + ".tmp", path)
+
+    async def _keep_neighbours(self, node: DHTNode) -> None:
+        """The neighbours job: keep this peer joined (:meth:`swarm.rejoin.Rejoin.keep`), and bound what hivemind
+        remembers of the peers its lookups tried (a made-up peer id named in an answer left a count for good)."""
+        trim_ban_counts(node, BAN_COUNTS_KEPT)
+        await self._rejoin.keep(self._p2p, node)
 
     async def _repeat(self, job: BackgroundJob, first_after: float) -> None:
         """Run ``job`` every ``job.interval`` s (or on wakeup) forever; a failure is a counter and a log line."""

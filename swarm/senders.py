@@ -58,6 +58,8 @@ _REFUSALS_KEPT = 10_000  # strikes waiting for the node to take them (a flood lo
 _GAPS_KEPT = 3  # gaps between a peer's announcements that make its announcement period
 _MIN_PERIOD = 10.0  # seconds: the shortest announcement period (announcements may come in bursts)
 _BENCHES_KEPT = 10_000  # senders benched by the node, remembered while benched even if the book forgot them
+_SEEN_REFS_KEPT = 20_000  # refs not to fetch again (a sybil flood of departures loses the oldest, not memory)
+_MISSING_KEPT = 10_000  # listed refs between missing tries (beyond it, the one tried longest ago is given up)
 
 
 def announcement_period(times: list[float], announce_interval: float) -> float:
@@ -165,8 +167,12 @@ class SenderBook:
         self._rng = rng or random.Random()
         self._lock = threading.Lock()
         self._senders: dict[str, SenderState] = {}
-        self._seen_refs: dict[tuple[str, int], float] = {}  # (sender, seq) -> created_at, pruned after the ttl
-        self._missing_tries: collections.Counter[tuple[str, int]] = collections.Counter()
+        # (sender, seq) -> its date at most this peer's now when remembered (a date ahead is the sender's word: one
+        # dated 1e12 was never pruned), forgotten after the ttl or, over _SEEN_REFS_KEPT, oldest first
+        self._seen_refs: dict[tuple[str, int], float] = {}
+        # (sender, seq) -> (its missing tries, whether an answer came without it), for refs still listed only: a ref
+        # that leaves the book takes its entry with it (refs trimmed by newer ones had left them for good)
+        self._missing_tries: dict[tuple[str, int], tuple[int, bool]] = {}
         self._in_flight: set[tuple[str, int]] = set()  # records being fetched now: not chosen again meanwhile
         # host -> (monotonic time it may be asked again, wall time of the failure)
         self._unreachable: dict[str, tuple[float, float]] = {}
@@ -273,18 +279,27 @@ class SenderBook:
     def _forget(self, sender: str) -> None:
         """Drop ``sender`` and count its records never fetched."""
         state = self._senders.pop(sender)
-        self._lost(sender, state.refs)
+        self._lost(sender, state.refs, give_up=False)  # the book's choice, which says nothing of what it serves
         if state.origin is not None:
             known = self._by_origin.get(state.origin, set())
             known.discard(sender)
             if not known:
                 self._by_origin.pop(state.origin, None)
 
-    def _lost(self, sender: str, seqs: Iterable[int]) -> None:
-        """Records of ``sender`` that will not be fetched: the ones never fetched are counted."""
+    def _lost(self, sender: str, seqs: Iterable[int], give_up: bool = True) -> None:
+        """Records of ``sender`` that will not be fetched: the ones never fetched are counted; the ones tried and
+        missing are given up (``give_up``, see :meth:`record_missing`), or forgotten, unless a fetch of them is under
+        way (its outcome settles them)."""
+        seqs = list(seqs)
         lost = [seq for seq in seqs if (sender, seq) not in self._seen_refs and (sender, seq) not in self._in_flight]
         if lost:
             self._counters.add("heard_never_fetched", len(lost))
+        for seq in seqs:
+            if (sender, seq) in self._in_flight:
+                continue
+            tries = self._missing_tries.pop((sender, seq), None)
+            if tries is not None and give_up:
+                self._give_up(sender, unserved=tries[1])
 
     def _trim(self, sender: str, state: SenderState) -> None:
         """Keep the newest ``2 * index_records`` refs of a peer (the rest could never be the freshest choice)."""
@@ -339,8 +354,8 @@ class SenderBook:
                 state = self._senders[sender]
                 if state.host is not None and state.host not in live_hosts:
                     self._lost(sender, state.refs)
-                    for seq, ref in state.refs.items():
-                        self._seen_refs.setdefault((sender, seq), ref.created_at)
+                    for ref in state.refs.values():
+                        self._seen(sender, ref, now, replace=False)
         for sender in marked:
             self._counters.add("departed_senders")
             logger.info(
@@ -432,10 +447,22 @@ class SenderBook:
         """``ref`` arrived (or is not to be asked for again): it is not chosen again; ``host`` answered."""
         with self._lock:
             self._took_turn(sender)
-            self._seen_refs[(sender, ref.seq)] = ref.created_at
+            self._seen(sender, ref, self._clock.time())
             self._missing_tries.pop((sender, ref.seq), None)
             if host is not None:
                 self._host_failures.pop(host, None)
+
+    def _seen(self, sender: str, ref: RecordRef, now: float, replace: bool = True) -> None:
+        """Remember ``ref`` as not to be fetched again (``replace``: even if it is remembered already), dated at most
+        ``now``; over ``_SEEN_REFS_KEPT``, the oldest are forgotten down to 7/8 of it (sorted once per eighth: cheap
+        per ref), and one forgotten is chosen again only if its sender still lists it, fresh."""
+        key = (sender, ref.seq)
+        if replace or key not in self._seen_refs:
+            self._seen_refs[key] = min(ref.created_at, now)
+        if len(self._seen_refs) > _SEEN_REFS_KEPT:
+            oldest = sorted(self._seen_refs, key=self._seen_refs.__getitem__)
+            for stale in oldest[: len(oldest) - _SEEN_REFS_KEPT * 7 // 8]:
+                del self._seen_refs[stale]
 
     def _took_turn(self, sender: str) -> None:
         state = self._senders.get(sender)
@@ -446,18 +473,39 @@ class SenderBook:
     def record_missing(self, sender: str, ref: RecordRef, unreachable: bool = False) -> None:
         """Not there yet (a store still travelling), lost, or its host did not answer (``unreachable``): retried a
         few polls, then given up (counted as ``records_missing`` and ``heard_never_fetched``). Given up after an
-        answer without it (the host did not serve it, no DHT replica had it), it is a strike of its sender
-        (``never_served``); a host that could not be reached says nothing of the sender (the network, or it left)."""
+        answer without it (at any of its tries: the host did not serve it, no DHT replica had it), it is a strike of
+        its sender (``never_served``); a host that could not be reached says nothing of the sender (the network, or it
+        left). A record tried and missing is given up as well when it leaves its sender's list before its last try
+        (pushed out by newer ones, expired, its sender departed): a sender announcing more records than it serves
+        escaped every strike that way; not when the book forgets its sender."""
+        key = (sender, ref.seq)
         with self._lock:
-            self._missing_tries[(sender, ref.seq)] += 1
-            if self._missing_tries[(sender, ref.seq)] < _MISSING_TRIES:
+            tries, unserved = self._missing_tries.pop(key, (0, False))
+            tries, unserved = tries + 1, unserved or not unreachable
+            listed = self._listed(key)
+            if tries < _MISSING_TRIES and listed:
+                self._missing_tries[key] = (tries, unserved)  # last in the order: the one tried most recently
+                if len(self._missing_tries) > _MISSING_KEPT:
+                    oldest, (_, oldest_unserved) = next(iter(self._missing_tries.items()))
+                    del self._missing_tries[oldest]
+                    self._give_up(oldest[0], oldest_unserved)
                 return
-            del self._missing_tries[(sender, ref.seq)]
-            self._seen_refs[(sender, ref.seq)] = ref.created_at
+            if listed or key not in self._seen_refs:  # else _lost counted it, or it was fetched
+                self._counters.add("heard_never_fetched")
+            self._seen(sender, ref, self._clock.time())
+            self._give_up(sender, unserved)
+
+    def _listed(self, key: tuple[str, int]) -> bool:
+        """Whether record ``key`` (sender, seq) is still in its sender's list and not set aside as seen."""
+        state = self._senders.get(key[0])
+        return state is not None and key[1] in state.refs and key not in self._seen_refs
+
+    def _give_up(self, sender: str, unserved: bool) -> None:
+        """A record of ``sender`` tried and missing is not tried again: counted as ``records_missing``, and a strike
+        (``never_served``) if an answer came without it."""
         self._counters.add("records_missing")
-        self._counters.add("heard_never_fetched")
-        if not unreachable:
-            self.strike(sender, "never_served")
+        if unserved:
+            self._strike(sender, "never_served")
 
     def rest(self, host: str, sender: str | None = None) -> None:
         """A request to ``host`` (serving ``sender``'s records) failed: its records are not chosen for a while (see
@@ -492,13 +540,16 @@ class SenderBook:
         """A record of ``sender`` was refused (``reason``: the rejection's) or never served: it counts against the
         sender (counted as ``sender_strikes``), rests it, and is handed to the node by :meth:`refusals`."""
         with self._lock:
-            self._refusals.append((sender, reason))
-            state = self._senders.get(sender)
-            if state is not None:
-                state.outcomes.append(False)
-                strikes = state.outcomes.count(False)
-                seconds = min(_UNREACHABLE_SECONDS, self.config.fetch_retry_after * 2 ** (strikes - 1))
-                state.rest_until = self._clock.monotonic() + seconds
+            self._strike(sender, reason)
+
+    def _strike(self, sender: str, reason: str) -> None:
+        self._refusals.append((sender, reason))
+        state = self._senders.get(sender)
+        if state is not None:
+            state.outcomes.append(False)
+            strikes = state.outcomes.count(False)
+            seconds = min(_UNREACHABLE_SECONDS, self.config.fetch_retry_after * 2 ** (strikes - 1))
+            state.rest_until = self._clock.monotonic() + seconds
         self._counters.add("sender_strikes")
 
     def bench(self, sender: str, seconds: float) -> None:
@@ -576,6 +627,9 @@ class SenderBook:
                     state.heard.pop(seq, None)
             for ref in [ref for ref, created_at in self._seen_refs.items() if created_at < horizon]:
                 del self._seen_refs[ref]
+            # what _lost and record_missing left: a fetch of a ref no longer listed that never reported back
+            for key in [key for key in self._missing_tries if key not in self._in_flight and not self._listed(key)]:
+                del self._missing_tries[key]
             hosts = {state.host for state in self._senders.values()}
             for host in [host for host in self._host_failures if host not in hosts]:
                 del self._host_failures[host]

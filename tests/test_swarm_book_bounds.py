@@ -1,0 +1,104 @@
+"""What a reader remembers of records (not to fetch again, retries of missing ones) stays bounded whatever the
+records' dates and however their senders come and go, on the reader's book alone with an injected clock."""
+
+from __future__ import annotations
+
+import swarm.senders
+from swarm.announcements import AnnouncedRecord, Announcement
+from swarm.clock import ManualClock
+from swarm.config import DHTTransportConfig
+from swarm.records import RecordRef
+from swarm.senders import SenderBook
+from swarm.transport import SwarmCounters
+
+
+def _announce(book: SenderBook, sender: str, now: float, *records: tuple[int, float], host: str = "") -> None:
+    """``sender`` announces records ``(seq, created_at)`` of one group each, served from ``host`` (default: its own)."""
+    host = host or f"host-of-{sender}"
+    announced = tuple(AnnouncedRecord(seq, at, 1, 100, b"d" * 32) for seq, at in records)
+    book.take_announcement(Announcement(sender, b"key-" + sender.encode(), "m", now, host, announced), origin=host)
+
+
+def test_records_of_a_departed_sender_dated_far_ahead_are_forgotten_after_the_ttl():
+    # An announcement's record dates are only checked to be numbers >= 0: a sender dating its records 1e12, then
+    # going silent to be marked departed, again and again, had each ref remembered for good (pruned by its own date).
+    clock = ManualClock()
+    config = DHTTransportConfig()
+    book = SenderBook(config, SwarmCounters(), clock)
+    seq = 0
+    for _ in range(3):  # three departures and returns
+        for _ in range(4):  # announcements 10 s apart: a period of 10 s
+            _announce(book, "ahead", clock.time(), *((seq := seq + 1, 1e12) for _ in range(4)))
+            clock.advance(10.0)
+        clock.advance(30.0)  # silent past two periods and the tolerance: departed, its refs not to be fetched
+        assert book.mark_departures() == ["ahead"]
+    assert book.gauges()["seen_refs"] == 16 * 3 > 0  # 16 refs each time (the newest 2 * index_records kept)
+    clock.advance(config.record_ttl + config.clock_skew_tolerance + 1.0)
+    book.forget_expired()
+    assert book.gauges()["seen_refs"] == 0
+
+
+def test_records_remembered_as_fetched_stay_within_their_bound_the_oldest_forgotten_first(monkeypatch):
+    monkeypatch.setattr(swarm.senders, "_SEEN_REFS_KEPT", 100)
+    clock = ManualClock()
+    book = SenderBook(DHTTransportConfig(), SwarmCounters(), clock)
+    now = clock.time()
+    for n in range(300):  # 300 senders' records, fetched oldest first
+        book.mark_fetched(f"sender-{n}", RecordRef(1, now - 300 + n, 1))
+    assert book.gauges()["seen_refs"] <= 100
+    # the oldest was forgotten (fetched again if its sender still lists it), the newest is still not to be fetched
+    _announce(book, "sender-0", now, (1, now - 300))
+    _announce(book, "sender-299", now, (1, now - 1))
+    assert [choice.sender for choice in book.choose(4)[0]] == ["sender-0"]
+
+
+def test_a_record_fetched_dated_ahead_is_forgotten_a_ttl_after_its_fetch():
+    clock = ManualClock()
+    config = DHTTransportConfig()
+    book = SenderBook(config, SwarmCounters(), clock)
+    book.mark_fetched("ahead", RecordRef(1, clock.time() + 2.0, 1))  # dated ahead, within the tolerance
+    clock.advance(config.record_ttl + config.clock_skew_tolerance + 1.0)
+    book.forget_expired()
+    assert book.gauges()["seen_refs"] == 0
+
+
+def test_a_record_tried_missing_then_pushed_out_by_newer_ones_is_a_strike_unless_its_host_was_unreachable():
+    # A sender announcing 16 fresh records a second had each tried once and pushed out of its list before a second
+    # try: its tries were kept for good, and a record never served was never given up, so never a strike.
+    clock = ManualClock()
+    book = SenderBook(DHTTransportConfig(), SwarmCounters(), clock)
+    now = clock.time()
+    for sender in ("unserving", "unreachable"):
+        _announce(book, sender, now, (1, now))
+    book.record_missing("unserving", RecordRef(1, now, 1))  # its host answered without it
+    book.record_missing("unreachable", RecordRef(1, now, 1), unreachable=True)
+    for sender in ("unserving", "unreachable"):
+        _announce(book, sender, now, *((seq, now) for seq in range(2, 18)))  # 16 newer: record 1 pushed out
+    assert book.refusals() == [("unserving", "never_served")]
+    assert book._missing_tries == {}
+
+
+def test_retries_of_a_forgotten_senders_records_are_forgotten_with_it():
+    clock = ManualClock()
+    config = DHTTransportConfig()
+    book = SenderBook(config, SwarmCounters(), clock)
+    now = clock.time()
+    _announce(book, "gone", now, (1, now), (2, now))
+    book.record_missing("gone", RecordRef(1, now, 1))
+    book.record_missing("gone", RecordRef(2, now, 1), unreachable=True)
+    clock.advance(config.record_ttl + config.clock_skew_tolerance + 1.0)
+    book.forget_expired()
+    assert book.senders() == [] and book._missing_tries == {}
+
+
+def test_retries_of_missing_records_stay_within_their_bound(monkeypatch):
+    monkeypatch.setattr(swarm.senders, "_MISSING_KEPT", 100)
+    clock = ManualClock()
+    book = SenderBook(DHTTransportConfig(max_unknown_senders=1000), SwarmCounters(), clock)
+    now = clock.time()
+    for n in range(300):
+        _announce(book, f"sender-{n}", now, (1, now))
+        book.record_missing(f"sender-{n}", RecordRef(1, now, 1))
+    assert len(book._missing_tries) == 100
+    assert ("sender-299", 1) in book._missing_tries  # the one tried longest ago went first
+    assert len(book.refusals()) == 200  # each given up: announced, answered without, never served
