@@ -214,6 +214,38 @@ def test_a_taken_port_falls_back_to_a_free_one_unless_told_not_to():
             StatusServer(node_app(board.snapshot), "127.0.0.1", port, fallback=False)
 
 
+def test_idle_connections_take_a_bounded_number_of_slots_and_a_silent_one_is_closed(monkeypatch):
+    """Each connection holds a thread and a file descriptor: about 1,000 idle ones used to exhaust the node's open
+    files (systemd's default limit) and stop it. Beyond `MAX_CONNECTIONS` a connection is closed at once, a silent
+    one after `REQUEST_TIMEOUT_SECONDS`, and the page answers again once the idle ones are gone."""
+    from sapo.node import web
+
+    monkeypatch.setattr(web, "MAX_CONNECTIONS", 4)
+    monkeypatch.setattr(web._QuietHandler, "timeout", 1.0)
+    server = StatusServer(node_app(StatusBoard().snapshot), "127.0.0.1", 0)
+    served = server._server  # the socketserver: its counts of connections
+    idle = []
+    try:
+        for _ in range(4):
+            idle.append(socket.create_connection(("127.0.0.1", server.port)))
+            idle[-1].sendall(b"GET / HT")  # a request begun, never finished
+        _wait(lambda: served.open_connections == 4, 10, "the four idle connections to be served")
+        with socket.create_connection(("127.0.0.1", server.port)) as extra:
+            extra.settimeout(10)
+            extra.sendall(b"GET /healthz HTTP/1.0\r\n\r\n")
+            assert extra.recv(100) == b""  # closed unanswered: every slot is taken
+        assert served.connections_refused == 1
+        for sock in idle:  # each closed by the server once silent for the timeout, unanswered
+            sock.settimeout(10)
+            assert sock.recv(100) == b""
+        _wait(lambda: served.open_connections == 0, 10, "the silent connections to be let go")
+        assert get(server.url + "healthz")[0] == 200
+    finally:
+        for sock in idle:
+            sock.close()
+        server.close()
+
+
 def test_a_node_stuck_before_its_first_step_is_unhealthy_unless_its_phase_asked_for_longer():
     from sapo.node.board import FIRST_STEP_SECONDS
 

@@ -26,8 +26,52 @@ DEFAULT_STATUS_PORT = 31338
 WsgiApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
 
 
+MAX_CONNECTIONS = 32
+"""Connections the page serves at once; one more is closed as soon as it is accepted. Each holds a thread and a file
+descriptor, so idle ones without a bound (about 1,000 under systemd's default of 1,024 open files) made the node's
+next file open fail and stopped it."""
+
+REQUEST_TIMEOUT_SECONDS = 10.0
+"""How long a connection may wait for the client's next bytes before it is closed."""
+
+
 class _ThreadingServer(ThreadingMixIn, WSGIServer):
     daemon_threads = True  # a stuck client never keeps the node from exiting
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        self.max_connections = MAX_CONNECTIONS
+        self.open_connections = 0  # being served now
+        self.connections_refused = 0  # closed at once: max_connections were served
+        self._count_lock = threading.Lock()
+        super().__init__(*args, **kwargs)
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        """Serve ``request`` on a thread of its own, or close it at once when ``max_connections`` are served."""
+        with self._count_lock:
+            full = self.open_connections >= self.max_connections
+            if full:
+                self.connections_refused += 1
+            else:
+                self.open_connections += 1
+        if full:
+            self.shutdown_request(request)
+            return
+        try:
+            super().process_request(request, client_address)
+        except BaseException:
+            self._closed_one()
+            raise
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        """ThreadingMixIn's, then the connection no longer counts."""
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self._closed_one()
+
+    def _closed_one(self) -> None:
+        with self._count_lock:
+            self.open_connections -= 1
 
 
 class _ThreadingServer6(_ThreadingServer):
@@ -35,6 +79,8 @@ class _ThreadingServer6(_ThreadingServer):
 
 
 class _QuietHandler(WSGIRequestHandler):
+    timeout = REQUEST_TIMEOUT_SECONDS  # the socket's: a client silent this long is closed (socketserver reads it)
+
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002  (the name http.server uses)
         logger.debug("status page: %s", format % args)
 
