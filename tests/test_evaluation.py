@@ -304,3 +304,23 @@ def test_peers_holding_a_file_in_different_orders_log_the_same_held_out_items_by
     held_out = build_held_out_dataset(DEFAULT_TASKS[:1], size=2)
     keys = [item_key_of(row) for row in held_out]
     assert all(k and k.startswith(f"reasoning_gym/{DEFAULT_TASKS[0].name}/") for k in keys) and len(set(keys)) == 2
+
+
+def test_the_nodes_in_memory_log_keeps_its_last_entries_once_they_are_in_metrics_jsonl(tmp_path, monkeypatch):
+    """The trainer keeps every logged step in memory and in each checkpoint (6-8 KB a step with the swarm's figures:
+    1.5-2 GB after a month at 10 s a step); the node's file holds them all, so memory keeps the last few."""
+    from transformers import TrainerState
+
+    from sapo.node import callbacks
+
+    monkeypatch.setattr(callbacks, "LOG_HISTORY_KEPT", 5)
+    metrics = MetricsJsonl(tmp_path / "metrics.jsonl")
+    state = TrainerState()
+    for step in range(1, 13):
+        state.global_step = step
+        logs = {"loss": float(step)}
+        state.log_history.append({**logs, "step": step})  # as Trainer.log does before its callbacks
+        metrics.on_log(None, state, None, logs=logs)
+    assert [entry["step"] for entry in state.log_history] == [8, 9, 10, 11, 12]
+    lines = (tmp_path / "metrics.jsonl").read_text().splitlines()
+    assert [json.loads(line)["step"] for line in lines] == list(range(1, 13))

@@ -237,8 +237,15 @@ class EvaluateAtEnd(TrainerCallback):
             control.should_evaluate = True
 
 
+LOG_HISTORY_KEPT = 1000
+"""Entries of the trainer's in-memory log (``state.log_history``) a node keeps once each is in `metrics.jsonl`. The
+trainer keeps every one, about 6-8 KB a step with the swarm's figures, and writes them all into each checkpoint's
+`trainer_state.json`: a month at 10 s a step would hold 1.5-2 GB in memory and take about 36 s a checkpoint."""
+
+
 class MetricsJsonl(TrainerCallback):
-    """Appends one JSON line per logging step to `metrics.jsonl`: the trainer's metrics plus swarm figures.
+    """Appends one JSON line per logging step to `metrics.jsonl`: the trainer's metrics plus swarm figures; the file
+    being the run's record, the trainer's in-memory log then keeps its last :data:`LOG_HISTORY_KEPT` entries.
 
     Lines logged after the step training starts from (the checkpoint being resumed, or step 0 for a run
     that left no complete checkpoint) are dropped first, so the file never holds two lines of one kind for one step.
@@ -261,6 +268,7 @@ class MetricsJsonl(TrainerCallback):
         return any(record.get("step") == (step or 0) and is_evaluation_line(record) for record in self.history)
 
     def on_log(self, args, state, control, logs=None, **kwargs):
+        del state.log_history[:-LOG_HISTORY_KEPT]  # older entries are in the file (the main process's)
         if not state.is_world_process_zero or not logs or "train_runtime" in logs:
             return
         record = {"step": state.global_step, "time": time.time(), **logs}
