@@ -38,12 +38,26 @@ SHAPES: dict[str, str] = {
 
 
 def load_extract(source: str, name: str) -> ModuleType:
-    """``rewards/extract.py``'s ``source`` as a module of its own (``name``), beside the imported one."""
+    """A Python file's ``source`` (here ``rewards/extract.py``'s) as a module of its own (``name``), beside the
+    imported one."""
     spec = importlib.util.spec_from_loader(name, loader=None)
     module = importlib.util.module_from_spec(spec)
     exec(compile(source, f"<{name}>", "exec"), module.__dict__)  # noqa: S102  (this repository's own file)
     sys.modules[name] = module
     return module
+
+
+def base_and_this_tree(path: str, base: str) -> dict[str, ModuleType]:
+    """The repository file ``path`` twice as modules: the ``base`` commit's (``git show``) and this tree's, keyed
+    ``"base BASE"`` and ``"this tree"``."""
+    base_source = subprocess.run(
+        ["git", "show", f"{base}:{path}"], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout
+    stem = Path(path).stem
+    return {
+        f"base {base}": load_extract(base_source, f"base_{stem}"),
+        "this tree": load_extract((ROOT / path).read_text(), f"this_{stem}"),
+    }
 
 
 def cpu_ms(module: ModuleType, text: str, repeats: int) -> float:
@@ -86,13 +100,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--rounds", type=int, default=5, help="rounds of every shape and code (default 5)")
     parser.add_argument("--output-dir", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
-    base_source = subprocess.run(
-        ["git", "show", f"{args.base}:rewards/extract.py"], cwd=ROOT, capture_output=True, text=True, check=True
-    ).stdout
-    codes = {
-        f"base {args.base}": load_extract(base_source, "base_extract"),
-        "this tree": load_extract((ROOT / "rewards" / "extract.py").read_text(), "this_extract"),
-    }
+    codes = base_and_this_tree("rewards/extract.py", args.base)
     record = run_record(" ".join(["python -m benchmarks.answer_search_cost", *(argv or sys.argv[1:])]))
     costs = measure(codes, args.rounds)
     data = {**record, "base": args.base, "rounds": args.rounds, "cpu_ms_per_completion": costs}

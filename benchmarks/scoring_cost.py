@@ -15,7 +15,6 @@ Each crafted answer is scored with a fresh exponent every round (sympy caches wh
 from __future__ import annotations
 
 import argparse
-import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -23,8 +22,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from benchmarks.answer_search_cost import load_extract
-from benchmarks.harness import RESULTS, ROOT, record_lines, run_record, write_report
+from benchmarks.answer_search_cost import base_and_this_tree
+from benchmarks.harness import RESULTS, record_lines, run_record, write_report
 
 ANSWERS: dict[str, tuple[str, Callable[[int], str] | None]] = {
     "countdown, its gold answer": ("countdown", None),
@@ -94,13 +93,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--rounds", type=int, default=3, help="rounds of every answer and code (default 3)")
     parser.add_argument("--output-dir", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
-    base_source = subprocess.run(
-        ["git", "show", f"{args.base}:rewards/functions.py"], cwd=ROOT, capture_output=True, text=True, check=True
-    ).stdout
-    codes = {
-        f"base {args.base}": load_extract(base_source, "base_functions"),
-        "this tree": load_extract((ROOT / "rewards" / "functions.py").read_text(), "this_functions"),
-    }
+    codes = base_and_this_tree("rewards/functions.py", args.base)
     record = run_record(" ".join(["python -m benchmarks.scoring_cost", *(argv or sys.argv[1:])]))
     costs = measure(codes, args.rounds)
     data = {**record, "base": args.base, "rounds": args.rounds, "answers": costs}
