@@ -299,7 +299,7 @@ class SenderBook:
                 continue
             tries = self._missing_tries.pop((sender, seq), None)
             if tries is not None and give_up:
-                self._give_up(sender, unserved=tries[1])
+                self._give_up(sender, unserved=False)  # before its last try: a fast honest publisher's old record
 
     def _trim(self, sender: str, state: SenderState) -> None:
         """Keep the newest ``2 * index_records`` refs of a peer (the rest could never be the freshest choice)."""
@@ -473,11 +473,11 @@ class SenderBook:
     def record_missing(self, sender: str, ref: RecordRef, unreachable: bool = False) -> None:
         """Not there yet (a store still travelling), lost, or its host did not answer (``unreachable``): retried a
         few polls, then given up (counted as ``records_missing`` and ``heard_never_fetched``). Given up after an
-        answer without it (at any of its tries: the host did not serve it, no DHT replica had it), it is a strike of
-        its sender (``never_served``); a host that could not be reached says nothing of the sender (the network, or it
-        left). A record tried and missing is given up as well when it leaves its sender's list before its last try
-        (pushed out by newer ones, expired, its sender departed): a sender announcing more records than it serves
-        escaped every strike that way; not when the book forgets its sender."""
+        answer without it at any of its tries (the host did not serve it, no DHT replica had it), it is a strike of its
+        sender (``never_served``); a host that could not be reached says nothing of the sender (the network, or it
+        left). A record tried and missing that leaves its sender's list before its last try (pushed out by newer ones,
+        expired, its sender departed) is given up without a strike: a fast honest publisher may no longer serve an
+        old record by the time a reader asks (its tries were kept for good before)."""
         key = (sender, ref.seq)
         with self._lock:
             tries, unserved = self._missing_tries.pop(key, (0, False))
@@ -486,14 +486,14 @@ class SenderBook:
             if tries < _MISSING_TRIES and listed:
                 self._missing_tries[key] = (tries, unserved)  # last in the order: the one tried most recently
                 if len(self._missing_tries) > _MISSING_KEPT:
-                    oldest, (_, oldest_unserved) = next(iter(self._missing_tries.items()))
+                    oldest = next(iter(self._missing_tries))
                     del self._missing_tries[oldest]
-                    self._give_up(oldest[0], oldest_unserved)
+                    self._give_up(oldest[0], unserved=False)
                 return
             if listed or key not in self._seen_refs:  # else _lost counted it, or it was fetched
                 self._counters.add("heard_never_fetched")
             self._seen(sender, ref, self._clock.time())
-            self._give_up(sender, unserved)
+            self._give_up(sender, unserved and tries >= _MISSING_TRIES)
 
     def _listed(self, key: tuple[str, int]) -> bool:
         """Whether record ``key`` (sender, seq) is still in its sender's list and not set aside as seen."""
