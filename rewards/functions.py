@@ -22,7 +22,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from rewards.extract import completion_text, extract_answer, final_answer
-from rewards.scoring_bounds import ScoringTimeout, exact_arithmetic_bounded, scoring_deadline
+from rewards.scoring_bounds import SAFE_FUNCTIONS, ScoringTimeout, exact_arithmetic_bounded, scoring_deadline
 
 __all__ = [
     "format_reward",
@@ -55,10 +55,7 @@ _SYMPY_SCORER_DATASETS = {
     "puzzle24",
     "countdown",
 }
-_SAFE_MATH_NAMES = {
-    "sqrt", "sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh", "tanh",
-    "exp", "log", "ln", "pi", "E", "I", "C", "Abs", "oo",
-}  # fmt: skip
+_SAFE_MATH_NAMES = SAFE_FUNCTIONS | {"pi", "E", "I", "C", "oo"}
 _SAFE_MATH_CHARS = re.compile(r"^[0-9A-Za-z\s+\-*/^().,=]*$")
 _MAX_SYMPY_ANSWER_CHARS = 500
 SCORER_SECONDS = 1.0

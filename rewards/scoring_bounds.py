@@ -107,10 +107,9 @@ def _literal_digits(value: object) -> float:
 def _magnitude(node: ast.AST) -> float:
     """An upper bound on ``|value|`` of an exponent, from its syntax alone; raises :class:`_Unbounded` where it
     cannot be bounded (a function's value, a division by anything but a nonzero number)."""
-    if isinstance(node, ast.Constant):
-        if isinstance(node.value, bool) or not isinstance(node.value, int | float):
-            raise _Unbounded
-        return abs(float(node.value))
+    value = _number(node)
+    if value is not None:
+        return abs(value)
     if isinstance(node, ast.Name):
         return _CONSTANT_SIZE
     if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.UAdd | ast.USub):

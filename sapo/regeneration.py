@@ -49,9 +49,16 @@ __all__ = ["LIMIT_MEMORY_SECONDS", "REMEMBERED_LIMITS", "ReasoningGymVerifier", 
 # next request.
 
 
+MAX_ENTRY_CHARS = 1_048_576
+"""The largest regenerated entry (its JSON reply) a child sends the training process; a larger one is past a limit
+(``regeneration_limit``, its config remembered). An honest entry takes a few kilobytes; a peer's config of a
+Tower of Hanoi of 23 disks made one of about 277 MB, which the training process parsed and held whole."""
+
+
 def _serve(memory_mb: int | None) -> None:
     """The child's loop over stdin/stdout, one JSON line each way: [name, config_key, seed, index] in,
-    ["ok", entry] or ["failed", message] out. Ends when the parent closes the pipe."""
+    ["ok", entry], ["failed", message] or ["too_large", characters] (over :data:`MAX_ENTRY_CHARS`) out. Ends when the
+    parent closes the pipe."""
     if memory_mb:
         import resource
 
@@ -76,12 +83,6 @@ def _serve(memory_mb: int | None) -> None:
             reply = json.dumps(["too_large", len(reply)])
         replies.write(reply + "\n")
         replies.flush()
-
-
-MAX_ENTRY_CHARS = 1_048_576
-"""The largest regenerated entry (its JSON reply) a child sends the training process; a larger one is past a limit
-(``regeneration_limit``, its config remembered). An honest entry takes a few kilobytes; a peer's config of a
-Tower of Hanoi of 23 disks made one of about 200 MB, which the training process parsed and held whole."""
 
 
 _STARTUP_TIMEOUT = 120.0  # seconds a fresh child may take to import reasoning-gym (slow on a loaded machine)
