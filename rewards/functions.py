@@ -18,6 +18,7 @@ import inspect
 import json
 import re
 import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -59,8 +60,11 @@ _SAFE_MATH_NAMES = SAFE_FUNCTIONS | {"pi", "E", "I", "C", "oo"}
 _SAFE_MATH_CHARS = re.compile(r"^[0-9A-Za-z\s+\-*/^().,=]*$")
 _MAX_SYMPY_ANSWER_CHARS = 500
 SCORER_SECONDS = 1.0
-"""How long a reasoning-gym scorer may take over one answer before the answer scores 0.0 (on the main thread;
-:func:`rewards.scoring_bounds.scoring_deadline`): honest answers score in milliseconds."""
+"""Wall seconds a reasoning-gym scorer may spend on one question's answers in one call of
+:func:`reasoning_gym_reward`, all of them together (on the main thread;
+:func:`rewards.scoring_bounds.scoring_deadline`): an answer still being scored when they are spent scores 0.0, and so
+do that question's answers after it, unscored. A received group is one question, so it costs at most this; honest
+answers score in milliseconds."""
 
 _hardened = False
 _harden_lock = threading.Lock()
@@ -140,12 +144,14 @@ def score_reasoning_gym_answer(
     itself raises (scorers are third-party code fed hostile text; a crash must not stop training), and when it runs
     past :data:`SCORER_SECONDS`.
     """
-    score = _score_in_time(answer, entry, config)
+    score = _score_in_time(answer, entry, config, SCORER_SECONDS)
     return 0.0 if score is None else score
 
 
-def _score_in_time(answer: str | None, entry: Mapping[str, Any], config: Mapping[str, Any] | None) -> float | None:
-    """:func:`score_reasoning_gym_answer`'s score, or None when the scorer ran past :data:`SCORER_SECONDS`."""
+def _score_in_time(
+    answer: str | None, entry: Mapping[str, Any], config: Mapping[str, Any] | None, seconds: float
+) -> float | None:
+    """:func:`score_reasoning_gym_answer`'s score, or None when the scorer ran past ``seconds``."""
     if answer is None:
         return 0.0
     entry = dict(entry)
@@ -156,7 +162,7 @@ def _score_in_time(answer: str | None, entry: Mapping[str, Any], config: Mapping
         return 0.0
     scorer = get_reasoning_gym_scorer(name, config)
     try:
-        with scoring_deadline(SCORER_SECONDS):
+        with scoring_deadline(seconds):
             return float(scorer(answer, entry))
     except ScoringTimeout:
         return None
@@ -191,9 +197,10 @@ def reasoning_gym_reward(
     Columns: ``entry`` (required) is the reasoning-gym entry as a JSON string or dict (``question``,
     ``answer``, ``metadata`` with ``source_dataset``); ``provenance`` (optional, JSON) supplies the
     generator config, which some scorers depend on. A row whose ``entry`` is empty gets ``None`` (not a
-    reasoning-gym row, e.g. in a mixed dataset). A completion with no extractable answer scores 0.0, and so does one
-    whose scorer ran past :data:`SCORER_SECONDS`; once one has, the call's other answers to that question score 0.0
-    without running the scorer (a received group is one question: it costs at most one deadline).
+    reasoning-gym row, e.g. in a mixed dataset). A completion with no extractable answer scores 0.0. The answers to
+    one question in this call share :data:`SCORER_SECONDS` of scoring: one still being scored when it is spent scores
+    0.0, and so do the question's answers after it, unscored (a received group is one question: it costs at most that,
+    however many answers each take just under it).
     """
     if entry is None:
         raise ValueError("reasoning_gym_reward needs an 'entry' column (see sapo.tasks.build_reasoning_gym_dataset)")
@@ -201,23 +208,24 @@ def reasoning_gym_reward(
     entries = _column({"entry": entry}, "entry", n)
     provenances = _column(columns, "provenance", n)
     rewards: list[float | None] = []
-    # Once one answer to a question runs past the deadline, the question's other answers in this call score 0.0
-    # unscored: a received group is one call of one question, so a group costs at most one deadline.
-    past_deadline: set[str] = set()
+    # A question's answers share one deadline: a group whose every answer took just under a deadline of its own cost
+    # num_generations deadlines; now a received group (one question, one call) costs at most one.
+    seconds_left: dict[str, float] = {}
     for completion, raw_entry, raw_provenance in zip(completions, entries, provenances, strict=True):
         item = _as_mapping(raw_entry)
         if item is None:
             rewards.append(None)
             continue
         question = str(item.get("question"))
-        if question in past_deadline:
+        left = seconds_left.get(question, SCORER_SECONDS)
+        if left <= 0:
             rewards.append(0.0)
             continue
         provenance = _as_mapping(raw_provenance) or {}
         config = provenance.get("config") if provenance.get("source") == "reasoning_gym" else None
-        score = _score_in_time(extract_answer(completion_text(completion)), item, config)
-        if score is None:
-            past_deadline.add(question)
+        started = time.monotonic()
+        score = _score_in_time(extract_answer(completion_text(completion)), item, config, left)
+        seconds_left[question] = 0.0 if score is None else left - (time.monotonic() - started)
         rewards.append(0.0 if score is None else score)
     return rewards
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import signal
 import threading
+import time
 
 import pytest
 import reasoning_gym
@@ -117,6 +118,31 @@ def test_a_group_of_slow_answers_costs_one_deadline_not_one_each(monkeypatch):
     rewards = reasoning_gym_reward(["q"] * 5, completions, entry=[first] * 4 + [second])
     assert rewards == [0.0] * 5
     assert calls == [json.loads(first)["question"], json.loads(second)["question"]]
+
+
+def test_a_questions_answers_share_one_deadline(monkeypatch):
+    """Answers that each take just under a deadline of their own cost a group num_generations deadlines: a question's
+    answers in one call share it, the answer that runs past what is left scores 0.0 and the rest go unscored, while
+    another question in the same call gets a deadline of its own."""
+    calls = []
+
+    def slow_scorer(name, config=None):
+        def score(answer, entry):
+            calls.append(entry["question"])
+            until = time.monotonic() + 0.3  # wall time, as the deadline counts it
+            while time.monotonic() < until:
+                sum(range(1_000))
+            return 1.0
+
+        return score
+
+    monkeypatch.setattr(functions, "SCORER_SECONDS", 0.5)
+    monkeypatch.setattr(functions, "get_reasoning_gym_scorer", slow_scorer)
+    first, second = json.dumps(_entry("countdown", 0)), json.dumps(_entry("countdown", 1))
+    completions = [f"<answer>{k} + 1</answer>" for k in range(5)]
+    rewards = reasoning_gym_reward(["q"] * 5, completions, entry=[first] * 4 + [second])
+    assert rewards == [1.0, 0.0, 0.0, 0.0, 1.0]  # 0.3 s scored, then 0.2 s left ran out; the other question scored
+    assert calls == [json.loads(first)["question"]] * 2 + [json.loads(second)["question"]]
 
 
 def test_sympys_slow_symbolic_work_is_ended_by_the_deadline(monkeypatch):
