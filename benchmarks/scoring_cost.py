@@ -8,8 +8,11 @@ with `git show`) alternately in one process, and reports CPU seconds per answer:
 
     python -m benchmarks.scoring_cost --base 3635fdf
 
-Each crafted answer is scored with a fresh exponent every round (sympy caches what it computed). Writes
-``scoring_cost.{json,md}`` into ``--output-dir`` (default benchmarks/results).
+Each crafted answer is scored with a fresh exponent every round (sympy caches what it computed). Then a received
+group whose every answer takes just under the deadline (``--group-size`` answers of ``(x+a+b+c+d)**k``, each with
+letters of its own, ``k`` the largest whose answer takes under ``--group-target`` seconds here): the wall seconds
+``reasoning_gym_reward`` spends on it with each code. Writes ``scoring_cost.{json,md}`` into ``--output-dir``
+(default benchmarks/results).
 """
 
 from __future__ import annotations
@@ -37,14 +40,18 @@ ANSWERS: dict[str, tuple[str, Callable[[int], str] | None]] = {
 without the bound it never ends."""
 
 
-def entries() -> dict[str, dict[str, Any]]:
-    """One reasoning-gym entry of each task the answers are scored against."""
+def entry_of(task: str) -> dict[str, Any]:
+    """One reasoning-gym entry of ``task`` (seed 1)."""
     import reasoning_gym
 
     from sapo.reasoning_gym import reasoning_gym_entry
 
-    tasks = {task for task, _ in ANSWERS.values()}
-    return {t: reasoning_gym_entry(reasoning_gym.create_dataset(t, seed=1, size=1)[0]) for t in sorted(tasks)}
+    return reasoning_gym_entry(reasoning_gym.create_dataset(task, seed=1, size=1)[0])
+
+
+def entries() -> dict[str, dict[str, Any]]:
+    """One reasoning-gym entry of each task the answers are scored against."""
+    return {task: entry_of(task) for task in sorted({task for task, _ in ANSWERS.values()})}
 
 
 def cpu_seconds(module: ModuleType, answer: str, entry: dict[str, Any]) -> tuple[float, float]:
@@ -73,6 +80,55 @@ def measure(codes: dict[str, ModuleType], rounds: int) -> dict[str, dict[str, di
     }
 
 
+LETTERS = "abcdfghjkmnpqrstuvwyzABDFGHJKLMPRTUVWXYZ"
+"""Single letters sympy reads as plain symbols (none of ``e i l o x C E I N O Q S``): four for each answer of a
+group, so that no answer finds what another computed in sympy's cache."""
+
+
+def slow_answer(k: int, index: int) -> str:
+    """A simple_integration answer whose check (``simplify`` of its derivative) grows steeply with ``k``, in letters
+    of its own for each ``index``."""
+    a, b, c, d = LETTERS[4 * index : 4 * index + 4]
+    return f"(x+{a}+{b}+{c}+{d})**{k}"
+
+
+def just_under(module: ModuleType, entry: dict[str, Any], target: float) -> tuple[int, float]:
+    """The largest power ``k`` whose answer ``module`` scores in under ``target`` wall seconds here, and its seconds."""
+    from sympy.core.cache import clear_cache
+
+    best = (1, 0.0)
+    for k in range(2, 21):
+        clear_cache()
+        began = time.perf_counter()
+        module.score_reasoning_gym_answer(slow_answer(k, 0), entry)
+        seconds = time.perf_counter() - began
+        if seconds >= target:
+            break
+        best = (k, seconds)
+    return best
+
+
+def group_cost(codes: dict[str, ModuleType], size: int, target: float) -> dict[str, Any]:
+    """Wall seconds of ``reasoning_gym_reward`` over one group of ``size`` answers each just under ``target``, per
+    code (sympy's cache cleared before each), and the power used."""
+    import json
+
+    from sympy.core.cache import clear_cache
+
+    if size * 4 > len(LETTERS):
+        raise ValueError(f"--group-size is at most {len(LETTERS) // 4}, got {size}")
+    entry = entry_of("simple_integration")
+    k, one = just_under(codes["this tree"], entry, target)
+    completions = [f"<answer>{slow_answer(k, i)}</answer>" for i in range(size)]
+    costs: dict[str, Any] = {"power": k, "one_answer_s": one, "size": size}
+    for code, module in codes.items():
+        clear_cache()
+        began = time.perf_counter()
+        rewards = module.reasoning_gym_reward(["q"] * size, completions, entry=[json.dumps(entry)] * size)
+        costs[code] = {"wall_s": time.perf_counter() - began, "rewards": rewards}
+    return costs
+
+
 def markdown(costs: dict[str, dict[str, dict[str, float]]]) -> list[str]:
     """The table: CPU seconds per answer and its score, per code."""
     codes = list(costs)
@@ -91,12 +147,17 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--base", required=True, help="the commit whose rewards/functions.py is compared")
     parser.add_argument("--rounds", type=int, default=3, help="rounds of every answer and code (default 3)")
+    parser.add_argument("--group-size", type=int, default=8, help="answers of the slow group (default 8)")
+    parser.add_argument(
+        "--group-target", type=float, default=0.7, help="wall seconds each of its answers stays under (default 0.7)"
+    )
     parser.add_argument("--output-dir", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
     codes = base_and_this_tree("rewards/functions.py", args.base)
     record = run_record(" ".join(["python -m benchmarks.scoring_cost", *(argv or sys.argv[1:])]))
     costs = measure(codes, args.rounds)
-    data = {**record, "base": args.base, "rounds": args.rounds, "answers": costs}
+    group = group_cost(codes, args.group_size, args.group_target)
+    data = {**record, "base": args.base, "rounds": args.rounds, "answers": costs, "group": group}
     lines = [
         "# What scoring one received answer costs",
         "",
@@ -106,6 +167,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "alternating in each, each round a fresh exponent) and the score it gave.",
         "",
         *markdown(costs),
+        "",
+        f"A group of {group['size']} answers `(x+a+b+c+d)**{group['power']}` to one simple_integration question, each "
+        f"in letters of its own (one alone: {group['one_answer_s']:.2f} s here), scored by `reasoning_gym_reward` in "
+        "one call, wall seconds:",
+        "",
+        "| code | wall s | rewards |",
+        "|---|---|---|",
+        *(f"| {code} | {group[code]['wall_s']:.2f} | {group[code]['rewards']} |" for code in codes),
     ]
     write_report(args.output_dir, "scoring_cost", data, lines)
     print("\n".join(lines))

@@ -236,6 +236,7 @@ class Intake:
             judged = [
                 self._judge(item.sender, item.group, truths.get(id(item)), fetched_at, probe, taken) for item in fresh
             ]
+            self.rederivation.charge_scoring(taken.scoring_seconds)
         candidates = [c for c in judged if c is not None]
         taken.candidates, taken.scored = len(received), len(candidates)
         taken.zero_advantage = sum(c.has_zero_advantage for c in candidates)
@@ -352,11 +353,14 @@ class Intake:
         prompt = [*self.system_messages, {"role": "user", "content": columns.pop("question")}]
         group = Group(**{**vars(group), "completions": completions, "prompt": prompt})
         tokenized = [probe.tokenize(text) for text in completions]
+        started = time.monotonic()
         try:
             per_function = probe.score(prompt, tokenized, columns).detach().cpu()
         except Exception as e:  # a reward function choking on foreign text must not stop training
             self.ledger.drop(taken, "reward_error", sender, group, f"{type(e).__name__}: {e}")
             return None, "reward_error"
+        finally:  # what the sender's text made this peer's rewards spend (`RoundRederivation.charge_scoring`)
+            taken.scoring_seconds.append((sender, time.monotonic() - started))
         rewards = weighted_rewards(per_function, self.reward_weights).tolist()
         return Candidate(sender, group, rewards, columns, per_function.tolist(), tokenized), None
 

@@ -34,6 +34,8 @@ class Taken:
         zero_advantage (`int`): scored candidates whose rewards were all equal.
         dropped (`collections.Counter`): groups set aside this round, by reason.
         records (`list[sapo.group_log.GroupRecord]`): every received group judged this round and what happened to it.
+        scoring_seconds (`list[tuple[str, float]]`): each received group this process scored, as its sender and the
+            wall seconds this peer's reward functions took on it.
     """
 
     chosen: list[Candidate] = field(default_factory=list)
@@ -43,6 +45,7 @@ class Taken:
     zero_advantage: int = 0
     dropped: Counter[str] = field(default_factory=Counter)
     records: list[GroupRecord] = field(default_factory=list)
+    scoring_seconds: list[tuple[str, float]] = field(default_factory=list)
 
 
 class IntakeLedger:

@@ -1,14 +1,15 @@
 """Re-deriving a round's received groups: senders in turns, those found usable first, a sender whose groups cost too
-much time lately rested, and the costly items of senders not yet found usable rested while they cost too much
-together."""
+much time lately (to re-derive in vain, or to score beyond the round's usual) rested, and the costly items of senders
+not yet found usable rested while they cost too much together."""
 
 from __future__ import annotations
 
 import logging
 import math
+import statistics
 import time
 from collections import OrderedDict
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 from typing import Any
 
 from sapo.questions import GroupDropped
@@ -24,12 +25,30 @@ NEWCOMERS = "senders not yet found usable"
 HALF_LIFE_SECONDS = 300.0
 """How fast a sender's re-derivation spend is forgotten: it halves every five minutes."""
 
+SCORING_FREE_SECONDS = 0.5
+"""Seconds of scoring a received group may take without charge to its sender, whatever the round's usual cost: half of
+:data:`rewards.functions.SCORER_SECONDS`; honest groups score in milliseconds with the default rewards."""
+
+SCORING_FREE_FACTOR = 4.0
+"""A received group may take this many times the round's median scoring time without charge: with a slow reward (a
+judge model, code that runs) every group costs about as much, and none is charged."""
+
+
+def scoring_excess(seconds: Sequence[float]) -> list[float]:
+    """What scoring each of a round's received groups cost (``seconds``) beyond what is free: the larger of
+    :data:`SCORING_FREE_SECONDS` and :data:`SCORING_FREE_FACTOR` times the round's median."""
+    if not seconds:
+        return []
+    free = max(SCORING_FREE_SECONDS, SCORING_FREE_FACTOR * statistics.median(seconds))
+    return [max(0.0, spent - free) for spent in seconds]
+
 
 class RederivationCosts:
     """Wall seconds this node spent re-deriving each sender's received groups in vain (:mod:`sapo.sources`: the groups
     dropped there, and costly items re-derived but not trained on; reasoning-gym's foreign configs run in a child
-    process, up to `regeneration_timeout` each), halving every ``half_life`` seconds. Items of this peer's own kind
-    re-derived count nothing, however slow their source.
+    process, up to `regeneration_timeout` each), and scoring them beyond what is free (:func:`scoring_excess`),
+    halving every ``half_life`` seconds. Items of this peer's own kind re-derived count nothing, however slow their
+    source.
 
     A sender whose spend is over ``allowance`` is *rested*: its groups are set aside unread
     (``rederivation_cost``) until the spend decays under the allowance. A rest is not a verdict (an honest peer with a
@@ -132,6 +151,15 @@ class RoundRederivation:
                 self._charge(item.sender, seconds, newcomer)
         self._unsettled = []
 
+    def charge_scoring(self, scored: Sequence[tuple[str, float]]) -> None:
+        """Charge what scoring the round's received groups cost beyond what is free (:func:`scoring_excess`;
+        ``scored``: each group's sender and seconds), used or not: answers that keep this peer's reward near its
+        deadline cost a sender as groups that could not be re-derived, and rest it at the same allowance."""
+        now = time.time()
+        for (sender, _), excess in zip(scored, scoring_excess([seconds for _, seconds in scored]), strict=True):
+            if excess > 0:
+                self._charge(sender, excess, not (self.standing and self.standing.found_usable(sender, now)))
+
     def _rederive(self, item: ReceivedGroup, newcomer: bool) -> dict[str, Any] | GroupDropped:
         """The truth of one received group, unless its sender is rested (or it is a newcomer's costly item while the
         newcomers are). The time it took is charged to its sender (and the newcomers) when it could not be
@@ -166,7 +194,7 @@ def _rested(costs: RederivationCosts, account: str, now: float, whose: str) -> G
     spent, left = costs.spent(account, now), costs.rest_left(account, now)
     return GroupDropped(
         "rederivation_cost",
-        f"{whose} cost {spent:.1f} s of re-derivation lately (allowance {costs.allowance:g} s); "
+        f"{whose} cost {spent:.1f} s of re-derivation and scoring lately (allowance {costs.allowance:g} s); "
         f"rested {left:.0f} s more",
     )
 
@@ -178,7 +206,7 @@ def _spend(costs: RederivationCosts, account: str, seconds: float, who: str, set
     costs.spend(account, seconds, now)
     if not was_rested and costs.is_rested(account, now):
         logger.info(
-            "resting %s for %.0f s: re-deriving in vain cost %.1f s lately (allowance %g s); %s set aside unread "
-            "meanwhile, never held against a sender's standing",
+            "resting %s for %.0f s: re-deriving in vain and scoring cost %.1f s lately (allowance %g s); %s set aside "
+            "unread meanwhile, never held against a sender's standing",
             who, costs.rest_left(account, now), costs.spent(account, now), costs.allowance, set_aside,
         )  # fmt: skip

@@ -300,3 +300,66 @@ def test_a_trainer_charges_a_sender_whose_costly_groups_re_derive_but_are_never_
     senders = trainer.intake.sender_outcomes
     assert senders["dropper"] == {"dropped/zero_advantage": 2, "dropped/rederivation_cost": 2}, senders
     assert trainer.intake.standing.benched(time.time()) == []
+
+
+def test_scoring_beyond_what_is_free_is_charged_and_a_slow_judge_charges_nobody():
+    """A group that takes this peer's rewards longer than the larger of 0.5 s and 4 times the round's median is
+    charged the rest to its sender, used or not; with a slow reward every group costs about as much, and none is."""
+    assert rederivation.scoring_excess([0.002, 0.003, 0.001, 1.6]) == pytest.approx([0.0, 0.0, 0.0, 1.1])
+    assert rederivation.scoring_excess([2.0, 2.5, 1.8, 3.0]) == [0.0] * 4  # a judge model: 2-3 s a group
+    assert rederivation.scoring_excess([]) == []
+    standing = SenderStanding()
+    standing.record("known", usable=True, now=time.time())
+    rederive = RoundRederivation(
+        SourceRegistry([DatasetSource([{"question": "What is 1 + 1?", "answer": "2"}], "sums")]),
+        RederivationCosts(allowance=1.0), standing, newcomers=RederivationCosts(allowance=100.0),
+    )  # fmt: skip
+    rederive.charge_scoring([("slow", 1.6), ("known", 0.002), ("new", 0.001), ("known", 0.9), ("new", 0.003)])
+    now = time.time()  # the median is 3 ms: 0.5 s free
+    assert rederive.costs.spent("slow", now) == pytest.approx(1.1) and rederive.costs.is_rested("slow", now)
+    assert rederive.costs.spent("known", now) == pytest.approx(0.4) and not rederive.costs.is_rested("known", now)
+    assert rederive.costs.spent("new", now) == 0.0
+    # a sender not found usable adds to the newcomers' account too; one found usable does not
+    assert rederive.newcomers.spent(rederivation.NEWCOMERS, now) == pytest.approx(1.1)
+
+
+def test_a_trainer_rests_a_sender_whose_answers_keep_its_reward_busy(tmp_path, smollm_tokenizer):
+    """Inside a trainer taking real steps: a sender whose completions make this peer's reward spend 0.3 s each (a
+    reward that really sleeps on its text) is charged what its group cost beyond what is free and rested at the next
+    round; the honest senders beside it are never charged, and nobody is benched."""
+    from transformers import TrainerCallback
+
+    questions = DatasetSource([{"question": f"What is {k} + {k}?", "answer": str(2 * k)} for k in range(16)], "sums")
+    rows = list(questions.rows())
+    swarm = MemorySwarm(seed=0)
+    honest, slow = [swarm.join(f"honest-{k}") for k in range(3)], swarm.join("slow")
+
+    def group(row, gid, word):
+        provenance = provenance_from_wire(json.loads(row["provenance"]))
+        completions = [f"{word} {'x' * k}" for k in range(4)]  # rewards with spread: a usable group
+        return Group(gid, [row["prompt"][-1]], completions, provenance, created_at=time.time())
+
+    class EachRound(TrainerCallback):
+        def on_step_begin(self, args, state, control, **kwargs):
+            step = state.global_step
+            for k, peer in enumerate(honest):
+                peer.publish([group(rows[4 * step + k], f"h{k}-{step}", "four")])
+            slow.publish([group(rows[4 * step + 3], f"s-{step}", "SLOW")])
+
+    def by_text(completions, **kw):
+        texts = [completion[-1]["content"] for completion in completions]
+        time.sleep(0.3 * sum("SLOW" in text for text in texts))  # what the sender's text makes this reward spend
+        return [float(len(text)) for text in texts]
+
+    trainer = SAPOTrainer(
+        model=build_tiny_model(smollm_tokenizer, seed=0), reward_funcs=[by_text],
+        args=tiny_config(tmp_path / "out", num_local=1, num_external=1, max_steps=2, external_pool_size=8,
+                         plausibility_margin=None, sender_rederivation_seconds=0.5),
+        train_dataset=questions.rows(), processing_class=smollm_tokenizer, sources=[questions], swarm=swarm.join("me"),
+        callbacks=[EachRound()],
+    )  # fmt: skip
+    trainer.train()
+    senders = trainer.intake.sender_outcomes
+    assert senders["slow"].get("dropped/rederivation_cost") == 1, senders  # the second round's group, set aside unread
+    assert not any("dropped/rederivation_cost" in senders.get(f"honest-{k}", {}) for k in range(3)), senders
+    assert trainer.intake.standing.benched(time.time()) == []
