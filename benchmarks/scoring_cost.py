@@ -149,7 +149,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--rounds", type=int, default=3, help="rounds of every answer and code (default 3)")
     parser.add_argument("--group-size", type=int, default=8, help="answers of the slow group (default 8)")
     parser.add_argument(
-        "--group-target", type=float, default=0.7, help="wall seconds each of its answers stays under (default 0.7)"
+        "--group-target", type=float, default=0.9, help="wall seconds each of its answers stays under (default 0.9)"
     )
     parser.add_argument("--output-dir", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
