@@ -230,3 +230,29 @@ def test_check_finds_an_archive_that_differs_from_its_listing(tmp_path):
         info.size = 1
         tar.addfile(info, io.BytesIO(b"2"))
     assert results_archive.check(results) == ["a.tar.xz: members differ from a.files"]
+
+
+def test_the_scoring_cost_figures_are_those_of_the_committed_runs():
+    """benchmarks/README.md's scoring figures, read from the committed JSON: the crafted answers before and after the
+    bound, and the slow group before and after its answers shared the deadline (both bases)."""
+    import json
+
+    def read(path: str) -> dict:
+        return json.loads((RESULTS / path).read_text())
+
+    full, shared = read("scoring_cost.json"), read("scoring_cost_shared_deadline/scoring_cost.json")
+    before, now = full["answers"][f"base {full['base']}"], full["answers"]["this tree"]
+    group_before = full["group"][f"base {full['base']}"]["wall_s"]
+    shared_before = shared["group"][f"base {shared['base']}"]["wall_s"]
+    figures = [
+        f"On {full['git_commit'][:7]} (clean) against {full['base']}",
+        f"cost **{before['countdown, 9**(4,000,000 - round)']['cpu_s']:.2f} CPU s** before",
+        f"cost **{before['simple_integration, (x+y+z+w+v)**(20 - round)']['cpu_s']:.1f} CPU s**",
+        f"cost **{group_before:.2f} s** of wall time before",
+        f"**{full['group']['this tree']['wall_s']:.2f} s** now",
+        f"against {shared['base']}, whose deadline was per answer, {shared_before:.2f} s",
+    ]
+    assert now["countdown, 9**(4,000,000 - round)"]["cpu_s"] < 0.01
+    assert "dirty" not in full["git_commit"] + shared["git_commit"]
+    for figure in figures:
+        assert figure in BENCHMARKS_README, f"benchmarks/README.md lacks {figure!r}"
