@@ -12,8 +12,9 @@ import os
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass
-from pathlib import Path
 from typing import Any
+
+from sapo.jsonl_files import RotatingJsonl, read_jsonl
 
 OWN = "own"
 """The `outcome` of a group this node generated and trained on."""
@@ -109,11 +110,11 @@ def received_record(
 
 
 class GroupLog:
-    """Appends :class:`GroupRecord` lines to a JSONL file, rotated when it would pass ``max_bytes``.
+    """Appends :class:`GroupRecord` lines to a JSONL file, rotated when it would pass ``max_bytes``
+    (:class:`sapo.jsonl_files.RotatingJsonl`).
 
     Rotation keeps ``backups`` older files (``groups.jsonl.1`` the newest of them); a reader reads them oldest first
-    (:func:`read_group_log`). A line is written whole or not at all: the file is opened in append mode and each line is
-    one write.
+    (:func:`read_group_log`). A line is written whole or not at all.
 
     Args:
         path: the JSONL file.
@@ -122,49 +123,21 @@ class GroupLog:
     """
 
     def __init__(self, path: str | os.PathLike[str], max_bytes: int = 20_000_000, backups: int = 5):
-        if max_bytes <= 0 or backups < 0:
-            raise ValueError(f"max_bytes must be positive and backups at least 0, got {max_bytes} and {backups}")
-        self.path = Path(path)
-        self.max_bytes, self.backups = max_bytes, backups
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._file = RotatingJsonl(path, max_bytes, backups)
+        self.path, self.max_bytes, self.backups = self._file.path, max_bytes, backups
 
     def write(self, records: Sequence[GroupRecord]) -> None:
         """Append ``records``, one line each."""
         now = time.time()
+        lines = []
         for record in records:
             fields = {**asdict(record), "time": record.time or now}
             if record.rewards is not None:  # JSON has no NaN: a reward no function gave is null
                 fields["rewards"] = [None if math.isnan(r) else r for r in record.rewards]
-            line = json.dumps(fields, allow_nan=False)
-            self._rotate_if_full(len(line) + 1)
-            with self.path.open("a", encoding="utf-8") as f:
-                f.write(line + "\n")
-
-    def _rotate_if_full(self, incoming: int) -> None:
-        size = self.path.stat().st_size if self.path.exists() else 0
-        if size == 0 or size + incoming <= self.max_bytes:
-            return
-        if self.backups == 0:
-            self.path.unlink()
-            return
-        for i in range(self.backups - 1, 0, -1):
-            older = self.path.with_name(f"{self.path.name}.{i}")
-            if older.exists():
-                os.replace(older, self.path.with_name(f"{self.path.name}.{i + 1}"))
-        os.replace(self.path, self.path.with_name(f"{self.path.name}.1"))
+            lines.append(json.dumps(fields, allow_nan=False))
+        self._file.append(lines)
 
 
 def read_group_log(path: str | os.PathLike[str]) -> list[dict]:
     """Every line of a group log and its rotated files, oldest first (a torn last line is skipped)."""
-    path = Path(path)
-    rotated = [p for p in path.parent.glob(f"{path.name}.*") if p.suffix[1:].isdigit()]
-    records = []
-    for file in [*sorted(rotated, key=lambda p: -int(p.suffix[1:])), path]:
-        if not file.exists():
-            continue
-        for line in file.read_text(encoding="utf-8").splitlines():
-            try:
-                records.append(json.loads(line))
-            except json.JSONDecodeError:
-                continue  # a line cut by a kill mid-write
-    return records
+    return list(read_jsonl(path))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import time
 
 import pytest
 from transformers import TrainerCallback
@@ -324,3 +325,41 @@ def test_the_nodes_in_memory_log_keeps_its_last_entries_once_they_are_in_metrics
     assert [entry["step"] for entry in state.log_history] == [8, 9, 10, 11, 12]
     lines = (tmp_path / "metrics.jsonl").read_text().splitlines()
     assert [json.loads(line)["step"] for line in lines] == list(range(1, 13))
+
+
+def test_metrics_jsonl_is_rotated_by_size_and_a_resume_drops_later_steps_from_every_file(tmp_path):
+    """A node left running holds at most a few sizes of its metrics file on disk (rotated: `.1` the newest older one,
+    the oldest deleted); a restart from a checkpoint drops the lines past its step from the rotated files too, holds
+    only the last lines in memory, and `sapo-node report` reads the rotated files before the file itself."""
+    from transformers import TrainerState
+
+    from sapo.node.report import load_runs
+
+    path = tmp_path / "metrics.jsonl"
+    line_bytes = len(json.dumps({"step": 10, "time": time.time(), "loss": 1.0})) + 1
+    metrics = MetricsJsonl(path, max_bytes=3 * line_bytes + 2, backups=2)  # three lines a file
+    state = TrainerState()
+    for step in range(1, 13):
+        state.global_step = step
+        metrics.on_log(None, state, None, logs={"loss": 1.0})
+    steps = {f.name: [json.loads(line)["step"] for line in f.read_text().splitlines()] for f in tmp_path.iterdir()}
+    # 12 lines, three a file: the oldest file (steps 1-3) deleted, two rotated ones kept
+    assert steps == {"metrics.jsonl.2": [4, 5, 6], "metrics.jsonl.1": [7, 8, 9], "metrics.jsonl": [10, 11, 12]}
+    assert [r["step"] for r in load_runs(tmp_path)[tmp_path.name]] == list(range(4, 13))
+
+    metrics.on_log(None, state, None, logs={"eval/pass@1": 0.5})  # step 12's evaluation, rotating again
+    resumed = MetricsJsonl(path, resume_step=8, max_bytes=3 * line_bytes + 2, backups=2)
+    assert [r["step"] for r in load_runs(tmp_path)[tmp_path.name]] == [7, 8]  # 9 and after gone from `.1` and `.2`
+    assert not resumed.evaluated(12) and [r["step"] for r in resumed.history] == [7, 8]
+
+
+def test_a_restarted_node_holds_only_the_last_lines_of_a_long_metrics_file(tmp_path, monkeypatch):
+    from sapo.node import callbacks
+
+    monkeypatch.setattr(callbacks, "HISTORY_KEPT", 4)
+    path = tmp_path / "metrics.jsonl"
+    lines = [{"step": step, "loss": 1.0} for step in range(1, 21)] + [{"step": 20, "eval/pass@1": 0.25}]
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    metrics = MetricsJsonl(path, resume_step=20)
+    assert [r["step"] for r in metrics.history] == [18, 19, 20, 20] and metrics.evaluated(20)
+    assert len(path.read_text().splitlines()) == 21  # nothing past the step: the file is left as it was

@@ -9,6 +9,7 @@ import os
 import signal
 import sys
 import time
+from collections import deque
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,7 @@ from typing import Any
 from tqdm.auto import tqdm
 from transformers import TrainerCallback
 
+from sapo.jsonl_files import RotatingJsonl, jsonl_files
 from sapo.node.board import StatusBoard
 from sapo.node.logs import STEP_LOGGER, step_line
 from sapo.node.report import is_evaluation_line
@@ -243,46 +245,85 @@ trainer keeps every one, about 6-8 KB a step with the swarm's figures, and write
 `trainer_state.json`: a month at 10 s a step would hold 1.5-2 GB in memory and take about 36 s a checkpoint."""
 
 
+METRICS_MAX_BYTES = 32_000_000
+"""Size past which `metrics.jsonl` is rotated (`metrics.jsonl.1`): about 10,000 steps at 3 KB a step."""
+
+METRICS_BACKUPS = 2
+"""Rotated `metrics.jsonl` files kept (`.1`, `.2`): with the file itself at most about 96 MB, the last 30,000 steps."""
+
+HISTORY_KEPT = 2000
+"""Lines of earlier runs a restarted node holds in memory for its status page's plots (as many as a plot's points,
+`sapo.node.board.SERIES_POINTS`)."""
+
+
 class MetricsJsonl(TrainerCallback):
     """Appends one JSON line per logging step to `metrics.jsonl`: the trainer's metrics plus swarm figures; the file
-    being the run's record, the trainer's in-memory log then keeps its last :data:`LOG_HISTORY_KEPT` entries.
+    being the run's record, the trainer's in-memory log then keeps its last :data:`LOG_HISTORY_KEPT` entries. The file
+    is rotated past ``max_bytes`` (``backups`` older files kept, :class:`sapo.jsonl_files.RotatingJsonl`), so a node
+    left running holds at most about ``(backups + 1) * max_bytes`` of it; ``sapo-node report`` reads the rotated files
+    too (:func:`sapo.jsonl_files.read_jsonl`).
 
     Lines logged after the step training starts from (the checkpoint being resumed, or step 0 for a run
-    that left no complete checkpoint) are dropped first, so the file never holds two lines of one kind for one step.
-    The evaluation of that step is kept: a restarted node that finds it (:meth:`evaluated`) does not run it again.
+    that left no complete checkpoint) are dropped first, from the rotated files too, so the files never hold two lines
+    of one kind for one step. The evaluation of that step is kept: a restarted node that finds it (:meth:`evaluated`)
+    does not run it again. The files are read one line at a time, and the last :data:`HISTORY_KEPT` kept lines are
+    held (:attr:`history`).
     """
 
-    def __init__(self, path: str | Path, resume_step: int | None = None):
+    def __init__(
+        self,
+        path: str | Path,
+        resume_step: int | None = None,
+        max_bytes: int = METRICS_MAX_BYTES,
+        backups: int = METRICS_BACKUPS,
+    ):
         self.path = Path(path)
-        kept = []
-        if self.path.exists():
-            # No checkpoint: the run starts again at step 0 and keeps nothing (not even step 0's evaluation).
-            start = -1 if resume_step is None else resume_step
-            kept = [line for line in self.path.read_text().splitlines() if _kept_on_resume(line, start)]
-            self.path.write_text("".join(f"{line}\n" for line in kept))
-        self.history: list[dict[str, Any]] = [json.loads(line) for line in kept]
-        """The lines kept from earlier runs of this output directory, as records."""
+        self._file = RotatingJsonl(self.path, max_bytes, backups)
+        # No checkpoint: the run starts again at step 0 and keeps nothing (not even step 0's evaluation).
+        start = -1 if resume_step is None else resume_step
+        history: deque[dict[str, Any]] = deque(maxlen=HISTORY_KEPT)
+        self._evaluated: set[int] = set()
+        for file in jsonl_files(self.path):
+            self._keep_up_to(file, start, history)
+        self.history: list[dict[str, Any]] = list(history)
+        """The last :data:`HISTORY_KEPT` lines kept from earlier runs of this output directory, as records."""
+
+    def _keep_up_to(self, file: Path, start: int, history: deque[dict[str, Any]]) -> None:
+        """Keep ``file``'s records up to step ``start`` (into ``history``, their evaluations' steps noted), the file
+        rewritten without the others when it held any."""
+        lines, dropped = [], False
+        with file.open(encoding="utf-8") as f:
+            for line in f:
+                record = _kept_on_resume(line, start)
+                if record is None:
+                    dropped = True
+                    continue
+                history.append(record)
+                if is_evaluation_line(record):
+                    self._evaluated.add(record.get("step", 0))
+                lines.append(line if line.endswith("\n") else line + "\n")
+        if dropped:
+            file.write_text("".join(lines), encoding="utf-8")
 
     def evaluated(self, step: int | None) -> bool:
         """Whether an earlier run of this output directory logged a held-out evaluation of ``step``."""
-        return any(record.get("step") == (step or 0) and is_evaluation_line(record) for record in self.history)
+        return (step or 0) in self._evaluated
 
     def on_log(self, args, state, control, logs=None, **kwargs):
         del state.log_history[:-LOG_HISTORY_KEPT]  # older entries are in the file (the main process's)
         if not state.is_world_process_zero or not logs or "train_runtime" in logs:
             return
-        record = {"step": state.global_step, "time": time.time(), **logs}
-        with open(self.path, "a") as f:
-            f.write(json.dumps(record) + "\n")
+        self._file.append([json.dumps({"step": state.global_step, "time": time.time(), **logs})])
 
 
-def _kept_on_resume(line: str, start: int) -> bool:
+def _kept_on_resume(line: str, start: int) -> dict[str, Any] | None:
+    """The record of ``line`` if it is kept by a run starting at step ``start``, else None."""
     try:
         record = json.loads(line)
         step = record.get("step", float("inf"))
     except (json.JSONDecodeError, AttributeError):
-        return False  # a torn last line from a crash
-    return step <= start
+        return None  # a torn last line from a crash
+    return record if step <= start else None
 
 
 class StopRequested(BaseException):

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import argparse
-import json
 import math
 from pathlib import Path
 from typing import Any, NamedTuple
+
+from sapo.jsonl_files import read_jsonl
 
 HELD_OUT_KEY = "eval/pass@1"  # a line that carries it is a held-out evaluation line, not a training line
 HELD_OUT_SE_KEY = "eval/pass@1_se"
@@ -19,20 +20,12 @@ def is_evaluation_line(record: dict[str, Any]) -> bool:
 
 
 def load_runs(run_dir: Path) -> dict[str, list[dict[str, Any]]]:
-    """Every node's metrics.jsonl under ``run_dir`` (the directory itself, or its node subdirectories)."""
+    """Every node's metrics.jsonl under ``run_dir`` (the directory itself, or its node subdirectories), its rotated
+    files (``metrics.jsonl.N``) first: :func:`sapo.jsonl_files.read_jsonl`."""
     files = sorted(run_dir.glob("*/metrics.jsonl"))
     if (run_dir / "metrics.jsonl").exists():
         files.insert(0, run_dir / "metrics.jsonl")
-    runs = {}
-    for path in files:
-        rows = []
-        for line in path.read_text().splitlines():
-            try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError:
-                continue  # a torn last line of a killed node
-        runs[path.parent.name] = rows
-    return runs
+    return {path.parent.name: list(read_jsonl(path)) for path in files}
 
 
 def moving_average(values: list[float], window: int) -> list[float]:
