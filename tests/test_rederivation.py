@@ -21,6 +21,18 @@ from swarm.records import ReceivedGroup, provenance_from_wire
 from testbed.tiny_run import tiny_config
 
 
+def _two_rounds(tmp_path, tokenizer, reward, source, swarm, each_round):
+    """A trainer that took two real steps, one external slot a round from a pool of 8, a sender rested at 0.5 s."""
+    trainer = SAPOTrainer(
+        model=build_tiny_model(tokenizer, seed=0), reward_funcs=[reward],
+        args=tiny_config(tmp_path / "out", num_local=1, num_external=1, max_steps=2, external_pool_size=8,
+                         plausibility_margin=None, sender_rederivation_seconds=0.5),
+        train_dataset=source.rows(), processing_class=tokenizer, sources=[source], swarm=swarm, callbacks=[each_round],
+    )  # fmt: skip
+    trainer.train()
+    return trainer
+
+
 def spread(completions, **kw):
     """A reward with spread: a usable group is taken."""
     return [float(k) for k in range(len(completions))]
@@ -289,14 +301,7 @@ def test_a_trainer_charges_a_sender_whose_costly_groups_re_derive_but_are_never_
     def by_text(completions, **kw):  # equal completions, equal rewards
         return [float(len(completion[-1]["content"])) for completion in completions]
 
-    trainer = SAPOTrainer(
-        model=build_tiny_model(smollm_tokenizer, seed=0), reward_funcs=[by_text],
-        args=tiny_config(tmp_path / "out", num_local=1, num_external=1, max_steps=2, external_pool_size=8,
-                         plausibility_margin=None, sender_rederivation_seconds=0.5),
-        train_dataset=questions.rows(), processing_class=smollm_tokenizer, sources=[questions], swarm=swarm.join("me"),
-        callbacks=[EachRound()],
-    )  # fmt: skip
-    trainer.train()
+    trainer = _two_rounds(tmp_path, smollm_tokenizer, by_text, questions, swarm.join("me"), EachRound())
     senders = trainer.intake.sender_outcomes
     assert senders["dropper"] == {"dropped/zero_advantage": 2, "dropped/rederivation_cost": 2}, senders
     assert trainer.intake.standing.benched(time.time()) == []
@@ -351,14 +356,7 @@ def test_a_trainer_rests_a_sender_whose_answers_keep_its_reward_busy(tmp_path, s
         time.sleep(0.3 * sum("SLOW" in text for text in texts))  # what the sender's text makes this reward spend
         return [float(len(text)) for text in texts]
 
-    trainer = SAPOTrainer(
-        model=build_tiny_model(smollm_tokenizer, seed=0), reward_funcs=[by_text],
-        args=tiny_config(tmp_path / "out", num_local=1, num_external=1, max_steps=2, external_pool_size=8,
-                         plausibility_margin=None, sender_rederivation_seconds=0.5),
-        train_dataset=questions.rows(), processing_class=smollm_tokenizer, sources=[questions], swarm=swarm.join("me"),
-        callbacks=[EachRound()],
-    )  # fmt: skip
-    trainer.train()
+    trainer = _two_rounds(tmp_path, smollm_tokenizer, by_text, questions, swarm.join("me"), EachRound())
     senders = trainer.intake.sender_outcomes
     assert senders["slow"].get("dropped/rederivation_cost") == 1, senders  # the second round's group, set aside unread
     assert not any("dropped/rederivation_cost" in senders.get(f"honest-{k}", {}) for k in range(3)), senders
