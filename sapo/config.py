@@ -367,7 +367,7 @@ class SAPOConfig(GRPOConfig):
             "(the wall time of its source's checks that ended in a drop, reasoning-gym's foreign configs past a "
             "limit included, and of costly items, such as foreign configs, re-derived but not trained on; an item of "
             "this peer's own kind re-derived costs nothing, however slow the source), and of scoring its groups "
-            "beyond what is free (over 0.5 s and over 4 times the round's median a group, "
+            "beyond what is free (over 0.5 s and over 4 times the median group of the round's cheapest sender, "
             "`sapo.rederivation.scoring_excess`), a sum halving every 5 minutes: its groups are set aside unread "
             "(`rederivation_cost`) until the sum decays under it, never "
             "counted against its standing (`sapo.rederivation`). `regeneration_budget` bounds one round; this bounds "

@@ -1,5 +1,5 @@
 """Re-deriving a round's received groups: senders in turns, those found usable first, a sender whose groups cost too
-much time lately (to re-derive in vain, or to score beyond the round's usual) rested, and the costly items of senders
+much time lately (to re-derive in vain, or to score beyond what is free) rested, and the costly items of senders
 not yet found usable rested while they cost too much together."""
 
 from __future__ import annotations
@@ -30,17 +30,23 @@ SCORING_FREE_SECONDS = 0.5
 :data:`rewards.functions.SCORER_SECONDS`; honest groups score in milliseconds with the default rewards."""
 
 SCORING_FREE_FACTOR = 4.0
-"""A received group may take this many times the round's median scoring time without charge: with a slow reward (a
-judge model, code that runs) every group costs about as much, and none is charged."""
+"""A received group may take this many times the round's cheapest sender's usual scoring time without charge: with a
+slow reward (a judge model, code that runs) every sender's groups cost about as much, and none is charged."""
 
 
-def scoring_excess(seconds: Sequence[float]) -> list[float]:
-    """What scoring each of a round's received groups cost (``seconds``) beyond what is free: the larger of
-    :data:`SCORING_FREE_SECONDS` and :data:`SCORING_FREE_FACTOR` times the round's median."""
-    if not seconds:
+def scoring_excess(scored: Sequence[tuple[str, float]]) -> list[float]:
+    """What scoring each of a round's received groups cost beyond what is free (``scored``: each group's sender and
+    seconds): the larger of :data:`SCORING_FREE_SECONDS` and :data:`SCORING_FREE_FACTOR` times the cheapest sender's
+    median. The cheapest sender's, not the round's: one sender sending more groups than the others moves a round's
+    median to its own."""
+    by_sender: dict[str, list[float]] = {}
+    for sender, seconds in scored:
+        by_sender.setdefault(sender, []).append(seconds)
+    if not by_sender:
         return []
-    free = max(SCORING_FREE_SECONDS, SCORING_FREE_FACTOR * statistics.median(seconds))
-    return [max(0.0, spent - free) for spent in seconds]
+    usual = min(statistics.median(seconds) for seconds in by_sender.values())
+    free = max(SCORING_FREE_SECONDS, SCORING_FREE_FACTOR * usual)
+    return [max(0.0, seconds - free) for _, seconds in scored]
 
 
 class RederivationCosts:
@@ -156,7 +162,7 @@ class RoundRederivation:
         ``scored``: each group's sender and seconds), used or not: answers that keep this peer's reward near its
         deadline cost a sender as groups that could not be re-derived, and rest it at the same allowance."""
         now = time.time()
-        for (sender, _), excess in zip(scored, scoring_excess([seconds for _, seconds in scored]), strict=True):
+        for (sender, _), excess in zip(scored, scoring_excess(scored), strict=True):
             if excess > 0:
                 self._charge(sender, excess, not (self.standing and self.standing.found_usable(sender, now)))
 

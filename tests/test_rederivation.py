@@ -308,11 +308,15 @@ def test_a_trainer_charges_a_sender_whose_costly_groups_re_derive_but_are_never_
 
 
 def test_scoring_beyond_what_is_free_is_charged_and_a_slow_judge_charges_nobody():
-    """A group that takes this peer's rewards longer than the larger of 0.5 s and 4 times the round's median is
-    charged the rest to its sender, used or not; with a slow reward every group costs about as much, and none is."""
-    assert rederivation.scoring_excess([0.002, 0.003, 0.001, 1.6]) == pytest.approx([0.0, 0.0, 0.0, 1.1])
-    assert rederivation.scoring_excess([2.0, 2.5, 1.8, 3.0]) == [0.0] * 4  # a judge model: 2-3 s a group
-    assert rederivation.scoring_excess([]) == []
+    """A group that takes this peer's rewards longer than the larger of 0.5 s and 4 times the cheapest sender's median
+    is charged the rest to its sender, used or not; with a slow reward every group costs about as much, and none is."""
+    excess = rederivation.scoring_excess
+    assert excess([("a", 0.002), ("b", 0.003), ("a", 0.001), ("c", 1.6)]) == pytest.approx([0.0, 0.0, 0.0, 1.1])
+    assert excess([("a", 2.0), ("b", 2.5), ("c", 1.8), ("a", 3.0)]) == [0.0] * 4  # a judge model: 2-3 s a group
+    # one sender's many slow groups do not make slowness the usual: the cheapest sender's median is
+    assert excess([("slow", 1.0)] * 4 + [("honest", 0.002)]) == pytest.approx([0.5] * 4 + [0.0])
+    assert excess([("slow", 1.0)] * 4) == [0.0] * 4  # alone in the round: its own pace is the usual
+    assert excess([]) == []
     standing = SenderStanding()
     standing.record("known", usable=True, now=time.time())
     rederive = RoundRederivation(
