@@ -101,7 +101,9 @@ def run_arm(
             self.began = time.monotonic()
             row = rows[state.global_step % len(rows)]
             provenance = provenance_from_wire(json.loads(row["provenance"]))
-            honest.publish([Group(f"h-{state.global_step}", [row["prompt"][-1]], ["1", "22", "3", "4"], provenance,
+            # right and wrong answers (the gold one where the reward scores answers): rewards with spread, usable
+            right = f"<answer>{row['answer']}</answer>" if slow_answers else "1"
+            honest.publish([Group(f"h-{state.global_step}", [row["prompt"][-1]], [right, "22", "3", "4"], provenance,
                                   created_at=time.time() - 1)])  # fmt: skip
             if slow_answers:
                 costly.publish([slow_group(rows[(state.global_step + 1 + k) % len(rows)], 10 * next(made))
