@@ -31,7 +31,8 @@ from swarm.announcements import record_digest
 from swarm.clock import SYSTEM_CLOCK, Clock
 from swarm.config import DHTTransportConfig
 from swarm.records import RecordRef, RecordRejected
-from swarm.senders import Choice, SenderBook
+from swarm.sender_state import Choice
+from swarm.senders import SenderBook
 from swarm.served import ServedLookup, SignedRecord
 from swarm.transport import SwarmCounters, TimingLog
 from swarm.validation import RejectionLog, owner_marker, record_key

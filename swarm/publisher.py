@@ -17,7 +17,7 @@ from swarm.announcements import AnnouncedRecord, encode_announcement, record_dig
 from swarm.clock import SYSTEM_CLOCK, Clock
 from swarm.config import DHTTransportConfig
 from swarm.records import Group, GroupRecord, IndexEntry, RecordRef, encode_index_entry, encode_record
-from swarm.senders import announcement_period
+from swarm.sender_state import announcement_period
 from swarm.served import ServedRecords
 from swarm.transport import SwarmCounters, TimingLog
 from swarm.validation import fingerprint, index_key_of, open_served, owner_marker, record_key
@@ -163,7 +163,8 @@ class SwarmPublisher:
             return
 
     def _announcement_due(self) -> bool:
-        """Silent for this peer's announcement period (:func:`swarm.senders.announcement_period`): say "still here"."""
+        """Silent for this peer's announcement period (:func:`swarm.sender_state.announcement_period`): say "still
+        here"."""
         times = list(self._announced_at)
         if not times:
             return True

@@ -50,7 +50,7 @@ class Offer(Generic[T]):
     """One record a sender offers to a refill.
 
     Parameters:
-        item: what the caller fetches if it is chosen (a :class:`swarm.senders.Choice`).
+        item: what the caller fetches if it is chosen (a :class:`swarm.sender_state.Choice`).
         sender (`str`): its sender.
         claimed (`int`): the groups its sender claims it holds.
         date (`float`): its date, at most the reader's now.

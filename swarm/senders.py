@@ -14,9 +14,9 @@ Standing. Identities are free (a key each), so what a sender says earns it nothi
   then does it have a share of a refill of its own (:mod:`swarm.refill`), the others sharing a small pool;
 - a record refused (malformed, not the one announced, a broken claim), or announced and then never served (the
   host answered without it, or a DHT lookup never found it), is a *strike*: it counts against its sender as a
-  refused group does, rests the sender (1 s, doubling with each strike among its last ``_STANDING_WINDOW``
-  outcomes, at most ``_UNREACHABLE_SECONDS``), and is handed to the node (:meth:`SenderBook.refusals`) so that its
-  own sender standing sees it too;
+  refused group does, rests the sender (1 s, doubling with each strike among its last
+  :data:`swarm.sender_state.STANDING_WINDOW` outcomes, at most ``_UNREACHABLE_SECONDS``), and is handed to the node
+  (:meth:`SenderBook.refusals`) so that its own sender standing sees it too;
 - a host whose request failed (unreachable, timed out: the network, or a peer that left) rests: from
   ``fetch_retry_after`` seconds, doubling with each failure in a row, when its sender was judged good, and
   ``_UNREACHABLE_SECONDS`` otherwise, or until it is heard from after the failure (unless its sender stands badly);
@@ -40,102 +40,23 @@ import logging
 import random
 import threading
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
 
 from swarm.announcements import Announcement
 from swarm.clock import SYSTEM_CLOCK, Clock
 from swarm.config import DHTTransportConfig
 from swarm.records import IndexEntry, RecordRef
 from swarm.refill import Offer, plan_refill
+from swarm.sender_state import Choice, SenderState, announcement_period
 from swarm.transport import PeerInfo, SwarmCounters
 
 logger = logging.getLogger(__name__)
 
 _MISSING_TRIES = 3  # polls a listed record may be missing (its store still travelling) before it is given up
 _UNREACHABLE_SECONDS = 30.0  # the longest rest of a host or a sender; a host not judged good rests this long at once
-_STANDING_WINDOW = 10  # a sender's latest outcomes (node verdicts and strikes) that make its standing
 _REFUSALS_KEPT = 10_000  # strikes waiting for the node to take them (a flood loses the oldest, not memory)
-_GAPS_KEPT = 3  # gaps between a peer's announcements that make its announcement period
-_MIN_PERIOD = 10.0  # seconds: the shortest announcement period (announcements may come in bursts)
 _BENCHES_KEPT = 10_000  # senders benched by the node, remembered while benched even if the book forgot them
 _SEEN_REFS_KEPT = 20_000  # refs not to fetch again (a sybil flood of departures loses the oldest, not memory)
 _MISSING_KEPT = 10_000  # listed refs between missing tries (beyond it, the one tried longest ago is given up)
-
-
-def announcement_period(times: list[float], announce_interval: float) -> float:
-    """The period at which a peer announces, from the times of its last few announcements (oldest first): the
-    longest of the last ``_GAPS_KEPT`` gaps between them, from ``_MIN_PERIOD`` to ``announce_interval``, and
-    ``announce_interval`` while fewer than two gaps are known. A publisher says "still here" whenever it was silent for
-    its period, and a reader takes it as departed when silent for ``departed_after_missed`` periods: both apply this
-    rule to the same announcements."""
-    gaps = [later - earlier for earlier, later in zip(times, times[1:], strict=False)][-_GAPS_KEPT:]
-    if len(gaps) < 2:
-        return announce_interval
-    return min(max(max(gaps), _MIN_PERIOD), announce_interval)
-
-
-@dataclass
-class SenderState:
-    """One other peer as a reader knows it.
-
-    Parameters:
-        public_key (`bytes`): its OpenSSH public key (its records' owner marker).
-        model (`str`): the model it advertises.
-        last_seen (`float`): its clock's date of its newest index entry or announcement.
-        heard_at (`float`): this peer's wall time of the newest word from it (an announcement's arrival, or the date
-            of an index entry, at most this peer's now, whichever is later): the book forgets the unjudged sender
-            heard from longest ago first.
-        refs (`dict[int, RecordRef]`): its records known, by sequence number (the newest few).
-        host (`str` or `None`): the libp2p id serving its records; ``None``: they are in the DHT.
-        announced_at (`collections.deque[float]`): this peer's wall times of its last announcements' arrivals.
-        digests (`dict[int, bytes]`): announced digests of its records, by sequence number.
-        departed (`bool`): it missed ``departed_after_missed`` announcements (see the module docstring).
-        heard (`dict[int, float]`): this peer's wall time at which each of its records was first heard of.
-        outcomes (`collections.deque[bool]`): its latest outcomes: True a group judged usable, False a group judged
-            bad or a strike.
-        rest_until (`float`): monotonic time before which its records are not chosen (after a strike, or while the
-            node benched it: :meth:`SenderBook.bench`).
-        origin (`str` or `None`): the libp2p host whose announcement made it known (or first announced it after
-            index entries did): the host that vouches for it. ``None``: known from index entries alone.
-        turn (`float`): its place in the queue for a refill's turns: the number of fetches begun by this reader when
-            its last fetch began, or, never fetched from, those begun when it entered the book plus a half
-            (:mod:`swarm.refill`: the lowest goes first, so the sender that waited longest; senders first heard
-            between the same two fetches are equals, the freshest record first).
-    """
-
-    public_key: bytes
-    model: str
-    last_seen: float
-    heard_at: float
-    refs: dict[int, RecordRef] = field(default_factory=dict)
-    host: str | None = None
-    announced_at: collections.deque[float] = field(default_factory=lambda: collections.deque(maxlen=_GAPS_KEPT + 1))
-    digests: dict[int, bytes] = field(default_factory=dict)
-    departed: bool = False
-    heard: dict[int, float] = field(default_factory=dict)
-    outcomes: collections.deque[bool] = field(default_factory=lambda: collections.deque(maxlen=_STANDING_WINDOW))
-    rest_until: float = 0.0
-    origin: str | None = None
-    turn: float = 0.0
-
-    def judged_good(self) -> bool:
-        """Most of its latest outcomes are usable groups (it has a share of a refill of its own)."""
-        good = self.outcomes.count(True)
-        return good > 0 and good > len(self.outcomes) - good
-
-    def stands_badly(self) -> bool:
-        """Most of its latest outcomes are bad groups or strikes."""
-        bad = self.outcomes.count(False)
-        return bad > len(self.outcomes) - bad
-
-
-@dataclass(frozen=True)
-class Choice:
-    """One record to fetch: its sender, its reference, the host serving it (``None``: in the DHT)."""
-
-    sender: str
-    ref: RecordRef
-    host: str | None
 
 
 class SenderBook:
