@@ -1,0 +1,95 @@
+"""What a reader holds of one other peer (:class:`SenderState`), a record it chose to fetch (:class:`Choice`), and
+the announcement period that a publisher and a reader both apply (:func:`announcement_period`); the book of them all
+is :class:`swarm.senders.SenderBook`."""
+
+from __future__ import annotations
+
+import collections
+from dataclasses import dataclass, field
+
+from swarm.records import RecordRef
+
+STANDING_WINDOW = 10
+"""A sender's latest outcomes (node verdicts and strikes) that make its standing."""
+
+PERIOD_GAPS = 3
+"""Gaps between a peer's announcements that make its announcement period."""
+
+MIN_PERIOD = 10.0
+"""Seconds: the shortest announcement period (announcements may come in bursts)."""
+
+
+def announcement_period(times: list[float], announce_interval: float) -> float:
+    """The period at which a peer announces, from the times of its last few announcements (oldest first): the
+    longest of the last ``PERIOD_GAPS`` gaps between them, from ``MIN_PERIOD`` to ``announce_interval``, and
+    ``announce_interval`` while fewer than two gaps are known. A publisher says "still here" whenever it was silent for
+    its period, and a reader takes it as departed when silent for ``departed_after_missed`` periods: both apply this
+    rule to the same announcements."""
+    gaps = [later - earlier for earlier, later in zip(times, times[1:], strict=False)][-PERIOD_GAPS:]
+    if len(gaps) < 2:
+        return announce_interval
+    return min(max(max(gaps), MIN_PERIOD), announce_interval)
+
+
+@dataclass
+class SenderState:
+    """One other peer as a reader knows it.
+
+    Parameters:
+        public_key (`bytes`): its OpenSSH public key (its records' owner marker).
+        model (`str`): the model it advertises.
+        last_seen (`float`): its clock's date of its newest index entry or announcement.
+        heard_at (`float`): this peer's wall time of the newest word from it (an announcement's arrival, or the date
+            of an index entry, at most this peer's now, whichever is later): the book forgets the unjudged sender
+            heard from longest ago first.
+        refs (`dict[int, RecordRef]`): its records known, by sequence number (the newest few).
+        host (`str` or `None`): the libp2p id serving its records; ``None``: they are in the DHT.
+        announced_at (`collections.deque[float]`): this peer's wall times of its last announcements' arrivals.
+        digests (`dict[int, bytes]`): announced digests of its records, by sequence number.
+        departed (`bool`): it missed ``departed_after_missed`` announcements (see the module docstring).
+        heard (`dict[int, float]`): this peer's wall time at which each of its records was first heard of.
+        outcomes (`collections.deque[bool]`): its latest outcomes: True a group judged usable, False a group judged
+            bad or a strike.
+        rest_until (`float`): monotonic time before which its records are not chosen (after a strike, or while the
+            node benched it: :meth:`swarm.senders.SenderBook.bench`).
+        origin (`str` or `None`): the libp2p host whose announcement made it known (or first announced it after
+            index entries did): the host that vouches for it. ``None``: known from index entries alone.
+        turn (`float`): its place in the queue for a refill's turns: the number of fetches begun by this reader when
+            its last fetch began, or, never fetched from, those begun when it entered the book plus a half
+            (:mod:`swarm.refill`: the lowest goes first, so the sender that waited longest; senders first heard
+            between the same two fetches are equals, the freshest record first).
+    """
+
+    public_key: bytes
+    model: str
+    last_seen: float
+    heard_at: float
+    refs: dict[int, RecordRef] = field(default_factory=dict)
+    host: str | None = None
+    announced_at: collections.deque[float] = field(default_factory=lambda: collections.deque(maxlen=PERIOD_GAPS + 1))
+    digests: dict[int, bytes] = field(default_factory=dict)
+    departed: bool = False
+    heard: dict[int, float] = field(default_factory=dict)
+    outcomes: collections.deque[bool] = field(default_factory=lambda: collections.deque(maxlen=STANDING_WINDOW))
+    rest_until: float = 0.0
+    origin: str | None = None
+    turn: float = 0.0
+
+    def judged_good(self) -> bool:
+        """Most of its latest outcomes are usable groups (it has a share of a refill of its own)."""
+        good = self.outcomes.count(True)
+        return good > 0 and good > len(self.outcomes) - good
+
+    def stands_badly(self) -> bool:
+        """Most of its latest outcomes are bad groups or strikes."""
+        bad = self.outcomes.count(False)
+        return bad > len(self.outcomes) - bad
+
+
+@dataclass(frozen=True)
+class Choice:
+    """One record to fetch: its sender, its reference, the host serving it (``None``: in the DHT)."""
+
+    sender: str
+    ref: RecordRef
+    host: str | None
