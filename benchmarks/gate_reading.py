@@ -20,6 +20,7 @@ from typing import Any
 
 from benchmarks.results_archive import restored
 from benchmarks.stats import seeds_and_questions, t_over_seeds
+from sapo.jsonl_files import read_jsonl
 
 PROFILE, ARM, SEEDS = "cpu-default-equal", "2-0", (20, 21)
 START, ENDPOINT = 0, (30, 60)
@@ -29,8 +30,7 @@ def node_outcomes(node: Path) -> dict[int, dict[str, tuple[str, float]]]:
     """``{step: {question key: (task, outcome)}}`` from a node's ``held_out.jsonl`` (the last record of a step wins:
     a restart may evaluate a step again)."""
     steps: dict[int, dict[str, tuple[str, float]]] = {}
-    for line in (node / "held_out.jsonl").read_text().splitlines():
-        record = json.loads(line)
+    for record in read_jsonl(node / "held_out.jsonl"):  # its rotated files first
         steps[int(record["step"])] = {q["key"]: (q["task"], float(q["correct"])) for q in record["questions"]}
     return steps
 

@@ -61,6 +61,7 @@ from benchmarks.stats import (
     t_over_seeds,
     unpaired_difference,
 )
+from sapo.jsonl_files import read_jsonl
 from sapo.node.report import is_evaluation_line
 
 RESULTS = ROOT / "benchmarks" / "results"
@@ -138,8 +139,7 @@ def outcomes_by_step(held_out: Path) -> dict[int, list[float]]:
     """One node's per-question outcomes (1.0 correct, ordered by question index) by evaluated step; a step evaluated
     twice (a resumed run) keeps its last line."""
     by_step: dict[int, list[float]] = {}
-    for line in resolved(held_out).read_text().splitlines():
-        row = json.loads(line)
+    for row in read_jsonl(resolved(held_out)):  # its rotated files first
         questions = sorted(row["questions"], key=lambda q: q["index"])
         by_step[int(row["step"])] = [1.0 if q["correct"] else 0.0 for q in questions]
     return by_step
@@ -147,8 +147,8 @@ def outcomes_by_step(held_out: Path) -> dict[int, list[float]]:
 
 def question_tasks(held_out: Path) -> list[str]:
     """The task of each question (ordered by question index) in a node's first held-out line."""
-    for line in resolved(held_out).read_text().splitlines():
-        return [q["task"] for q in sorted(json.loads(line)["questions"], key=lambda q: q["index"])]
+    for row in read_jsonl(resolved(held_out)):
+        return [q["task"] for q in sorted(row["questions"], key=lambda q: q["index"])]
     return []
 
 

@@ -434,7 +434,7 @@ class SAPOConfig(GRPOConfig):
             "help": "JSONL file (a relative path is under `output_dir`) to which every held-out evaluation appends one "
             "line: the step and each question's outcome (task, index, key: the item's key, the same on every peer "
             "that holds the item; correct, score), so that two runs or two steps can be compared question by question "
-            "(`sapo.evaluation.paired_difference`). `None`: not written."
+            "(`sapo.evaluation.paired_difference`); rotated past 32 MB, two older files kept. `None`: not written."
         },
     )
     swarm_model_name: str | None = field(

@@ -18,9 +18,16 @@ import torch
 from accelerate.utils import gather_object
 
 from sapo.evaluation import HeldOutResult, evaluate_policy, is_question_set, reward_scorer
+from sapo.jsonl_files import RotatingJsonl
 from sapo.speed import SpeedUps
 
 logger = logging.getLogger(__name__)
+
+HELD_OUT_LOG_MAX_BYTES = 32_000_000
+"""Size past which `held_out_log` is rotated (`.1` the newest older file): about 400 evaluations of 512 questions."""
+
+HELD_OUT_LOG_BACKUPS = 2
+"""Rotated `held_out_log` files kept (the oldest deleted): with the file itself at most about 96 MB."""
 
 
 class HeldOutEvaluation:
@@ -91,11 +98,10 @@ class HeldOutEvaluation:
         if self.args.held_out_log is None or not self.accelerator.is_main_process:
             return
         path = os.path.join(self.args.output_dir, self.args.held_out_log)
-        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
         outcomes = [{"task": q.task, "index": q.index, "key": q.key, "correct": bool(q.correct), "score": q.score}
                     for q in result.questions]  # fmt: skip
-        with open(path, "a") as f:
-            f.write(json.dumps({"step": self.state.global_step, "eval": name, "questions": outcomes}) + "\n")
+        line = json.dumps({"step": self.state.global_step, "eval": name, "questions": outcomes})
+        RotatingJsonl(path, HELD_OUT_LOG_MAX_BYTES, HELD_OUT_LOG_BACKUPS).append([line])
 
     def _evaluate_held_out(self, dataset: Any) -> HeldOutResult:
         """Each process evaluates a contiguous share of the questions; every process gets the whole result."""

@@ -5,10 +5,12 @@ from __future__ import annotations
 import json
 import math
 import time
+from pathlib import Path
 
 import pytest
 from transformers import TrainerCallback
 
+from benchmarks.held_out_table import outcomes_by_step
 from rewards import reasoning_gym_reward
 from sapo import SAPOConfig, SAPOTrainer
 from sapo.evaluation import (
@@ -19,6 +21,7 @@ from sapo.evaluation import (
     item_key_of,
     paired_difference,
 )
+from sapo.jsonl_files import read_jsonl
 from sapo.models import load_policy
 from sapo.node.callbacks import EvaluateAtEnd, MetricsJsonl
 from sapo.node.cli import main
@@ -119,7 +122,12 @@ class SwarmCalls(TrainerCallback):
         self.during_evaluation.extend(self.calls[self.mark :])
 
 
-def test_trainer_evaluates_held_out_at_start_on_schedule_and_at_the_end_without_the_swarm(tmp_path, tiny_model_a):
+def test_trainer_evaluates_held_out_at_start_on_schedule_and_at_the_end_without_the_swarm(
+    tmp_path, tiny_model_a, monkeypatch
+):
+    from sapo import held_out
+
+    monkeypatch.setattr(held_out, "HELD_OUT_LOG_MAX_BYTES", 1)  # every evaluation's line rotates the one before
     model, tokenizer = load_policy(tiny_model_a)
     swarm = MemorySwarm().join("peer-a")
     spy = SwarmCalls(swarm)
@@ -131,9 +139,12 @@ def test_trainer_evaluates_held_out_at_start_on_schedule_and_at_the_end_without_
     trainer.train()
     evaluations = [h for h in trainer.state.log_history if "eval/pass@1" in h]
     assert [h["step"] for h in evaluations] == [0, 2, 3]  # start, eval_steps, last step
-    # Question by question, as logged: the same questions at every step, pass@1 their mean.
-    lines = [json.loads(line) for line in (tmp_path / "out" / "held_out.jsonl").read_text().splitlines()]
-    assert [line["step"] for line in lines] == [0, 2, 3]
+    # Question by question, as logged (rotated: `.2` and `.1` hold the older lines, read first): the same questions at
+    # every step, pass@1 their mean.
+    log = tmp_path / "out" / "held_out.jsonl"
+    assert [len(Path(f"{log}{end}").read_text().splitlines()) for end in (".2", ".1", "")] == [1, 1, 1]
+    lines = list(read_jsonl(log))
+    assert [line["step"] for line in lines] == [0, 2, 3] and sorted(outcomes_by_step(log)) == [0, 2, 3]
     for line, logged in zip(lines, evaluations, strict=True):
         assert [(q["task"], q["index"]) for q in line["questions"]] == [
             (q["task"], q["index"]) for q in lines[0]["questions"]
