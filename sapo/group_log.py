@@ -124,7 +124,6 @@ class GroupLog:
 
     def __init__(self, path: str | os.PathLike[str], max_bytes: int = 20_000_000, backups: int = 5):
         self._file = RotatingJsonl(path, max_bytes, backups)
-        self.path, self.max_bytes, self.backups = self._file.path, max_bytes, backups
 
     def write(self, records: Sequence[GroupRecord]) -> None:
         """Append ``records``, one line each."""

@@ -141,7 +141,7 @@ class RoundRederivation:
         self.sources.new_round()
         self._unsettled = []
         now = time.time()
-        known = {item.sender for item in received if self.standing and self.standing.found_usable(item.sender, now)}
+        known = {item.sender for item in received if self._found_usable(item.sender, now)}
         truths: list[dict[str, Any] | GroupDropped | None] = [None] * len(received)
         for i in by_turns([item.sender for item in received], first=known.__contains__):
             truths[i] = self._rederive(received[i], newcomer=received[i].sender not in known)
@@ -164,7 +164,11 @@ class RoundRederivation:
         now = time.time()
         for (sender, _), excess in zip(scored, scoring_excess(scored), strict=True):
             if excess > 0:
-                self._charge(sender, excess, not (self.standing and self.standing.found_usable(sender, now)))
+                self._charge(sender, excess, newcomer=not self._found_usable(sender, now))
+
+    def _found_usable(self, sender: str, now: float) -> bool:
+        """Whether ``standing`` found a group of ``sender`` usable lately (never, without a standing)."""
+        return self.standing is not None and self.standing.found_usable(sender, now)
 
     def _rederive(self, item: ReceivedGroup, newcomer: bool) -> dict[str, Any] | GroupDropped:
         """The truth of one received group, unless its sender is rested (or it is a newcomer's costly item while the
