@@ -403,6 +403,23 @@ def test_a_slot_whose_group_is_implausible_takes_the_next_usable_candidate_not_a
     assert all(r["outcome"] == "own" and r["sender"] == "receiver" and len(r["rewards"]) == 4 for r in own)
 
 
+def _one_flat_step(tmp_path, tokenizer, source, swarm, sender_drop_limit: int):
+    """A trainer that took one real step on ``source``'s rows over ``swarm``, one external slot from a pool of 16, every
+    completion rewarded 0.0 (no group usable: what the intake sets aside is all there is to see)."""
+
+    def flat(completions, **kw):
+        return [0.0] * len(completions)
+
+    trainer = SAPOTrainer(
+        model=build_tiny_model(tokenizer, seed=0), reward_funcs=[flat],
+        args=tiny_config(tmp_path / "out", num_local=1, num_external=1, max_steps=1, external_pool_size=16,
+                         sender_drop_limit=sender_drop_limit, sender_window=10, plausibility_margin=None),
+        train_dataset=source.rows(), processing_class=tokenizer, swarm=swarm, sources=[source],
+    )  # fmt: skip
+    trainer.train()
+    return trainer
+
+
 def test_a_sender_is_never_benched_for_groups_this_peer_cannot_verify(tmp_path, smollm_tokenizer):
     """A peer training on a dataset this one does not hold (its items not held here, whatever the dataset's name), or
     on items of another version, is not hostile: however many such groups it sends, its standing does not fall; a
@@ -424,16 +441,7 @@ def test_a_sender_is_never_benched_for_groups_this_peer_cannot_verify(tmp_path, 
               for i in range(3)]  # fmt: skip
     liar.publish(forged)
 
-    def flat(completions, **kw):
-        return [0.0] * len(completions)
-
-    trainer = SAPOTrainer(
-        model=build_tiny_model(smollm_tokenizer, seed=0), reward_funcs=[flat],
-        args=tiny_config(tmp_path / "out", num_local=1, num_external=1, max_steps=1, external_pool_size=16,
-                         sender_drop_limit=2, sender_window=10, plausibility_margin=None),
-        train_dataset=held.rows(), processing_class=smollm_tokenizer, swarm=swarm.join("me"), sources=[held],
-    )  # fmt: skip
-    trainer.train()
+    trainer = _one_flat_step(tmp_path, smollm_tokenizer, held, swarm.join("me"), sender_drop_limit=2)
     totals = trainer.swarm_totals
     assert totals["dropped/item_not_held"] == 6 and totals["dropped/version_skew"] == 1, dict(totals)
     assert trainer.intake.standing.benched(time.time()) == ["liar"]  # two forged questions bench it; "other" never
@@ -457,16 +465,7 @@ def test_a_received_question_too_long_to_train_on_is_set_aside_never_against_its
     peer.publish([Group(f"long-{i}", [long_row["prompt"][-1]], ["1", "22", "3", "4"], provenance, model="m",
                         created_at=time.time()) for i in range(3)])  # fmt: skip
 
-    def flat(completions, **kw):
-        return [0.0] * len(completions)
-
-    trainer = SAPOTrainer(
-        model=build_tiny_model(smollm_tokenizer, seed=0), reward_funcs=[flat],
-        args=tiny_config(tmp_path / "out", num_local=1, num_external=1, max_steps=1, external_pool_size=16,
-                         sender_drop_limit=1, sender_window=10, plausibility_margin=None),
-        train_dataset=held.rows(), processing_class=smollm_tokenizer, swarm=swarm.join("me"), sources=[held],
-    )  # fmt: skip
-    trainer.train()
+    trainer = _one_flat_step(tmp_path, smollm_tokenizer, held, swarm.join("me"), sender_drop_limit=1)
     totals = trainer.swarm_totals
     assert totals["dropped/question_too_long"] == 3, dict(totals)
     assert trainer.intake.standing.benched(time.time()) == []

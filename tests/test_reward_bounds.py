@@ -4,6 +4,7 @@ sympy parses them, a scorer past its deadline scores 0.0, and honest answers sco
 from __future__ import annotations
 
 import json
+import math
 import signal
 import threading
 import time
@@ -98,51 +99,45 @@ def test_a_scorer_past_its_deadline_scores_zero_even_if_it_catches_exceptions(mo
     assert _alarm_state() == before  # the handler restored, no timer left running
 
 
-def test_a_group_of_slow_answers_costs_one_deadline_not_one_each(monkeypatch):
-    """A received group is one call of one question: after its first answer runs past the deadline, the others score
-    0.0 unscored, while another question in the same call is still scored."""
+def _two_questions_scored(monkeypatch, deadline: float, busy: float) -> tuple[list, list, list[str]]:
+    """``reasoning_gym_reward`` of five answers, four to one question and one to another, under a ``deadline`` of
+    ``SCORER_SECONDS``, by a scorer that busies itself ``busy`` seconds of wall time (``math.inf``: for ever, catching
+    nothing) and then scores 1.0: the rewards, the questions the scorer was called on, and the two questions."""
     calls = []
 
-    def stubborn_scorer(name, config=None):
+    def busy_scorer(name, config=None):
         def score(answer, entry):
             calls.append(entry["question"])
-            while True:
-                sum(range(10_000))
-
-        return score
-
-    monkeypatch.setattr(functions, "SCORER_SECONDS", 0.1)
-    monkeypatch.setattr(functions, "get_reasoning_gym_scorer", stubborn_scorer)
-    first, second = json.dumps(_entry("countdown", 0)), json.dumps(_entry("countdown", 1))
-    completions = [f"<answer>{k} + 1</answer>" for k in range(5)]
-    rewards = reasoning_gym_reward(["q"] * 5, completions, entry=[first] * 4 + [second])
-    assert rewards == [0.0] * 5
-    assert calls == [json.loads(first)["question"], json.loads(second)["question"]]
-
-
-def test_a_questions_answers_share_one_deadline(monkeypatch):
-    """Answers that each take just under a deadline of their own cost a group num_generations deadlines: a question's
-    answers in one call share it, the answer that runs past what is left scores 0.0 and the rest go unscored, while
-    another question in the same call gets a deadline of its own."""
-    calls = []
-
-    def slow_scorer(name, config=None):
-        def score(answer, entry):
-            calls.append(entry["question"])
-            until = time.monotonic() + 0.3  # wall time, as the deadline counts it
+            until = time.monotonic() + busy  # wall time, as the deadline counts it
             while time.monotonic() < until:
                 sum(range(1_000))
             return 1.0
 
         return score
 
-    monkeypatch.setattr(functions, "SCORER_SECONDS", 0.5)
-    monkeypatch.setattr(functions, "get_reasoning_gym_scorer", slow_scorer)
-    first, second = json.dumps(_entry("countdown", 0)), json.dumps(_entry("countdown", 1))
+    monkeypatch.setattr(functions, "SCORER_SECONDS", deadline)
+    monkeypatch.setattr(functions, "get_reasoning_gym_scorer", busy_scorer)
+    first, second = _entry("countdown", 0), _entry("countdown", 1)
     completions = [f"<answer>{k} + 1</answer>" for k in range(5)]
-    rewards = reasoning_gym_reward(["q"] * 5, completions, entry=[first] * 4 + [second])
+    rewards = reasoning_gym_reward(["q"] * 5, completions, entry=[json.dumps(first)] * 4 + [json.dumps(second)])
+    return rewards, calls, [first["question"], second["question"]]
+
+
+def test_a_group_of_slow_answers_costs_one_deadline_not_one_each(monkeypatch):
+    """A received group is one call of one question: after its first answer runs past the deadline, the others score
+    0.0 unscored, while another question in the same call is still scored."""
+    rewards, calls, (first, second) = _two_questions_scored(monkeypatch, deadline=0.1, busy=math.inf)
+    assert rewards == [0.0] * 5
+    assert calls == [first, second]
+
+
+def test_a_questions_answers_share_one_deadline(monkeypatch):
+    """Answers that each take just under a deadline of their own cost a group num_generations deadlines: a question's
+    answers in one call share it, the answer that runs past what is left scores 0.0 and the rest go unscored, while
+    another question in the same call gets a deadline of its own."""
+    rewards, calls, (first, second) = _two_questions_scored(monkeypatch, deadline=0.5, busy=0.3)
     assert rewards == [1.0, 0.0, 0.0, 0.0, 1.0]  # 0.3 s scored, then 0.2 s left ran out; the other question scored
-    assert calls == [json.loads(first)["question"]] * 2 + [json.loads(second)["question"]]
+    assert calls == [first] * 2 + [second]
 
 
 def test_sympys_slow_symbolic_work_is_ended_by_the_deadline(monkeypatch):
