@@ -18,6 +18,7 @@ letters of its own, ``k`` the largest whose answer takes under ``--group-target`
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import time
 from collections.abc import Callable
@@ -111,8 +112,6 @@ def just_under(module: ModuleType, entry: dict[str, Any], target: float) -> tupl
 def group_cost(codes: dict[str, ModuleType], size: int, target: float) -> dict[str, Any]:
     """Wall seconds of ``reasoning_gym_reward`` over one group of ``size`` answers each just under ``target``, per
     code (sympy's cache cleared before each), and the power used."""
-    import json
-
     from sympy.core.cache import clear_cache
 
     if size * 4 > len(LETTERS):
