@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ast
 import contextlib
+import gc
 import math
 import signal
 import threading
@@ -146,6 +147,23 @@ def _number(node: ast.AST) -> float | None:
     return None
 
 
+_collecting = False  # a garbage collection runs now (kept by the two callbacks below while a deadline holds)
+
+
+def _collection_starts(phase: str, info: dict[str, int]) -> None:
+    """First of ``gc.callbacks``: a collection starts (its callbacks and finalizers run before it stops)."""
+    global _collecting
+    if phase == "start":
+        _collecting = True
+
+
+def _collection_stops(phase: str, info: dict[str, int]) -> None:
+    """Last of ``gc.callbacks``: the collection, and every other callback of it, is over."""
+    global _collecting
+    if phase == "stop":
+        _collecting = False
+
+
 @contextlib.contextmanager
 def scoring_deadline(seconds: float) -> Iterator[None]:
     """Raise :class:`ScoringTimeout` in the code this wraps once it has run ``seconds`` of wall time.
@@ -153,7 +171,9 @@ def scoring_deadline(seconds: float) -> Iterator[None]:
     A deadline needs ``SIGALRM``, so it holds on the main thread only; elsewhere the code runs unbounded. A timer
     already set (pytest-timeout's, math-verify's) is kept: when it is due first nothing changes, else its handler and
     what is left of its time come back afterwards. It interrupts Python code, not one long call into C, which
-    :func:`exact_arithmetic_bounded` rules out for sympy's numbers."""
+    :func:`exact_arithmetic_bounded` rules out for sympy's numbers, nor a garbage collection's callbacks and
+    finalizers, where an exception is lost (``sys.unraisablehook``): it comes again every 50 ms until it lands in the
+    wrapped code."""
     if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "setitimer"):
         yield
         return
@@ -163,10 +183,13 @@ def scoring_deadline(seconds: float) -> Iterator[None]:
         return
 
     def expire(signum: int, frame: object) -> None:
-        raise ScoringTimeout(f"scoring ran past {seconds} s")
+        if not _collecting:
+            raise ScoringTimeout(f"scoring ran past {seconds} s")
 
     began = time.monotonic()
     previous = signal.signal(signal.SIGALRM, expire)
+    gc.callbacks.insert(0, _collection_starts)
+    gc.callbacks.append(_collection_stops)
     try:
         # and again every 50 ms: a scorer that catches the first and carries on is interrupted again
         signal.setitimer(signal.ITIMER_REAL, seconds, 0.05)
@@ -182,3 +205,5 @@ def scoring_deadline(seconds: float) -> Iterator[None]:
                 break
             except ScoringTimeout:
                 continue
+        gc.callbacks.remove(_collection_starts)
+        gc.callbacks.remove(_collection_stops)

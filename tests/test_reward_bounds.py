@@ -3,9 +3,11 @@ sympy parses them, a scorer past its deadline scores 0.0, and honest answers sco
 
 from __future__ import annotations
 
+import gc
 import json
 import math
 import signal
+import sys
 import threading
 import time
 
@@ -180,3 +182,30 @@ def test_the_deadline_keeps_another_timer_and_leaves_other_threads_alone():
     worker.start()
     worker.join()
     assert outcome == ["done"]
+
+
+def test_the_deadline_is_never_raised_inside_a_garbage_collection():
+    """A signal's handler runs wherever the main thread is, a garbage collection's callbacks included (hypothesis
+    installs one), where an exception is lost to ``sys.unraisablehook``: the deadline waits for the collection to end
+    (its timer fires again every 50 ms) and interrupts the scorer's own code."""
+    lost = []
+
+    def busy(seconds: float) -> None:
+        until = time.monotonic() + seconds
+        while time.monotonic() < until:
+            pass
+
+    def slow_callback(phase, info):  # half the loop's time is spent in collections
+        busy(0.005)
+
+    gc.callbacks.append(slow_callback)
+    previous_hook, sys.unraisablehook = sys.unraisablehook, lambda unraisable: lost.append(unraisable.exc_value)
+    try:
+        with pytest.raises(ScoringTimeout), scoring_deadline(0.1):
+            while True:
+                busy(0.01)
+                gc.collect(0)
+    finally:
+        gc.callbacks.remove(slow_callback)
+        sys.unraisablehook = previous_hook
+    assert lost == []
