@@ -246,6 +246,36 @@ def test_idle_connections_take_a_bounded_number_of_slots_and_a_silent_one_is_clo
         server.close()
 
 
+def test_a_client_asking_as_fast_as_it_can_gets_a_bounded_rate_and_one_rendering_per_change(monkeypatch):
+    """A client asking the page over and over cost the node most of a core (rendering a long run's page takes about
+    11 ms, and each connection a thread and HTTP parsing): now a route renders once per change of the board and once a
+    second, and connections beyond a burst of `MAX_CONNECTIONS` are accepted at `CONNECTIONS_PER_SECOND`. What the
+    node records is on the page at the next request all the same."""
+    import time
+
+    from sapo.node import web
+
+    renders = []
+    render = web.node_page
+    monkeypatch.setattr(web, "node_page", lambda snap: renders.append(snap["step"]) or render(snap))
+    board = StatusBoard("test-node", max_steps=10)
+    board.record_step(1, {"sapo/local_reward": 0.25})
+    server = StatusServer(node_app(board.snapshot), "127.0.0.1", 0)
+    try:
+        answered, began = 0, time.monotonic()
+        while time.monotonic() - began < 2.0:
+            code, _, page = get(server.url)
+            answered += code == 200 and 'data-series="reward" data-step="1"' in page
+        seconds = time.monotonic() - began
+        assert 1 <= answered <= web.MAX_CONNECTIONS + web.CONNECTIONS_PER_SECOND * seconds + 1
+        assert 1 <= len(renders) <= seconds + 2  # once, then at most once a second: nothing was recorded meanwhile
+        board.record_step(2, {"sapo/local_reward": 0.5})
+        assert 'data-series="reward" data-step="2" data-value="0.500"' in get(server.url)[2]
+        assert renders[-1] == 2
+    finally:
+        server.close()
+
+
 def test_a_node_stuck_before_its_first_step_is_unhealthy_unless_its_phase_asked_for_longer():
     from sapo.node.board import FIRST_STEP_SECONDS
 

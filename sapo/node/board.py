@@ -1,7 +1,8 @@
 """A running node's state for its status page: what the node's threads record, and a snapshot the page reads.
 
 The training thread (and the node before training) writes into a :class:`StatusBoard`; the page server's threads
-only call :meth:`StatusBoard.snapshot`, which copies the state under a lock held for microseconds. Nothing here
+only call :meth:`StatusBoard.snapshot`, which copies the state under a lock held for microseconds, at most once per
+change and once a second. Nothing here
 touches the network or the disk, so a client polling the page never slows a step.
 """
 
@@ -14,8 +15,13 @@ import statistics
 import threading
 import time
 from collections import Counter, deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
+
+SNAPSHOT_SECONDS = 1.0
+"""How long one snapshot serves every reader while nothing is recorded: the page's routes read it, and render it,
+at most once per change and once per this many seconds, however often they are asked."""
 
 SERIES_POINTS = 2000
 """Points kept per plotted series; a longer run keeps every other point of the older ones (bounded memory)."""
@@ -105,6 +111,7 @@ class StatusBoard:
         clock: Callable[[], float] = time.time,
     ):
         self._lock = threading.Lock()
+        self._reading = threading.Lock()  # one snapshot taken at a time: readers arriving meanwhile get that one
         self._min_step_seconds = min_step_seconds  # the node's pace: steps end at least this far apart
         self._clock = clock
         self._name = node_name
@@ -134,15 +141,23 @@ class StatusBoard:
         self._page_url: str | None = None
         self._finished = False
         self._error_counts: Callable[[], dict[str, int]] = dict
+        self._changes = 0  # writes so far: a snapshot is served again only while none came since it was taken
+        self._last_snapshot: tuple[int, float, dict[str, Any]] | None = None  # (changes, time, snapshot)
 
     # ------------------------------------------------------------------------------ written by the node
+
+    @contextmanager
+    def _writing(self) -> Iterator[None]:
+        with self._lock:
+            self._changes += 1
+            yield
 
     def set_phase(self, phase: str, step: int | None = None, patience: float = 0.0) -> None:
         """What the node does now (``loading model``, ``generating``...), at ``step`` (default: unchanged).
 
         ``patience``: seconds this phase may last before the first step without the node being called stalled, when
         more than :data:`FIRST_STEP_SECONDS` (e.g. waiting for peers with a long timeout)."""
-        with self._lock:
+        with self._writing():
             if phase != self._phase:
                 self._phase_since = self._clock()
             self._phase_patience = patience
@@ -153,12 +168,12 @@ class StatusBoard:
 
     def step_done(self, step: int) -> None:
         """Steps completed so far (``step``: the trainer's ``global_step`` at a step's end, or resumed from)."""
-        with self._lock:
+        with self._writing():
             self._steps_done = max(self._steps_done, step)
 
     def set_max_steps(self, max_steps: int) -> None:
         """The step the run ends at."""
-        with self._lock:
+        with self._writing():
             self._max_steps = max_steps
 
     def count_errors(self, counts: Callable[[], dict[str, int]]) -> None:
@@ -168,7 +183,7 @@ class StatusBoard:
 
     def set_page_url(self, url: str | None) -> None:
         """Where the page is served (shown on it, and in status.json)."""
-        with self._lock:
+        with self._writing():
             self._page_url = url
 
     def record_step(self, step: int, logs: dict[str, Any]) -> None:
@@ -176,7 +191,7 @@ class StatusBoard:
         the step's seconds (`step_time`, else the time since the previous step ended) and its phases' seconds
         (`sapo/time/<phase>`) for the duration histograms."""
         now = self._clock()
-        with self._lock:
+        with self._writing():
             seconds = logs.get("step_time")
             if not is_number(seconds) and self._step_ends and step > self._step:
                 seconds = (now - self._step_ends[-1]) / (step - self._step)
@@ -196,7 +211,7 @@ class StatusBoard:
         the plots: the reward of this node's own completions (`sapo/local_reward`) and of the swarm groups it took,
         scored by its rewards (`sapo/external_reward`), swarm groups taken (`sapo/external_groups`) and filled in
         with its own (`sapo/fill_ins`)."""
-        with self._lock:
+        with self._writing():
             self._steps_done = max(self._steps_done, step)
             self._add_figures(step, logs)
 
@@ -220,7 +235,7 @@ class StatusBoard:
         self, step: int, pass_at_1: float, standard_error: float | None, per_task: dict[str, float] | None = None
     ) -> None:
         """A held-out evaluation at ``step``: greedy pass@1, its standard error, and pass@1 per task."""
-        with self._lock:
+        with self._writing():
             self._held_out.add(step, float(pass_at_1), standard_error)
             for task, value in (per_task or {}).items():
                 if is_number(value):
@@ -250,20 +265,20 @@ class StatusBoard:
             "rejoin_through": list(rejoin_through or []),
             "require_swarm": require_swarm,
         }
-        with self._lock:
+        with self._writing():
             self._swarm = state
         return state["state"]
 
     def record_senders(self, outcomes: dict[str, Counter[str]]) -> None:
         """Groups taken and dropped (by reason) per sender: the trainer's ``sender_outcomes``."""
         copied = {sender: dict(counts) for sender, counts in outcomes.items()}
-        with self._lock:
+        with self._writing():
             self._senders = copied
 
     def record_problem(self, level: str, message: str, source: str) -> None:
         """A warning or error the node logged; the newest error is the page's "last error"."""
         problem = {"time": self._clock(), "level": level, "message": message, "source": source}
-        with self._lock:
+        with self._writing():
             self._problems.append(problem)
             if level in ("ERROR", "CRITICAL"):
                 self._last_error = problem
@@ -271,14 +286,28 @@ class StatusBoard:
     # ------------------------------------------------------------------------------ read by the page
 
     def snapshot(self) -> dict[str, Any]:
-        """The node's state now, as plain JSON-ready data (a copy: later updates never change it)."""
+        """The node's state now, as plain JSON-ready data (a copy: later updates never change it).
+
+        Until something is recorded, and for at most :data:`SNAPSHOT_SECONDS`, every call returns the same object
+        (treat it as read-only), so that however often the page is asked it copies the state, and renders it, at most
+        once per change and once a second."""
+        with self._reading:
+            return self._snapshot()
+
+    def _snapshot(self) -> dict[str, Any]:
+        now = self._clock()
         with self._lock:
+            if self._last_snapshot is not None:
+                changes, taken_at, snap = self._last_snapshot
+                if changes == self._changes and 0 <= now - taken_at < SNAPSHOT_SECONDS:
+                    return snap
+            changes = self._changes
             ends = list(self._step_ends)
             snap = {
                 "node": self._name,
                 "version": self._version,
                 "model": self._model,
-                "time": self._clock(),
+                "time": now,
                 "started": self._started,
                 "phase": self._phase,
                 "phase_since": self._phase_since,
@@ -310,6 +339,8 @@ class StatusBoard:
         snap["step_seconds"] = statistics.median(durations) if durations else None
         snap["last_step_time"] = ends[-1] if ends else None
         snap["health"] = _health(snap)
+        with self._lock:
+            self._last_snapshot = (changes, now, snap)
         return snap
 
 

@@ -12,6 +12,7 @@ import json
 import logging
 import socket
 import threading
+import time
 from collections.abc import Callable, Iterable, Sequence
 from socketserver import ThreadingMixIn
 from typing import Any
@@ -31,6 +32,12 @@ MAX_CONNECTIONS = 32
 descriptor, so idle ones without a bound (about 1,000 under systemd's default of 1,024 open files) made the node's
 next file open fail and stopped it."""
 
+CONNECTIONS_PER_SECOND = 20.0
+"""Connections the page accepts per second on average, in bursts of up to :data:`MAX_CONNECTIONS`. Beyond it the
+server waits before accepting the next one, the others left waiting in the kernel's queue (those past it retried by
+their client), so a client asking as fast as it is answered costs the node this many requests a second, not most of a
+core in threads and HTTP parsing. A browser, `local-swarm` and a Prometheus scraper ask a few times a minute."""
+
 REQUEST_TIMEOUT_SECONDS = 10.0
 """How long a connection may wait for the client's next bytes before it is closed."""
 
@@ -42,11 +49,21 @@ class _ThreadingServer(ThreadingMixIn, WSGIServer):
         self.max_connections = MAX_CONNECTIONS
         self.open_connections = 0  # being served now
         self.connections_refused = 0  # closed at once: max_connections were served
+        self.connections_per_second = CONNECTIONS_PER_SECOND
+        self.connections_delayed = 0  # accepted late: they came faster than connections_per_second
+        self._allowance = float(MAX_CONNECTIONS)  # connections that may be accepted now (a token bucket)
+        self._allowance_at = time.monotonic()
         self._count_lock = threading.Lock()
         super().__init__(*args, **kwargs)
 
     def process_request(self, request: Any, client_address: Any) -> None:
-        """Serve ``request`` on a thread of its own, or close it at once when ``max_connections`` are served."""
+        """Serve ``request`` on a thread of its own, or close it at once when ``max_connections`` are served; first
+        wait (the next connections wait in the kernel's queue meanwhile) while they come faster than
+        ``connections_per_second``."""
+        wait = self._reserve_allowance()
+        if wait > 0:
+            self.connections_delayed += 1
+            time.sleep(wait)
         with self._count_lock:
             full = self.open_connections >= self.max_connections
             if full:
@@ -68,6 +85,15 @@ class _ThreadingServer(ThreadingMixIn, WSGIServer):
             super().process_request_thread(request, client_address)
         finally:
             self._closed_one()
+
+    def _reserve_allowance(self) -> float:
+        """Take one connection's allowance (a token bucket, refilled at ``connections_per_second`` up to
+        ``max_connections``); the seconds to wait until it is there."""
+        now = time.monotonic()
+        refill = (now - self._allowance_at) * self.connections_per_second
+        self._allowance = min(float(self.max_connections), self._allowance + refill) - 1.0
+        self._allowance_at = now
+        return max(0.0, -self._allowance / self.connections_per_second)
 
     def _closed_one(self) -> None:
         with self._count_lock:
@@ -224,19 +250,31 @@ def node_app(snapshot: Callable[[], dict[str, Any]]) -> WsgiApp:
     ProcessCollector(registry=registry)  # process_resident_memory_bytes, process_cpu_seconds_total, ...
     PlatformCollector(registry=registry)
     metrics = make_wsgi_app(registry)
+    rendered: dict[str, tuple[dict[str, Any], bytes]] = {}  # per route: the snapshot rendered and its body
+    rendering = threading.Lock()
+
+    def body(route: str, render: Callable[[dict[str, Any]], str]) -> bytes:
+        # A route's body is rendered once per snapshot (a new one at most once per change and once a second), so
+        # a client asking hundreds of times a second costs the node no rendering of its own.
+        with rendering:
+            snap = snapshot()
+            kept = rendered.get(route)
+            if kept is None or kept[0] is not snap:
+                kept = rendered[route] = (snap, render(snap).encode())
+            return kept[1]
 
     def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
         path = environ.get("PATH_INFO", "/")
         if path == "/metrics":
             return metrics(environ, start_response)
         if path == "/status.json":
-            return _respond(start_response, "200 OK", json.dumps(snapshot()).encode(), "application/json")
+            return _respond(start_response, "200 OK", body(path, json.dumps), "application/json")
         if path == "/healthz":
             health = snapshot()["health"]
             code = "503 Service Unavailable" if health["status"] == "unhealthy" else "200 OK"
             return _respond(start_response, code, healthz_body(health).encode(), "text/plain; charset=utf-8")
         if path in ("/", "/index.html"):
-            return _respond(start_response, "200 OK", node_page(snapshot()).encode(), "text/html; charset=utf-8")
+            return _respond(start_response, "200 OK", body("/", node_page), "text/html; charset=utf-8")
         return _respond(start_response, "404 Not Found", b"not found: try / /status.json /metrics\n", "text/plain")
 
     return app
