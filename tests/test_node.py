@@ -198,6 +198,9 @@ def test_sigterm_checkpoints_leaves_and_exits_zero_with_tensorboard_logs(tmp_pat
     assert checkpoint is not None  # written on the way out, although save_steps was never reached
     assert int(checkpoint.name.split("-")[1]) == max(m["step"] for m in _metrics(out))
     assert list(out.rglob("events.out.tfevents.*")), "report_to tensorboard wrote no event file"
+    assert re.search(
+        rf"TensorBoard: event files in {re.escape(str(out / 'runs'))}/\S+, a new one every 32 MB, the newest 3", text
+    )
     _assert_gone(p2pd)
 
 

@@ -222,6 +222,7 @@ def run_node(args: Any, node: NodeArguments) -> int:
 
 
 def _run(args: Any, node: NodeArguments) -> int:
+    from transformers.integrations import TensorBoardCallback
     from transformers.trainer_callback import PrinterCallback, ProgressCallback
 
     from sapo.checkpoints import latest_complete_checkpoint, set_aside_incomplete
@@ -240,6 +241,7 @@ def _run(args: Any, node: NodeArguments) -> int:
     )
     from sapo.node.logs import setup_logging
     from sapo.node.teardown import freeze_long_lived, thaw
+    from sapo.node.tensorboard_files import TensorBoardFiles
     from sapo.reward_guard import RewardErrorLimit, RewardGuard, check_reward_columns
     from sapo.sources import SourceErrorLimit, SourceRegistry
     from sapo.trainer import SAPOTrainer
@@ -332,6 +334,9 @@ def _run(args: Any, node: NodeArguments) -> int:
         registry = trainer.intake.sources  # its error count, for the page
         trainer.remove_callback(ProgressCallback)
         trainer.remove_callback(PrinterCallback)
+        for callback in list(trainer.callback_handler.callbacks):
+            if isinstance(callback, TensorBoardCallback):  # --report_to tensorboard: its files kept bounded
+                trainer.add_callback(TensorBoardFiles(callback))
         if resume is not None:
             logger.info("resuming from %s", resume)
         stop.raise_if_requested()
