@@ -22,8 +22,12 @@ sed 's/ avx512_bf16//g; s/ amx_bf16//g' /proc/cpuinfo > "$clone.cpuinfo"
 if [ -n "$cores" ]; then
     group=/sys/fs/cgroup/cpu/sapo_suite_$$
     mkdir "$group"
-    # Move this shell back to the root group and remove the capped one however the run ends.
-    trap 'echo $$ > /sys/fs/cgroup/cpu/cgroup.procs; rmdir "$group"' EXIT
+    # However the run ends: this shell back to the root group, and the capped one removed once the processes the
+    # run left have ended (any still there after 30 s are named: the suite should leave none).
+    trap 'echo $$ > /sys/fs/cgroup/cpu/cgroup.procs
+          for _ in $(seq 30); do [ -s "$group/cgroup.procs" ] || break; sleep 1; done
+          for pid in $(cat "$group/cgroup.procs"); do echo "left running: $(ps -o pid=,cmd= -p "$pid")" >&2; done
+          rmdir "$group"' EXIT
     period=$(cat /sys/fs/cgroup/cpu/cpu.cfs_period_us)
     awk -v c="$cores" -v p="$period" 'BEGIN { printf "%d\n", c * p }' > "$group/cpu.cfs_quota_us"
     echo $$ > "$group/cgroup.procs"
