@@ -256,3 +256,28 @@ def test_the_scoring_cost_figures_are_those_of_the_committed_runs():
     assert "dirty" not in full["git_commit"] + shared["git_commit"]
     for figure in figures:
         assert figure in BENCHMARKS_README, f"benchmarks/README.md lacks {figure!r}"
+
+
+def test_the_status_page_flood_figures_are_those_of_the_committed_run():
+    """benchmarks/README.md's status page figures, read from the committed JSON: each route's server CPU before and
+    now."""
+    import json
+
+    run = json.loads((RESULTS / "status_page_flood.json").read_text())
+    before, now = run["results"][f"base {run['base']}"], run["results"]["this tree"]
+
+    def cores(code: dict) -> str:
+        return "{:.2f}, {:.2f} and {:.2f}".format(
+            *(code[route]["server_cores"] for route in ("/", "/status.json", "/metrics"))
+        )
+
+    figures = [
+        f"On {run['git_commit'][:7]} (clean) against {run['base']}",
+        f"**{cores(before)} cores** on",
+        f"({before['/']['cpu_ms_per_answer']:.1f} ms of CPU per `/`)",
+        f"**{cores(now)}** now",
+    ]
+    assert "dirty" not in run["git_commit"]
+    text = " ".join(BENCHMARKS_README.split())  # the figures as the page wraps them
+    for figure in figures:
+        assert figure in text, f"benchmarks/README.md lacks {figure!r}"
