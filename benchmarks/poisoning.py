@@ -46,6 +46,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.harness import RESULTS, ROOT, record_lines, run_record, stop_processes, write_report
+from sapo.jsonl_files import read_jsonl
 from testbed.payload_attack import PAYLOADS, PLACES
 
 ARMS: dict[str, list[str]] = {
@@ -256,7 +257,7 @@ def arm_figures(run_dir: Path, steps: int, payload_questions: int = PAYLOAD_QUES
     payloads, places = attacker.get("payloads", PAYLOADS), attacker.get("places", ["after"])  # older runs: after
     nodes = []
     for node_dir in sorted(run_dir.glob("node-*/")):
-        lines = [json.loads(line) for line in (node_dir / COMPLETIONS_LOG).read_text().splitlines()]
+        lines = list(read_jsonl(node_dir / COMPLETIONS_LOG))
         train = [line for line in lines if line["kind"] == "train"]
         evaluations = sorted({line["step"] for line in lines if line["kind"] == "eval"})
         third = max(1, steps // 3)

@@ -412,7 +412,7 @@ class SAPOConfig(GRPOConfig):
             "help": "JSONL file (a relative path is under `output_dir`) to which the node appends every completion it "
             'generates: its own groups while training (`kind` "train") and its held-out answers (`kind` '
             '"eval"), with the step and task. For audits, e.g. how far a payload spreads '
-            "(`testbed.payload_attack.payload_rate`). `None`: not written."
+            "(`testbed.payload_attack.payload_rate`); rotated past 32 MB, two older files kept. `None`: not written."
         },
     )
     groups_log: str | None = field(

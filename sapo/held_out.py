@@ -29,6 +29,10 @@ HELD_OUT_LOG_MAX_BYTES = 32_000_000
 HELD_OUT_LOG_BACKUPS = 2
 """Rotated `held_out_log` files kept (the oldest deleted): with the file itself at most about 96 MB."""
 
+COMPLETIONS_LOG_MAX_BYTES = 32_000_000
+"""Size past which `completions_log` is rotated, as `held_out_log` is (:data:`HELD_OUT_LOG_BACKUPS` older files kept):
+about 70,000 completions of 64 tokens."""
+
 
 class HeldOutEvaluation:
     """Greedy held-out pass@1 for a `sapo.trl_bridge.TRLBridge` subclass (see the module docstring).
@@ -140,8 +144,8 @@ class HeldOutEvaluation:
         if not self.accelerator.is_main_process:
             return
         path = os.path.join(self.args.output_dir, self.args.completions_log)
-        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
         step = self.state.global_step
-        with open(path, "a") as f:
-            for task, text in completions:
-                f.write(json.dumps({"step": step, "kind": kind, "task": task, "completion": text}) + "\n")
+        lines = [
+            json.dumps({"step": step, "kind": kind, "task": task, "completion": text}) for task, text in completions
+        ]
+        RotatingJsonl(path, COMPLETIONS_LOG_MAX_BYTES, HELD_OUT_LOG_BACKUPS).append(lines)

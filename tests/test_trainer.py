@@ -411,7 +411,13 @@ def test_an_external_completion_is_scored_on_the_tokens_it_is_trained_on(tmp_pat
     assert trainer.swarm_totals["external_truncated"] == 2 * 2  # the 2 chosen groups' long completions
 
 
-def test_completions_log_keeps_every_completion_the_node_generates(tmp_path, smollm_tokenizer):
+def test_completions_log_keeps_every_completion_the_node_generates(tmp_path, smollm_tokenizer, monkeypatch):
+    """Every completion, own and held-out, in the log; rotated by size as the node's other logs are (here small enough
+    that the step's 1.7 KB take the file and both older files it keeps, read back oldest first)."""
+    import sapo.held_out
+    from sapo.jsonl_files import jsonl_files, read_jsonl
+
+    monkeypatch.setattr(sapo.held_out, "COMPLETIONS_LOG_MAX_BYTES", 700)
     tasks = [TaskSpec("basic_arithmetic", {"min_terms": 2, "max_terms": 2, "min_digits": 1, "max_digits": 1})]
     trainer = SAPOTrainer(
         model=tiny_model(smollm_tokenizer),
@@ -432,7 +438,9 @@ def test_completions_log_keeps_every_completion_the_node_generates(tmp_path, smo
         processing_class=smollm_tokenizer,
     )
     trainer.train()
-    lines = [json.loads(line) for line in (tmp_path / "audit" / "audit" / "completions.jsonl").read_text().splitlines()]
+    path = tmp_path / "audit" / "audit" / "completions.jsonl"
+    assert len(jsonl_files(path)) == 3 and all(file.stat().st_size <= 700 for file in jsonl_files(path))
+    lines = list(read_jsonl(path))
     train = [line for line in lines if line["kind"] == "train"]
     evaluation = [line for line in lines if line["kind"] == "eval"]
     assert len(train) == 2 * G and {line["task"] for line in train} == {"basic_arithmetic"}
