@@ -79,17 +79,36 @@ def latest_complete_checkpoint(output_dir: str | Path) -> Path | None:
     return complete[-1] if complete else None
 
 
+INCOMPLETE_KEPT = 3
+"""Half-written checkpoints kept in `incomplete/` (for a look at what a kill left), the newest; older ones are deleted,
+so a node killed mid-save again and again over months does not fill its disk."""
+
+
 def set_aside_incomplete(output_dir: str | Path) -> list[Path]:
-    """Move checkpoints without a marker to `incomplete/` so nothing resumes from or rotates onto them."""
+    """Move checkpoints without a marker to `incomplete/` so nothing resumes from or rotates onto them, and keep the
+    newest :data:`INCOMPLETE_KEPT` there."""
     moved = []
     for step, path, done in checkpoints(output_dir):
         if done:
             continue
-        target = Path(output_dir) / "incomplete" / f"{path.name}-{int(time.time())}"
+        target = Path(output_dir) / "incomplete" / f"{path.name}-{time.time_ns()}"
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.move(str(path), str(target))
         logger.warning(
             "checkpoint of step %d was never completed (the node stopped mid-save); moved to %s", step, target
         )
         moved.append(target)
+    _delete_oldest_incomplete(Path(output_dir) / "incomplete")
     return moved
+
+
+def _delete_oldest_incomplete(folder: Path) -> None:
+    if not folder.is_dir():
+        return
+    set_aside = sorted(folder.iterdir(), key=lambda path: (path.stat().st_mtime, path.name))
+    for path in set_aside[: max(0, len(set_aside) - INCOMPLETE_KEPT)]:
+        if path.is_dir():
+            shutil.rmtree(path)
+        else:
+            path.unlink()
+        logger.info("deleted %s: only the newest %d half-written checkpoints are kept", path, INCOMPLETE_KEPT)

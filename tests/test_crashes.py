@@ -145,3 +145,22 @@ def test_a_restart_skips_the_evaluation_it_already_did_and_counts_its_totals_on(
     published = [m["sapo/total/published_groups"] for m in _metrics(out)]  # two groups of this node per step
     assert fill_ins == [1, 2, 3, 4] and published == [2, 4, 6, 8]  # counted on from the checkpoint, not from 0
     _assert_gone(_p2pd(out))
+
+
+def test_only_the_newest_half_written_checkpoints_are_kept_aside(tmp_path):
+    """A node killed mid-save at every start over months left a half-written checkpoint in `incomplete/` each time,
+    for good; the newest `INCOMPLETE_KEPT` are kept, a complete checkpoint is never touched."""
+    from sapo.checkpoints import INCOMPLETE_KEPT, set_aside_incomplete
+
+    (tmp_path / "checkpoint-1").mkdir()
+    (tmp_path / "checkpoint-1" / COMPLETE_MARKER).write_text("{}")
+    for life in range(INCOMPLETE_KEPT + 3):  # each start finds the checkpoint its kill left half-written
+        half = tmp_path / f"checkpoint-{life + 2}"
+        half.mkdir()
+        (half / "adapter_model.safetensors").write_bytes(b"x" * 100)
+        os.utime(half, (1_800_000_000 + life, 1_800_000_000 + life))  # written at its life's time
+        moved = set_aside_incomplete(tmp_path)
+        assert [path.name.rsplit("-", 1)[0] for path in moved] == [half.name]
+    kept = sorted(path.name.rsplit("-", 1)[0] for path in (tmp_path / "incomplete").iterdir())
+    assert kept == sorted(f"checkpoint-{life + 2}" for life in range(3, INCOMPLETE_KEPT + 3))  # the newest
+    assert [(step, done) for step, _, done in checkpoints(tmp_path)] == [(1, True)]
