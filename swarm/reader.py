@@ -52,6 +52,7 @@ from swarm.config import DHTTransportConfig
 from swarm.fetcher import DHTLookup, ReasonedRejections, RecordFetcher
 from swarm.index_reader import IndexReader
 from swarm.levels import home_topic_shard, subscribed_shards, topic_level_for
+from swarm.log_lines import PeerLines
 from swarm.records import ReceivedGroup, RecordRef, RecordRejected, decode_record
 from swarm.refill import Offer, fair_take, fresh_window, share
 from swarm.repeats import RecentMessages
@@ -129,8 +130,8 @@ class SwarmReader:
         self._fetched_since_take: collections.Counter[str] = collections.Counter()
         self._announcements_seen = RecentMessages()
         self._skew_warned: collections.OrderedDict[str, None] = collections.OrderedDict()  # warned once each
-        self._skew_last_warning = -float("inf")  # monotonic time of the last clock warning
-        self._skew_unwarned = 0  # senders found ahead since then, not named in a line
+        self._skew_lines = PeerLines(logger, clock.monotonic, interval=_SKEW_WARNING_EVERY, burst=1)
+        self._peer_lines = PeerLines(logger, clock.monotonic)  # a peer found: at most 10 lines a minute
         self._last_index_read = -float("inf")
         self._last_announcement = -float("inf")  # monotonic time of the latest valid announcement
         self._listening: tuple[int, frozenset[int]] | None = None  # topic level and shards listened to...
@@ -430,7 +431,10 @@ class SwarmReader:
             self._clock_skew(sender, entry.updated_at - now)
             return False
         if self.book.take_index_entry(sender, public_key, entry):
-            logger.info("key fingerprint %s found key fingerprint %s (model %r)", self._label, sender, entry.model)
+            self._peer_lines.log(
+                logging.INFO, "found", "key fingerprint %s found key fingerprint %s (model %r)", self._label, sender,
+                entry.model,
+            )  # fmt: skip
         return True
 
     def _take_value(self, sender: str, ref: RecordRef, value: Any) -> None:
@@ -486,16 +490,11 @@ class SwarmReader:
         self._skew_warned[sender] = None
         while len(self._skew_warned) > _SKEW_WARNINGS_KEPT:  # identities are free: the memory of them is bounded
             self._skew_warned.popitem(last=False)
-        now = self._clock.monotonic()
-        if now - self._skew_last_warning < _SKEW_WARNING_EVERY:
-            self._skew_unwarned += 1
-            return
-        others = f" (and {self._skew_unwarned} other senders since the last such line)" if self._skew_unwarned else ""
-        self._skew_last_warning, self._skew_unwarned = now, 0
-        logger.warning(
-            "key fingerprint %s: records of key fingerprint %s are dated %.1f s in the future%s: the clocks of the two "
+        self._skew_lines.log(
+            logging.WARNING, "clock_skew",
+            "key fingerprint %s: records of key fingerprint %s are dated %.1f s in the future: the clocks of the two "
             "machines differ (hivemind peers whose clocks differ by more than 3 s fail to interact); sync them (NTP)",
-            self._label, sender, ahead, others,
+            self._label, sender, ahead,
         )  # fmt: skip
 
 

@@ -44,6 +44,7 @@ from collections.abc import Callable, Iterable
 from swarm.announcements import Announcement
 from swarm.clock import SYSTEM_CLOCK, Clock
 from swarm.config import DHTTransportConfig
+from swarm.log_lines import PeerLines
 from swarm.records import IndexEntry, RecordRef
 from swarm.refill import Offer, plan_refill
 from swarm.sender_state import Choice, SenderState, announcement_period
@@ -84,6 +85,7 @@ class SenderBook:
         self.config = config
         self._counters = counters
         self._clock = clock
+        self._peer_lines = PeerLines(logger, clock.monotonic)  # senders back or dropped: 10 lines a minute at most
         self._fresh_within = fresh_within
         self._rng = rng or random.Random()
         self._lock = threading.Lock()
@@ -240,7 +242,7 @@ class SenderBook:
         if state.departed and not self._silent(state, self._clock.time()):
             state.departed = False
             self._counters.add("returned_senders")
-            logger.info("key fingerprint %s is back", sender)
+            self._peer_lines.log(logging.INFO, "back", "key fingerprint %s is back", sender)
         rest = self._unreachable.get(host) if host is not None else None
         if rest is not None and at > rest[1] and not state.stands_badly():  # heard from after the failure: back
             del self._unreachable[host]
@@ -279,9 +281,10 @@ class SenderBook:
                         self._seen(sender, ref, now, replace=False)
         for sender in marked:
             self._counters.add("departed_senders")
-            logger.info(
-                "key fingerprint %s missed %d announcements: dropped", sender, self.config.departed_after_missed
-            )
+            self._peer_lines.log(
+                logging.INFO, "dropped", "key fingerprint %s missed %d announcements: dropped", sender,
+                self.config.departed_after_missed,
+            )  # fmt: skip
         return marked
 
     # ------------------------------------------------------------------------------ choosing and fetching

@@ -161,7 +161,31 @@ def test_senders_dated_ahead_are_warned_of_at_most_once_a_minute_however_many_id
         Peer(dht, fast_clock, index_shards_per_poll=0).publish("late", created_at=fast_clock.time())
         run(reader.reader.read_index(dht))
     lines = [r.getMessage() for r in caplog.records if r.name == "swarm.reader" and "future" in r.getMessage()]
-    assert len(lines) == 2 and "(and 11 other senders since the last such line)" in lines[1], lines
+    assert len(lines) == 2 and "(and 11 more such line(s) left out since the last one)" in lines[1], lines
+
+
+def test_fresh_identities_found_make_ten_lines_a_minute_and_the_next_one_counts_the_rest(caplog):
+    """A line for each sender found let one peer making fresh identities fill the node's log (and rotate its history
+    away); 25 found at once make 10 lines, and the first a minute later counts the 15 left out."""
+    from swarm.log_lines import PEER_LINES_BURST, PEER_LINES_EVERY
+
+    dht, clock = DictDHT(), ManualClock()
+    reader = Peer(dht, clock, index_shards_per_poll=0)
+    for n in range(25):
+        Peer(dht, clock, index_shards_per_poll=0).publish(f"g{n}", created_at=clock.time())
+    with caplog.at_level("INFO", logger="swarm.reader"):
+        run(reader.reader.read_index(dht))
+        assert len(reader.reader.book.senders()) == 25  # every one is taken: only the lines are bounded
+        clock.advance(PEER_LINES_EVERY)
+        Peer(dht, clock, index_shards_per_poll=0).publish("late", created_at=clock.time())
+        run(reader.reader.read_index(dht))
+    lines = [
+        r.getMessage()
+        for r in caplog.records
+        if r.name == "swarm.reader" and " found key fingerprint " in r.getMessage()
+    ]
+    assert len(lines) == PEER_LINES_BURST + 1, lines
+    assert lines[-1].endswith("(and 15 more such line(s) left out since the last one)")
 
 
 def test_a_poll_reads_a_few_index_shards_in_rotation_and_fetches_only_what_the_cache_lacks():
