@@ -2,8 +2,8 @@
 
 The training thread (and the node before training) writes into a :class:`StatusBoard`; the page server's threads
 only call :meth:`StatusBoard.snapshot`, which copies the state under a lock held for microseconds, at most once per
-change and once a second. Nothing here
-touches the network or the disk, so a client polling the page never slows a step.
+change and once a second. Nothing here touches the network or the disk, so a client polling the page never slows a
+step.
 """
 
 from __future__ import annotations
