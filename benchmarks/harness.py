@@ -11,7 +11,7 @@ import platform
 import statistics
 import subprocess
 import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -93,6 +93,21 @@ def commit_label(root: Path = ROOT) -> str:
 def utc_now() -> str:
     """The date and time now, UTC, ISO 8601 to the second."""
     return datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
+
+
+@contextlib.contextmanager
+def base_worktree(base: str) -> Iterator[Path]:
+    """A detached ``git worktree`` of commit ``base`` in a temporary directory, removed on exit: a base commit's code
+    to run beside this tree's (a child process started in it imports the base's packages)."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as scratch:
+        tree = Path(scratch) / "base"
+        subprocess.run(["git", "worktree", "add", "-q", "--detach", str(tree), base], cwd=ROOT, check=True)
+        try:
+            yield tree
+        finally:
+            subprocess.run(["git", "worktree", "remove", "--force", str(tree)], cwd=ROOT, check=True)
 
 
 def run_record(command: str | None = None) -> dict[str, str]:

@@ -19,13 +19,12 @@ import json
 import socket
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks.harness import RESULTS, ROOT, record_lines, run_record, write_report
+from benchmarks.harness import RESULTS, ROOT, base_worktree, record_lines, run_record, write_report
 
 ROUTES = ("/", "/status.json", "/metrics")
 
@@ -158,14 +157,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--output-dir", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
     record = run_record(" ".join(["python -m benchmarks.status_page_flood", *(argv or sys.argv[1:])]))
-    with tempfile.TemporaryDirectory() as scratch:
-        base_tree = Path(scratch) / "base"
-        subprocess.run(["git", "worktree", "add", "-q", "--detach", str(base_tree), args.base], cwd=ROOT, check=True)
-        try:
-            trees = {f"base {args.base}": base_tree, "this tree": ROOT}
-            results = measure(trees, args.rounds, args.clients, args.seconds)
-        finally:
-            subprocess.run(["git", "worktree", "remove", "--force", str(base_tree)], cwd=ROOT, check=True)
+    with base_worktree(args.base) as base_tree:
+        results = measure({f"base {args.base}": base_tree, "this tree": ROOT}, args.rounds, args.clients, args.seconds)
     data = {**record, "base": args.base, "rounds": args.rounds, "clients": args.clients, "results": results}
     lines = [
         "# What a client flooding the status page costs the node",

@@ -12,6 +12,11 @@ from swarm.records import RecordRef
 STANDING_WINDOW = 10
 """A sender's latest outcomes (node verdicts and strikes) that make its standing."""
 
+SERVED_WINDOW = 8
+"""A sender's latest records that this reader asked for and got an answer about (served, or answered without)."""
+SERVED_MIN = 4
+"""Records asked for and answered about before a sender may be found to serve little (`SenderState.serves_little`)."""
+
 PERIOD_GAPS = 3
 """Gaps between a peer's announcements that make its announcement period."""
 
@@ -50,6 +55,8 @@ class SenderState:
         heard (`dict[int, float]`): this peer's wall time at which each of its records was first heard of.
         outcomes (`collections.deque[bool]`): its latest outcomes: True a group judged usable, False a group judged
             bad or a strike.
+        served (`collections.deque[bool]`): its latest records asked for and answered about: True one that arrived,
+            False one given up after its host (or the DHT) answered without it.
         rest_until (`float`): monotonic time before which its records are not chosen (after a strike, or while the
             node benched it: :meth:`swarm.senders.SenderBook.bench`).
         origin (`str` or `None`): the libp2p host whose announcement made it known (or first announced it after
@@ -71,6 +78,7 @@ class SenderState:
     departed: bool = False
     heard: dict[int, float] = field(default_factory=dict)
     outcomes: collections.deque[bool] = field(default_factory=lambda: collections.deque(maxlen=STANDING_WINDOW))
+    served: collections.deque[bool] = field(default_factory=lambda: collections.deque(maxlen=SERVED_WINDOW))
     rest_until: float = 0.0
     origin: str | None = None
     turn: float = 0.0
@@ -79,6 +87,13 @@ class SenderState:
         """Most of its latest outcomes are usable groups (it has a share of a refill of its own)."""
         good = self.outcomes.count(True)
         return good > 0 and good > len(self.outcomes) - good
+
+    def serves_little(self) -> bool:
+        """Of its latest records asked for and answered about, it served none of :data:`SERVED_MIN` or more, or at
+        most one of :data:`SERVED_WINDOW`: it announces records it does not serve. An honest publisher too fast for
+        this reader (its older records pushed out before the reader asks) still serves most of the fresh ones asked."""
+        asked = len(self.served)
+        return asked >= SERVED_MIN and self.served.count(True) <= asked // SERVED_WINDOW
 
     def stands_badly(self) -> bool:
         """Most of its latest outcomes are bad groups or strikes."""

@@ -13,7 +13,8 @@ Standing. Identities are free (a key each), so what a sender says earns it nothi
 - a sender is *judged good* once the node's verdicts on its groups (:meth:`SenderBook.judge`) are mostly usable; only
   then does it have a share of a refill of its own (:mod:`swarm.refill`), the others sharing a small pool;
 - a record refused (malformed, not the one announced, a broken claim), or announced and then never served (the
-  host answered without it, or a DHT lookup never found it), is a *strike*: it counts against its sender as a
+  host answered without it, or a DHT lookup never found it, at its last try; or at any try, once the sender served
+  little of what it was asked: :meth:`SenderState.serves_little`), is a *strike*: it counts against its sender as a
   refused group does, rests the sender (1 s, doubling with each strike among its last
   :data:`swarm.sender_state.STANDING_WINDOW` outcomes, at most ``_UNREACHABLE_SECONDS``), and is handed to the node
   (:meth:`SenderBook.refusals`) so that its own sender standing sees it too;
@@ -221,8 +222,8 @@ class SenderBook:
             if (sender, seq) in self._in_flight:
                 continue
             tries = self._missing_tries.pop((sender, seq), None)
-            if tries is not None and give_up:
-                self._give_up(sender, unserved=False)  # before its last try: a fast honest publisher's old record
+            if tries is not None and give_up:  # before its last try: a strike only if the sender serves little
+                self._give_up(sender, answered_without=tries[1], tried_out=False)
 
     def _trim(self, sender: str, state: SenderState) -> None:
         """Keep the newest ``2 * index_records`` refs of a peer (the rest could never be the freshest choice)."""
@@ -368,9 +369,13 @@ class SenderBook:
                 self._in_flight.discard((choice.sender, choice.ref.seq))
 
     def mark_fetched(self, sender: str, ref: RecordRef, host: str | None = None) -> None:
-        """``ref`` arrived (or is not to be asked for again): it is not chosen again; ``host`` answered."""
+        """``ref`` arrived (or an answer refused is not to be asked for again): it is not chosen again, and counts as
+        served; ``host`` answered."""
         with self._lock:
             self._took_turn(sender)
+            state = self._senders.get(sender)
+            if state is not None:
+                state.served.append(True)
             self._seen(sender, ref, self._clock.time())
             self._missing_tries.pop((sender, ref.seq), None)
             if host is not None:
@@ -400,8 +405,10 @@ class SenderBook:
         answer without it at any of its tries (the host did not serve it, no DHT replica had it), it is a strike of its
         sender (``never_served``); a host that could not be reached says nothing of the sender (the network, or it
         left). A record tried and missing that leaves its sender's list before its last try (pushed out by newer ones,
-        expired, its sender departed) is given up without a strike: a fast honest publisher may no longer serve an
-        old record by the time a reader asks (its tries were kept for good before)."""
+        expired, its sender departed) is given up without a strike (a fast honest publisher may no longer serve an
+        old record by the time a reader asks; its tries were kept for good before), unless its sender serves little
+        (:meth:`SenderState.serves_little`: one that announces more records than it serves, so that each is pushed
+        out before its last try, is struck all the same)."""
         key = (sender, ref.seq)
         with self._lock:
             tries, unserved = self._missing_tries.pop(key, (0, False))
@@ -412,23 +419,29 @@ class SenderBook:
                 if len(self._missing_tries) > _MISSING_KEPT:
                     oldest = next(iter(self._missing_tries))
                     del self._missing_tries[oldest]
-                    self._give_up(oldest[0], unserved=False)
+                    self._give_up(oldest[0], answered_without=False, tried_out=False)  # this reader's bound
                 return
             if listed or key not in self._seen_refs:  # else _lost counted it, or it was fetched
                 self._counters.add("heard_never_fetched")
             self._seen(sender, ref, self._clock.time())
-            self._give_up(sender, unserved and tries >= _MISSING_TRIES)
+            self._give_up(sender, answered_without=unserved, tried_out=tries >= _MISSING_TRIES)
 
     def _listed(self, key: tuple[str, int]) -> bool:
         """Whether record ``key`` (sender, seq) is still in its sender's list and not set aside as seen."""
         state = self._senders.get(key[0])
         return state is not None and key[1] in state.refs and key not in self._seen_refs
 
-    def _give_up(self, sender: str, unserved: bool) -> None:
-        """A record of ``sender`` tried and missing is not tried again: counted as ``records_missing``, and a strike
-        (``never_served``) if an answer came without it."""
+    def _give_up(self, sender: str, answered_without: bool, tried_out: bool) -> None:
+        """A record of ``sender`` tried and missing is not tried again: counted as ``records_missing``. If an answer
+        came without it, it counts as not served, and is a strike (``never_served``) when it was tried out or the
+        sender serves little."""
         self._counters.add("records_missing")
-        if unserved:
+        if not answered_without:
+            return
+        state = self._senders.get(sender)
+        if state is not None:
+            state.served.append(False)
+        if tried_out or (state is not None and state.serves_little()):
             self._strike(sender, "never_served")
 
     def rest(self, host: str, sender: str | None = None) -> None:

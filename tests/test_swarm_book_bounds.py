@@ -103,3 +103,37 @@ def test_retries_of_missing_records_stay_within_their_bound(monkeypatch):
     assert len(book._missing_tries) == 100
     assert ("sender-299", 1) in book._missing_tries  # the one tried longest ago went first
     assert book.refusals() == []  # given up before their last try: no strike (see the test above)
+
+
+def _asked_then_pushed_out(book: SenderBook, sender: str, rounds: int, served_every: int = 0) -> list[str]:
+    """``rounds`` times: ``sender`` announces 16 fresh records, the reader asks for the newest once and gets it
+    (every ``served_every``-th round; 0: never) or an answer without it, and the next announcement pushes it out.
+    The strikes handed to the node meanwhile."""
+    seq, now, strikes = 0, book._clock.time(), []
+    for round_ in range(rounds):
+        _announce(book, sender, now, *((seq := seq + 1, now) for _ in range(16)))
+        asked = RecordRef(seq, now, 1)
+        if served_every and round_ % served_every == 0:
+            book.mark_fetched(sender, asked, f"host-of-{sender}")
+        else:
+            book.record_missing(sender, asked)  # its host answered without it
+        strikes += [reason for who, reason in book.refusals() if who == sender]
+    _announce(book, sender, now, *((seq := seq + 1, now) for _ in range(16)))  # the last one asked pushed out too
+    return strikes + [reason for who, reason in book.refusals() if who == sender]
+
+
+def test_a_sender_announcing_more_than_it_serves_is_struck_though_each_record_goes_before_its_last_try():
+    """Each record asked once, answered without, pushed out by newer ones before a second try: no strike came of it
+    (the rule spares an honest publisher too fast for this reader), so a sender announcing what it never serves
+    took its share of every refill for good. Once it served none of 4 records asked, each one more is a strike."""
+    book = SenderBook(DHTTransportConfig(), SwarmCounters(), ManualClock())
+    strikes = _asked_then_pushed_out(book, "unserving", rounds=8)
+    assert strikes == ["never_served"] * 5  # the 4th record asked, then each one after
+    assert book._senders["unserving"].rest_until > book._clock.monotonic()  # resting: not chosen meanwhile
+
+
+def test_a_fast_honest_publisher_that_serves_some_of_what_it_is_asked_is_never_struck():
+    """An honest publisher whose older records are pushed out before this reader asks still serves some of the fresh
+    ones asked: a quarter served, the rest pushed out unserved, over 40 records asked, strikes nothing."""
+    book = SenderBook(DHTTransportConfig(), SwarmCounters(), ManualClock())
+    assert _asked_then_pushed_out(book, "fast", rounds=40, served_every=4) == []
