@@ -281,3 +281,24 @@ def test_the_status_page_flood_figures_are_those_of_the_committed_run():
     text = " ".join(BENCHMARKS_README.split())  # the figures as the page wraps them
     for figure in figures:
         assert figure in text, f"benchmarks/README.md lacks {figure!r}"
+
+
+def test_the_unserved_announcer_figures_are_those_of_the_committed_run():
+    """benchmarks/README.md's and docs/trust.md's figures of the ghost announcing what it never serves, read from the
+    committed JSON."""
+    import json
+
+    run = json.loads((RESULTS / "unserved_announcer.json").read_text())
+    before, now = run["results"][f"base {run['base']}"], run["results"]["this tree"]
+    readme = " ".join(BENCHMARKS_README.split())
+    for figure in [
+        f"On {run['git_commit'][:7]} (clean) against {run['base']}",
+        f"in {run['steps']} steps the ghost's records were asked for **{before['ghost_asked']} times** before",
+        f"**{now['ghost_asked']}** now ({now['ghost_strikes']} strikes",
+    ]:
+        assert figure in readme, f"benchmarks/README.md lacks {figure!r}"
+    trust = " ".join((RESULTS.parent.parent / "docs" / "trust.md").read_text().split())
+    figure = f"{before['ghost_asked']} of its records asked for before, {now['ghost_asked']} now"
+    figure += f", {now['ghost_strikes']} strikes"
+    assert figure in trust, f"docs/trust.md lacks {figure!r}"
+    assert "dirty" not in run["git_commit"] and before["ghost_strikes"] == 0
