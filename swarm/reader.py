@@ -68,6 +68,7 @@ _TAKES_KEPT = 6  # take() calls whose interval and size make the caller's pace
 _SPARES = 2  # records of other publishers held ready to hedge a slow fetch with
 _SKEW_WARNINGS_KEPT = 10_000  # senders warned about their clock (each once)
 _SKEW_WARNING_EVERY = 60.0  # seconds between two clock warnings: a line per identity would fill the log
+MODEL_NAME_LOGGED = 64  # characters of a peer's model name in a log line (the field holds up to 1024 of its choice)
 _JOINING_READS = 2  # index reads a joining reader does whatever arrives: its guess of the level, then level 0 whole
 
 
@@ -131,7 +132,7 @@ class SwarmReader:
         self._announcements_seen = RecentMessages()
         self._skew_warned: collections.OrderedDict[str, None] = collections.OrderedDict()  # warned once each
         self._skew_lines = PeerLines(logger, clock.monotonic, interval=_SKEW_WARNING_EVERY, burst=1)
-        self._peer_lines = PeerLines(logger, clock.monotonic)  # a peer found: at most 10 lines a minute
+        self._peer_lines = PeerLines(logger, clock.monotonic)  # peers found or heard from: 10 lines a minute at most
         self._last_index_read = -float("inf")
         self._last_announcement = -float("inf")  # monotonic time of the latest valid announcement
         self._listening: tuple[int, frozenset[int]] | None = None  # topic level and shards listened to...
@@ -403,9 +404,10 @@ class SwarmReader:
         if new is None:  # one host announcing identity after identity (refused and counted by the book)
             return Taken.REFUSED
         if new:
-            logger.info(
-                "key fingerprint %s heard from key fingerprint %s (model %r)", self._label, sender, announcement.model
-            )
+            self._peer_lines.log(
+                logging.INFO, "found", "key fingerprint %s heard from key fingerprint %s (model %r)", self._label,
+                sender, announcement.model[:MODEL_NAME_LOGGED],
+            )  # fmt: skip
         self._last_announcement = self._clock.monotonic()
         self._counters.add("announcements_received")
         return Taken.TAKEN
@@ -433,7 +435,7 @@ class SwarmReader:
         if self.book.take_index_entry(sender, public_key, entry):
             self._peer_lines.log(
                 logging.INFO, "found", "key fingerprint %s found key fingerprint %s (model %r)", self._label, sender,
-                entry.model,
+                entry.model[:MODEL_NAME_LOGGED],
             )  # fmt: skip
         return True
 

@@ -203,6 +203,25 @@ def test_invalid_announcements_are_refused_and_counted():
     assert b.reader.peers() == []
 
 
+def test_fresh_identities_heard_from_make_ten_lines_a_minute_each_with_a_short_model_name(caplog):
+    """A line for each identity heard from, with its model name of up to 1,024 characters of its choice, let peers
+    announcing fresh identities rotate the node's log away in minutes; 25 heard at once make 10 lines, the model name
+    cut to 64 characters."""
+    from swarm.log_lines import PEER_LINES_BURST
+
+    net = Net()
+    b = Peer(net)
+    now = net.clock.time()
+    record = AnnouncedRecord(1, now, 1, 100, record_digest(b"x"))
+    with caplog.at_level("INFO", logger="swarm.reader"):
+        for n in range(25):
+            announced = encode_announcement(RSAPrivateKey(), "sapo", "\x01" * 1024, now, f"host-{n}", [record])
+            assert b.reader.take_announcement(announced, f"host-{n}")
+    lines = [r.getMessage() for r in caplog.records if r.name == "swarm.reader" and "heard from" in r.getMessage()]
+    assert len(lines) == PEER_LINES_BURST and len(b.reader.peers()) == 25
+    assert all(len(line) < 400 for line in lines), lines[0]
+
+
 def test_a_record_that_is_not_the_one_announced_is_refused():
     from swarm.records import GroupRecord, encode_record
     from swarm.validation import owner_marker
