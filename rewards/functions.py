@@ -12,13 +12,14 @@ reasoning-gym scorers that would ``eval`` it are neutralised (see :func:`harden_
 from __future__ import annotations
 
 import ast
-import functools
 import importlib
 import inspect
 import json
 import re
+import sys
 import threading
 import time
+import types
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -56,6 +57,7 @@ _SYMPY_SCORER_DATASETS = {
     "puzzle24",
     "countdown",
 }
+_SHARED_KINDS = (type, types.ModuleType, types.FunctionType, types.BuiltinFunctionType, types.MethodType)
 _SAFE_MATH_NAMES = SAFE_FUNCTIONS | {"pi", "E", "I", "C", "oo"}
 _SAFE_MATH_CHARS = re.compile(r"^[0-9A-Za-z\s+\-*/^().,=]*$")
 _MAX_SYMPY_ANSWER_CHARS = 500
@@ -107,8 +109,54 @@ def _config_key(config: Mapping[str, Any]) -> str:
     return json.dumps(config, sort_keys=True, default=list)
 
 
-@functools.lru_cache(maxsize=256)
-def _scorer(name: str, config_key: str) -> Callable[[str | None, dict[str, Any]], float]:
+SCORERS_KEPT = 256
+"""Scorers kept built (one per dataset and config): a group's answers, and the next groups of the config, reuse one."""
+SCORER_KEPT_MAX_BYTES = 32_000_000
+"""A scorer whose dataset holds more than this (:func:`_held_bytes`) is used and not kept: its config is a sender's
+choice (a foreign config: `count_primes` up to ten million builds a sieve of 80 MB), and 256 of them kept held tens
+of GB in the training process. The largest of reasoning-gym's own datasets at their defaults holds 16 MB
+(`arc_agi`); counting one takes up to about 0.1 s, once."""
+SCORERS_KEPT_BYTES = 256_000_000
+"""What the kept scorers' datasets may hold together; past it the least recently used go."""
+
+_Scorer = Callable[[str | None, dict[str, Any]], float]
+_kept_scorers: dict[tuple[str, str], tuple[_Scorer, int]] = {}  # least recently used first
+_kept_scorers_lock = threading.Lock()
+
+
+def _held_bytes(root: object, limit: int, max_objects: int = 1_000_000) -> int:
+    """What ``root`` holds in containers and instance attributes, by ``sys.getsizeof``, counted until past ``limit``
+    (then a figure past it is returned at once) or ``max_objects`` objects (then ``limit + 1``: too many to count is
+    as good as too large). Modules, classes and functions are shared, not held, and are not counted."""
+    seen: set[int] = set()
+    stack, total = [root], 0
+    while stack:
+        obj = stack.pop()
+        if id(obj) in seen or isinstance(obj, _SHARED_KINDS):
+            continue
+        seen.add(id(obj))
+        if len(seen) > max_objects:
+            return limit + 1
+        total += sys.getsizeof(obj, 0)
+        if total > limit:
+            return total
+        if isinstance(obj, dict):
+            stack.extend(obj.keys())
+            stack.extend(obj.values())
+        elif isinstance(obj, list | tuple | set | frozenset):
+            stack.extend(obj)
+        elif hasattr(obj, "__dict__"):
+            stack.append(vars(obj))
+    return total
+
+
+def _scorer(name: str, config_key: str) -> _Scorer:
+    key = (name, config_key)
+    with _kept_scorers_lock:
+        kept = _kept_scorers.pop(key, None)
+        if kept is not None:
+            _kept_scorers[key] = kept  # now the most recently used
+            return kept[0]
     import reasoning_gym
 
     harden_reasoning_gym()
@@ -118,13 +166,21 @@ def _scorer(name: str, config_key: str) -> Callable[[str | None, dict[str, Any]]
     # Some scorers read their dataset's config (decimal_arithmetic's tolerance), so the scorer is built
     # from the same config as the entry; seed and size do not matter to scoring.
     dataset = reasoning_gym.create_dataset(name, seed=0, size=1, **config)
-    return dataset.score_answer
+    scorer, held = dataset.score_answer, _held_bytes(dataset, SCORER_KEPT_MAX_BYTES)
+    if held <= SCORER_KEPT_MAX_BYTES:
+        with _kept_scorers_lock:
+            _kept_scorers[key] = (scorer, held)
+            while len(_kept_scorers) > SCORERS_KEPT or sum(b for _, b in _kept_scorers.values()) > SCORERS_KEPT_BYTES:
+                del _kept_scorers[next(iter(_kept_scorers))]
+    return scorer
 
 
 def get_reasoning_gym_scorer(
     name: str, config: Mapping[str, Any] | None = None
 ) -> Callable[[str | None, dict[str, Any]], float]:
-    """The ``score_answer`` of reasoning-gym dataset ``name`` built with ``config`` (cached per pair).
+    """The ``score_answer`` of reasoning-gym dataset ``name`` built with ``config``: kept per pair unless its build took
+    more than :data:`SCORER_KEPT_MAX_BYTES` of memory, at most :data:`SCORERS_KEPT` kept and :data:`SCORERS_KEPT_BYTES`
+    together.
 
     Raises ``ValueError`` for an unknown dataset or a config reasoning-gym rejects.
     """
@@ -160,14 +216,20 @@ def _score_in_time(
         raise ValueError("reasoning-gym entry has no metadata.source_dataset; cannot pick its scorer")
     if name in _SYMPY_SCORER_DATASETS and not (_is_plain_math(answer) and exact_arithmetic_bounded(answer)):
         return 0.0
-    scorer = get_reasoning_gym_scorer(name, config)
+    import reasoning_gym  # noqa: F401  (outside the deadline: a first import takes seconds)
+
+    harden_reasoning_gym()
     try:
         with scoring_deadline(seconds):
-            return float(scorer(answer, entry))
+            # The scorer's dataset is built within the deadline too: its config is the sender's, and one may build
+            # for seconds (a sieve of millions), allocating all the while.
+            scorer = get_reasoning_gym_scorer(name, config)  # ValueError: a config reasoning-gym rejects
+            try:
+                return float(scorer(answer, entry))
+            except Exception:
+                return 0.0
     except ScoringTimeout:
         return None
-    except Exception:
-        return 0.0
 
 
 def _as_mapping(value: Any) -> dict[str, Any] | None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import gc
 import json
 import math
+import os
 import signal
 import sys
 import threading
@@ -209,3 +210,47 @@ def test_the_deadline_is_never_raised_inside_a_garbage_collection():
         gc.callbacks.remove(slow_callback)
         sys.unraisablehook = previous_hook
     assert lost == []
+
+
+def test_a_sender_configs_scorer_that_takes_memory_is_used_and_not_kept():
+    """The scorer of a received group is built from its sender's config: 256 of them were kept, each of a config of
+    the sender's choice (`count_primes` up to five million builds a sieve of 40 MB), so that a peer naming a new one
+    in every group made the training process hold gigabytes. One whose dataset holds more than
+    `SCORER_KEPT_MAX_BYTES` is used, not kept: five such groups leave none kept, and the process's memory where a
+    transient build leaves it (the allocator may keep one build's pages). A small config's scorer is kept and
+    reused."""
+    small = {"min_n": 1, "max_n": 1000}
+    assert functions.get_reasoning_gym_scorer("count_primes", small) is functions.get_reasoning_gym_scorer(
+        "count_primes", small
+    )
+    gc.collect()
+    before = _resident_bytes()
+    configs = [{"min_n": 1, "max_n": 5_000_000 + n} for n in range(5)]  # a new config in every group
+    for config in configs:
+        entry = reasoning_gym_entry(reasoning_gym.create_dataset("count_primes", seed=1, size=1, **config)[0])
+        provenance = json.dumps({"source": "reasoning_gym", "task": "count_primes", "config": config})
+        rewards = reasoning_gym_reward(
+            [None] * 2, ["<answer>7</answer>"] * 2, entry=[json.dumps(entry)] * 2, provenance=[provenance] * 2
+        )
+        assert rewards == [0.0, 0.0]
+    gc.collect()
+    kept = {key for key in functions._kept_scorers if key[0] == "count_primes"}
+    assert kept == {("count_primes", functions._config_key(small))}
+    grown = _resident_bytes() - before
+    assert grown < 3 * functions.SCORER_KEPT_MAX_BYTES, f"{grown / 1e6:.0f} MB more after five large scorers"
+
+
+def _resident_bytes() -> int:
+    with open("/proc/self/statm") as statm:
+        return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def test_a_scorer_whose_dataset_builds_past_the_deadline_is_ended_by_it():
+    """The scorer's dataset is built from the sender's config before its answer is scored; the build ran before the
+    deadline started, however long it took. `count_primes` up to a hundred million would build a sieve of 800 MB for
+    seconds: the deadline ends it, and the answer is scored as past the deadline (the memory of one allocation is not
+    bounded by it: see docs/trust.md)."""
+    entry = reasoning_gym_entry(reasoning_gym.create_dataset("count_primes", seed=1, size=1, min_n=1, max_n=1000)[0])
+    config = {"min_n": 1, "max_n": 100_000_000}
+    assert functions._score_in_time("7", entry, config, functions.SCORER_SECONDS) is None
+    assert not any(key[1] == functions._config_key(config) for key in functions._kept_scorers)
