@@ -49,6 +49,7 @@ from swarm.log_lines import PeerLines
 from swarm.records import IndexEntry, RecordRef
 from swarm.refill import Offer, plan_refill
 from swarm.sender_state import Choice, SenderState, announcement_period
+from swarm.serve_gate import SERVE_BUDGET_REQUESTS, SERVE_WINDOW_SECONDS
 from swarm.transport import PeerInfo, SwarmCounters
 
 logger = logging.getLogger(__name__)
@@ -58,6 +59,11 @@ _UNREACHABLE_SECONDS = 30.0  # the longest rest of a host or a sender; a host no
 _REFUSALS_KEPT = 10_000  # strikes waiting for the node to take them (a flood loses the oldest, not memory)
 _BENCHES_KEPT = 10_000  # senders benched by the node, remembered while benched even if the book forgot them
 _SEEN_REFS_KEPT = 20_000  # refs not to fetch again (a sybil flood of departures loses the oldest, not memory)
+HOST_REQUESTS = SERVE_BUDGET_REQUESTS // 2
+"""Record requests this reader makes of one libp2p host per ``SERVE_WINDOW_SECONDS``: half what a publisher answers one
+peer, so that this reader never makes an honest host rest it. Index entries name their host unchecked, so identities
+naming an honest publisher's host, each listing records, made the reader ask that host past its budget: it rested the
+reader and answered it empty, its own records too, and the reader struck the honest sender for them."""
 _MISSING_KEPT = 10_000  # listed refs between missing tries (beyond it, the one tried longest ago is given up)
 
 
@@ -97,6 +103,7 @@ class SenderBook:
         # (sender, seq) -> (its missing tries, whether an answer came without it), for refs still listed only: a ref
         # that leaves the book takes its entry with it (refs trimmed by newer ones had left them for good)
         self._missing_tries: dict[tuple[str, int], tuple[int, bool]] = {}
+        self._host_requests: dict[str, collections.deque[float]] = {}  # monotonic times of requests begun, per host
         self._in_flight: set[tuple[str, int]] = set()  # records being fetched now: not chosen again meanwhile
         # host -> (monotonic time it may be asked again, wall time of the failure)
         self._unreachable: dict[str, tuple[float, float]] = {}
@@ -309,6 +316,7 @@ class SenderBook:
         stale_before = -float("inf") if fresh_within is None else now - fresh_within
         offers: dict[str, list[Offer[Choice]]] = {}
         with self._lock:
+            resting |= self._hosts_at_budget(monotonic)
             live_hosts = {state.host for state in self._senders.values() if not state.departed}
             for sender, state in self._senders.items():
                 if state.host in resting or state.rest_until > monotonic:
@@ -358,6 +366,19 @@ class SenderBook:
             state = self._senders.get(sender)
             return None if state is None else state.public_key
 
+    def _hosts_at_budget(self, monotonic: float) -> set[str]:
+        """Hosts asked :data:`HOST_REQUESTS` times within the last ``SERVE_WINDOW_SECONDS`` (forgetting older asks)."""
+        at_budget = set()
+        for host in list(self._host_requests):
+            times = self._host_requests[host]
+            while times and times[0] <= monotonic - SERVE_WINDOW_SECONDS:
+                times.popleft()
+            if not times:
+                del self._host_requests[host]
+            elif len(times) >= HOST_REQUESTS:
+                at_budget.add(host)
+        return at_budget
+
     def fetching(self, choice: Choice, now: bool) -> None:
         """``choice`` is being fetched (``now`` True) or no longer is: meanwhile it is not chosen again. A fetch that
         begins is its sender's turn: the senders that waited longer go before it in the next refill."""
@@ -365,6 +386,8 @@ class SenderBook:
             if now:
                 self._in_flight.add((choice.sender, choice.ref.seq))
                 self._took_turn(choice.sender)
+                if choice.host is not None:
+                    self._host_requests.setdefault(choice.host, collections.deque()).append(self._clock.monotonic())
             else:
                 self._in_flight.discard((choice.sender, choice.ref.seq))
 

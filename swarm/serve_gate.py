@@ -65,6 +65,9 @@ only after a request failed (the answer lost, or late), at most three tries a re
 between: a failed connection fails the few requests in flight on it at once. A peer asking one record over and over
 is rested after this many."""
 
+SERVE_WINDOW_SECONDS = 10.0
+"""The window of the budgets above, in seconds."""
+
 SERVE_HOST_PEERS = 4
 """Peers' budgets the libp2p peers of one host share per window (as ``store_budget_host_peers``, 4)."""
 
@@ -106,7 +109,7 @@ class ServeGate:
         budget_bytes: int = SERVE_BUDGET_BYTES,
         max_repeats: int = SERVE_REPEATS,
         host_budget_peers: int | None = SERVE_HOST_PEERS,
-        window: float = 10.0,
+        window: float = SERVE_WINDOW_SECONDS,
         rest: float = 30.0,
         max_senders: int = 4096,
         clock: Callable[[], float] = time.monotonic,

@@ -137,3 +137,29 @@ def test_a_fast_honest_publisher_that_serves_some_of_what_it_is_asked_is_never_s
     ones asked: a quarter served, the rest pushed out unserved, over 40 records asked, strikes nothing."""
     book = SenderBook(DHTTransportConfig(), SwarmCounters(), ManualClock())
     assert _asked_then_pushed_out(book, "fast", rounds=40, served_every=4) == []
+
+
+def test_identities_naming_another_peers_host_never_make_this_reader_ask_it_past_half_its_budget():
+    """Index entries name their host unchecked: 128 identities naming an honest publisher's host, each listing 8
+    records, made a reader ask that host for all of them; the host rested the reader past its serve budget and answered
+    it empty, the honest publisher's own records too. Now at most `HOST_REQUESTS` (half the host's budget) a window."""
+    from swarm.records import IndexEntry
+    from swarm.serve_gate import SERVE_BUDGET_REQUESTS, SERVE_WINDOW_SECONDS
+
+    clock = ManualClock()
+    book = SenderBook(DHTTransportConfig(max_unknown_senders=1000), SwarmCounters(), clock)
+    now = clock.time()
+    for n in range(128):
+        refs = [RecordRef(seq, now, 1) for seq in range(8)]
+        book.take_index_entry(f"sybil-{n}", b"key-%d" % n, IndexEntry("m", refs, now, host="honest-host"))
+    asked: list[float] = []
+    for _ in range(40):  # 20 s of refills every half second, each fetch answered without its record
+        chosen, _ = book.choose(need=64)
+        for choice in chosen:
+            book.fetching(choice, True)
+            asked.append(clock.monotonic())
+            book.fetching(choice, False)
+            book.record_missing(choice.sender, choice.ref)
+        clock.advance(0.5)
+    busiest = max(sum(1 for t in asked if start <= t < start + SERVE_WINDOW_SECONDS) for start in asked)
+    assert 0 < busiest <= SERVE_BUDGET_REQUESTS // 2, f"{busiest} requests to the host within one window"
