@@ -13,6 +13,10 @@ from pathlib import Path
 
 import pytest
 
+# As `swarm` does on import: a test module importing hivemind first would otherwise switch PyTorch's tensor sharing to
+# shared files, whose manager process (torch_shm_manager) outlived the suite.
+os.environ.setdefault("HIVEMIND_MEMORY_SHARING_STRATEGY", "file_descriptor")
+
 
 def pytest_configure(config: pytest.Config) -> None:
     """Give each xdist worker an equal share of the cores for its math threads, and let OpenMP threads sleep while
