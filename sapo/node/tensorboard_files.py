@@ -64,15 +64,16 @@ class TensorBoardFiles(TrainerCallback):
         writer, directory = self.tensorboard.tb_writer, self.tensorboard.logging_dir
         if writer is None or directory is None:
             return
-        files = event_files(_counted_root(Path(directory), Path(args.output_dir)))
-        if not files or files[-1].stat().st_size < self.max_bytes:
+        written = event_files(Path(directory))  # at every log: the start's own directory only, one file or a few
+        if not written or written[-1].stat().st_size < self.max_bytes:
             return
+        files = event_files(_counted_root(Path(directory), Path(args.output_dir)))
         writer.close()
         self.tensorboard.tb_writer = None  # the callback opens a new writer, and file, at its next log
         for old in files[: max(0, len(files) - (self.kept - 1))]:  # the next file will be the newest
             old.unlink(missing_ok=True)
             _remove_if_empty(old.parent, Path(directory))
-        logger.info("TensorBoard: %s reached %d bytes; a new event file is started", files[-1].name, self.max_bytes)
+        logger.info("TensorBoard: %s reached %d bytes; a new event file is started", written[-1].name, self.max_bytes)
 
 
 def event_files(root: Path) -> list[Path]:
