@@ -16,7 +16,7 @@ from pathlib import Path
 
 import torch
 
-from sapo.checkpoints import COMPLETE_MARKER, checkpoints, latest_complete_checkpoint
+from sapo.checkpoints import COMPLETE_MARKER, INCOMPLETE_KEPT, checkpoints, latest_complete_checkpoint
 from sapo.trainer import FAULT_PAUSE_BEFORE_MARKER
 from tests.node_fixtures import (  # noqa: F401
     NO_EVALUATION,
@@ -107,7 +107,10 @@ def test_kill9_at_random_moments_resumes_from_the_newest_complete_checkpoint(tmp
     assert all(complete for _, _, complete in checkpoints(out))  # half-written ones were set aside
     set_aside = list((out / "incomplete").iterdir()) if (out / "incomplete").exists() else []
     assert caught_mid_write >= 2  # both mid-checkpoint kills left one
-    assert len(set_aside) == caught_mid_write  # each checkpoint the kill left half-written was set aside
+    # each checkpoint a kill left half-written was set aside at the next start, and the newest of them are kept
+    logs = "".join((tmp_path / f"attempt{n}.log").read_text() for n in (1, 2)) + final.stderr
+    assert logs.count("was never completed (the node stopped mid-save); moved to") == caught_mid_write
+    assert len(set_aside) == min(caught_mid_write, INCOMPLETE_KEPT)
     steps = [m["step"] for m in _metrics(out)]
     assert steps == sorted(set(steps)) and steps[-1] == resumed_step + 2  # no step logged twice across four lives
     _assert_gone(_p2pd(out))
@@ -150,7 +153,7 @@ def test_a_restart_skips_the_evaluation_it_already_did_and_counts_its_totals_on(
 def test_only_the_newest_half_written_checkpoints_are_kept_aside(tmp_path):
     """A node killed mid-save at every start over months left a half-written checkpoint in `incomplete/` each time,
     for good; the newest `INCOMPLETE_KEPT` are kept, a complete checkpoint is never touched."""
-    from sapo.checkpoints import INCOMPLETE_KEPT, set_aside_incomplete
+    from sapo.checkpoints import set_aside_incomplete
 
     (tmp_path / "checkpoint-1").mkdir()
     (tmp_path / "checkpoint-1" / COMPLETE_MARKER).write_text("{}")
