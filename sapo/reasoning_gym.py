@@ -33,6 +33,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DEFAULT_TASKS",
+    "EAGER_TASKS",
     "HELD_OUT_SEED_BASE",
     "MAX_INDEX",
     "PAPER_TASKS",
@@ -161,17 +162,33 @@ DEFAULT_TASKS: tuple[TaskSpec, ...] = (
 SmolLM2-135M-Instruct gets some answers right (measurement in the comment above)."""
 
 
+EAGER_TASKS = frozenset({"acre", "gsm_symbolic", "list_functions"})
+"""reasoning-gym tasks that compute something for every one of their ``size`` entries when built (acre generates
+them all; gsm_symbolic and list_functions draw a generator for each), so a generator of :data:`MAX_INDEX` entries
+never finishes building: not offered (:func:`validate_task_names` says so), and a received group naming one is
+``unknown_task`` at once. Every other task builds its generator of :data:`MAX_INDEX` entries in under a second
+(tests/test_tasks.py builds them all)."""
+
+
 def task_names() -> frozenset[str]:
+    """The reasoning-gym tasks this library can draw from and verify: every registered dataset but
+    :data:`EAGER_TASKS`."""
     from reasoning_gym.factory import DATASETS  # read each time: a user may register a dataset of their own
 
-    return frozenset(DATASETS)
+    return frozenset(DATASETS) - EAGER_TASKS
 
 
 def validate_task_names(tasks: Sequence[TaskSpec | str]) -> None:
-    """Raise ``ValueError`` naming the first unknown reasoning-gym task and its close matches."""
+    """Raise ``ValueError`` naming the first unknown reasoning-gym task and its close matches, or the first of
+    :data:`EAGER_TASKS`."""
     names = task_names()
     for task in tasks:
         name = task.name if isinstance(task, TaskSpec) else task
+        if name in EAGER_TASKS:
+            raise ValueError(
+                f"reasoning-gym task {name!r} builds all of its entries up front, and this library draws from "
+                f"generators of {MAX_INDEX:,} entries, which it would never finish building; choose another task"
+            )
         if name not in names:
             known = sorted(names)
             close = difflib.get_close_matches(name, known, n=5, cutoff=0.5)

@@ -25,6 +25,7 @@ from typing import Any
 
 from sapo.questions import GroupDropped
 from sapo.reasoning_gym import (
+    EAGER_TASKS,
     MAX_INDEX,
     TaskSpec,
     answer_and_entry,
@@ -36,7 +37,7 @@ from sapo.reasoning_gym import (
 )
 from swarm.records import Provenance
 
-__all__ = ["LIMIT_MEMORY_SECONDS", "REMEMBERED_LIMITS", "ReasoningGymVerifier", "regenerate_entry"]
+__all__ = ["LIMIT_MEMORY_SECONDS", "MAX_BUILD_BYTES", "REMEMBERED_LIMITS", "ReasoningGymVerifier", "regenerate_entry"]
 
 
 # ----------------------------------------------------------------------------------------------
@@ -55,10 +56,58 @@ MAX_ENTRY_CHARS = 1_048_576
 Tower of Hanoi of 23 disks made one of about 277 MB, which the training process parsed and held whole."""
 
 
+MAX_BUILD_BYTES = 128_000_000
+"""The most memory a foreign config's generator may take to build (the peak resident memory its build added in the
+child); a config past it is past a limit (``regeneration_limit``, remembered). The node builds the config's dataset
+again in the training process to score the group's answers (:func:`rewards.get_reasoning_gym_scorer`), where one
+allocation is not bounded by the scoring deadline: `count_primes` up to twenty million builds a sieve of 160 MB. The
+largest of reasoning-gym's own tasks at their defaults takes about 29 MB (`arc_agi`)."""
+
+MEASURED_BUILDS = 4096
+"""Generators whose build the child remembers measuring; past it the child forgets them and the generators it keeps
+together, so that none is kept unmeasured."""
+
+
+def _resident_bytes(field: str) -> int | None:
+    """A field of ``/proc/self/status`` in bytes (``VmRSS``, ``VmHWM``), None where there is none."""
+    try:
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith(f"{field}:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
+
+
+def _measured_generator(
+    name: str, config_key: str, seed: int, measured: dict[tuple[str, str, int], int]
+) -> tuple[Any, int]:
+    """The child's generator of a config and seed, and the memory its first build took here: the peak resident memory
+    over what was resident before (Linux resets the peak through ``/proc/self/clear_refs``; where it cannot, the
+    resident memory the build left; 0 where neither can be read)."""
+    key = (name, config_key, seed)
+    if key not in measured:
+        if len(measured) >= MEASURED_BUILDS:
+            measured.clear()
+            cached_generator.cache_clear()
+        before = _resident_bytes("VmRSS")
+        try:
+            with open("/proc/self/clear_refs", "w") as clear_refs:
+                clear_refs.write("5")  # the peak resident memory (VmHWM) starts again from what is resident now
+            peak_field = "VmHWM"
+        except OSError:
+            peak_field = "VmRSS"
+        cached_generator(name, config_key, seed)
+        after = _resident_bytes(peak_field)
+        measured[key] = 0 if before is None or after is None else max(0, after - before)
+    return cached_generator(name, config_key, seed), measured[key]
+
+
 def _serve(memory_mb: int | None) -> None:
     """The child's loop over stdin/stdout, one JSON line each way: [name, config_key, seed, index] in,
-    ["ok", entry], ["failed", message] or ["too_large", characters] (over :data:`MAX_ENTRY_CHARS`) out. Ends when the
-    parent closes the pipe."""
+    ["ok", entry, build bytes] (what the generator took to build, :func:`_measured_generator`), ["failed", message]
+    or ["too_large", characters] (over :data:`MAX_ENTRY_CHARS`) out. Ends when the parent closes the pipe."""
     if memory_mb:
         import resource
 
@@ -73,10 +122,12 @@ def _serve(memory_mb: int | None) -> None:
 
     replies.write(json.dumps(["ready"]) + "\n")
     replies.flush()
+    measured: dict[tuple[str, str, int], int] = {}
     for line in sys.stdin:
         name, config_key, seed, index = json.loads(line)
         try:
-            reply = json.dumps(["ok", reasoning_gym_entry(cached_generator(name, config_key, seed)[index])])
+            generator, build_bytes = _measured_generator(name, config_key, seed, measured)
+            reply = json.dumps(["ok", reasoning_gym_entry(generator[index]), build_bytes])
         except Exception as e:  # noqa: BLE001 - every failure of foreign input is an answer, not a crash
             reply = json.dumps(["failed", f"{type(e).__name__}: {e}"])
         if len(reply) > MAX_ENTRY_CHARS:  # told, not sent: the parent would hold it whole
@@ -171,8 +222,9 @@ def regenerate_entry(task: TaskSpec, seed: int, index: int, timeout: float | Non
 
     With ``timeout=None`` it is generated in this process (for configs this node runs itself); otherwise in the
     child process, which is killed and replaced past ``timeout`` seconds or 4 GB of address space. Raises
-    :class:`GroupDropped`: ``regeneration_limit`` past a limit, ``unknown_task`` when reasoning-gym rejects the
-    config or fails on it.
+    :class:`GroupDropped`: ``regeneration_limit`` past a limit (in the child: also an entry over
+    :data:`MAX_ENTRY_CHARS` or a generator that took more than :data:`MAX_BUILD_BYTES` to build), ``unknown_task``
+    when reasoning-gym rejects the config or fails on it.
     """
     if timeout is None:
         try:
@@ -181,11 +233,16 @@ def regenerate_entry(task: TaskSpec, seed: int, index: int, timeout: float | Non
             raise GroupDropped(
                 "unknown_task", f"{task.name} with config {task.config}: {type(e).__name__}: {e}"
             ) from None
-    status, value = _worker.request([task.name, task.config_key, seed, index], timeout)
+    status, value, *build_bytes = _worker.request([task.name, task.config_key, seed, index], timeout)
     if status == "too_large":
         raise _OverLimit(f"its entry is {value:,} characters of JSON, over {MAX_ENTRY_CHARS:,}")
     if status != "ok":
         raise GroupDropped("unknown_task", f"reasoning-gym rejected {task.name!r} with config {task.config}: {value}")
+    if build_bytes[0] > MAX_BUILD_BYTES:
+        raise _OverLimit(
+            f"its generator took {build_bytes[0] / 1e6:,.0f} MB to build, over {MAX_BUILD_BYTES / 1e6:,.0f} MB "
+            "(its answers' scorer would build it again in this process)"
+        )
     return value
 
 
@@ -231,7 +288,8 @@ class ReasoningGymVerifier:
             ``regeneration_budget`` (its config not remembered: it was not past its own limit), so a round spends
             at most the budget and one restart of the child. None: no budget.
 
-    A foreign config past the time or memory limit is remembered (:data:`REMEMBERED_LIMITS` of them, for
+    A foreign config past the time or memory limit (or with an entry over :data:`MAX_ENTRY_CHARS` or a generator over
+    :data:`MAX_BUILD_BYTES`) is remembered (:data:`REMEMBERED_LIMITS` of them, for
     :data:`LIMIT_MEMORY_SECONDS`): its later entries are refused as ``regeneration_limit`` at once, without the child.
     A foreign entry regenerated is kept (:data:`REMEMBERED_ENTRIES`, each at most :data:`REMEMBERED_ENTRY_BYTES`): the
     same item sent again costs no second run. ``counts`` says what foreign entries met: ``child_runs``,
@@ -303,7 +361,8 @@ class ReasoningGymVerifier:
         if not 0 <= index < MAX_INDEX or not 0 <= seed < 2**32:
             raise GroupDropped("index_out_of_range", f"seed {seed}, index {index}")
         if name not in task_names():
-            raise GroupDropped("unknown_task", f"reasoning-gym has no task {name!r}")
+            known = "builds all of its entries up front; not regenerated" if name in EAGER_TASKS else "is not known"
+            raise GroupDropped("unknown_task", f"reasoning-gym task {name!r} {known}")
         try:
             task = TaskSpec(name, provenance.config)
         except ValueError as e:

@@ -10,10 +10,12 @@ from collections import Counter
 from types import SimpleNamespace
 
 import pytest
+import reasoning_gym
 
 from rewards import reasoning_gym_reward
 from sapo.publication import published_prompt
 from sapo.questions import GroupDropped
+from sapo.reasoning_gym import EAGER_TASKS, task_names
 from sapo.sources import DatasetSource, ReasoningGymSource, SourceRegistry, item_key
 from sapo.tasks import (
     DEFAULT_SYSTEM_PROMPT,
@@ -304,6 +306,61 @@ def test_a_foreign_entry_too_large_to_hold_stays_in_the_child_and_its_config_is_
     with pytest.raises(GroupDropped) as info:
         verifier.columns_for(validate_group(again))
     assert "past a limit before" in info.value.detail and runs == []
+
+
+def test_a_foreign_config_whose_generator_takes_memory_to_build_is_past_a_limit(monkeypatch):
+    """The node builds a received group's dataset again in the training process to score its answers, where the
+    scoring deadline does not bound one allocation: `count_primes` between 19,999,000 and 20,000,000 builds a sieve of
+    160 MB for a question of a hundred characters. The child measures what each generator took to build, and a config
+    past `MAX_BUILD_BYTES` is past a limit and remembered; one up to 10 million (a sieve of 80 MB) is regenerated and
+    verified. Real regeneration in the child."""
+    from sapo import regeneration
+
+    def group_of(config):
+        row = build_reasoning_gym_dataset([TaskSpec("count_primes", config)], size=1, seed=5)[0]
+        return _group(row)
+
+    verifier = _rg(regeneration_timeout=10.0)
+    large = group_of({"min_n": 19_999_000, "max_n": 20_000_000})
+    with pytest.raises(GroupDropped) as info:
+        verifier.columns_for(large)
+    assert info.value.reason == "regeneration_limit" and "MB to build, over 128 MB" in info.value.detail
+    runs = []
+    request = regeneration._worker.request
+    monkeypatch.setattr(regeneration._worker, "request", lambda *args: runs.append(args) or request(*args))
+    with pytest.raises(GroupDropped) as info:
+        verifier.columns_for(dataclasses.replace(large, group_id="0-1"))
+    assert "past a limit before" in info.value.detail and runs == []
+    smaller = group_of({"min_n": 9_999_000, "max_n": 10_000_000})
+    assert verifier.columns_for(smaller)["question"] == smaller.prompt[-1]["content"]
+    assert len(runs) == 1
+
+
+def test_the_tasks_offered_build_nothing_per_entry_and_those_that_do_are_refused():
+    """Generators are built with `MAX_INDEX` entries and generate each on demand. Three reasoning-gym tasks compute
+    something for every entry when built (a node told to draw from `acre` never finished building it; `gsm_symbolic`
+    and `list_functions` passed 4 GB within a minute): they are refused with a reason, and a received group naming one
+    is `unknown_task` at once. Every other task holds as much with 1,000 entries as with 10."""
+    from reasoning_gym.factory import DATASETS
+
+    from rewards.functions import _held_bytes
+
+    def held(name, size):
+        return _held_bytes(reasoning_gym.create_dataset(name, seed=1, size=size), 10**9)
+
+    eager = set()
+    for name in sorted(DATASETS):
+        if name == "composite":  # made of other tasks; no default config
+            continue
+        if held(name, 1000) - held(name, 10) > 4 * 990:  # at least 4 bytes more for each further entry
+            eager.add(name)
+    assert eager == EAGER_TASKS and not EAGER_TASKS & task_names()
+    with pytest.raises(ValueError, match="'acre' builds all of its entries up front"):
+        validate_task_names(["basic_arithmetic", "acre"])
+    row = build_reasoning_gym_dataset([EASY_ARITHMETIC], size=1, seed=5)[0]
+    with pytest.raises(GroupDropped) as info:
+        _rg().columns_for(_group(row, task="gsm_symbolic"))
+    assert info.value.reason == "unknown_task" and "up front" in info.value.detail
 
 
 def test_a_rounds_foreign_regeneration_stops_at_its_budget_and_the_next_round_has_it_again(rg_rows, monkeypatch):
