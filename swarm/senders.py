@@ -16,11 +16,10 @@ Standing. Identities are free (a key each), so what a sender says earns it nothi
   host answered without it, or a DHT lookup never found it, at its last try; or at any try, once the sender served
   little of what it was asked: :meth:`SenderState.serves_little`), is a *strike*: it counts against its sender as a
   refused group does, rests the sender (1 s, doubling with each strike among its last
-  :data:`swarm.sender_state.STANDING_WINDOW` outcomes, at most ``_UNREACHABLE_SECONDS``), and is handed to the node
-  (:meth:`SenderBook.refusals`) so that its own sender standing sees it too;
-- a host whose request failed (unreachable, timed out: the network, or a peer that left) rests: from
-  ``fetch_retry_after`` seconds, doubling with each failure in a row, when its sender was judged good, and
-  ``_UNREACHABLE_SECONDS`` otherwise, or until it is heard from after the failure (unless its sender stands badly);
+  :data:`swarm.sender_state.STANDING_WINDOW` outcomes, at most :data:`swarm.host_rests.LONGEST_REST_SECONDS`), and is
+  handed to the node (:meth:`SenderBook.refusals`) so that its own sender standing sees it too;
+- a host whose request failed rests, and is asked at most :data:`swarm.host_rests.HOST_REQUESTS` times a window
+  (:mod:`swarm.host_rests`); heard from after the failure, it is asked again at once, unless its sender stands badly;
 - the senders not judged good are at most ``max_unknown_senders`` (the least useful is forgotten first: one that
   stands badly, then one never judged, the one heard from longest ago first), and at most
   ``max_senders_per_host`` of them may be announced by one libp2p host;
@@ -45,25 +44,19 @@ from collections.abc import Callable, Iterable
 from swarm.announcements import Announcement
 from swarm.clock import SYSTEM_CLOCK, Clock
 from swarm.config import DHTTransportConfig
+from swarm.host_rests import LONGEST_REST_SECONDS, HostRests
 from swarm.log_lines import PeerLines
 from swarm.records import IndexEntry, RecordRef
 from swarm.refill import Offer, plan_refill
 from swarm.sender_state import Choice, SenderState, announcement_period
-from swarm.serve_gate import SERVE_BUDGET_REQUESTS, SERVE_WINDOW_SECONDS
 from swarm.transport import PeerInfo, SwarmCounters
 
 logger = logging.getLogger(__name__)
 
 _MISSING_TRIES = 3  # polls a listed record may be missing (its store still travelling) before it is given up
-_UNREACHABLE_SECONDS = 30.0  # the longest rest of a host or a sender; a host not judged good rests this long at once
 _REFUSALS_KEPT = 10_000  # strikes waiting for the node to take them (a flood loses the oldest, not memory)
 _BENCHES_KEPT = 10_000  # senders benched by the node, remembered while benched even if the book forgot them
 _SEEN_REFS_KEPT = 20_000  # refs not to fetch again (a sybil flood of departures loses the oldest, not memory)
-HOST_REQUESTS = SERVE_BUDGET_REQUESTS // 2
-"""Record requests this reader makes of one libp2p host per ``SERVE_WINDOW_SECONDS``: half what a publisher answers one
-peer, so that this reader never makes an honest host rest it. Index entries name their host unchecked, so identities
-naming an honest publisher's host, each listing records, made the reader ask that host past its budget: it rested the
-reader and answered it empty, its own records too, and the reader struck the honest sender for them."""
 _MISSING_KEPT = 10_000  # listed refs between missing tries (beyond it, the one tried longest ago is given up)
 
 
@@ -103,11 +96,8 @@ class SenderBook:
         # (sender, seq) -> (its missing tries, whether an answer came without it), for refs still listed only: a ref
         # that leaves the book takes its entry with it (refs trimmed by newer ones had left them for good)
         self._missing_tries: dict[tuple[str, int], tuple[int, bool]] = {}
-        self._host_requests: dict[str, collections.deque[float]] = {}  # monotonic times of requests begun, per host
         self._in_flight: set[tuple[str, int]] = set()  # records being fetched now: not chosen again meanwhile
-        # host -> (monotonic time it may be asked again, wall time of the failure)
-        self._unreachable: dict[str, tuple[float, float]] = {}
-        self._host_failures: collections.Counter[str] = collections.Counter()  # failed requests in a row, by host
+        self._hosts = HostRests()  # hosts resting after a failure or at their request budget
         self._by_origin: dict[str, set[str]] = {}  # libp2p host -> the senders its announcements made known
         self._refusals: collections.deque[tuple[str, str]] = collections.deque(maxlen=_REFUSALS_KEPT)
         self._benched: dict[str, float] = {}  # sender -> monotonic time its bench by the node ends
@@ -251,9 +241,8 @@ class SenderBook:
             state.departed = False
             self._counters.add("returned_senders")
             self._peer_lines.log(logging.INFO, "back", "key fingerprint %s is back", sender)
-        rest = self._unreachable.get(host) if host is not None else None
-        if rest is not None and at > rest[1] and not state.stands_badly():  # heard from after the failure: back
-            del self._unreachable[host]
+        if host is not None and not state.stands_badly():  # heard from after a failure: back
+            self._hosts.heard_from(host, at)
 
     # ------------------------------------------------------------------------------ departures
 
@@ -316,7 +305,7 @@ class SenderBook:
         stale_before = -float("inf") if fresh_within is None else now - fresh_within
         offers: dict[str, list[Offer[Choice]]] = {}
         with self._lock:
-            resting |= self._hosts_at_budget(monotonic)
+            resting |= self._hosts.at_budget(monotonic)
             live_hosts = {state.host for state in self._senders.values() if not state.departed}
             for sender, state in self._senders.items():
                 if state.host in resting or state.rest_until > monotonic:
@@ -366,19 +355,6 @@ class SenderBook:
             state = self._senders.get(sender)
             return None if state is None else state.public_key
 
-    def _hosts_at_budget(self, monotonic: float) -> set[str]:
-        """Hosts asked :data:`HOST_REQUESTS` times within the last ``SERVE_WINDOW_SECONDS`` (forgetting older asks)."""
-        at_budget = set()
-        for host in list(self._host_requests):
-            times = self._host_requests[host]
-            while times and times[0] <= monotonic - SERVE_WINDOW_SECONDS:
-                times.popleft()
-            if not times:
-                del self._host_requests[host]
-            elif len(times) >= HOST_REQUESTS:
-                at_budget.add(host)
-        return at_budget
-
     def fetching(self, choice: Choice, now: bool) -> None:
         """``choice`` is being fetched (``now`` True) or no longer is: meanwhile it is not chosen again. A fetch that
         begins is its sender's turn: the senders that waited longer go before it in the next refill."""
@@ -387,7 +363,7 @@ class SenderBook:
                 self._in_flight.add((choice.sender, choice.ref.seq))
                 self._took_turn(choice.sender)
                 if choice.host is not None:
-                    self._host_requests.setdefault(choice.host, collections.deque()).append(self._clock.monotonic())
+                    self._hosts.asked(choice.host, self._clock.monotonic())
             else:
                 self._in_flight.discard((choice.sender, choice.ref.seq))
 
@@ -402,7 +378,7 @@ class SenderBook:
             self._seen(sender, ref, self._clock.time())
             self._missing_tries.pop((sender, ref.seq), None)
             if host is not None:
-                self._host_failures.pop(host, None)
+                self._hosts.answered(host)
 
     def _seen(self, sender: str, ref: RecordRef, now: float, replace: bool = True) -> None:
         """Remember ``ref`` as not to be fetched again (``replace``: even if it is remembered already), dated at most
@@ -472,19 +448,13 @@ class SenderBook:
         the module docstring) or until it is heard from again."""
         with self._lock:
             state = self._senders.get(sender) if sender is not None else None
-            self._host_failures[host] += 1
-            seconds = _UNREACHABLE_SECONDS
-            if state is not None and state.judged_good():  # an honest host is retried soon: a failure under load
-                seconds = min(seconds, self.config.fetch_retry_after * 2 ** (self._host_failures[host] - 1))
-            self._unreachable[host] = (self._clock.monotonic() + seconds, self._clock.time())
+            retry_after = self.config.fetch_retry_after if state is not None and state.judged_good() else None
+            self._hosts.failed(host, retry_after, self._clock.monotonic(), self._clock.time())
 
     def resting_hosts(self) -> set[str]:
         """Hosts whose last request failed within their rest and that were not heard from since."""
-        now = self._clock.monotonic()
         with self._lock:
-            for host in [host for host, (until, _) in self._unreachable.items() if until <= now]:
-                del self._unreachable[host]
-            return set(self._unreachable)
+            return self._hosts.resting(self._clock.monotonic())
 
     # ------------------------------------------------------------------------------ standing
 
@@ -508,7 +478,7 @@ class SenderBook:
         if state is not None:
             state.outcomes.append(False)
             strikes = state.outcomes.count(False)
-            seconds = min(_UNREACHABLE_SECONDS, self.config.fetch_retry_after * 2 ** (strikes - 1))
+            seconds = min(LONGEST_REST_SECONDS, self.config.fetch_retry_after * 2 ** (strikes - 1))
             state.rest_until = self._clock.monotonic() + seconds
         self._counters.add("sender_strikes")
 
@@ -590,9 +560,7 @@ class SenderBook:
             # what _lost and record_missing left: a fetch of a ref no longer listed that never reported back
             for key in [key for key in self._missing_tries if key not in self._in_flight and not self._listed(key)]:
                 del self._missing_tries[key]
-            hosts = {state.host for state in self._senders.values()}
-            for host in [host for host in self._host_failures if host not in hosts]:
-                del self._host_failures[host]
+            self._hosts.forget_all_but({state.host for state in self._senders.values()})
 
     def gauges(self) -> dict[str, float]:
         """Peers known, departed, judged good and not (``unknown_senders``, the bounded part of the book), refs
