@@ -17,6 +17,7 @@ from swarm.records import Provenance, provenance_to_wire
 
 __all__ = [
     "DEFAULT_SYSTEM_PROMPT",
+    "DETAIL_MAX_CHARS",
     "GROUP_DROP_REASONS",
     "REWARD_COLUMNS",
     "GroupDropped",
@@ -24,6 +25,7 @@ __all__ = [
     "question_messages",
     "question_of",
     "question_row",
+    "questions_of_rows",
     "reward_columns",
     "system_messages",
 ]
@@ -51,17 +53,26 @@ GROUP_DROP_REASONS = (
     "regeneration_budget",  # the round's time for regenerating foreign reasoning-gym configs was spent
     "rederivation_cost",  # the sender's groups cost this peer too much re-derivation time lately (a rest, no verdict)
     "untrusted_prompt",  # "trust" policy, but the prompt is more than one user message (a system or assistant turn)
+    "held_out",  # the question is one of this peer's held-out evaluation questions (never trained on)
     "source_error",  # the source holding the item raised while re-deriving it (logged; counted as a source error)
     "unsupported_task",  # the item is held, but its task cannot be scored offline (a container, tools, turns)
 )
 
 
+DETAIL_MAX_CHARS = 500
+"""The longest ``detail`` a :class:`GroupDropped` keeps (longer ones are cut, saying how long they were): a detail may
+quote what a sender sent (a config of up to 3 MiB was quoted whole into the log)."""
+
+
 class GroupDropped(Exception):
-    """A received group whose ground truth cannot be re-derived; ``reason`` is one of :data:`GROUP_DROP_REASONS`."""
+    """A received group whose ground truth cannot be re-derived; ``reason`` is one of :data:`GROUP_DROP_REASONS`,
+    ``detail`` what happened, cut to :data:`DETAIL_MAX_CHARS`."""
 
     def __init__(self, reason: str, detail: str):
         if reason not in GROUP_DROP_REASONS:
             raise ValueError(f"unknown drop reason {reason!r}; expected one of {GROUP_DROP_REASONS}")
+        if len(detail) > DETAIL_MAX_CHARS:
+            detail = f"{detail[: DETAIL_MAX_CHARS - 40]}... ({len(detail):,} characters in all)"
         super().__init__(f"{reason}: {detail}")
         self.reason = reason
         self.detail = detail
@@ -80,6 +91,20 @@ def question_of(prompt: Sequence[Mapping[str, str]]) -> str:
     """The question of a chat prompt: its last user message, stripped of surrounding whitespace ("" if none)."""
     users = [m["content"] for m in prompt if m.get("role") == "user"]
     return users[-1].strip() if users else ""
+
+
+def questions_of_rows(rows: Any) -> frozenset[str]:
+    """The questions of rows with a ``prompt`` column (chat messages: :func:`question_of`; text: stripped), such as a
+    trainer's evaluation set; a `dict` of such datasets (TRL's named evaluation sets) gives all of theirs. Empty for
+    None or rows without prompts."""
+    if isinstance(rows, Mapping):
+        return frozenset().union(*(questions_of_rows(part) for part in rows.values()))
+    column_names = getattr(rows, "column_names", None)
+    if rows is None or (column_names is not None and "prompt" not in column_names):
+        return frozenset()
+    prompts = rows["prompt"] if column_names is not None else [row.get("prompt") for row in rows]
+    questions = (question_of(p) if isinstance(p, list) else p.strip() for p in prompts if isinstance(p, list | str))
+    return frozenset(q for q in questions if q)
 
 
 def question_messages(question: str, system_prompt: str | None) -> list[dict[str, str]]:

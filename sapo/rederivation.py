@@ -34,6 +34,13 @@ SCORING_FREE_FACTOR = 4.0
 slow reward (a judge model, code that runs) every sender's groups cost about as much, and none is charged."""
 
 
+SOURCE_ERROR_SECONDS = 1.0
+"""Seconds a received group whose item made a task source raise (``source_error``) is charged to its sender at least:
+such an error costs a logged line and counts toward `max_source_errors`, so that a sender of items a source raises on
+(found offline in a user's generator with a rare bug) is rested after about ``sender_rederivation_seconds`` of
+them, as one of slow items is."""
+
+
 def scoring_excess(scored: Sequence[tuple[str, float]]) -> list[float]:
     """What scoring each of a round's received groups cost beyond what is free (``scored``: each group's sender and
     seconds): the larger of :data:`SCORING_FREE_SECONDS` and :data:`SCORING_FREE_FACTOR` times the cheapest sender's
@@ -184,7 +191,10 @@ class RoundRederivation:
         try:
             truth = self.sources.columns_for(item.group)
         except GroupDropped as e:
-            self._charge(item.sender, time.monotonic() - started, newcomer)
+            seconds = time.monotonic() - started
+            self._charge(
+                item.sender, max(seconds, SOURCE_ERROR_SECONDS) if e.reason == "source_error" else seconds, newcomer
+            )
             return e
         # an item of this peer's own kind re-derived costs nothing, however slow the source: honest senders never rest
         if costly:

@@ -44,7 +44,7 @@ from sapo.hygiene import CompletionFilter
 from sapo.intake import Intake
 from sapo.probe import PolicyProbe
 from sapo.publication import group_id, own_groups, publish, row_provenance
-from sapo.questions import system_messages
+from sapo.questions import questions_of_rows, system_messages
 from sapo.replay import own_candidates
 from sapo.reward_guard import reward_guards
 from sapo.round import Round, RoundOutcome, build_round, round_figures
@@ -205,6 +205,8 @@ class SAPOTrainer(HeldOutEvaluation, TRLBridge):
             sampler=sampler, completion_filter=completion_filter,
             sources=self._sources(train_dataset, sources),
         )  # fmt: skip
+        # a received group of a question this trainer evaluates on is never trained on (`held_out`)
+        self.intake.sources.hold_out(questions_of_rows(self.eval_dataset))
         self.swarm_model_name = args.swarm_model_name or str(getattr(self.model.config, "name_or_path", "") or "")
         self.last_external: list[Any] = []
         self._phase_seconds: Counter[str] = Counter()

@@ -374,3 +374,33 @@ def test_a_restarted_node_holds_only_the_last_lines_of_a_long_metrics_file(tmp_p
     metrics = MetricsJsonl(path, resume_step=20)
     assert [r["step"] for r in metrics.history] == [18, 19, 20, 20] and metrics.evaluated(20)
     assert len(path.read_text().splitlines()) == 21  # nothing past the step: the file is left as it was
+
+
+def test_a_trainer_never_trains_on_a_received_group_of_a_question_it_evaluates_on(tmp_path, tiny_model_a):
+    """The trainer tells its task sources the questions of its evaluation set: a swarm group of one of them (a peer
+    with another split of the same data) is dropped as `held_out` by the trainer's own intake, and a group of a
+    training question is verified. Before, every held-out item a peer sent was trained on."""
+    from sapo.publication import published_prompt
+    from sapo.questions import GroupDropped
+    from sapo.sources import DatasetSource
+    from swarm.records import Group, provenance_from_wire, validate_group
+
+    records = [{"question": f"What is {k} + {k}?", "answer": str(2 * k)} for k in range(40)]
+    questions = DatasetSource(records, name="sums", eval_fraction=0.25)
+    model, tokenizer = load_policy(tiny_model_a)
+    trainer = SAPOTrainer(
+        model=model, reward_funcs=[reasoning_gym_reward], args=_args(tmp_path, eval_questions=10),
+        train_dataset=questions.rows(), processing_class=tokenizer, swarm=MemorySwarm().join("peer-a"),
+        sources=[questions],
+    )  # fmt: skip
+
+    def received(row):
+        provenance = provenance_from_wire(json.loads(row["provenance"]))
+        return validate_group(Group("0-0", published_prompt(row["prompt"]), ["1", "2"], provenance))
+
+    evaluated, trained = trainer.eval_dataset[0], questions.rows()[0]
+    with pytest.raises(GroupDropped) as info:
+        trainer.intake.sources.columns_for(received(evaluated))
+    assert info.value.reason == "held_out"
+    assert len(trainer.intake.sources.held_out_questions) == len(trainer.eval_dataset) == 10
+    assert trainer.intake.sources.columns_for(received(trained))["answer"] == trained["answer"]

@@ -122,6 +122,38 @@ def test_a_slow_source_never_rests_the_senders_of_its_items_but_rests_a_forger(m
     assert reasons == ["question_mismatch"] * 3 + ["rederivation_cost"] * 2, reasons  # 0.15 s > 0.12 s: rested
 
 
+def test_items_a_source_raises_on_rest_their_sender_and_never_stop_a_node_that_re_derives_others():
+    """A user's generator with a rare bug: a peer that finds the items it raises on (offline, in a second) and sends
+    only those stopped the node at `max_source_errors` (a count that never decayed), and was never rested (an error
+    takes microseconds). Now each such group costs its sender `SOURCE_ERROR_SECONDS`, so it is rested after a few,
+    and the limit counts errors in a row: another sender's items re-derived between start it again."""
+
+    class Fragile(DatasetSource):
+        def rederive(self, provenance, question):
+            if question.endswith("13?"):
+                raise ZeroDivisionError("a rare item")
+            return super().rederive(provenance, question)
+
+    sums = Fragile([{"question": f"What is {k} + {k}?", "answer": str(2 * k)} for k in range(14)], "sums")
+    registry = SourceRegistry([sums], max_source_errors=3)
+    rederive = RoundRederivation(registry, RederivationCosts(allowance=2.5))
+    rows = list(sums.rows())
+    fragile = next(row for row in rows if row["prompt"][-1]["content"].endswith("13?"))
+
+    def group(sender, row, n):
+        provenance = provenance_from_wire(json.loads(row["provenance"]))
+        return ReceivedGroup(sender, Group(f"{sender}-{n}", [row["prompt"][-1]], ["1", "2"], provenance))
+
+    for round_ in range(4):  # each round: the hostile sender's 3 groups (taking turns with) an honest sender's 3
+        received = [group("hostile", fragile, 3 * round_ + k) for k in range(3)]
+        received += [group("honest", rows[k], 3 * round_ + k) for k in range(3)]
+        truths = rederive.truths(received)
+        assert all(isinstance(truth, dict) for truth in truths[3:])
+        reasons = [truth.reason for truth in truths[:3]]
+        assert reasons == (["source_error"] * 3 if round_ == 0 else ["rederivation_cost"] * 3), (round_, reasons)
+    assert registry.source_errors == 3 and registry.source_errors_in_a_row == 0
+
+
 def test_the_budget_goes_to_a_sender_found_usable_before_new_identities_fetched_first(
     tmp_path, smollm_tokenizer, monkeypatch
 ):

@@ -3,6 +3,7 @@ split or filter; says precisely why when it cannot; and hands the rewards its ow
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import random
 
@@ -10,7 +11,7 @@ import pytest
 from datasets import Dataset
 
 from sapo.publication import published_prompt
-from sapo.questions import GroupDropped
+from sapo.questions import GroupDropped, questions_of_rows
 from sapo.sources import DatasetSource, GeneratorSource, ReasoningGymSource, SourceRegistry, item_key, mix_rows
 from sapo.sources.own import keyed_by_content, registry_for
 from sapo.tasks import TaskSpec
@@ -201,9 +202,52 @@ def test_a_source_that_raises_drops_the_group_and_stops_training_past_its_limit(
     with pytest.raises(GroupDropped) as info:
         registry.columns_for(_group(rows[0]))
     assert info.value.reason == "source_error" and "ZeroDivisionError" in info.value.detail
-    assert registry.source_errors == 1 and "raised on item flaky[0, 0]" in caplog.text
-    with pytest.raises(SourceErrorLimit, match="raised 2 times \\(limit 1\\)"):
+    assert registry.source_errors == 1 and "raised in rederive() on item flaky[0, 0]" in caplog.text
+    with pytest.raises(SourceErrorLimit, match="raised 2 times in a row \\(limit 1\\)"):
         registry.columns_for(_group(rows[1]))
+
+
+def test_a_source_whose_holds_raises_drops_the_group_as_a_source_error_and_long_details_are_cut(caplog):
+    """A source's own `holds()` that raises on a sender's provenance (a user's source parsing a key it did not make)
+    escaped into the training step; it drops the group as `source_error`, counted as one. And a drop's detail that
+    quotes what a sender sent (a config of megabytes) is cut to `DETAIL_MAX_CHARS`."""
+    from sapo.questions import DETAIL_MAX_CHARS
+
+    class Picky(Flaky):
+        def holds(self, provenance):
+            raise ValueError(f"not a key of mine: {provenance.key}")  # a key this source did not make
+
+    source = Picky()
+    group = _group(source.rows(size=1)[0])
+    group = Group(**{**vars(group), "provenance": dataclasses.replace(group.provenance, key="x" * 1000)})
+    registry = SourceRegistry([source])
+    with pytest.raises(GroupDropped) as info:
+        registry.columns_for(group)
+    assert info.value.reason == "source_error" and "in holds()" in info.value.detail
+    assert registry.source_errors == 1 and not registry.costly(group)
+    assert len(info.value.detail) <= DETAIL_MAX_CHARS and "characters in all" in info.value.detail
+    assert max(len(record.getMessage()) for record in caplog.records) < 2 * DETAIL_MAX_CHARS
+
+
+def test_a_received_group_of_a_held_out_question_is_dropped_and_the_others_verify():
+    """A peer's held-out questions are what it is measured on: a received group of one (a peer with another split of
+    the same data, or one naming the held-out seed of a generator) was trained on, every held-out row of the dataset,
+    the generator and verifiers sources. Once the registry is told its questions (the trainer tells it those of its
+    evaluation set), such a group is dropped as `held_out`, and the training items verify as before."""
+    dataset = DatasetSource(RECORDS, "km", eval_fraction=0.25)
+    generator = Flaky()
+    registry = SourceRegistry([dataset, generator])
+    held_rows = [*dataset.held_out(), *generator.held_out(4)]
+    registry.hold_out(questions_of_rows([*held_rows]))
+    for row in held_rows:
+        with pytest.raises(GroupDropped) as info:
+            registry.columns_for(_group(row))
+        assert info.value.reason == "held_out"
+    held_questions = {row["prompt"][-1]["content"] for row in held_rows}
+    trained = [
+        row for row in [*dataset.rows(), *generator.rows(size=8)] if row["prompt"][-1]["content"] not in held_questions
+    ]
+    assert trained and all(registry.columns_for(_group(row))["answer"] == row["answer"] for row in trained)
 
 
 def test_reward_columns_the_data_lacks_are_refused_with_the_columns_present():

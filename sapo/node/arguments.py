@@ -269,7 +269,8 @@ class NodeArguments:
         default=100,
         metadata={
             "help": "A task source that raises while re-deriving a received item drops that group (`source_error`) "
-            "and the node goes on; after this many such errors the node stops, saying why. `none`: never stops."
+            "and the node goes on; after this many such errors in a row (an item re-derived starts the count again) "
+            "the node stops, saying why. `none`: never stops."
         },
     )
     model_revision: str | None = field(

@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from sapo.questions import GroupDropped, question_of, reward_columns
+from sapo.questions import DETAIL_MAX_CHARS, GroupDropped, question_of, reward_columns
 from swarm.records import Group, Provenance, provenance_from_wire
 
 logger = logging.getLogger(__name__)
@@ -33,7 +33,7 @@ SOURCE_POLICIES: dict[str, str] = {
 
 
 class SourceErrorLimit(RuntimeError):
-    """A task source raised more often than its registry's `max_source_errors` allows: training stops."""
+    """Task sources raised more often in a row than their registry's `max_source_errors` allows: training stops."""
 
 
 def describe_source_policies() -> str:
@@ -113,8 +113,11 @@ class SourceRegistry:
         sources: the sources this peer holds (several are a mixture: each verifies its own items); another registry
             gives its sources and, unless ``max_source_errors`` is given, its limit.
         policy: a key of :data:`SOURCE_POLICIES`: what a group of a source no registered source holds gets.
-        max_source_errors: how many times a source may raise (an error other than :class:`GroupDropped`) before
-            :class:`SourceErrorLimit` stops training; each error drops its group as ``source_error``. None: no limit.
+        max_source_errors: how many times in a row the sources may raise (an error other than :class:`GroupDropped`)
+            before :class:`SourceErrorLimit` stops training; each error drops its group as ``source_error``, and an
+            item re-derived starts the count again: a broken source stops training, a peer that sends only the rare
+            items a source raises on is outnumbered by the others' groups (and rested by
+            :data:`sapo.rederivation.SOURCE_ERROR_SECONDS`). None: no limit.
 
     In library use the limit travels with the sources, as a reward's limit travels with its
     `sapo.reward_guard.RewardGuard`: ``SAPOTrainer(..., sources=SourceRegistry([questions], max_source_errors=100))``
@@ -132,8 +135,17 @@ class SourceRegistry:
             max_source_errors = sources.max_source_errors
         self.policy = policy
         self.sources: list[TaskSource] = list(sources)
-        self.source_errors = 0
+        self.source_errors = 0  # in all
+        self.source_errors_in_a_row = 0
         self.max_source_errors = max_source_errors
+        self.held_out_questions: frozenset[str] = frozenset()
+
+    def hold_out(self, questions: Iterable[str]) -> None:
+        """The questions this peer evaluates on (its held-out set, e.g. :func:`sapo.questions.questions_of_rows` of
+        its evaluation rows): a received group whose question (the one vouched for here) is one of them is dropped as
+        ``held_out``, never counted against its sender (a peer with another split of the same data sends them
+        honestly), so that no peer's group has this one train on what it is measured on."""
+        self.held_out_questions = frozenset(question.strip() for question in questions)
 
     def __iter__(self) -> Iterator[TaskSource]:
         """The sources held, in order."""
@@ -154,7 +166,12 @@ class SourceRegistry:
         """Whether re-deriving ``group`` may cost what its sender chose (:meth:`TaskSource.costly` of the source that
         holds it; False for a group no source holds, which is refused at once)."""
         provenance = group.provenance
-        source = self.source_of(provenance) if isinstance(provenance, Provenance) else None
+        if not isinstance(provenance, Provenance):
+            return False
+        try:
+            source = next((s for s in self.sources if s.holds(provenance)), None)  # an error: counted when re-derived
+        except Exception:
+            return False
         # a source of another make (not a TaskSource subclass) may not have the hook
         if source is None or not callable(hook := getattr(source, "costly", None)):
             return False
@@ -165,8 +182,15 @@ class SourceRegistry:
             return False
 
     def source_of(self, provenance: Provenance) -> TaskSource | None:
-        """The registered source that holds ``provenance``, or None."""
-        return next((s for s in self.sources if s.holds(provenance)), None)
+        """The registered source that holds ``provenance``, or None. A source's own error in
+        :meth:`TaskSource.holds` drops the group as ``source_error`` (:meth:`_source_error`)."""
+        for source in self.sources:
+            try:
+                if source.holds(provenance):
+                    return source
+            except Exception as e:
+                raise self._source_error(source, provenance, "holds", e) from None
+        return None
 
     def columns_for(self, group: Group) -> dict[str, Any]:
         """The reward columns this peer re-derives for a received group, and the ``question`` it vouches for (the
@@ -185,6 +209,13 @@ class SourceRegistry:
         question = question_of(group.prompt)
         if not question:
             raise GroupDropped("question_mismatch", "the group's prompt has no user message")
+        columns = self._columns(group, provenance, question)
+        if columns["question"].strip() in self.held_out_questions:
+            raise GroupDropped("held_out", f"{_item(provenance)} is one of this peer's held-out evaluation questions")
+        return columns
+
+    def _columns(self, group: Group, provenance: Provenance, question: str) -> dict[str, Any]:
+        """:meth:`columns_for` before the held-out check."""
         source = self.source_of(provenance)
         if source is not None:
             rederived = self._rederive(source, provenance, question)
@@ -208,23 +239,38 @@ class SourceRegistry:
         and counted in :attr:`source_errors`, and the group dropped as ``source_error``: a source that raises on
         one item never stops training."""
         try:
-            return source.rederive(provenance, question)
+            rederived = source.rederive(provenance, question)
         except GroupDropped:
             raise
         except Exception as e:
-            self.source_errors += 1
-            item = provenance.key or f"{provenance.task}[{provenance.seed}, {provenance.index}]"
-            logger.error(
-                "task source %s raised on item %s (%d source error(s) so far): %s: %s",
-                source.describe(), item, self.source_errors, type(e).__name__, e,
-            )  # fmt: skip
-            if self.max_source_errors is not None and self.source_errors > self.max_source_errors:
-                raise SourceErrorLimit(
-                    f"task source {source.describe()} raised {self.source_errors} times (limit {self.max_source_errors}"
-                    f"); last, on item {item}: {type(e).__name__}: {e}"
-                ) from e
-            detail = f"{source.describe()} raised on item {item}: {type(e).__name__}: {e}"
-            raise GroupDropped("source_error", detail) from None
+            raise self._source_error(source, provenance, "rederive", e) from None
+        self.source_errors_in_a_row = 0
+        return rederived
+
+    def _source_error(self, source: TaskSource, provenance: Provenance, method: str, error: Exception) -> GroupDropped:
+        """An error of ``source``'s own ``method`` on a received item: logged with the item and counted in
+        :attr:`source_errors` (and :attr:`source_errors_in_a_row`); the group's drop (``source_error``), or
+        :class:`SourceErrorLimit` past the limit."""
+        self.source_errors += 1
+        self.source_errors_in_a_row += 1
+        item, what = _item(provenance), f"{type(error).__name__}: {error}"[:DETAIL_MAX_CHARS]
+        logger.error(
+            "task source %s raised in %s() on item %s (%d source error(s) in a row, %d in all): %s",
+            source.describe(), method, item, self.source_errors_in_a_row, self.source_errors, what,
+        )  # fmt: skip
+        if self.max_source_errors is not None and self.source_errors_in_a_row > self.max_source_errors:
+            raise SourceErrorLimit(
+                f"task sources raised {self.source_errors_in_a_row} times in a row (limit {self.max_source_errors}); "
+                f"last, {source.describe()} in {method}() on item {item}: {what}"
+            ) from error
+        return GroupDropped("source_error", f"{source.describe()} raised in {method}() on item {item}: {what}")
+
+
+def _item(provenance: Provenance) -> str:
+    """A received item's name for logs: its key, or its task, seed and index (each cut to 100 characters)."""
+    if provenance.key is not None:
+        return str(provenance.key)[:100]
+    return f"{str(provenance.task)[:100]}[{provenance.seed}, {provenance.index}]"
 
 
 def _trusted_columns(group: Group) -> dict[str, Any]:
