@@ -120,7 +120,8 @@ class SAPOTrainer(HeldOutEvaluation, TRLBridge):
             The task sources this peer holds: each re-derives the truth of received groups of its items (see
             `sapo.sources`). Default: those the training rows come from (reasoning-gym tasks, dataset items keyed by
             content; with a swarm, rows without a provenance are keyed by their content as dataset `"dataset"`).
-            Groups of a source not held here follow `args.external_source_policy`.
+            Groups of a source not held here follow `args.external_source_policy`; a group whose question is one of
+            the evaluation set's is set aside (`held_out`), never trained on.
         completion_filter (`Callable[[str], str | None]` or `None`):
             A check of each received completion after `args`' completion hygiene: None lets it pass, a string
             says why not and drops its group (counted as `hygiene`).
