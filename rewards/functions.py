@@ -12,9 +12,11 @@ reasoning-gym scorers that would ``eval`` it are neutralised (see :func:`harden_
 from __future__ import annotations
 
 import ast
+import functools
 import importlib
 import inspect
 import json
+import logging
 import re
 import sys
 import threading
@@ -62,11 +64,10 @@ _SAFE_MATH_NAMES = SAFE_FUNCTIONS | {"pi", "E", "I", "C", "oo"}
 _SAFE_MATH_CHARS = re.compile(r"^[0-9A-Za-z\s+\-*/^().,=]*$")
 _MAX_SYMPY_ANSWER_CHARS = 500
 SCORER_SECONDS = 1.0
-"""Wall seconds a reasoning-gym scorer may spend on one question's answers in one call of
-:func:`reasoning_gym_reward`, all of them together (on the main thread;
-:func:`rewards.scoring_bounds.scoring_deadline`): an answer still being scored when they are spent scores 0.0, and so
-do that question's answers after it, unscored. A received group is one question, so it costs at most this; honest
-answers score in milliseconds."""
+"""Wall seconds the scoring of one question's answers may take in one call of :func:`reasoning_gym_reward` or
+:func:`math_reward`, all of them together (on the main thread; :func:`rewards.scoring_bounds.scoring_deadline`): an
+answer still being scored when they are spent scores 0.0, and so do that question's answers after it, unscored. A
+received group is one question, so it costs at most this; honest answers score in milliseconds."""
 
 _hardened = False
 _harden_lock = threading.Lock()
@@ -251,6 +252,26 @@ def _column(columns: Mapping[str, Any], name: str, n: int) -> Sequence[Any]:
     return values
 
 
+class _SharedDeadline:
+    """What is left of :data:`SCORER_SECONDS` for each question's answers in one reward call: a group whose every
+    answer took just under a deadline of its own cost ``num_generations`` deadlines; sharing one, a received group
+    (one question, one call) costs at most one."""
+
+    def __init__(self) -> None:
+        self._left: dict[str, float] = {}
+
+    def score(self, question: str, score_within: Callable[[float], float | None]) -> float:
+        """``score_within(seconds left)``, or 0.0 when the question's seconds are spent (before or during it: it
+        returns None past them)."""
+        left = self._left.get(question, SCORER_SECONDS)
+        if left <= 0:
+            return 0.0
+        started = time.monotonic()
+        score = score_within(left)
+        self._left[question] = 0.0 if score is None else left - (time.monotonic() - started)
+        return 0.0 if score is None else score
+
+
 def reasoning_gym_reward(
     prompts: Sequence[Any], completions: Sequence[Any], entry: Sequence[Any] | None = None, **columns: Any
 ) -> list[float | None]:
@@ -270,25 +291,17 @@ def reasoning_gym_reward(
     entries = _column({"entry": entry}, "entry", n)
     provenances = _column(columns, "provenance", n)
     rewards: list[float | None] = []
-    # A question's answers share one deadline: a group whose every answer took just under a deadline of its own cost
-    # num_generations deadlines; now a received group (one question, one call) costs at most one.
-    seconds_left: dict[str, float] = {}
+    deadline = _SharedDeadline()
     for completion, raw_entry, raw_provenance in zip(completions, entries, provenances, strict=True):
         item = _as_mapping(raw_entry)
         if item is None:
             rewards.append(None)
             continue
-        question = str(item.get("question"))
-        left = seconds_left.get(question, SCORER_SECONDS)
-        if left <= 0:
-            rewards.append(0.0)
-            continue
         provenance = _as_mapping(raw_provenance) or {}
         config = provenance.get("config") if provenance.get("source") == "reasoning_gym" else None
-        started = time.monotonic()
-        score = _score_in_time(extract_answer(completion_text(completion)), item, config, left)
-        seconds_left[question] = 0.0 if score is None else left - (time.monotonic() - started)
-        rewards.append(0.0 if score is None else score)
+        answer = extract_answer(completion_text(completion))
+        score_within = functools.partial(_score_in_time, answer, item, config)
+        rewards.append(deadline.score(str(item.get("question")), score_within))
     return rewards
 
 
@@ -297,11 +310,13 @@ def _normalize(text: str) -> str:
     return text.rstrip(".")
 
 
-def _parse(text: str) -> list[Any]:
+MATH_VERIFY_SECONDS = 5
+"""Seconds math-verify's own alarm gives each parse and comparison in :func:`math_answers_match` (main thread)."""
+
+
+def _parse(text: str, timeout: int | None) -> list[Any]:
     from math_verify import parse
 
-    # math-verify bounds parsing with signal.alarm, which only works in the main thread.
-    timeout = 5 if threading.current_thread() is threading.main_thread() else None
     parsed = parse(text, parsing_timeout=timeout)
     if not parsed and not text.startswith("$"):
         parsed = parse(f"${text}$", parsing_timeout=timeout)
@@ -309,7 +324,15 @@ def _parse(text: str) -> list[Any]:
 
 
 def math_answers_match(predicted: str | None, gold: str) -> bool:
-    """True when ``predicted`` equals ``gold`` mathematically (math-verify) or as normalized strings."""
+    """True when ``predicted`` equals ``gold`` mathematically (math-verify) or as normalized strings; math-verify's
+    parses and comparison each bounded by :data:`MATH_VERIFY_SECONDS` on the main thread (its alarm needs it)."""
+    timeout = MATH_VERIFY_SECONDS if threading.current_thread() is threading.main_thread() else None
+    return _answers_match(predicted, gold, timeout)
+
+
+def _answers_match(predicted: str | None, gold: str, timeout: int | None) -> bool:
+    """:func:`math_answers_match` with math-verify's own alarm at ``timeout`` seconds (None: none, for a caller that
+    bounds it with :func:`rewards.scoring_bounds.scoring_deadline`, which math-verify's alarm would cancel)."""
     if predicted is None:
         return False
     if _normalize(predicted) == _normalize(gold):
@@ -317,13 +340,31 @@ def math_answers_match(predicted: str | None, gold: str) -> bool:
     try:
         from math_verify import verify
 
-        gold_parsed, predicted_parsed = _parse(gold), _parse(predicted)
+        gold_parsed, predicted_parsed = _parse(gold, timeout), _parse(predicted, timeout)
         if not gold_parsed or not predicted_parsed:
             return False
-        timeout = 5 if threading.current_thread() is threading.main_thread() else None
         return bool(verify(gold_parsed, predicted_parsed, timeout_seconds=timeout))
     except Exception:  # sympy can fail in many ways on odd text; that is a non-match, not a crash
         return False
+
+
+def _quiet_math_verify_without_alarm(record: logging.LogRecord) -> bool:
+    """math-verify warns once that its alarm is off and asks for a bound of one's own: :func:`_match_in_time` is one."""
+    return not record.getMessage().startswith("Timeout is disabled")
+
+
+def _match_in_time(predicted: str | None, gold: str, seconds: float) -> float | None:
+    """1.0 or 0.0 as :func:`math_answers_match` says, or None past ``seconds`` of wall time (on the main thread)."""
+    import math_verify  # noqa: F401  (outside the deadline: a first import takes a fraction of a second)
+
+    for name in ("math_verify.parser", "math_verify.grader"):
+        if _quiet_math_verify_without_alarm not in logging.getLogger(name).filters:
+            logging.getLogger(name).addFilter(_quiet_math_verify_without_alarm)
+    try:
+        with scoring_deadline(seconds):
+            return 1.0 if _answers_match(predicted, gold, timeout=None) else 0.0
+    except ScoringTimeout:
+        return None
 
 
 def math_reward(
@@ -333,18 +374,25 @@ def math_reward(
 
     Equivalence is math-verify's ``parse`` + ``verify`` ("1/2" matches "0.5" and "\\frac{1}{2}"), with
     normalized string equality as the fallback for non-math answers. A row whose ``answer`` is None
-    gets None.
+    gets None. The answers to one question in this call share :data:`SCORER_SECONDS` on the main thread, as in
+    :func:`reasoning_gym_reward` (answers such as ``9**9**9`` kept math-verify busy for its 5 s alarm each).
     """
     if answer is None:
         raise ValueError("math_reward needs an 'answer' column")
-    answers = _column({"answer": answer}, "answer", len(completions))
+    n = len(completions)
+    answers = _column({"answer": answer}, "answer", n)
     rewards: list[float | None] = []
-    for completion, gold in zip(completions, answers, strict=True):
+    deadline = _SharedDeadline()
+    for prompt, completion, gold in zip(_column({"prompts": prompts}, "prompts", n), completions, answers, strict=True):
         if gold is None:
             rewards.append(None)
             continue
         predicted = extract_answer(completion_text(completion))
-        rewards.append(1.0 if math_answers_match(predicted, str(gold)) else 0.0)
+        if predicted is not None and _normalize(predicted) == _normalize(str(gold)):  # no parse: no deadline spent
+            rewards.append(1.0)
+            continue
+        question = json.dumps([prompt, str(gold)], default=str)  # a question's answers share one deadline
+        rewards.append(deadline.score(question, functools.partial(_match_in_time, predicted, str(gold))))
     return rewards
 
 

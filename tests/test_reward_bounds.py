@@ -152,6 +152,25 @@ def test_sympys_slow_symbolic_work_is_ended_by_the_deadline(monkeypatch):
     assert score_reasoning_gym_answer(entry["answer"], entry) == 1.0
 
 
+def test_math_rewards_answers_to_one_question_share_one_deadline(monkeypatch):
+    """`math_reward` hands answers to math-verify, whose own alarm gave each parse 5 s: eight answers `9**9**9` to one
+    question (a received group) kept the node scoring 40 s. They share `SCORER_SECONDS` now: the first is parsed until
+    it is spent, the others score 0.0 unparsed, except an answer equal to the gold one as text (no parse); another
+    question in the same call has a deadline of its own, and no timer is left running."""
+    import math_verify
+
+    before = _alarm_state()
+    parsed = []
+    parse = math_verify.parse
+    monkeypatch.setattr(math_verify, "parse", lambda text, **kw: parsed.append(text) or parse(text, **kw))
+    monkeypatch.setattr(functions, "SCORER_SECONDS", 0.3)
+    completions = ["<answer>9**9**9</answer>"] * 8 + ["<answer>3</answer>", "<answer>2/4</answer>"]
+    rewards = functions.math_reward(["q"] * 9 + ["r"], completions, answer=["3"] * 9 + ["0.5"])
+    assert rewards == [0.0] * 8 + [1.0, 1.0]
+    assert sum(text.strip("$") == "9**9**9" for text in parsed) == 1
+    assert _alarm_state() == before
+
+
 def test_the_deadline_keeps_another_timer_and_leaves_other_threads_alone():
     fired = []
     previous = signal.signal(signal.SIGALRM, lambda *_: fired.append(True))
