@@ -66,7 +66,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "|---|" + "---|" * len(codes),
         *(f"| {group} | " + " | ".join(f"{medians[code][group]:.2f}" for code in codes) + " |" for group in GROUPS),
     ]
-    data = {**record, "group_size": args.group_size, "seconds": seconds, "median_seconds": medians,
+    data = {**record, "base": args.base, "group_size": args.group_size, "seconds": seconds, "median_seconds": medians,
             "rewards": rewards}  # fmt: skip
     write_report(args.output_dir, "math_reward_cost", data, lines)
     print("\n".join(lines))
