@@ -302,3 +302,24 @@ def test_the_unserved_announcer_figures_are_those_of_the_committed_run():
     figure += f", {now['ghost_strikes']} strikes"
     assert figure in trust, f"docs/trust.md lacks {figure!r}"
     assert "dirty" not in run["git_commit"] and before["ghost_strikes"] == 0
+
+
+def test_the_math_reward_cost_figures_are_those_of_the_committed_run():
+    """benchmarks/README.md's and docs/trust.md's figures of `math_reward` on crafted groups, read from the committed
+    JSON."""
+    import json
+
+    run = json.loads((RESULTS / "math_reward_cost.json").read_text())
+    before, now = run["median_seconds"][f"base {run['base']}"], run["median_seconds"]["this tree"]
+    crafted = ["crafted: 9**9**9", "crafted: 10^(10^10)"]
+    readme = " ".join(BENCHMARKS_README.split())
+    for figure in [
+        f"On {run['git_commit'][:7]} (clean) against {run['base']}",
+        "each crafted group cost **{:.2f} and {:.2f} s** before".format(*(before[group] for group in crafted)),
+        "**{:.2f} and {:.2f} s** now".format(*(now[group] for group in crafted)),
+    ]:
+        assert figure in readme, f"benchmarks/README.md lacks {figure!r}"
+    trust = " ".join((RESULTS.parent.parent / "docs" / "trust.md").read_text().split())
+    figure = f"cost {before[crafted[0]]:.2f} s of scoring, now {now[crafted[0]]:.2f} s"
+    assert figure in trust, f"docs/trust.md lacks {figure!r}"
+    assert "dirty" not in run["git_commit"] and run["group_size"] == 8
