@@ -1,13 +1,15 @@
 """The swarm hold: usable received groups a round's sampler left unchosen, offered again to the next rounds.
 
 The transport returns a received group once; without a hold, a usable group the sampler did not choose is gone. With
-`SAPOConfig.swarm_hold` = N, the intake keeps the newest N of them and offers them beside the next round's fetched
-groups, until one is taken, turns older than `max_group_age` (the sampler sets it aside as stale) or its sender is
-benched (the intake sets it aside). A held group is judged for plausibility under the policy of the round that takes
-it. The hold lives in memory only: a restarted node starts with none.
+`SAPOConfig.swarm_hold` = N, the intake keeps N of them, senders taking turns, the newest first, and offers them beside
+the next round's fetched groups, until one is taken, turns older than `max_group_age` (the sampler sets it aside as
+stale) or its sender is benched (the intake sets it aside). A held group is judged for plausibility under the policy of
+the round that takes it. The hold lives in memory only: a restarted node starts with none.
 """
 
 from __future__ import annotations
+
+from collections import Counter
 
 from sapo.sampling import SWARM, Candidate
 
@@ -48,11 +50,21 @@ class SwarmHold:
         return self._offered is not None and id(candidate) in self._offered
 
     def keep(self, left: list[Candidate], now: float) -> list[Candidate]:
-        """Keep the newest `size` received groups of ``left`` (a round's usable unchosen candidates); returns them.
-        In a round that was not offered the hold (it did not read the swarm) the hold stays as it was and none is
-        kept. A creation time ahead of ``now`` (this peer's clock) counts as ``now``: it buys no precedence."""
+        """Keep `size` received groups of ``left`` (a round's usable unchosen candidates), senders taking turns (each
+        sender's newest, then each one's second newest, ...; within a turn the newest first); returns them. One sender
+        thus holds at most its turn's share while others have groups left: the newest alone went to whoever dated its
+        groups latest, so that one sender filled the hold and took its slots beside its share of each fetch. In a round
+        that was not offered the hold (it did not read the swarm) the hold stays as it was and none is kept. A creation
+        time ahead of ``now`` (this peer's clock) counts as ``now``: it buys no precedence."""
         if self._offered is None:
             return []
-        received = [c for c in left if c.origin == SWARM]
-        self.groups = sorted(received, key=lambda c: min(c.group.created_at, now), reverse=True)[: self.size]
+        received = sorted(
+            (c for c in left if c.origin == SWARM), key=lambda c: min(c.group.created_at, now), reverse=True
+        )
+        turns: Counter[str] = Counter()
+        ranked = []
+        for candidate in received:  # newest first: a sender's n-th newest has turn n
+            ranked.append((turns[candidate.sender], -min(candidate.group.created_at, now), len(ranked), candidate))
+            turns[candidate.sender] += 1
+        self.groups = [candidate for *_, candidate in sorted(ranked, key=lambda r: r[:3])][: self.size]
         return self.groups

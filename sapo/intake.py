@@ -205,9 +205,9 @@ class Intake:
         taken.records += [self.ledger.candidate_record(c, TAKEN) for c in taken.chosen]
         left = [*chosen[len(taken.chosen) :], *unused]
         held = {id(c) for c in self.hold.keep(left, time.time())}
-        # chosen (trained on, or left over by the processes' equal shares) or held: the sender pays nothing for it
-        spared = [c for c in [*chosen, *(c for c in left if id(c) in held)] if c.origin == SWARM]
-        self.rederivation.settle({(c.sender, str(c.group.group_id)) for c in spared})
+        # chosen (trained on, or left over by the processes' equal shares): the sender pays nothing for it; held (the
+        # hold as it is now, kept this round or from before): paid for if it leaves the hold unused
+        self.rederivation.settle({id(c.group) for c in chosen}, {id(c.group) for c in self.hold.groups})
         taken.records += [self.ledger.candidate_record(c, HELD if id(c) in held else "not_chosen") for c in left]
         self.ledger.write(taken.records)
         self._rounds += 1

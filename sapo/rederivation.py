@@ -140,13 +140,13 @@ class RoundRederivation:
         newcomers: RederivationCosts | None = None,
     ):
         self.sources, self.costs, self.standing, self.newcomers = sources, costs, standing, newcomers
-        self._unsettled: list[tuple[ReceivedGroup, float, bool]] = []  # costly items re-derived: (item, s, newcomer)
+        # costly items re-derived and not yet settled (this round's, and those held since): (item, s, newcomer)
+        self._unsettled: list[tuple[ReceivedGroup, float, bool]] = []
 
     def truths(self, received: list[ReceivedGroup]) -> list[dict[str, Any] | GroupDropped]:
         """The columns (or the drop) of each of ``received``, in their order; the sources' per-round bounds start
         afresh. The costly items re-derived are charged at :meth:`settle`, unless used."""
         self.sources.new_round()
-        self._unsettled = []
         now = time.time()
         known = {item.sender for item in received if self._found_usable(item.sender, now)}
         truths: list[dict[str, Any] | GroupDropped | None] = [None] * len(received)
@@ -154,15 +154,20 @@ class RoundRederivation:
             truths[i] = self._rederive(received[i], newcomer=received[i].sender not in known)
         return truths
 
-    def settle(self, spared: Collection[tuple[str, str]]) -> None:
-        """Charge the round's costly items that were re-derived but not used (``spared``: ``(sender, group id)`` of
-        the groups the round took or held for a later one): a sender whose items its source re-derives slowly but
+    def settle(self, taken: Collection[int], held: Collection[int] = ()) -> None:
+        """Charge the costly items re-derived but not used: a sender whose items its source re-derives slowly but
         correctly, and whose groups are then dropped (too few completions, zero advantage, implausible), pays for them
-        as for items that could not be re-derived."""
+        as for items that could not be re-derived. ``taken`` and ``held`` are the ``id`` of each :class:`Group` the
+        round trained on and the hold keeps for a later round: one held is settled at a later round, charged once it
+        leaves the hold unused. By the group object, not its id (the sender's to choose: one id on every group had a
+        single group taken spare them all)."""
+        pending = []
         for item, seconds, newcomer in self._unsettled:
-            if (item.sender, str(item.group.group_id)) not in spared:
+            if id(item.group) in held:
+                pending.append((item, seconds, newcomer))
+            elif id(item.group) not in taken:
                 self._charge(item.sender, seconds, newcomer)
-        self._unsettled = []
+        self._unsettled = pending
 
     def charge_scoring(self, scored: Sequence[tuple[str, float]]) -> None:
         """Charge what scoring the round's received groups cost beyond what is free (:func:`scoring_excess`;

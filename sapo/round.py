@@ -35,7 +35,7 @@ class ExternalRow:
         sender (`str`): the peer that published the group.
         group_id (`str`): the group's id.
         index (`int`): the completion's position in its group.
-        text (`str`): the completion as sent.
+        text (`str`): the completion as scored and trained on (cut to `max_completion_length` when longer).
         ids (`tuple[int, ...]`): its tokens under this peer's tokenizer (cut to `max_completion_length`, EOS appended
             when it fits).
         token_weights (`tuple[int, ...]`): per token, 1 to train on it, 0 to leave it out of the loss.
@@ -120,11 +120,13 @@ def build_round(
     keys = list(inputs[0].keys())
     external: dict[int, ExternalRow] = {}
     for slot, candidate in enumerate(share, start=first_slot):
-        for k, (text, tokens) in enumerate(zip(candidate.group.completions, candidate.tokenized, strict=True)):
+        for k, tokens in enumerate(candidate.tokenized):
             i = slot * num_generations + k
             rows[i] = {**{key: candidate.columns.get(key) for key in keys}, "prompt": candidate.group.prompt}
             weights = candidate.token_weights[k] if candidate.token_weights is not None else [1] * len(tokens.ids)
-            external[i] = ExternalRow(candidate.sender, candidate.group.group_id, k, text, tokens.ids, tuple(weights))
+            # the text scored and trained on (cut to max_completion_length), not the sender's whole text
+            sent_by = (candidate.sender, candidate.group.group_id)
+            external[i] = ExternalRow(*sent_by, k, tokens.text, tokens.ids, tuple(weights))
     return Round(tuple(rows), MappingProxyType(external), tuple(chosen), tuple(share), first_slot, num_generations)
 
 

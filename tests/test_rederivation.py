@@ -295,7 +295,7 @@ def test_costly_items_re_derived_but_not_trained_on_are_charged_after_the_round(
     first = [group("dropper", slow, k) for k in range(3)] + [group("trained", slow, k) for k in range(3)]
     first += [group("own-kind", own, k) for k in range(3)]
     assert all(isinstance(truth, dict) for truth in rederive.truths(first))  # 6 s of costly items, all re-derived
-    rederive.settle({("trained", f"trained-{k}") for k in range(3)})
+    rederive.settle({id(item.group) for item in first if item.sender == "trained"})
     now = time.time()
     assert rederive.costs.spent("dropper", now) == pytest.approx(3.0, abs=0.01) and rederive.costs.is_rested(
         "dropper", now
@@ -304,6 +304,33 @@ def test_costly_items_re_derived_but_not_trained_on_are_charged_after_the_round(
     assert rederive.newcomers.spent(rederivation.NEWCOMERS, now) == pytest.approx(3.0, abs=0.01)
     second = rederive.truths([group("dropper", slow, 3), group("trained", slow, 3)])
     assert [getattr(truth, "reason", "kept") for truth in second] == ["rederivation_cost", "kept"]
+
+
+def test_a_costly_item_is_spared_by_its_own_group_taken_never_by_a_group_id_and_held_ones_pay_on_leaving(monkeypatch):
+    """What spares a costly item its charge is its own group taken: a sender that gave all its groups one id had one
+    group taken spare them all (the id is the sender's to choose), and one held for a later round was never charged when
+    it left the hold unused. 1 s an item on a clock the source moves; the re-derivation is real."""
+    clock = [0.0]
+    monkeypatch.setattr(rederivation, "time", SimpleNamespace(monotonic=lambda: clock[0], time=time.time))
+    rows = [{"question": f"What is {k} + {k}?", "answer": str(2 * k)} for k in range(6)]
+    slow = SlowCostly(rows, "slow", clock)
+    rederive = RoundRederivation(SourceRegistry([slow]), RederivationCosts(allowance=100.0))
+
+    def group(k):
+        row = list(slow.rows())[k]
+        provenance = provenance_from_wire(json.loads(row["provenance"]))
+        return ReceivedGroup("same-id", Group("one-id", [row["prompt"][-1]], ["1", "2"], provenance))
+
+    items = [group(k) for k in range(4)]
+    assert all(isinstance(truth, dict) for truth in rederive.truths(items))
+    rederive.settle(taken={id(items[0].group)}, held={id(items[1].group)})
+    assert rederive.costs.spent("same-id", time.time()) == pytest.approx(
+        2.0, abs=0.01
+    )  # the two neither taken nor held
+    rederive.settle(taken=set(), held={id(items[1].group)})  # a round later: still held, not yet charged
+    assert rederive.costs.spent("same-id", time.time()) == pytest.approx(2.0, abs=0.01)
+    rederive.settle(taken=set(), held=set())  # pushed out of the hold unused
+    assert rederive.costs.spent("same-id", time.time()) == pytest.approx(3.0, abs=0.01)
 
 
 def test_a_trainer_charges_a_sender_whose_costly_groups_re_derive_but_are_never_usable(

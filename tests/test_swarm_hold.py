@@ -118,3 +118,20 @@ def test_the_hold_keeps_the_newest_and_a_date_ahead_of_the_clock_buys_no_precede
     assert not hold.was_offered(ahead)
     assert hold.offer() == [ahead, new] and len(hold) == 0
     assert hold.was_offered(ahead) and not hold.was_offered(old)
+
+
+def test_senders_take_turns_at_the_hold_so_one_dating_its_groups_latest_never_fills_it():
+    """The hold kept the newest groups: a sender dating its groups a few seconds ahead (the transport allows 3 s) filled
+    every place of it, and took the held groups' slots beside its share of each fetch. Senders now take turns, each
+    one's newest first: with four places and two senders, two each; a sender alone may still fill it."""
+    now = time.time()
+    eager = [candidate("eager", [0, 1], age=-3.0, gid=f"e{k}") for k in range(6)]  # dated 3 s ahead
+    honest = [candidate("honest", [0, 1], age=10.0 + k, gid=f"h{k}") for k in range(6)]
+    hold = SwarmHold(4)
+    hold.offer()
+    kept = hold.keep([*eager, *honest], now)
+    assert Counter(c.sender for c in kept) == {"eager": 2, "honest": 2}
+    assert [c.group.group_id for c in kept if c.sender == "honest"] == ["h0", "h1"]  # its newest
+    hold.new_round()
+    hold.offer()
+    assert Counter(c.sender for c in hold.keep(eager, now)) == {"eager": 4}

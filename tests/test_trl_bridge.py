@@ -163,3 +163,18 @@ def test_a_round_puts_the_external_groups_in_the_last_slots_and_splices_them_int
     assert mask[4] == [1, 1, 0] and mask[0] == [1, 1]  # the token floor's weights reach TRL's token mask
     rewards = splice_rewards(round_, torch.zeros(4, 2), processes=1, num_reward_funcs=2)
     assert rewards[4:].tolist() == [[1.0, 0.5], [0.0, 0.5]] and rewards[:4].sum() == 0
+
+
+def test_an_external_row_shows_trl_the_text_it_trains_on_not_the_senders_whole_text():
+    """A received completion cut to `max_completion_length` is scored and trained as cut; TRL's completions (its logs,
+    `log_completions`' table) showed the sender's whole text, up to 32 K characters of it."""
+    from sapo.round import Generation, build_round, splice_generation
+    from sapo.sampling import TokenizedCompletion
+
+    external = _candidate("x", ["ab", "a very long completion the sender wrote"], [1.0, 0.0])
+    external.tokenized[1] = TokenizedCompletion((100, 101, 102), True, "a very")  # cut: the decoded tokens
+    inputs = [{"prompt": [{"role": "user", "content": "own"}], "answer": "0"}] * 4
+    round_ = build_round(inputs, [external], [external], first_slot=1, num_generations=2)
+    own = Generation([[1]] * 2, [[7]] * 2, None, ["o"] * 2, None)
+    completions = splice_generation(round_, own, [[5], [5]]).completions
+    assert completions[3] == [{"role": "assistant", "content": "a very"}] and round_.external[3].text == "a very"
