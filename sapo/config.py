@@ -174,10 +174,10 @@ class SAPOConfig(GRPOConfig):
         default=0,
         metadata={
             "help": "Usable received groups the sampler left unchosen in a round that are kept for the next rounds' "
-            "external slots: `swarm_hold` of them, senders taking turns (each one's newest first), each offered again beside the newly fetched ones until it is "
-            "older than `max_group_age` or taken, and judged for plausibility under the policy of the round that "
-            "takes it; they live in memory only (a restart starts with none). 0: an unchosen group is dropped (the "
-            "transport returns a group once)."
+            "external slots: `swarm_hold` of them, senders taking turns (each one's newest first), each offered "
+            "again beside the newly fetched ones until it is older than `max_group_age` or taken, and judged for "
+            "plausibility under the policy of the round that takes it; they live in memory only (a restart starts "
+            "with none). 0: an unchosen group is dropped (the transport returns a group once)."
         },
     )
     replay: str = field(
