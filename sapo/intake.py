@@ -49,7 +49,7 @@ from sapo.hygiene import CompletionFilter, CompletionHygiene
 from sapo.intake_ledger import SUMMARY_ROUNDS, IntakeLedger, Taken
 from sapo.plausibility import PlausibilityCheck, floor_mask
 from sapo.probe import PolicyProbe
-from sapo.questions import GroupDropped
+from sapo.questions import GroupDropped, question_of
 from sapo.rederivation import RederivationCosts, RoundRederivation
 from sapo.replay import ReplayBuffer
 from sapo.round import weighted_rewards
@@ -242,7 +242,26 @@ class Intake:
         taken.zero_advantage = sum(c.has_zero_advantage for c in candidates)
         self.totals["candidates"] += taken.candidates
         self.totals["zero_advantage_candidates"] += taken.zero_advantage
-        return self._choose([*candidates, *self._offer_held(taken, fetched_at)], k, probe, timed, taken, fetched_at)
+        pool = self._distinct([*candidates, *self._offer_held(taken, fetched_at)], taken)
+        return self._choose(pool, k, probe, timed, taken, fetched_at)
+
+    def _distinct(self, candidates: list[Candidate], taken: Taken) -> list[Candidate]:
+        """``candidates`` with each repeat of a group already among them set aside as ``duplicate`` (the same question
+        and the same tokens trained on, whatever its id or sender): one group re-sent under new ids, or another
+        peer's copied, took several slots of a batch and counted k times in its loss. Never against a sender: the
+        first to arrive is kept, and it need not be the original."""
+        seen: set[tuple[Any, ...]] = set()
+        distinct = []
+        for candidate in candidates:
+            content = (question_of(candidate.group.prompt), *(t.ids for t in candidate.tokenized))
+            if content in seen:
+                self.ledger.count(taken, "duplicate")
+                self.sender_outcomes.count(candidate.sender, "dropped/duplicate")
+                taken.records.append(self.ledger.candidate_record(candidate, "duplicate"))
+                continue
+            seen.add(content)
+            distinct.append(candidate)
+        return distinct
 
     def _offer_held(self, taken: Taken, now: float) -> list[Candidate]:
         """The groups held from earlier rounds (:mod:`sapo.hold`), offered to this round's sampler beside the fetched

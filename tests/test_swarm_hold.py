@@ -135,3 +135,26 @@ def test_senders_take_turns_at_the_hold_so_one_dating_its_groups_latest_never_fi
     hold.new_round()
     hold.offer()
     assert Counter(c.sender for c in hold.keep(eager, now)) == {"eager": 4}
+
+
+def test_a_group_re_sent_under_other_ids_and_senders_takes_one_slot_of_a_batch(tmp_path, smollm_tokenizer):
+    """The same completions to the same question, re-sent under new ids or copied by another identity, took several
+    slots of one batch (the loss counted them k times). A round keeps the first and sets the repeats aside as
+    `duplicate`, against no sender; a different group of the same question is kept."""
+    swarm = MemorySwarm(seed=0)
+    same = ["c x", "bb", "s x", "dd"]
+    swarm.join("sender").publish([_external_group("What is 0 + 0?", same, f"a{k}", answer="0") for k in range(3)])
+    swarm.join("copier").publish([
+        _external_group("What is 0 + 0?", same, "copy", answer="0"),
+        _external_group("What is 0 + 0?", ["other x", "bb", "cc", "dd"], "own", answer="0"),
+    ])  # fmt: skip
+    probe = RewardProbe(lambda text: 1.0 if "x" in text else 0.0)
+    trainer = _trainer(
+        tmp_path, smollm_tokenizer, "dup", probe, swarm=swarm.join("rx"), max_steps=1, num_external=2,
+        external_source_policy="trust", sampling_strategy="uniform",
+    )  # fmt: skip
+    trainer.train()
+    assert trainer.swarm_totals["dropped/duplicate"] == 3
+    assert trainer.swarm_totals["external_groups"] == 2
+    taken = [[c.text for c in candidate.tokenized] for candidate in trainer.last_external]
+    assert len({tuple(texts) for texts in taken}) == 2  # never the same group twice

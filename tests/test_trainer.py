@@ -38,8 +38,9 @@ def test_external_step_changes_weights_and_uses_local_rewards(tmp_path, smollm_t
     swarm = MemorySwarm()
     sender, receiver = swarm.join("sender"), swarm.join("receiver")
     # The receiving peer likes "banana"; the sender sends no rewards at all, only text.
-    completions = ["banana", "apple", "banana split", "cherry"]
-    sender.publish([_external_group("What is 0 + 0?", completions, f"g{i}", answer="0") for i in range(4)])
+    groups = [["banana", "apple", "banana split", f"cherry {i}"] for i in range(4)]  # distinct: no repeat set aside
+    completions = {text for group in groups for text in group}
+    sender.publish([_external_group("What is 0 + 0?", texts, f"g{i}", answer="0") for i, texts in enumerate(groups)])
     probe = RewardProbe(lambda text: 1.0 if "banana" in text else 0.0)
     trainer = _trainer(
         tmp_path, smollm_tokenizer, "rx", probe, swarm=receiver, external_source_policy="trust", max_steps=1
@@ -94,8 +95,10 @@ def test_zero_advantage_filter_changes_what_is_trained(tmp_path, smollm_tokenize
     def run(strategy):
         swarm = MemorySwarm(seed=0)
         sender = swarm.join("sender")
-        flat = ["same", "same", "same", "same"]  # equal rewards under the receiver's function
-        sender.publish([_external_group("What is 0 + 0?", flat, f"flat{i}", answer="0") for i in range(4)])
+        flat = [[f"same {i}"] * 4 for i in range(4)]  # equal rewards under the receiver's function; distinct groups
+        sender.publish(
+            [_external_group("What is 0 + 0?", texts, f"flat{i}", answer="0") for i, texts in enumerate(flat)]
+        )
         probe = RewardProbe(lambda text: 1.0 if "x" in text else 0.0)
         trainer = _trainer(
             tmp_path,
@@ -114,17 +117,18 @@ def test_zero_advantage_filter_changes_what_is_trained(tmp_path, smollm_tokenize
     uniform, uniform_probe = run("uniform")
     assert _metric(paper, "sapo/external_groups") == [0.0]
     assert paper.swarm_totals["dropped/zero_advantage"] == 4
-    assert not any(t == "same" for _, t in paper_probe.trained)
+    assert not any(t.startswith("same") for _, t in paper_probe.trained)
     assert _metric(uniform, "sapo/external_groups") == [2.0]
-    assert sum(t == "same" for _, t in uniform_probe.trained) == 2 * G
+    assert sum(t.startswith("same") for _, t in uniform_probe.trained) == 2 * G
 
 
 def test_per_peer_cap_spreads_the_batch(tmp_path, smollm_tokenizer):
     swarm = MemorySwarm(seed=0)
     spammer, honest = swarm.join("spammer"), swarm.join("honest")
-    useful = ["a x", "b", "c x", "d"]
-    spammer.publish([_external_group("What is 0 + 0?", useful, f"s{i}", answer="0") for i in range(8)])
-    honest.publish([_external_group("What is 1 + 1?", useful, "h0", answer="2")])
+    spam = [[f"a x {i}", "b", "c x", "d"] for i in range(8)]  # distinct groups: no repeat set aside
+    useful = {text for texts in spam for text in texts}
+    spammer.publish([_external_group("What is 0 + 0?", texts, f"s{i}", answer="0") for i, texts in enumerate(spam)])
+    honest.publish([_external_group("What is 1 + 1?", spam[0], "h0", answer="2")])
     probe = RewardProbe(lambda text: 1.0 if "x" in text else 0.0)
     trainer = _trainer(
         tmp_path,
