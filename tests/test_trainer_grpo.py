@@ -139,7 +139,8 @@ def test_a_reward_model_scores_external_groups_so_the_paper_sampler_keeps_them(t
     swarm = MemorySwarm()
     sender = swarm.join("sender")
     completions = ["banana", "apple pie with cream", "42", "a long answer about cherries and plums"]
-    sender.publish([_external_group("What is 0 + 0?", completions, f"g{i}", answer="0") for i in range(4)])
+    groups = [[*completions[:3], f"{completions[3]} {i}"] for i in range(4)]  # distinct: no repeat set aside
+    sender.publish([_external_group("What is 0 + 0?", texts, f"g{i}", answer="0") for i, texts in enumerate(groups)])
     trainer = SAPOTrainer(
         model=tiny_model(smollm_tokenizer),
         reward_funcs=[reward_model],
@@ -204,7 +205,7 @@ def test_vllm_importance_sampling_correction_stays_on_and_leaves_swarm_rows_unco
 
     swarm = MemorySwarm(seed=0)
     swarm.join("sender").publish(
-        [_external_group("What is 0 + 0?", ["0 x", "1", "0", "2 x"], f"g{i}", answer="0") for i in range(2)]
+        [_external_group("What is 0 + 0?", ["0 x", "1", "0", f"2 x {i}"], f"g{i}", answer="0") for i in range(2)]
     )
     trainer = _trainer(tmp_path, smollm_tokenizer, "is", RewardProbe(lambda t: 1.0 if "x" in t else 0.0),
                        swarm=swarm.join("rx"), external_source_policy="trust", max_steps=1)  # fmt: skip
