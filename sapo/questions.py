@@ -94,15 +94,18 @@ def question_of(prompt: Sequence[Mapping[str, str]]) -> str:
 
 
 def questions_of_rows(rows: Any) -> frozenset[str]:
-    """The questions of rows with a ``prompt`` column (chat messages: :func:`question_of`; text: stripped), such as a
-    trainer's evaluation set; a `dict` of such datasets (TRL's named evaluation sets) gives all of theirs. Empty for
-    None or rows without prompts."""
+    """The questions of rows with a ``prompt`` column (chat messages: :func:`question_of`; text: stripped): a
+    `datasets.Dataset` or a list of dicts, such as a trainer's evaluation set; a `dict` of them (TRL's named evaluation
+    sets) gives all of theirs. Empty for None, rows without prompts, and a streamed (iterable) dataset, which is not
+    read ahead."""
     if isinstance(rows, Mapping):
         return frozenset().union(*(questions_of_rows(part) for part in rows.values()))
-    column_names = getattr(rows, "column_names", None)
-    if rows is None or (column_names is not None and "prompt" not in column_names):
+    if isinstance(rows, list | tuple):
+        prompts = [row.get("prompt") for row in rows if isinstance(row, Mapping)]
+    elif "prompt" in (getattr(rows, "column_names", None) or ()) and hasattr(rows, "__len__"):
+        prompts = rows["prompt"]
+    else:
         return frozenset()
-    prompts = rows["prompt"] if column_names is not None else [row.get("prompt") for row in rows]
     questions = (question_of(p) if isinstance(p, list) else p.strip() for p in prompts if isinstance(p, list | str))
     return frozenset(q for q in questions if q)
 
