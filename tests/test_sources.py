@@ -239,10 +239,15 @@ def test_a_received_group_of_a_held_out_question_is_dropped_and_the_others_verif
     registry = SourceRegistry([dataset, generator])
     held_rows = [*dataset.held_out(), *generator.held_out(4)]
     registry.hold_out(questions_of_rows([*held_rows]))
+    rederived = []
+    for source in (dataset, generator):
+        own = source.rederive
+        source.rederive = lambda provenance, question, own=own: rederived.append(question) or own(provenance, question)
     for row in held_rows:
         with pytest.raises(GroupDropped) as info:
             registry.columns_for(_group(row))
         assert info.value.reason == "held_out"
+    assert rederived == []  # the sender's question is held out: nothing re-derived in vain
     held_questions = {row["prompt"][-1]["content"] for row in held_rows}
     trained = [
         row for row in [*dataset.rows(), *generator.rows(size=8)] if row["prompt"][-1]["content"] not in held_questions

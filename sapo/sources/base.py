@@ -209,9 +209,11 @@ class SourceRegistry:
         question = question_of(group.prompt)
         if not question:
             raise GroupDropped("question_mismatch", "the group's prompt has no user message")
+        if question in self.held_out_questions:  # the sender's question: nothing re-derived in vain
+            raise _held_out(provenance)
         columns = self._columns(group, provenance, question)
-        if columns["question"].strip() in self.held_out_questions:
-            raise GroupDropped("held_out", f"{_item(provenance)} is one of this peer's held-out evaluation questions")
+        if columns["question"].strip() in self.held_out_questions:  # the question vouched for here
+            raise _held_out(provenance)
         return columns
 
     def _columns(self, group: Group, provenance: Provenance, question: str) -> dict[str, Any]:
@@ -264,6 +266,11 @@ class SourceRegistry:
                 f"last, {source.describe()} in {method}() on item {item}: {what}"
             ) from error
         return GroupDropped("source_error", f"{source.describe()} raised in {method}() on item {item}: {what}")
+
+
+def _held_out(provenance: Provenance) -> GroupDropped:
+    """The drop of a group whose question is one of this peer's held-out evaluation questions."""
+    return GroupDropped("held_out", f"{_item(provenance)} is one of this peer's held-out evaluation questions")
 
 
 def _item(provenance: Provenance) -> str:
