@@ -353,13 +353,18 @@ def _quiet_math_verify_without_alarm(record: logging.LogRecord) -> bool:
     return not record.getMessage().startswith("Timeout is disabled")
 
 
+@functools.cache
+def _quiet_math_verify() -> None:
+    """Filter that warning out of math-verify's loggers (once per process)."""
+    for name in ("math_verify.parser", "math_verify.grader"):
+        logging.getLogger(name).addFilter(_quiet_math_verify_without_alarm)
+
+
 def _match_in_time(predicted: str | None, gold: str, seconds: float) -> float | None:
     """1.0 or 0.0 as :func:`math_answers_match` says, or None past ``seconds`` of wall time (on the main thread)."""
     import math_verify  # noqa: F401  (outside the deadline: a first import takes a fraction of a second)
 
-    for name in ("math_verify.parser", "math_verify.grader"):
-        if _quiet_math_verify_without_alarm not in logging.getLogger(name).filters:
-            logging.getLogger(name).addFilter(_quiet_math_verify_without_alarm)
+    _quiet_math_verify()
     try:
         with scoring_deadline(seconds):
             return 1.0 if _answers_match(predicted, gold, timeout=None) else 0.0
@@ -387,12 +392,12 @@ def math_reward(
         if gold is None:
             rewards.append(None)
             continue
-        predicted = extract_answer(completion_text(completion))
-        if predicted is not None and _normalize(predicted) == _normalize(str(gold)):  # no parse: no deadline spent
+        predicted, gold = extract_answer(completion_text(completion)), str(gold)
+        if predicted is not None and _normalize(predicted) == _normalize(gold):  # no parse: no deadline spent
             rewards.append(1.0)
             continue
-        question = json.dumps([prompt, str(gold)], default=str)  # a question's answers share one deadline
-        rewards.append(deadline.score(question, functools.partial(_match_in_time, predicted, str(gold))))
+        question = json.dumps([prompt, gold], default=str)  # a question's answers share one deadline
+        rewards.append(deadline.score(question, functools.partial(_match_in_time, predicted, gold)))
     return rewards
 
 

@@ -64,7 +64,8 @@ class SwarmHold:
         turns: Counter[str] = Counter()
         ranked = []
         for candidate in received:  # newest first: a sender's n-th newest has turn n
-            ranked.append((turns[candidate.sender], -min(candidate.group.created_at, now), len(ranked), candidate))
+            ranked.append((turns[candidate.sender], candidate))
             turns[candidate.sender] += 1
-        self.groups = [candidate for *_, candidate in sorted(ranked, key=lambda r: r[:3])][: self.size]
+        # a stable sort by turn keeps each turn newest first
+        self.groups = [candidate for _, candidate in sorted(ranked, key=lambda r: r[0])][: self.size]
         return self.groups

@@ -255,13 +255,19 @@ class Intake:
         for candidate in candidates:
             content = (question_of(candidate.group.prompt), *(t.ids for t in candidate.tokenized))
             if content in seen:
-                self.ledger.count(taken, "duplicate")
-                self.sender_outcomes.count(candidate.sender, "dropped/duplicate")
-                taken.records.append(self.ledger.candidate_record(candidate, "duplicate"))
+                self._set_aside(candidate, "duplicate", taken)
                 continue
             seen.add(content)
             distinct.append(candidate)
         return distinct
+
+    def _set_aside(self, candidate: Candidate, reason: str, taken: Taken) -> None:
+        """A scored candidate set aside for ``reason``: counted (for a received one, in its sender's outcomes too)
+        and logged in the round's records."""
+        self.ledger.count(taken, reason)
+        if candidate.origin == SWARM:
+            self.sender_outcomes.count(candidate.sender, f"dropped/{reason}")
+        taken.records.append(self.ledger.candidate_record(candidate, reason))
 
     def _offer_held(self, taken: Taken, now: float) -> list[Candidate]:
         """The groups held from earlier rounds (:mod:`sapo.hold`), offered to this round's sampler beside the fetched
@@ -296,10 +302,7 @@ class Intake:
         """The sampler's choice of up to ``k`` of ``candidates`` that pass the plausibility check, and its reserve."""
         selection = self.sampler.select(candidates, k, self.rng, now=now)
         for candidate, reason in selection.set_aside:
-            self.ledger.count(taken, reason)
-            if candidate.origin == SWARM:
-                self.sender_outcomes.count(candidate.sender, f"dropped/{reason}")
-            taken.records.append(self.ledger.candidate_record(candidate, reason))
+            self._set_aside(candidate, reason, taken)
         return self._keep_plausible(selection, probe, timed, taken), selection.reserve
 
     def _fetch(self, pool_size: int) -> tuple[list[Any], float, list[tuple[str, str]]]:

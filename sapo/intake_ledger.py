@@ -11,7 +11,7 @@ from typing import Any
 
 from sapo.config import SAPOConfig
 from sapo.group_log import GroupLog, GroupRecord, received_record
-from sapo.questions import DETAIL_MAX_CHARS
+from sapo.questions import cut_detail
 from sapo.sampling import SWARM, Candidate, OwnSuccess
 from sapo.tally import SenderTally
 from swarm.records import Group
@@ -97,8 +97,8 @@ class IntakeLedger:
         origin: str = SWARM,
     ) -> None:
         """Count a group set aside for ``reason`` (against its sender's outcomes when received) and log it, ``detail``
-        cut to :data:`sapo.questions.DETAIL_MAX_CHARS`."""
-        detail = detail[:DETAIL_MAX_CHARS]
+        cut as a :class:`sapo.questions.GroupDropped`'s is (:func:`sapo.questions.cut_detail`)."""
+        detail = cut_detail(detail)
         self.count(taken, reason, detail=f"{'key fingerprint ' + sender if origin == SWARM else 'replay'}: {detail}")
         if origin == SWARM:
             self.sender_outcomes.count(sender, f"dropped/{reason}")

@@ -21,6 +21,7 @@ __all__ = [
     "GROUP_DROP_REASONS",
     "REWARD_COLUMNS",
     "GroupDropped",
+    "cut_detail",
     "provenance_to_json",
     "question_messages",
     "question_of",
@@ -64,6 +65,13 @@ DETAIL_MAX_CHARS = 500
 quote what a sender sent (a config of up to 3 MiB was quoted whole into the log)."""
 
 
+def cut_detail(text: str) -> str:
+    """``text`` as a drop's detail: at most :data:`DETAIL_MAX_CHARS`, a longer one cut saying how long it was."""
+    if len(text) <= DETAIL_MAX_CHARS:
+        return text
+    return f"{text[: DETAIL_MAX_CHARS - 40]}... ({len(text):,} characters in all)"
+
+
 class GroupDropped(Exception):
     """A received group whose ground truth cannot be re-derived; ``reason`` is one of :data:`GROUP_DROP_REASONS`,
     ``detail`` what happened, cut to :data:`DETAIL_MAX_CHARS`."""
@@ -71,8 +79,7 @@ class GroupDropped(Exception):
     def __init__(self, reason: str, detail: str):
         if reason not in GROUP_DROP_REASONS:
             raise ValueError(f"unknown drop reason {reason!r}; expected one of {GROUP_DROP_REASONS}")
-        if len(detail) > DETAIL_MAX_CHARS:
-            detail = f"{detail[: DETAIL_MAX_CHARS - 40]}... ({len(detail):,} characters in all)"
+        detail = cut_detail(detail)
         super().__init__(f"{reason}: {detail}")
         self.reason = reason
         self.detail = detail

@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from sapo.questions import DETAIL_MAX_CHARS, GroupDropped, question_of, reward_columns
+from sapo.questions import GroupDropped, cut_detail, question_of, reward_columns
 from swarm.records import Group, Provenance, provenance_from_wire
 
 logger = logging.getLogger(__name__)
@@ -255,7 +255,7 @@ class SourceRegistry:
         :class:`SourceErrorLimit` past the limit."""
         self.source_errors += 1
         self.source_errors_in_a_row += 1
-        item, what = _item(provenance), f"{type(error).__name__}: {error}"[:DETAIL_MAX_CHARS]
+        item, what = _item(provenance), cut_detail(f"{type(error).__name__}: {error}")
         logger.error(
             "task source %s raised in %s() on item %s (%d source error(s) in a row, %d in all): %s",
             source.describe(), method, item, self.source_errors_in_a_row, self.source_errors, what,
