@@ -42,8 +42,8 @@ def load_extract(source: str, name: str) -> ModuleType:
     imported one."""
     spec = importlib.util.spec_from_loader(name, loader=None)
     module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # before it runs: a dataclass finds its module's names there
     exec(compile(source, f"<{name}>", "exec"), module.__dict__)  # noqa: S102  (this repository's own file)
-    sys.modules[name] = module
     return module
 
 

@@ -12,8 +12,10 @@ One round's intake (:meth:`Intake.take`), in order:
    the prompt trained on is written here around it; a sender whose groups cost too much time to re-derive lately is
    rested, its groups set aside unread (:mod:`sapo.rederivation`);
 4. hygiene: the group's size and every completion's text;
-5. tokenize every completion once and score it with this peer's reward functions (through the
-   :class:`sapo.probe.PolicyProbe`, TRL's own reward path): these are the tokens and rewards the round trains with;
+5. tokenize every completion once, as it is trained on (cut to the local `max_completion_length`, a sender's text read
+   only that far), and score it with this peer's reward functions (through the :class:`sapo.probe.PolicyProbe`,
+   TRL's own reward path): these are the tokens and rewards the round trains with; what steps 4 and 5 cost is charged
+   to the sender beyond what is free (:func:`sapo.rederivation.scoring_excess`);
 6. sample: the sampler chooses up to J of the scored candidates;
 7. plausibility: chosen groups whose completions this policy would not write are dropped (:mod:`sapo.plausibility`)
    and their slots go to the next usable candidates; its reference is the node's own completions, handed in from the
@@ -365,24 +367,33 @@ class Intake:
         if len(group.completions) < size:
             self.ledger.drop(taken, "group_size", sender, group, f"{len(group.completions)} < {size} completions")
             return None, "group_size"
-        completions = list(group.completions[:size])
+        started = time.monotonic()
+        try:
+            return self._tokenize_and_score(sender, group, columns, probe, taken)
+        finally:  # what the sender's text made this peer spend (`RoundRederivation.charge_scoring`)
+            taken.scoring_seconds.append((sender, time.monotonic() - started))
+
+    def _tokenize_and_score(
+        self, sender: str, group: Group, columns: dict[str, Any], probe: PolicyProbe, taken: Taken
+    ) -> tuple[Candidate | None, str | None]:
+        """The candidate of a group whose truth is known: its first `num_generations` completions judged by hygiene,
+        tokenized as they are trained on (cut to the local limit, read only that far) and scored with this peer's
+        rewards around the verified question; or None and why it was dropped (counted)."""
+        completions = list(group.completions[: self.args.num_generations])
         problem = self.hygiene.group_problem(completions)
         if problem is not None:
             self.ledger.drop(taken, "hygiene", sender, group, problem)
             return None, "hygiene"
+        tokenized = [probe.tokenize(text) for text in completions]
         # Only completions cross the trust boundary: the prompt trained on (and scored) is written here, around the
         # question this node verified; the sender's prompt was only compared, never used.
         prompt = [*self.system_messages, {"role": "user", "content": columns.pop("question")}]
         group = Group(**{**vars(group), "completions": completions, "prompt": prompt})
-        tokenized = [probe.tokenize(text) for text in completions]
-        started = time.monotonic()
         try:
             per_function = probe.score(prompt, tokenized, columns).detach().cpu()
         except Exception as e:  # a reward function choking on foreign text must not stop training
             self.ledger.drop(taken, "reward_error", sender, group, f"{type(e).__name__}: {e}")
             return None, "reward_error"
-        finally:  # what the sender's text made this peer's rewards spend (`RoundRederivation.charge_scoring`)
-            taken.scoring_seconds.append((sender, time.monotonic() - started))
         rewards = weighted_rewards(per_function, self.reward_weights).tolist()
         return Candidate(sender, group, rewards, columns, per_function.tolist(), tokenized), None
 

@@ -30,6 +30,16 @@ class Typicality:
     tokens: tuple[float, ...]
 
 
+PREFIX_CHARS_PER_TOKEN = 8
+"""The characters a received completion is first read to for each token kept (:meth:`PolicyProbe.tokenize`): about
+twice a tokenizer's usual (English prose runs near 4 a token); a text of longer tokens (runs of spaces) is read
+further, doubling."""
+
+PREFIX_MARGIN_TOKENS = 16
+"""The tokens a read prefix must hold beyond those kept: where a prefix ends mid-word its last tokens differ from the
+whole text's, and these absorb that."""
+
+
 class PolicyProbe:
     """This peer's policy and rewards, as the intake uses them on received completions.
 
@@ -50,9 +60,8 @@ class PolicyProbe:
         EOS, like a local completion that ran out of tokens), EOS appended when it fits; with how many of them hold
         the text up to its final answer's end (`SAPOConfig.external_answer_end`)."""
         trainer = self.trainer
-        ids = self._token_ids(text)
         limit = trainer.args.max_completion_length
-        cut = limit is not None and len(ids) > limit
+        ids, cut = self._leading_token_ids(text, limit)
         if cut:
             # Score the text trained on: past the limit a completion loses its tail in the batch, so an answer there
             # (a longer-limit sender's, or an attacker's behind a payload) must not earn its reward. The answer's end
@@ -64,6 +73,24 @@ class PolicyProbe:
         if limit is not None and len(ids) >= limit:
             return TokenizedCompletion(tuple(ids), cut, text, answer_tokens)
         return TokenizedCompletion((*ids, trainer.eos_token_ids[0]), False, text, answer_tokens)
+
+    def _leading_token_ids(self, text: str, limit: int | None) -> tuple[list[int], bool]:
+        """The tokens of ``text``, or, when it has more than ``limit``, at least ``limit`` of its leading tokens; and
+        whether it has more. A sender's text is read only as far as its first ``limit`` tokens need (a prefix of
+        :data:`PREFIX_CHARS_PER_TOKEN` characters a token, doubled while it holds too few), not to the end of the up
+        to 32 K characters a sender chose, whose tail is cut off anyway. The prefix must hold
+        :data:`PREFIX_MARGIN_TOKENS` more tokens than are kept, so that its own end (a word cut in two) never
+        reaches the tokens kept."""
+        if limit is not None:
+            wanted = limit + PREFIX_MARGIN_TOKENS
+            chars = wanted * PREFIX_CHARS_PER_TOKEN
+            while chars < len(text):
+                ids = self._token_ids(text[:chars])
+                if len(ids) >= wanted:
+                    return ids, True
+                chars *= 2
+        ids = self._token_ids(text)
+        return ids, limit is not None and len(ids) > limit
 
     def _token_ids(self, text: str) -> list[int]:
         # split_special_tokens: a completion that spells out "<|im_end|>" must not become a control token.

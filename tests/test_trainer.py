@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import random
 import time
 
 import pytest
@@ -374,6 +375,44 @@ def test_external_completions_are_truncated_only_beyond_the_local_limit(tmp_path
     assert len(cut.ids) == 12 and cut.truncated and cut.text == smollm_tokenizer.decode(list(cut.ids))
     short = probe.tokenize("four")
     assert short.ids[-1] == trainer.eos_token_ids[0] and not short.truncated  # ended before the limit: EOS
+
+
+@pytest.mark.parametrize("tokenizer_name", ["smollm_tokenizer", "minilm_tokenizer"])
+def test_a_long_received_completion_is_read_only_as_far_as_its_kept_tokens_need(tmp_path, tokenizer_name, request):
+    # A sender's 32 K characters cost the tokenizer up to 50 ms a completion; the node keeps 12 tokens of them. The
+    # probe reads a prefix a few times their length (longer only for texts of long tokens: runs of spaces), and
+    # keeps exactly the tokens the whole text's first 12 are, under both a byte-level BPE and a WordPiece tokenizer.
+    tokenizer = request.getfixturevalue(tokenizer_name)
+    trainer = _trainer(tmp_path, tokenizer, "prefix", RewardProbe(lambda t: 0.0), max_completion_length=12)
+    probe = PolicyProbe(trainer, ["prompt", "answer"])
+    read: list[int] = []
+    whole = probe._token_ids
+    probe._token_ids = lambda text: read.append(len(text)) or whole(text)
+    rng = random.Random(0)
+    texts = {
+        "prose": " ".join(rng.choice(["the", "cat", "sat", "on", "a", "mat", "and", "ran"]) for _ in range(9000)),
+        "digits": "".join(rng.choice("0123456789") for _ in range(32768)),
+        "spaces": "x" + " " * 32767,
+        "cjk": "".join(chr(rng.randint(0x4E00, 0x9FFF)) for _ in range(32768)),
+        "one word": "a" * 32768,
+    }
+    cut = set()
+    for name, text in texts.items():
+        text = text[:32768]
+        ids = whole(text)
+        read.clear()
+        kept = probe.tokenize(text)
+        assert kept.truncated == (len(ids) > 12), name
+        if kept.truncated:
+            cut.add(name)
+            assert kept.ids == tuple(ids[:12]) and kept.text == tokenizer.decode(list(kept.ids)), name
+            assert sum(read) <= 4096, (name, read)  # of 32,768 characters
+        else:  # WordPiece makes one unknown token of a word over 100 characters: the whole text is that token
+            assert kept.ids[:-1] == tuple(ids), name
+    # WordPiece's words end at spaces and digits do not split, so three of these texts are one word to it
+    assert cut == (set(texts) if tokenizer_name == "smollm_tokenizer" else {"prose", "cjk"})
+    short = probe.tokenize("the cat sat")  # shorter than any prefix: read whole, not cut, EOS appended
+    assert not short.truncated and short.ids[:-1] == tuple(whole("the cat sat"))
 
 
 def test_a_cut_completions_answer_end_is_found_in_the_text_trained_on(tmp_path, smollm_tokenizer, monkeypatch):
