@@ -33,7 +33,7 @@ class Typicality:
 PREFIX_CHARS_PER_TOKEN = 8
 """The characters a received completion is first read to for each token kept (:meth:`PolicyProbe.tokenize`): about
 twice a tokenizer's usual (English prose runs near 4 a token); a text of longer tokens (runs of spaces) is read
-further, doubling."""
+further."""
 
 PREFIX_MARGIN_TOKENS = 16
 """The tokens a read prefix must hold beyond those kept: where a prefix ends mid-word its last tokens differ from the
@@ -77,8 +77,9 @@ class PolicyProbe:
     def _leading_token_ids(self, text: str, limit: int | None) -> tuple[list[int], bool]:
         """The tokens of ``text``, or, when it has more than ``limit``, at least ``limit`` of its leading tokens; and
         whether it has more. A sender's text is read only as far as its first ``limit`` tokens need (a prefix of
-        :data:`PREFIX_CHARS_PER_TOKEN` characters a token, doubled while it holds too few), not to the end of the up
-        to 32 K characters a sender chose, whose tail is cut off anyway. The prefix must hold
+        :data:`PREFIX_CHARS_PER_TOKEN` characters a token, read further while it holds too few: as far as its own
+        characters a token say, at least twice as far), not to the end of the up to 32 K characters a sender chose,
+        whose tail is cut off anyway. A text of few, long tokens may be read whole after a prefix. The prefix must hold
         :data:`PREFIX_MARGIN_TOKENS` more tokens than are kept, so that its own end (a word cut in two) never
         reaches the tokens kept."""
         if limit is not None:
@@ -88,7 +89,8 @@ class PolicyProbe:
                 ids = self._token_ids(text[:chars])
                 if len(ids) >= wanted:
                     return ids, True
-                chars *= 2
+                # on, as far as this prefix's characters a token say the tokens wanted need, with a quarter to spare
+                chars = max(2 * chars, chars * wanted * 5 // (4 * max(len(ids), 1)))
         ids = self._token_ids(text)
         return ids, limit is not None and len(ids) > limit
 
