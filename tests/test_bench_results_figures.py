@@ -323,3 +323,21 @@ def test_the_math_reward_cost_figures_are_those_of_the_committed_run():
     figure = f"cost {before[crafted[0]]:.2f} s of scoring, now {now[crafted[0]]:.2f} s"
     assert figure in trust, f"docs/trust.md lacks {figure!r}"
     assert "dirty" not in run["git_commit"] and run["group_size"] == 8
+
+
+def test_the_tokenize_cost_figures_are_those_of_the_committed_run():
+    """benchmarks/README.md's figures of tokenizing long received completions, read from the committed JSON."""
+    import json
+
+    run = json.loads((RESULTS / "tokenize_cost.json").read_text())
+    costs = run["cpu_ms_per_completion"]
+    before, now = costs[f"base {run['base']}"], costs["this tree"]
+    for figure in [
+        f"On {run['git_commit'][:7]} (clean) against {run['base']}",
+        f"**{before['256']['prose']:.2f} and {before['256']['any script']:.2f} CPU ms** before",
+        f"**{now['256']['prose']:.2f} and {now['256']['any script']:.2f} ms** now",
+        f"**{before['48']['any script']:.2f} ms** before, **{now['48']['any script']:.2f} ms** now",
+        f"{before['1024']['spaces']:.2f} ms before, {now['1024']['spaces']:.2f} ms now",
+    ]:
+        assert figure in BENCHMARKS_README, f"benchmarks/README.md lacks {figure!r}"
+    assert "dirty" not in run["git_commit"]
