@@ -12,6 +12,7 @@ What TRL produces for the round (the completions generated here and every row's 
 
 from __future__ import annotations
 
+import statistics
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -207,10 +208,10 @@ def round_figures(
     round_: Round, outcome: RoundOutcome, slots: int, scored: int, zero_advantage: int, step: int
 ) -> dict[str, float]:
     """One process's figures of a round (`sapo/<name>`): swarm groups taken, own groups replayed, fill-ins, distinct
-    senders, the share of scored candidates with zero advantage, the age and step lag of what was taken (swarm and
-    replayed alike), and the mean reward of own rows, external rows, and own rows of groups with reward spread (the
-    ones the paper's sampler would have kept: like with like against the external groups, which it chose that
-    way)."""
+    senders, the share of scored candidates with zero advantage, the mean age and median step lag of what was taken
+    (swarm and replayed alike), and the mean reward of own rows, external rows, and own rows of groups with reward
+    spread (the ones the paper's sampler would have kept: like with like against the external groups, which it chose
+    that way)."""
     external = round_.share
     received = [c for c in external if c.origin == SWARM]
     figures = {
@@ -224,7 +225,9 @@ def round_figures(
     if external:  # staleness of what is trained on: seconds since the sender made it, and its policy's lag
         now = time.time()
         figures["sapo/external_age_seconds"] = sum(now - c.group.created_at for c in external) / len(external)
-        figures["sapo/external_step_lag"] = sum(step - c.group.step for c in external) / len(external)
+        # a median: the step is the sender's word, and one sender's 2**63 - 1 would make the mean of every round it
+        # takes part in unreadable (its group log line still says what it claimed)
+        figures["sapo/external_step_lag"] = float(statistics.median(step - c.group.step for c in external))
     rewards = outcome.rewards
     if rewards is None:
         return figures
