@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import subprocess
 import sys
@@ -121,6 +122,43 @@ def test_the_reward_scores_a_right_and_a_wrong_completion_offline_and_skips_othe
     scores = source.reward([row["prompt"]] * 3, completions, provenance=[row["provenance"], row["provenance"], other])
     assert scores == [1.0, 0.0, None]  # the last row is another source's: not this reward's to score
     assert source.reward.__name__ == "verifiers_Sums"
+
+
+class SlowTask(SumTask):
+    """Full marks for the sum, as SumTask; a reply saying "spin" computes for 30 s, one saying "wait" awaits 30 s."""
+
+    @vf.reward
+    async def correct(self, task: SumData, trace: vf.Trace) -> float:
+        if "spin" in trace.last_reply:
+            ends = time.monotonic() + 30
+            while time.monotonic() < ends:  # never awaits: only an interruption ends it early
+                pass
+        if "wait" in trace.last_reply:
+            await asyncio.sleep(30)
+        return await SumTask.correct(self, task, trace)
+
+
+class SlowSums(vf.Taskset[SlowTask]):
+    """Two sums whose hooks a reply can keep busy."""
+
+    def load(self):
+        for i in (1, 2):
+            yield SlowTask(SumData(prompt=f"What is {i} + {i}?", answer=str(2 * i)), self.config.task)
+
+
+@pytest.mark.parametrize("stall", ["spin", "wait"])
+def test_a_received_reply_cannot_keep_the_hooks_scoring_past_the_tasks_seconds(stall):
+    # A group of one task shares scoring_seconds: a reply that keeps a hook busy (computing or awaiting) scores 0.0
+    # once they are spent, and so do the replies not yet scored; a reply scored before it keeps its score, and the
+    # next task has seconds of its own. Without the limit each stalling reply would score 1.0 after 30 s.
+    source = VerifiersSource(SlowSums(vf.TasksetConfig()), scoring_seconds=0.5)
+    one, two = (provenance_from_wire(json.loads(p)).key for p in source.rows()["provenance"])
+    replies = ["<answer>2</answer>", f"{stall} <answer>2</answer>", "<answer>2</answer>"]
+    scores = source.score_all([(one, text) for text in replies] + [(two, "<answer>4</answer>")])
+    assert scores == [1.0, 0.0, 0.0, 1.0]
+    assert source.score(one, "<answer>2</answer>") == 1.0  # the deadline is gone once the call returns
+    with pytest.raises(ValueError, match="scoring_seconds must be positive"):
+        VerifiersSource(SlowSums(vf.TasksetConfig()), scoring_seconds=0)
 
 
 def test_a_container_or_multi_turn_task_is_left_out_and_refused_with_its_reason():

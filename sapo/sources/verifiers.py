@@ -19,11 +19,14 @@ import hashlib
 import importlib.metadata
 import json
 import logging
+import time
 from collections import Counter
 from collections.abc import Coroutine, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from rewards.functions import SCORER_SECONDS
+from rewards.scoring_bounds import ScoringTimeout, scoring_deadline
 from sapo.questions import GroupDropped, question_of, reward_columns
 from sapo.sources.base import Rederived, TaskSource, row_provenances
 from swarm.records import Provenance
@@ -66,6 +69,11 @@ class VerifiersSource(TaskSource):
             its class comes from, if any, with the verifiers version (e.g. ``"mytasks==1.2;verifiers==0.4.0"``).
         eval_fraction: the share of tasks held out for evaluation, chosen by key (the same tasks on every peer; never
             in the training rows). Default 0.
+        scoring_seconds: the wall seconds the reward hooks may spend on one task's completions in one reward call (a
+            received group is one task), shared by them: a completion still being scored when they are spent scores
+            0.0, and so do the ones not begun (a sender's text must not keep the node scoring). Default
+            `rewards.functions.SCORER_SECONDS` (1 s), as the reasoning-gym reward; None: no limit. A hook that
+            computes without awaiting is interrupted on the main thread only.
 
     A task's key is its `Task.key` where its class defines one; where the class keeps verifiers' default (the hash
     of the task's data, position included) it is the hash of the data without the position, so that peers holding
@@ -77,7 +85,13 @@ class VerifiersSource(TaskSource):
 
     name = VERIFIERS_SOURCE
 
-    def __init__(self, taskset: Any, version: str | None = None, eval_fraction: float = 0.0):
+    def __init__(
+        self,
+        taskset: Any,
+        version: str | None = None,
+        eval_fraction: float = 0.0,
+        scoring_seconds: float | None = SCORER_SECONDS,
+    ):
         vf = require_verifiers()
         if not isinstance(taskset, vf.Taskset):
             raise TypeError(f"a VerifiersSource takes a verifiers.v1.Taskset, got {type(taskset).__name__}")
@@ -87,7 +101,9 @@ class VerifiersSource(TaskSource):
             )
         if not 0.0 <= eval_fraction < 1.0:
             raise ValueError(f"eval_fraction must be in [0, 1), got {eval_fraction}")
-        self.taskset, self.eval_fraction = taskset, eval_fraction
+        if scoring_seconds is not None and not scoring_seconds > 0:
+            raise ValueError(f"scoring_seconds must be positive or None (no limit), got {scoring_seconds}")
+        self.taskset, self.eval_fraction, self.scoring_seconds = taskset, eval_fraction, scoring_seconds
         cls = type(taskset)
         self.taskset_name = taskset.config.id or f"{cls.__module__}.{cls.__qualname__}"
         self.config_hash = hashlib.sha256(
@@ -232,11 +248,49 @@ class VerifiersSource(TaskSource):
         return _TaskReward(self)
 
     def score(self, key: str, completion: str) -> float:
-        """The weighted sum of the task ``key``'s reward hooks for ``completion`` (one assistant reply)."""
-        return _run(self._score_all([(key, completion)]))[0]
+        """The weighted sum of the task ``key``'s reward hooks for ``completion`` (one assistant reply), or 0.0 past
+        `scoring_seconds`."""
+        return self.score_all([(key, completion)])[0]
 
-    async def _score_all(self, pairs: Sequence[tuple[str, str]]) -> list[float]:
-        return list(await asyncio.gather(*(self._score_one(key, text) for key, text in pairs)))
+    def score_all(self, pairs: Sequence[tuple[str, str]]) -> list[float]:
+        """:meth:`score` of each ``(key, completion)``, one after another: each task's completions share
+        `scoring_seconds` (the one still being scored when they are spent scores 0.0, and the ones after it)."""
+        scores = [0.0] * len(pairs)
+        by_key: dict[str, list[int]] = {}
+        for i, (key, _) in enumerate(pairs):
+            by_key.setdefault(key, []).append(i)
+        for key, indices in by_key.items():
+            self._score_task(key, {i: pairs[i][1] for i in indices}, scores)
+        return scores
+
+    def _score_task(self, key: str, completions: dict[int, str], scores: list[float]) -> None:
+        """Score the task ``key``'s ``completions`` (index -> text) into ``scores``, within `scoring_seconds`: a hook
+        awaiting past them is cancelled, one computing past them is interrupted (:func:`scoring_deadline`)."""
+        seconds = self.scoring_seconds
+        began = time.monotonic()
+
+        def left() -> float | None:
+            return None if seconds is None else seconds - (time.monotonic() - began)
+
+        async def score_them() -> None:
+            for i, text in completions.items():
+                if left() is not None and left() <= 0:
+                    return
+                try:
+                    score = await asyncio.wait_for(self._score_one(key, text), left())
+                except TimeoutError:
+                    return
+                if left() is None or left() > 0:  # a score that came in after the deadline does not count
+                    scores[i] = score
+
+        if seconds is None or _event_loop_running():  # then the hooks run in a thread of their own, uninterrupted
+            _run(score_them())
+            return
+        try:
+            with scoring_deadline(seconds):
+                _run(score_them())
+        except ScoringTimeout:
+            pass  # what was scored by then stands; the rest keep 0.0
 
     async def _score_one(self, key: str, completion: str) -> float:
         vf = require_verifiers()
@@ -282,7 +336,7 @@ class _TaskReward:
                 pairs.append((provenance.key, text))
                 rows.append(i)
         out: list[float | None] = [None] * len(completions)
-        for i, score in zip(rows, _run(self.source._score_all(pairs)) if pairs else [], strict=True):
+        for i, score in zip(rows, self.source.score_all(pairs) if pairs else [], strict=True):
             out[i] = score
         return out
 
@@ -338,11 +392,18 @@ def _package_version(cls: type) -> str:
     return ";".join([*parts, f"verifiers=={verifiers_version}"])
 
 
-def _run(coroutine: Coroutine[Any, Any, Any]) -> Any:
-    """Run ``coroutine`` to completion, in a thread of its own when this thread already runs an event loop."""
+def _event_loop_running() -> bool:
+    """Whether this thread runs an event loop now."""
     try:
         asyncio.get_running_loop()
     except RuntimeError:
+        return False
+    return True
+
+
+def _run(coroutine: Coroutine[Any, Any, Any]) -> Any:
+    """Run ``coroutine`` to completion, in a thread of its own when this thread already runs an event loop."""
+    if not _event_loop_running():
         return asyncio.run(coroutine)
     with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
         return pool.submit(asyncio.run, coroutine).result()
