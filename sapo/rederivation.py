@@ -43,9 +43,9 @@ them, as one of slow items is."""
 
 def scoring_excess(scored: Sequence[tuple[str, float]]) -> list[float]:
     """What scoring each of a round's received groups cost beyond what is free (``scored``: each group's sender and
-    seconds): the larger of :data:`SCORING_FREE_SECONDS` and :data:`SCORING_FREE_FACTOR` times the cheapest sender's
-    median. The cheapest sender's, not the round's: one sender sending more groups than the others moves a round's
-    median to its own."""
+    seconds; the same rule serves re-deriving items of this peer's own kind): the larger of
+    :data:`SCORING_FREE_SECONDS` and :data:`SCORING_FREE_FACTOR` times the cheapest sender's median. The cheapest
+    sender's, not the round's: one sender sending more groups than the others moves a round's median to its own."""
     by_sender: dict[str, list[float]] = {}
     for sender, seconds in scored:
         by_sender.setdefault(sender, []).append(seconds)
@@ -60,8 +60,8 @@ class RederivationCosts:
     """Wall seconds this node spent re-deriving each sender's received groups in vain (:mod:`sapo.sources`: the groups
     dropped there, and costly items re-derived but not trained on; reasoning-gym's foreign configs run in a child
     process, up to `regeneration_timeout` each), and scoring them beyond what is free (:func:`scoring_excess`),
-    halving every ``half_life`` seconds. Items of this peer's own kind re-derived count nothing, however slow their
-    source.
+    halving every ``half_life`` seconds. Items of this peer's own kind re-derived count only what they cost beyond what
+    is usual (:func:`scoring_excess`), however slow their source.
 
     A sender whose spend is over ``allowance`` is *rested*: its groups are set aside unread
     (``rederivation_cost``) until the spend decays under the allowance. A rest is not a verdict (an honest peer with a
@@ -150,8 +150,13 @@ class RoundRederivation:
         now = time.time()
         known = {item.sender for item in received if self._found_usable(item.sender, now)}
         truths: list[dict[str, Any] | GroupDropped | None] = [None] * len(received)
+        own_kind: list[tuple[str, float]] = []  # items of this peer's own kind re-derived: (sender, seconds)
         for i in by_turns([item.sender for item in received], first=known.__contains__):
-            truths[i] = self._rederive(received[i], newcomer=received[i].sender not in known)
+            truths[i] = self._rederive(received[i], newcomer=received[i].sender not in known, own_kind=own_kind)
+        # An item of this peer's own kind costs what is usual for it free, however slow the source: honest senders,
+        # drawing items as they come, never rest; one that picks the rare slow items of a user's generator is charged
+        # what they cost beyond that, as answers slow to score are.
+        self._charge_excess(own_kind)
         return truths
 
     def settle(self, taken: Collection[int], held: Collection[int] = ()) -> None:
@@ -173,8 +178,12 @@ class RoundRederivation:
         """Charge what scoring the round's received groups cost beyond what is free (:func:`scoring_excess`;
         ``scored``: each group's sender and seconds), used or not: answers that keep this peer's reward near its
         deadline cost a sender as groups that could not be re-derived, and rest it at the same allowance."""
+        self._charge_excess(scored)
+
+    def _charge_excess(self, spent: Sequence[tuple[str, float]]) -> None:
+        """Charge each ``(sender, seconds)`` of a round what it cost beyond what is free (:func:`scoring_excess`)."""
         now = time.time()
-        for (sender, _), excess in zip(scored, scoring_excess(scored), strict=True):
+        for (sender, _), excess in zip(spent, scoring_excess(spent), strict=True):
             if excess > 0:
                 self._charge(sender, excess, newcomer=not self._found_usable(sender, now))
 
@@ -182,10 +191,13 @@ class RoundRederivation:
         """Whether ``standing`` found a group of ``sender`` usable lately (never, without a standing)."""
         return self.standing is not None and self.standing.found_usable(sender, now)
 
-    def _rederive(self, item: ReceivedGroup, newcomer: bool) -> dict[str, Any] | GroupDropped:
+    def _rederive(
+        self, item: ReceivedGroup, newcomer: bool, own_kind: list[tuple[str, float]]
+    ) -> dict[str, Any] | GroupDropped:
         """The truth of one received group, unless its sender is rested (or it is a newcomer's costly item while the
         newcomers are). The time it took is charged to its sender (and the newcomers) when it could not be
-        re-derived; for a costly item re-derived, at :meth:`settle`."""
+        re-derived; for a costly item re-derived, at :meth:`settle`; for an item of this peer's own kind re-derived,
+        added to ``own_kind`` (charged beyond what is usual, :meth:`truths`)."""
         now = time.time()
         if self.costs is not None and self.costs.is_rested(item.sender, now):
             return _rested(self.costs, item.sender, now, "its groups")
@@ -201,9 +213,11 @@ class RoundRederivation:
                 item.sender, max(seconds, SOURCE_ERROR_SECONDS) if e.reason == "source_error" else seconds, newcomer
             )
             return e
-        # an item of this peer's own kind re-derived costs nothing, however slow the source: honest senders never rest
+        seconds = time.monotonic() - started
         if costly:
-            self._unsettled.append((item, time.monotonic() - started, newcomer))
+            self._unsettled.append((item, seconds, newcomer))
+        else:
+            own_kind.append((item.sender, seconds))
         return truth
 
     def _charge(self, sender: str, seconds: float, newcomer: bool) -> None:

@@ -306,6 +306,48 @@ def test_costly_items_re_derived_but_not_trained_on_are_charged_after_the_round(
     assert [getattr(truth, "reason", "kept") for truth in second] == ["rederivation_cost", "kept"]
 
 
+class HeavyTailed(DatasetSource):
+    """A user's own data whose items take 0.01 s to re-derive, and the few of them asking about 13, 10 s: a source of
+    this peer's own kind (not costly), on a clock (``clock[0]``) the test gives :mod:`sapo.rederivation`."""
+
+    def __init__(self, rows, name, clock):
+        super().__init__(rows, name)
+        self.clock = clock
+
+    def rederive(self, provenance, question):
+        self.clock[0] += 10.0 if "13" in question else 0.01
+        return super().rederive(provenance, question)
+
+
+def test_an_item_of_this_peers_own_kind_costs_its_sender_only_beyond_the_rounds_usual(monkeypatch):
+    """Items of this peer's own kind are free up to what is usual for them (honest senders, drawing items as they come,
+    never rest however slow the source), but a sender that picks a user's generator's rare slow items is charged what
+    they cost beyond that: 10 s an item, where the honest sender's cost 0.01 s, rests it after two rounds."""
+    clock = [0.0]
+    monkeypatch.setattr(rederivation, "time", SimpleNamespace(monotonic=lambda: clock[0], time=time.time))
+    source = HeavyTailed([{"question": f"What is {k} + 1?", "answer": str(k + 1)} for k in range(20)], "own", clock)
+    rederive = RoundRederivation(SourceRegistry([source]), RederivationCosts(allowance=15.0))
+    rows = list(source.rows())
+
+    def group(sender, k):
+        provenance = provenance_from_wire(json.loads(rows[k]["provenance"]))
+        return ReceivedGroup(sender, Group(f"{sender}-{k}", [rows[k]["prompt"][-1]], ["1", "2"], provenance))
+
+    for _ in range(2):
+        truths = rederive.truths([group("honest", k) for k in (1, 2, 3)] + [group("picker", 13)])
+        assert all(isinstance(truth, dict) for truth in truths)  # every item re-derived: it is not wrong, only slow
+    now = time.time()
+    assert rederive.costs.spent("honest", now) == 0.0
+    assert rederive.costs.spent("picker", now) == pytest.approx(2 * (10.0 - 0.5), abs=0.01)  # beyond 0.5 s free
+    assert rederive.costs.is_rested("picker", now)
+    third = rederive.truths([group("honest", 4), group("picker", 13)])
+    assert [getattr(truth, "reason", "kept") for truth in third] == ["kept", "rederivation_cost"]
+    # A source slow for every item costs nothing: the usual is then slow too (a verifier that runs code).
+    clock[0], slow = 0.0, RoundRederivation(SourceRegistry([source]), RederivationCosts(allowance=15.0))
+    assert all(isinstance(t, dict) for t in slow.truths([group("a", 13), group("b", 13), group("a", 13)]))
+    assert slow.costs.spent("a", time.time()) == slow.costs.spent("b", time.time()) == 0.0
+
+
 def test_a_costly_item_is_spared_by_its_own_group_taken_never_by_a_group_id_and_held_ones_pay_on_leaving(monkeypatch):
     """What spares a costly item its charge is its own group taken: a sender that gave all its groups one id had one
     group taken spare them all (the id is the sender's to choose), and one held for a later round was never charged when
