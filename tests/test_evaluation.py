@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import math
-import time
 from pathlib import Path
 
 import pytest
@@ -347,7 +346,9 @@ def test_metrics_jsonl_is_rotated_by_size_and_a_resume_drops_later_steps_from_ev
     from sapo.node.report import load_runs
 
     path = tmp_path / "metrics.jsonl"
-    line_bytes = len(json.dumps({"step": 10, "time": time.time(), "loss": 1.0})) + 1
+    # the longest line the node writes here: its time with all 17 digits (a shorter repr makes a line a few bytes
+    # shorter, never short enough for a fourth line to fit)
+    line_bytes = len(json.dumps({"step": 10, "time": 1764561234.1234567, "loss": 1.0})) + 1
     metrics = MetricsJsonl(path, max_bytes=3 * line_bytes + 2, backups=2)  # three lines a file
     state = TrainerState()
     for step in range(1, 13):
