@@ -186,7 +186,8 @@ class Intake:
                 chosen, unused = [*chosen, *replayed], [*unused, *left]
         for candidate in chosen:
             if candidate.origin == SWARM:
-                self._record_standing(candidate.sender, True, time.time())
+                if id(candidate) not in taken.contested:
+                    self._record_standing(candidate.sender, True, time.time())
                 self._mask_after_answer(candidate)
         self._count_refusals()
         # An equal share for every process (each trains on the same number of own rows); a remainder is filled in.
@@ -251,17 +252,20 @@ class Intake:
         """``candidates`` with each repeat of a group already among them set aside as ``duplicate`` (the same question
         and the same tokens trained on, whatever its id or sender): one group re-sent under new ids, or another
         peer's copied, took several slots of a batch and counted k times in its loss. Never against a sender: the
-        first to arrive is kept, and it need not be the original."""
-        seen: set[tuple[Any, ...]] = set()
-        distinct = []
+        first to arrive is kept, and it need not be the original, so one another sender sent too earns its sender no
+        standing (``taken.contested``): a copier of honest groups whose copies came first earned the standing of the
+        groups it copied."""
+        kept: dict[tuple[Any, ...], Candidate] = {}
         for candidate in candidates:
             content = (question_of(candidate.group.prompt), *(t.ids for t in candidate.tokenized))
-            if content in seen:
+            first = kept.get(content)
+            if first is not None:
+                if first.sender != candidate.sender:
+                    taken.contested.add(id(first))
                 self._set_aside(candidate, "duplicate", taken)
                 continue
-            seen.add(content)
-            distinct.append(candidate)
-        return distinct
+            kept[content] = candidate
+        return list(kept.values())
 
     def _set_aside(self, candidate: Candidate, reason: str, taken: Taken) -> None:
         """A scored candidate set aside for ``reason``: counted (for a received one, in its sender's outcomes too)

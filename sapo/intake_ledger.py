@@ -37,6 +37,8 @@ class Taken:
         records (`list[sapo.group_log.GroupRecord]`): every received group judged this round and what happened to it.
         scoring_seconds (`list[tuple[str, float]]`): each received group this process scored, as its sender and the
             wall seconds this peer's reward functions took on it.
+        contested (`set[int]`): the ``id`` of each candidate kept whose group another sender sent too this round: who
+            wrote it cannot be told, so it earns its sender no standing.
     """
 
     chosen: list[Candidate] = field(default_factory=list)
@@ -47,6 +49,7 @@ class Taken:
     dropped: Counter[str] = field(default_factory=Counter)
     records: list[GroupRecord] = field(default_factory=list)
     scoring_seconds: list[tuple[str, float]] = field(default_factory=list)
+    contested: set[int] = field(default_factory=set)
 
 
 class IntakeLedger:

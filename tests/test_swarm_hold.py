@@ -158,3 +158,25 @@ def test_a_group_re_sent_under_other_ids_and_senders_takes_one_slot_of_a_batch(t
     assert trainer.swarm_totals["external_groups"] == 2
     taken = [[c.text for c in candidate.tokenized] for candidate in trainer.last_external]
     assert len({tuple(texts) for texts in taken}) == 2  # never the same group twice
+
+
+def test_a_copied_group_earns_neither_its_copier_nor_its_writer_standing(tmp_path, smollm_tokenizer):
+    """The first of two copies to arrive is kept, and it need not be the original: a copier of honest groups whose
+    copies came first earned their standing (found usable: re-derived first, a share of the reader's refills). Who
+    wrote a group two senders sent cannot be told, so neither earns standing by it; a sender's own group still does."""
+    swarm = MemorySwarm(seed=0)
+    same = ["c x", "bb", "s x", "dd"]
+    swarm.join("writer").publish([_external_group("What is 0 + 0?", same, "w0", answer="0")])
+    swarm.join("copier").publish([_external_group("What is 0 + 0?", same, "copy", answer="0")])
+    swarm.join("other").publish([_external_group("What is 0 + 0?", ["o x", "bb", "cc", "dd"], "o0", answer="0")])
+    probe = RewardProbe(lambda text: 1.0 if "x" in text else 0.0)
+    trainer = _trainer(
+        tmp_path, smollm_tokenizer, "copied", probe, swarm=swarm.join("rx"), max_steps=1, num_external=2,
+        external_source_policy="trust", sampling_strategy="uniform",
+    )  # fmt: skip
+    trainer.train()
+    assert trainer.swarm_totals["dropped/duplicate"] == 1 and trainer.swarm_totals["external_groups"] == 2
+    assert {c.sender for c in trainer.last_external} & {"writer", "copier"}  # one of the two copies was trained on
+    standing, now = trainer.intake.standing, time.time()
+    assert standing.found_usable("other", now)
+    assert not standing.found_usable("writer", now) and not standing.found_usable("copier", now)
