@@ -79,7 +79,7 @@ from hivemind.utils.crypto import RSAPrivateKey
 from hivemind.utils.timed_storage import TimedStorage
 
 from swarm.lookup_guard import one_id_per_peer
-from swarm.storage_eviction import Storer, Unit, evict_by_host_then_peer, trim_subkeys
+from swarm.storage_eviction import Storer, Unit, evict_by_host_then_peer, subkeys_that_fit, trim_subkeys
 
 __all__ = [
     "BoundedStorage",
@@ -241,22 +241,55 @@ def _dht_id(raw: bytes) -> DHTID | None:
 
 def _found(protocol: Any, key: DHTID, room: int) -> Any:
     """The result for ``key`` without its neighbours: the fresher of the storage's and the cache's item if its bytes
-    fit in ``room`` (a dictionary is serialized only when the bytes of its entries fit), else not found."""
-    for storage in (protocol.storage, protocol.cache):  # a lookup's merge may have grown a dictionary held here
-        if isinstance(storage, BoundedStorage):
-            storage.trim_key(key)
-    item = protocol.storage.get(key)
+    fit in ``room``, else not found; of a dictionary that does not fit, the part that does (:func:`_fitting_part`).
+    Answered not found, a dictionary of an owner's record and a few subkeys of megabytes that others stored under its
+    key (any peer may sign a subkey of its own under any key) made the owner's record unreadable, and the owner struck
+    as one that never served what it announced."""
+    holders = [storage for storage in (protocol.storage, protocol.cache) if isinstance(storage, BoundedStorage)]
+    for storage in holders:  # a lookup's merge may have grown a dictionary held here
+        storage.trim_key(key)
+    item, holder = protocol.storage.get(key), protocol.storage
     cached = protocol.cache.get(key)
     if cached is not None and (item is None or cached.expiration_time > item.expiration_time):
-        item = cached
-    if item is None or _value_bytes(item.value) > room:
+        item, holder = cached, protocol.cache
+    if item is None:
         return dht_pb2.FindResult(type=dht_pb2.NOT_FOUND)
     if isinstance(item.value, DictionaryDHTValue):
-        value = protocol.serializer.dumps(item.value)
-        if len(value) > room:
+        value = _fitting_part(item.value, key, holder, room, protocol.serializer.dumps)
+        if value is None:
             return dht_pb2.FindResult(type=dht_pb2.NOT_FOUND)
         return dht_pb2.FindResult(type=dht_pb2.FOUND_DICTIONARY, value=value, expiration_time=item.expiration_time)
+    if _value_bytes(item.value) > room:
+        return dht_pb2.FindResult(type=dht_pb2.NOT_FOUND)
     return dht_pb2.FindResult(type=dht_pb2.FOUND_REGULAR, value=item.value, expiration_time=item.expiration_time)
+
+
+_ENTRY_BYTES = 32
+"""What serializing one subkey adds to its subkey's and value's bytes, at most (msgpack headers and an expiration)."""
+
+
+def _fitting_part(
+    dictionary: DictionaryDHTValue, key: DHTID, holder: Any, room: int, dumps: Callable[[Any], bytes]
+) -> bytes | None:
+    """``dictionary`` serialized if it fits in ``room``; else its subkeys that do, chosen by who stored them
+    (:func:`swarm.storage_eviction.subkeys_that_fit`: the hosts holding the fewest of its bytes first); None when not
+    one fits. The bytes of its entries are summed before anything is serialized."""
+    entries = list(dictionary.data.items())  # a copy: hivemind's reads remove the expired
+    sizes = {subkey: _value_bytes(subkey) + _value_bytes(sub.value) + _ENTRY_BYTES for subkey, sub in entries}
+    if sum(sizes.values()) + _ENTRY_BYTES <= room:
+        value = dumps(dictionary)
+        if len(value) <= room:
+            return value
+    stored_by = holder.storer_of if isinstance(holder, BoundedStorage) else (lambda key, subkey: None)
+    chosen = set(subkeys_that_fit(sizes, lambda subkey: stored_by(key, subkey), room - _ENTRY_BYTES))
+    if not chosen:
+        return None
+    with DictionaryDHTValue(dictionary.maxsize).freeze() as part:
+        for subkey, sub in entries:
+            if subkey in chosen:
+                part.store(subkey, sub.value, sub.expiration_time)
+    value = dumps(part)
+    return value if len(value) <= room else None
 
 
 async def gate_ping_handler(node: Any, wrap: Any) -> None:
@@ -437,6 +470,10 @@ class BoundedStorage(DHTLocalStorage):
         if trimmed:
             self.on_subkeys_trimmed(trimmed)
         return trimmed
+
+    def storer_of(self, key: Any, subkey: Any) -> Storer | None:
+        """Who stored ``subkey`` of ``key``'s dictionary here (``(host, libp2p peer)``), None if not known."""
+        return self._stored_by.get((key, subkey))
 
     def adopt(self, storage: TimedStorage) -> None:
         """Take over what ``storage`` holds (a node's storage before this replaced it), within the bounds."""

@@ -79,6 +79,25 @@ def trim_subkeys(
     )
 
 
+def subkeys_that_fit(sizes: dict[Any, int], storer_of: Callable[[Any], Storer | None], room: int) -> list[Any]:
+    """The subkeys of one key's dictionary (``sizes``: each one's bytes in an answer) to answer with when they do not
+    all fit in ``room`` bytes: those of the group (:func:`key_group`) holding the fewest of the key's bytes first, of a
+    group the smallest first, as many as fit. So subkeys a host stores by the megabyte under another peer's records
+    key push out its own, not the owner's (the holder cannot tell the owner: it sees the key's hash)."""
+    groups: dict[Hashable, int] = {}
+    for subkey, size in sizes.items():
+        group = key_group(storer_of(subkey))
+        groups[group] = groups.get(group, 0) + size
+    order = sorted(sizes, key=lambda subkey: (groups[key_group(storer_of(subkey))], sizes[subkey]))
+    chosen, used = [], 0
+    for subkey in order:
+        if used + sizes[subkey] > room:
+            break
+        chosen.append(subkey)
+        used += sizes[subkey]
+    return chosen
+
+
 def evict_by_host_then_peer(
     units: dict[Unit, tuple[int, float]],
     storer_of: Callable[[Unit], Storer | None],

@@ -196,3 +196,59 @@ def test_a_real_peer_answers_a_find_bomb_in_bounded_memory_and_an_honest_lookup_
     finally:
         attacker.close()
         honest.close()
+
+
+def test_a_dictionary_too_large_for_the_answer_is_answered_with_the_subkeys_of_those_who_stored_least():
+    """A records key's dictionary of the owner's small record and megabytes others signed under it: answered not found,
+    it made the owner's record unreadable. The part that fits is answered, the subkeys of those who stored least of
+    the key's bytes first (here the owner's), then the others', each host's smallest first, while they fit."""
+    from swarm.hivemind_bridge import BoundedStorage
+
+    protocol, _ = find_protocol()
+    storers = {b"owner": ("10.0.0.1", "owner-peer"), b"a": ("10.0.0.9", "p1"), b"b": ("10.0.0.9", "p2")}
+    protocol.storage = BoundedStorage(100, 2**30, storer=lambda: storers[current[0]])
+    key, expiration, current = DHTID.generate(), get_dht_time() + 600, [b""]
+    for subkey, size in ((b"owner", 500), (b"a", 2_100_000), (b"b", 2_100_000)):
+        current[0] = subkey
+        protocol.storage.store(key, b"v" * size, expiration, subkey=subkey)
+    handler = gated_find(protocol, FindGate(SwarmCounters()).wrap)
+    (result,) = find(handler, [key.to_bytes()]).results
+    answered = MSGPackSerializer.loads(result.value)
+    assert result.type == dht_pb2.FOUND_DICTIONARY and set(answered.data) == {b"owner", b"a"}
+    assert len(result.value) < MAX_MESSAGE_BYTES
+
+
+@pytest.mark.usefixtures("no_p2pd_left_behind")
+def test_records_others_sign_under_an_owners_records_key_leave_the_owners_record_readable(dht_peers):
+    """Any peer may sign a subkey of its own under any key, and a holder sees only the key's hash: three identities'
+    records of 2.8 MB stored under an owner's records key took the dictionary past p2pd's message cap, and the holder
+    answered it as not found. Its reader then struck the owner as one that never served its record. Real peers on
+    127.0.0.1: the owner's record is read from the holder's answer."""
+    from hivemind.dht.crypto import RSASignatureValidator
+    from hivemind.dht.validation import DHTRecord
+    from hivemind.utils.crypto import RSAPrivateKey
+
+    holder = dht_peers()
+    owner = HostileNode(holder.visible_addresses(), on_p2pd=record_p2pd)
+    squatter = HostileNode(holder.visible_addresses(), on_p2pd=record_p2pd)
+    try:
+        peer_id, dumps = holder.peer.libp2p_peer_id, MSGPackSerializer.dumps
+        key, expiration = record_key("sapo", "owner", 7), time.time() + 120
+        record = dumps(encode_record(GroupRecord([make_group("honest")], created_at=time.time())))
+        signed = owner.signed(key, owner.marker, record, expiration)
+        assert store_raw(owner, peer_id, key, dumps(owner.marker), signed, expiration) == [True]
+        groups = [make_group(f"big-{n}", completion_chars=30_000, completions=47) for n in range(2)]
+        big = dumps(encode_record(GroupRecord(groups, created_at=time.time())))
+        key_id = DHTID.generate(source=key)
+        for _ in range(3):
+            identity = RSASignatureValidator(RSAPrivateKey())
+            marker = dumps(identity.local_public_key)
+            squat = identity.sign_value(DHTRecord(key_id.to_bytes(), marker, big, expiration))
+            assert store_raw(squatter, peer_id, key, marker, squat, expiration) == [True]
+        found = owner.run(owner.node.protocol.call_find(peer_id, [key_id]))
+        ((held, _),) = found.values()
+        assert held is not None and held.value.get(owner.marker).value == signed
+        assert holder.healthy()
+    finally:
+        owner.close()
+        squatter.close()
