@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import hashlib
 import logging
 import random
 import statistics
@@ -125,7 +126,7 @@ class SwarmReader:
             config, self.book, served, counters, timings, clock, self._take_value, validator_rejections
         )
         self._cache: list[ReceivedGroup] = []
-        self._returned: collections.OrderedDict[tuple[str, str, float], None] = collections.OrderedDict()
+        self._returned: collections.OrderedDict[bytes, None] = collections.OrderedDict()
         self._takes: collections.deque[tuple[float, int]] = collections.deque(maxlen=_TAKES_KEPT)  # (monotonic, n)
         # groups cached since the last take, by sender: what the next take gets fresh
         self._fetched_since_take: collections.Counter[str] = collections.Counter()
@@ -512,5 +513,8 @@ def _evicted(cache: list[ReceivedGroup], excess: int, now: float) -> list[Receiv
     return [item for item in cache if id(item) not in dropped]
 
 
-def _group_id(item: ReceivedGroup) -> tuple[str, str, float]:
-    return item.sender, item.group.group_id, item.group.created_at
+def _group_id(item: ReceivedGroup) -> bytes:
+    """A group's identity among those handed out (sender, group id, creation time), as a 16-byte digest: a group id
+    is the sender's to choose, up to `max_field_chars`, and the reader keeps :data:`_RETURNED_IDS_KEPT` of them."""
+    group = item.group
+    return hashlib.blake2b(repr((item.sender, group.group_id, group.created_at)).encode(), digest_size=16).digest()

@@ -537,3 +537,37 @@ def test_one_senders_many_groups_count_for_its_share_of_a_refill_and_are_evicted
     attacker.publish(*[f"b{i}" for i in range(12)], created_at=clock.time() + 2)
     reader.poll()
     assert reader.reader.cached_groups() == 8 and reader.reader.wanted() == 2
+
+
+def test_what_a_reader_keeps_of_each_group_it_handed_out_does_not_grow_with_the_senders_group_id():
+    """A reader remembers the groups it handed out (up to 100,000) so that a record fetched twice is not trained on
+    twice. A group id is the sender's to choose, up to `max_field_chars` (1024 characters), and the reader kept each
+    id whole: 121 MiB at the bound with such ids. What it keeps once the groups are gone is now the same for ids of 8
+    and of 1024 characters."""
+    import gc
+    import tracemalloc
+
+    def kept_after_taking(id_chars: int, groups: int = 200) -> int:
+        dht, clock = DictDHT(), ManualClock()
+        a, b = Peer(dht, clock, index_shards_per_poll=0), Peer(dht, clock, index_shards_per_poll=0)
+        gc.collect()
+        tracemalloc.start()
+        try:
+            taken = 0
+            for first in range(0, groups, 10):  # a record of 10 groups a second, each read before the next
+                a.publish(*(f"{n:0{id_chars}d}" for n in range(first, first + 10)), created_at=clock.time())
+                b.poll()
+                taken += len(b.reader.take(100))
+                clock.advance(1)
+            b.poll()
+            taken += len(b.reader.take(100))
+            assert taken == groups
+            del a, dht  # the sender and its records gone: what is left is what the reader keeps
+            b.dht = None
+            gc.collect()
+            return tracemalloc.get_traced_memory()[0]
+        finally:
+            tracemalloc.stop()
+
+    short, long = kept_after_taking(8), kept_after_taking(1024)
+    assert long - short < 200 * 100, (short, long)  # kept whole, the 200 ids of 1024 characters held 200 KB more
