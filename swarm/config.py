@@ -32,9 +32,9 @@ _SECTIONS = {
         "gossip", "topic_peers", "subscribe_topics", "departed_after_missed",
     ),
     "Fetching": (
-        "prefetch_groups", "max_cached_groups", "refill_lead", "poll_interval", "index_refresh_interval",
-        "index_min_interval", "index_shards_per_poll", "index_shard_entries", "index_staleness", "rejoin_interval",
-        "rejoin_max_interval", "fetch_timeout", "clock_skew_tolerance",
+        "prefetch_groups", "max_cached_groups", "max_cached_chars", "refill_lead", "poll_interval",
+        "index_refresh_interval", "index_min_interval", "index_shards_per_poll", "index_shard_entries",
+        "index_staleness", "rejoin_interval", "rejoin_max_interval", "fetch_timeout", "clock_skew_tolerance",
     ),
     "An open swarm's bounds": (
         "refill_sender_share", "refill_unjudged_share", "max_unknown_senders", "index_only_sender_share",
@@ -303,6 +303,16 @@ class DHTTransportConfig:
     )
     max_cached_groups: int = field(
         default=256, metadata={"help": "Cap of the fetch cache; the oldest groups are dropped beyond it."}
+    )
+    max_cached_chars: int = field(
+        default=32 * 2**20,
+        metadata={
+            "help": "Cap of the fetch cache's text (prompts and completions, in characters): beyond it the oldest "
+            "groups of the sender holding the most text are dropped, as beyond `max_cached_groups` those of the sender "
+            "holding the most groups. A group may hold 64 completions of 32,768 characters: counted in groups alone, "
+            "the cache could hold half a gigabyte of one sender's text. Default 32 Mi characters (an honest group of "
+            "8 completions holds a few thousand)."
+        },
     )
     refill_lead: float = field(
         default=1.0,

@@ -481,6 +481,9 @@ class SwarmReader:
                     self._fetched_since_take[sender] += 1
             if len(self._cache) > config.max_cached_groups:
                 self._cache = _evicted(self._cache, len(self._cache) - config.max_cached_groups, now)
+            chars = sum(map(_group_chars, self._cache))
+            if chars > config.max_cached_chars:
+                self._cache = _evicted(self._cache, chars - config.max_cached_chars, now, size=_group_chars)
         self._counters.add("received_groups", len(accepted))
 
     def _clock_skew(self, sender: str, ahead: float) -> None:
@@ -501,16 +504,32 @@ class SwarmReader:
         )  # fmt: skip
 
 
-def _evicted(cache: list[ReceivedGroup], excess: int, now: float) -> list[ReceivedGroup]:
-    """``cache`` less ``excess`` groups: each time the oldest of the sender holding the most (a date ahead of ``now``
-    counting as now), so that one sender's many groups, or groups dated ahead, never push out other senders'."""
+def _evicted(
+    cache: list[ReceivedGroup], excess: int, now: float, size: Callable[[ReceivedGroup], int] = lambda item: 1
+) -> list[ReceivedGroup]:
+    """``cache`` less groups of ``excess`` ``size`` in all (by default, ``excess`` groups): each time the oldest of the
+    sender holding the most (a date ahead of ``now`` counting as now), so that one sender's many groups, its large
+    ones, or groups dated ahead, never push out other senders'."""
     by_sender: dict[str, collections.deque[ReceivedGroup]] = {}
     for item in sorted(cache, key=lambda item: min(item.group.created_at, now)):
         by_sender.setdefault(item.sender, collections.deque()).append(item)  # each sender's oldest first
+    held = {sender: sum(map(size, items)) for sender, items in by_sender.items()}
     dropped: set[int] = set()
-    for _ in range(excess):
-        dropped.add(id(max(by_sender.values(), key=len).popleft()))
+    while excess > 0:
+        sender = max(held, key=held.__getitem__)
+        item = by_sender[sender].popleft()
+        dropped.add(id(item))
+        held[sender] -= size(item)
+        excess -= size(item)
+        if not by_sender[sender]:
+            del held[sender]
     return [item for item in cache if id(item) not in dropped]
+
+
+def _group_chars(item: ReceivedGroup) -> int:
+    """The characters of a cached group's text: its prompt's and its completions'."""
+    group = item.group
+    return sum(len(message.get("content") or "") for message in group.prompt) + sum(map(len, group.completions))
 
 
 def _group_id(item: ReceivedGroup) -> bytes:

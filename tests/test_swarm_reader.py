@@ -82,8 +82,8 @@ class Peer:
         )  # fmt: skip
         self.dht = dht
 
-    def publish(self, *group_ids: str, created_at: float) -> None:
-        self.publisher.queue([make_group(g, created_at=created_at) for g in group_ids])
+    def publish(self, *group_ids: str, created_at: float, **group: Any) -> None:
+        self.publisher.queue([make_group(g, created_at=created_at, **group) for g in group_ids])
         run(self.publisher.flush(self.dht))
 
     def poll(self) -> None:
@@ -537,6 +537,23 @@ def test_one_senders_many_groups_count_for_its_share_of_a_refill_and_are_evicted
     attacker.publish(*[f"b{i}" for i in range(12)], created_at=clock.time() + 2)
     reader.poll()
     assert reader.reader.cached_groups() == 8 and reader.reader.wanted() == 2
+
+
+def test_one_senders_large_groups_are_evicted_first_when_the_cache_holds_too_much_text():
+    """A group may hold 64 completions of 32,768 characters: counted in groups alone, the cache (256) could hold half
+    a gigabyte of one sender's text. Past `max_cached_chars` the oldest groups of the sender holding the most text go,
+    the small groups of others kept."""
+    dht, clock = DictDHT(), ManualClock()
+    reader = Peer(dht, clock, index_shards_per_poll=0, max_cached_chars=300_000)
+    attacker, honest = Peer(dht, clock, index_shards_per_poll=0), Peer(dht, clock, index_shards_per_poll=0)
+    honest.publish("h1", "h2", created_at=clock.time() - 5)
+    attacker.publish("a1", "a2", created_at=clock.time() - 5, completion_chars=32_768, completions=4)
+    attacker.publish("a3", "a4", created_at=clock.time(), completion_chars=32_768, completions=4)
+    reader.poll()
+    # 4 groups of 131 K characters and 2 small ones: 525 K characters, 300 K kept: the attacker's two oldest go
+    held = reader.reader.take(8)
+    assert sorted(_from(held, honest)) == ["h1", "h2"] and sorted(_from(held, attacker)) == ["a3", "a4"]
+    assert reader.reader.cached_groups() == 0
 
 
 def test_what_a_reader_keeps_of_each_group_it_handed_out_does_not_grow_with_the_senders_group_id():
