@@ -465,3 +465,24 @@ def test_the_page_counts_every_drop_by_reason_and_reads_from_the_first_evaluatio
     assert re.search(r">20</text>", overall)  # the axis spans the run, not a made-up step 0-1
     table = re.search(r'<div id="held-out-table">.*?</div>', dom, flags=re.S).group(0)
     assert "step 0" in table and "leg_counting" in table
+
+
+def test_health_of_an_output_dir_is_its_own_node_s_not_another_s_that_took_its_port(board_and_server, tmp_path, capsys):
+    """A node that left frees its page's port; another node on the machine may take it (one whose own port was taken
+    moves to a free one). `sapo-node health --output-dir` asked the recorded page and reported the other node's health
+    as the left node's. The page names its node process (`X-Sapo-Instance`), status.json records it, and they must
+    agree; asked by `--url` alone, any node answering counts."""
+    from sapo.node import health
+    from sapo.node.status import write_status
+
+    board, server = board_and_server
+    other = StatusServer(node_app(board.snapshot, instance="the-node-now-there"), "127.0.0.1", 0)
+    try:
+        write_status(tmp_path, "training", 3, page=other.url, instance="the-node-that-left")
+        assert health.main(["--output-dir", str(tmp_path)]) == 1
+        assert "another node process's" in capsys.readouterr().out
+        write_status(tmp_path, "training", 3, page=other.url, instance="the-node-now-there")
+        assert health.main(["--output-dir", str(tmp_path)]) == 0 and capsys.readouterr().out.startswith("ok")
+        assert health.main(["--url", other.url]) == 0
+    finally:
+        other.close()

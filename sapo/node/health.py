@@ -11,9 +11,18 @@ import urllib.request
 from pathlib import Path
 
 from sapo.node.status import read_status
+from sapo.node.web import INSTANCE_HEADER
 
 DEFAULT_PAGE = "http://127.0.0.1:31338/"  # a node's page with the default --status_port and --status_host
 TIMEOUT_SECONDS = 5.0
+
+
+def recorded_instance(output_dir: str | Path | None, url: str | None) -> str | None:
+    """The node process whose page ``output_dir``'s status.json names (its ``instance``), when the page is asked for
+    through it (no ``url``); None otherwise, or for a node that records none."""
+    if url or output_dir is None:
+        return None
+    return read_status(output_dir).get("instance") or None
 
 
 def page_address(output_dir: str | Path | None, url: str | None) -> str:
@@ -28,21 +37,33 @@ def page_address(output_dir: str | Path | None, url: str | None) -> str:
     return DEFAULT_PAGE
 
 
-def ask(page: str, timeout: float = TIMEOUT_SECONDS) -> tuple[bool, str]:
+def ask(page: str, timeout: float = TIMEOUT_SECONDS, instance: str | None = None) -> tuple[bool, str]:
     """(healthy, what the node says) of the node whose page is at ``page``: healthy when `/healthz` answers 200
-    (`ok`, or `degraded` while it trains alone); not when it answers 503 (stalled, transport down) or nothing."""
+    (`ok`, or `degraded` while it trains alone); not when it answers 503 (stalled, transport down) or nothing, nor
+    when ``instance`` is given and the page is another node process's (its `X-Sapo-Instance` differs: the node left
+    and another took its port)."""
     url = page.rstrip("/") + "/healthz"
     try:
         with urllib.request.urlopen(url, timeout=timeout) as response:
-            return True, response.read().decode(errors="replace").strip()
+            answered = response.headers.get(INSTANCE_HEADER)
+            text = response.read().decode(errors="replace").strip()
     except urllib.error.HTTPError as e:
-        return False, e.read().decode(errors="replace").strip() or f"HTTP {e.code}"
+        answered = e.headers.get(INSTANCE_HEADER)
+        text = e.read().decode(errors="replace").strip() or f"HTTP {e.code}"
+        if instance is None or answered == instance:
+            return False, text
     except (OSError, ValueError) as e:  # refused, timed out, no route, a malformed address
         reason = getattr(e, "reason", e)
         return False, (
             f"unhealthy\nthe node's page at {page} does not answer ({reason}): the node is not running, is frozen, "
             "or serves its page elsewhere (--status_port)"
         )
+    if instance is not None and answered != instance:
+        return False, (
+            f"unhealthy\nthe page at {page} is another node process's, not the one this output directory's "
+            "status.json names: that node is not running (another took its port)"
+        )
+    return True, text
 
 
 def main(argv: list[str]) -> int:
@@ -60,6 +81,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--url", default=None, help="the node's page address, e.g. " + DEFAULT_PAGE)
     parser.add_argument("--timeout", type=float, default=TIMEOUT_SECONDS, help="seconds to wait for an answer")
     args = parser.parse_args(argv)
-    healthy, text = ask(page_address(args.output_dir, args.url), args.timeout)
+    page, instance = page_address(args.output_dir, args.url), recorded_instance(args.output_dir, args.url)
+    healthy, text = ask(page, args.timeout, instance)
     print(text, flush=True)
     return 0 if healthy else 1

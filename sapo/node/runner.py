@@ -6,6 +6,7 @@ import dataclasses
 import json
 import logging
 import os
+import secrets
 import sys
 import time
 from pathlib import Path
@@ -398,12 +399,13 @@ def start_status_page(node: NodeArguments, board: Any, status: Any) -> Any:
     if node.status_port is None:
         return None
     try:
-        server = StatusServer(node_app(board.snapshot), node.status_host, node.status_port)
+        instance = secrets.token_hex(8)  # this process's page, told from another node's on the same port later
+        server = StatusServer(node_app(board.snapshot, instance), node.status_host, node.status_port)
     except OSError as e:
         logger.warning("status page not served on %s:%s: %s", node.status_host, node.status_port, e)
         return None
     board.set_page_url(server.url)
-    status.set("starting", page=server.url)
+    status.set("starting", page=server.url, instance=instance)
     exposure = "this machine only" if server.host in ("127.0.0.1", "localhost", "::1") else "OPEN TO THE NETWORK"
     logger.info("status page: %s (%s; JSON at status.json, Prometheus at metrics)", server.url, exposure)
     return server

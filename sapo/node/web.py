@@ -111,9 +111,16 @@ class _QuietHandler(WSGIRequestHandler):
         logger.debug("status page: %s", format % args)
 
 
-def _respond(start_response: Callable[..., Any], status: str, body: bytes, content_type: str) -> list[bytes]:
+def _respond(
+    start_response: Callable[..., Any],
+    status: str,
+    body: bytes,
+    content_type: str,
+    headers: Sequence[tuple[str, str]] = (),
+) -> list[bytes]:
     start_response(
-        status, [("Content-Type", content_type), ("Content-Length", str(len(body))), ("Cache-Control", "no-store")]
+        status,
+        [("Content-Type", content_type), ("Content-Length", str(len(body))), ("Cache-Control", "no-store"), *headers],
     )
     return [body]
 
@@ -241,8 +248,14 @@ def healthz_body(health: dict[str, Any]) -> str:
     return "".join(f"{line}\n" for line in [health["status"], *health["problems"]])
 
 
-def node_app(snapshot: Callable[[], dict[str, Any]]) -> WsgiApp:
-    """The WSGI application of one node's status page."""
+INSTANCE_HEADER = "X-Sapo-Instance"
+"""The `/healthz` header naming the node process that answers (the ``instance`` its status.json records): a port a
+node left may be taken by another node's page, which must not answer for it (`sapo-node health`)."""
+
+
+def node_app(snapshot: Callable[[], dict[str, Any]], instance: str = "") -> WsgiApp:
+    """The WSGI application of one node's status page; ``instance`` names the node process in `/healthz`'s
+    :data:`INSTANCE_HEADER`."""
     from prometheus_client import CollectorRegistry, PlatformCollector, ProcessCollector, make_wsgi_app
 
     registry = CollectorRegistry()
@@ -272,7 +285,8 @@ def node_app(snapshot: Callable[[], dict[str, Any]]) -> WsgiApp:
         if path == "/healthz":
             health = snapshot()["health"]
             code = "503 Service Unavailable" if health["status"] == "unhealthy" else "200 OK"
-            return _respond(start_response, code, healthz_body(health).encode(), "text/plain; charset=utf-8")
+            text = healthz_body(health).encode()
+            return _respond(start_response, code, text, "text/plain; charset=utf-8", [(INSTANCE_HEADER, instance)])
         if path in ("/", "/index.html"):
             return _respond(start_response, "200 OK", body("/", node_page), "text/html; charset=utf-8")
         return _respond(start_response, "404 Not Found", b"not found: try / /status.json /metrics\n", "text/plain")
