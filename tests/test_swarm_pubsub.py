@@ -20,19 +20,41 @@ pytestmark = pytest.mark.usefixtures("no_p2pd_left_behind")
 
 
 async def _daemons(count: int) -> list[PubsubP2P]:
-    first = await PubsubP2P.create(host_maddrs=["/ip4/127.0.0.1/tcp/0"])
-    daemons = [first]
-    record_p2pd(first._child.pid, [first._daemon_listen_maddr["unix"], first._client_listen_maddr["unix"]])
-    address = [str(a) for a in await first.get_visible_maddrs()]
-    for _ in range(count - 1):
-        p2p = await PubsubP2P.create(initial_peers=address, host_maddrs=["/ip4/127.0.0.1/tcp/0"])
-        record_p2pd(p2p._child.pid, [p2p._daemon_listen_maddr["unix"], p2p._client_listen_maddr["unix"]])
-        daemons.append(p2p)
-    # a chain: the last daemon reaches the first only through the others' mesh
-    for left, right in zip(daemons[1:], daemons[2:], strict=False):
-        addrs = [a.decapsulate(Multiaddr(f"/p2p/{right.peer_id}")) for a in await right.get_visible_maddrs()]
-        await left._client.connect(right.peer_id, addrs)
+    """``count`` daemons on loopback in a chain; any made are closed if a later one fails (else their subprocess
+    transports outlived this test's event loop and failed a later test when collected)."""
+    daemons: list[PubsubP2P] = []
+    try:
+        first = await PubsubP2P.create(host_maddrs=["/ip4/127.0.0.1/tcp/0"])
+        daemons.append(first)
+        record_p2pd(first._child.pid, [first._daemon_listen_maddr["unix"], first._client_listen_maddr["unix"]])
+        address = [str(a) for a in await first.get_visible_maddrs()]
+        for _ in range(count - 1):
+            p2p = await PubsubP2P.create(initial_peers=address, host_maddrs=["/ip4/127.0.0.1/tcp/0"])
+            daemons.append(p2p)
+            record_p2pd(p2p._child.pid, [p2p._daemon_listen_maddr["unix"], p2p._client_listen_maddr["unix"]])
+        # a chain: the last daemon reaches the first only through the others' mesh
+        for left, right in zip(daemons[1:], daemons[2:], strict=False):
+            addrs = [a.decapsulate(Multiaddr(f"/p2p/{right.peer_id}")) for a in await right.get_visible_maddrs()]
+            await _connect(left, right.peer_id, addrs)
+    except BaseException:
+        for p2p in daemons:
+            with contextlib.suppress(Exception):
+                await close_p2p(p2p)
+        raise
     return daemons
+
+
+async def _connect(p2p: PubsubP2P, peer_id, addrs, tries: int = 3) -> None:
+    """Dial ``peer_id``, again after a failed handshake (two daemons of one machine dialing each other at once may
+    break the first: "noise: message is too short")."""
+    for attempt in range(tries):
+        try:
+            await p2p._client.connect(peer_id, addrs)
+            return
+        except Exception:
+            if attempt == tries - 1:
+                raise
+            await asyncio.sleep(0.5)
 
 
 async def _until(condition, timeout: float = 20.0, what=lambda: None) -> None:
