@@ -244,7 +244,8 @@ class VerifiersSource(TaskSource):
     def reward(self) -> _TaskReward:
         """A reward function with TRL's signature, ``(prompts, completions, **columns) -> list[float | None]``: each
         completion of a row of this source scored with its task's reward hooks (their weighted sum), on this peer's
-        copy of the task, offline; None for rows of other sources."""
+        copy of the task, offline, a task's completions within `scoring_seconds` (:meth:`score_all`); None for rows of
+        other sources."""
         return _TaskReward(self)
 
     def score(self, key: str, completion: str) -> float:
