@@ -84,11 +84,11 @@ def subkeys_that_fit(sizes: dict[Any, int], storer_of: Callable[[Any], Storer | 
     all fit in ``room`` bytes: those of the group (:func:`key_group`) holding the fewest of the key's bytes first, of a
     group the smallest first, as many as fit. So subkeys a host stores by the megabyte under another peer's records
     key push out its own, not the owner's (the holder cannot tell the owner: it sees the key's hash)."""
-    groups: dict[Hashable, int] = {}
+    group_of = {subkey: key_group(storer_of(subkey)) for subkey in sizes}
+    held: dict[Hashable, int] = {}
     for subkey, size in sizes.items():
-        group = key_group(storer_of(subkey))
-        groups[group] = groups.get(group, 0) + size
-    order = sorted(sizes, key=lambda subkey: (groups[key_group(storer_of(subkey))], sizes[subkey]))
+        held[group_of[subkey]] = held.get(group_of[subkey], 0) + size
+    order = sorted(sizes, key=lambda subkey: (held[group_of[subkey]], sizes[subkey]))
     chosen, used = [], 0
     for subkey in order:
         if used + sizes[subkey] > room:

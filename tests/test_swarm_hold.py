@@ -12,7 +12,7 @@ import pytest
 from transformers import TrainerCallback
 
 from benchmarks import sharing_counts
-from sapo import SAPOConfig
+from sapo import SAPOConfig, SAPOTrainer
 from sapo.group_log import read_group_log
 from sapo.hold import SwarmHold
 from sapo.node.options import parse_node_options
@@ -137,6 +137,17 @@ def test_senders_take_turns_at_the_hold_so_one_dating_its_groups_latest_never_fi
     assert Counter(c.sender for c in hold.keep(eager, now)) == {"eager": 4}
 
 
+def _one_round_of_two_swarm_groups(tmp_path, tokenizer, name: str, swarm: MemorySwarm) -> SAPOTrainer:
+    """A receiver in ``swarm`` after one step taking two of its groups (uniformly), rewarding "x" in a completion."""
+    probe = RewardProbe(lambda text: 1.0 if "x" in text else 0.0)
+    trainer = _trainer(
+        tmp_path, tokenizer, name, probe, swarm=swarm.join("rx"), max_steps=1, num_external=2,
+        external_source_policy="trust", sampling_strategy="uniform",
+    )  # fmt: skip
+    trainer.train()
+    return trainer
+
+
 def test_a_group_re_sent_under_other_ids_and_senders_takes_one_slot_of_a_batch(tmp_path, smollm_tokenizer):
     """The same completions to the same question, re-sent under new ids or copied by another identity, took several
     slots of one batch (the loss counted them k times). A round keeps the first and sets the repeats aside as
@@ -148,12 +159,7 @@ def test_a_group_re_sent_under_other_ids_and_senders_takes_one_slot_of_a_batch(t
         _external_group("What is 0 + 0?", same, "copy", answer="0"),
         _external_group("What is 0 + 0?", ["other x", "bb", "cc", "dd"], "own", answer="0"),
     ])  # fmt: skip
-    probe = RewardProbe(lambda text: 1.0 if "x" in text else 0.0)
-    trainer = _trainer(
-        tmp_path, smollm_tokenizer, "dup", probe, swarm=swarm.join("rx"), max_steps=1, num_external=2,
-        external_source_policy="trust", sampling_strategy="uniform",
-    )  # fmt: skip
-    trainer.train()
+    trainer = _one_round_of_two_swarm_groups(tmp_path, smollm_tokenizer, "dup", swarm)
     assert trainer.swarm_totals["dropped/duplicate"] == 3
     assert trainer.swarm_totals["external_groups"] == 2
     taken = [[c.text for c in candidate.tokenized] for candidate in trainer.last_external]
@@ -169,12 +175,7 @@ def test_a_copied_group_earns_neither_its_copier_nor_its_writer_standing(tmp_pat
     swarm.join("writer").publish([_external_group("What is 0 + 0?", same, "w0", answer="0")])
     swarm.join("copier").publish([_external_group("What is 0 + 0?", same, "copy", answer="0")])
     swarm.join("other").publish([_external_group("What is 0 + 0?", ["o x", "bb", "cc", "dd"], "o0", answer="0")])
-    probe = RewardProbe(lambda text: 1.0 if "x" in text else 0.0)
-    trainer = _trainer(
-        tmp_path, smollm_tokenizer, "copied", probe, swarm=swarm.join("rx"), max_steps=1, num_external=2,
-        external_source_policy="trust", sampling_strategy="uniform",
-    )  # fmt: skip
-    trainer.train()
+    trainer = _one_round_of_two_swarm_groups(tmp_path, smollm_tokenizer, "copied", swarm)
     assert trainer.swarm_totals["dropped/duplicate"] == 1 and trainer.swarm_totals["external_groups"] == 2
     assert {c.sender for c in trainer.last_external} & {"writer", "copier"}  # one of the two copies was trained on
     standing, now = trainer.intake.standing, time.time()

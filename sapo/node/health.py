@@ -17,24 +17,14 @@ DEFAULT_PAGE = "http://127.0.0.1:31338/"  # a node's page with the default --sta
 TIMEOUT_SECONDS = 5.0
 
 
-def recorded_instance(output_dir: str | Path | None, url: str | None) -> str | None:
-    """The node process whose page ``output_dir``'s status.json names (its ``instance``), when the page is asked for
-    through it (no ``url``); None otherwise, or for a node that records none."""
-    if url or output_dir is None:
-        return None
-    return read_status(output_dir).get("instance") or None
-
-
-def page_address(output_dir: str | Path | None, url: str | None) -> str:
-    """Where to ask: ``url`` when given; else the page the node in ``output_dir`` recorded in its status.json (it
-    may have moved to a free port); else the default page address."""
+def where_to_ask(output_dir: str | Path | None, url: str | None) -> tuple[str, str | None]:
+    """Where to ask, and which node process must answer: ``url`` when given (any node answering counts); else the
+    page and ``instance`` the node in ``output_dir`` recorded in its status.json (it may have moved to a free port;
+    an older node records no instance); else the default page address."""
     if url:
-        return url
-    if output_dir is not None:
-        recorded = read_status(output_dir).get("page")
-        if recorded:
-            return recorded
-    return DEFAULT_PAGE
+        return url, None
+    status = read_status(output_dir) if output_dir is not None else {}
+    return status.get("page") or DEFAULT_PAGE, status.get("instance") or None
 
 
 def ask(page: str, timeout: float = TIMEOUT_SECONDS, instance: str | None = None) -> tuple[bool, str]:
@@ -45,13 +35,11 @@ def ask(page: str, timeout: float = TIMEOUT_SECONDS, instance: str | None = None
     url = page.rstrip("/") + "/healthz"
     try:
         with urllib.request.urlopen(url, timeout=timeout) as response:
-            answered = response.headers.get(INSTANCE_HEADER)
+            healthy, answered = True, response.headers.get(INSTANCE_HEADER)
             text = response.read().decode(errors="replace").strip()
     except urllib.error.HTTPError as e:
-        answered = e.headers.get(INSTANCE_HEADER)
+        healthy, answered = False, e.headers.get(INSTANCE_HEADER)
         text = e.read().decode(errors="replace").strip() or f"HTTP {e.code}"
-        if instance is None or answered == instance:
-            return False, text
     except (OSError, ValueError) as e:  # refused, timed out, no route, a malformed address
         reason = getattr(e, "reason", e)
         return False, (
@@ -63,7 +51,7 @@ def ask(page: str, timeout: float = TIMEOUT_SECONDS, instance: str | None = None
             f"unhealthy\nthe page at {page} is another node process's, not the one this output directory's "
             "status.json names: that node is not running (another took its port)"
         )
-    return True, text
+    return healthy, text
 
 
 def main(argv: list[str]) -> int:
@@ -81,7 +69,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--url", default=None, help="the node's page address, e.g. " + DEFAULT_PAGE)
     parser.add_argument("--timeout", type=float, default=TIMEOUT_SECONDS, help="seconds to wait for an answer")
     args = parser.parse_args(argv)
-    page, instance = page_address(args.output_dir, args.url), recorded_instance(args.output_dir, args.url)
+    page, instance = where_to_ask(args.output_dir, args.url)
     healthy, text = ask(page, args.timeout, instance)
     print(text, flush=True)
     return 0 if healthy else 1
