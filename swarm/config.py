@@ -37,9 +37,10 @@ _SECTIONS = {
         "index_staleness", "rejoin_interval", "rejoin_max_interval", "fetch_timeout", "clock_skew_tolerance",
     ),
     "An open swarm's bounds": (
-        "refill_sender_share", "refill_unjudged_share", "max_unknown_senders", "index_only_sender_share",
-        "max_senders_per_host", "fetch_heard_within", "fetch_retry_after", "store_budget_bytes", "store_budget_values",
-        "store_budget_host_peers", "dht_storage_bytes", "dht_storage_values", "dht_key_subkeys", "find_budget_bytes",
+        "refill_sender_share", "refill_unjudged_share", "refill_group_bytes", "max_unknown_senders",
+        "index_only_sender_share", "max_senders_per_host", "fetch_heard_within", "fetch_retry_after",
+        "store_budget_bytes", "store_budget_values", "store_budget_host_peers", "dht_storage_bytes",
+        "dht_storage_values", "dht_key_subkeys", "find_budget_bytes",
     ),
     "Process hygiene": (
         "state_dir", "health_interval", "check_reachability",
@@ -396,6 +397,17 @@ class DHTTransportConfig:
             "reserved for them, so that a newcomer is fetched, judged and earns a share of its own."
         },
     )
+    refill_group_bytes: int = field(
+        default=256 * 2**10,
+        metadata={
+            "help": "Bytes a record may take per group it is counted for in a refill (swarm.refill): a record counts "
+            "for its claimed groups or its size over this, whichever is more, so a sender's large records cover its "
+            "share sooner and one sender costs a refill about its share of `prefetch_groups` times this, not up to "
+            "that many records of 3 MiB. A size is announced (a record of another size is refused) or estimated from "
+            "the sender's records fetched. Default 256 KiB (a group of 8 completions of 1,024 characters takes about "
+            "8.5 KB; of 32,768 characters, about 260 KB)."
+        },
+    )
     max_unknown_senders: int = field(
         default=256,
         metadata={
@@ -558,7 +570,8 @@ class DHTTransportConfig:
                      "max_pending_publishes", "dht_num_replicas", "dht_record_lookup_workers",
                      "dht_lookup_beam", "dht_bucket_size", "topic_peers", "departed_after_missed",
                      "max_unknown_senders", "store_budget_bytes", "store_budget_values", "store_budget_host_peers",
-                     "dht_storage_bytes", "dht_storage_values", "dht_key_subkeys", "find_budget_bytes"):  # fmt: skip
+                     "dht_storage_bytes", "dht_storage_values", "dht_key_subkeys", "find_budget_bytes",
+                     "refill_group_bytes"):  # fmt: skip
             if getattr(self, name) < 1:
                 raise ValueError(f"{name}={getattr(self, name)}: it must be a positive number")
         for name in ("refill_sender_share", "refill_unjudged_share"):

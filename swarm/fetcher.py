@@ -236,12 +236,17 @@ class RecordFetcher:
         return self._checked(sender, ref, value)
 
     def _checked(self, sender: str, ref: RecordRef, value: bytes) -> bool:
-        """Hand ``value`` on if it matches the digest its sender announced (when it announced one)."""
-        digest = self._book.digest(sender, ref.seq)
-        if digest is not None and (not isinstance(value, bytes) or record_digest(value) != digest):
+        """Hand ``value`` on if it matches the digest and size its sender announced (when it announced them): the
+        size scheduled the refill (:func:`swarm.refill.weight`)."""
+        announced = self._book.announced(sender, ref.seq)
+        if announced is not None and not (
+            isinstance(value, bytes) and len(value) == announced[1] and record_digest(value) == announced[0]
+        ):
             self._reject("digest_mismatch", f"record {ref.seq} of {sender} is not the one it announced")
             self._book.strike(sender, "digest_mismatch")
             return False
+        if isinstance(value, bytes):
+            self._book.fetched_size(sender, ref, len(value))
         self._on_record(sender, ref, value)
         return True
 

@@ -55,7 +55,7 @@ from swarm.index_reader import IndexReader
 from swarm.levels import home_topic_shard, subscribed_shards, topic_level_for
 from swarm.log_lines import PeerLines
 from swarm.records import ReceivedGroup, RecordRef, RecordRejected, decode_record
-from swarm.refill import Offer, fair_take, fresh_window, share
+from swarm.refill import Offer, fair_take, fresh_window, share, weight
 from swarm.repeats import RecentMessages
 from swarm.senders import SenderBook
 from swarm.served import ServedLookup
@@ -130,6 +130,8 @@ class SwarmReader:
         self._takes: collections.deque[tuple[float, int]] = collections.deque(maxlen=_TAKES_KEPT)  # (monotonic, n)
         # groups cached since the last take, by sender: what the next take gets fresh
         self._fetched_since_take: collections.Counter[str] = collections.Counter()
+        # the groups the records fetched since the last take weigh beyond those they hold (large records), by sender
+        self._heft_since_take: collections.Counter[str] = collections.Counter()
         self._announcements_seen = RecentMessages()
         self._skew_warned: collections.OrderedDict[str, None] = collections.OrderedDict()  # warned once each
         self._skew_lines = PeerLines(logger, clock.monotonic, interval=_SKEW_WARNING_EVERY, burst=1)
@@ -179,6 +181,7 @@ class SwarmReader:
                 self._returned.popitem(last=False)
             self._takes.append((self._clock.monotonic(), max_groups))
             self._fetched_since_take.clear()
+            self._heft_since_take.clear()
         self._counters.add("fetched_groups", len(taken))
         return taken
 
@@ -266,15 +269,17 @@ class SwarmReader:
 
     def wanted(self) -> int:
         """Groups the next refill fetches: what the caller's last take asked for, less what arrived since; before
-        its pace is known, ``prefetch_groups`` less the cache. One sender's groups count for at most its share of
-        that (`refill_sender_share`), as in a take: a record truly holding many groups does not end the refill before
-        other senders' records are fetched."""
+        its pace is known, ``prefetch_groups`` less the cache. A record fetched since the last take counts for the
+        groups its bytes weigh, if more than it holds (:func:`swarm.refill.weight`). One sender's groups count for at
+        most its share of that (`refill_sender_share`), as in a take: a record truly holding many groups does not end
+        the refill before other senders' records are fetched."""
         pace = self.pace()
         with self._lock:
             if pace is None:
                 need = self.config.prefetch_groups
-                return need - self._counted(collections.Counter(item.sender for item in self._cache), need)
-            return pace[1] - self._counted(self._fetched_since_take, pace[1])
+                cached = collections.Counter(item.sender for item in self._cache)
+                return need - self._counted(cached + self._heft_since_take, need)
+            return pace[1] - self._counted(self._fetched_since_take + self._heft_since_take, pace[1])
 
     def _counted(self, by_sender: collections.Counter[str], need: int) -> int:
         """The groups of ``by_sender`` that count towards ``need``: each sender's, up to its share."""
@@ -479,6 +484,11 @@ class SwarmReader:
                 if _group_id(item) not in self._returned:
                     self._cache.append(item)
                     self._fetched_since_take[sender] += 1
+            # a large record counts for the groups its bytes weigh (swarm.refill.weight), so that the refills before
+            # the next take do not fetch its sender's next one as if it had brought one group
+            self._heft_since_take[sender] += weight(len(record.groups), len(value), config.refill_group_bytes) - len(
+                record.groups
+            )
             if len(self._cache) > config.max_cached_groups:
                 self._cache = _evicted(self._cache, len(self._cache) - config.max_cached_groups, now)
             chars = sum(map(_group_chars, self._cache))

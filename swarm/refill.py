@@ -28,6 +28,14 @@ groups that holds one). So:
   now, so dating a record ahead (within the clock tolerance) buys no precedence.
 - **Work-conserving for the good.** Need still uncovered once every share is spent goes to the senders judged good,
   beyond their share (the same order): one good publisher alone still fills a refill.
+- **Bytes count as groups.** A record's size is the sender's word too (announced, and checked when it arrives), and a
+  group may be large (64 completions of 32,768 characters): counted in groups alone, one sender within its share could
+  make each record of one group 3 MiB, every refill tens of megabytes. A record is credited with its claimed groups or
+  its size over ``group_bytes`` (``refill_group_bytes``), whichever is more (:func:`weight`), so large records reach
+  their sender's share sooner. A record is still fetched when less than it counts for is left of its sender's share
+  (an honest task with long completions is read, in fewer records), so the records of one sender fetched in a refill
+  take at most the groups it is credited with times ``group_bytes``, plus one record in each of the two passes (its
+  share, then beyond it for a sender judged good).
 
 The groups a refill brings are handed to the caller by the same rules (:func:`fair_take`, each group an offer of
 one, every ``turn`` the same): a record that truly holds many groups, fetched for its sender's share, takes no more
@@ -61,6 +69,7 @@ class Offer(Generic[T]):
             fetch from the sender, or when it first heard of it): the lowest goes first, the date breaking ties.
         stale (`bool`): older than the reader's fresh window (:class:`swarm.senders.SenderBook`'s ``fresh_within``):
             it goes after every fresh record of the same round.
+        size (`int`): its bytes, as announced or as its sender's records fetched so far suggest (0: not known).
     """
 
     item: T
@@ -71,6 +80,7 @@ class Offer(Generic[T]):
     trusted: bool
     turn: float = 0.0
     stale: bool = False
+    size: int = 0
 
 
 def _order(offer: Offer) -> tuple[bool, float, float]:
@@ -88,6 +98,13 @@ def fresh_window(step: float | None, heard_within: float) -> float | None:
     known yet, every record is fresh): its step, and at least ``heard_within`` (``fetch_heard_within``), so that a
     slow publisher's record, made once in its own long step, is not stale at a fast reader's next refill."""
     return None if step is None else max(step, heard_within)
+
+
+def weight(claimed: int, size: int, group_bytes: int) -> int:
+    """The groups a record of ``claimed`` groups and ``size`` bytes counts for: its claim or its size over
+    ``group_bytes``, whichever is more (at least one; ``group_bytes`` 0: its claim)."""
+    by_size = -(-size // group_bytes) if group_bytes > 0 else 0
+    return max(1, claimed, by_size)
 
 
 def share(need: int, fraction: float) -> int:
@@ -110,10 +127,11 @@ def round_robin(by_sender: dict[str, list[Offer]]) -> list[Offer]:
 
 
 def plan_refill(
-    by_sender: dict[str, list[Offer]], need: int, sender_share: float, unjudged_share: float
+    by_sender: dict[str, list[Offer]], need: int, sender_share: float, unjudged_share: float, group_bytes: int = 0
 ) -> tuple[list[Offer], list[Offer]]:
     """The offers to fetch for ``need`` groups (see the module docstring), in the round-robin's order, and the others
-    in that order (spares to hedge a slow fetch with)."""
+    in that order (spares to hedge a slow fetch with); a record counts for :func:`weight` groups (``group_bytes`` 0:
+    for its claim)."""
     ordered = round_robin(by_sender)
     if need <= 0:
         return [], ordered
@@ -137,7 +155,7 @@ def plan_refill(
                 room = min(room, cap - credited[offer.sender])
             if room <= 0 or id(offer) in taken:
                 continue
-            credit = min(max(1, offer.claimed), room)
+            credit = min(weight(offer.claimed, offer.size, group_bytes), room)
             taken.add(id(offer))
             credited[offer.sender] += credit
             spent += credit

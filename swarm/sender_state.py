@@ -51,6 +51,9 @@ class SenderState:
         host (`str` or `None`): the libp2p id serving its records; ``None``: they are in the DHT.
         announced_at (`collections.deque[float]`): this peer's wall times of its last announcements' arrivals.
         digests (`dict[int, bytes]`): announced digests of its records, by sequence number.
+        sizes (`dict[int, int]`): announced sizes of its records in bytes, by sequence number.
+        group_bytes (`int`): the most bytes a group of its records fetched so far took (a record's bytes over its
+            groups): the size of a record it did not announce is estimated from it.
         departed (`bool`): it missed ``departed_after_missed`` announcements (see the module docstring).
         heard (`dict[int, float]`): this peer's wall time at which each of its records was first heard of.
         outcomes (`collections.deque[bool]`): its latest outcomes: True a group judged usable, False a group judged
@@ -75,6 +78,8 @@ class SenderState:
     host: str | None = None
     announced_at: collections.deque[float] = field(default_factory=lambda: collections.deque(maxlen=PERIOD_GAPS + 1))
     digests: dict[int, bytes] = field(default_factory=dict)
+    sizes: dict[int, int] = field(default_factory=dict)
+    group_bytes: int = 0
     departed: bool = False
     heard: dict[int, float] = field(default_factory=dict)
     outcomes: collections.deque[bool] = field(default_factory=lambda: collections.deque(maxlen=STANDING_WINDOW))
@@ -82,6 +87,21 @@ class SenderState:
     rest_until: float = 0.0
     origin: str | None = None
     turn: float = 0.0
+
+    def drop_record(self, seq: int) -> None:
+        """Forget record ``seq``: its reference and what was announced and heard of it."""
+        self.refs.pop(seq, None)
+        self.digests.pop(seq, None)
+        self.sizes.pop(seq, None)
+        self.heard.pop(seq, None)
+
+    def record_size(self, seq: int) -> int:
+        """Record ``seq``'s bytes as announced, else as its records fetched so far suggest (0: none fetched yet)."""
+        announced = self.sizes.get(seq)
+        if announced is not None:
+            return announced
+        ref = self.refs.get(seq)
+        return 0 if ref is None else ref.num_groups * self.group_bytes
 
     def judged_good(self) -> bool:
         """Most of its latest outcomes are usable groups (it has a share of a refill of its own)."""

@@ -162,6 +162,7 @@ class SenderBook:
             for record in announcement.records:
                 state.refs[record.seq] = RecordRef(record.seq, record.created_at, record.num_groups)
                 state.digests[record.seq] = record.digest
+                state.sizes[record.seq] = record.size
                 state.heard.setdefault(record.seq, now)
             self._trim(sender, state)
             state.announced_at.append(now)
@@ -229,9 +230,7 @@ class SenderBook:
             dropped = sorted(state.refs)[:-keep]
             self._lost(sender, dropped)
             for seq in dropped:
-                del state.refs[seq]
-                state.digests.pop(seq, None)
-                state.heard.pop(seq, None)
+                state.drop_record(seq)
 
     def _heard(self, sender: str, state: SenderState, at: float, host: str | None) -> None:
         """Word from ``sender`` dated ``at``: it is not departed, and a rest of its host from before ends (unless it
@@ -316,7 +315,7 @@ class SenderBook:
                 mine = [
                     Offer(Choice(sender, ref, state.host), sender, ref.num_groups, min(ref.created_at, now),
                           now - state.heard.get(seq, now) >= config.fetch_heard_within, trusted, state.turn,
-                          ref.created_at < stale_before)
+                          ref.created_at < stale_before, state.record_size(seq))
                     for seq, ref in state.refs.items()
                     if (sender, seq) not in self._seen_refs and (sender, seq) not in self._in_flight
                     and oldest <= ref.created_at <= newest
@@ -327,7 +326,7 @@ class SenderBook:
         self._rng.shuffle(order)  # ties of date go to a random publisher, not always the same one
         chosen, others = plan_refill(
             {sender: offers[sender] for sender in order}, need, config.refill_sender_share,
-            config.refill_unjudged_share,
+            config.refill_unjudged_share, config.refill_group_bytes,
         )  # fmt: skip
         if urgent_only:
             return [offer.item for offer in chosen if offer.urgent], []
@@ -343,11 +342,21 @@ class SenderBook:
         """True if some unseen fresh record that :meth:`choose` would fetch is known."""
         return bool(self.choose(1)[0])
 
-    def digest(self, sender: str, seq: int) -> bytes | None:
-        """The digest ``sender`` announced for record ``seq``; ``None`` if it was not announced."""
+    def announced(self, sender: str, seq: int) -> tuple[bytes, int] | None:
+        """The digest and size ``sender`` announced for record ``seq``; ``None`` if it was not announced."""
         with self._lock:
             state = self._senders.get(sender)
-            return None if state is None else state.digests.get(seq)
+            if state is None or seq not in state.digests:
+                return None
+            return state.digests[seq], state.sizes[seq]
+
+    def fetched_size(self, sender: str, ref: RecordRef, size: int) -> None:
+        """A record of ``sender`` of ``size`` bytes arrived: the size of its records it did not announce is
+        estimated from the most bytes a group of them took."""
+        with self._lock:
+            state = self._senders.get(sender)
+            if state is not None:
+                state.group_bytes = max(state.group_bytes, -(-size // max(1, ref.num_groups)))
 
     def public_key(self, sender: str) -> bytes | None:
         """``sender``'s public key, if known."""
@@ -552,9 +561,7 @@ class SenderBook:
                 expired = [seq for seq, ref in state.refs.items() if ref.created_at < horizon]
                 self._lost(sender, expired)
                 for seq in expired:
-                    del state.refs[seq]
-                    state.digests.pop(seq, None)
-                    state.heard.pop(seq, None)
+                    state.drop_record(seq)
             for ref in [ref for ref, created_at in self._seen_refs.items() if created_at < horizon]:
                 del self._seen_refs[ref]
             # what _lost and record_missing left: a fetch of a ref no longer listed that never reported back

@@ -238,6 +238,58 @@ def test_a_record_that_is_not_the_one_announced_is_refused():
     assert b.reader.take(10) == []
 
 
+def test_a_record_of_another_size_than_announced_is_refused():
+    """The announced size schedules the refill (swarm.refill.weight): a sender announcing its large records small
+    would have them fetched as small ones."""
+    from swarm.records import GroupRecord, encode_record
+    from swarm.validation import owner_marker, record_key
+
+    for told in (None, 100):
+        net = Net()
+        a, b = Peer(net), Peer(net)
+        now = net.clock.time()
+        data = encode_record(GroupRecord([make_group("big", completion_chars=4096, created_at=now)], now))
+        a.served.serve(record_key("sapo", a.peer_id, 1), owner_marker(a.public_key), data, now + 600)
+        said = AnnouncedRecord(1, now, 1, told or len(data), record_digest(data))
+        assert b.reader.take_announcement(encode_announcement(a.key, "sapo", "m", now, a.served.host, [said]),
+                                          a.served.host)  # fmt: skip
+        b.poll()
+        if told is None:
+            assert b.taken_ids(10) == ["big"]
+        else:
+            assert b.counters.snapshot()["rejected/digest_mismatch"] == 1 and b.taken_ids(10) == []
+
+
+def test_refills_between_two_takes_fetch_one_sender_s_large_records_for_its_share_of_bytes_only():
+    """The caller takes 16 groups every 10 s, the poller refills in between; a sender judged good publishes ten
+    records of one 130 KB group a step beside an honest one. Counted in groups, each step fetched 8 of its records
+    (its share); counted in bytes (16 KiB a group here, to keep the records small), one."""
+    net = Net()
+    large, honest = Peer(net), Peer(net)
+    reader = Peer(net, refill_group_bytes=16 * 2**10)
+    for sender in (large, honest):
+        reader.reader.judge(sender.peer_id, True)
+    fetched: list[int] = []
+    for step in range(6):
+        now = net.clock.time()
+        for n in range(10):
+            large.publisher.queue([make_group(f"large-{step}-{n}", completion_chars=16384, completions=8,
+                                              created_at=now)])  # fmt: skip
+            asyncio.run(large.publisher.flush(net.dht))
+            honest.publish(f"honest-{step}-{n}")
+        before = reader.counters.snapshot().get("fetched_records", 0)
+        for _ in range(9):  # the poller between two takes
+            net.clock.advance(1)
+            reader.poll()
+        fetched.append(reader.counters.snapshot()["fetched_records"] - before)
+        taken = reader.taken_ids(16)
+        net.clock.advance(1)
+        if step >= 3:  # the caller's pace is known: each take has the honest sender's share and the large record
+            assert sum(group.startswith("honest") for group in taken) >= 8, taken
+    assert reader.reader.pace() == (10.0, 16)
+    assert fetched[3:] == [9, 9, 9], fetched  # 8 honest records and 1 large one a step (before: 8 and 8)
+
+
 def test_take_hands_out_the_newest_groups_first_across_publishers():
     net = Net()
     publishers = [Peer(net) for _ in range(3)]

@@ -198,10 +198,13 @@ def test_a_loaded_reader_fetches_a_record_served_for_ten_seconds_and_counts_one_
 # ------------------------------------------------------------------------------------------------ the book's rules
 
 
-def _announce(book: SenderBook, sender: str, now: float, *records: tuple[int, float, int], host: str = "") -> None:
-    """``sender`` announces records ``(seq, created_at, num_groups)``, served from ``host`` (default: its own)."""
+def _announce(
+    book: SenderBook, sender: str, now: float, *records: tuple[int, float, int], host: str = "", size: int = 100
+) -> None:
+    """``sender`` announces records ``(seq, created_at, num_groups)`` of ``size`` bytes each, served from ``host``
+    (default: its own)."""
     host = host or f"host-of-{sender}"
-    announced = tuple(AnnouncedRecord(seq, at, groups, 100, b"d" * 32) for seq, at, groups in records)
+    announced = tuple(AnnouncedRecord(seq, at, groups, size, b"d" * 32) for seq, at, groups in records)
     book.take_announcement(Announcement(sender, b"key-" + sender.encode(), "m", now, host, announced), origin=host)
 
 
@@ -217,6 +220,38 @@ def test_a_claim_covers_at_most_its_senders_share_and_a_date_ahead_buys_no_prece
     _announce(book, "honest", now, (2, now - 0.5, 1), (3, now - 0.2, 1))
     assert [(c.sender, c.ref.seq) for c in book.choose(4)[0]] == [("inflated", 1), ("honest", 3), ("honest", 2),
                                                                   ("honest", 1)]  # fmt: skip
+
+
+def test_a_senders_large_records_cover_its_share_sooner_so_its_bytes_in_a_refill_stay_bounded():
+    """Both senders judged good: before bytes counted, the sender of 3 MiB records of one group had 8 of them fetched
+    in a refill of 16 groups (24 MiB: its share, counted in groups), and all 16 with no one else offering."""
+    clock = ManualClock()
+    book, now = SenderBook(DHTTransportConfig(), SwarmCounters(), clock), clock.time()
+    for sender, size in (("large", 3 * 2**20), ("honest", 8_500)):
+        _announce(book, sender, now, *((seq, now - seq * 0.01, 1) for seq in range(1, 17)), size=size)
+        book.judge(sender, True)
+    chosen = book.choose(16)[0]
+    assert sum(c.sender == "large" for c in chosen) == 1  # 12 groups' worth of bytes: its share of 8 at once
+    assert sum(c.sender == "honest" for c in chosen) == 8
+    # offering alone, it is still read, beyond its share: one more record covers the rest of the refill
+    book.judge("honest", False), book.judge("honest", False), book.bench("honest", 60.0)
+    assert [c.sender for c in book.choose(16)[0]] == ["large", "large"]
+    # only bytes over refill_group_bytes count: records of 256 KiB count for their one group each, as before
+    book = SenderBook(DHTTransportConfig(), SwarmCounters(), clock)
+    _announce(book, "long", now, *((seq, now, 1) for seq in range(1, 17)), size=256 * 2**10)
+    book.judge("long", True)
+    assert len(book.choose(16)[0]) == 16
+
+
+def test_a_record_never_announced_counts_for_the_bytes_its_senders_records_took():
+    clock = ManualClock()
+    book, now = SenderBook(DHTTransportConfig(), SwarmCounters(), clock), clock.time()
+    _index_entry(book, "index-only", now, *((seq, now, 1) for seq in range(1, 9)))
+    first = book.choose(8)[0]
+    assert len(first) == 4  # its share of 8, its records' sizes not known yet
+    book.fetched_size("index-only", first[0].ref, 3 * 2**20)  # one arrived: 3 MiB for its one group
+    book.mark_fetched("index-only", first[0].ref)
+    assert len(book.choose(8)[0]) == 1  # the rest count as 12 groups each
 
 
 def test_senders_not_judged_good_share_a_pool_while_one_judged_good_offers_records():
