@@ -5,6 +5,7 @@ user's task."""
 
 from __future__ import annotations
 
+import collections
 import json
 import random
 import subprocess
@@ -54,7 +55,7 @@ def test_two_nodes_share_a_users_dataset_in_different_orders_and_a_split(tmp_pat
     for i in range(2):
         node = run_dir / f"node-{i}"
         rows = _metrics(node)
-        assert rows[-1]["step"] == 10 and rows[-1].get("sapo/total/external_groups", 0) > 0, f"node-{i} took none"
+        assert rows[-1]["step"] == 10 and rows[-1].get("sapo/total/external_groups", 0) > 0, _why_none(run_dir, i)
         assert "rewards/units_reward/mean" in rows[-1]  # the user's module was loaded and called by TRL
         groups = [g for g in read_group_log(node / "groups.jsonl") if g["origin"] == "swarm"]
         outcomes = {g["outcome"] for g in groups}
@@ -68,6 +69,20 @@ def test_two_nodes_share_a_users_dataset_in_different_orders_and_a_split(tmp_pat
     split_node = [g for g in read_group_log(run_dir / "node-1" / "groups.jsonl") if g["origin"] == "swarm"]
     assert {g["outcome"] for g in split_node} <= {"taken", "item_not_held", "not_chosen", "zero_advantage", "stale",
                                                   "implausible", "peer_cap"}  # fmt: skip
+
+
+def _why_none(run_dir: Path, i: int) -> str:
+    """What a node that took no swarm group saw: the outcomes of the swarm groups it logged, each node's steps (their
+    time since the first step of either, and the peers each estimated) and its log (what it heard, and from whom)."""
+    swarm_groups = [g for g in read_group_log(run_dir / f"node-{i}" / "groups.jsonl") if g["origin"] == "swarm"]
+    outcomes = collections.Counter(g["outcome"] for g in swarm_groups)
+    rows = {n: _metrics(run_dir / f"node-{n}") for n in range(2)}
+    start = min(row["time"] for n in rows for row in rows[n])
+    steps = {f"node-{n}": [(row["step"], round(row["time"] - start, 1), row.get("swarm/gauge/estimated_peers"))
+                           for row in rows[n]] for n in rows}  # fmt: skip
+    log = (run_dir / f"node-{i}" / "node.log").read_text().splitlines()[-40:]
+    return (f"node-{i} took none; its swarm groups' outcomes {dict(outcomes)}; (step, seconds, peers) {steps}; "
+            "its node.log's last lines:\n" + "\n".join(log))  # fmt: skip
 
 
 FLAKY_REWARD = '''
