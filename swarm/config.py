@@ -402,10 +402,10 @@ class DHTTransportConfig:
         metadata={
             "help": "Bytes a record may take per group it is counted for in a refill (swarm.refill): a record counts "
             "for its claimed groups or its size over this, whichever is more, so a sender's large records cover its "
-            "share sooner and one sender costs a refill about its share of `prefetch_groups` times this, not up to "
-            "that many records of 3 MiB. A size is announced (a record of another size is refused) or estimated from "
-            "the sender's records fetched. Default 256 KiB (a group of 8 completions of 1,024 characters takes about "
-            "8.5 KB; of 32,768 characters, about 260 KB)."
+            "share sooner and one sender costs the refills before a take about its share of the take times this, "
+            "not that many records of 3 MiB. A size is announced (a record of another size is refused) or estimated "
+            "from the sender's latest record fetched. Default 256 KiB (a group of 8 completions of 1,024 characters "
+            "takes about 8.5 KB; of 28,000 characters, about 224 KB)."
         },
     )
     max_unknown_senders: int = field(

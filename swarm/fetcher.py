@@ -233,20 +233,20 @@ class RecordFetcher:
             reason = rejections.take_reason() if rejections is not None else None
             self._book.strike(sender, reason or "invalid_record")
             return False
-        return self._checked(sender, ref, value)
+        return self._checked(choice, value)
 
-    def _checked(self, sender: str, ref: RecordRef, value: bytes) -> bool:
+    def _checked(self, choice: Choice, value: bytes) -> bool:
         """Hand ``value`` on if it matches the digest and size its sender announced (when it announced them): the
         size scheduled the refill (:func:`swarm.refill.weight`)."""
-        announced = self._book.announced(sender, ref.seq)
+        sender, ref, announced = choice.sender, choice.ref, choice.announced
+        if isinstance(value, bytes):  # what it truly weighs is spent, refused or not
+            self._book.fetched_size(sender, ref, len(value))
         if announced is not None and not (
             isinstance(value, bytes) and len(value) == announced[1] and record_digest(value) == announced[0]
         ):
             self._reject("digest_mismatch", f"record {ref.seq} of {sender} is not the one it announced")
             self._book.strike(sender, "digest_mismatch")
             return False
-        if isinstance(value, bytes):
-            self._book.fetched_size(sender, ref, len(value))
         self._on_record(sender, ref, value)
         return True
 
@@ -307,4 +307,4 @@ class RecordFetcher:
         if value is None:
             self._counters.add("records_missing")
             return
-        self._checked(sender, ref, value)
+        self._checked(choice, value)

@@ -55,7 +55,7 @@ from swarm.index_reader import IndexReader
 from swarm.levels import home_topic_shard, subscribed_shards, topic_level_for
 from swarm.log_lines import PeerLines
 from swarm.records import ReceivedGroup, RecordRef, RecordRejected, decode_record
-from swarm.refill import Offer, fair_take, fresh_window, share, weight
+from swarm.refill import Offer, fair_take, fresh_window
 from swarm.repeats import RecentMessages
 from swarm.senders import SenderBook
 from swarm.served import ServedLookup
@@ -128,10 +128,6 @@ class SwarmReader:
         self._cache: list[ReceivedGroup] = []
         self._returned: collections.OrderedDict[bytes, None] = collections.OrderedDict()
         self._takes: collections.deque[tuple[float, int]] = collections.deque(maxlen=_TAKES_KEPT)  # (monotonic, n)
-        # groups cached since the last take, by sender: what the next take gets fresh
-        self._fetched_since_take: collections.Counter[str] = collections.Counter()
-        # the groups the records fetched since the last take weigh beyond those they hold (large records), by sender
-        self._heft_since_take: collections.Counter[str] = collections.Counter()
         self._announcements_seen = RecentMessages()
         self._skew_warned: collections.OrderedDict[str, None] = collections.OrderedDict()  # warned once each
         self._skew_lines = PeerLines(logger, clock.monotonic, interval=_SKEW_WARNING_EVERY, burst=1)
@@ -180,8 +176,9 @@ class SwarmReader:
             while len(self._returned) > _RETURNED_IDS_KEPT:
                 self._returned.popitem(last=False)
             self._takes.append((self._clock.monotonic(), max_groups))
-            self._fetched_since_take.clear()
-            self._heft_since_take.clear()
+            left = collections.Counter(item.sender for item in self._cache)
+        # until the caller's pace is known its takes want prefetch_groups less what is held; then what it takes
+        self.book.new_take(left if self.pace() is None else None)
         self._counters.add("fetched_groups", len(taken))
         return taken
 
@@ -267,24 +264,21 @@ class SwarmReader:
         due = last_take + pace[0] - self.refill_lead()
         return max(0.0, due - self._clock.monotonic())
 
-    def wanted(self) -> int:
-        """Groups the next refill fetches: what the caller's last take asked for, less what arrived since; before
-        its pace is known, ``prefetch_groups`` less the cache. A record fetched since the last take counts for the
-        groups its bytes weigh, if more than it holds (:func:`swarm.refill.weight`). One sender's groups count for at
-        most its share of that (`refill_sender_share`), as in a take: a record truly holding many groups does not end
-        the refill before other senders' records are fetched."""
+    def need(self) -> int:
+        """The groups the caller's next take wants: what its last take asked for; before its pace is known,
+        ``prefetch_groups``."""
         pace = self.pace()
-        with self._lock:
-            if pace is None:
-                need = self.config.prefetch_groups
-                cached = collections.Counter(item.sender for item in self._cache)
-                return need - self._counted(cached + self._heft_since_take, need)
-            return pace[1] - self._counted(self._fetched_since_take + self._heft_since_take, pace[1])
+        return self.config.prefetch_groups if pace is None else pace[1]
 
-    def _counted(self, by_sender: collections.Counter[str], need: int) -> int:
-        """The groups of ``by_sender`` that count towards ``need``: each sender's, up to its share."""
-        most = share(need, self.config.refill_sender_share) if need > 0 else 0
-        return sum(min(count, most) for count in by_sender.values())
+    def wanted(self) -> int:
+        """Groups the refills before the caller's next take still want: :meth:`need` less what the records whose
+        fetch began since its last take count for (before its pace is known, the groups held at that take too), as
+        the refill counts them (:meth:`swarm.senders.SenderBook.covered`): a record for the groups it holds or its
+        bytes weigh (:func:`swarm.refill.weight`), each sender up to its share (`refill_sender_share`; of the pool,
+        for one not judged good), so that a record truly holding many groups, or many bytes, does not end the
+        refills before other senders' records are fetched, and a sender's share is fetched once."""
+        need = self.need()
+        return need - self.book.covered(need)
 
     # ------------------------------------------------------------------------------ the event loop
 
@@ -316,14 +310,13 @@ class SwarmReader:
         if wait > self.config.poll_interval:
             # Not due yet; but a record of the refill's plan heard fetch_heard_within ago may leave with its publisher
             # before the refill: fetch those now (they count towards it).
-            chosen, spares = self.book.choose(wanted, _SPARES, urgent_only=True)
+            chosen, spares = self.book.choose(self.need(), _SPARES, urgent_only=True)
             if chosen:
                 await self.fetcher.fetch(dht, chosen, spares)
             return
         await asyncio.sleep(wait)  # due within this poll: at the moment it is due, not up to a poll late
-        wanted = self.wanted()
-        if wanted > 0:
-            chosen, spares = self.book.choose(wanted, _SPARES)
+        if self.wanted() > 0:
+            chosen, spares = self.book.choose(self.need(), _SPARES)
             await self.fetcher.fetch(dht, chosen, spares)
 
     def _mark_departures(self) -> None:
@@ -346,11 +339,11 @@ class SwarmReader:
 
     def choose_refs(self, need: int) -> list[tuple[str, RecordRef]]:
         """The records the next fetch for ``need`` groups would fetch, as ``(sender, ref)``, freshest first."""
-        return [(choice.sender, choice.ref) for choice in self.book.choose(need)[0]]
+        return [(choice.sender, choice.ref) for choice in self.book.choose(need, since_take=False)[0]]
 
     async def fetch_records(self, dht: DHTLookup, need: int) -> None:
         """Fetch the freshest records known for ``need`` groups now, whatever the caller's pace."""
-        chosen, spares = self.book.choose(need, _SPARES)
+        chosen, spares = self.book.choose(need, _SPARES, since_take=False)
         await self.fetcher.fetch(dht, chosen, spares)
 
     def forget_expired(self) -> None:
@@ -483,12 +476,6 @@ class SwarmReader:
             for item in accepted:
                 if _group_id(item) not in self._returned:
                     self._cache.append(item)
-                    self._fetched_since_take[sender] += 1
-            # a large record counts for the groups its bytes weigh (swarm.refill.weight), so that the refills before
-            # the next take do not fetch its sender's next one as if it had brought one group
-            self._heft_since_take[sender] += weight(len(record.groups), len(value), config.refill_group_bytes) - len(
-                record.groups
-            )
             if len(self._cache) > config.max_cached_groups:
                 self._cache = _evicted(self._cache, len(self._cache) - config.max_cached_groups, now)
             chars = sum(map(_group_chars, self._cache))

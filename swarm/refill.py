@@ -27,15 +27,20 @@ groups that holds one). So:
   heard of: neither keeps a newcomer with a fresh record out of the pool. A record's date counts at most as this peer's
   now, so dating a record ahead (within the clock tolerance) buys no precedence.
 - **Work-conserving for the good.** Need still uncovered once every share is spent goes to the senders judged good,
-  beyond their share (the same order): one good publisher alone still fills a refill.
+  beyond their share (the same order): one good publisher alone still fills a refill. With none judged good offering
+  a record, it goes to any sender: a reader that judged no one yet (a node's first steps) still fills its take.
 - **Bytes count as groups.** A record's size is the sender's word too (announced, and checked when it arrives), and a
   group may be large (64 completions of 32,768 characters): counted in groups alone, one sender within its share could
   make each record of one group 3 MiB, every refill tens of megabytes. A record is credited with its claimed groups or
   its size over ``group_bytes`` (``refill_group_bytes``), whichever is more (:func:`weight`), so large records reach
   their sender's share sooner. A record is still fetched when less than it counts for is left of its sender's share
-  (an honest task with long completions is read, in fewer records), so the records of one sender fetched in a refill
-  take at most the groups it is credited with times ``group_bytes``, plus one record in each of the two passes (its
-  share, then beyond it for a sender judged good).
+  (an honest task with long completions is read, in fewer records).
+- **Shares last until the caller's next take.** The refills between two takes plan against what the records begun
+  since the take spent (:class:`Spent`: counted when a fetch begins, given back if no answer held the record, an
+  estimated size corrected when the record arrives): a sender at its share gets nothing more until the take, and
+  beyond the shares only what no one spent is left. So one sender costs the refills of a take its share of
+  ``need * group_bytes`` and at most one record beyond it in each of the two passes, however often they poll; and a
+  spare to hedge a slow fetch with fits what is left of its sender's share.
 
 The groups a refill brings are handed to the caller by the same rules (:func:`fair_take`, each group an offer of
 one, every ``turn`` the same): a record that truly holds many groups, fetched for its sender's share, takes no more
@@ -47,8 +52,9 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from dataclasses import dataclass
-from typing import Generic, TypeVar
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Generic, NamedTuple, TypeVar
 
 T = TypeVar("T")
 
@@ -126,45 +132,105 @@ def round_robin(by_sender: dict[str, list[Offer]]) -> list[Offer]:
         depth += 1
 
 
+@dataclass(frozen=True)
+class Spent:
+    """What senders spent of a take's need before a refill: the groups their records whose fetch began since the
+    caller's last take count for (:func:`weight`, whatever became of them), and which senders are judged good.
+
+    Parameters:
+        by_sender (`Mapping[str, int]`): the groups each sender's records begun count for.
+        trusted (`frozenset[str]`): the senders judged good (the others spend of the pool).
+    """
+
+    by_sender: Mapping[str, int] = field(default_factory=dict)
+    trusted: frozenset[str] = frozenset()
+
+    def covering(self, caps: Caps) -> tuple[int, int]:
+        """The need the senders judged good and those in the pool cover, each sender counted up to its share (of the
+        pool, for one not judged good) and the pool up to its size."""
+        good = sum(min(n, caps.per_sender) for sender, n in self.by_sender.items() if sender in self.trusted)
+        pooled = sum(min(n, caps.per_pooled) for sender, n in self.by_sender.items() if sender not in self.trusted)
+        return good, min(pooled, caps.pool)
+
+
+class Caps(NamedTuple):
+    """A refill's shares, in groups: one sender judged good's, the pool's, and one pooled sender's."""
+
+    per_sender: int
+    pool: int
+    per_pooled: int
+
+
+def caps(need: int, sender_share: float, unjudged_share: float, any_trusted: bool) -> Caps:
+    """The shares of a refill for ``need`` groups: the pool is reserved for the senders not judged good, but never
+    the whole need while one judged good is there (``any_trusted``); within it, one sender's share is of the pool (a
+    share of the need would let one claim cover the pool)."""
+    pool = min(share(need, unjudged_share), need - 1) if any_trusted else need
+    return Caps(share(need, sender_share), pool, share(pool, sender_share))
+
+
+def covered(need: int, spent: Spent, sender_share: float, unjudged_share: float) -> int:
+    """The groups of ``need`` that ``spent`` covers, as :func:`plan_refill` counts them (each sender up to its share,
+    the pool up to its size), so that what one sender's records count for beyond its share leaves the other senders'
+    shares wanted."""
+    if need <= 0:
+        return 0
+    good, pooled = spent.covering(caps(need, sender_share, unjudged_share, bool(spent.trusted)))
+    return min(need, good + pooled)
+
+
+def room(sender: str, trusted: bool, need: int, spent: Spent, sender_share: float, unjudged_share: float) -> int:
+    """The groups ``sender`` may still be credited with in the refills of ``need`` groups until the next take: its
+    share (of the pool, if ``trusted`` is false) less what it spent."""
+    shares = caps(need, sender_share, unjudged_share, True)
+    return (shares.per_sender if trusted else shares.per_pooled) - spent.by_sender.get(sender, 0)
+
+
 def plan_refill(
-    by_sender: dict[str, list[Offer]], need: int, sender_share: float, unjudged_share: float, group_bytes: int = 0
+    by_sender: dict[str, list[Offer]],
+    need: int,
+    sender_share: float,
+    unjudged_share: float,
+    group_bytes: int = 0,
+    spent: Spent = Spent(),
 ) -> tuple[list[Offer], list[Offer]]:
     """The offers to fetch for ``need`` groups (see the module docstring), in the round-robin's order, and the others
     in that order (spares to hedge a slow fetch with); a record counts for :func:`weight` groups (``group_bytes`` 0:
-    for its claim)."""
+    for its claim). ``spent``: what the records begun since the caller's last take spent of ``need`` already; a sender
+    at its share gets nothing more, and beyond the shares only what no one spent of ``need`` is left."""
     ordered = round_robin(by_sender)
     if need <= 0:
         return [], ordered
-    per_sender = share(need, sender_share)
-    # The pool is reserved for the unjudged, but never the whole refill while a good sender has a record to offer;
-    # within it, one sender's share is of the pool (a share of the need would let one claim cover the pool).
-    pool = need
-    if any(offer.trusted for offer in ordered):
-        pool = min(share(need, unjudged_share), need - 1)
-    per_pooled = share(pool, sender_share)
-    credited: Counter[str] = Counter()
+    any_trusted = any(offer.trusted for offer in ordered)
+    shares = caps(need, sender_share, unjudged_share, any_trusted)
+    good_before, pooled_before = spent.covering(shares)
+    credited: Counter[str] = Counter(spent.by_sender)
     taken: set[int] = set()
 
     def take(offers: list[Offer], budget: int, cap: int | None) -> int:
-        spent = 0
+        used = 0
         for offer in offers:
-            room = budget - spent
-            if room <= 0:
+            left = budget - used
+            if left <= 0:
                 break
             if cap is not None:
-                room = min(room, cap - credited[offer.sender])
-            if room <= 0 or id(offer) in taken:
+                left = min(left, cap - credited[offer.sender])
+            if left <= 0 or id(offer) in taken:
                 continue
-            credit = min(weight(offer.claimed, offer.size, group_bytes), room)
+            credit = min(weight(offer.claimed, offer.size, group_bytes), left)
             taken.add(id(offer))
             credited[offer.sender] += credit
-            spent += credit
-        return spent
+            used += credit
+        return used
 
     trusted = [offer for offer in ordered if offer.trusted]
-    covered = take([offer for offer in ordered if not offer.trusted], pool, cap=per_pooled)
-    covered += take(trusted, need - covered, cap=per_sender)
-    take(trusted, need - covered, cap=None)  # what is left of the need: the good beyond their share
+    covered_now = take(
+        [offer for offer in ordered if not offer.trusted], shares.pool - pooled_before, shares.per_pooled
+    )
+    covered_now += take(trusted, need - good_before - pooled_before - covered_now, cap=shares.per_sender)
+    # what is left of the need, less all that was spent of it (beyond shares too): the good beyond their share; with no
+    # sender judged good offering, any sender
+    take(trusted if any_trusted else ordered, need - sum(spent.by_sender.values()) - covered_now, cap=None)
     return [offer for offer in ordered if id(offer) in taken], [offer for offer in ordered if id(offer) not in taken]
 
 

@@ -52,8 +52,8 @@ class SenderState:
         announced_at (`collections.deque[float]`): this peer's wall times of its last announcements' arrivals.
         digests (`dict[int, bytes]`): announced digests of its records, by sequence number.
         sizes (`dict[int, int]`): announced sizes of its records in bytes, by sequence number.
-        group_bytes (`int`): the most bytes a group of its records fetched so far took (a record's bytes over its
-            groups): the size of a record it did not announce is estimated from it.
+        group_bytes (`int`): the bytes a group of its latest record fetched took (the record's bytes over its groups):
+            the size of a record it did not announce is estimated from it.
         departed (`bool`): it missed ``departed_after_missed`` announcements (see the module docstring).
         heard (`dict[int, float]`): this peer's wall time at which each of its records was first heard of.
         outcomes (`collections.deque[bool]`): its latest outcomes: True a group judged usable, False a group judged
@@ -95,13 +95,21 @@ class SenderState:
         self.sizes.pop(seq, None)
         self.heard.pop(seq, None)
 
-    def record_size(self, seq: int) -> int:
-        """Record ``seq``'s bytes as announced, else as its records fetched so far suggest (0: none fetched yet)."""
+    def announced(self, seq: int) -> tuple[bytes, int] | None:
+        """The digest and size it announced for record ``seq``; ``None`` if it did not announce it."""
+        if seq not in self.digests:
+            return None
+        return self.digests[seq], self.sizes[seq]
+
+    def record_size(self, seq: int, unknown: int) -> int:
+        """Record ``seq``'s bytes as announced, else as its latest record fetched suggests, else ``unknown``."""
         announced = self.sizes.get(seq)
         if announced is not None:
             return announced
         ref = self.refs.get(seq)
-        return 0 if ref is None else ref.num_groups * self.group_bytes
+        if ref is None or not self.group_bytes:
+            return unknown
+        return ref.num_groups * self.group_bytes
 
     def judged_good(self) -> bool:
         """Most of its latest outcomes are usable groups (it has a share of a refill of its own)."""
@@ -123,8 +131,11 @@ class SenderState:
 
 @dataclass(frozen=True)
 class Choice:
-    """One record to fetch: its sender, its reference, the host serving it (``None``: in the DHT)."""
+    """One record to fetch: its sender, its reference, the host serving it (``None``: in the DHT), and the digest and
+    size its sender announced for it (``None``: not announced), kept with it in case the book forgets them while it
+    is fetched."""
 
     sender: str
     ref: RecordRef
     host: str | None
+    announced: tuple[bytes, int] | None = None

@@ -47,7 +47,7 @@ from swarm.config import DHTTransportConfig
 from swarm.host_rests import LONGEST_REST_SECONDS, HostRests
 from swarm.log_lines import PeerLines
 from swarm.records import IndexEntry, RecordRef
-from swarm.refill import Offer, plan_refill
+from swarm.refill import Offer, Spent, covered, plan_refill, room, weight
 from swarm.sender_state import Choice, SenderState, announcement_period
 from swarm.transport import PeerInfo, SwarmCounters
 
@@ -102,6 +102,11 @@ class SenderBook:
         self._refusals: collections.deque[tuple[str, str]] = collections.deque(maxlen=_REFUSALS_KEPT)
         self._benched: dict[str, float] = {}  # sender -> monotonic time its bench by the node ends
         self._fetches_begun = 0  # places in the queue for a refill's turns (SenderState.turn)
+        # what each sender's records fetched since the reader's last take count for (swarm.refill.Spent): counted
+        # when a fetch begins (a fetch under way counts), given back if it ends with no answer holding the record
+        self._spent: collections.Counter[str] = collections.Counter()
+        self._begun: dict[tuple[str, int], int] = {}  # fetches under way: what each counted for
+        self._answered: set[tuple[str, int]] = set()  # ...and those whose answer held the record (bytes spent)
 
     # ------------------------------------------------------------------------------ what arrives
 
@@ -285,7 +290,9 @@ class SenderBook:
 
     # ------------------------------------------------------------------------------ choosing and fetching
 
-    def choose(self, need: int, spares: int = 0, urgent_only: bool = False) -> tuple[list[Choice], list[Choice]]:
+    def choose(
+        self, need: int, spares: int = 0, urgent_only: bool = False, since_take: bool = True
+    ) -> tuple[list[Choice], list[Choice]]:
         """Unseen fresh records to fetch for ``need`` groups, by the fair refill of :mod:`swarm.refill` (each sender's
         share bounded, the senders not judged good sharing a pool, round-robin across senders, the one whose turn came
         longest ago first, then the freshest, a date counting at most as now); and up to ``spares`` more records of
@@ -295,7 +302,10 @@ class SenderBook:
         out, and so are a departed publisher's records that left with it: those it served itself, unless another
         publisher heard from (not departed) serves from the same host. Its records stored in the DHT live on until their
         ttl and stay choosable: a publisher that announced its records and left before this reader's next refill (which
-        comes once per step of its caller) would otherwise never have them read."""
+        comes once per step of its caller) would otherwise never have them read. ``need`` is the groups of the caller's
+        take; ``since_take``: the records begun since the caller's last take spent of it already
+        (:meth:`new_take`), so that the refills before a take fetch each sender's share once; false for a one-off
+        fetch. A spare fits what is left of its sender's share."""
         config = self.config
         now, monotonic = self._clock.time(), self._clock.monotonic()
         oldest, newest = now - config.record_ttl, now + config.clock_skew_tolerance
@@ -313,27 +323,32 @@ class SenderBook:
                     continue
                 trusted = state.judged_good()
                 mine = [
-                    Offer(Choice(sender, ref, state.host), sender, ref.num_groups, min(ref.created_at, now),
+                    Offer(Choice(sender, ref, state.host, state.announced(seq)), sender, ref.num_groups,
+                          min(ref.created_at, now),
                           now - state.heard.get(seq, now) >= config.fetch_heard_within, trusted, state.turn,
-                          ref.created_at < stale_before, state.record_size(seq))
+                          ref.created_at < stale_before, state.record_size(seq, 0))
                     for seq, ref in state.refs.items()
                     if (sender, seq) not in self._seen_refs and (sender, seq) not in self._in_flight
                     and oldest <= ref.created_at <= newest
                 ]  # fmt: skip
                 if mine:
                     offers[sender] = mine
+            spent = self._spent_since_take() if since_take else Spent()
         order = list(offers)
         self._rng.shuffle(order)  # ties of date go to a random publisher, not always the same one
         chosen, others = plan_refill(
             {sender: offers[sender] for sender in order}, need, config.refill_sender_share,
-            config.refill_unjudged_share, config.refill_group_bytes,
+            config.refill_unjudged_share, config.refill_group_bytes, spent,
         )  # fmt: skip
         if urgent_only:
             return [offer.item for offer in chosen if offer.urgent], []
         taken_from = {offer.sender for offer in chosen}
         spare: list[Choice] = []
         for offer in sorted(others, key=lambda offer: not offer.trusted):  # one per publisher, none of the chosen's
-            if len(spare) < spares and offer.sender not in taken_from:
+            shares = need, spent, config.refill_sender_share, config.refill_unjudged_share
+            fits = weight(offer.claimed, offer.size, config.refill_group_bytes) <= room(offer.sender, offer.trusted,
+                                                                                        *shares)  # fmt: skip
+            if len(spare) < spares and offer.sender not in taken_from and fits:
                 spare.append(offer.item)
                 taken_from.add(offer.sender)
         return [offer.item for offer in chosen], spare
@@ -342,21 +357,37 @@ class SenderBook:
         """True if some unseen fresh record that :meth:`choose` would fetch is known."""
         return bool(self.choose(1)[0])
 
-    def announced(self, sender: str, seq: int) -> tuple[bytes, int] | None:
-        """The digest and size ``sender`` announced for record ``seq``; ``None`` if it was not announced."""
+    def _spent_since_take(self) -> Spent:
+        trusted = frozenset(sender for sender, state in self._senders.items() if state.judged_good())
+        return Spent(dict(self._spent), trusted)
+
+    def covered(self, need: int) -> int:
+        """The groups of the caller's take of ``need`` that the records begun since its last take cover
+        (:func:`swarm.refill.covered`)."""
         with self._lock:
-            state = self._senders.get(sender)
-            if state is None or seq not in state.digests:
-                return None
-            return state.digests[seq], state.sizes[seq]
+            spent = self._spent_since_take()
+        return covered(need, spent, self.config.refill_sender_share, self.config.refill_unjudged_share)
+
+    def new_take(self, left: collections.Counter[str] | None = None) -> None:
+        """The caller took groups: what its next take wants is spent by the records begun from now on, and by
+        ``left``, groups of each sender still held that count towards it."""
+        with self._lock:
+            self._spent = collections.Counter(left or {})
+            self._begun.clear()  # what is under way was counted before this take
+            self._answered.clear()
 
     def fetched_size(self, sender: str, ref: RecordRef, size: int) -> None:
-        """A record of ``sender`` of ``size`` bytes arrived: the size of its records it did not announce is
-        estimated from the most bytes a group of them took."""
+        """A record of ``sender`` of ``size`` bytes arrived: its sender spent what it truly weighs, if more than was
+        counted when its fetch began, and the size of its records it does not announce is estimated from it."""
         with self._lock:
             state = self._senders.get(sender)
             if state is not None:
-                state.group_bytes = max(state.group_bytes, -(-size // max(1, ref.num_groups)))
+                state.group_bytes = -(-size // max(1, ref.num_groups))
+            key = (sender, ref.seq)
+            if key in self._begun:
+                counts = weight(ref.num_groups, size, self.config.refill_group_bytes)
+                self._spent[sender] += max(0, counts - self._begun[key])
+                self._begun[key] = max(counts, self._begun[key])
 
     def public_key(self, sender: str) -> bytes | None:
         """``sender``'s public key, if known."""
@@ -371,16 +402,24 @@ class SenderBook:
             if now:
                 self._in_flight.add((choice.sender, choice.ref.seq))
                 self._took_turn(choice.sender)
+                self._spend(choice)
                 if choice.host is not None:
                     self._hosts.asked(choice.host, self._clock.monotonic())
             else:
-                self._in_flight.discard((choice.sender, choice.ref.seq))
+                key = (choice.sender, choice.ref.seq)
+                self._in_flight.discard(key)
+                counted = self._begun.pop(key, 0)
+                if key not in self._answered:  # no answer held it: nothing spent (a retry counts again)
+                    self._spent[choice.sender] -= counted
+                self._answered.discard(key)
 
     def mark_fetched(self, sender: str, ref: RecordRef, host: str | None = None) -> None:
         """``ref`` arrived (or an answer refused is not to be asked for again): it is not chosen again, and counts as
         served; ``host`` answered."""
         with self._lock:
             self._took_turn(sender)
+            if (sender, ref.seq) in self._begun:
+                self._answered.add((sender, ref.seq))
             state = self._senders.get(sender)
             if state is not None:
                 state.served.append(True)
@@ -400,6 +439,18 @@ class SenderBook:
             oldest = sorted(self._seen_refs, key=self._seen_refs.__getitem__)
             for stale in oldest[: len(oldest) - _SEEN_REFS_KEPT * 7 // 8]:
                 del self._seen_refs[stale]
+
+    def _spend(self, choice: Choice) -> None:
+        """A fetch of ``choice`` begins: its sender spends what the record counts for, of the caller's next take."""
+        state = self._senders.get(choice.sender)
+        size = 0  # not announced, and nothing of its sender's fetched yet: its claim, corrected when it arrives
+        if choice.announced is not None:
+            size = choice.announced[1]
+        elif state is not None:
+            size = state.record_size(choice.ref.seq, 0)
+        counts = weight(choice.ref.num_groups, size, self.config.refill_group_bytes)
+        self._spent[choice.sender] += counts
+        self._begun[(choice.sender, choice.ref.seq)] = counts
 
     def _took_turn(self, sender: str) -> None:
         state = self._senders.get(sender)

@@ -260,34 +260,64 @@ def test_a_record_of_another_size_than_announced_is_refused():
             assert b.counters.snapshot()["rejected/digest_mismatch"] == 1 and b.taken_ids(10) == []
 
 
-def test_refills_between_two_takes_fetch_one_sender_s_large_records_for_its_share_of_bytes_only():
+@pytest.mark.parametrize("honest_records", [10, 1])
+def test_refills_between_two_takes_fetch_one_sender_s_large_records_for_its_share_of_bytes_only(honest_records):
     """The caller takes 16 groups every 10 s, the poller refills in between; a sender judged good publishes ten
-    records of one 130 KB group a step beside an honest one. Counted in groups, each step fetched 8 of its records
-    (its share); counted in bytes (16 KiB a group here, to keep the records small), one."""
+    records of one 130 KB group a step beside an honest one (ten records a step, or one). Counted in groups, each
+    step fetched 8 of its records (its share), and with the honest sender offering one, one more at every poll of the
+    step; counted in bytes (16 KiB a group here, to keep the records small), one, and one beyond its share when the
+    honest sender leaves some of the take."""
     net = Net()
     large, honest = Peer(net), Peer(net)
     reader = Peer(net, refill_group_bytes=16 * 2**10)
-    for sender in (large, honest):
-        reader.reader.judge(sender.peer_id, True)
-    fetched: list[int] = []
+    served = lambda peer: peer.counters.snapshot().get("served_requests", 0)  # noqa: E731
+    fetched: list[tuple[int, int]] = []
     for step in range(6):
         now = net.clock.time()
         for n in range(10):
             large.publisher.queue([make_group(f"large-{step}-{n}", completion_chars=16384, completions=8,
                                               created_at=now)])  # fmt: skip
             asyncio.run(large.publisher.flush(net.dht))
-            honest.publish(f"honest-{step}-{n}")
-        before = reader.counters.snapshot().get("fetched_records", 0)
+            if n < honest_records:
+                honest.publish(f"honest-{step}-{n}")
+        for sender in (large, honest):  # once their records are heard of (the node trained on their groups)
+            reader.reader.judge(sender.peer_id, True)
+        before = served(large), served(honest)
         for _ in range(9):  # the poller between two takes
             net.clock.advance(1)
             reader.poll()
-        fetched.append(reader.counters.snapshot()["fetched_records"] - before)
+        fetched.append((served(large) - before[0], served(honest) - before[1]))
         taken = reader.taken_ids(16)
         net.clock.advance(1)
-        if step >= 3:  # the caller's pace is known: each take has the honest sender's share and the large record
-            assert sum(group.startswith("honest") for group in taken) >= 8, taken
+        if step >= 3:  # the caller's pace is known: each take has the honest sender's share, or all it offered
+            assert sum(group.startswith("honest") for group in taken) >= min(8, honest_records), taken
     assert reader.reader.pace() == (10.0, 16)
-    assert fetched[3:] == [9, 9, 9], fetched  # 8 honest records and 1 large one a step (before: 8 and 8)
+    expected = (1, 8) if honest_records == 10 else (2, 1)
+    assert fetched[3:] == [expected] * 3, fetched  # (large records, honest records) a step
+
+
+def test_a_stranger_s_large_records_spend_only_the_pool_and_leave_the_refills_to_a_sender_judged_good():
+    """Two identities not judged good each send a record of one 130 KB group (8 groups' worth at 16 KiB a group);
+    counted at a sender's share of the need (8) in what the refills still want, the two covered the take and the
+    honest sender's records published later in the step waited for the next take. Counted at their share of the pool
+    (2 each of 4), the honest records are fetched before the take."""
+    net = Net()
+    strangers, honest = [Peer(net), Peer(net)], Peer(net)
+    reader = Peer(net, refill_group_bytes=16 * 2**10, prefetch_groups=16)
+    honest.publish("honest-early")
+    reader.reader.judge(honest.peer_id, True)
+    for stranger in strangers:
+        stranger.publisher.queue([make_group(f"large-{stranger.peer_id}", completion_chars=16384, completions=8,
+                                             created_at=net.clock.time())])  # fmt: skip
+        asyncio.run(stranger.publisher.flush(net.dht))
+    reader.poll()
+    # the pool (4 groups) and the good sender's early record covered; its share and the rest still wanted
+    assert reader.reader.wanted() == 16 - 4 - 1
+    net.clock.advance(1)
+    honest.publish("honest-late")
+    net.clock.advance(1)
+    reader.poll()
+    assert "honest-late" in reader.taken_ids(16)
 
 
 def test_take_hands_out_the_newest_groups_first_across_publishers():

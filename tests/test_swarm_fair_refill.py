@@ -248,10 +248,27 @@ def test_a_record_never_announced_counts_for_the_bytes_its_senders_records_took(
     book, now = SenderBook(DHTTransportConfig(), SwarmCounters(), clock), clock.time()
     _index_entry(book, "index-only", now, *((seq, now, 1) for seq in range(1, 9)))
     first = book.choose(8)[0]
-    assert len(first) == 4  # its share of 8, its records' sizes not known yet
+    assert len(first) == 8  # alone, its share of 8 and the rest: its records' sizes are not known yet
     book.fetched_size("index-only", first[0].ref, 3 * 2**20)  # one arrived: 3 MiB for its one group
     book.mark_fetched("index-only", first[0].ref)
-    assert len(book.choose(8)[0]) == 1  # the rest count as 12 groups each
+    assert len(book.choose(8)[0]) == 2  # the rest count as 12 groups each: one for its share, one beyond it
+
+
+def test_a_spare_fits_what_is_left_of_its_senders_share_and_a_choice_keeps_what_was_announced():
+    clock = ManualClock()
+    book, now = SenderBook(DHTTransportConfig(), SwarmCounters(), clock), clock.time()
+    _announce(book, "honest", now, (1, now, 1))
+    book.judge("honest", True)
+    _announce(book, "large", now, (1, now, 1), size=3 * 2**20)  # 12 groups' worth: more than a stranger's share
+    _announce(book, "small", now, (1, now, 1))
+    chosen, spares = book.choose(1, spares=2)
+    assert [c.sender for c in chosen] == ["honest"]
+    assert [c.sender for c in spares] == ["small"]  # a hedge of a slow record never fetches 3 MiB
+    # the digest and size announced travel with the choice: newer records pushing it out of the book while it is
+    # fetched (the check was then skipped) leave them to check
+    _announce(book, "honest", now, *((seq, now, 1) for seq in range(2, 40)))
+    assert chosen[0].announced == (b"d" * 32, 100)
+    assert 1 not in {c.ref.seq for c in book.choose(64, since_take=False)[0] if c.sender == "honest"}
 
 
 def test_senders_not_judged_good_share_a_pool_while_one_judged_good_offers_records():
