@@ -6,8 +6,10 @@ A receiver (a tiny SAPOTrainer over an in-memory swarm, so that only the intake'
 honest sender (one group of the receiver's own config a round) and a costly one, which publishes each round
 ``--costly-groups`` groups of `rubiks_cube` configs of 2 million scramble moves (minutes to regenerate), each config
 new, so none is ever remembered as past a limit. At the node's defaults (`regeneration_timeout` 10 s,
-`regeneration_budget` 30 s) each costly group costs a whole timeout until the round's budget is spent. Two arms, the
-same in all but `sender_rederivation_seconds`: its default (15 s), and None (no rest). With ``--fresh-identities``
+`regeneration_budget` 30 s) each costly group costs a whole timeout until the round's budget is spent. Three arms:
+the node's rests at their defaults (`sender_rederivation_seconds` and `newcomer_rederivation_seconds`, 15 s each: a
+sender never judged good spends the newcomers' shared rest too), the sender's own rest alone, and no rest. With
+``--fresh-identities``
 each costly group comes from an identity never seen before, so no sender's own rest is ever reached; the arms then
 differ in `newcomer_rederivation_seconds` (the newcomers' shared rest): its default (15 s), and None. Steps are paced to
 ``--pace`` seconds (a sleep after a shorter step), as a node on the default model takes 10-18 s a step on a CPU, so
@@ -53,8 +55,9 @@ ARMS = {
         "no rest": {"sender_rederivation_seconds": None},
     },
     "one sender": {
-        "rest (default, 15 s)": {"sender_rederivation_seconds": 15.0},
-        "no rest": {"sender_rederivation_seconds": None},
+        "rests (defaults, 15 s)": {"sender_rederivation_seconds": 15.0, "newcomer_rederivation_seconds": 15.0},
+        "the sender's rest alone": {"sender_rederivation_seconds": 15.0, "newcomer_rederivation_seconds": None},
+        "no rest": {"sender_rederivation_seconds": None, "newcomer_rederivation_seconds": None},
     },
     "fresh identities": {
         "newcomers' rest (default, 15 s)": {"newcomer_rederivation_seconds": 15.0},
@@ -188,7 +191,7 @@ def markdown(arms: dict[str, list[dict[str, Any]]], pace: float) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
-    """Run the attack's two arms, one after the other, and write the report."""
+    """Run the attack's arms, one after the other, and write the report."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--steps", type=int, default=20, help="steps per arm (default 20)")
     parser.add_argument("--costly-groups", type=int, default=4, help="the costly sender's groups a round (default 4)")
@@ -221,14 +224,19 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             if args.fresh_identities
             else f"one that sends {args.costly_groups} groups a round"
         )
-        option = "`newcomer_rederivation_seconds`" if args.fresh_identities else "`sender_rederivation_seconds`"
+        option = (
+            "only in `newcomer_rederivation_seconds`"
+            if args.fresh_identities
+            else "in `sender_rederivation_seconds` and `newcomer_rederivation_seconds` (the costly sender is never "
+            "judged good: both rests are charged its re-derivation)"
+        )
         title = "# What a sender of costly configs makes a node spend" + (
             ", each group under a new identity" if args.fresh_identities else ""
         )
         setup = (
             f"A tiny receiver over an in-memory swarm, one honest sender (a group a round) and {sender}, each of a new "
             f"`rubiks_cube` config of {COSTLY_MOVES:,} scramble moves; `regeneration_timeout` 10 s and "
-            f"`regeneration_budget` 30 s (the defaults); the arms differ only in {option}."
+            f"`regeneration_budget` 30 s (the defaults); the arms differ {option}."
         )
     lines = [
         title,
