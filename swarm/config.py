@@ -404,7 +404,7 @@ class DHTTransportConfig:
             "for its claimed groups or its size over this, whichever is more, so a sender's large records cover its "
             "share sooner and one sender costs the refills before a take about its share of the take times this, "
             "not that many records of 3 MiB. A size is announced (a record of another size is refused) or estimated "
-            "from the sender's latest record fetched. Default 256 KiB (a group of 8 completions of 1,024 characters "
+            "from the sender's records fetched. Default 256 KiB (a group of 8 completions of 1,024 characters "
             "takes about 8.5 KB; of 28,000 characters, about 224 KB)."
         },
     )

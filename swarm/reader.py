@@ -176,9 +176,10 @@ class SwarmReader:
             while len(self._returned) > _RETURNED_IDS_KEPT:
                 self._returned.popitem(last=False)
             self._takes.append((self._clock.monotonic(), max_groups))
-            left = collections.Counter(item.sender for item in self._cache)
-        # until the caller's pace is known its takes want prefetch_groups less what is held; then what it takes
-        self.book.new_take(left if self.pace() is None else None)
+            # until the caller's pace is known (two takes) its takes want prefetch_groups less what is held; then
+            # what it takes (the book's lock is never held while it asks for this one)
+            left = collections.Counter(item.sender for item in self._cache) if len(self._takes) < 2 else None
+            self.book.new_take(left)
         self._counters.add("fetched_groups", len(taken))
         return taken
 

@@ -36,11 +36,13 @@ groups that holds one). So:
   their sender's share sooner. A record is still fetched when less than it counts for is left of its sender's share
   (an honest task with long completions is read, in fewer records).
 - **Shares last until the caller's next take.** The refills between two takes plan against what the records begun
-  since the take spent (:class:`Spent`: counted when a fetch begins, given back if no answer held the record, an
-  estimated size corrected when the record arrives): a sender at its share gets nothing more until the take, and
-  beyond the shares only what no one spent is left. So one sender costs the refills of a take its share of
-  ``need * group_bytes`` and at most one record beyond it in each of the two passes, however often they poll; and a
-  spare to hedge a slow fetch with fits what is left of its sender's share.
+  since the take spent (:class:`Spent`: counted when a fetch begins, set to what the record truly weighs when it
+  arrives, given back if its host answered without it): a sender at its share gets nothing more until the take, and
+  beyond the shares only what the good (and the pool) did not spend is left. So one sender costs the refills of a take
+  its share of ``need * group_bytes`` and at most one record beyond it in each of the two passes, however often they
+  poll; and a spare to hedge a slow fetch with fits what is left of its sender's share. Left: a size is checked once
+  the bytes arrived, so a record announced small, or not announced by a sender none of whose records arrived yet,
+  costs up to the record limit (3 MiB) before it counts for what it weighs: once per identity (a lie is a strike).
 
 The groups a refill brings are handed to the caller by the same rules (:func:`fair_take`, each group an offer of
 one, every ``turn`` the same): a record that truly holds many groups, fetched for its sender's share, takes no more
@@ -179,11 +181,14 @@ def covered(need: int, spent: Spent, sender_share: float, unjudged_share: float)
     return min(need, good + pooled)
 
 
-def room(sender: str, trusted: bool, need: int, spent: Spent, sender_share: float, unjudged_share: float) -> int:
-    """The groups ``sender`` may still be credited with in the refills of ``need`` groups until the next take: its
-    share (of the pool, if ``trusted`` is false) less what it spent."""
-    shares = caps(need, sender_share, unjudged_share, True)
-    return (shares.per_sender if trusted else shares.per_pooled) - spent.by_sender.get(sender, 0)
+def room(offer: Offer, need: int, spent: Spent, shares: Caps) -> int:
+    """The groups ``offer``'s sender may still be credited with in the refills of ``need`` groups until the next
+    take: its share less what it spent (for a sender not judged good, its share of the pool, and at most what is left
+    of the pool)."""
+    if offer.trusted:
+        return shares.per_sender - spent.by_sender.get(offer.sender, 0)
+    pool_left = shares.pool - spent.covering(shares)[1]
+    return min(shares.per_pooled - spent.by_sender.get(offer.sender, 0), pool_left)
 
 
 def plan_refill(
@@ -228,9 +233,14 @@ def plan_refill(
         [offer for offer in ordered if not offer.trusted], shares.pool - pooled_before, shares.per_pooled
     )
     covered_now += take(trusted, need - good_before - pooled_before - covered_now, cap=shares.per_sender)
-    # what is left of the need, less all that was spent of it (beyond shares too): the good beyond their share; with no
-    # sender judged good offering, any sender
-    take(trusted if any_trusted else ordered, need - sum(spent.by_sender.values()) - covered_now, cap=None)
+    # what is left of the need: the good beyond their share, less what they spent beyond it (a stranger's spend beyond
+    # its share of the pool is its own, never the good's); with no sender judged good offering, any sender, less all
+    # that was spent
+    if any_trusted:
+        beyond = sum(n for sender, n in spent.by_sender.items() if sender in spent.trusted) + pooled_before
+        take(trusted, need - beyond - covered_now, cap=None)
+    else:
+        take(ordered, need - sum(spent.by_sender.values()) - covered_now, cap=None)
     return [offer for offer in ordered if id(offer) in taken], [offer for offer in ordered if id(offer) not in taken]
 
 

@@ -52,7 +52,7 @@ class SenderState:
         announced_at (`collections.deque[float]`): this peer's wall times of its last announcements' arrivals.
         digests (`dict[int, bytes]`): announced digests of its records, by sequence number.
         sizes (`dict[int, int]`): announced sizes of its records in bytes, by sequence number.
-        group_bytes (`int`): the bytes a group of its latest record fetched took (the record's bytes over its groups):
+        group_bytes (`int`): the most bytes a group of its records fetched took (a record's bytes over its groups):
             the size of a record it did not announce is estimated from it.
         departed (`bool`): it missed ``departed_after_missed`` announcements (see the module docstring).
         heard (`dict[int, float]`): this peer's wall time at which each of its records was first heard of.
@@ -102,7 +102,7 @@ class SenderState:
         return self.digests[seq], self.sizes[seq]
 
     def record_size(self, seq: int, unknown: int) -> int:
-        """Record ``seq``'s bytes as announced, else as its latest record fetched suggests, else ``unknown``."""
+        """Record ``seq``'s bytes as announced, else as its records fetched suggest, else ``unknown``."""
         announced = self.sizes.get(seq)
         if announced is not None:
             return announced

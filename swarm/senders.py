@@ -47,7 +47,7 @@ from swarm.config import DHTTransportConfig
 from swarm.host_rests import LONGEST_REST_SECONDS, HostRests
 from swarm.log_lines import PeerLines
 from swarm.records import IndexEntry, RecordRef
-from swarm.refill import Offer, Spent, covered, plan_refill, room, weight
+from swarm.refill import Offer, Spent, caps, covered, plan_refill, room, weight
 from swarm.sender_state import Choice, SenderState, announcement_period
 from swarm.transport import PeerInfo, SwarmCounters
 
@@ -103,10 +103,11 @@ class SenderBook:
         self._benched: dict[str, float] = {}  # sender -> monotonic time its bench by the node ends
         self._fetches_begun = 0  # places in the queue for a refill's turns (SenderState.turn)
         # what each sender's records fetched since the reader's last take count for (swarm.refill.Spent): counted
-        # when a fetch begins (a fetch under way counts), given back if it ends with no answer holding the record
+        # when a fetch begins (a fetch under way counts), set to the record's true weight when it arrives, given back
+        # if its host answered without it (an answer that timed out may have carried bytes: never given back)
         self._spent: collections.Counter[str] = collections.Counter()
-        self._begun: dict[tuple[str, int], int] = {}  # fetches under way: what each counted for
-        self._answered: set[tuple[str, int]] = set()  # ...and those whose answer held the record (bytes spent)
+        self._begun: dict[tuple[str, int], int] = {}  # fetches under way: what each counts for in this take
+        self._came_without: set[tuple[str, int]] = set()  # ...and those whose host answered without the record
 
     # ------------------------------------------------------------------------------ what arrives
 
@@ -344,10 +345,9 @@ class SenderBook:
             return [offer.item for offer in chosen if offer.urgent], []
         taken_from = {offer.sender for offer in chosen}
         spare: list[Choice] = []
+        shares = caps(need, config.refill_sender_share, config.refill_unjudged_share, any(o.trusted for o in chosen))
         for offer in sorted(others, key=lambda offer: not offer.trusted):  # one per publisher, none of the chosen's
-            shares = need, spent, config.refill_sender_share, config.refill_unjudged_share
-            fits = weight(offer.claimed, offer.size, config.refill_group_bytes) <= room(offer.sender, offer.trusted,
-                                                                                        *shares)  # fmt: skip
+            fits = weight(offer.claimed, offer.size, config.refill_group_bytes) <= room(offer, need, spent, shares)
             if len(spare) < spares and offer.sender not in taken_from and fits:
                 spare.append(offer.item)
                 taken_from.add(offer.sender)
@@ -373,8 +373,8 @@ class SenderBook:
         ``left``, groups of each sender still held that count towards it."""
         with self._lock:
             self._spent = collections.Counter(left or {})
-            self._begun.clear()  # what is under way was counted before this take
-            self._answered.clear()
+            # what is under way was counted before this take; what it truly weighs beyond that counts in this one
+            self._begun = dict.fromkeys(self._begun, 0)
 
     def fetched_size(self, sender: str, ref: RecordRef, size: int) -> None:
         """A record of ``sender`` of ``size`` bytes arrived: its sender spent what it truly weighs, if more than was
@@ -382,12 +382,12 @@ class SenderBook:
         with self._lock:
             state = self._senders.get(sender)
             if state is not None:
-                state.group_bytes = -(-size // max(1, ref.num_groups))
+                state.group_bytes = max(state.group_bytes, -(-size // max(1, ref.num_groups)))
             key = (sender, ref.seq)
             if key in self._begun:
                 counts = weight(ref.num_groups, size, self.config.refill_group_bytes)
-                self._spent[sender] += max(0, counts - self._begun[key])
-                self._begun[key] = max(counts, self._begun[key])
+                self._spent[sender] += counts - self._begun[key]  # what it truly weighs, above or below the estimate
+                self._begun[key] = counts
 
     def public_key(self, sender: str) -> bytes | None:
         """``sender``'s public key, if known."""
@@ -398,28 +398,30 @@ class SenderBook:
     def fetching(self, choice: Choice, now: bool) -> None:
         """``choice`` is being fetched (``now`` True) or no longer is: meanwhile it is not chosen again. A fetch that
         begins is its sender's turn: the senders that waited longer go before it in the next refill."""
+        key = (choice.sender, choice.ref.seq)
         with self._lock:
             if now:
-                self._in_flight.add((choice.sender, choice.ref.seq))
+                if key in self._in_flight:  # a spare begun while the same record is fetched: counted once
+                    return
+                self._in_flight.add(key)
                 self._took_turn(choice.sender)
                 self._spend(choice)
                 if choice.host is not None:
                     self._hosts.asked(choice.host, self._clock.monotonic())
             else:
-                key = (choice.sender, choice.ref.seq)
                 self._in_flight.discard(key)
                 counted = self._begun.pop(key, 0)
-                if key not in self._answered:  # no answer held it: nothing spent (a retry counts again)
+                if key in self._came_without:  # its host answered without it: nothing spent (a retry counts again)
+                    self._came_without.discard(key)
                     self._spent[choice.sender] -= counted
-                self._answered.discard(key)
+                    if self._spent[choice.sender] <= 0:
+                        del self._spent[choice.sender]
 
     def mark_fetched(self, sender: str, ref: RecordRef, host: str | None = None) -> None:
         """``ref`` arrived (or an answer refused is not to be asked for again): it is not chosen again, and counts as
         served; ``host`` answered."""
         with self._lock:
             self._took_turn(sender)
-            if (sender, ref.seq) in self._begun:
-                self._answered.add((sender, ref.seq))
             state = self._senders.get(sender)
             if state is not None:
                 state.served.append(True)
@@ -470,6 +472,8 @@ class SenderBook:
         out before its last try, is struck all the same)."""
         key = (sender, ref.seq)
         with self._lock:
+            if not unreachable and key in self._begun:
+                self._came_without.add(key)
             tries, unserved = self._missing_tries.pop(key, (0, False))
             tries, unserved = tries + 1, unserved or not unreachable
             listed = self._listed(key)

@@ -259,16 +259,59 @@ def test_a_spare_fits_what_is_left_of_its_senders_share_and_a_choice_keeps_what_
     book, now = SenderBook(DHTTransportConfig(), SwarmCounters(), clock), clock.time()
     _announce(book, "honest", now, (1, now, 1))
     book.judge("honest", True)
-    _announce(book, "large", now, (1, now, 1), size=3 * 2**20)  # 12 groups' worth: more than a stranger's share
-    _announce(book, "small", now, (1, now, 1))
-    chosen, spares = book.choose(1, spares=2)
-    assert [c.sender for c in chosen] == ["honest"]
-    assert [c.sender for c in spares] == ["small"]  # a hedge of a slow record never fetches 3 MiB
+    _announce(book, "small", now, (1, now, 1))  # the freshest stranger's record: the pool's one group
+    _announce(book, "large", now, (1, now - 1, 1), size=3 * 2**20)  # 12 groups' worth: more than a stranger's share
+    _announce(book, "tiny", now, (1, now - 2, 1))
+    chosen, spares = book.choose(4, spares=2)
+    assert sorted(c.sender for c in chosen) == ["honest", "small"]
+    assert [c.sender for c in spares] == ["tiny"]  # a hedge of a slow record never fetches 3 MiB
     # the digest and size announced travel with the choice: newer records pushing it out of the book while it is
     # fetched (the check was then skipped) leave them to check
     _announce(book, "honest", now, *((seq, now, 1) for seq in range(2, 40)))
     assert chosen[0].announced == (b"d" * 32, 100)
     assert 1 not in {c.ref.seq for c in book.choose(64, since_take=False)[0] if c.sender == "honest"}
+
+
+def _fetched(book: SenderBook, choices, size: int | None = None) -> None:
+    """Fetch ``choices`` as the fetcher does, each answered with its record (``size`` bytes; default as announced)."""
+    for choice in choices:
+        book.fetching(choice, True)
+    for choice in choices:
+        book.mark_fetched(choice.sender, choice.ref, choice.host)
+        book.fetched_size(choice.sender, choice.ref, size or choice.announced[1])
+        book.fetching(choice, False)
+
+
+def test_what_a_sender_spent_lasts_until_the_take_and_a_strangers_large_record_never_costs_the_good_their_take():
+    clock = ManualClock()
+    book, now = SenderBook(DHTTransportConfig(), SwarmCounters(), clock), clock.time()
+    _announce(book, "good", now, (1, now, 1))
+    book.judge("good", True)
+    _announce(book, "stranger", now, (1, now, 1), size=3 * 2**20)  # 12 groups' worth, of which the pool counts 2
+    book.new_take()
+    taken = 0
+    for poll in range(8):  # the good sender publishes two records between two polls of one take
+        _announce(book, "good", now, (2 + 2 * poll, now, 1), (3 + 2 * poll, now, 1))
+        chosen = book.choose(16)[0]
+        taken += sum(choice.sender == "good" for choice in chosen)
+        _fetched(book, chosen)
+    assert taken == 14  # 16 less the pool's 2: its share, then beyond it (a stranger's 12 cost it 8 of them)
+    assert book.covered(16) == 8 + 2
+    # the take resets the shares; a fetch whose host answered without the record spent nothing, one that got no
+    # answer in time may have carried bytes and spent its share
+    book.new_take()
+    _announce(book, "stranger", now, (2, now, 1), (3, now, 1))
+    first, second = (c for c in book.choose(16)[0] if c.sender == "stranger")
+    book.fetching(first, True), book.record_missing("stranger", first.ref), book.fetching(first, False)
+    assert book.covered(16) == 0
+    book.fetching(second, True), book.record_missing("stranger", second.ref, unreachable=True)
+    book.fetching(second, False)
+    assert book.covered(16) == 1
+    # a record announced larger than it is counts for what arrived
+    book.new_take()
+    _announce(book, "other", now, (1, now, 1), size=3 * 2**20)
+    _fetched(book, [c for c in book.choose(16)[0] if c.sender == "other"], size=100)
+    assert book.covered(16) == 1
 
 
 def test_senders_not_judged_good_share_a_pool_while_one_judged_good_offers_records():
