@@ -25,13 +25,13 @@ Freshest first, refilled just in time:
 
 What a reader costs per step does not grow with the swarm's size N: records fetched are those taken (O(J)); an
 announcement topic carries about ``topic_peers`` publishers (:mod:`swarm.levels`); the index is read every
-``index_refresh_interval`` (more often only while no record is known to fetch, and once more just after joining), a
-few entries per read. :meth:`SwarmReader.peers` lists the peers heard from (the topic's and those index
-reads listed) within the record ttl, not the whole swarm. A peer that publishes nothing is listed once an index read
-finds its entry (rewritten every ``announce_interval``) or its "still here" announcement arrives (one per
-``announce_interval``), so within one ``announce_interval``; in a small swarm within about ``index_min_interval`` of
-joining, since a joining reader whose first read found nobody reads level 0 whole ``index_min_interval`` later
-whether or not other peers' announcements arrive meanwhile.
+``index_refresh_interval`` (every ``index_min_interval`` while the refills before the caller's next take want groups
+and no announcement arrives, and once more just after joining), a few entries per read. :meth:`SwarmReader.peers`
+lists the peers heard from (the topic's and those index reads listed) within the record ttl, not the whole swarm. A
+peer that publishes nothing is listed once an index read finds its entry (rewritten every ``announce_interval``) or
+its "still here" announcement arrives (one per ``announce_interval``), so within one ``announce_interval``; in a small
+swarm within about ``index_min_interval`` of joining, since a joining reader whose first read found nobody reads level
+0 whole ``index_min_interval`` later whether or not other peers' announcements arrive meanwhile.
 """
 
 from __future__ import annotations
