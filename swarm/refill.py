@@ -181,10 +181,10 @@ def covered(need: int, spent: Spent, sender_share: float, unjudged_share: float)
     return min(need, good + pooled)
 
 
-def room(offer: Offer, need: int, spent: Spent, shares: Caps) -> int:
-    """The groups ``offer``'s sender may still be credited with in the refills of ``need`` groups until the next
-    take: its share less what it spent (for a sender not judged good, its share of the pool, and at most what is left
-    of the pool)."""
+def room(offer: Offer, spent: Spent, shares: Caps) -> int:
+    """The groups ``offer``'s sender may still be credited with in the refills until the caller's next take (of
+    ``shares``): its share less what it spent (for a sender not judged good, its share of the pool, and at most what
+    is left of the pool)."""
     if offer.trusted:
         return shares.per_sender - spent.by_sender.get(offer.sender, 0)
     pool_left = shares.pool - spent.covering(shares)[1]
@@ -202,7 +202,8 @@ def plan_refill(
     """The offers to fetch for ``need`` groups (see the module docstring), in the round-robin's order, and the others
     in that order (spares to hedge a slow fetch with); a record counts for :func:`weight` groups (``group_bytes`` 0:
     for its claim). ``spent``: what the records begun since the caller's last take spent of ``need`` already; a sender
-    at its share gets nothing more, and beyond the shares only what no one spent of ``need`` is left."""
+    at its share gets nothing more, and beyond the shares only what the good and the pool did not spend is left (with
+    no sender judged good offering: what no one spent)."""
     ordered = round_robin(by_sender)
     if need <= 0:
         return [], ordered

@@ -347,15 +347,11 @@ class SenderBook:
         spare: list[Choice] = []
         shares = caps(need, config.refill_sender_share, config.refill_unjudged_share, any(o.trusted for o in chosen))
         for offer in sorted(others, key=lambda offer: not offer.trusted):  # one per publisher, none of the chosen's
-            fits = weight(offer.claimed, offer.size, config.refill_group_bytes) <= room(offer, need, spent, shares)
+            fits = weight(offer.claimed, offer.size, config.refill_group_bytes) <= room(offer, spent, shares)
             if len(spare) < spares and offer.sender not in taken_from and fits:
                 spare.append(offer.item)
                 taken_from.add(offer.sender)
         return [offer.item for offer in chosen], spare
-
-    def has_candidates(self) -> bool:
-        """True if some unseen fresh record that :meth:`choose` would fetch is known."""
-        return bool(self.choose(1)[0])
 
     def _spent_since_take(self) -> Spent:
         trusted = frozenset(sender for sender, state in self._senders.items() if state.judged_good())
