@@ -54,6 +54,11 @@ def is_this_machine(host: str) -> bool:
 UNLISTED_SECONDS = 1.0
 """How long a peer the daemon lists no address for is booked as hostless before it is looked up again."""
 
+LISTING_INTERVAL = 0.5
+"""The least seconds between the beginnings of two listings: new identities that a listing under way missed wait for
+the next one together instead of each beginning its own (one machine dialing fresh keys would otherwise make the node
+list every connection once per key)."""
+
 
 class PeerHosts:
     """The host (:func:`host_of_ip`) each connected libp2p peer connects from, looked up in the daemon's connections.
@@ -63,10 +68,14 @@ class PeerHosts:
         ttl: seconds a peer's host is kept before it is looked up again.
         max_peers: the most peers the book holds (the ones found longest ago leave first).
         clock: monotonic seconds (tests pass their own).
+        min_interval: the least seconds between the beginnings of two listings (:data:`LISTING_INTERVAL`).
 
-    A peer not in the book costs one ``list_peers`` call (shared by the lookups waiting for it at the same time),
-    which also books every other connected peer; a peer the daemon lists no address for has no host (None), booked so
-    for :data:`UNLISTED_SECONDS` only.
+    A peer not in the book is looked up in a listing of the daemon's connections (one ``list_peers`` call, which also
+    books every other connected peer): the one under way, and if that one missed it, the first begun after its
+    request arrived, which waits until ``min_interval`` after the last one began. So however many identities connect,
+    the node lists its connections at most once per ``min_interval``, and a new peer's first request waits up to that
+    long for its host. A peer the daemon lists no address for has no host (None), booked so for
+    :data:`UNLISTED_SECONDS` only.
     """
 
     def __init__(
@@ -75,13 +84,16 @@ class PeerHosts:
         ttl: float = 60.0,
         max_peers: int = 4096,
         clock: Callable[[], float] = time.monotonic,
+        min_interval: float = LISTING_INTERVAL,
     ):
         self._list_peers = list_peers
         self.ttl = ttl
         self.max_peers = max_peers
+        self.min_interval = min_interval
         self._clock = clock
         self._book: dict[str, tuple[str | None, float]] = {}  # peer id (base58) -> (host, when found), oldest first
         self._listing: asyncio.Future[dict[str, str | None]] | None = None
+        self._listing_began = -float("inf")  # when the latest listing began (or, waiting, will)
         self.lookups = 0  # list_peers calls made
 
     def __len__(self) -> int:
@@ -94,11 +106,13 @@ class PeerHosts:
         found = self._fresh(key)
         if found is not None:
             return found[0]
-        joined = self._listing is not None and not self._listing.done()
+        arrived = self._clock()
         try:
-            hosts = await self._listed(join=joined)
-            if joined and key not in hosts:  # the listing joined may have begun before this peer connected
-                hosts = await self._listed(join=False)
+            hosts: dict[str, str | None] = {}
+            if self._listing is not None and not self._listing.done():
+                hosts = await asyncio.shield(self._listing)
+            if key not in hosts:  # none under way, or the one joined began before this peer connected
+                hosts = await self._listed_after(arrived)
         except Exception:  # the daemon did not answer: no host now, looked up again next time
             return None
         host = hosts.get(key)
@@ -110,10 +124,14 @@ class PeerHosts:
         self._trim()
         return host
 
-    async def _listed(self, join: bool) -> dict[str, str | None]:
-        """The hosts of a listing: with ``join``, the one under way, else a new one (which later lookups join)."""
-        if not join or self._listing is None or self._listing.done():
-            self._listing = asyncio.ensure_future(self._list())
+    async def _listed_after(self, arrived: float) -> dict[str, str | None]:
+        """The hosts of a listing begun after ``arrived``: the latest if it did (under way, waiting or done), else a
+        new one, begun ``min_interval`` after the latest began (at once if that is past), which the lookups arriving
+        before it begins join."""
+        if self._listing is None or self._listing_began <= arrived:
+            delay = max(0.0, self._listing_began + self.min_interval - self._clock())
+            self._listing_began = self._clock() + delay
+            self._listing = asyncio.ensure_future(self._list(delay))
         return await asyncio.shield(self._listing)
 
     def _fresh(self, key: str) -> tuple[str | None, float] | None:
@@ -123,8 +141,10 @@ class PeerHosts:
             return None
         return found
 
-    async def _list(self) -> dict[str, str | None]:
-        """Book the host of every connected peer the daemon lists; returns them by peer id."""
+    async def _list(self, delay: float = 0.0) -> dict[str, str | None]:
+        """After ``delay`` seconds, book the host of every connected peer the daemon lists; returns them by peer id."""
+        if delay > 0:
+            await asyncio.sleep(delay)
         self.lookups += 1
         infos = await self._list_peers()
         now, hosts = self._clock(), {}

@@ -7,11 +7,13 @@ host applied by one rule (:meth:`HostWindows.bounded`); and the host lookup a re
 A gate counts what a peer's requests hold into the peer's window (its own kind of :class:`SenderWindow`), and rests a
 peer that went beyond its bounds: for ``rest`` seconds, doubling on each further rest up to :data:`MAX_REST_SECONDS`;
 what a peer sends while it rests is not counted. The book holds at most ``max_senders`` peers, the oldest not resting
-leaving first, so fresh libp2p identities cannot grow it.
+among the :data:`EVICTION_SCAN` oldest leaving first (else the oldest), so fresh libp2p identities cannot grow it, and
+a book full of resting peers costs each newcomer a bounded scan, not one over the whole book.
 """
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -21,6 +23,11 @@ from swarm.peer_hosts import is_this_machine
 
 MAX_REST_SECONDS = 600.0
 """The longest rest of a peer."""
+
+EVICTION_SCAN = 32
+"""The oldest entries a full book looks through for one not resting to drop; if all of them rest, the oldest goes
+(an identity's rest is worth little against one that makes identities, and a scan of the whole book for each of its
+new ones cost it ~70 µs at 4,096 resting peers)."""
 
 
 @dataclass
@@ -101,8 +108,8 @@ class RestBook(Generic[W]):
         self.on_rest()
 
     def _evict(self, now: float) -> None:
-        """Drop the oldest entry not resting (every entry rests: the oldest)."""
-        for sender, entry in self._entries.items():
+        """Drop the oldest entry not resting among the :data:`EVICTION_SCAN` oldest (all of them rest: the oldest)."""
+        for sender, entry in itertools.islice(self._entries.items(), EVICTION_SCAN):
             if entry.rests_until <= now:
                 del self._entries[sender]
                 return

@@ -18,6 +18,7 @@ from hivemind.utils.serializer import MSGPackSerializer
 
 from swarm.hivemind_bridge import BoundedStorage
 from swarm.records import GroupRecord, encode_record
+from swarm.rest_book import EVICTION_SCAN, RestBook, SenderWindow
 from swarm.store_gate import MAX_REST_SECONDS, STORE_REQUEST, StoreGate
 from swarm.transport import SwarmCounters
 from swarm.validation import record_key
@@ -112,6 +113,37 @@ def test_the_book_of_senders_is_bounded_and_keeps_the_resting():
     for n in range(100):  # fresh libp2p identities, each storing once
         store(gate, f"fresh-{n}", 1, 0)
     assert len(gate) == 8 and gate.resting("forger")
+
+
+class _CountedWindow(SenderWindow):
+    """A window that counts how often a book read its rest: what an eviction looked through."""
+
+    reads = 0
+
+    @property
+    def rests_until(self) -> float:
+        _CountedWindow.reads += 1
+        return self._rests_until
+
+    @rests_until.setter
+    def rests_until(self, value: float) -> None:
+        self._rests_until = value
+
+
+def test_a_book_full_of_resting_peers_looks_through_a_bounded_number_for_each_newcomer():
+    # 4,096 identities made to rest, then a stream of new ones (announcements' originators need no connection):
+    # each newcomer pushes one entry out after reading at most EVICTION_SCAN of them, not all 4,096.
+    clock = Clock()
+    book = RestBook(lambda at: _CountedWindow(window_began=at), window=10.0, rest=30.0, max_senders=4096, clock=clock)
+    for n in range(4096):
+        book.start_rest(book.entry(f"rested-{n}"))
+    assert book.resting("rested-0") and len(book) == 4096
+    _CountedWindow.reads = 0
+    for n in range(1000):
+        book.entry(f"fresh-{n}")
+    assert len(book) == 4096 and _CountedWindow.reads <= 1000 * EVICTION_SCAN
+    # every one of the oldest rested: the oldest went (an identity's rest is worth little against a maker of them)
+    assert not book.resting("rested-999") and book.resting("rested-1000") and book.resting("rested-4095")
 
 
 def test_a_sender_storing_valid_values_beyond_its_byte_budget_rests_and_its_rests_double():

@@ -113,15 +113,47 @@ def test_peer_hosts_books_the_connected_peers_at_one_listing_and_is_bounded():
         assert hosts.lookups == 1  # four lookups at once: one listing
         assert await hosts.host(peer_id("relay-only")) is None and hosts.lookups == 2  # not booked yet: listed again
         assert await hosts.host(peer_id("relay-only")) is None and hosts.lookups == 2  # booked as hostless
-        assert await hosts.host(peer_id("gone")) is None and hosts.lookups == 3  # not listed: booked as hostless
+        # arrived before the second listing began (it waited its interval): not listed there, booked as hostless
+        assert await hosts.host(peer_id("gone")) is None and hosts.lookups == 2
         assert len(hosts) == 3  # bounded: the one found longest ago left
         clock[0] += 1.5  # hostless is booked for a second only: listed again
-        assert await hosts.host(peer_id("gone")) is None and hosts.lookups == 4
+        assert await hosts.host(peer_id("gone")) is None and hosts.lookups == 3
         clock[0] += 61  # after the ttl: looked up again
         listed[0] = SimpleNamespace(peer_id=peer_id("a"), addrs=[Addr(ip4="10.0.0.2")])
         assert await hosts.host(peer_id("a")) == "10.0.0.2"
 
     asyncio.run(lookups())
+
+
+def test_identities_connecting_while_a_listing_runs_wait_for_one_next_listing_not_one_each():
+    # One machine dialing fresh libp2p keys: each key's first request finds the key missing from the listing under
+    # way (begun before it connected). The node lists its connections once more for all of them, not once per key.
+    clock = [0.0]
+    connected = [SimpleNamespace(peer_id=peer_id(f"honest-{i}"), addrs=[Addr(ip4=f"10.0.1.{i}")]) for i in range(200)]
+    release, began = asyncio.Event(), asyncio.Event()
+
+    async def list_peers():
+        listed = list(connected)  # the connections when the listing began
+        began.set()
+        await release.wait()  # the daemon answers the first listing only once the new identities arrived
+        return listed
+
+    hosts = PeerHosts(list_peers, ttl=60.0, max_peers=4096, clock=lambda: clock[0], min_interval=0.2)
+
+    async def flood() -> None:
+        first = asyncio.ensure_future(hosts.host(peer_id("honest-0")))
+        await began.wait()  # the first listing is under way
+        clock[0] += 0.05
+        fresh = [f"fresh-{i}" for i in range(300)]
+        connected.extend(SimpleNamespace(peer_id=peer_id(k), addrs=[Addr(ip4="203.0.113.9")]) for k in fresh)
+        waiting = [asyncio.ensure_future(hosts.host(peer_id(k))) for k in fresh]
+        await asyncio.sleep(0)
+        release.set()
+        assert await first == "10.0.1.0"
+        assert await asyncio.gather(*waiting) == ["203.0.113.9"] * 300  # each found its host ...
+        assert hosts.lookups == 2  # ... in one listing more, begun after they connected
+
+    asyncio.run(flood())
 
 
 def stored(gate: StoreGate, sender: str, host: str | None, values: int) -> list[bool] | str:
