@@ -75,7 +75,10 @@ class IndexReader:
         self._prior = prior
         self._topic = topic
         self._lock = threading.Lock()
-        self._rotation = (rng or random.Random()).randrange(1 << 30)
+        self._rotation_start = (rng or random.Random()).randrange(1 << 30)
+        # each level's own place in its shards: a rotation shared by the levels a probe takes turns at moved on by
+        # the other levels' reads, and a level could come round to the same few shards every time
+        self._rotation: dict[int, int] = {}
         self._recent_estimates: collections.deque[float] = collections.deque(maxlen=_ESTIMATE_READS)
         self._empty_reads = 0  # index reads in a row that found no entry: the next ones probe (probe_levels)
         self.reads = 0  # reads done
@@ -134,8 +137,9 @@ class IndexReader:
         if topic is not None:
             shards = [shards[i] for i in topic_index_shards(topic[0], topic[1], level, config)]
         count = min(count, len(shards))
-        keys = [shards[(self._rotation + i) % len(shards)] for i in range(count)]
-        self._rotation += count
+        at = self._rotation.get(level, self._rotation_start)
+        keys = [shards[(at + i) % len(shards)] for i in range(count)]
+        self._rotation[level] = at + count
         return keys
 
     async def read(self, dht: DHTLookup) -> int:

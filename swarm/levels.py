@@ -121,9 +121,17 @@ def topic_index_shards(topic_shard: int, topic_level: int, index_level: int, con
 def size_from_distances(distances: list[int], nearest: int, bits: int = 160) -> float | None:
     """The number of peers in a DHT, estimated from the XOR distances from one node to the others it knows: the i-th
     nearest of N uniformly random ids is about i / N of the id space away, fitted by least squares over the
-    ``nearest`` nearest known (a node knows its nearest neighbours best); ``None`` with fewer than two."""
+    ``nearest`` nearest known (a node knows its nearest neighbours best); ``None`` with fewer than two.
+
+    A node that knows fewer than ``nearest`` others (its routing table's bucket size) has heard of the whole DHT:
+    a larger one fills a bucket at the join's lookup. Its estimate is then at most twice the nodes it knows, itself
+    included: from two or three distances alone the fit can say a hundred peers where there are three (two close ids),
+    and two peers of a new swarm, each subscribed to a topic level of a hundred, would not hear each other."""
     scaled = [d / float(1 << bits) for d in sorted(distances)[:nearest] if d > 0]
     if len(scaled) < 2:
         return None
     ranks = range(1, len(scaled) + 1)
-    return sum(i * i for i in ranks) / sum(i * d for i, d in zip(ranks, scaled, strict=False))
+    estimate = sum(i * i for i in ranks) / sum(i * d for i, d in zip(ranks, scaled, strict=False))
+    if len(distances) < nearest:
+        estimate = min(estimate, 2.0 * (len(distances) + 1))
+    return estimate

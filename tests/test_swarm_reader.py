@@ -309,7 +309,9 @@ def test_a_writer_is_listed_at_every_level_a_reader_of_its_swarm_size_reads():
     stores = writers[0].counters.snapshot()["index_stores"] - 11  # the first publication: all 11 levels
     assert stores == 3  # a window of levels around the read level, not all 11
     config = neighbour.config
-    for estimate in (150, 300, 600):  # readers whose estimates differ from the writers' by up to 2x
+    written_for = neighbour.reader.estimated_peers()  # the estimate the writers' levels follow: about 300
+    assert 150 <= written_for <= 600
+    for estimate in (written_for / 2, written_for, 2 * written_for):  # readers estimating half to twice as many
         level = read_level_for(estimate, config)
         for writer in writers:
             key = index_key_of(config.swarm_name, config.index_shards, level, writer.peer_id)
@@ -465,6 +467,22 @@ def test_a_publisher_that_did_not_answer_is_asked_again_once_it_writes_a_fresh_i
     assert sorted(item.group.group_id for item in b.reader.take(10)) == ["a1", "a2"]  # within the 30 s rest
 
 
+def test_a_prior_from_fewer_neighbours_than_a_bucket_holds_is_at_most_twice_the_nodes_known():
+    from swarm.levels import size_from_distances, topic_level_for
+
+    config = DHTTransportConfig()
+    space = 1 << 160
+    close = [space // 80, space // 50]  # two neighbours close by: the fit alone says about 95 peers
+    assert size_from_distances(close, nearest=2) > 50  # as many as a bucket holds (a large DHT): the fit as it is
+    prior = size_from_distances(close, nearest=config.dht_bucket_size)
+    assert prior == 6.0 and topic_level_for(prior, config) == 0  # three nodes known: one topic, as every peer's
+    rng = random.Random(3)
+    ids = [rng.getrandbits(160) for _ in range(400)]  # a DHT larger than a bucket: its nearest fit N's order
+    estimate = size_from_distances([ids[0] ^ other for other in ids[1:]], config.dht_bucket_size)
+    assert 100 <= estimate <= 1600
+    assert size_from_distances([space // 3], nearest=config.dht_bucket_size) is None
+
+
 def test_a_reader_whose_prior_is_far_off_finds_a_small_swarm_by_probing_outside_its_topic():
     from swarm.levels import home_topic_shard, topic_index_shards, topic_level_for
     from swarm.validation import index_shard_of
@@ -488,6 +506,37 @@ def test_a_reader_whose_prior_is_far_off_finds_a_small_swarm_by_probing_outside_
         clock.advance(3)
     assert {p.peer for p in reader.peers()} == {w.peer_id for w in writers}
     assert reader.estimated_peers() is not None and reader.estimated_peers() <= 4 and reader.topic_level() == 0
+
+
+def test_probes_read_every_shard_of_a_level_in_turn_so_a_writer_whose_prior_is_far_off_is_found():
+    # Two peers of a new swarm whose priors both said about 100 peers: each writes levels 2-4 only and reads nothing
+    # there, so it probes. Probes of one level took turns with the others' shards: level 2's rotation moved by the
+    # other levels' reads (16 shards a cycle of 32), so only 4 of its 32 shards were ever read and a writer on
+    # another shard was never found (two nodes waited 300 s for each other).
+    from swarm.validation import index_shard_of
+
+    dht, clock, rng = DictDHT(), ManualClock(), random.Random(7)
+    config = DHTTransportConfig(gossip=False, index_min_interval=0)
+    prior = 100.0
+    levels = write_levels_for(prior, config)
+    assert list(levels) == [2, 3, 4] and 0 not in levels  # level 0, read whole after an empty read, is not written
+    key = RSAPrivateKey().get_public_key().to_bytes()
+    for trial in range(4):  # writers on four different shards of level 2
+        writer = Writer(dht, clock, rng, write_levels=lambda: levels)
+        writer.publish(f"t{trial}", created_at=clock.time())
+        counters, timings, rotation = SwarmCounters(), TimingLog(clock), random.Random(trial)
+        reader = SwarmReader(config, key, counters, timings, clock, rotation, prior=lambda: prior)
+        probes = len(probe_levels(config))
+        shards = config.index_shards << 2
+        reads = 0
+        while not reader.peers() and reads < 2 * probes * shards:
+            run(reader.poll(dht))
+            clock.advance(1)
+            reads += 1
+        # level 2 comes once a round of probes, read two shards at a time: every shard within half its count
+        shard = index_shard_of(writer.peer_id, config.index_shards, 2)
+        assert reader.peers() and reads <= probes * (shards // 2) + 1, (trial, shard, reads)
+        dht.items.clear()
 
 
 def _from(items, peer: Peer) -> list[str]:
