@@ -145,14 +145,16 @@ class SwarmReader:
         The groups are shared out by the refill's rules (:func:`swarm.refill.fair_take`): every sender within its
         share of the take, the senders not judged good within their pool, then whatever is left of the take to
         anyone; so a sender whose records truly hold many groups, or are dated a little ahead, takes no more than its
-        share while other senders' groups wait. Groups older than the record ttl are dropped (counted as
-        ``rejected/expired``).
+        share while other senders' groups wait. Groups made within the caller's fresh window (its step, or
+        ``fetch_heard_within`` if longer) go before older ones. Groups older than the record ttl are dropped (counted
+        as ``rejected/expired``).
         """
         if max_groups <= 0:
             return []
         with self._lock:
             senders = {item.sender for item in self._cache}
         good = {sender for sender in senders if self.book.standing(sender) == "good"}  # the book's lock, not ours
+        fresh_within = self._fresh_within()
         now = self._clock.time()
         with self._lock:
             fresh = []
@@ -164,7 +166,9 @@ class SwarmReader:
             fresh.sort(key=lambda item: -min(item.group.created_at, now))  # no precedence for a date ahead of ours
             by_sender: dict[str, list[Offer[ReceivedGroup]]] = {}
             for item in fresh:
-                offer = Offer(item, item.sender, 1, min(item.group.created_at, now), False, item.sender in good)
+                date = min(item.group.created_at, now)
+                stale = fresh_within is not None and now - date > fresh_within
+                offer = Offer(item, item.sender, 1, date, False, item.sender in good, stale=stale)
                 by_sender.setdefault(item.sender, []).append(offer)
             config = self.config
             chosen = fair_take(by_sender, max_groups, config.refill_sender_share, config.refill_unjudged_share)

@@ -47,7 +47,8 @@ groups that holds one). So:
 The groups a refill brings are handed to the caller by the same rules (:func:`fair_take`, each group an offer of
 one, every ``turn`` the same): a record that truly holds many groups, fetched for its sender's share, takes no more
 than that share of a take while other senders' groups wait; what is left of a take once every share is spent goes to
-any sender.
+any sender. There every fresh group comes before any stale one (made before the caller's fresh window), not only
+within a round: a leftover from steps ago is taken within its sender's share, never before a fresh group.
 """
 
 from __future__ import annotations
@@ -198,13 +199,20 @@ def plan_refill(
     unjudged_share: float,
     group_bytes: int = 0,
     spent: Spent = Spent(),
+    stale_last: bool = False,
 ) -> tuple[list[Offer], list[Offer]]:
     """The offers to fetch for ``need`` groups (see the module docstring), in the round-robin's order, and the others
     in that order (spares to hedge a slow fetch with); a record counts for :func:`weight` groups (``group_bytes`` 0:
     for its claim). ``spent``: what the records begun since the caller's last take spent of ``need`` already; a sender
     at its share gets nothing more, and beyond the shares only what the good and the pool did not spend is left (with
-    no sender judged good offering: what no one spent)."""
-    ordered = round_robin(by_sender)
+    no sender judged good offering: what no one spent). ``stale_last``: the round-robin of the fresh offers, then
+    that of the stale ones (by default a stale offer goes last within its round only)."""
+    if stale_last:
+        fresh = {sender: [offer for offer in offers if not offer.stale] for sender, offers in by_sender.items()}
+        stale = {sender: [offer for offer in offers if offer.stale] for sender, offers in by_sender.items()}
+        ordered = round_robin(fresh) + round_robin(stale)
+    else:
+        ordered = round_robin(by_sender)
     if need <= 0:
         return [], ordered
     any_trusted = any(offer.trusted for offer in ordered)
@@ -249,6 +257,8 @@ def fair_take(by_sender: dict[str, list[Offer]], need: int, sender_share: float,
     """Up to ``need`` of the offers, each crediting one group (``claimed`` 1): first as :func:`plan_refill` chooses
     them (every sender within its share, the senders not judged good within their pool), then, while some of the need
     is left, the rest in the round-robin's order whoever sent them, so that a take is never smaller than what is
-    there to take."""
-    chosen, others = plan_refill(by_sender, need, sender_share, unjudged_share)
+    there to take. Stale offers go after every fresh one (``stale_last``): a group left over from steps ago is handed
+    out within its sender's share, or for what the fresh groups leave of the need, never before a fresh sender's
+    second group."""
+    chosen, others = plan_refill(by_sender, need, sender_share, unjudged_share, stale_last=True)
     return chosen + others[: max(0, need - len(chosen))]

@@ -222,6 +222,31 @@ def test_a_claim_covers_at_most_its_senders_share_and_a_date_ahead_buys_no_prece
                                                                   ("honest", 1)]  # fmt: skip
 
 
+def test_a_take_hands_out_fresh_groups_before_leftovers_yet_a_stale_sender_keeps_its_share():
+    from swarm.refill import Offer, fair_take
+
+    def groups(sender: str, dates: list[float], stale: bool, trusted: bool = False) -> list[Offer]:
+        return [Offer(f"{sender}{n}", sender, 1, date, False, trusted, stale=stale) for n, date in enumerate(dates)]
+
+    # two senders with fresh groups, two with leftovers from steps ago: the take is the fresh ones' (a round-robin
+    # over all of them handed out both leftovers, each its sender's freshest, before either fresh sender's second)
+    offers = {
+        "a": groups("a", [100.0, 99.0, 98.0], stale=False),
+        "b": groups("b", [100.5, 99.5], stale=False),
+        "c": groups("c", [80.0], stale=True),
+        "d": groups("d", [75.0], stale=True),
+    }
+    assert [o.item for o in fair_take(offers, 4, 0.5, 0.25)] == ["b0", "a0", "b1", "a1"]
+    # a leftover fills what the fresh groups leave
+    assert [o.item for o in fair_take(offers, 6, 0.5, 0.25)] == ["b0", "a0", "b1", "a1", "a2", "c0"]
+    # one sender's many fresh groups take no more than its share while a stale sender's groups wait
+    flood = {"x": groups("x", [100.0 - n / 10 for n in range(64)], stale=False), "c": groups("c", [80.0, 79.0], True)}
+    assert sorted(o.item for o in fair_take(flood, 4, 0.5, 0.25)) == ["c0", "c1", "x0", "x1"]
+    # a sender judged good keeps its share of a take over strangers' fresh groups, its own groups stale or not
+    trusted = {"g": groups("g", [80.0, 79.0], stale=True, trusted=True), "x": flood["x"]}
+    assert sorted(o.item for o in fair_take(trusted, 4, 0.5, 0.25)) == ["g0", "g1", "x0", "x1"]
+
+
 def test_a_senders_large_records_cover_its_share_sooner_so_its_bytes_in_a_refill_stay_bounded():
     """Both senders judged good: before bytes counted, the sender of 3 MiB records of one group had 8 of them fetched
     in a refill of 16 groups (24 MiB: its share, counted in groups), and all 16 with no one else offering."""
