@@ -24,6 +24,9 @@ from typing import Any
 
 from benchmarks.harness import RESULTS, percentile, record_lines, run_record, write_report
 from benchmarks.transport_accounting import tcp_sockets
+from swarm.config import nat_options
+
+LOOPBACK = ["/ip4/127.0.0.1/tcp/0"]
 
 
 def _tcp_total(snapshot: dict) -> int:
@@ -54,11 +57,11 @@ async def measure(size: int, messages: int, seconds: float, idle_seconds: float 
     readers: list[asyncio.Task] = []
     received: list[float] = []
     try:
-        first = await PubsubP2P.create(host_maddrs=["/ip4/127.0.0.1/tcp/0"])
+        first = await PubsubP2P.create(host_maddrs=LOOPBACK, **nat_options(LOOPBACK))
         daemons.append(first)
         entry = [str(a) for a in await first.get_visible_maddrs()]
         for _ in range(size - 1):
-            daemons.append(await PubsubP2P.create(initial_peers=entry, host_maddrs=["/ip4/127.0.0.1/tcp/0"]))
+            daemons.append(await PubsubP2P.create(initial_peers=entry, host_maddrs=LOOPBACK, **nat_options(LOOPBACK)))
         for left, right in zip(daemons, daemons[1:] + daemons[:1], strict=True):
             if left is not right:
                 addrs = [a.decapsulate(Multiaddr(f"/p2p/{right.peer_id}")) for a in await right.get_visible_maddrs()]

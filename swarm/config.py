@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 from dataclasses import dataclass, field
 
 from hivemind.p2p import PeerID
@@ -16,7 +17,8 @@ MULTIADDR_FORM = "/ip4/1.2.3.4/tcp/31337/p2p/Qm..."
 _SECTIONS = {
     "Swarm membership": (
         "swarm_name", "initial_peers", "rejoin_peers", "host_maddrs", "announce_maddrs", "identity_path",
-        "signing_key_path", "check_identity_free", "client_mode", "use_relay", "use_auto_relay", "join_timeout",
+        "signing_key_path", "check_identity_free", "client_mode", "use_relay", "use_auto_relay", "nat_traversal",
+        "join_timeout",
         "wait_timeout",
         "dht_cache_nearest", "dht_cache_locally", "dht_num_replicas", "dht_record_lookup_workers", "dht_lookup_beam",
         "dht_bucket_size",
@@ -116,6 +118,14 @@ class DHTTransportConfig:
     )
     use_auto_relay: bool = field(
         default=False, metadata={"help": "Look for relays to become reachable when this peer is behind NAT."}
+    )
+    nat_traversal: bool | None = field(
+        default=None,
+        metadata={
+            "help": "Ask the local router to forward a port to this peer (UPnP, NAT-PMP: multicast and gateway "
+            "requests) and let peers tell it whether it is reachable (libp2p AutoNAT). None: on unless every "
+            "host_maddrs address is a loopback one, so that a peer of this machine only sends nothing off it."
+        },
     )
     join_timeout: float = field(
         default=30.0,
@@ -611,6 +621,24 @@ def validate_multiaddr(addr: str, require_peer_id: bool) -> Multiaddr:
     except Exception as e:
         expected = MULTIADDR_FORM if require_peer_id else "/ip4/1.2.3.4/tcp/31337"
         raise ValueError(f"malformed multiaddr {addr!r} ({e}); expected the form {expected}") from None
+
+
+def is_loopback_multiaddr(addr: str) -> bool:
+    """Whether ``addr`` (``/ip4/127.0.0.1/tcp/0``) names a loopback address; False for any other address or a name."""
+    maddr = Multiaddr(str(addr))
+    for protocol in ("ip4", "ip6"):
+        if protocol in {p.name for p in maddr.protocols()}:
+            return ipaddress.ip_address(maddr[protocol]).is_loopback
+    return False
+
+
+def nat_options(host_maddrs: list[str], nat_traversal: bool | None = None) -> dict[str, bool]:
+    """hivemind ``P2P.create``'s ``nat_port_map`` and ``auto_nat`` for a daemon listening on ``host_maddrs``: both
+    ``nat_traversal``, or by default on unless every listen address is loopback (hivemind's default, on, makes even a
+    daemon of this machine only send UPnP multicast and NAT-PMP requests to the network's gateway)."""
+    if nat_traversal is None:
+        nat_traversal = not all(is_loopback_multiaddr(addr) for addr in host_maddrs)
+    return {"nat_port_map": nat_traversal, "auto_nat": nat_traversal}
 
 
 def validate_addresses(config: DHTTransportConfig) -> None:

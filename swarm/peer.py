@@ -32,7 +32,7 @@ from hivemind.dht.node import DHTNode
 from hivemind.p2p import P2P
 
 from swarm.clock import SYSTEM_CLOCK, Clock
-from swarm.config import DHTTransportConfig
+from swarm.config import DHTTransportConfig, nat_options
 from swarm.daemon import (
     STATE_FILE,
     ProcessIdentity,
@@ -473,6 +473,7 @@ class DHTPeer:
             check_if_identity_free=config.check_identity_free,
             use_relay=config.use_relay,
             use_auto_relay=config.use_auto_relay,
+            **nat_options(config.host_maddrs, config.nat_traversal),
             dht_mode="client" if config.client_mode else "server",
         )
         deadline = self._clock.monotonic() + config.join_timeout

@@ -24,6 +24,7 @@ from hivemind.utils.crypto import RSAPrivateKey
 from hivemind.utils.serializer import MSGPackSerializer
 
 from sapo.tasks import TaskSpec
+from swarm.config import nat_options
 from swarm.daemon import close_p2p, close_stopped_loop
 from swarm.hivemind_bridge import daemon_process, signing_key
 from swarm.records import WIRE_VERSION, Group, Provenance, group_to_wire
@@ -56,7 +57,13 @@ class HostileNode:
         self.thread.start()
         node_id = DHTID.generate(source=nearest_to) if nearest_to is not None else None
         self.node: DHTNode = self.run(
-            DHTNode.create(node_id=node_id, initial_peers=initial_peers, host_maddrs=[host_maddr], wait_timeout=1)
+            DHTNode.create(
+                node_id=node_id,
+                initial_peers=initial_peers,
+                host_maddrs=[host_maddr],
+                wait_timeout=1,
+                **nat_options([host_maddr]),
+            )
         )
         if on_p2pd is not None:
             on_p2pd(daemon_process(self.node.p2p).pid, [self.node.p2p.daemon_listen_maddr["unix"]])

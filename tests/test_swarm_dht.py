@@ -11,11 +11,13 @@ import random
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 from hivemind.dht.routing import DHTID
 from hivemind.utils.serializer import MSGPackSerializer
 
+from swarm.config import nat_options
 from swarm.daemon import ProcessIdentity, is_p2pd, parent_pid, socket_is_stale
 from swarm.dht import DHTTransport, SwarmJoinError
 from swarm.records import GroupRecord, IndexEntry, RecordRef, RecordRejected, encode_index_entry, encode_record
@@ -330,6 +332,23 @@ def test_malformed_multiaddr_raises_value_error():
         with pytest.raises(ValueError, match=r"/ip4/1\.2\.3\.4/tcp/31337/p2p/Qm\.\.\.") as info:
             DHTTransport(initial_peers=[bad])
         assert bad in str(info.value)
+
+
+def test_a_peer_of_this_machine_only_runs_its_daemon_without_nat_traversal(dht_peers):
+    """hivemind starts p2pd with NAT port mapping (UPnP multicast, NAT-PMP requests to the gateway) and AutoNAT on; a
+    peer listening on loopback only runs it with both off, so it sends nothing off the machine. (Not started here with
+    them on: that daemon would send those packets.)"""
+    peer = dht_peers()
+    flags = [arg.decode() for arg in Path(f"/proc/{peer.p2pd_pid}/cmdline").read_bytes().split(b"\0")]
+    assert {"-natPortMap=0", "-autonat=0"} <= set(flags), flags
+    # Listening for other machines' peers (a node behind a home router), or asked: both on.
+    assert nat_options(["/ip4/127.0.0.1/tcp/0"]) == {"nat_port_map": False, "auto_nat": False}
+    assert nat_options(["/ip4/127.0.0.1/tcp/0", "/ip6/::1/tcp/0"]) == {"nat_port_map": False, "auto_nat": False}
+    assert nat_options(["/ip4/0.0.0.0/tcp/31337"]) == {"nat_port_map": True, "auto_nat": True}
+    assert nat_options(["/ip4/127.0.0.1/tcp/0", "/ip4/10.1.2.3/tcp/0"]) == {"nat_port_map": True, "auto_nat": True}
+    assert nat_options(["/dns4/example.org/tcp/31337"])["nat_port_map"]  # a name may resolve anywhere
+    assert nat_options(["/ip4/127.0.0.1/tcp/0"], nat_traversal=True)["nat_port_map"]
+    assert not nat_options(["/ip4/0.0.0.0/tcp/0"], nat_traversal=False)["auto_nat"]
 
 
 def test_unreachable_initial_peer_fails_in_bounded_time():

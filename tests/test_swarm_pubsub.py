@@ -11,10 +11,13 @@ import time
 import pytest
 from hivemind.utils.multiaddr import Multiaddr
 
+from swarm.config import nat_options
 from swarm.daemon import close_p2p
 from swarm.hivemind_bridge import PubsubP2P
 from swarm.pubsub import publish, subscribe, topic_peers
 from tests.swarm_fixtures import no_p2pd_left_behind, record_p2pd  # noqa: F401
+
+LOOPBACK = ["/ip4/127.0.0.1/tcp/0"]
 
 pytestmark = pytest.mark.usefixtures("no_p2pd_left_behind")
 
@@ -24,12 +27,12 @@ async def _daemons(count: int) -> list[PubsubP2P]:
     transports outlived this test's event loop and failed a later test when collected)."""
     daemons: list[PubsubP2P] = []
     try:
-        first = await PubsubP2P.create(host_maddrs=["/ip4/127.0.0.1/tcp/0"])
+        first = await PubsubP2P.create(host_maddrs=LOOPBACK, **nat_options(LOOPBACK))
         daemons.append(first)
         record_p2pd(first._child.pid, [first._daemon_listen_maddr["unix"], first._client_listen_maddr["unix"]])
         address = [str(a) for a in await first.get_visible_maddrs()]
         for _ in range(count - 1):
-            p2p = await PubsubP2P.create(initial_peers=address, host_maddrs=["/ip4/127.0.0.1/tcp/0"])
+            p2p = await PubsubP2P.create(initial_peers=address, host_maddrs=LOOPBACK, **nat_options(LOOPBACK))
             daemons.append(p2p)
             record_p2pd(p2p._child.pid, [p2p._daemon_listen_maddr["unix"], p2p._client_listen_maddr["unix"]])
         # a chain: the last daemon reaches the first only through the others' mesh
@@ -133,7 +136,7 @@ def test_a_daemon_without_pubsub_refuses_a_subscription_with_an_error():
     from hivemind.p2p import P2P
 
     async def scenario() -> None:
-        p2p = await P2P.create(host_maddrs=["/ip4/127.0.0.1/tcp/0"])
+        p2p = await P2P.create(host_maddrs=LOOPBACK, **nat_options(LOOPBACK))
         record_p2pd(p2p._child.pid, [p2p._daemon_listen_maddr["unix"], p2p._client_listen_maddr["unix"]])
         try:
             with pytest.raises(Exception, match="(?i)pubsub"):

@@ -57,13 +57,15 @@ async def _probe(address: str, swarm_name: str, index_shards: int, timeout: floa
     from hivemind.p2p import P2P, PeerID
     from hivemind.utils.multiaddr import Multiaddr
 
+    from swarm.config import nat_options
     from swarm.daemon import close_p2p
     from swarm.dht_values import TypedDHTSerializer
     from swarm.records import RecordLimits
 
     peer = PeerID.from_base58(Multiaddr(address)["p2p"])
+    listen = ["/ip4/127.0.0.1/tcp/0"]  # it only dials out: no port mapping, no AutoNAT (nat_options)
     p2p = await asyncio.wait_for(
-        P2P.create(initial_peers=[address], host_maddrs=["/ip4/127.0.0.1/tcp/0"], dht_mode="client"), timeout
+        P2P.create(initial_peers=[address], host_maddrs=listen, dht_mode="client", **nat_options(listen)), timeout
     )
     node = None
     try:
