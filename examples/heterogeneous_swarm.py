@@ -26,6 +26,7 @@ sampling skips groups whose completions all earn the same reward, and a random m
 
 import argparse
 import multiprocessing as mp
+import os
 import queue
 import statistics
 import tempfile
@@ -33,6 +34,7 @@ import tempfile
 from rewards import format_reward, reasoning_gym_reward
 from sapo import SAPOConfig, SAPOTrainer
 from sapo.models import load_policy, save_tiny_model
+from sapo.speed.threads import thread_environment, usable_cores
 from sapo.tasks import build_reasoning_gym_dataset
 from swarm.dht import DHTTransport, DHTTransportConfig
 from swarm.transport import wait_for_peers
@@ -102,10 +104,13 @@ if __name__ == "__main__":
     # `small`: a 2-layer model with SmolLM2's tokenizer and random weights, written once to a temp dir.
     models = [str(save_tiny_model(tempfile.mkdtemp(prefix="small-"))) if m == "small" else m for m in args.models]
 
-    # Each peer a process of its own (its own torch threads, its own p2pd), forked from a server that imported this
-    # script's libraries once: a fresh interpreter per peer would import them again (10-15 CPU s each).
+    # Each peer a process of its own (its own torch threads, its own p2pd), forked from a server that imported the
+    # libraries once: a fresh interpreter per peer would import them again (10-15 CPU s each). The modules are named:
+    # Python 3.11's fork server ignores a preload of "__main__". It starts torch afresh, so it reads its thread
+    # settings from the environment: a share of the cores per peer, threads that sleep while they wait.
+    os.environ.update(thread_environment(threads=max(1, usable_cores() // len(models))))
     ctx = mp.get_context("forkserver")
-    ctx.set_forkserver_preload(["__main__"])
+    ctx.set_forkserver_preload(["rewards", "sapo.config", "sapo.trainer", "sapo.models", "sapo.tasks", "swarm.dht"])
     address, ready, results = ctx.Queue(), ctx.Barrier(len(models)), ctx.Queue()
     peers = [
         ctx.Process(target=run_peer, args=(i, m, args.steps, args.smoke, address, ready, results))

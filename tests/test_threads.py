@@ -8,7 +8,7 @@ import os
 import subprocess
 import sys
 
-from sapo.speed.threads import cgroup_cpu_limit, usable_cores
+from sapo.speed.threads import cgroup_cpu_limit, thread_environment, usable_cores
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -73,6 +73,17 @@ def test_after_torch_the_thread_count_still_follows():
     chosen, threads, environment = _fresh(code)
     assert chosen == {"OMP_NUM_THREADS": "1"} and threads == 1
     assert environment == []  # OpenMP read its settings already: the environment (children's too) is left alone
+
+
+def test_a_script_starting_fresh_workers_gets_their_settings_without_what_its_environment_sets(monkeypatch):
+    """What a script puts in the environment of workers that start torch afresh (multiprocessing's fork server):
+    the share it asks for, threads that sleep while waiting, never overriding a variable the user set."""
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
+    assert thread_environment(threads=3) == {"OMP_NUM_THREADS": "3", "OMP_WAIT_POLICY": "PASSIVE"}
+    assert thread_environment(passive=False) == {"OMP_NUM_THREADS": str(usable_cores())}
+    monkeypatch.setenv("OMP_WAIT_POLICY", "ACTIVE")
+    assert thread_environment(threads=3) == {"OMP_NUM_THREADS": "3"}
 
 
 def test_the_node_sets_them_before_it_loads_torch():

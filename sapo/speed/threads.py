@@ -23,7 +23,7 @@ import os
 import sys
 from pathlib import Path
 
-__all__ = ["cgroup_cpu_limit", "share_the_machine", "usable_cores"]
+__all__ = ["cgroup_cpu_limit", "share_the_machine", "thread_environment", "usable_cores"]
 
 logger = logging.getLogger(__name__)
 
@@ -59,13 +59,21 @@ def usable_cores(cgroup_root: str | Path = "/sys/fs/cgroup") -> int:
     return max(1, cores)
 
 
+def thread_environment(threads: int | None = None, passive: bool = True) -> dict[str, str]:
+    """The variables :func:`share_the_machine` would set, for a process that starts torch afresh: ``OMP_NUM_THREADS``
+    (``threads``, default :func:`usable_cores`) and, with ``passive``, ``OMP_WAIT_POLICY=PASSIVE``, each only where
+    this process's environment does not set it already. (A script that starts its workers from a fresh interpreter,
+    such as multiprocessing's fork server, puts them in ``os.environ`` first.)"""
+    wanted = {"OMP_NUM_THREADS": str(threads or usable_cores()), **(PASSIVE_WAITING if passive else {})}
+    return {name: value for name, value in wanted.items() if name not in os.environ}
+
+
 def share_the_machine(threads: int | None = None, passive: bool = True) -> dict[str, str]:
     """Set ``OMP_NUM_THREADS`` (``threads``, default :func:`usable_cores`) and, with ``passive``,
     ``OMP_WAIT_POLICY=PASSIVE`` in this process's environment, each unless already set (module docstring); returns
     what it set. Where torch is already loaded, OpenMP has read its settings: the environment is left as it is, the
     thread count is set through torch instead, and a log line says the wait policy could not change any more."""
-    wanted = {"OMP_NUM_THREADS": str(threads or usable_cores()), **(PASSIVE_WAITING if passive else {})}
-    chosen = {name: value for name, value in wanted.items() if name not in os.environ}
+    chosen = thread_environment(threads, passive)
     torch = sys.modules.get("torch")
     if torch is None:
         os.environ.update(chosen)
