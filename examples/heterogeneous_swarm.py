@@ -104,10 +104,8 @@ if __name__ == "__main__":
     # `small`: a 2-layer model with SmolLM2's tokenizer and random weights, written once to a temp dir.
     models = [str(save_tiny_model(tempfile.mkdtemp(prefix="small-"))) if m == "small" else m for m in args.models]
 
-    # Each peer a process of its own (its own torch threads, its own p2pd), forked from a server that imported the
-    # libraries once: a fresh interpreter per peer would import them again (10-15 CPU s each). The modules are named:
-    # Python 3.11's fork server ignores a preload of "__main__". It starts torch afresh, so it reads its thread
-    # settings from the environment: a share of the cores per peer, threads that sleep while they wait.
+    # Each peer a process (own torch threads, own p2pd) forked from a server that imported the libraries once (named:
+    # 3.11 ignores "__main__"), with its share of the cores; the server reads that from the environment.
     os.environ.update(thread_environment(threads=max(1, usable_cores() // len(models))))
     ctx = mp.get_context("forkserver")
     ctx.set_forkserver_preload(["rewards", "sapo.config", "sapo.trainer", "sapo.models", "sapo.tasks", "swarm.dht"])
