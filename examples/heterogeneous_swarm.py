@@ -104,8 +104,7 @@ if __name__ == "__main__":
     # `small`: a 2-layer model with SmolLM2's tokenizer and random weights, written once to a temp dir.
     models = [str(save_tiny_model(tempfile.mkdtemp(prefix="small-"))) if m == "small" else m for m in args.models]
 
-    # Each peer a process (own torch threads, own p2pd) forked from a server that imported the libraries once (named:
-    # 3.11 ignores "__main__"), with its share of the cores; the server reads that from the environment.
+    # Each peer forked from a server that imports the libraries once (named: 3.11 ignores "__main__"), a core share each
     os.environ.update(thread_environment(threads=max(1, usable_cores() // len(models))))
     ctx = mp.get_context("forkserver")
     ctx.set_forkserver_preload(["rewards", "sapo.config", "sapo.trainer", "sapo.models", "sapo.tasks", "swarm.dht"])
