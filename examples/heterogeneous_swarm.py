@@ -107,7 +107,7 @@ if __name__ == "__main__":
     # Each peer forked from a server that imports the libraries once (named: 3.11 ignores "__main__"), a core share each
     os.environ.update(thread_environment(threads=max(1, usable_cores() // len(models))))
     ctx = mp.get_context("forkserver")
-    ctx.set_forkserver_preload(["rewards", "sapo.config", "sapo.trainer", "sapo.models", "sapo.tasks", "swarm.dht"])
+    ctx.set_forkserver_preload(["rewards", "reasoning_gym", "sapo.trainer", "sapo.models", "sapo.tasks", "swarm.dht"])
     address, ready, results = ctx.Queue(), ctx.Barrier(len(models)), ctx.Queue()
     peers = [
         ctx.Process(target=run_peer, args=(i, m, args.steps, args.smoke, address, ready, results))
