@@ -84,16 +84,19 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     """Collect once, then leave what lives now (the libraries, the test modules) out of every later collection
     (``gc.freeze``): every xdist worker's garbage collections then walk only what the tests made, instead of walking
     the libraries again each time (see :func:`libraries_frozen`)."""
-    from sapo.node.teardown import freeze_long_lived
+    from sapo.collector import freeze_long_lived, frozen_on_top
 
-    global _FROZEN
+    global _FROZEN, _ON_TOP
     freeze_long_lived()
     gc.enable()
-    _FROZEN = gc.get_freeze_count()
+    _FROZEN, _ON_TOP = gc.get_freeze_count(), frozen_on_top()
 
 
 _FROZEN = 0
 """How many objects :func:`pytest_collection_finish` or :func:`libraries_frozen` froze last."""
+
+_ON_TOP = 0
+"""`sapo.collector.frozen_on_top()` when :data:`_FROZEN` was counted: unchanged, nothing was frozen since."""
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -102,16 +105,19 @@ def libraries_frozen() -> Iterator[None]:
     :mod:`tests.test_collector` starts from nothing frozen), or where training under a frozen heap left a quarter
     more frozen than before (`sapo.collector.long_lived_frozen` keeps what a caller froze frozen, so whatever it froze
     itself stays too): collected first, so that no garbage is kept, as Python's own full collections wait for a
-    quarter more objects."""
-    from sapo.node.teardown import freeze_long_lived, thaw
+    quarter more objects. The frozen objects are counted only after training froze more (a count walks them all)."""
+    from sapo.collector import freeze_long_lived, frozen_on_top, owner_froze, thaw
 
-    global _FROZEN
+    global _FROZEN, _ON_TOP
     yield
+    if owner_froze() and frozen_on_top() == _ON_TOP:
+        return
     frozen = gc.get_freeze_count()
+    _ON_TOP = frozen_on_top()
     if frozen == 0 or frozen > 1.25 * _FROZEN:
         thaw()
         freeze_long_lived()
-        _FROZEN = gc.get_freeze_count()
+        _FROZEN, _ON_TOP = gc.get_freeze_count(), frozen_on_top()
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:

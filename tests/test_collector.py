@@ -7,7 +7,7 @@ import gc
 
 from transformers import TrainerCallback
 
-from sapo.collector import long_lived_frozen
+from sapo.collector import freeze_long_lived, frozen_on_top, long_lived_frozen, owner_froze, thaw
 from sapo.tasks import build_reasoning_gym_dataset
 from testbed.hostile_peer import TASKS
 from testbed.tiny_run import tiny_trainer
@@ -21,7 +21,7 @@ def test_training_scans_only_what_it_made_and_the_collector_is_as_before_afterwa
     def no_reward(prompts, completions, **columns):
         return [0.0] * len(completions)
 
-    gc.unfreeze()  # whatever an earlier test in this process left frozen
+    thaw()  # whatever an earlier test in this process left frozen
     seen: dict[str, int] = {}
     trainer = tiny_trainer(
         tmp_path, smollm_tokenizer, [no_reward], build_reasoning_gym_dataset(TASKS, size=4, seed=5),
@@ -35,13 +35,19 @@ def test_training_scans_only_what_it_made_and_the_collector_is_as_before_afterwa
 
 
 def test_objects_a_caller_froze_stay_frozen_after_training():
-    gc.freeze()  # as the node does before it joins the swarm
-    try:
-        frozen = gc.get_freeze_count()
-        # a frozen object that dies meanwhile (another thread of this process may free some) leaves the count, so the
-        # count may fall by a few; thawed, it would be 0
-        with long_lived_frozen():
-            assert gc.get_freeze_count() >= 0.99 * frozen
-        assert frozen > 0 and gc.get_freeze_count() >= 0.99 * frozen  # not undone by the block's exit
-    finally:
-        gc.unfreeze()
+    # The owner's freeze, as the node's before it joins the swarm (marked: no count needed), and a bare gc.freeze().
+    for freeze in (freeze_long_lived, gc.freeze):
+        thaw()
+        freeze()
+        try:
+            frozen, on_top = gc.get_freeze_count(), frozen_on_top()
+            # a frozen object that dies meanwhile (another thread of this process may free some) leaves the count, so
+            # the count may fall by a few; thawed, it would be 0
+            with long_lived_frozen():
+                assert gc.get_freeze_count() >= 0.99 * frozen
+            assert frozen > 0 and gc.get_freeze_count() >= 0.99 * frozen, freeze  # not undone by the block's exit
+            assert frozen_on_top() == on_top + 1  # what the block froze on top stays frozen: the owner may refreeze
+            assert owner_froze() == (freeze is freeze_long_lived)
+        finally:
+            thaw()
+    assert not owner_froze() and gc.get_freeze_count() == 0

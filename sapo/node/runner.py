@@ -227,6 +227,7 @@ def _run(args: Any, node: NodeArguments) -> int:
     from transformers.trainer_callback import PrinterCallback, ProgressCallback
 
     from sapo.checkpoints import latest_complete_checkpoint, set_aside_incomplete
+    from sapo.collector import freeze_long_lived, thaw
     from sapo.node.about import model_label, sapo_version
     from sapo.node.board import BoardLogHandler, StatusBoard
     from sapo.node.callbacks import (
@@ -241,7 +242,6 @@ def _run(args: Any, node: NodeArguments) -> int:
         SwarmLog,
     )
     from sapo.node.logs import setup_logging
-    from sapo.node.teardown import freeze_long_lived, thaw
     from sapo.node.tensorboard_files import TensorBoardFiles
     from sapo.reward_guard import RewardErrorLimit, RewardGuard, check_reward_columns
     from sapo.sources import SourceErrorLimit, SourceRegistry

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import atexit
-import gc
 import logging
 import os
 import signal
@@ -14,23 +13,6 @@ from typing import Any, NoReturn
 
 EXIT_TIMEOUT = 2.0
 """Seconds :func:`exit_process` allows the exit handlers and the threads left running before it exits regardless."""
-
-
-def freeze_long_lived() -> None:
-    """Leave the objects alive now (the libraries and the loaded model: they live as long as the node) out of the
-    garbage collector's scans until :func:`thaw`, after one collection of what is garbage already.
-
-    A full collection then takes milliseconds instead of the seconds a loaded model and its libraries cost (over
-    2 s on a busy machine): the swarm transport's teardown runs one, and a stop must fit in `docker stop`'s grace.
-    """
-    gc.collect()
-    gc.freeze()
-
-
-def thaw() -> None:
-    """Undo :func:`freeze_long_lived` (for a caller that goes on in the same process); nothing when nothing is
-    frozen."""
-    gc.unfreeze()
 
 
 def stop_before_start() -> None:

@@ -467,7 +467,7 @@ def _exit_code(code: object) -> int:
 def main() -> None:
     """The server's entry point: listen, import :data:`NODE_MODULES` (after the thread settings, as a node does) and
     freeze them out of garbage collections (``gc.freeze``), then serve until the owner's connection ends."""
-    from sapo.node.teardown import freeze_long_lived
+    from sapo.collector import freeze_long_lived
     from sapo.speed.threads import share_the_machine
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is for the nodes and the program that started them
