@@ -42,27 +42,32 @@ MALLOC_REUSE = {"MALLOC_MMAP_THRESHOLD_": str(32 << 20), "MALLOC_TRIM_THRESHOLD_
 
 
 # Test files that run for minutes (node processes, swarms, examples), longest first: scheduled before the rest, so that
-# no worker is left alone with one of them at the end while the others idle. The README's command keeps this order
-# (`--no-loadscope-reorder`: xdist would otherwise sort files by their number of tests, these few-test files last).
-# Durations: benchmarks/results/suite/ci_run_alone.md.
+# no worker is left alone with one of them at the end while the others idle. The files that mostly wait (on a TTL, a
+# dead peer, a cut link: little CPU) sit between the ones that compute, so that the three workers seldom wait at once
+# and leave the two cores idle. The README's command keeps this order (`--no-loadscope-reorder`: xdist would otherwise
+# sort files by their number of tests, these few-test files last). Durations: benchmarks/results/suite/ci_run_alone.md.
 LONG_FILES = (
     "tests/test_two_families.py",
+    "tests/test_swarm_gossip.py",  # waits
     "tests/test_examples.py",
     "tests/test_multihost.py",
+    "tests/test_swarm_fair_refill.py",  # waits
     "tests/test_crashes.py",
     "tests/test_node_stop.py",
+    "tests/test_node_join.py",  # waits
     "tests/test_bench_poisoning.py",
     "tests/test_own_task.py",
+    "tests/test_swarm_announcements.py",  # waits
     "tests/test_model_without_wheel.py",
     "tests/test_node.py",
+    "tests/test_swarm_silent_peer.py",  # waits
     "tests/test_bench_step_limit.py",
     "tests/test_bench_flood.py",
-    "tests/test_node_join.py",
+    "tests/test_swarm_join.py",  # waits
     "tests/test_bench_sapo_table.py",
     "tests/test_bench_profile_search.py",
+    "tests/test_wan_switch.py",  # waits
     "tests/test_trainer.py",
-    "tests/test_swarm_gossip.py",
-    "tests/test_swarm_fair_refill.py",
     "tests/test_threads.py",
 )
 
