@@ -623,13 +623,18 @@ def validate_multiaddr(addr: str, require_peer_id: bool) -> Multiaddr:
         raise ValueError(f"malformed multiaddr {addr!r} ({e}); expected the form {expected}") from None
 
 
-def is_loopback_multiaddr(addr: str) -> bool:
-    """Whether ``addr`` (``/ip4/127.0.0.1/tcp/0``) names a loopback address; False for any other address or a name."""
-    maddr = Multiaddr(str(addr))
-    for protocol in ("ip4", "ip6"):
-        if protocol in {p.name for p in maddr.protocols()}:
-            return ipaddress.ip_address(maddr[protocol]).is_loopback
-    return False
+def multiaddr_host(maddr: Multiaddr) -> str | None:
+    """The host of ``maddr``: its IP address or DNS name (``/ip4/``, ``/ip6/``, ``/dns*/``); None without one."""
+    protocols = {p.name for p in maddr.protocols()}
+    return next((maddr[p] for p in ("ip4", "ip6", "dns", "dns4", "dns6") if p in protocols), None)
+
+
+def is_loopback_host(host: str | None) -> bool:
+    """Whether ``host`` (:func:`multiaddr_host`) is this machine's loopback: a loopback address, or ``localhost``."""
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except (TypeError, ValueError):
+        return host == "localhost"
 
 
 def nat_options(host_maddrs: list[str], nat_traversal: bool | None = None) -> dict[str, bool]:
@@ -637,7 +642,7 @@ def nat_options(host_maddrs: list[str], nat_traversal: bool | None = None) -> di
     ``nat_traversal``, or by default on unless every listen address is loopback (hivemind's default, on, makes even a
     daemon of this machine only send UPnP multicast and NAT-PMP requests to the network's gateway)."""
     if nat_traversal is None:
-        nat_traversal = not all(is_loopback_multiaddr(addr) for addr in host_maddrs)
+        nat_traversal = not all(is_loopback_host(multiaddr_host(Multiaddr(str(addr)))) for addr in host_maddrs)
     return {"nat_port_map": nat_traversal, "auto_nat": nat_traversal}
 
 

@@ -347,6 +347,7 @@ def test_a_peer_of_this_machine_only_runs_its_daemon_without_nat_traversal(dht_p
     assert nat_options(["/ip4/0.0.0.0/tcp/31337"]) == {"nat_port_map": True, "auto_nat": True}
     assert nat_options(["/ip4/127.0.0.1/tcp/0", "/ip4/10.1.2.3/tcp/0"]) == {"nat_port_map": True, "auto_nat": True}
     assert nat_options(["/dns4/example.org/tcp/31337"])["nat_port_map"]  # a name may resolve anywhere
+    assert not nat_options(["/dns4/localhost/tcp/0"])["nat_port_map"]  # but localhost is this machine
     assert nat_options(["/ip4/127.0.0.1/tcp/0"], nat_traversal=True)["nat_port_map"]
     assert not nat_options(["/ip4/0.0.0.0/tcp/0"], nat_traversal=False)["auto_nat"]
 

@@ -236,16 +236,9 @@ def check_p2pd() -> Check:
 
 
 def _ip_port(maddr: Any) -> tuple[str | None, int | None]:
-    protocols = {p.name for p in maddr.protocols()}
-    host = next((maddr[p] for p in ("ip4", "ip6", "dns", "dns4", "dns6") if p in protocols), None)
-    return host, int(maddr["tcp"]) if "tcp" in protocols else None
+    from swarm.config import multiaddr_host
 
-
-def _is_loopback(host: str | None) -> bool:
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except (TypeError, ValueError):
-        return host == "localhost"
+    return multiaddr_host(maddr), int(maddr["tcp"]) if "tcp" in {p.name for p in maddr.protocols()} else None
 
 
 def port_in_use(host: str, port: int) -> OSError | None:
@@ -266,7 +259,7 @@ def port_in_use(host: str, port: int) -> OSError | None:
 def check_addresses(node: Any) -> list[Check]:
     """The listen addresses (well formed, port free), announced addresses (well formed, public when others must
     reach them) and the status page's port."""
-    from swarm.config import validate_multiaddr
+    from swarm.config import is_loopback_host, validate_multiaddr
 
     checks: list[Check] = []
     listens_everywhere = False
@@ -290,7 +283,7 @@ def check_addresses(node: Any) -> list[Check]:
                 )
             )
         else:
-            scope = "this machine only" if _is_loopback(host) else "other machines"
+            scope = "this machine only" if is_loopback_host(host) else "other machines"
             checks.append(Check("listen", OK, f"{addr} is free (accepts peers of {scope})"))
     announced = []
     for addr in node.announce_maddrs or []:
